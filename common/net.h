@@ -1,0 +1,30 @@
+// Small networking helpers shared by both binaries: channels and port reporting.
+#ifndef DPTRAIN_COMMON_NET_H_
+#define DPTRAIN_COMMON_NET_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/server_builder.h"
+
+namespace dptrain {
+
+// Largest gRPC message either side accepts: a whole shard's weights travel in one message.
+inline constexpr int kMaxMessageBytes = 1 << 30;
+
+// A channel to `address` ("host:port") with the message limits above. Plaintext for now;
+// credentials get plugged in here.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Applies the message limits to a server under construction.
+void ConfigureServerBuilder(grpc::ServerBuilder& builder);
+
+// Writes `port` followed by a newline to `path` atomically (temp file + rename), so a
+// reader never sees a partial file.
+absl::Status WritePortFile(const std::string& path, int port);
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_COMMON_NET_H_
