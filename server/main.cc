@@ -1,0 +1,81 @@
+// ps_server: one shard of the parameter server. See --helpfull.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/net.h"
+#include "server/ps_server.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free port (printed, see --port_file).");
+ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written to this file.");
+ABSL_FLAG(int, shard, 0, "Index of this shard, in [0, --num_shards).");
+ABSL_FLAG(int, num_shards, 1, "Total number of parameter-server shards.");
+ABSL_FLAG(int, num_workers, 1, "Workers that push every step (BSP waits for all of them).");
+ABSL_FLAG(std::string, optimizer, "sgd", "Optimizer applied on the server: sgd.");
+ABSL_FLAG(double, lr, 0.1, "Learning rate.");
+ABSL_FLAG(double, momentum, 0.0, "SGD momentum.");
+ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
+          "Longest wait for the other workers of a step (or for rank 0's init), e.g. 30s.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("One shard of the dptrain parameter server.");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "ps_server: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
+    return 2;
+  }
+  const int port = absl::GetFlag(FLAGS_port);
+  if (port < 0 || port > 65535) {
+    std::cerr << "ps_server: --port must be in [0, 65535], got " << port << "\n";
+    return 2;
+  }
+
+  dptrain::PsServerOptions options;
+  options.listen_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
+  options.shard.shard = absl::GetFlag(FLAGS_shard);
+  options.shard.num_shards = absl::GetFlag(FLAGS_num_shards);
+  options.shard.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.shard.step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  options.shard.optimizer.name = absl::GetFlag(FLAGS_optimizer);
+  options.shard.optimizer.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  options.shard.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  options.shard.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+
+  // Signals are taken synchronously by this thread; every thread started later inherits
+  // the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = dptrain::PsServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "ps_server: " << server.status().message() << "\n";
+    return 1;
+  }
+  const int chosen = (*server)->port();
+  std::cout << "ps_server: shard " << options.shard.shard << "/" << options.shard.num_shards
+            << " for " << options.shard.num_workers << " workers listening on port " << chosen
+            << std::endl;
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    if (auto s = dptrain::WritePortFile(port_file, chosen); !s.ok()) {
+      std::cerr << "ps_server: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::cout << "ps_server: shard " << options.shard.shard << " stopping on signal " << signal
+            << std::endl;
+  (*server)->Shutdown();
+  return 0;
+}

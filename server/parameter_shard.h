@@ -1,0 +1,140 @@
+// One parameter-server shard: the weights and optimizer state of the chunks it owns, and
+// BSP aggregation of the gradients that workers push. Plain C++, no network: the gRPC
+// service (ps_service.h) decodes requests into these calls.
+//
+// Protocol, per shard:
+//   1. Rank 0 calls Init with the model description and the initial weights of the chunks
+//      this shard owns. Repeating the same Init is accepted; a different one is rejected.
+//   2. Every rank may Pull the current weights (waiting for Init up to its deadline).
+//   3. Each step t, every rank calls PushPull(t) with its gradient for every owned chunk.
+//      When all num_workers ranks pushed step t, their gradients are summed in rank order
+//      (bit-reproducible), averaged, the optimizer is applied and the version becomes t+1.
+//      Each call then answers with the weights of version t+1.
+// A push for step t is accepted while the version is t; a repeat of a push already counted
+// (a retry) never counts twice. Invalid requests change nothing.
+//
+// Thread-safe: every method may be called concurrently from any thread.
+#ifndef DPTRAIN_SERVER_PARAMETER_SHARD_H_
+#define DPTRAIN_SERVER_PARAMETER_SHARD_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/dtype.h"
+#include "common/shard_map.h"
+#include "server/optimizer.h"
+
+namespace dptrain {
+
+struct ParameterShardOptions {
+  int shard = 0;
+  int num_shards = 1;
+  int num_workers = 1;
+  // Longest wait for other workers (or for Init) before a call fails.
+  absl::Duration step_timeout = absl::Seconds(60);
+  OptimizerOptions optimizer;
+};
+
+// What a worker believes the model and the sharding are; must agree with the shard.
+struct ModelDescription {
+  std::vector<TensorInfo> tensors;
+  int num_shards = 1;
+  int64_t max_chunk_elements = 0;
+};
+
+// A chunk's payload as received: a view into the request, valid during the call.
+struct ChunkView {
+  int tensor_id = 0;
+  int chunk_index = 0;
+  DType dtype = DType::kUnspecified;
+  absl::string_view data;
+};
+
+// Receives the shard's weights, chunk by chunk in (tensor_id, chunk_index) order. Called
+// with the shard's lock held: copy, do not call back into the shard.
+using ChunkSink = std::function<void(const ChunkSpec&, absl::Span<const float>)>;
+
+class ParameterShard {
+ public:
+  // InvalidArgument for inconsistent options or an invalid optimizer.
+  static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(
+      const ParameterShardOptions& options);
+
+  // Returns the version (0 for a fresh init; the current one for an accepted repeat).
+  absl::StatusOr<int64_t> Init(absl::string_view job_id, int rank, const ModelDescription& model,
+                               absl::Span<const ChunkView> chunks);
+
+  // Waits until initialised (or `deadline`, whichever is first), then emits the weights.
+  absl::StatusOr<int64_t> Pull(absl::string_view job_id, int rank, const ModelDescription& model,
+                               absl::Time deadline, const ChunkSink& sink);
+
+  // Records rank's gradient for `step`, waits for the step to complete (or `deadline`:
+  // DeadlineExceeded naming the missing ranks), then emits the new weights and returns
+  // the new version.
+  absl::StatusOr<int64_t> PushPull(absl::string_view job_id, int rank, int64_t step,
+                                   absl::Span<const ChunkView> chunks, absl::Time deadline,
+                                   const ChunkSink& sink);
+
+  // Wakes every waiting call with Unavailable; later calls fail the same way.
+  void Shutdown();
+
+  struct Info {
+    bool initialized = false;
+    std::string job_id;
+    int64_t version = 0;
+  };
+  Info GetInfo() const;
+  const ParameterShardOptions& options() const { return options_; }
+
+ private:
+  explicit ParameterShard(const ParameterShardOptions& options,
+                          std::unique_ptr<Optimizer> optimizer);
+
+  struct OwnedChunk {
+    ChunkSpec spec;
+    int global_index = 0;      // Into the shard map's chunks().
+    int64_t local_offset = 0;  // Into weights_ and each pending gradient.
+    OptimizerState state;
+  };
+
+  absl::Status CheckCaller(absl::string_view job_id, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckModel(const ModelDescription& model) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks that `chunks` holds each owned chunk exactly once with the right dtype and size;
+  // on success fills order[i] = index into chunks of owned_[i].
+  absl::Status MatchChunks(absl::Span<const ChunkView> chunks, const ShardMap& map,
+                           const std::vector<OwnedChunk>& owned, std::vector<int>& order) const;
+  void ApplyStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(const ChunkSink& sink) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ParameterShardOptions options_;
+  const std::unique_ptr<Optimizer> optimizer_;
+
+  mutable absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<ShardMap> map_ ABSL_GUARDED_BY(mu_);  // Set by Init.
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t init_fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<OwnedChunk> owned_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);  // Owned chunks back to back.
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Gradients of step version_, one buffer per rank, and who has pushed.
+  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
+  int num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_SERVER_PARAMETER_SHARD_H_

@@ -1,0 +1,254 @@
+#include "server/parameter_shard.h"
+
+#include <cstring>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace dptrain {
+namespace {
+
+using absl::StatusCode;
+
+// Model: tensor 0 with 6 elements (chunks of <= 4: 3 + 3), tensor 1 with 2 elements.
+// Two shards: largest first -> (0,0)->0, (0,1)->1, (1,0)->0.
+const ModelDescription& Model() {
+  static const auto* m = new ModelDescription{{{"w", 6}, {"b", 2}}, 2, 4};
+  return *m;
+}
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// Payloads of shard 0's chunks: (0,0) with 3 elements and (1,0) with 2.
+struct Payload {
+  std::string a, b;
+  std::vector<ChunkView> views() const {
+    return {{0, 0, DType::kFp32, a}, {1, 0, DType::kFp32, b}};
+  }
+};
+
+Payload Shard0(const std::vector<float>& a, const std::vector<float>& b) {
+  return {Bytes(a), Bytes(b)};
+}
+
+struct Collected {
+  std::vector<float> values;
+  ChunkSink sink() {
+    return [this](const ChunkSpec&, absl::Span<const float> w) {
+      values.insert(values.end(), w.begin(), w.end());
+    };
+  }
+};
+
+std::unique_ptr<ParameterShard> MakeShard(int workers, absl::Duration timeout = absl::Seconds(5)) {
+  ParameterShardOptions o;
+  o.shard = 0;
+  o.num_shards = 2;
+  o.num_workers = workers;
+  o.step_timeout = timeout;
+  o.optimizer.learning_rate = 0.5f;
+  auto shard = ParameterShard::Create(o);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return *std::move(shard);
+}
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(5); }
+
+void InitShard(ParameterShard& shard) {
+  Payload p = Shard0({1, 2, 3}, {10, 20});
+  ASSERT_TRUE(shard.Init("job", 0, Model(), p.views()).ok());
+}
+
+TEST(ParameterShardTest, InitThenPullReturnsInitialWeights) {
+  auto shard = MakeShard(2);
+  InitShard(*shard);
+  Collected got;
+  auto version = shard->Pull("job", 1, Model(), Soon(), got.sink());
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, 0);
+  EXPECT_EQ(got.values, (std::vector<float>{1, 2, 3, 10, 20}));
+}
+
+TEST(ParameterShardTest, InitIsIdempotentAndRejectsDifferentWeights) {
+  auto shard = MakeShard(2);
+  InitShard(*shard);
+  Payload same = Shard0({1, 2, 3}, {10, 20});
+  EXPECT_TRUE(shard->Init("job", 0, Model(), same.views()).ok());
+  Payload other = Shard0({1, 2, 4}, {10, 20});
+  EXPECT_EQ(shard->Init("job", 0, Model(), other.views()).status().code(),
+            StatusCode::kAlreadyExists);
+  Collected got;
+  ASSERT_TRUE(shard->Pull("job", 0, Model(), Soon(), got.sink()).ok());
+  EXPECT_EQ(got.values, (std::vector<float>{1, 2, 3, 10, 20}));
+}
+
+TEST(ParameterShardTest, BspAveragesAllWorkersThenAppliesSgd) {
+  auto shard = MakeShard(2);
+  InitShard(*shard);
+  Payload g0 = Shard0({1, 1, 1}, {2, 2});
+  Payload g1 = Shard0({3, 3, 3}, {0, 4});
+  Collected r0, r1;
+  absl::StatusOr<int64_t> v0;
+  std::thread t([&] { v0 = shard->PushPull("job", 0, 0, g0.views(), Soon(), r0.sink()); });
+  auto v1 = shard->PushPull("job", 1, 0, g1.views(), Soon(), r1.sink());
+  t.join();
+  ASSERT_TRUE(v0.ok()) << v0.status();
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(*v0, 1);
+  EXPECT_EQ(*v1, 1);
+  // w - 0.5 * mean(g): {1,2,3} - 0.5*2 ; {10,20} - 0.5*{1,3}.
+  const std::vector<float> expected = {0, 1, 2, 9.5f, 18.5f};
+  EXPECT_EQ(r0.values, expected);
+  EXPECT_EQ(r1.values, expected);
+}
+
+TEST(ParameterShardTest, RetriesNeverDoubleCount) {
+  auto shard = MakeShard(1);
+  InitShard(*shard);
+  Payload g = Shard0({2, 2, 2}, {2, 2});
+  Collected first, retry;
+  ASSERT_TRUE(shard->PushPull("job", 0, 0, g.views(), Soon(), first.sink()).ok());
+  auto v = shard->PushPull("job", 0, 0, g.views(), Soon(), retry.sink());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 1);
+  EXPECT_EQ(first.values, retry.values);
+  EXPECT_EQ(first.values, (std::vector<float>{0, 1, 2, 9, 19}));
+}
+
+TEST(ParameterShardTest, RetryWhileStepOpenWaitsAndCountsOnce) {
+  auto shard = MakeShard(2);
+  InitShard(*shard);
+  Payload g0 = Shard0({1, 1, 1}, {1, 1});
+  Payload g1 = Shard0({3, 3, 3}, {3, 3});
+  Collected a, b, c;
+  absl::StatusOr<int64_t> va, vb;
+  std::thread ta([&] { va = shard->PushPull("job", 0, 0, g0.views(), Soon(), a.sink()); });
+  std::thread tb([&] { vb = shard->PushPull("job", 0, 0, g0.views(), Soon(), b.sink()); });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(shard->GetInfo().version, 0);  // Rank 0 twice is still one of two.
+  ASSERT_TRUE(shard->PushPull("job", 1, 0, g1.views(), Soon(), c.sink()).ok());
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(va.ok() && vb.ok());
+  EXPECT_EQ(c.values, (std::vector<float>{0, 1, 2, 9, 19}));
+  EXPECT_EQ(a.values, c.values);
+  EXPECT_EQ(b.values, c.values);
+}
+
+TEST(ParameterShardTest, TimeoutNamesMissingRanks) {
+  auto shard = MakeShard(3, absl::Milliseconds(200));
+  InitShard(*shard);
+  Payload g = Shard0({1, 1, 1}, {1, 1});
+  Collected got;
+  auto v = shard->PushPull("job", 1, 0, g.views(), absl::Now() + absl::Milliseconds(200),
+                           got.sink());
+  EXPECT_EQ(v.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(v.status().message().find("rank(s) 0,2"), std::string::npos) << v.status();
+  EXPECT_TRUE(got.values.empty());
+}
+
+TEST(ParameterShardTest, PullWaitsForInitWithDeadline) {
+  auto shard = MakeShard(2);
+  Collected got;
+  auto v = shard->Pull("job", 1, Model(), absl::Now() + absl::Milliseconds(100), got.sink());
+  EXPECT_EQ(v.status().code(), StatusCode::kDeadlineExceeded);
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    InitShard(*shard);
+  });
+  v = shard->Pull("job", 1, Model(), Soon(), got.sink());
+  t.join();
+  EXPECT_TRUE(v.ok()) << v.status();
+}
+
+TEST(ParameterShardTest, ShutdownWakesWaiters) {
+  auto shard = MakeShard(2);
+  InitShard(*shard);
+  Payload g = Shard0({1, 1, 1}, {1, 1});
+  Collected got;
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    shard->Shutdown();
+  });
+  auto v = shard->PushPull("job", 0, 0, g.views(), Soon(), got.sink());
+  t.join();
+  EXPECT_EQ(v.status().code(), StatusCode::kUnavailable);
+}
+
+// Every invalid request gets a precise code and leaves the shard unchanged.
+TEST(ParameterShardTest, BadInputIsRejectedAndChangesNothing) {
+  auto shard = MakeShard(1);
+  Payload good = Shard0({1, 1, 1}, {1, 1});
+  Collected sink;
+  // Before Init.
+  EXPECT_EQ(shard->PushPull("job", 0, 0, good.views(), Soon(), sink.sink()).status().code(),
+            StatusCode::kFailedPrecondition);
+  // Init from a rank other than 0, or a worker expecting another shard count.
+  EXPECT_EQ(shard->Init("job", 1, Model(), good.views()).status().code(),
+            StatusCode::kInvalidArgument);  // Rank 1 >= num_workers 1.
+  ModelDescription three = Model();
+  three.num_shards = 3;
+  EXPECT_EQ(shard->Init("job", 0, three, good.views()).status().code(),
+            StatusCode::kFailedPrecondition);
+  InitShard(*shard);
+
+  auto push = [&](absl::string_view job, int rank, int64_t step,
+                  const std::vector<ChunkView>& chunks) {
+    return shard->PushPull(job, rank, step, chunks, Soon(), sink.sink()).status().code();
+  };
+  const std::string three_floats = Bytes({1, 1, 1}), two_floats = Bytes({1, 1});
+  EXPECT_EQ(push("job", 1, 0, good.views()), StatusCode::kInvalidArgument);   // Rank.
+  EXPECT_EQ(push("job", -1, 0, good.views()), StatusCode::kInvalidArgument);  // Rank.
+  EXPECT_EQ(push("other", 0, 0, good.views()), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(push("job", 0, 5, good.views()), StatusCode::kOutOfRange);
+  EXPECT_EQ(push("job", 0, -1, good.views()), StatusCode::kOutOfRange);
+  // Unknown key, foreign key (0,1 belongs to shard 1), wrong dtype, wrong size.
+  EXPECT_EQ(push("job", 0, 0, {{0, 7, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(push("job", 0, 0, {{0, 1, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp16, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, two_floats}, {1, 0, DType::kFp32, two_floats}}),
+            StatusCode::kInvalidArgument);
+  // Missing and duplicated chunks.
+  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, three_floats}}), StatusCode::kInvalidArgument);
+  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, three_floats}, {0, 0, DType::kFp32, three_floats},
+                               {1, 0, DType::kFp32, two_floats}}),
+            StatusCode::kInvalidArgument);
+  // Model mismatch on Pull.
+  ModelDescription renamed = Model();
+  renamed.tensors[1].name = "bias";
+  EXPECT_EQ(shard->Pull("job", 0, renamed, Soon(), sink.sink()).status().code(),
+            StatusCode::kFailedPrecondition);
+  ModelDescription resized = Model();
+  resized.tensors[0].num_elements = 7;
+  EXPECT_EQ(shard->Pull("job", 0, resized, Soon(), sink.sink()).status().code(),
+            StatusCode::kFailedPrecondition);
+
+  // Nothing changed: version 0, initial weights.
+  EXPECT_EQ(shard->GetInfo().version, 0);
+  Collected now;
+  ASSERT_TRUE(shard->Pull("job", 0, Model(), Soon(), now.sink()).ok());
+  EXPECT_EQ(now.values, (std::vector<float>{1, 2, 3, 10, 20}));
+  // And a good push still works.
+  EXPECT_EQ(push("job", 0, 0, good.views()), StatusCode::kOk);
+}
+
+TEST(ParameterShardTest, RejectsBadOptions) {
+  ParameterShardOptions o;
+  o.shard = 2;
+  o.num_shards = 2;
+  EXPECT_FALSE(ParameterShard::Create(o).ok());
+  o = {};
+  o.num_workers = 0;
+  EXPECT_FALSE(ParameterShard::Create(o).ok());
+  o = {};
+  o.optimizer.name = "nope";
+  EXPECT_FALSE(ParameterShard::Create(o).ok());
+}
+
+}  // namespace
+}  // namespace dptrain

@@ -1,0 +1,48 @@
+// A running ps_server: one ParameterShard behind gRPC, plus grpc.health.v1.Health.
+// Used by the ps_server binary and by in-process tests.
+#ifndef DPTRAIN_SERVER_PS_SERVER_H_
+#define DPTRAIN_SERVER_PS_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "server/parameter_shard.h"
+#include "server/ps_service.h"
+
+namespace dptrain {
+
+struct PsServerOptions {
+  ParameterShardOptions shard;
+  // "host:port"; port 0 picks a free port (see port()).
+  std::string listen_address = "0.0.0.0:0";
+};
+
+class PsServer {
+ public:
+  // Unavailable if the address cannot be bound; InvalidArgument for bad shard options.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options);
+  ~PsServer();  // Shuts down if still running.
+
+  int port() const { return port_; }
+  ParameterShard& shard() { return *shard_; }
+
+  // Marks the server NOT_SERVING, wakes waiting calls and stops within `grace`.
+  // Idempotent; thread-safe.
+  void Shutdown(absl::Duration grace = absl::Seconds(2));
+
+ private:
+  PsServer() = default;
+
+  std::unique_ptr<ParameterShard> shard_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_SERVER_PS_SERVER_H_

@@ -1,0 +1,92 @@
+#include "server/ps_service.h"
+
+#include <vector>
+
+#include "common/grpc_status.h"
+
+namespace dptrain {
+namespace {
+
+template <typename Request>
+ModelDescription DescriptionOf(const Request& request) {
+  ModelDescription model;
+  model.num_shards = request.num_shards();
+  model.max_chunk_elements = request.max_chunk_elements();
+  model.tensors.reserve(request.tensors_size());
+  for (const proto::TensorSpec& t : request.tensors()) {
+    model.tensors.push_back({t.name(), t.num_elements()});
+  }
+  return model;
+}
+
+std::vector<ChunkView> ViewsOf(const google::protobuf::RepeatedPtrField<proto::Chunk>& chunks) {
+  std::vector<ChunkView> views;
+  views.reserve(chunks.size());
+  for (const proto::Chunk& c : chunks) {
+    views.push_back({c.key().tensor_id(), c.key().chunk_index(), static_cast<DType>(c.dtype()),
+                     c.data()});
+  }
+  return views;
+}
+
+ChunkSink SinkInto(proto::PullResponse* response) {
+  return [response](const ChunkSpec& spec, absl::Span<const float> weights) {
+    proto::Chunk* c = response->add_chunks();
+    c->mutable_key()->set_tensor_id(spec.tensor_id);
+    c->mutable_key()->set_chunk_index(spec.chunk_index);
+    c->set_dtype(proto::FP32);
+    c->set_data(reinterpret_cast<const char*>(weights.data()), weights.size() * sizeof(float));
+  };
+}
+
+}  // namespace
+
+absl::Time PsService::Deadline(const grpc::ServerContext& context) const {
+  const absl::Time ours = absl::Now() + shard_->options().step_timeout;
+  const absl::Time theirs = absl::FromChrono(context.deadline());
+  return std::min(ours, theirs);
+}
+
+grpc::Status PsService::Init(grpc::ServerContext*, const proto::InitRequest* request,
+                             proto::InitResponse* response) {
+  auto version = shard_->Init(request->caller().job_id(), request->caller().rank(),
+                              DescriptionOf(*request), ViewsOf(request->chunks()));
+  if (!version.ok()) return ToGrpcStatus(version.status());
+  response->set_version(*version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::Pull(grpc::ServerContext* context, const proto::PullRequest* request,
+                             proto::PullResponse* response) {
+  auto version = shard_->Pull(request->caller().job_id(), request->caller().rank(),
+                              DescriptionOf(*request), Deadline(*context), SinkInto(response));
+  if (!version.ok()) return ToGrpcStatus(version.status());
+  response->set_version(*version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::PushPull(grpc::ServerContext* context,
+                                 const proto::PushPullRequest* request,
+                                 proto::PullResponse* response) {
+  auto version =
+      shard_->PushPull(request->caller().job_id(), request->caller().rank(), request->step(),
+                       ViewsOf(request->chunks()), Deadline(*context), SinkInto(response));
+  if (!version.ok()) return ToGrpcStatus(version.status());
+  response->set_version(*version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::GetShardInfo(grpc::ServerContext*, const proto::ShardInfoRequest*,
+                                     proto::ShardInfoResponse* response) {
+  const ParameterShardOptions& o = shard_->options();
+  const ParameterShard::Info info = shard_->GetInfo();
+  response->set_shard(o.shard);
+  response->set_num_shards(o.num_shards);
+  response->set_num_workers(o.num_workers);
+  response->set_job_id(info.job_id);
+  response->set_initialized(info.initialized);
+  response->set_version(info.version);
+  return grpc::Status::OK;
+}
+
+}  // namespace dptrain

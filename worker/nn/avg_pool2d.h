@@ -1,0 +1,53 @@
+// Average pooling as PyTorch's nn.AvgPool2d(kernel_size, stride, padding) with the defaults
+// ceil_mode=False and count_include_pad=True: every window is divided by kh * kw, padded zeros
+// included. No parameters.
+#ifndef DPTRAIN_WORKER_NN_AVG_POOL2D_H_
+#define DPTRAIN_WORKER_NN_AVG_POOL2D_H_
+
+#include <string>
+#include <vector>
+
+#include "worker/nn/layer.h"
+
+namespace dptrain {
+namespace nn {
+
+struct AvgPool2dOptions {
+  int kernel_h = 2;
+  int kernel_w = 2;
+  int stride_h = 2;
+  int stride_w = 2;
+  int pad_h = 0;
+  int pad_w = 0;
+
+  // As nn.AvgPool2d(kernel_size=k, stride=s, padding=p); stride 0 means stride = kernel.
+  static AvgPool2dOptions Square(int kernel, int stride = 0, int padding = 0) {
+    const int s = stride == 0 ? kernel : stride;
+    return {kernel, kernel, s, s, padding, padding};
+  }
+};
+
+template <typename T>
+class AvgPool2d final : public Layer<T> {
+ public:
+  explicit AvgPool2d(const AvgPool2dOptions& options) : o_(options) {}
+
+  std::string ToString() const override;
+  absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
+  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+
+ private:
+  bool is_2x2() const;  // Kernel 2x2, stride 2, no padding: a fast path.
+
+  const AvgPool2dOptions o_;
+  Dims in_dims_;
+  Dims out_dims_;
+  std::vector<T> output_;
+  std::vector<T> grad_input_;
+};
+
+}  // namespace nn
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_NN_AVG_POOL2D_H_

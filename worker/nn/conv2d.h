@@ -1,0 +1,73 @@
+// 2-D convolution (cross-correlation, as PyTorch's nn.Conv2d with groups=1, dilation=1) over
+// NCHW input: weight [out_c, in_c, kh, kw], bias [out_c]. Any kernel size, stride and zero
+// padding. Computed per sample as im2col (from a zero-padded copy, so the copies are branch-free)
+// followed by one GEMM; the im2col matrix stays in cache and is rebuilt in Backward rather than
+// stored for the whole batch. (Measured on LeNet's sizes: putting several samples side by side in
+// one wider GEMM was no faster.)
+#ifndef DPTRAIN_WORKER_NN_CONV2D_H_
+#define DPTRAIN_WORKER_NN_CONV2D_H_
+
+#include <string>
+#include <vector>
+
+#include "worker/nn/layer.h"
+
+namespace dptrain {
+namespace nn {
+
+struct Conv2dOptions {
+  int in_channels = 1;
+  int out_channels = 1;
+  int kernel_h = 1;
+  int kernel_w = 1;
+  int stride_h = 1;
+  int stride_w = 1;
+  int pad_h = 0;
+  int pad_w = 0;
+
+  // Square kernel, stride and padding, as nn.Conv2d(in, out, kernel_size=k, stride=s, padding=p).
+  static Conv2dOptions Square(int in_channels, int out_channels, int kernel, int stride = 1,
+                              int padding = 0) {
+    return {in_channels, out_channels, kernel, kernel, stride, stride, padding, padding};
+  }
+};
+
+template <typename T>
+class Conv2d final : public Layer<T> {
+ public:
+  explicit Conv2d(const Conv2dOptions& options) : o_(options) {}
+
+  std::string ToString() const override;
+  absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
+  std::vector<TensorSpec> ParamSpecs() const override;
+  void BindParams(const T* params, T* grads) override;
+  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+
+ private:
+  // Rows of the im2col matrix (in_c * kh * kw) = columns of the weight matrix.
+  int patch_size() const { return o_.in_channels * o_.kernel_h * o_.kernel_w; }
+  // True for a 1x1, stride 1, unpadded kernel, whose im2col matrix is the input itself.
+  bool is_pointwise() const;
+  // The im2col matrix of sample `n` of the current input (may point into the input).
+  const T* Columns(int n);
+
+  const Conv2dOptions o_;
+  const T* weight_ = nullptr;
+  const T* bias_ = nullptr;
+  T* grad_weight_ = nullptr;
+  T* grad_bias_ = nullptr;
+  TensorRef<T> input_;
+  Dims out_dims_;
+  std::vector<T> padded_;        // One zero-padded input sample (if there is padding).
+  std::vector<T> columns_;       // One sample's im2col matrix, patch_size() x (oh * ow).
+  std::vector<T> grad_columns_;  // Its gradient, same shape.
+  std::vector<T> grad_padded_;   // The gradient of padded_.
+  std::vector<T> output_;
+  std::vector<T> grad_input_;
+};
+
+}  // namespace nn
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_NN_CONV2D_H_

@@ -1,0 +1,59 @@
+// The layer interface of the CPU network: a layer maps a batch of samples to a batch of samples
+// and back-propagates through the last batch it saw. Layers are templated on the scalar type so
+// that the same code runs in float (training) and in double (gradient checks).
+//
+// Buffers: a layer owns its output and input-gradient buffers and reuses them from step to step;
+// they grow to the largest batch seen and never shrink, so steady-state steps do not allocate.
+// Parameters and parameter gradients live in flat buffers owned by the caller (see BindParams).
+//
+// A layer is not thread-safe; one thread drives it at a time.
+#ifndef DPTRAIN_WORKER_NN_LAYER_H_
+#define DPTRAIN_WORKER_NN_LAYER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/nn/tensor.h"
+
+namespace dptrain {
+namespace nn {
+
+template <typename T>
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // Short description in PyTorch's spelling, e.g. "Linear(784, 256)".
+  virtual std::string ToString() const = 0;
+
+  // Per-sample output dims for per-sample input dims `input`. InvalidArgument if the layer's
+  // configuration is invalid or `input` does not fit it. Forward may assume that OutputDims
+  // succeeded for the dims it is given.
+  virtual absl::StatusOr<Dims> OutputDims(const Dims& input) const = 0;
+
+  // The learnable tensors in the order they are laid out in the flat buffers (PyTorch's order:
+  // "weight" then "bias"); empty for parameter-free layers.
+  virtual std::vector<TensorSpec> ParamSpecs() const { return {}; }
+
+  // Points the layer at its parameters and their gradients: each buffer holds the tensors of
+  // ParamSpecs() back to back. Not owned; both must outlive every later Forward/Backward. Must be
+  // called before Forward by layers with parameters; the parameters may change between steps.
+  virtual void BindParams(const T* params, T* grads) {}
+
+  // Computes the output for `input`. The returned view is owned by the layer and valid until its
+  // next Forward. `input` must stay valid and unchanged until Backward (if any) returns.
+  virtual TensorRef<T> Forward(TensorRef<T> input, bool training) = 0;
+
+  // Given d(loss)/d(output) for the last Forward (same batch and dims as that output), overwrites
+  // the bound parameter gradients with d(loss)/d(params) and returns d(loss)/d(input), owned by
+  // the layer and valid until its next Backward. Returns an empty view (data == nullptr) when
+  // `need_input_grad` is false, which saves the work for the first layer of a network.
+  virtual TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) = 0;
+};
+
+}  // namespace nn
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_NN_LAYER_H_

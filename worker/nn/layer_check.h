@@ -1,0 +1,53 @@
+// Test helpers that check a layer's math: its double-precision forward against an independent
+// reference, its double backward against central finite differences, and its float forward and
+// backward against its double ones. Failures are reported through gtest EXPECTs.
+#ifndef DPTRAIN_WORKER_NN_LAYER_CHECK_H_
+#define DPTRAIN_WORKER_NN_LAYER_CHECK_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "worker/nn/layer.h"
+
+namespace dptrain {
+namespace nn {
+
+// n values drawn from U(-scale, scale) with a fixed generator seeded by `seed`.
+std::vector<double> RandomVector(int64_t n, double scale, uint64_t seed);
+
+// Expects |actual[i] - expected[i]| <= tolerance * max(1e-6, max_j |expected[j]|) for every i, and
+// reports the worst element. `what` names the tensor in the failure message.
+void ExpectAllClose(const std::string& what, const std::vector<double>& actual,
+                    const std::vector<double>& expected, double tolerance);
+
+// The layer's output, computed directly from the definition (plain loops, double), for a batch
+// `x` and the layer's flat parameters `params`.
+using ReferenceForward = std::function<std::vector<double>(
+    const std::vector<double>& x, const std::vector<double>& params, int batch)>;
+
+struct LayerCheckOptions {
+  int batch = 2;
+  Dims input;
+  uint64_t seed = 1;
+  double input_scale = 1.0;  // Inputs and parameters are drawn from U(-scale, scale).
+  double param_scale = 0.5;
+  double fd_step = 1e-6;
+  // Relative bound for double analytic vs finite-difference gradients.
+  double fd_tolerance = 1e-6;
+  // Relative bound for float vs double results (forward and backward).
+  double float_tolerance = 2e-5;
+  // At most this many elements per tensor get a finite-difference check (chosen at random).
+  int max_fd_checks = 400;
+};
+
+// Runs every check on `d` and `f`, two instances of the same layer configuration in double and
+// float. `reference` may be empty to skip the reference comparison.
+void CheckLayer(Layer<double>& d, Layer<float>& f, const LayerCheckOptions& options,
+                const ReferenceForward& reference);
+
+}  // namespace nn
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_NN_LAYER_CHECK_H_

@@ -1,0 +1,41 @@
+// Fully connected layer, y = x W^T + b, as PyTorch's nn.Linear: weight [out, in], bias [out].
+// The input is flattened per sample, so its dims must hold exactly `in_features` elements.
+#ifndef DPTRAIN_WORKER_NN_LINEAR_H_
+#define DPTRAIN_WORKER_NN_LINEAR_H_
+
+#include <string>
+#include <vector>
+
+#include "worker/nn/layer.h"
+
+namespace dptrain {
+namespace nn {
+
+template <typename T>
+class Linear final : public Layer<T> {
+ public:
+  Linear(int in_features, int out_features) : in_(in_features), out_(out_features) {}
+
+  std::string ToString() const override;
+  absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
+  std::vector<TensorSpec> ParamSpecs() const override;
+  void BindParams(const T* params, T* grads) override;
+  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+
+ private:
+  const int in_;
+  const int out_;
+  const T* weight_ = nullptr;
+  const T* bias_ = nullptr;
+  T* grad_weight_ = nullptr;
+  T* grad_bias_ = nullptr;
+  TensorRef<T> input_;
+  std::vector<T> output_;
+  std::vector<T> grad_input_;
+};
+
+}  // namespace nn
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_NN_LINEAR_H_

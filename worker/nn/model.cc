@@ -1,0 +1,114 @@
+#include "worker/nn/model.h"
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "worker/nn/architectures.h"
+#include "worker/nn/gemm.h"
+#include "worker/nn/sequential.h"
+#include "worker/nn/softmax_cross_entropy.h"
+
+namespace dptrain {
+namespace nn {
+namespace {
+
+// A Sequential<float> run on the CPU, parameters and gradients in flat buffers owned here.
+class CpuModel final : public Model {
+ public:
+  // `weights` holds net.num_params() initial values.
+  CpuModel(std::string name, Sequential<float> net, std::vector<float> weights)
+      : name_(std::move(name)),
+        net_(std::move(net)),
+        weights_(std::move(weights)),
+        grads_(net_.num_params(), 0.0f) {
+    for (int i = 0; i < net_.num_layers(); ++i) {
+      int64_t offset = net_.param_offset(i);
+      for (TensorSpec& spec : net_.layer(i).ParamSpecs()) {
+        const int64_t size = spec.size();
+        params_.push_back({absl::StrCat(i, ".", spec.name), std::move(spec.shape), offset, size});
+        offset += size;
+      }
+    }
+  }
+
+  const std::vector<ParamInfo>& params() const override { return params_; }
+  std::vector<float>& weights() override { return weights_; }
+  const std::vector<float>& grads() const override { return grads_; }
+  std::string name() const override { return name_; }
+
+  absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
+                                        int batch) override {
+    if (absl::Status s = Prepare(images, labels, batch); !s.ok()) return s;
+    TensorRef<float> logits = net_.Forward(images, batch, /*training=*/true);
+    float* grad_logits = EnsureSize(grad_logits_, logits.size());
+    const LossOutput loss =
+        SoftmaxCrossEntropy(logits.data, labels, batch, kNumClasses, grad_logits);
+    net_.Backward({grad_logits, batch, logits.dims});
+    return BatchResult{loss.loss, loss.correct};
+  }
+
+  absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,
+                                       int batch) override {
+    if (absl::Status s = Prepare(images, labels, batch); !s.ok()) return s;
+    TensorRef<float> logits = net_.Forward(images, batch, /*training=*/false);
+    const LossOutput loss =
+        SoftmaxCrossEntropy<float>(logits.data, labels, batch, kNumClasses, nullptr);
+    return BatchResult{loss.loss, loss.correct};
+  }
+
+ private:
+  // Validates a call and (re)binds the layers to the flat buffers if the caller replaced them.
+  absl::Status Prepare(const float* images, const uint8_t* labels, int batch) {
+    if (batch < 1)
+      return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
+    if (images == nullptr || labels == nullptr) {
+      return absl::InvalidArgumentError("null images or labels");
+    }
+    for (int i = 0; i < batch; ++i) {
+      if (labels[i] >= kNumClasses) {
+        return absl::InvalidArgumentError(absl::StrCat("label ", int{labels[i]}, " of sample ", i,
+                                                       " is not in [0, ", kNumClasses, ")"));
+      }
+    }
+    if (static_cast<int64_t>(weights_.size()) != net_.num_params()) {
+      return absl::FailedPreconditionError(absl::StrCat(name_, ": weights() has ", weights_.size(),
+                                                        " values, expected ", net_.num_params()));
+    }
+    if (weights_.data() != bound_weights_) {
+      net_.BindParams(weights_.data(), grads_.data());
+      bound_weights_ = weights_.data();
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string name_;
+  Sequential<float> net_;
+  std::vector<ParamInfo> params_;
+  std::vector<float> weights_;
+  std::vector<float> grads_;
+  std::vector<float> grad_logits_;
+  const float* bound_weights_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", options.threads));
+  }
+  absl::StatusOr<Sequential<float>> net = BuildNetwork<float>(options.name);
+  if (!net.ok()) return net.status();
+  std::vector<float> weights(net->num_params());
+  if (absl::Status s = InitializeParams(options.name, *net, options.seed, weights.data());
+      !s.ok()) {
+    return s;
+  }
+  if (options.threads > 0) SetBlasThreads(options.threads);
+  return std::make_unique<CpuModel>(options.name, *std::move(net), std::move(weights));
+}
+
+}  // namespace nn
+}  // namespace dptrain

@@ -1,0 +1,81 @@
+// The worker's model: a network with its parameters and gradients in flat fp32 buffers, laid out
+// exactly as the parameter server and the all-reduce see them, plus one call for a training step
+// (forward + backward) and one for evaluation.
+//
+// Backends (CPU today, CUDA later) implement Model; CreateModel picks one. A Model is not
+// thread-safe: one thread at a time may call it, and buffers returned by weights()/grads() are
+// only stable between calls from that thread.
+#ifndef DPTRAIN_WORKER_NN_MODEL_H_
+#define DPTRAIN_WORKER_NN_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dptrain {
+namespace nn {
+
+// One learnable tensor: its PyTorch state_dict name, its shape and where it lies in the flat
+// weights()/grads() buffers.
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset;
+  int64_t size;
+};
+
+struct BatchResult {
+  double loss;      // Mean softmax cross-entropy over the batch.
+  int64_t correct;  // Samples with argmax(logits) == label.
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Parameters in a fixed order, named as PyTorch's state_dict names the equivalent
+  // nn.Sequential of the d2l code ("1.weight", "1.bias", ...). Offsets are increasing and the
+  // tensors lie back to back: the sizes sum to weights().size().
+  virtual const std::vector<ParamInfo>& params() const = 0;
+
+  // All parameters back to back (flat fp32). The caller may overwrite the values between steps
+  // (e.g. with weights pulled from the parameter server), or even assign a new vector of the same
+  // size; a step with a vector of another size fails with FailedPrecondition.
+  virtual std::vector<float>& weights() = 0;
+  // d(mean loss)/d(weights) of the last TrainStep, in the layout of weights(); zeros before the
+  // first step.
+  virtual const std::vector<float>& grads() const = 0;
+
+  // Forward + backward on `batch` images (batch * 1 * 28 * 28 floats, NCHW) with labels 0..9.
+  // Overwrites grads() with d(mean loss)/d(weights). InvalidArgument for batch < 1, null pointers
+  // or a label >= 10; grads() is unchanged then.
+  virtual absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
+                                                int batch) = 0;
+  // Forward only, in evaluation mode. Leaves grads() alone. Same errors as TrainStep.
+  virtual absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,
+                                               int batch) = 0;
+
+  // "mlp" or "lenet".
+  virtual std::string name() const = 0;
+};
+
+struct ModelOptions {
+  std::string name;  // "mlp" | "lenet"
+  // Seeds the deterministic initialisation: the same seed gives bit-identical weights.
+  uint64_t seed = 0;
+  // > 0: set the number of OpenBLAS threads (process-wide!). 0: leave the BLAS default.
+  int threads = 0;
+};
+
+// Builds the named model on the CPU with freshly initialised weights and zero gradients.
+// InvalidArgument "unknown model 'x' (expected mlp or lenet)" for another name, or for
+// threads < 0.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);
+
+}  // namespace nn
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_NN_MODEL_H_

@@ -1,0 +1,94 @@
+#include "worker/nn/softmax_cross_entropy.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/nn/layer_check.h"
+
+namespace dptrain {
+namespace nn {
+namespace {
+
+// Mean of -log(exp(z_label) / sum_j exp(z_j)), straight from the definition (small logits only).
+double DirectLoss(const std::vector<double>& z, const std::vector<uint8_t>& labels, int classes) {
+  const int batch = static_cast<int>(labels.size());
+  double total = 0;
+  for (int i = 0; i < batch; ++i) {
+    double sum = 0;
+    for (int j = 0; j < classes; ++j) sum += std::exp(z[i * classes + j]);
+    total += -std::log(std::exp(z[i * classes + labels[i]]) / sum);
+  }
+  return total / batch;
+}
+
+TEST(SoftmaxCrossEntropyTest, LossAndGradientMatchDefinition) {
+  const int batch = 5, classes = 7;
+  std::vector<double> z = RandomVector(batch * classes, 3.0, 11);
+  const std::vector<uint8_t> labels = {0, 6, 3, 3, 1};
+  std::vector<double> grad(z.size());
+  const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), batch, classes, grad.data());
+  EXPECT_NEAR(out.loss, DirectLoss(z, labels, classes), 1e-12);
+
+  std::vector<double> numeric;
+  const double h = 1e-6;
+  for (size_t i = 0; i < z.size(); ++i) {
+    const double saved = z[i];
+    z[i] = saved + h;
+    const double plus = DirectLoss(z, labels, classes);
+    z[i] = saved - h;
+    const double minus = DirectLoss(z, labels, classes);
+    z[i] = saved;
+    numeric.push_back((plus - minus) / (2 * h));
+  }
+  ExpectAllClose("gradient", grad, numeric, 1e-7);
+
+  std::vector<float> zf(z.begin(), z.end()), gradf(z.size());
+  const LossOutput outf =
+      SoftmaxCrossEntropy(zf.data(), labels.data(), batch, classes, gradf.data());
+  EXPECT_NEAR(outf.loss, out.loss, 1e-6);
+  EXPECT_EQ(outf.correct, out.correct);
+  ExpectAllClose("float gradient", std::vector<double>(gradf.begin(), gradf.end()), grad, 1e-6);
+}
+
+TEST(SoftmaxCrossEntropyTest, CountsCorrectWithFirstMaximumOnTies) {
+  const std::vector<float> z = {0, 5, 1,   // argmax 1
+                                2, 2, 1,   // tie: argmax 0
+                                1, 1, 9};  // argmax 2
+  const std::vector<uint8_t> labels = {1, 1, 0};
+  EXPECT_EQ(
+      SoftmaxCrossEntropy(z.data(), labels.data(), 3, 3, static_cast<float*>(nullptr)).correct, 1);
+  const std::vector<uint8_t> labels2 = {1, 0, 2};
+  EXPECT_EQ(
+      SoftmaxCrossEntropy(z.data(), labels2.data(), 3, 3, static_cast<float*>(nullptr)).correct, 3);
+}
+
+TEST(SoftmaxCrossEntropyTest, LargeLogitsAreStable) {
+  const std::vector<float> z = {1000, 0, -1000, 1e30f, 1e30f, -1e30f};
+  const std::vector<uint8_t> labels = {1, 0};
+  std::vector<float> grad(6);
+  const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), 2, 3, grad.data());
+  // Row 0: loss 1000; row 1: log 2.
+  EXPECT_NEAR(out.loss, (1000 + std::log(2.0)) / 2, 1e-9);
+  for (float g : grad) EXPECT_TRUE(std::isfinite(g));
+  EXPECT_FLOAT_EQ(grad[0], 0.5f);
+  EXPECT_FLOAT_EQ(grad[1], -0.5f);
+  EXPECT_FLOAT_EQ(grad[3], -0.25f);
+  EXPECT_FLOAT_EQ(grad[4], 0.25f);
+  EXPECT_EQ(grad[5], 0.0f);
+}
+
+TEST(SoftmaxCrossEntropyTest, UniformLogitsGiveLogClasses) {
+  const std::vector<float> z(20, 0.0f);
+  const std::vector<uint8_t> labels = {3, 9};
+  std::vector<float> grad(20);
+  const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), 2, 10, grad.data());
+  EXPECT_NEAR(out.loss, std::log(10.0), 1e-12);
+  EXPECT_FLOAT_EQ(grad[0], 0.05f);
+  EXPECT_FLOAT_EQ(grad[3], -0.45f);
+  EXPECT_FLOAT_EQ(grad[19], -0.45f);
+}
+
+}  // namespace
+}  // namespace nn
+}  // namespace dptrain
