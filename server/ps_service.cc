@@ -86,6 +86,8 @@ grpc::Status PsService::GetShardInfo(grpc::ServerContext*, const proto::ShardInf
   response->set_job_id(info.job_id);
   response->set_initialized(info.initialized);
   response->set_version(info.version);
+  response->set_optimizer(o.optimizer.name);
+  response->set_learning_rate(o.optimizer.learning_rate);
   return grpc::Status::OK;
 }
 

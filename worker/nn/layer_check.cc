@@ -107,6 +107,18 @@ void CheckLayer(Layer<double>& d, Layer<float>& f, const LayerCheckOptions& opti
   d.BindParams(params.data(), grads.data());
   f.BindParams(paramsf.data(), gradsf.data());
 
+  // A first step on a larger batch of other data leaves stale values in every reused buffer, so
+  // that a layer that forgets to overwrite part of a buffer fails the checks below.
+  {
+    const std::vector<double> x0 = RandomVector((batch + 1) * options.input.size(), 3.0, 99);
+    const std::vector<double> g0 = RandomVector((batch + 1) * out_dims->size(), 3.0, 98);
+    const std::vector<float> x0f = Cast<float>(x0), g0f = Cast<float>(g0);
+    d.Forward({x0.data(), batch + 1, options.input}, true);
+    d.Backward({g0.data(), batch + 1, *out_dims}, true);
+    f.Forward({x0f.data(), batch + 1, options.input}, true);
+    f.Backward({g0f.data(), batch + 1, *out_dims}, true);
+  }
+
   // Forward: double against the reference, float against double.
   TensorRef<double> y = d.Forward({x.data(), batch, options.input}, true);
   ASSERT_EQ(y.batch, batch);

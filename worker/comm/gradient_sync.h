@@ -1,0 +1,38 @@
+// How a worker's gradient becomes the next weights of every replica. The trainer sees only
+// this interface; the parameter-server client implements it (the master reducer and the
+// ring all-reduce plug in beside it).
+#ifndef DPTRAIN_WORKER_COMM_GRADIENT_SYNC_H_
+#define DPTRAIN_WORKER_COMM_GRADIENT_SYNC_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace dptrain {
+
+struct CommStats {
+  int64_t bytes_pushed = 0;  // Message bytes this process sent.
+  int64_t bytes_pulled = 0;  // Message bytes this process received.
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+
+  // Makes every replica start from the same weights: rank 0's `weights` become the job's,
+  // the other ranks' are overwritten with them.
+  virtual absl::Status Start(absl::Span<float> weights) = 0;
+
+  // Contributes this rank's gradient of `step` (0, 1, ...); on success `weights` holds the
+  // weights after the step, the same on every replica. On failure `weights` is unspecified
+  // and the job should stop.
+  virtual absl::Status Step(int64_t step, absl::Span<const float> grads,
+                            absl::Span<float> weights) = 0;
+
+  virtual CommStats stats() const = 0;
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_COMM_GRADIENT_SYNC_H_

@@ -1,0 +1,253 @@
+#include "worker/comm/ps_client.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/completion_queue.h"
+
+namespace dptrain {
+namespace {
+
+
+// Sends requests[s] to every shard s at once and waits for all answers. Returns the first
+// failure (by shard order), prefixed with `what`, the shard and its address.
+template <typename Request, typename Response, typename Start>
+absl::Status CallAllShards(const std::vector<std::unique_ptr<proto::ParameterServer::Stub>>& stubs,
+                           const std::vector<std::string>& addresses,
+                           const std::vector<const Request*>& requests,
+                           std::vector<Response>& responses, Start start, absl::Duration timeout,
+                           const char* what) {
+  const size_t n = stubs.size();
+  grpc::CompletionQueue cq;
+  std::vector<grpc::ClientContext> contexts(n);
+  std::vector<grpc::Status> statuses(n);
+  std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> calls(n);
+  responses.resize(n);
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
+  for (size_t s = 0; s < n; ++s) {
+    if (requests[s] == nullptr) continue;
+    contexts[s].set_deadline(deadline);
+    calls[s] = start(*stubs[s], &contexts[s], *requests[s], &cq);
+    calls[s]->Finish(&responses[s], &statuses[s], reinterpret_cast<void*>(s + 1));
+  }
+  for (size_t s = 0; s < n; ++s) {
+    if (requests[s] == nullptr) continue;
+    void* tag;
+    bool ok;
+    if (!cq.Next(&tag, &ok)) return absl::InternalError("completion queue shut down");
+  }
+  for (size_t s = 0; s < n; ++s) {
+    if (requests[s] != nullptr && !statuses[s].ok()) {
+      return FromGrpcStatus(statuses[s],
+                            absl::StrCat(what, " to shard ", s, " at ", addresses[s]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+PsClient::PsClient(const PsClientOptions& options, ShardMap map)
+    : options_(options), map_(std::move(map)) {}
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOptions& options) {
+  const int num_shards = static_cast<int>(options.shard_addresses.size());
+  if (num_shards == 0) return absl::InvalidArgumentError("no parameter-server address given");
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is not in [0, ",
+                                                   options.world_size, ")"));
+  }
+  auto map = ShardMap::Build(options.tensors, {num_shards, options.max_chunk_elements});
+  if (!map.ok()) return map.status();
+  std::unique_ptr<PsClient> client(new PsClient(options, *std::move(map)));
+
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  for (int s = 0; s < num_shards; ++s) {
+    const std::string& address = options.shard_addresses[s];
+    auto channel = MakeChannel(address);
+    if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+      return absl::UnavailableError(absl::StrCat("cannot reach parameter-server shard ", s,
+                                                 " at ", address, " within ",
+                                                 absl::FormatDuration(options.connect_timeout)));
+    }
+    client->stubs_.push_back(proto::ParameterServer::NewStub(channel));
+  }
+  proto::ShardInfoRequest info_request;
+  std::vector<const proto::ShardInfoRequest*> info_requests(num_shards, &info_request);
+  std::vector<proto::ShardInfoResponse> infos;
+  if (auto s = CallAllShards(client->stubs_, options.shard_addresses, info_requests, infos,
+                             std::mem_fn(&proto::ParameterServer::Stub::AsyncGetShardInfo),
+                             options.connect_timeout, "GetShardInfo");
+      !s.ok()) {
+    return s;
+  }
+  for (int s = 0; s < num_shards; ++s) {
+    const proto::ShardInfoResponse& info = infos[s];
+    const std::string& address = options.shard_addresses[s];
+    if (info.shard() != s || info.num_shards() != num_shards) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard mismatch: --ps lists ", num_shards, " shards with ", address, " at position ",
+          s, ", but that server is shard ", info.shard(), " of ", info.num_shards()));
+    }
+    if (info.num_workers() != options.world_size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "world size mismatch: this worker has world size ", options.world_size,
+          " but shard ", s, " at ", address, " expects ", info.num_workers(), " workers"));
+    }
+    if (options.expected_learning_rate > 0 &&
+        std::abs(info.learning_rate() - options.expected_learning_rate) >
+            1e-6 * options.expected_learning_rate) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "learning-rate mismatch: --lr=", options.expected_learning_rate, " but shard ", s,
+          " at ", address, " applies ", info.learning_rate(),
+          " (in ps mode the server's --lr is the one used)"));
+    }
+  }
+
+  client->push_requests_.resize(num_shards);
+  for (int s = 0; s < num_shards; ++s) {
+    proto::PushPullRequest& request = client->push_requests_[s];
+    request.mutable_caller()->set_job_id(options.job_id);
+    request.mutable_caller()->set_rank(options.rank);
+    for (int i : client->map_.ChunksOfShard(s)) {
+      const ChunkSpec& spec = client->map_.chunks()[i];
+      proto::Chunk* chunk = request.add_chunks();
+      chunk->mutable_key()->set_tensor_id(spec.tensor_id);
+      chunk->mutable_key()->set_chunk_index(spec.chunk_index);
+      chunk->set_dtype(proto::FP32);
+    }
+  }
+  return client;
+}
+
+template <typename Request>
+void PsClient::Describe(Request& request) const {
+  request.mutable_caller()->set_job_id(options_.job_id);
+  request.mutable_caller()->set_rank(options_.rank);
+  request.set_num_shards(static_cast<int>(stubs_.size()));
+  request.set_max_chunk_elements(options_.max_chunk_elements);
+  for (const TensorInfo& t : options_.tensors) {
+    proto::TensorSpec* spec = request.add_tensors();
+    spec->set_name(t.name);
+    spec->set_num_elements(t.num_elements);
+  }
+}
+
+absl::Status PsClient::Unpack(int s, const proto::PullResponse& response,
+                              absl::Span<float> weights) {
+  const std::vector<int>& mine = map_.ChunksOfShard(s);
+  if (response.chunks_size() != static_cast<int>(mine.size())) {
+    return absl::DataLossError(absl::StrCat("shard ", s, " answered with ",
+                                            response.chunks_size(), " chunks, expected ",
+                                            mine.size()));
+  }
+  for (int i = 0; i < response.chunks_size(); ++i) {
+    const proto::Chunk& chunk = response.chunks(i);
+    const ChunkSpec& spec = map_.chunks()[mine[i]];
+    if (chunk.key().tensor_id() != spec.tensor_id ||
+        chunk.key().chunk_index() != spec.chunk_index || chunk.dtype() != proto::FP32 ||
+        chunk.data().size() != static_cast<size_t>(spec.count) * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat("shard ", s, " answered with an unexpected chunk ",
+                                              i, " (tensor ", chunk.key().tensor_id(),
+                                              ", chunk ", chunk.key().chunk_index(), ")"));
+    }
+    std::memcpy(weights.data() + spec.flat_offset, chunk.data().data(), chunk.data().size());
+  }
+  stats_.bytes_pulled += static_cast<int64_t>(response.ByteSizeLong());
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Start(absl::Span<float> weights) {
+  if (weights.size() != static_cast<size_t>(map_.total_elements())) {
+    return absl::InvalidArgumentError("Start: weights do not match the model");
+  }
+  const int num_shards = static_cast<int>(stubs_.size());
+  if (options_.rank == 0) {
+    std::vector<proto::InitRequest> requests(num_shards);
+    std::vector<const proto::InitRequest*> pointers;
+    for (int s = 0; s < num_shards; ++s) {
+      Describe(requests[s]);
+      for (int i : map_.ChunksOfShard(s)) {
+        const ChunkSpec& spec = map_.chunks()[i];
+        proto::Chunk* chunk = requests[s].add_chunks();
+        chunk->mutable_key()->set_tensor_id(spec.tensor_id);
+        chunk->mutable_key()->set_chunk_index(spec.chunk_index);
+        chunk->set_dtype(proto::FP32);
+        chunk->set_data(reinterpret_cast<const char*>(weights.data() + spec.flat_offset),
+                        spec.count * sizeof(float));
+      }
+      stats_.bytes_pushed += static_cast<int64_t>(requests[s].ByteSizeLong());
+      pointers.push_back(&requests[s]);
+    }
+    std::vector<proto::InitResponse> ignored;
+    if (auto s = CallAllShards(stubs_, options_.shard_addresses, pointers, ignored,
+                               std::mem_fn(&proto::ParameterServer::Stub::AsyncInit),
+                               options_.rpc_timeout, "Init");
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Every rank (rank 0 too, which then also checks the round trip) pulls the weights.
+  std::vector<proto::PullRequest> requests(num_shards);
+  std::vector<const proto::PullRequest*> pointers;
+  for (auto& r : requests) {
+    Describe(r);
+    pointers.push_back(&r);
+  }
+  if (auto s = CallAllShards(stubs_, options_.shard_addresses, pointers, responses_,
+                             std::mem_fn(&proto::ParameterServer::Stub::AsyncPull),
+                             options_.rpc_timeout, "Pull");
+      !s.ok()) {
+    return s;
+  }
+  for (int s = 0; s < num_shards; ++s) {
+    if (auto st = Unpack(s, responses_[s], weights); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
+                            absl::Span<float> weights) {
+  const size_t total = static_cast<size_t>(map_.total_elements());
+  if (grads.size() != total || weights.size() != total) {
+    return absl::InvalidArgumentError("Step: gradient or weights do not match the model");
+  }
+  const int num_shards = static_cast<int>(stubs_.size());
+  std::vector<const proto::PushPullRequest*> pointers(num_shards, nullptr);
+  for (int s = 0; s < num_shards; ++s) {
+    const std::vector<int>& mine = map_.ChunksOfShard(s);
+    if (mine.empty()) continue;  // A shard that owns nothing takes no part in steps.
+    proto::PushPullRequest& request = push_requests_[s];
+    request.set_step(step);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const ChunkSpec& spec = map_.chunks()[mine[i]];
+      request.mutable_chunks(static_cast<int>(i))
+          ->mutable_data()
+          ->assign(reinterpret_cast<const char*>(grads.data() + spec.flat_offset),
+                   spec.count * sizeof(float));
+    }
+    stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
+    pointers[s] = &request;
+  }
+  if (auto s = CallAllShards(stubs_, options_.shard_addresses, pointers, responses_,
+                             std::mem_fn(&proto::ParameterServer::Stub::AsyncPushPull),
+                             options_.rpc_timeout, absl::StrCat("PushPull of step ", step).c_str());
+      !s.ok()) {
+    return s;
+  }
+  for (int s = 0; s < num_shards; ++s) {
+    if (pointers[s] == nullptr) continue;
+    if (responses_[s].version() != step + 1) {
+      return absl::DataLossError(absl::StrCat("shard ", s, " answered step ", step,
+                                              " with version ", responses_[s].version()));
+    }
+    if (auto st = Unpack(s, responses_[s], weights); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dptrain

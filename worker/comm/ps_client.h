@@ -1,0 +1,68 @@
+// GradientSync through S parameter-server shards: each step, one PushPull per shard, all
+// shards in flight at once, each carrying the shard's chunks of the gradient and bringing
+// back the same chunks of the new weights.
+#ifndef DPTRAIN_WORKER_COMM_PS_CLIENT_H_
+#define DPTRAIN_WORKER_COMM_PS_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/shard_map.h"
+#include "proto/ps.grpc.pb.h"
+#include "worker/comm/gradient_sync.h"
+
+namespace dptrain {
+
+struct PsClientOptions {
+  std::vector<std::string> shard_addresses;  // "host:port", in shard order.
+  std::string job_id = "dptrain";
+  int rank = 0;
+  int world_size = 1;
+  std::vector<TensorInfo> tensors;  // The model's parameters, in order.
+  int64_t max_chunk_elements = int64_t{1} << 20;
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // Per call. Longer than the servers' --step_timeout, so that their error (which names the
+  // missing ranks) arrives first.
+  absl::Duration rpc_timeout = absl::Minutes(10);
+  // If > 0, the learning rate the worker expects; a shard applying another one is an error.
+  double expected_learning_rate = 0;
+};
+
+class PsClient : public GradientSync {
+ public:
+  // Connects to every shard and checks that each is the shard its position says, for the
+  // same shard count and world size. Unavailable if a shard cannot be reached within
+  // connect_timeout; FailedPrecondition on a mismatch; InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(const PsClientOptions& options);
+
+  absl::Status Start(absl::Span<float> weights) override;
+  absl::Status Step(int64_t step, absl::Span<const float> grads,
+                    absl::Span<float> weights) override;
+  CommStats stats() const override { return stats_; }
+
+  const ShardMap& shard_map() const { return map_; }
+
+ private:
+  PsClient(const PsClientOptions& options, ShardMap map);
+
+  // Fills a request's model description.
+  template <typename Request>
+  void Describe(Request& request) const;
+  // Copies the weights of shard s's chunks out of `response` into `weights`.
+  absl::Status Unpack(int s, const proto::PullResponse& response, absl::Span<float> weights);
+
+  PsClientOptions options_;
+  ShardMap map_;
+  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+  // One reusable request per shard, keys filled once; only the bytes change per step.
+  std::vector<proto::PushPullRequest> push_requests_;
+  std::vector<proto::PullResponse> responses_;
+  CommStats stats_;
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_COMM_PS_CLIENT_H_

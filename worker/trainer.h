@@ -1,0 +1,55 @@
+// The training loop of one worker: its shard of every epoch, forward/backward on its model,
+// the gradient through a GradientSync, evaluation on the test set after each epoch.
+#ifndef DPTRAIN_WORKER_TRAINER_H_
+#define DPTRAIN_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/comm/gradient_sync.h"
+#include "worker/data/dataset.h"
+#include "worker/nn/model.h"
+
+namespace dptrain {
+
+struct TrainerOptions {
+  int rank = 0;
+  int world_size = 1;
+  int batch_size = 256;  // Per worker.
+  int epochs = 1;
+  uint64_t seed = 0;                // Shuffling; the same on every rank.
+  int64_t max_steps_per_epoch = 0;  // > 0: stop each epoch early (tests, smoke runs).
+  bool evaluate = true;             // Test accuracy after each epoch.
+  int eval_batch_size = 500;
+  std::ostream* progress = nullptr;  // One human-readable line per epoch, if set.
+  std::ostream* metrics = nullptr;   // One JSON line per epoch and a final one, if set.
+};
+
+struct EpochMetrics {
+  int epoch = 0;  // 1-based.
+  int64_t steps = 0;
+  double loss = 0;       // Mean training loss over this worker's batches.
+  double train_acc = 0;  // On this worker's shard, with the weights of each step.
+  double test_acc = 0;   // On the whole test set after the epoch (-1 if not evaluated).
+  int64_t images = 0;       // Training images this worker processed.
+  double train_seconds = 0; // Time of the training steps (no evaluation).
+  double images_per_s = 0;  // images / train_seconds.
+  double seconds = 0;       // Whole epoch including evaluation.
+  CommStats comm;           // Cumulative.
+};
+
+// Runs `options.epochs` epochs. `sync.Start` is called first so all replicas begin equal.
+// Returns the first error of the model, the sync or the data; `history` (if not null)
+// receives one entry per completed epoch.
+absl::Status Train(const TrainerOptions& options, nn::Model& model, GradientSync& sync,
+                   const Dataset& train, const Dataset* test, std::vector<EpochMetrics>* history);
+
+// Accuracy of `model` on `data` (forward only), or an error.
+absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size);
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_TRAINER_H_
