@@ -59,7 +59,7 @@ TensorRef<T> ReLU<T>::Forward(TensorRef<T> input, bool /*training*/) {
   const int64_t n = input.size();
   T* y = EnsureSize(output_, n);
   const T* x = input.data;
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];  // NaN stays NaN.
   output_ref_ = {y, input.batch, input.dims};
   return output_ref_;
 }

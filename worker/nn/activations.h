@@ -11,7 +11,7 @@
 namespace dptrain {
 namespace nn {
 
-// max(x, 0). The gradient at exactly 0 is 0, as in PyTorch.
+// max(x, 0); NaN stays NaN. The gradient at exactly 0 is 0, as in PyTorch.
 template <typename T>
 class ReLU final : public Layer<T> {
  public:

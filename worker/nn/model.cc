@@ -62,8 +62,9 @@ class CpuModel final : public Model {
  private:
   // Validates a call and (re)binds the layers to the flat buffers if the caller replaced them.
   absl::Status Prepare(const float* images, const uint8_t* labels, int batch) {
-    if (batch < 1)
+    if (batch < 1) {
       return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
+    }
     if (images == nullptr || labels == nullptr) {
       return absl::InvalidArgumentError("null images or labels");
     }

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Starts S ps_server shards and N gpu_worker processes on loopback (free ports, one log per
+# process) and waits for the workers. If any process fails, the rest are stopped and the
+# failure is reported; Ctrl-C stops everything. No process outlives this script.
+#
+# usage: deploy/local_cluster.sh [--shards=2] [--workers=2] [--lr=0.1] [--momentum=0]
+#          [--weight_decay=0] [--step_timeout=60s] [--logs=DIR] [--bin=DIR] [-- WORKER_FLAGS...]
+# WORKER_FLAGS go to every worker (e.g. --model=lenet --epochs=5 --batch_size=128).
+set -euo pipefail
+
+shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s
+logs="" bin=""
+worker_flags=()
+while (($#)); do
+  case "$1" in
+    --shards=*) shards="${1#*=}" ;;
+    --workers=*) workers="${1#*=}" ;;
+    --lr=*) lr="${1#*=}" ;;
+    --momentum=*) momentum="${1#*=}" ;;
+    --weight_decay=*) weight_decay="${1#*=}" ;;
+    --step_timeout=*) step_timeout="${1#*=}" ;;
+    --logs=*) logs="${1#*=}" ;;
+    --bin=*) bin="${1#*=}" ;;
+    --) shift; worker_flags=("$@"); break ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --shards must be >= 1" >&2; exit 2; }
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --workers must be >= 1" >&2; exit 2; }
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${bin:-$here/bazel-bin}"
+ps_server="$bin/server/ps_server"
+gpu_worker="$bin/worker/gpu_worker"
+for b in "$ps_server" "$gpu_worker"; do
+  [[ -x "$b" ]] || { echo "local_cluster: $b not found; build first (bazel build //...)" >&2; exit 2; }
+done
+logs="${logs:-$(mktemp -d -t dptrain-cluster.XXXXXX)}"
+mkdir -p "$logs"
+
+declare -A role_of=()  # pid -> "shard i" / "worker r"
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  local alive=()
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+  if ((${#alive[@]})); then
+    kill -TERM "${alive[@]}" 2>/dev/null || true
+    for _ in $(seq 20); do
+      local any=0
+      for pid in "${alive[@]}"; do kill -0 "$pid" 2>/dev/null && any=1; done
+      ((any)) || break
+      sleep 0.1
+    done
+    kill -KILL "${alive[@]}" 2>/dev/null || true
+  fi
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'echo "local_cluster: interrupted, stopping everything" >&2; exit 130' INT TERM
+
+fail() {
+  echo "local_cluster: FAILED: $*" >&2
+  exit 1
+}
+
+echo "local_cluster: $shards shard(s), $workers worker(s), logs in $logs"
+for ((s = 0; s < shards; s++)); do
+  rm -f "$logs/shard$s.port"
+  "$ps_server" --shard="$s" --num_shards="$shards" --num_workers="$workers" --port=0 \
+    --host=127.0.0.1 --port_file="$logs/shard$s.port" --lr="$lr" --momentum="$momentum" \
+    --weight_decay="$weight_decay" --step_timeout="$step_timeout" >"$logs/shard$s.log" 2>&1 &
+  pids+=($!)
+  role_of[$!]="shard $s"
+done
+
+addresses=()
+for ((s = 0; s < shards; s++)); do
+  for _ in $(seq 300); do
+    [[ -s "$logs/shard$s.port" ]] && break
+    kill -0 "${pids[$s]}" 2>/dev/null || fail "shard $s exited at start: $(tail -n 3 "$logs/shard$s.log")"
+    sleep 0.1
+  done
+  [[ -s "$logs/shard$s.port" ]] || fail "shard $s did not report a port within 30s"
+  addresses+=("127.0.0.1:$(cat "$logs/shard$s.port")")
+done
+ps_list="$(IFS=,; echo "${addresses[*]}")"
+echo "local_cluster: parameter servers at $ps_list"
+
+worker_pids=()
+for ((r = 0; r < workers; r++)); do
+  "$gpu_worker" --ps="$ps_list" --rank="$r" --world_size="$workers" --lr="$lr" \
+    --metrics_out="$logs/worker$r.jsonl" "${worker_flags[@]}" \
+    > >(tee "$logs/worker$r.log" | sed -u "s/^/[worker $r] /") 2>&1 &
+  pids+=($!)
+  worker_pids+=($!)
+  role_of[$!]="worker $r"
+done
+
+remaining=$workers
+while ((remaining > 0)); do
+  set +e
+  wait -n -p done_pid "${pids[@]}"
+  rc=$?
+  set -e
+  role="${role_of[$done_pid]:-process $done_pid}"
+  case "$role" in
+    worker*)
+      log="$logs/${role/ /}.log"
+      ((rc == 0)) || fail "$role exited with status $rc; last lines of $log:
+$(tail -n 5 "$log")"
+      remaining=$((remaining - 1))
+      ;;
+    *)
+      fail "$role exited (status $rc) while workers were running; last lines of $logs/${role/ /}.log:
+$(tail -n 5 "$logs/${role/ /}.log")"
+      ;;
+  esac
+  # Forget the finished pid.
+  for i in "${!pids[@]}"; do [[ "${pids[$i]}" == "$done_pid" ]] && unset 'pids[i]'; done
+  pids=("${pids[@]}")
+done
+
+echo "local_cluster: all $workers worker(s) finished; summary:"
+for ((r = 0; r < workers; r++)); do grep -h ' done:' "$logs/worker$r.log" | sed "s/^/  /" || true; done
+echo "local_cluster: metrics (JSON lines) in $logs/worker*.jsonl"

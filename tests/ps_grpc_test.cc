@@ -1,0 +1,193 @@
+// The parameter server over real gRPC: every bad request gets its precise status and
+// changes nothing, retries are idempotent, and grpc.health.v1.Health answers.
+#include <thread>
+
+#include "common/net.h"
+#include "grpcpp/client_context.h"
+#include "common/health_client.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/test_cluster.h"
+
+namespace dptrain {
+namespace {
+
+using grpc::StatusCode;
+
+// Model: "w" 6 elements in chunks of <= 4 (3 + 3), "b" 2 elements; 2 shards:
+// shard 0 owns (0,0) and (1,0), shard 1 owns (0,1).
+class PsGrpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OptimizerOptions sgd;
+    sgd.learning_rate = 1.0f;
+    shards_ = StartShards(2, 2, sgd, absl::Seconds(2));
+    ASSERT_EQ(shards_.addresses.size(), 2u);
+    stub_ = proto::ParameterServer::NewStub(MakeChannel(shards_.addresses[0]));
+  }
+
+  template <typename Request>
+  void Describe(Request& r, int rank, const std::string& job = "job") {
+    r.mutable_caller()->set_job_id(job);
+    r.mutable_caller()->set_rank(rank);
+    r.set_num_shards(2);
+    r.set_max_chunk_elements(4);
+    auto* w = r.add_tensors();
+    w->set_name("w");
+    w->set_num_elements(6);
+    auto* b = r.add_tensors();
+    b->set_name("b");
+    b->set_num_elements(2);
+  }
+
+  static void AddChunk(google::protobuf::RepeatedPtrField<proto::Chunk>* chunks, int t, int c,
+                       std::vector<float> values, proto::DType dtype = proto::FP32) {
+    proto::Chunk* chunk = chunks->Add();
+    chunk->mutable_key()->set_tensor_id(t);
+    chunk->mutable_key()->set_chunk_index(c);
+    chunk->set_dtype(dtype);
+    chunk->set_data(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  }
+
+  grpc::Status Init(const proto::InitRequest& request) {
+    grpc::ClientContext context;
+    proto::InitResponse response;
+    return stub_->Init(&context, request, &response);
+  }
+
+  proto::InitRequest GoodInit() {
+    proto::InitRequest r;
+    Describe(r, 0);
+    AddChunk(r.mutable_chunks(), 0, 0, {1, 2, 3});
+    AddChunk(r.mutable_chunks(), 1, 0, {10, 20});
+    return r;
+  }
+
+  proto::PushPullRequest Push(int rank, int64_t step, std::vector<float> a = {1, 1, 1},
+                              std::vector<float> b = {1, 1}) {
+    proto::PushPullRequest r;
+    r.mutable_caller()->set_job_id("job");
+    r.mutable_caller()->set_rank(rank);
+    r.set_step(step);
+    AddChunk(r.mutable_chunks(), 0, 0, a);
+    AddChunk(r.mutable_chunks(), 1, 0, b);
+    return r;
+  }
+
+  grpc::Status PushPull(const proto::PushPullRequest& r, proto::PullResponse* response = nullptr) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    proto::PullResponse ignored;
+    return stub_->PushPull(&context, r, response != nullptr ? response : &ignored);
+  }
+
+  std::vector<float> PullWeights() {
+    proto::PullRequest r;
+    Describe(r, 1);
+    grpc::ClientContext context;
+    proto::PullResponse response;
+    EXPECT_TRUE(stub_->Pull(&context, r, &response).ok());
+    std::vector<float> out;
+    for (const auto& c : response.chunks()) {
+      const float* f = reinterpret_cast<const float*>(c.data().data());
+      out.insert(out.end(), f, f + c.data().size() / 4);
+    }
+    return out;
+  }
+
+  TestShards shards_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+};
+
+TEST_F(PsGrpcTest, BadRequestsGetPreciseStatusAndChangeNothing) {
+  // Before init.
+  EXPECT_EQ(PushPull(Push(0, 0)).error_code(), StatusCode::FAILED_PRECONDITION);
+  // Init from rank 1, rank out of range, wrong shard count.
+  proto::InitRequest r1 = GoodInit();
+  r1.mutable_caller()->set_rank(1);
+  EXPECT_EQ(Init(r1).error_code(), StatusCode::FAILED_PRECONDITION);
+  r1.mutable_caller()->set_rank(2);
+  EXPECT_EQ(Init(r1).error_code(), StatusCode::INVALID_ARGUMENT);
+  proto::InitRequest three = GoodInit();
+  three.set_num_shards(3);
+  EXPECT_EQ(Init(three).error_code(), StatusCode::FAILED_PRECONDITION);
+
+  ASSERT_TRUE(Init(GoodInit()).ok());
+  EXPECT_TRUE(Init(GoodInit()).ok());  // Idempotent.
+  proto::InitRequest different = GoodInit();
+  AddChunk(different.mutable_chunks(), 0, 0, {9, 9, 9});
+  different.mutable_chunks()->DeleteSubrange(0, 1);
+  grpc::Status mismatch = Init(different);
+  EXPECT_EQ(mismatch.error_code(), StatusCode::ALREADY_EXISTS) << mismatch.error_message();
+
+  // Rank >= num_workers, step outside the window, another job.
+  EXPECT_EQ(PushPull(Push(2, 0)).error_code(), StatusCode::INVALID_ARGUMENT);
+  grpc::Status window = PushPull(Push(0, 3));
+  EXPECT_EQ(window.error_code(), StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(window.error_message().find("step 3"), std::string::npos);
+  proto::PushPullRequest other_job = Push(0, 0);
+  other_job.mutable_caller()->set_job_id("other");
+  EXPECT_EQ(PushPull(other_job).error_code(), StatusCode::FAILED_PRECONDITION);
+
+  // Unknown key, foreign key, wrong size, wrong dtype.
+  proto::PushPullRequest bad = Push(0, 0);
+  bad.mutable_chunks(0)->mutable_key()->set_chunk_index(9);
+  EXPECT_EQ(PushPull(bad).error_code(), StatusCode::INVALID_ARGUMENT);
+  bad = Push(0, 0);
+  bad.mutable_chunks(0)->mutable_key()->set_chunk_index(1);
+  grpc::Status foreign = PushPull(bad);
+  EXPECT_EQ(foreign.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(foreign.error_message().find("belongs to shard 1"), std::string::npos);
+  EXPECT_EQ(PushPull(Push(0, 0, {1, 1})).error_code(), StatusCode::INVALID_ARGUMENT);
+  bad = Push(0, 0);
+  bad.mutable_chunks(1)->set_dtype(proto::BF16);
+  EXPECT_EQ(PushPull(bad).error_code(), StatusCode::INVALID_ARGUMENT);
+
+  // Model mismatch on Pull.
+  proto::PullRequest pull;
+  Describe(pull, 1);
+  pull.mutable_tensors(0)->set_num_elements(7);
+  grpc::ClientContext context;
+  proto::PullResponse response;
+  EXPECT_EQ(stub_->Pull(&context, pull, &response).error_code(), StatusCode::FAILED_PRECONDITION);
+
+  // None of it changed anything.
+  EXPECT_EQ(PullWeights(), (std::vector<float>{1, 2, 3, 10, 20}));
+}
+
+TEST_F(PsGrpcTest, StepCompletesOnceAndRetriesAreIdempotent) {
+  ASSERT_TRUE(Init(GoodInit()).ok());
+  grpc::Status s0;
+  proto::PullResponse r0, r1, again;
+  std::thread t([&] { s0 = PushPull(Push(0, 0, {1, 1, 1}, {1, 1}), &r0); });
+  ASSERT_TRUE(PushPull(Push(1, 0, {3, 3, 3}, {3, 3}), &r1).ok());
+  t.join();
+  ASSERT_TRUE(s0.ok()) << s0.error_message();
+  EXPECT_EQ(r0.version(), 1);
+  // A retry of rank 1's push (lost answer) gets the same answer and does not count again.
+  ASSERT_TRUE(PushPull(Push(1, 0, {3, 3, 3}, {3, 3}), &again).ok());
+  EXPECT_EQ(again.version(), 1);
+  EXPECT_EQ(again.SerializeAsString(), r1.SerializeAsString());
+  EXPECT_EQ(PullWeights(), (std::vector<float>{-1, 0, 1, 8, 18}));  // w - 1.0 * mean(g).
+}
+
+TEST_F(PsGrpcTest, MissingWorkerTimesOutNamingIt) {
+  ASSERT_TRUE(Init(GoodInit()).ok());
+  const absl::Time start = absl::Now();
+  grpc::Status s = PushPull(Push(0, 0));
+  EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(s.error_message().find("rank(s) 1"), std::string::npos) << s.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// grpc.health.v1.Health answers SERVING while the server runs, NOT_SERVING once it stops.
+TEST_F(PsGrpcTest, HealthServiceAnswers) {
+  auto health = CheckHealth(shards_.addresses[1], absl::Seconds(5));
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, ServingStatus::kServing);
+  shards_.servers[1]->Shutdown(absl::Seconds(0));
+  EXPECT_FALSE(CheckHealth(shards_.addresses[1], absl::Seconds(1)).ok());
+}
+
+}  // namespace
+}  // namespace dptrain
