@@ -11,11 +11,9 @@ namespace {
 
 TEST(InitTest, SameSeedSameValues) {
   InitRng a(42), b(42), c(43);
-  for (int i = 0; i < 1000; ++i) {
-    const double x = a.Normal();
-    EXPECT_EQ(x, b.Normal());
-    if (i == 0) EXPECT_NE(x, c.Normal());
-  }
+  EXPECT_NE(a.Normal(), c.Normal());
+  b.Normal();
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(a.Normal(), b.Normal()) << i;
 }
 
 TEST(InitTest, UniformRange) {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# End to end with the real binaries through the launcher: 2 shards, 2 workers, mlp, one epoch
+# of Fashion-MNIST on loopback with free ports. Test accuracy must reach 0.75.
+source "$(dirname "$0")/testlib.sh"
+need_data
+
+"$LAUNCHER" --bin="$ROOT" --shards=2 --workers=2 --lr=0.1 --momentum=0.9 \
+  --logs="$SCRATCH/cluster" -- --model=mlp --epochs=1 --batch_size=128 --threads=1 \
+  --data_dir="$DATA_DIR" | tee "$SCRATCH/out.txt"
+
+for r in 0 1; do
+  metrics="$SCRATCH/cluster/worker$r.jsonl"
+  [[ -s "$metrics" ]] || die "no metrics from worker $r"
+  acc=$(json_field "$metrics" final test_acc)
+  echo "worker $r: test_acc $acc"
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.75) }' || die "worker $r test accuracy $acc < 0.75"
+  grep -q "\"event\":\"epoch\".*\"images_per_s\":[0-9]" "$metrics" || die "no epoch line"
+  pushed=$(json_field "$metrics" final bytes_pushed)
+  ((pushed > 0)) || die "worker $r pushed no bytes"
+done
+grep -q "rank 0 epoch 1/1" "$SCRATCH/out.txt" || die "no progress line from rank 0"
+grep -q "rank 1 epoch 1/1" "$SCRATCH/out.txt" || die "no progress line from rank 1"
+
+# A failing worker stops the whole cluster with a report naming it, and leaves nothing behind.
+set +e
+"$LAUNCHER" --bin="$ROOT" --shards=2 --workers=2 --logs="$SCRATCH/bad" -- --model=nope \
+  --data_dir="$DATA_DIR" >"$SCRATCH/bad.txt" 2>&1
+rc=$?
+set -e
+((rc != 0)) || die "launcher succeeded with a bad model"
+grep -q "FAILED: worker . exited with status 1" "$SCRATCH/bad.txt" || die "$(cat "$SCRATCH/bad.txt")"
+grep -q "unknown model 'nope'" "$SCRATCH/bad.txt" || die "the worker's error was not reported"
+sleep 0.5
+if pgrep -f -- "--port_file=$SCRATCH/bad/" >/dev/null; then die "orphaned shard processes"; fi
+echo PASS

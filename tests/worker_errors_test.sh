@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Bad input to gpu_worker: one clear message and a non-zero exit, never a hang or a crash.
+source "$(dirname "$0")/testlib.sh"
+
+# expect_error DESCRIPTION PATTERN FLAGS...: the worker must exit 1 within 20s printing
+# PATTERN on one "gpu_worker: error:" line.
+expect_error() {
+  local what=$1 pattern=$2
+  shift 2
+  set +e
+  timeout 20 "$GPU_WORKER" "$@" >"$SCRATCH/out.txt" 2>&1
+  local rc=$?
+  set -e
+  ((rc == 1)) || die "$what: exit status $rc (expected 1): $(cat "$SCRATCH/out.txt")"
+  grep -q "^gpu_worker: error: .*$pattern" "$SCRATCH/out.txt" ||
+    die "$what: no clear message matching '$pattern': $(cat "$SCRATCH/out.txt")"
+  echo "ok: $what -> $(grep '^gpu_worker: error' "$SCRATCH/out.txt")"
+}
+
+mkdir -p "$SCRATCH/empty" "$SCRATCH/corrupt"
+expect_error "missing data" "No such file\|not found\|NotFound\|cannot open" \
+  --ps=127.0.0.1:1 --data_dir="$SCRATCH/empty"
+printf 'this is not gzip idx data' >"$SCRATCH/corrupt/train-images-idx3-ubyte.gz"
+printf 'junk' >"$SCRATCH/corrupt/train-labels-idx1-ubyte.gz"
+expect_error "corrupt data" "train-images-idx3-ubyte.gz" --ps=127.0.0.1:1 \
+  --data_dir="$SCRATCH/corrupt"
+expect_error "no --ps" "--ps is required"
+expect_error "rank >= world size" "rank 3 is not in" --ps=127.0.0.1:1 --rank=3 --world_size=2
+expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu
+RANK=x expect_error "bad RANK env" "RANK='x'" --ps=127.0.0.1:1
+
+need_data
+# A port nothing listens on: find one by starting and stopping a shard.
+start_shard 0 1 1
+dead_port=$SHARD_PORT
+stop_all
+_started=()
+expect_error "unreachable PS" "cannot reach parameter-server shard 0" \
+  --ps=127.0.0.1:$dead_port --connect_timeout=2s --data_dir="$DATA_DIR"
+
+start_shard 0 2 1
+p0=$SHARD_PORT
+start_shard 1 2 1
+p1=$SHARD_PORT
+expect_error "too few shards listed" "shard mismatch" --ps=127.0.0.1:$p0 --data_dir="$DATA_DIR"
+expect_error "shards in the wrong order" "shard mismatch" --ps=127.0.0.1:$p1,127.0.0.1:$p0 \
+  --data_dir="$DATA_DIR"
+expect_error "world size mismatch" "world size mismatch" --ps=127.0.0.1:$p0,127.0.0.1:$p1 \
+  --world_size=2 --data_dir="$DATA_DIR"
+expect_error "lr mismatch" "learning-rate mismatch" --ps=127.0.0.1:$p0,127.0.0.1:$p1 \
+  --lr=0.5 --data_dir="$DATA_DIR"
+# Rank 0 initialises with mlp; a worker that brings lenet is told the model differs.
+"$GPU_WORKER" --ps=127.0.0.1:$p0,127.0.0.1:$p1 --model=mlp --epochs=1 --max_steps_per_epoch=1 \
+  --data_dir="$DATA_DIR" >"$SCRATCH/init.txt" 2>&1 || die "mlp run failed: $(cat "$SCRATCH/init.txt")"
+expect_error "model mismatch" "model mismatch" --ps=127.0.0.1:$p0,127.0.0.1:$p1 --model=lenet \
+  --rank=0 --data_dir="$DATA_DIR"
+echo PASS
