@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what dptrain needs from Debian 12's archive. Idempotent and quiet when everything
+# is already there. Runs apt-get as root (directly, or through sudo).
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap bazel-rules-java               # Bazel 4.2.3 + the Java rules it registers
+  g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  libabsl-dev libgtest-dev
+  zlib1g-dev                                     # gzip IDX files
+  libopenblas-dev                                # CPU GEMMs
+  dataset-fashion-mnist                          # /usr/share/datasets/fashion-mnist
+  bc procps                                      # used by the shell tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+((${#missing[@]} == 0)) && exit 0
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup: need root to install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
