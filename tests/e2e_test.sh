@@ -32,4 +32,22 @@ grep -q "FAILED: worker . exited with status 1" "$SCRATCH/bad.txt" || die "$(cat
 grep -q "unknown model 'nope'" "$SCRATCH/bad.txt" || die "the worker's error was not reported"
 sleep 0.5
 if pgrep -f -- "--port_file=$SCRATCH/bad/" >/dev/null; then die "orphaned shard processes"; fi
+
+# Stopping the launcher (SIGTERM here; Ctrl-C in a terminal is the same trap) stops every process.
+"$LAUNCHER" --bin="$ROOT" --shards=2 --workers=2 --logs="$SCRATCH/stop" -- --model=mlp \
+  --epochs=100 --threads=1 --data_dir="$DATA_DIR" >"$SCRATCH/stop.txt" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do
+  grep -q "epoch 1/100" "$SCRATCH/stop.txt" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q "epoch 1/100" "$SCRATCH/stop.txt" || die "training did not start: $(cat "$SCRATCH/stop.txt")"
+kill -TERM $launcher
+set +e
+wait $launcher
+rc=$?
+set -e
+((rc != 0)) || die "a stopped launcher reported success"
+sleep 0.5
+if pgrep -f -- "$SCRATCH/stop/" >/dev/null; then die "processes left after stopping the launcher"; fi
 echo PASS
