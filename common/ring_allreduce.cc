@@ -1,0 +1,110 @@
+#include "common/ring_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace dptrain {
+namespace {
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Tags: [tag_base | phase | step | chunk] packed so that no two messages of one collective
+// between the same pair of ranks share a tag.
+uint64_t Tag(const RingOptions& o, int phase, int step, int64_t chunk) {
+  return (o.tag_base << 40) ^ (static_cast<uint64_t>(phase) << 36) ^
+         (static_cast<uint64_t>(step) << 24) ^ static_cast<uint64_t>(chunk);
+}
+
+absl::Status CheckOptions(const PeerLink& link, const RingOptions& o) {
+  if (o.chunk_elements < 1) return absl::InvalidArgumentError("chunk_elements must be >= 1");
+  if (link.world_size() < 1 || link.rank() < 0 || link.rank() >= link.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", link.rank(), " not in [0, ", link.world_size(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Range SegmentRange(int64_t n, int parts, int segment) {
+  const int64_t base = n / parts, extra = n % parts;
+  Range r;
+  r.begin = segment * base + std::min<int64_t>(segment, extra);
+  r.end = r.begin + base + (segment < extra ? 1 : 0);
+  return r;
+}
+
+absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOptions& o) {
+  if (auto s = CheckOptions(link, o); !s.ok()) return s;
+  const int n = link.world_size(), r = link.rank();
+  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
+  const int64_t size = static_cast<int64_t>(data.size());
+  std::vector<float> incoming(std::min<int64_t>(o.chunk_elements, size / n + 1));
+
+  // Reduce-scatter: at step s, send segment r-s, receive segment r-s-1 and add it in.
+  // After n-1 steps rank r holds the full sum of segment r+1.
+  for (int step = 0; step + 1 < n; ++step) {
+    const Range send = SegmentRange(size, n, Mod(r - step, n));
+    const Range recv = SegmentRange(size, n, Mod(r - step - 1, n));
+    // Send every chunk first (buffered), then receive: each chunk's add overlaps with the
+    // transfer of the following ones.
+    for (int64_t c = 0, off = send.begin; off < send.end; ++c, off += o.chunk_elements) {
+      const int64_t len = std::min(o.chunk_elements, send.end - off);
+      if (auto s = link.Send(right, Tag(o, 0, step, c), data.subspan(off, len)); !s.ok()) return s;
+    }
+    for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
+      const int64_t len = std::min(o.chunk_elements, recv.end - off);
+      absl::Span<float> in(incoming.data(), len);
+      if (auto s = link.Recv(left, Tag(o, 0, step, c), in); !s.ok()) return s;
+      float* out = data.data() + off;
+      for (int64_t i = 0; i < len; ++i) out[i] += in[i];
+    }
+  }
+  if (o.average && n > 1) {
+    const Range mine = SegmentRange(size, n, Mod(r + 1, n));
+    const float scale = 1.0f / static_cast<float>(n);
+    for (int64_t i = mine.begin; i < mine.end; ++i) data[i] *= scale;
+  }
+  // All-gather: at step s, send segment r+1-s (complete), receive segment r-s and copy it.
+  for (int step = 0; step + 1 < n; ++step) {
+    const Range send = SegmentRange(size, n, Mod(r + 1 - step, n));
+    const Range recv = SegmentRange(size, n, Mod(r - step, n));
+    for (int64_t c = 0, off = send.begin; off < send.end; ++c, off += o.chunk_elements) {
+      const int64_t len = std::min(o.chunk_elements, send.end - off);
+      if (auto s = link.Send(right, Tag(o, 1, step, c), data.subspan(off, len)); !s.ok()) return s;
+    }
+    for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
+      const int64_t len = std::min(o.chunk_elements, recv.end - off);
+      if (auto s = link.Recv(left, Tag(o, 1, step, c), data.subspan(off, len)); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingBroadcast(PeerLink& link, absl::Span<float> data, int root, const RingOptions& o) {
+  if (auto s = CheckOptions(link, o); !s.ok()) return s;
+  const int n = link.world_size(), r = link.rank();
+  if (root < 0 || root >= n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast root ", root, " not in [0, ", n, ")"));
+  }
+  if (n == 1) return absl::OkStatus();
+  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
+  const bool last = right == root;  // The rank before the root only receives.
+  const int64_t size = static_cast<int64_t>(data.size());
+  // Chunk by chunk: receive from the left (unless root), forward to the right (unless last).
+  for (int64_t c = 0, off = 0; off < size; ++c, off += o.chunk_elements) {
+    const int64_t len = std::min(o.chunk_elements, size - off);
+    if (r != root) {
+      if (auto s = link.Recv(left, Tag(o, 2, 0, c), data.subspan(off, len)); !s.ok()) return s;
+    }
+    if (!last) {
+      if (auto s = link.Send(right, Tag(o, 2, 0, c), data.subspan(off, len)); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dptrain

@@ -1,0 +1,149 @@
+#include "common/ring_allreduce.h"
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "common/in_memory_link.h"
+#include "gtest/gtest.h"
+
+namespace dptrain {
+namespace {
+
+// Runs fn(rank) on world_size threads and returns their statuses.
+template <typename Fn>
+std::vector<absl::Status> Spawn(int world_size, Fn fn) {
+  std::vector<absl::Status> statuses(world_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) threads.emplace_back([&, r] { statuses[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  return statuses;
+}
+
+std::vector<float> Input(int rank, int64_t n) {
+  std::mt19937 gen(1000 + rank);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(gen);
+  return v;
+}
+
+struct Case {
+  int world_size;
+  int64_t n;
+  int64_t chunk;
+};
+
+class RingAllReduceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RingAllReduceTest, EveryRankGetsTheMeanBitIdentically) {
+  const Case c = GetParam();
+  InMemoryHub hub(c.world_size, absl::Seconds(10));
+  std::vector<std::vector<float>> data(c.world_size);
+  for (int r = 0; r < c.world_size; ++r) data[r] = Input(r, c.n);
+  // float64 reference of the mean.
+  std::vector<double> mean(c.n, 0.0);
+  for (int r = 0; r < c.world_size; ++r) {
+    for (int64_t i = 0; i < c.n; ++i) mean[i] += data[r][i] / c.world_size;
+  }
+  RingOptions o;
+  o.chunk_elements = c.chunk;
+  auto statuses = Spawn(
+      c.world_size, [&](int r) { return RingAllReduce(hub.link(r), absl::MakeSpan(data[r]), o); });
+  for (int r = 0; r < c.world_size; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+    EXPECT_EQ(data[r], data[0]) << "rank " << r << " differs from rank 0";
+  }
+  for (int64_t i = 0; i < c.n; ++i) EXPECT_NEAR(data[0][i], mean[i], 1e-6) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RingAllReduceTest,
+                         ::testing::Values(Case{1, 10, 4}, Case{2, 10, 4}, Case{3, 10, 4},
+                                           Case{4, 3, 4}, Case{5, 1, 1}, Case{3, 0, 4},
+                                           Case{4, 1001, 7}, Case{8, 4096, 100},
+                                           Case{3, 100, 1000}));
+
+TEST(RingAllReduceTest, SumWithoutAveraging) {
+  InMemoryHub hub(3, absl::Seconds(10));
+  std::vector<std::vector<float>> data = {{1, 2}, {10, 20}, {100, 200}};
+  RingOptions o;
+  o.average = false;
+  auto statuses =
+      Spawn(3, [&](int r) { return RingAllReduce(hub.link(r), absl::MakeSpan(data[r]), o); });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(statuses[r].ok());
+    EXPECT_EQ(data[r], (std::vector<float>{111, 222}));
+  }
+}
+
+TEST(RingAllReduceTest, MovesTwoNMinusOneOverNOfTheBuffer) {
+  const int n = 4;
+  const int64_t size = 4000, chunk = 100;
+  InMemoryHub hub(n, absl::Seconds(10));
+  std::vector<std::vector<float>> data(n, std::vector<float>(size, 1.0f));
+  RingOptions o;
+  o.chunk_elements = chunk;
+  Spawn(n, [&](int r) { return RingAllReduce(hub.link(r), absl::MakeSpan(data[r]), o); });
+  // Each rank sends 2(N-1) segments of size/N elements, in chunks.
+  EXPECT_EQ(hub.messages(), n * 2 * (n - 1) * (size / n / chunk));
+}
+
+TEST(RingAllReduceTest, MissingRankFailsInsteadOfHanging) {
+  InMemoryHub hub(3, absl::Milliseconds(200));
+  std::vector<std::vector<float>> data(3, std::vector<float>(30, 1.0f));
+  auto statuses = Spawn(3, [&](int r) -> absl::Status {
+    if (r == 2) return absl::OkStatus();  // Rank 2 never takes part.
+    return RingAllReduce(hub.link(r), absl::MakeSpan(data[r]), RingOptions{});
+  });
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(statuses[1].code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(RingBroadcastTest, EveryRankGetsTheRootsData) {
+  for (int n : {1, 2, 3, 5}) {
+    for (int root = 0; root < n; ++root) {
+      InMemoryHub hub(n, absl::Seconds(10));
+      std::vector<std::vector<float>> data(n);
+      for (int r = 0; r < n; ++r) data[r] = Input(r, 57);
+      const std::vector<float> expected = data[root];
+      RingOptions o;
+      o.chunk_elements = 10;
+      auto statuses = Spawn(
+          n, [&](int r) { return RingBroadcast(hub.link(r), absl::MakeSpan(data[r]), root, o); });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+        EXPECT_EQ(data[r], expected) << "n=" << n << " root=" << root << " rank=" << r;
+      }
+    }
+  }
+}
+
+TEST(RingTest, SegmentRangesCoverTheBuffer) {
+  for (int64_t n : {0, 1, 5, 17, 100}) {
+    for (int parts : {1, 2, 3, 8}) {
+      int64_t next = 0;
+      for (int s = 0; s < parts; ++s) {
+        Range r = SegmentRange(n, parts, s);
+        EXPECT_EQ(r.begin, next);
+        EXPECT_GE(r.size(), n / parts);
+        EXPECT_LE(r.size(), n / parts + 1);
+        next = r.end;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+}
+
+TEST(RingTest, RejectsBadOptions) {
+  InMemoryHub hub(2, absl::Seconds(1));
+  std::vector<float> v(4);
+  RingOptions o;
+  o.chunk_elements = 0;
+  EXPECT_EQ(RingAllReduce(hub.link(0), absl::MakeSpan(v), o).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RingBroadcast(hub.link(0), absl::MakeSpan(v), 5, RingOptions{}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dptrain
