@@ -4,13 +4,12 @@
 #ifndef DPTRAIN_COMMON_IN_MEMORY_LINK_H_
 #define DPTRAIN_COMMON_IN_MEMORY_LINK_H_
 
-#include <map>
+#include <atomic>
 #include <memory>
-#include <tuple>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/mailbox.h"
 #include "common/peer_link.h"
 
 namespace dptrain {
@@ -21,18 +20,15 @@ class InMemoryHub {
   ~InMemoryHub();
   // The link of `rank`; owned by the hub. Thread-safe.
   PeerLink& link(int rank);
-  int64_t messages() const;
+  int64_t messages() const { return messages_.load(); }
 
  private:
   class Link;
-  using Key = std::tuple<int, int, uint64_t>;  // (from, to, tag)
 
-  const int world_size_;
   const absl::Duration timeout_;
+  std::vector<Mailbox> inboxes_;
   std::vector<std::unique_ptr<Link>> links_;
-  mutable absl::Mutex mu_;
-  std::map<Key, std::vector<float>> mailbox_ ABSL_GUARDED_BY(mu_);
-  int64_t messages_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> messages_{0};
 };
 
 }  // namespace dptrain

@@ -1,5 +1,10 @@
 #include "common/net.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -34,6 +39,31 @@ absl::Status WritePortFile(const std::string& path, int port) {
     return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> LocalAddressToward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || found == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve host '", host, "'"));
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  std::string result;
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    char text[INET_ADDRSTRLEN];
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)) != nullptr) {
+      result = text;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  if (result.empty()) return absl::UnavailableError(absl::StrCat("no route to host '", host, "'"));
+  return result;
 }
 
 }  // namespace dptrain

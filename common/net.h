@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server_builder.h"
 
@@ -24,6 +25,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder);
 // Writes `port` followed by a newline to `path` atomically (temp file + rename), so a
 // reader never sees a partial file.
 absl::Status WritePortFile(const std::string& path, int port);
+
+// The local IP address this machine uses to reach `host` (no packet is sent: a UDP socket
+// is connected and its local address read). For workers that advertise where peers can
+// reach them. Unavailable if `host` does not resolve or is unreachable.
+absl::StatusOr<std::string> LocalAddressToward(const std::string& host);
 
 }  // namespace dptrain
 

@@ -3,16 +3,20 @@
 # process) and waits for the workers. If any process fails, the rest are stopped and the
 # failure is reported; Ctrl-C stops everything. No process outlives this script.
 #
-# usage: deploy/local_cluster.sh [--shards=2] [--workers=2] [--lr=0.1] [--momentum=0]
-#          [--weight_decay=0] [--step_timeout=60s] [--logs=DIR] [--bin=DIR] [-- WORKER_FLAGS...]
-# WORKER_FLAGS go to every worker (e.g. --model=lenet --epochs=5 --batch_size=128).
+# usage: deploy/local_cluster.sh [--mode=ps|master|allreduce] [--shards=2] [--workers=2]
+#          [--lr=0.1] [--momentum=0] [--weight_decay=0] [--step_timeout=60s] [--logs=DIR]
+#          [--bin=DIR] [-- WORKER_FLAGS...]
+# ps mode starts the shards; master and allreduce modes start workers only (rank 0 hosts the
+# reducer or the rendezvous on a free port). WORKER_FLAGS go to every worker
+# (e.g. --model=lenet --epochs=5 --batch_size=128).
 set -euo pipefail
 
-shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s
+mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s
 logs="" bin=""
 worker_flags=()
 while (($#)); do
   case "$1" in
+    --mode=*) mode="${1#*=}" ;;
     --shards=*) shards="${1#*=}" ;;
     --workers=*) workers="${1#*=}" ;;
     --lr=*) lr="${1#*=}" ;;
@@ -22,13 +26,15 @@ while (($#)); do
     --logs=*) logs="${1#*=}" ;;
     --bin=*) bin="${1#*=}" ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --shards must be >= 1" >&2; exit 2; }
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --workers must be >= 1" >&2; exit 2; }
+case "$mode" in ps|master|allreduce) ;; *) echo "local_cluster: --mode must be ps, master or allreduce" >&2; exit 2 ;; esac
+[[ "$mode" == ps ]] || shards=0
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${bin:-$here/bazel-bin}"
@@ -66,7 +72,7 @@ fail() {
   exit 1
 }
 
-echo "local_cluster: $shards shard(s), $workers worker(s), logs in $logs"
+echo "local_cluster: $mode mode, $shards shard(s), $workers worker(s), logs in $logs"
 for ((s = 0; s < shards; s++)); do
   rm -f "$logs/shard$s.port"
   "$ps_server" --shard="$s" --num_shards="$shards" --num_workers="$workers" --port=0 \
@@ -86,18 +92,41 @@ for ((s = 0; s < shards; s++)); do
   [[ -s "$logs/shard$s.port" ]] || fail "shard $s did not report a port within 30s"
   addresses+=("127.0.0.1:$(cat "$logs/shard$s.port")")
 done
-ps_list="$(IFS=,; echo "${addresses[*]}")"
-echo "local_cluster: parameter servers at $ps_list"
+mode_flags=(--mode="$mode")
+if [[ "$mode" == ps ]]; then
+  ps_list="$(IFS=,; echo "${addresses[*]}")"
+  echo "local_cluster: parameter servers at $ps_list"
+  mode_flags+=(--ps="$ps_list")
+else
+  mode_flags+=(--master_addr=127.0.0.1 --advertise_host=127.0.0.1 --momentum="$momentum"
+               --weight_decay="$weight_decay" --step_timeout="$step_timeout")
+fi
 
-worker_pids=()
-for ((r = 0; r < workers; r++)); do
-  "$gpu_worker" --ps="$ps_list" --rank="$r" --world_size="$workers" --lr="$lr" \
-    --metrics_out="$logs/worker$r.jsonl" "${worker_flags[@]}" \
+start_worker() {
+  local r=$1
+  shift
+  "$gpu_worker" "${mode_flags[@]}" --rank="$r" --world_size="$workers" --lr="$lr" \
+    --metrics_out="$logs/worker$r.jsonl" "$@" "${worker_flags[@]}" \
     > >(tee "$logs/worker$r.log" | sed -u "s/^/[worker $r] /") 2>&1 &
   pids+=($!)
-  worker_pids+=($!)
   role_of[$!]="worker $r"
-done
+}
+
+if [[ "$mode" == ps ]]; then
+  for ((r = 0; r < workers; r++)); do start_worker "$r"; done
+else
+  # Rank 0 picks a free port and reports it; the others are told.
+  rm -f "$logs/master.port"
+  start_worker 0 --master_port=0 --port_file="$logs/master.port"
+  for _ in $(seq 600); do
+    [[ -s "$logs/master.port" ]] && break
+    kill -0 "${pids[-1]}" 2>/dev/null || fail "worker 0 exited at start: $(tail -n 3 "$logs/worker0.log")"
+    sleep 0.1
+  done
+  [[ -s "$logs/master.port" ]] || fail "worker 0 did not report its port within 60s"
+  echo "local_cluster: rank 0 listens on 127.0.0.1:$(cat "$logs/master.port")"
+  for ((r = 1; r < workers; r++)); do start_worker "$r" --master_port="$(cat "$logs/master.port")"; done
+fi
 
 remaining=$workers
 while ((remaining > 0)); do

@@ -31,7 +31,7 @@
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "common/shard_map.h"
-#include "server/optimizer.h"
+#include "common/optimizer.h"
 
 namespace dptrain {
 

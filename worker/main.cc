@@ -1,4 +1,10 @@
 // gpu_worker: one data-parallel worker. See --helpfull.
+//
+// This is the composition root: the worker's libraries never include server/, but in master
+// mode rank 0 embeds the parameter-server library here, so that the reducer is the very same
+// aggregation and optimizer code as a PS shard.
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -12,12 +18,34 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/net.h"
+#include "server/ps_server.h"
+#include "worker/comm/allreduce_group.h"
+#include "worker/comm/allreduce_sync.h"
 #include "worker/comm/ps_client.h"
 #include "worker/data/idx_reader.h"
 #include "worker/nn/model.h"
+#include "worker/nn/safetensors.h"
 #include "worker/trainer.h"
 
+ABSL_FLAG(std::string, mode, "ps",
+          "How gradients are synchronised: ps (sharded parameter servers, --ps), master (rank 0 "
+          "hosts one reducer, the DataParallel model) or allreduce (ring all-reduce between "
+          "workers, the DDP model). master and allreduce meet at --master_addr:--master_port.");
 ABSL_FLAG(std::string, ps, "", "Comma-separated parameter-server shard addresses, in shard order.");
+ABSL_FLAG(std::string, master_addr, "",
+          "Rank 0's host for master/allreduce modes; default: $MASTER_ADDR, else 127.0.0.1.");
+ABSL_FLAG(int, master_port, -1,
+          "Rank 0's port for master/allreduce modes; default: $MASTER_PORT, else 0 (rank 0 "
+          "picks a free port and reports it; other ranks must be told it).");
+ABSL_FLAG(std::string, port_file, "", "Rank 0 writes the master port it listens on here.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "allreduce: the address peers use to reach this worker; default: the local IP "
+          "toward the master.");
+ABSL_FLAG(double, momentum, 0, "SGD momentum (master and allreduce modes; ps: set on ps_server).");
+ABSL_FLAG(double, weight_decay, 0, "L2 weight decay (master and allreduce modes).");
+ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
+          "master/allreduce: longest wait for the other workers in one step.");
 ABSL_FLAG(int, rank, -1, "This worker's rank; default: $RANK, else $JOB_COMPLETION_INDEX, else 0.");
 ABSL_FLAG(int, world_size, -1, "Number of workers; default: $WORLD_SIZE, else 1.");
 ABSL_FLAG(std::string, job_id, "dptrain", "Job name; every shard serves one job.");
@@ -34,6 +62,12 @@ ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(int, threads, 0, "Math threads of this worker (0: the BLAS default).");
 ABSL_FLAG(std::string, metrics_out, "", "If set, JSON lines (one per epoch and a final one).");
 ABSL_FLAG(int64_t, max_steps_per_epoch, 0, "If > 0, cut every epoch to this many steps.");
+ABSL_FLAG(std::string, load_model, "",
+          "If set, a safetensors file (PyTorch state_dict names, e.g. from --save_model) to "
+          "initialise the weights from. In ps mode rank 0's weights seed the servers.");
+ABSL_FLAG(std::string, save_model, "",
+          "If set, rank 0 writes the final weights there after training (safetensors, PyTorch "
+          "state_dict names; load with safetensors.torch.load_file). Other ranks ignore it.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the parameter servers to answer at start.");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Minutes(10),
@@ -58,6 +92,124 @@ absl::StatusOr<int> FlagOrEnv(int flag, std::initializer_list<const char*> names
   return fallback;
 }
 
+absl::Status WithFlag(absl::string_view flag, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("--", flag, ": ", status.message()));
+}
+
+// What a worker needs to synchronise, and what keeps it alive.
+struct SyncSetup {
+  std::string mode;
+  int rank = 0;
+  int world_size = 1;
+  std::vector<TensorInfo> tensors;
+};
+
+struct Sync {
+  std::unique_ptr<PsServer> master;          // master mode, rank 0: the reducer.
+  std::unique_ptr<AllReduceGroup> group;     // allreduce mode: peers and rendezvous.
+  std::unique_ptr<GradientSync> sync;
+  std::string description;
+};
+
+OptimizerOptions WorkerOptimizer() {
+  OptimizerOptions o;
+  o.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  o.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  o.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  return o;
+}
+
+absl::Status ReportMasterPort(int port) {
+  std::cout << "rank 0: master listening on port " << port << std::endl;
+  const std::string path = absl::GetFlag(FLAGS_port_file);
+  return path.empty() ? absl::OkStatus() : WritePortFile(path, port);
+}
+
+absl::StatusOr<PsClientOptions> ClientOptions(const SyncSetup& setup,
+                                              std::vector<std::string> addresses) {
+  PsClientOptions o;
+  o.shard_addresses = std::move(addresses);
+  o.job_id = absl::GetFlag(FLAGS_job_id);
+  o.rank = setup.rank;
+  o.world_size = setup.world_size;
+  o.tensors = setup.tensors;
+  o.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  o.expected_learning_rate = absl::GetFlag(FLAGS_lr);
+  return o;
+}
+
+absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
+  std::string master_addr = absl::GetFlag(FLAGS_master_addr);
+  if (master_addr.empty()) {
+    const char* env = std::getenv("MASTER_ADDR");
+    master_addr = env != nullptr && *env != '\0' ? env : "127.0.0.1";
+  }
+  auto master_port = FlagOrEnv(absl::GetFlag(FLAGS_master_port), {"MASTER_PORT"}, 0);
+  if (!master_port.ok()) return master_port.status();
+  if (*master_port > 65535) return absl::InvalidArgumentError("--master_port must be <= 65535");
+  if (setup.mode != "ps" && setup.rank != 0 && *master_port == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", setup.rank, " needs rank 0's port: --master_port or $MASTER_PORT"));
+  }
+
+  if (setup.mode == "ps") {
+    auto options = ClientOptions(setup, absl::StrSplit(absl::GetFlag(FLAGS_ps), ',',
+                                                       absl::SkipWhitespace()));
+    auto client = PsClient::Connect(*options);
+    if (!client.ok()) return client.status();
+    out.description = absl::StrCat("ps mode, ", options->shard_addresses.size(), " shard(s)");
+    out.sync = *std::move(client);
+    return absl::OkStatus();
+  }
+  if (setup.mode == "master") {
+    int port = *master_port;
+    if (setup.rank == 0) {
+      // The DataParallel model: one unsharded reducer inside rank 0, the PS code itself.
+      PsServerOptions server;
+      server.listen_address = absl::StrCat("0.0.0.0:", port);
+      server.shard.num_shards = 1;
+      server.shard.num_workers = setup.world_size;
+      server.shard.step_timeout = absl::GetFlag(FLAGS_step_timeout);
+      server.shard.optimizer = WorkerOptimizer();
+      auto reducer = PsServer::Start(server);
+      if (!reducer.ok()) return reducer.status();
+      out.master = *std::move(reducer);
+      port = out.master->port();
+      if (auto s = ReportMasterPort(port); !s.ok()) return s;
+    }
+    auto options = ClientOptions(setup, {absl::StrCat(master_addr, ":", port)});
+    auto client = PsClient::Connect(*options);
+    if (!client.ok()) return client.status();
+    out.description = absl::StrCat("master mode, reducer at ", master_addr, ":", port);
+    out.sync = *std::move(client);
+    return absl::OkStatus();
+  }
+  AllReduceGroupOptions group;
+  group.job_id = absl::GetFlag(FLAGS_job_id);
+  group.rank = setup.rank;
+  group.world_size = setup.world_size;
+  group.master_addr = master_addr;
+  group.master_port = *master_port;
+  group.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  group.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  group.timeout = absl::GetFlag(FLAGS_step_timeout);
+  auto listening = AllReduceGroup::Listen(group);
+  if (!listening.ok()) return listening.status();
+  out.group = *std::move(listening);
+  if (setup.rank == 0) {
+    if (auto s = ReportMasterPort(out.group->master_port()); !s.ok()) return s;
+  }
+  if (auto s = out.group->Join(); !s.ok()) return s;
+  AllReduceSyncOptions ring;
+  ring.optimizer = WorkerOptimizer();
+  auto sync = AllReduceSync::Create(&out.group->link(), ring);
+  if (!sync.ok()) return sync.status();
+  out.sync = *std::move(sync);
+  out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size);
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   auto rank = FlagOrEnv(absl::GetFlag(FLAGS_rank), {"RANK", "JOB_COMPLETION_INDEX"}, 0);
   if (!rank.ok()) return rank.status();
@@ -76,14 +228,25 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be auto, cpu or cuda, got '", device, "'"));
   }
-  const std::string ps = absl::GetFlag(FLAGS_ps);
-  if (ps.empty()) return absl::InvalidArgumentError("--ps is required (host:port,...)");
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "ps" && mode != "master" && mode != "allreduce") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode must be ps, master or allreduce, got '", mode, "'"));
+  }
+  if (mode == "ps" && absl::GetFlag(FLAGS_ps).empty()) {
+    return absl::InvalidArgumentError("--ps is required in ps mode (host:port,...)");
+  }
+  if (mode != "ps" && !(absl::GetFlag(FLAGS_lr) > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr must be > 0 in ", mode, " mode (the workers apply the optimizer)"));
+  }
 
   const std::string who = absl::StrCat("rank ", *rank, "/", *world_size);
   std::cout << who << ": device cpu"
             << (device == "auto" ? " (auto: the CPU backend is the one in this build)" : "")
             << std::endl;
 
+  Sync sync;
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   auto train = LoadFashionMnist(data_dir, /*train=*/true);
   if (!train.ok()) return train.status();
@@ -96,18 +259,32 @@ absl::Status Run() {
   model_options.threads = absl::GetFlag(FLAGS_threads);
   auto model = nn::CreateModel(model_options);
   if (!model.ok()) return model.status();
+  const std::string load_path = absl::GetFlag(FLAGS_load_model);
+  if (!load_path.empty()) {
+    if (absl::Status s = nn::LoadModel(load_path, **model); !s.ok()) {
+      return WithFlag("load_model", s);
+    }
+    std::cout << who << ": loaded the weights from " << load_path << std::endl;
+  }
+  const std::string save_path = *rank == 0 ? absl::GetFlag(FLAGS_save_model) : "";
+  if (!save_path.empty()) {  // Fail now rather than after training.
+    const std::string probe = absl::StrCat(save_path, ".probe");
+    if (!std::ofstream(probe).is_open()) {
+      return WithFlag("save_model",
+                      absl::ErrnoToStatus(errno, absl::StrCat("cannot write '", save_path, "'")));
+    }
+    std::remove(probe.c_str());
+  }
 
-  PsClientOptions ps_options;
-  ps_options.shard_addresses = absl::StrSplit(ps, ',', absl::SkipWhitespace());
-  ps_options.job_id = absl::GetFlag(FLAGS_job_id);
-  ps_options.rank = *rank;
-  ps_options.world_size = *world_size;
-  for (const nn::ParamInfo& p : (*model)->params()) ps_options.tensors.push_back({p.name, p.size});
-  ps_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
-  ps_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
-  ps_options.expected_learning_rate = absl::GetFlag(FLAGS_lr);
-  auto client = PsClient::Connect(ps_options);
-  if (!client.ok()) return client.status();
+  std::vector<TensorInfo> tensors;
+  for (const nn::ParamInfo& p : (*model)->params()) tensors.push_back({p.name, p.size});
+  SyncSetup setup;
+  setup.mode = mode;
+  setup.rank = *rank;
+  setup.world_size = *world_size;
+  setup.tensors = std::move(tensors);
+  if (auto s = MakeSync(setup, sync); !s.ok()) return s;
+  std::cout << who << ": " << sync.description << std::endl;
 
   TrainerOptions options;
   options.rank = *rank;
@@ -127,9 +304,17 @@ absl::Status Run() {
     options.metrics = &metrics;
   }
   std::cout << who << ": " << model_options.name << " with " << (*model)->weights().size()
-            << " parameters, " << train->size << " training images, "
-            << ps_options.shard_addresses.size() << " PS shard(s)" << std::endl;
-  return Train(options, **model, **client, *train, &*test, nullptr);
+            << " parameters, " << train->size << " training images" << std::endl;
+  if (absl::Status s = Train(options, **model, *sync.sync, *train, &*test, nullptr); !s.ok()) {
+    return s;
+  }
+  if (!save_path.empty()) {
+    if (absl::Status s = nn::SaveModel(**model, save_path); !s.ok()) {
+      return WithFlag("save_model", s);
+    }
+    std::cout << who << ": saved the final weights to " << save_path << std::endl;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// Optimizers that the parameter server applies to the averaged gradient of a chunk.
+// Optimizers applied to an averaged gradient: by a parameter-server shard to its chunks, or
+// by every replica itself in all-reduce mode.
 // Optimizer state (e.g. the momentum buffer) lives beside the weights, one per chunk.
-#ifndef DPTRAIN_SERVER_OPTIMIZER_H_
-#define DPTRAIN_SERVER_OPTIMIZER_H_
+#ifndef DPTRAIN_COMMON_OPTIMIZER_H_
+#define DPTRAIN_COMMON_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -40,4 +41,4 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerOption
 
 }  // namespace dptrain
 
-#endif  // DPTRAIN_SERVER_OPTIMIZER_H_
+#endif  // DPTRAIN_COMMON_OPTIMIZER_H_

@@ -1,0 +1,59 @@
+// Sets up all-reduce mode for one rank: its Peer service on a free port (rank 0: on the
+// master port, with the Rendezvous service too), the rendezvous through rank 0, and the
+// PeerLink to the other ranks.
+#ifndef DPTRAIN_WORKER_COMM_ALLREDUCE_GROUP_H_
+#define DPTRAIN_WORKER_COMM_ALLREDUCE_GROUP_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mailbox.h"
+#include "common/rendezvous.h"
+#include "grpcpp/server.h"
+#include "worker/comm/grpc_peer_link.h"
+#include "worker/comm/peer_service.h"
+
+namespace dptrain {
+
+struct AllReduceGroupOptions {
+  std::string job_id = "dptrain";
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;        // Rank 0 listens here (0: a free port, see master_port()).
+  std::string advertise_host;  // Where peers reach this rank; empty: the local IP toward master.
+  absl::Duration connect_timeout = absl::Seconds(60);  // For the rendezvous.
+  absl::Duration timeout = absl::Seconds(60);          // For one message.
+};
+
+class AllReduceGroup {
+ public:
+  // Rank 0 returns as soon as it listens (call Join next); see Join.
+  static absl::StatusOr<std::unique_ptr<AllReduceGroup>> Listen(const AllReduceGroupOptions& o);
+  ~AllReduceGroup();
+
+  // The port rank 0 listens on (meaningful on rank 0).
+  int master_port() const { return port_; }
+  // Joins the rendezvous (waiting for every rank up to connect_timeout) and connects the link.
+  absl::Status Join();
+  PeerLink& link() { return *link_; }
+
+ private:
+  AllReduceGroup() = default;
+
+  AllReduceGroupOptions options_;
+  Mailbox inbox_;
+  std::unique_ptr<RendezvousTable> table_;
+  std::unique_ptr<PeerService> peer_service_;
+  std::unique_ptr<RendezvousService> rendezvous_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<GrpcPeerLink> link_;
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_COMM_ALLREDUCE_GROUP_H_

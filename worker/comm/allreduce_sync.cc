@@ -1,0 +1,45 @@
+#include "worker/comm/allreduce_sync.h"
+
+namespace dptrain {
+
+AllReduceSync::AllReduceSync(PeerLink* link, const AllReduceSyncOptions& options,
+                             std::unique_ptr<Optimizer> optimizer)
+    : link_(link), options_(options), optimizer_(std::move(optimizer)) {}
+
+absl::StatusOr<std::unique_ptr<AllReduceSync>> AllReduceSync::Create(
+    PeerLink* link, const AllReduceSyncOptions& options) {
+  auto optimizer = CreateOptimizer(options.optimizer);
+  if (!optimizer.ok()) return optimizer.status();
+  return std::unique_ptr<AllReduceSync>(new AllReduceSync(link, options, *std::move(optimizer)));
+}
+
+absl::Status AllReduceSync::Start(absl::Span<float> weights) {
+  RingOptions ring;
+  ring.chunk_elements = options_.chunk_elements;
+  ring.tag_base = 0;
+  return RingBroadcast(*link_, weights, /*root=*/0, ring);
+}
+
+absl::Status AllReduceSync::Step(int64_t step, absl::Span<const float> grads,
+                                 absl::Span<float> weights) {
+  if (grads.size() != weights.size()) {
+    return absl::InvalidArgumentError("gradient and weights differ in size");
+  }
+  buffer_.assign(grads.begin(), grads.end());
+  RingOptions ring;
+  ring.chunk_elements = options_.chunk_elements;
+  ring.average = true;
+  ring.tag_base = static_cast<uint64_t>(step) + 1;  // 0 is the initial broadcast.
+  if (auto s = RingAllReduce(*link_, absl::MakeSpan(buffer_), ring); !s.ok()) return s;
+  optimizer_->Apply(weights, buffer_, state_);
+  return absl::OkStatus();
+}
+
+CommStats AllReduceSync::stats() const {
+  CommStats s;
+  s.bytes_pushed = link_->bytes_sent();
+  s.bytes_pulled = link_->bytes_received();
+  return s;
+}
+
+}  // namespace dptrain

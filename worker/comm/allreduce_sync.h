@@ -1,0 +1,47 @@
+// GradientSync of all-reduce mode (the DistributedDataParallel model): rank 0's initial
+// weights are broadcast along the ring, then every step the gradients are averaged with a
+// ring all-reduce and every replica applies the same optimizer step itself.
+#ifndef DPTRAIN_WORKER_COMM_ALLREDUCE_SYNC_H_
+#define DPTRAIN_WORKER_COMM_ALLREDUCE_SYNC_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/optimizer.h"
+#include "common/peer_link.h"
+#include "common/ring_allreduce.h"
+#include "worker/comm/gradient_sync.h"
+
+namespace dptrain {
+
+struct AllReduceSyncOptions {
+  OptimizerOptions optimizer;
+  int64_t chunk_elements = int64_t{1} << 18;
+};
+
+class AllReduceSync : public GradientSync {
+ public:
+  // `link` must outlive the sync. InvalidArgument for bad optimizer options.
+  static absl::StatusOr<std::unique_ptr<AllReduceSync>> Create(PeerLink* link,
+                                                               const AllReduceSyncOptions& options);
+
+  absl::Status Start(absl::Span<float> weights) override;
+  absl::Status Step(int64_t step, absl::Span<const float> grads,
+                    absl::Span<float> weights) override;
+  CommStats stats() const override;
+
+ private:
+  AllReduceSync(PeerLink* link, const AllReduceSyncOptions& options,
+                std::unique_ptr<Optimizer> optimizer);
+
+  PeerLink* const link_;
+  const AllReduceSyncOptions options_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  OptimizerState state_;
+  std::vector<float> buffer_;
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_COMM_ALLREDUCE_SYNC_H_
