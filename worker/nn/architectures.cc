@@ -1,16 +1,22 @@
 #include "worker/nn/architectures.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/nn/activations.h"
 #include "worker/nn/avg_pool2d.h"
+#include "worker/nn/batch_norm2d.h"
 #include "worker/nn/conv2d.h"
+#include "worker/nn/global_avg_pool2d.h"
 #include "worker/nn/init.h"
 #include "worker/nn/linear.h"
+#include "worker/nn/residual.h"
+#include "worker/nn/sequential_block.h"
 
 namespace dptrain {
 namespace nn {
@@ -18,7 +24,7 @@ namespace {
 
 absl::Status UnknownModel(absl::string_view name) {
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown model '", name, "' (expected mlp or lenet)"));
+      absl::StrCat("unknown model '", name, "' (expected mlp, lenet or resnet18)"));
 }
 
 template <typename T>
@@ -49,12 +55,54 @@ absl::StatusOr<Sequential<T>> BuildLeNet() {
   return Sequential<T>::Create(kImageDims, std::move(layers));
 }
 
+const ResNetConfig& ResNet18Config() {
+  static const ResNetConfig config{kImageDims, {64, 128, 256, 512}, 2, kNumClasses};
+  return config;
+}
+
 }  // namespace
+
+template <typename T>
+absl::StatusOr<Sequential<T>> BuildResNet(const ResNetConfig& config) {
+  if (config.channels.empty() || config.residuals < 1 || config.classes < 1) {
+    return absl::InvalidArgumentError("ResNet: needs channels, residuals >= 1 and classes >= 1");
+  }
+  std::vector<std::unique_ptr<Layer<T>>> layers;
+  {
+    std::vector<std::unique_ptr<Layer<T>>> b1;
+    b1.push_back(std::make_unique<Conv2d<T>>(
+        Conv2dOptions::Square(config.input.c, config.channels[0], 3, 1, 1)));
+    b1.push_back(std::make_unique<BatchNorm2d<T>>(config.channels[0]));
+    b1.push_back(std::make_unique<ReLU<T>>());
+    layers.push_back(std::make_unique<SequentialBlock<T>>(std::move(b1)));
+  }
+  for (size_t s = 0; s < config.channels.size(); ++s) {
+    std::vector<std::unique_ptr<Layer<T>>> stage;
+    const int out = config.channels[s];
+    for (int r = 0; r < config.residuals; ++r) {
+      if (r == 0 && s > 0) {
+        stage.push_back(std::make_unique<Residual<T>>(
+            ResidualOptions{config.channels[s - 1], out, /*use_1x1conv=*/true, /*stride=*/2}));
+      } else {
+        stage.push_back(std::make_unique<Residual<T>>(ResidualOptions{out, out, false, 1}));
+      }
+    }
+    layers.push_back(std::make_unique<SequentialBlock<T>>(std::move(stage)));
+  }
+  layers.push_back(std::make_unique<GlobalAvgPool2d<T>>());
+  layers.push_back(std::make_unique<Flatten<T>>());
+  layers.push_back(std::make_unique<Linear<T>>(config.channels.back(), config.classes));
+  return Sequential<T>::Create(config.input, std::move(layers));
+}
+
+template absl::StatusOr<Sequential<float>> BuildResNet<float>(const ResNetConfig&);
+template absl::StatusOr<Sequential<double>> BuildResNet<double>(const ResNetConfig&);
 
 template <typename T>
 absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name) {
   if (name == "mlp") return BuildMlp<T>();
   if (name == "lenet") return BuildLeNet<T>();
+  if (name == "resnet18") return BuildResNet<T>(ResNet18Config());
   return UnknownModel(name);
 }
 
@@ -62,19 +110,30 @@ template absl::StatusOr<Sequential<float>> BuildNetwork<float>(absl::string_view
 template absl::StatusOr<Sequential<double>> BuildNetwork<double>(absl::string_view);
 
 absl::Status InitializeParams(absl::string_view name, const Sequential<float>& net, uint64_t seed,
-                              float* params) {
-  if (name != "mlp" && name != "lenet") return UnknownModel(name);
+                              float* params, absl::string_view init) {
+  if (name != "mlp" && name != "lenet" && name != "resnet18") return UnknownModel(name);
+  if (init == "default") init = name == "mlp" ? "normal" : "xavier";
+  if (init != "normal" && init != "xavier" && init != "kaiming") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown init '", init, "' (expected default, normal, xavier or kaiming)"));
+  }
   InitRng rng(seed);
   for (int i = 0; i < net.num_layers(); ++i) {
     float* p = params + net.param_offset(i);
     for (const TensorSpec& spec : net.layer(i).ParamSpecs()) {
-      if (spec.name == "bias") {
+      if (absl::EndsWith(spec.name, "bias")) {
         std::fill(p, p + spec.size(), 0.0f);
-      } else if (name == "mlp") {
+      } else if (spec.shape.size() == 1) {  // Batch norm's weight (gamma).
+        std::fill(p, p + spec.size(), 1.0f);
+      } else if (init == "normal") {
         FillNormal(rng, 0.0, 0.01, p, spec.size());
-      } else {
+      } else if (init == "xavier") {
         const double bound = XavierUniformBound(spec.shape);
         FillUniform(rng, -bound, bound, p, spec.size());
+      } else {
+        int64_t fan_in, fan_out;
+        ComputeFans(spec.shape, &fan_in, &fan_out);
+        FillNormal(rng, 0.0, std::sqrt(2.0 / static_cast<double>(fan_out)), p, spec.size());
       }
       p += spec.size();
     }

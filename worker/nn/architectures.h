@@ -2,14 +2,21 @@
 // and 10 classes, built as a Sequential whose layer indices match PyTorch's nn.Sequential (so
 // parameter "i.weight" belongs to layer i).
 //
-//   mlp:   Flatten, Linear(784, 256), ReLU, Linear(256, 10)
-//   lenet: Conv2d(1, 6, 5, padding=2), Sigmoid, AvgPool2d(2, 2), Conv2d(6, 16, 5), Sigmoid,
-//          AvgPool2d(2, 2), Flatten, Linear(400, 120), Sigmoid, Linear(120, 84), Sigmoid,
-//          Linear(84, 10)
+//   mlp:      Flatten, Linear(784, 256), ReLU, Linear(256, 10)
+//   lenet:    Conv2d(1, 6, 5, padding=2), Sigmoid, AvgPool2d(2, 2), Conv2d(6, 16, 5), Sigmoid,
+//             AvgPool2d(2, 2), Flatten, Linear(400, 120), Sigmoid, Linear(120, 84), Sigmoid,
+//             Linear(84, 10)
+//   resnet18: d2l's ResNet-18 as modified for 28x28 input (3x3 stem, stride 1, no max-pool):
+//             Sequential(Conv2d(1, 64, 3, padding=1), BatchNorm2d(64), ReLU), then four stages
+//             of two Residuals each (64, 128, 256, 512 channels; stages 2-4 start with a
+//             use_1x1conv, stride-2 Residual), AdaptiveAvgPool2d((1, 1)), Flatten,
+//             Linear(512, 10). 11,175,818 parameters; names as worker/nn/testdata/
+//             resnet18_state_dict.txt (made by PyTorch from d2l's code).
 #ifndef DPTRAIN_WORKER_NN_ARCHITECTURES_H_
 #define DPTRAIN_WORKER_NN_ARCHITECTURES_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,15 +29,36 @@ namespace nn {
 inline constexpr int kNumClasses = 10;
 inline constexpr Dims kImageDims{1, 28, 28};
 
-// "mlp" or "lenet"; InvalidArgument "unknown model 'x' (expected mlp or lenet)" otherwise.
+// "mlp", "lenet" or "resnet18"; InvalidArgument
+// "unknown model 'x' (expected mlp, lenet or resnet18)" otherwise.
 template <typename T>
 absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name);
 
-// Overwrites `params` (net.num_params() values) with d2l's initialisation for network `name`,
-// drawn deterministically from `seed`: mlp weights N(0, 0.01^2); lenet weights Xavier-uniform;
-// all biases 0. Parameters are drawn in layout order. InvalidArgument for an unknown name.
+// A d2l-style ResNet: layer 0 = Sequential(Conv2d(input.c, channels[0], 3, padding=1),
+// BatchNorm2d, ReLU); layer 1 + s = Sequential of `residuals` Residuals for each stage s (stage 0:
+// channels[0] -> channels[0], stride 1; later stages: the first Residual goes from
+// channels[s - 1] to channels[s] with use_1x1conv and stride 2); then AdaptiveAvgPool2d((1, 1)),
+// Flatten, Linear(channels.back(), classes). resnet18 is {kImageDims, {64, 128, 256, 512}, 2, 10};
+// tests use small ones.
+struct ResNetConfig {
+  Dims input;
+  std::vector<int> channels;
+  int residuals = 2;
+  int classes = kNumClasses;
+};
+template <typename T>
+absl::StatusOr<Sequential<T>> BuildResNet(const ResNetConfig& config);
+
+// Overwrites `params` (net.num_params() values) drawn deterministically from `seed`, in layout
+// order. Biases (names ending in "bias") are 0 and batch-norm weights (1-D "weight"s) are 1. The
+// other weights depend on `init`:
+//   "normal":  N(0, 0.01^2), d2l's for the MLP;
+//   "xavier":  Xavier-uniform (gain 1), d2l's train_ch6 for LeNet and ResNet;
+//   "kaiming": Kaiming-normal, fan_out mode, ReLU gain: N(0, 2 / fan_out) (torchvision's ResNet);
+//   "default": the model's d2l choice: normal for mlp, xavier for lenet and resnet18.
+// InvalidArgument for an unknown model or init name.
 absl::Status InitializeParams(absl::string_view name, const Sequential<float>& net, uint64_t seed,
-                              float* params);
+                              float* params, absl::string_view init = "default");
 
 }  // namespace nn
 }  // namespace dptrain

@@ -51,14 +51,14 @@ void Crop(const Geometry& g, const T* xp, T* x) {
 }
 
 // cols[(ci * kh + ki) * kw + kj][oy * ow + ox] = xp[ci][oy * sh + ki][ox * sw + kj] for the
-// padded input xp: every read is in bounds, so the rows are plain (vectorisable) copies.
+// padded input xp, rows `ld` apart: every read is in bounds, so the rows are plain (vectorisable)
+// copies.
 template <typename T>
-void Im2Col(const Geometry& g, const T* xp, T* cols) {
-  const int64_t plane = int64_t{g.oh} * g.ow;
+void Im2Col(const Geometry& g, const T* xp, T* cols, int64_t ld) {
   for (int ci = 0; ci < g.c; ++ci) {
     for (int ki = 0; ki < g.kh; ++ki) {
       for (int kj = 0; kj < g.kw; ++kj) {
-        T* row = cols + ((int64_t{ci} * g.kh + ki) * g.kw + kj) * plane;
+        T* row = cols + ((int64_t{ci} * g.kh + ki) * g.kw + kj) * ld;
         for (int oy = 0; oy < g.oh; ++oy) {
           const T* __restrict src = xp + (int64_t{ci} * g.hp() + oy * g.sh + ki) * g.wp() + kj;
           T* __restrict dst = row + int64_t{oy} * g.ow;
@@ -76,12 +76,11 @@ void Im2Col(const Geometry& g, const T* xp, T* cols) {
 // The adjoint of Im2Col: adds every column entry onto the padded-input position it came from.
 // dxp must be zeroed by the caller.
 template <typename T>
-void Col2Im(const Geometry& g, const T* cols, T* dxp) {
-  const int64_t plane = int64_t{g.oh} * g.ow;
+void Col2Im(const Geometry& g, const T* cols, int64_t ld, T* dxp) {
   for (int ci = 0; ci < g.c; ++ci) {
     for (int ki = 0; ki < g.kh; ++ki) {
       for (int kj = 0; kj < g.kw; ++kj) {
-        const T* row = cols + ((int64_t{ci} * g.kh + ki) * g.kw + kj) * plane;
+        const T* row = cols + ((int64_t{ci} * g.kh + ki) * g.kw + kj) * ld;
         for (int oy = 0; oy < g.oh; ++oy) {
           const T* __restrict src = row + int64_t{oy} * g.ow;
           T* __restrict dst = dxp + (int64_t{ci} * g.hp() + oy * g.sh + ki) * g.wp() + kj;
@@ -156,17 +155,30 @@ bool Conv2d<T>::is_pointwise() const {
 }
 
 template <typename T>
-const T* Conv2d<T>::Columns(int n) {
-  const T* x = input_.data + n * input_.dims.size();
-  if (is_pointwise()) return x;
+int Conv2d<T>::GroupSize(int batch) const {
+  const int p = out_dims_.h * out_dims_.w;
+  return std::max(1, std::min(batch, (kMinGemmColumns + p - 1) / p));
+}
+
+template <typename T>
+const T* Conv2d<T>::Columns(int n0, int count) {
   const Geometry g = MakeGeometry(o_, input_.dims, out_dims_);
-  if (g.padded()) {
-    T* xp = EnsureSize(padded_, g.padded_size());
-    Pad(g, x, xp);
-    x = xp;
+  const int64_t p = int64_t{out_dims_.h} * out_dims_.w, ld = count * p;
+  if (count == 1 && is_pointwise()) return input_.data + n0 * input_.dims.size();
+  T* cols = EnsureSize(columns_, patch_size() * ld);
+  for (int s = 0; s < count; ++s) {
+    const T* x = input_.data + (n0 + s) * input_.dims.size();
+    if (is_pointwise()) {
+      for (int c = 0; c < g.c; ++c) std::copy(x + c * p, x + (c + 1) * p, cols + c * ld + s * p);
+      continue;
+    }
+    if (g.padded()) {
+      T* xp = EnsureSize(padded_, g.padded_size());
+      Pad(g, x, xp);
+      x = xp;
+    }
+    Im2Col(g, x, cols + s * p, ld);
   }
-  T* cols = EnsureSize(columns_, int64_t{patch_size()} * out_dims_.h * out_dims_.w);
-  Im2Col(g, x, cols);
   return cols;
 }
 
@@ -176,12 +188,32 @@ TensorRef<T> Conv2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
   out_dims_ = Dims{o_.out_channels, (input.dims.h + 2 * o_.pad_h - o_.kernel_h) / o_.stride_h + 1,
                    (input.dims.w + 2 * o_.pad_w - o_.kernel_w) / o_.stride_w + 1};
   const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
+  const int group = GroupSize(input.batch);
   T* y = EnsureSize(output_, input.batch * out_dims_.size());
-  for (int n = 0; n < input.batch; ++n) {
-    T* yn = y + n * out_dims_.size();
-    for (int c = 0; c < oc; ++c) std::fill(yn + int64_t{c} * p, yn + int64_t{c + 1} * p, bias_[c]);
-    // Y_n [oc, p] = W [oc, k] * cols [k, p] + bias.
-    Gemm(false, false, oc, p, k, T(1), weight_, k, Columns(n), p, T(1), yn, p);
+  for (int n0 = 0; n0 < input.batch; n0 += group) {
+    const int count = std::min(group, input.batch - n0);
+    const T* cols = Columns(n0, count);
+    if (count == 1) {
+      T* yn = y + n0 * out_dims_.size();
+      for (int c = 0; c < oc; ++c)
+        std::fill(yn + int64_t{c} * p, yn + int64_t{c + 1} * p, bias_[c]);
+      // Y_n [oc, p] = W [oc, k] * cols [k, p] + bias.
+      Gemm(false, false, oc, p, k, T(1), weight_, k, cols, p, T(1), yn, p);
+      continue;
+    }
+    // Y [oc, count * p] = W [oc, k] * cols [k, count * p], then scattered to NCHW with the bias.
+    const int64_t ld = int64_t{count} * p;
+    T* yg = EnsureSize(group_buffer_, oc * ld);
+    Gemm(false, false, oc, count * p, k, T(1), weight_, k, cols, count * p, T(0), yg, count * p);
+    for (int s = 0; s < count; ++s) {
+      T* yn = y + (n0 + s) * out_dims_.size();
+      for (int c = 0; c < oc; ++c) {
+        const T* __restrict src = yg + c * ld + s * p;
+        T* __restrict dst = yn + int64_t{c} * p;
+        const T b = bias_[c];
+        for (int i = 0; i < p; ++i) dst[i] = src[i] + b;
+      }
+    }
   }
   return {y, input.batch, out_dims_};
 }
@@ -190,28 +222,53 @@ template <typename T>
 TensorRef<T> Conv2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
   const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
   const int batch = grad_output.batch;
+  const int group = GroupSize(batch);
   const Geometry g = MakeGeometry(o_, input_.dims, out_dims_);
   T* dx = need_input_grad ? EnsureSize(grad_input_, input_.size()) : nullptr;
-  T* dcols = need_input_grad ? EnsureSize(grad_columns_, int64_t{k} * p) : nullptr;
+  T* dcols = need_input_grad ? EnsureSize(grad_columns_, int64_t{k} * p * group) : nullptr;
   T* dxp = need_input_grad && g.padded() ? EnsureSize(grad_padded_, g.padded_size()) : nullptr;
   std::fill(grad_bias_, grad_bias_ + oc, T(0));
   for (int n = 0; n < batch; ++n) {
     const T* dyn = grad_output.data + n * out_dims_.size();
     for (int c = 0; c < oc; ++c) grad_bias_[c] += Sum(dyn + int64_t{c} * p, p);
-    // dW [oc, k] (+)= dY_n [oc, p] * cols^T [p, k].
-    Gemm(false, true, oc, k, p, T(1), dyn, p, Columns(n), p, n == 0 ? T(0) : T(1), grad_weight_, k);
+  }
+  for (int n0 = 0; n0 < batch; n0 += group) {
+    const int count = std::min(group, batch - n0);
+    const int64_t ld = int64_t{count} * p;
+    // dY [oc, count * p]: the samples' output gradients side by side (as is for one sample).
+    const T* dy = grad_output.data + n0 * out_dims_.size();
+    if (count > 1) {
+      T* gathered = EnsureSize(group_buffer_, oc * ld);
+      for (int s = 0; s < count; ++s) {
+        for (int c = 0; c < oc; ++c) {
+          const T* src = dy + s * out_dims_.size() + int64_t{c} * p;
+          std::copy(src, src + p, gathered + c * ld + s * p);
+        }
+      }
+      dy = gathered;
+    }
+    // dW [oc, k] (+)= dY [oc, count * p] * cols^T [count * p, k].
+    Gemm(false, true, oc, k, count * p, T(1), dy, count * p, Columns(n0, count), count * p,
+         n0 == 0 ? T(0) : T(1), grad_weight_, k);
     if (!need_input_grad) continue;
-    T* dxn = dx + n * input_.dims.size();
-    if (is_pointwise()) {
-      Gemm(true, false, k, p, oc, T(1), weight_, k, dyn, p, T(0), dxn, p);
+    if (count == 1 && is_pointwise()) {
+      Gemm(true, false, k, p, oc, T(1), weight_, k, dy, p, T(0), dx + n0 * input_.dims.size(), p);
       continue;
     }
-    // dcols [k, p] = W^T [k, oc] * dY_n [oc, p], then added back onto the (padded) input.
-    Gemm(true, false, k, p, oc, T(1), weight_, k, dyn, p, T(0), dcols, p);
-    T* target = g.padded() ? dxp : dxn;
-    std::fill(target, target + (g.padded() ? g.padded_size() : input_.dims.size()), T(0));
-    Col2Im(g, dcols, target);
-    if (g.padded()) Crop(g, dxp, dxn);
+    // dcols [k, count * p] = W^T [k, oc] * dY [oc, count * p], then added back onto the inputs.
+    Gemm(true, false, k, count * p, oc, T(1), weight_, k, dy, count * p, T(0), dcols, count * p);
+    for (int s = 0; s < count; ++s) {
+      T* dxn = dx + (n0 + s) * input_.dims.size();
+      if (is_pointwise()) {
+        for (int c = 0; c < k; ++c)
+          std::copy(dcols + c * ld + s * p, dcols + c * ld + (s + 1) * p, dxn + c * p);
+        continue;
+      }
+      T* target = g.padded() ? dxp : dxn;
+      std::fill(target, target + (g.padded() ? g.padded_size() : input_.dims.size()), T(0));
+      Col2Im(g, dcols + s * p, ld, target);
+      if (g.padded()) Crop(g, dxp, dxn);
+    }
   }
   if (!need_input_grad) return {};
   return {dx, batch, input_.dims};

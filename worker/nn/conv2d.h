@@ -2,8 +2,10 @@
 // NCHW input: weight [out_c, in_c, kh, kw], bias [out_c]. Any kernel size, stride and zero
 // padding. Computed per sample as im2col (from a zero-padded copy, so the copies are branch-free)
 // followed by one GEMM; the im2col matrix stays in cache and is rebuilt in Backward rather than
-// stored for the whole batch. (Measured on LeNet's sizes: putting several samples side by side in
-// one wider GEMM was no faster.)
+// stored for the whole batch. Small outputs (ResNet's 7x7 and 4x4 stages) would make GEMMs with a
+// handful of columns that re-read the whole weight matrix per sample, so samples are grouped side
+// by side until a GEMM has at least kMinGemmColumns columns (a group of one for LeNet's sizes,
+// where wider GEMMs were measured to be no faster).
 #ifndef DPTRAIN_WORKER_NN_CONV2D_H_
 #define DPTRAIN_WORKER_NN_CONV2D_H_
 
@@ -49,8 +51,13 @@ class Conv2d final : public Layer<T> {
   int patch_size() const { return o_.in_channels * o_.kernel_h * o_.kernel_w; }
   // True for a 1x1, stride 1, unpadded kernel, whose im2col matrix is the input itself.
   bool is_pointwise() const;
-  // The im2col matrix of sample `n` of the current input (may point into the input).
-  const T* Columns(int n);
+  static constexpr int kMinGemmColumns = 256;
+
+  // Samples per GEMM for the current output dims.
+  int GroupSize(int batch) const;
+  // The im2col matrix of samples [n0, n0 + count) of the current input, side by side:
+  // patch_size() x (count * oh * ow). May point into the input.
+  const T* Columns(int n0, int count);
 
   const Conv2dOptions o_;
   const T* weight_ = nullptr;
@@ -60,7 +67,8 @@ class Conv2d final : public Layer<T> {
   TensorRef<T> input_;
   Dims out_dims_;
   std::vector<T> padded_;        // One zero-padded input sample (if there is padding).
-  std::vector<T> columns_;       // One sample's im2col matrix, patch_size() x (oh * ow).
+  std::vector<T> columns_;       // One group's im2col matrix.
+  std::vector<T> group_buffer_;  // One group's output (gradient), oc x (count * oh * ow).
   std::vector<T> grad_columns_;  // Its gradient, same shape.
   std::vector<T> grad_padded_;   // The gradient of padded_.
   std::vector<T> output_;

@@ -42,6 +42,16 @@ class Layer {
   // called before Forward by layers with parameters; the parameters may change between steps.
   virtual void BindParams(const T* params, T* grads) {}
 
+  // Buffers: state that is not learnt by gradient descent (batch norm's running statistics),
+  // updated by Forward in training mode and read in evaluation mode. Laid out like the parameters
+  // but in a separate flat buffer, in PyTorch's state_dict order; empty for most layers.
+  virtual std::vector<TensorSpec> BufferSpecs() const { return {}; }
+  // Points the layer at its buffers (BufferSpecs() back to back). Not owned; must outlive every
+  // later Forward. Must be called before Forward by layers with buffers.
+  virtual void BindBuffers(T* buffers) {}
+  // Writes PyTorch's initial buffer values (BufferSpecs() layout) to `buffers`.
+  virtual void InitBuffers(T* buffers) const {}
+
   // Computes the output for `input`. The returned view is owned by the layer and valid until its
   // next Forward. `input` must stay valid and unchanged until Backward (if any) returns.
   virtual TensorRef<T> Forward(TensorRef<T> input, bool training) = 0;

@@ -49,9 +49,11 @@ void ExpectMatchesFiniteDifferences(const std::string& what, Layer<double>& laye
   for (int64_t i : picked) {
     const double saved = values[i];
     values[i] = saved + options.fd_step;
-    const double plus = Dot(layer.Forward({x.data(), options.batch, options.input}, true), g);
+    const double plus =
+        Dot(layer.Forward({x.data(), options.batch, options.input}, options.training), g);
     values[i] = saved - options.fd_step;
-    const double minus = Dot(layer.Forward({x.data(), options.batch, options.input}, true), g);
+    const double minus =
+        Dot(layer.Forward({x.data(), options.batch, options.input}, options.training), g);
     values[i] = saved;
     numeric.push_back((plus - minus) / (2 * options.fd_step));
     expected.push_back(analytic[i]);
@@ -106,6 +108,14 @@ void CheckLayer(Layer<double>& d, Layer<float>& f, const LayerCheckOptions& opti
   std::vector<float> gradsf(num_params, 0.0f);
   d.BindParams(params.data(), grads.data());
   f.BindParams(paramsf.data(), gradsf.data());
+  int64_t num_buffers = 0;
+  for (const TensorSpec& spec : d.BufferSpecs()) num_buffers += spec.size();
+  std::vector<double> buffers(num_buffers);
+  d.InitBuffers(buffers.data());
+  if (options.init_buffers) options.init_buffers(buffers);
+  std::vector<float> buffersf = Cast<float>(buffers);
+  d.BindBuffers(buffers.data());
+  f.BindBuffers(buffersf.data());
 
   // A first step on a larger batch of other data leaves stale values in every reused buffer, so
   // that a layer that forgets to overwrite part of a buffer fails the checks below.
@@ -113,19 +123,19 @@ void CheckLayer(Layer<double>& d, Layer<float>& f, const LayerCheckOptions& opti
     const std::vector<double> x0 = RandomVector((batch + 1) * options.input.size(), 3.0, 99);
     const std::vector<double> g0 = RandomVector((batch + 1) * out_dims->size(), 3.0, 98);
     const std::vector<float> x0f = Cast<float>(x0), g0f = Cast<float>(g0);
-    d.Forward({x0.data(), batch + 1, options.input}, true);
+    d.Forward({x0.data(), batch + 1, options.input}, options.training);
     d.Backward({g0.data(), batch + 1, *out_dims}, true);
-    f.Forward({x0f.data(), batch + 1, options.input}, true);
+    f.Forward({x0f.data(), batch + 1, options.input}, options.training);
     f.Backward({g0f.data(), batch + 1, *out_dims}, true);
   }
 
   // Forward: double against the reference, float against double.
-  TensorRef<double> y = d.Forward({x.data(), batch, options.input}, true);
+  TensorRef<double> y = d.Forward({x.data(), batch, options.input}, options.training);
   ASSERT_EQ(y.batch, batch);
   ASSERT_EQ(y.dims, *out_dims);
   const std::vector<double> yd = ToVector(y);
   if (reference) ExpectAllClose("forward vs reference", yd, reference(x, params, batch), 1e-12);
-  TensorRef<float> yf = f.Forward({xf.data(), batch, options.input}, true);
+  TensorRef<float> yf = f.Forward({xf.data(), batch, options.input}, options.training);
   ASSERT_EQ(yf.dims, *out_dims);
   ExpectAllClose("float forward", ToVector(yf), yd, options.float_tolerance);
 

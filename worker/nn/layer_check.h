@@ -40,10 +40,17 @@ struct LayerCheckOptions {
   double float_tolerance = 2e-5;
   // At most this many elements per tensor get a finite-difference check (chosen at random).
   int max_fd_checks = 400;
+  // Mode of every Forward (false: evaluation mode, e.g. batch norm with running statistics).
+  bool training = true;
+  // Initial buffer values (Layer::BufferSpecs layout) for the double layer; the float one gets
+  // them rounded. Empty: the layer's InitBuffers.
+  std::function<void(std::vector<double>& buffers)> init_buffers;
 };
 
 // Runs every check on `d` and `f`, two instances of the same layer configuration in double and
-// float. `reference` may be empty to skip the reference comparison.
+// float. `reference` may be empty to skip the reference comparison. The reference sees the
+// parameters only: a layer with buffers is checked against it in evaluation mode, or with
+// buffers that do not affect its training-mode output.
 void CheckLayer(Layer<double>& d, Layer<float>& f, const LayerCheckOptions& options,
                 const ReferenceForward& reference);
 

@@ -23,12 +23,20 @@ class CpuModel final : public Model {
       : name_(std::move(name)),
         net_(std::move(net)),
         weights_(std::move(weights)),
-        grads_(net_.num_params(), 0.0f) {
+        grads_(net_.num_params(), 0.0f),
+        buffer_values_(net_.num_buffers()) {
+    net_.InitBuffers(buffer_values_.data());
     for (int i = 0; i < net_.num_layers(); ++i) {
       int64_t offset = net_.param_offset(i);
       for (TensorSpec& spec : net_.layer(i).ParamSpecs()) {
         const int64_t size = spec.size();
         params_.push_back({absl::StrCat(i, ".", spec.name), std::move(spec.shape), offset, size});
+        offset += size;
+      }
+      offset = net_.buffer_offset(i);
+      for (TensorSpec& spec : net_.layer(i).BufferSpecs()) {
+        const int64_t size = spec.size();
+        buffers_.push_back({absl::StrCat(i, ".", spec.name), std::move(spec.shape), offset, size});
         offset += size;
       }
     }
@@ -37,6 +45,8 @@ class CpuModel final : public Model {
   const std::vector<ParamInfo>& params() const override { return params_; }
   std::vector<float>& weights() override { return weights_; }
   const std::vector<float>& grads() const override { return grads_; }
+  const std::vector<ParamInfo>& buffers() const override { return buffers_; }
+  std::vector<float>& buffer_values() override { return buffer_values_; }
   std::string name() const override { return name_; }
 
   absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
@@ -78,6 +88,15 @@ class CpuModel final : public Model {
       return absl::FailedPreconditionError(absl::StrCat(name_, ": weights() has ", weights_.size(),
                                                         " values, expected ", net_.num_params()));
     }
+    if (static_cast<int64_t>(buffer_values_.size()) != net_.num_buffers()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name_, ": buffer_values() has ", buffer_values_.size(), " values, expected ",
+                       net_.num_buffers()));
+    }
+    if (buffer_values_.data() != bound_buffers_) {
+      net_.BindBuffers(buffer_values_.data());
+      bound_buffers_ = buffer_values_.data();
+    }
     if (weights_.data() != bound_weights_) {
       net_.BindParams(weights_.data(), grads_.data());
       bound_weights_ = weights_.data();
@@ -90,8 +109,11 @@ class CpuModel final : public Model {
   std::vector<ParamInfo> params_;
   std::vector<float> weights_;
   std::vector<float> grads_;
+  std::vector<ParamInfo> buffers_;
+  std::vector<float> buffer_values_;
   std::vector<float> grad_logits_;
   const float* bound_weights_ = nullptr;
+  const float* bound_buffers_ = nullptr;
 };
 
 }  // namespace
@@ -103,7 +125,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
   absl::StatusOr<Sequential<float>> net = BuildNetwork<float>(options.name);
   if (!net.ok()) return net.status();
   std::vector<float> weights(net->num_params());
-  if (absl::Status s = InitializeParams(options.name, *net, options.seed, weights.data());
+  if (absl::Status s =
+          InitializeParams(options.name, *net, options.seed, weights.data(), options.init);
       !s.ok()) {
     return s;
   }

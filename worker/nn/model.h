@@ -49,6 +49,16 @@ class Model {
   // first step.
   virtual const std::vector<float>& grads() const = 0;
 
+  // Buffers: non-learnt state (batch norm's running_mean, running_var and num_batches_tracked),
+  // named and shaped as in PyTorch's state_dict ("0.1.running_mean", a scalar [] for
+  // num_batches_tracked, which PyTorch stores as int64 and this model as a float count). They are
+  // NOT in weights()/grads(), so the parameter server never averages them: TrainStep updates
+  // them locally from each batch, Evaluate reads them. Laid out like params(): back to back in
+  // buffer_values(), whose values the caller may overwrite (e.g. from a checkpoint) or replace
+  // with a vector of the same size. Empty for models without batch norm (mlp, lenet).
+  virtual const std::vector<ParamInfo>& buffers() const { return no_buffers_; }
+  virtual std::vector<float>& buffer_values() { return no_buffer_values_; }
+
   // Forward + backward on `batch` images (batch * 1 * 28 * 28 floats, NCHW) with labels 0..9.
   // Overwrites grads() with d(mean loss)/d(weights). InvalidArgument for batch < 1, null pointers
   // or a label >= 10; grads() is unchanged then.
@@ -58,21 +68,28 @@ class Model {
   virtual absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,
                                                int batch) = 0;
 
-  // "mlp" or "lenet".
+  // "mlp", "lenet" or "resnet18".
   virtual std::string name() const = 0;
+
+ private:
+  const std::vector<ParamInfo> no_buffers_;
+  std::vector<float> no_buffer_values_;
 };
 
 struct ModelOptions {
-  std::string name;  // "mlp" | "lenet"
+  std::string name;  // "mlp" | "lenet" | "resnet18"
   // Seeds the deterministic initialisation: the same seed gives bit-identical weights.
   uint64_t seed = 0;
   // > 0: set the number of OpenBLAS threads (process-wide!). 0: leave the BLAS default.
   int threads = 0;
+  // Weight initialisation: "default" (the model's d2l choice) | "normal" | "xavier" | "kaiming";
+  // see InitializeParams in architectures.h. Biases 0, batch-norm weights 1 in every case.
+  std::string init = "default";
 };
 
 // Builds the named model on the CPU with freshly initialised weights and zero gradients.
-// InvalidArgument "unknown model 'x' (expected mlp or lenet)" for another name, or for
-// threads < 0.
+// InvalidArgument "unknown model 'x' (expected mlp, lenet or resnet18)" for another name, for an
+// unknown init, or for threads < 0. Buffers start at PyTorch's values (running_var 1, others 0).
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);
 
 }  // namespace nn

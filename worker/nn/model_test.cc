@@ -55,6 +55,8 @@ TEST(ModelTest, MlpParamsAsPyTorch) {
 TEST(ModelTest, LeNetParamsAsPyTorch) {
   auto model = MustCreate("lenet");
   EXPECT_EQ(model->name(), "lenet");
+  EXPECT_TRUE(model->buffers().empty());
+  EXPECT_TRUE(model->buffer_values().empty());
   ExpectParams(*model,
                {{"0.weight", {6, 1, 5, 5}},
                 {"0.bias", {6}},
@@ -73,7 +75,7 @@ TEST(ModelTest, UnknownModel) {
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel({"resnet"});
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(model.status().message(), "unknown model 'resnet' (expected mlp or lenet)");
+  EXPECT_EQ(model.status().message(), "unknown model 'resnet' (expected mlp, lenet or resnet18)");
   EXPECT_FALSE(CreateModel({"mlp", 0, -1}).ok());
 }
 

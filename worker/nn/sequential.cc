@@ -19,6 +19,7 @@ absl::StatusOr<Sequential<T>> Sequential<T>::Create(const Dims& input,
   Sequential seq;
   seq.dims_.push_back(input);
   seq.offsets_.push_back(0);
+  seq.buffer_offsets_.push_back(0);
   seq.first_with_params_ = static_cast<int>(layers.size());
   for (int i = 0; i < static_cast<int>(layers.size()); ++i) {
     absl::StatusOr<Dims> out = layers[i]->OutputDims(seq.dims_.back());
@@ -33,6 +34,9 @@ absl::StatusOr<Sequential<T>> Sequential<T>::Create(const Dims& input,
     }
     seq.dims_.push_back(*out);
     seq.offsets_.push_back(seq.offsets_.back() + size);
+    int64_t buffers = 0;
+    for (const TensorSpec& spec : layers[i]->BufferSpecs()) buffers += spec.size();
+    seq.buffer_offsets_.push_back(seq.buffer_offsets_.back() + buffers);
   }
   seq.layers_ = std::move(layers);
   return seq;
@@ -43,6 +47,16 @@ void Sequential<T>::BindParams(const T* params, T* grads) {
   for (int i = 0; i < num_layers(); ++i) {
     layers_[i]->BindParams(params + offsets_[i], grads + offsets_[i]);
   }
+}
+
+template <typename T>
+void Sequential<T>::BindBuffers(T* buffers) {
+  for (int i = 0; i < num_layers(); ++i) layers_[i]->BindBuffers(buffers + buffer_offsets_[i]);
+}
+
+template <typename T>
+void Sequential<T>::InitBuffers(T* buffers) const {
+  for (int i = 0; i < num_layers(); ++i) layers_[i]->InitBuffers(buffers + buffer_offsets_[i]);
 }
 
 template <typename T>

@@ -37,10 +37,18 @@ class Sequential {
   // First element of layer i's parameters in the flat buffers.
   int64_t param_offset(int i) const { return offsets_[i]; }
   int64_t num_params() const { return offsets_.back(); }
+  // First element of layer i's buffers (Layer::BufferSpecs) in the flat buffer of buffers.
+  int64_t buffer_offset(int i) const { return buffer_offsets_[i]; }
+  int64_t num_buffers() const { return buffer_offsets_.back(); }
 
   // Binds every layer to its slice of `params` and `grads`, each num_params() elements, not
   // owned, which must outlive every later Forward/Backward. Call again if the buffers move.
   void BindParams(const T* params, T* grads);
+
+  // Binds every layer to its slice of `buffers` (num_buffers() elements, not owned), and writes
+  // the layers' initial buffer values to `buffers`.
+  void BindBuffers(T* buffers);
+  void InitBuffers(T* buffers) const;
 
   // Runs `batch` >= 1 samples of input_dims() each. The result (batch x output_dims()) is owned by
   // the last layer and valid until the next Forward. `input` must stay valid until Backward.
@@ -56,6 +64,7 @@ class Sequential {
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   std::vector<Dims> dims_;        // num_layers() + 1 entries.
   std::vector<int64_t> offsets_;  // num_layers() + 1 entries; the last is the total.
+  std::vector<int64_t> buffer_offsets_;  // Likewise for the buffers.
   int first_with_params_ = 0;     // num_layers() when no layer has parameters.
 };
 

@@ -1,0 +1,146 @@
+#include "worker/nn/residual.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "worker/nn/sequential_block.h"
+
+namespace dptrain {
+namespace nn {
+
+template <typename T>
+Residual<T>::Residual(const ResidualOptions& o)
+    : o_(o),
+      conv1_(Conv2dOptions::Square(o.in_channels, o.out_channels, 3, o.stride, 1)),
+      conv2_(Conv2dOptions::Square(o.out_channels, o.out_channels, 3, 1, 1)),
+      conv3_(o.use_1x1conv ? std::make_unique<Conv2d<T>>(
+                                 Conv2dOptions::Square(o.in_channels, o.out_channels, 1, o.stride))
+                           : nullptr),
+      bn1_(o.out_channels),
+      bn2_(o.out_channels) {}
+
+template <typename T>
+std::string Residual<T>::ToString() const {
+  return absl::StrCat("Residual(", o_.in_channels, ", ", o_.out_channels,
+                      ", use_1x1conv=", o_.use_1x1conv ? "True" : "False",
+                      ", strides=", o_.stride, ")");
+}
+
+template <typename T>
+absl::StatusOr<Dims> Residual<T>::OutputDims(const Dims& input) const {
+  absl::StatusOr<Dims> d1 = conv1_.OutputDims(input);
+  if (!d1.ok()) return absl::InvalidArgumentError(absl::StrCat(ToString(), ": conv1: ", d1.status().message()));
+  absl::StatusOr<Dims> d2 = conv2_.OutputDims(*d1);
+  if (!d2.ok()) return absl::InvalidArgumentError(absl::StrCat(ToString(), ": conv2: ", d2.status().message()));
+  if (!bn1_.OutputDims(*d1).ok()) return absl::InvalidArgumentError(absl::StrCat(ToString(), ": invalid"));
+  absl::StatusOr<Dims> shortcut = conv3_ ? conv3_->OutputDims(input) : absl::StatusOr<Dims>(input);
+  if (!shortcut.ok() || *shortcut != *d2) {
+    return absl::InvalidArgumentError(absl::StrCat(ToString(), ": shortcut of input ",
+                                                   input.ToString(), " does not match ",
+                                                   d2->ToString()));
+  }
+  return *d2;
+}
+
+template <typename T>
+std::vector<Layer<T>*> Residual<T>::ParamLayers() const {
+  auto* self = const_cast<Residual<T>*>(this);
+  std::vector<Layer<T>*> layers = {&self->conv1_, &self->conv2_};
+  if (conv3_) layers.push_back(conv3_.get());
+  layers.push_back(&self->bn1_);
+  layers.push_back(&self->bn2_);
+  return layers;
+}
+
+template <typename T>
+std::vector<TensorSpec> Residual<T>::ParamSpecs() const {
+  static const char* const kNames[] = {"conv1", "conv2", "conv3", "bn1", "bn2"};
+  std::vector<TensorSpec> specs;
+  int k = 0;
+  for (Layer<T>* layer : ParamLayers()) {
+    if (k == 2 && !conv3_) ++k;
+    for (TensorSpec& spec : PrefixSpecs(kNames[k++], layer->ParamSpecs())) {
+      specs.push_back(std::move(spec));
+    }
+  }
+  return specs;
+}
+
+template <typename T>
+void Residual<T>::BindParams(const T* params, T* grads) {
+  for (Layer<T>* layer : ParamLayers()) {
+    layer->BindParams(params, grads);
+    const int64_t size = SpecsSize(layer->ParamSpecs());
+    params += size;
+    grads += size;
+  }
+}
+
+template <typename T>
+std::vector<TensorSpec> Residual<T>::BufferSpecs() const {
+  std::vector<TensorSpec> specs = PrefixSpecs("bn1", bn1_.BufferSpecs());
+  for (TensorSpec& spec : PrefixSpecs("bn2", bn2_.BufferSpecs())) specs.push_back(std::move(spec));
+  return specs;
+}
+
+template <typename T>
+void Residual<T>::BindBuffers(T* buffers) {
+  bn1_.BindBuffers(buffers);
+  bn2_.BindBuffers(buffers + SpecsSize(bn1_.BufferSpecs()));
+}
+
+template <typename T>
+void Residual<T>::InitBuffers(T* buffers) const {
+  bn1_.InitBuffers(buffers);
+  bn2_.InitBuffers(buffers + SpecsSize(bn1_.BufferSpecs()));
+}
+
+template <typename T>
+TensorRef<T> Residual<T>::Forward(TensorRef<T> input, bool training) {
+  input_ = input;
+  TensorRef<T> y = conv1_.Forward(input, training);
+  y = bn1_.Forward(y, training);
+  y = relu1_.Forward(y, training);
+  y = conv2_.Forward(y, training);
+  y = bn2_.Forward(y, training);
+  const TensorRef<T> shortcut = conv3_ ? conv3_->Forward(input, training) : input;
+  const int64_t n = y.size();
+  T* __restrict out = EnsureSize(output_, n);
+  const T* __restrict a = y.data;
+  const T* __restrict b = shortcut.data;
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = a[i] + b[i];
+    out[i] = v < T(0) ? T(0) : v;  // NaN stays NaN, as in ReLU.
+  }
+  return {out, y.batch, y.dims};
+}
+
+template <typename T>
+TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+  const int64_t n = grad_output.size();
+  T* __restrict gs = EnsureSize(grad_sum_, n);
+  {
+    const T* __restrict out = output_.data();
+    const T* __restrict g = grad_output.data;
+    for (int64_t i = 0; i < n; ++i) gs[i] = out[i] > T(0) ? g[i] : T(0);
+  }
+  const TensorRef<T> grad_sum{gs, grad_output.batch, grad_output.dims};
+  TensorRef<T> d = bn2_.Backward(grad_sum, true);
+  d = conv2_.Backward(d, true);
+  d = relu1_.Backward(d, true);
+  d = bn1_.Backward(d, true);
+  const TensorRef<T> d_main = conv1_.Backward(d, need_input_grad);
+  const TensorRef<T> d_short = conv3_ ? conv3_->Backward(grad_sum, need_input_grad) : grad_sum;
+  if (!need_input_grad) return {};
+  const int64_t m = input_.size();
+  T* __restrict dx = EnsureSize(grad_input_, m);
+  const T* __restrict a = d_main.data;
+  const T* __restrict b = d_short.data;
+  for (int64_t i = 0; i < m; ++i) dx[i] = a[i] + b[i];
+  return {dx, input_.batch, input_.dims};
+}
+
+template class Residual<float>;
+template class Residual<double>;
+
+}  // namespace nn
+}  // namespace dptrain

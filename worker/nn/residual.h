@@ -1,0 +1,70 @@
+// d2l's Residual block (the basic block of ResNet-18):
+//
+//   y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
+//
+// conv1 = Conv2d(in, out, 3, stride=s, padding=1), conv2 = Conv2d(out, out, 3, padding=1),
+// bn1 = bn2 = BatchNorm2d(out), and shortcut = conv3 = Conv2d(in, out, 1, stride=s) if
+// use_1x1conv, else the identity (which needs in == out and s == 1). All convolutions have biases.
+//
+// Parameters and buffers are named and ordered as PyTorch's state_dict of d2l's module, whose
+// attributes are registered as conv1, conv2, conv3, bn1, bn2: "conv1.weight", "conv1.bias",
+// "conv2.weight", ..., "conv3.bias", "bn1.weight", "bn1.bias", "bn2.weight", "bn2.bias"; buffers
+// "bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked", then bn2's.
+#ifndef DPTRAIN_WORKER_NN_RESIDUAL_H_
+#define DPTRAIN_WORKER_NN_RESIDUAL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/nn/activations.h"
+#include "worker/nn/batch_norm2d.h"
+#include "worker/nn/conv2d.h"
+#include "worker/nn/layer.h"
+
+namespace dptrain {
+namespace nn {
+
+struct ResidualOptions {
+  int in_channels = 1;
+  int out_channels = 1;
+  bool use_1x1conv = false;
+  int stride = 1;
+};
+
+template <typename T>
+class Residual final : public Layer<T> {
+ public:
+  explicit Residual(const ResidualOptions& options);
+
+  std::string ToString() const override;
+  absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
+  std::vector<TensorSpec> ParamSpecs() const override;
+  void BindParams(const T* params, T* grads) override;
+  std::vector<TensorSpec> BufferSpecs() const override;
+  void BindBuffers(T* buffers) override;
+  void InitBuffers(T* buffers) const override;
+  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+
+ private:
+  // The sub-layers with parameters in state_dict order (conv3 only if use_1x1conv).
+  std::vector<Layer<T>*> ParamLayers() const;
+
+  const ResidualOptions o_;
+  Conv2d<T> conv1_;
+  Conv2d<T> conv2_;
+  std::unique_ptr<Conv2d<T>> conv3_;
+  BatchNorm2d<T> bn1_;
+  BatchNorm2d<T> bn2_;
+  ReLU<T> relu1_;
+  TensorRef<T> input_;
+  std::vector<T> output_;       // relu(bn2 + shortcut).
+  std::vector<T> grad_sum_;     // d(loss)/d(bn2 + shortcut).
+  std::vector<T> grad_input_;
+};
+
+}  // namespace nn
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_NN_RESIDUAL_H_
