@@ -4,14 +4,15 @@
 # failure is reported; Ctrl-C stops everything. No process outlives this script.
 #
 # usage: deploy/local_cluster.sh [--mode=ps|master|allreduce] [--shards=2] [--workers=2]
-#          [--lr=0.1] [--momentum=0] [--weight_decay=0] [--step_timeout=60s] [--logs=DIR]
+#          [--lr=0.1] [--momentum=0] [--weight_decay=0] [--step_timeout=60s]
+#          [--sync=bsp|ssp|async] [--staleness=0] [--logs=DIR]
 #          [--bin=DIR] [-- WORKER_FLAGS...]
 # ps mode starts the shards; master and allreduce modes start workers only (rank 0 hosts the
 # reducer or the rendezvous on a free port). WORKER_FLAGS go to every worker
 # (e.g. --model=lenet --epochs=5 --batch_size=128).
 set -euo pipefail
 
-mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s
+mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s sync=bsp staleness=0
 logs="" bin=""
 worker_flags=()
 while (($#)); do
@@ -23,10 +24,12 @@ while (($#)); do
     --momentum=*) momentum="${1#*=}" ;;
     --weight_decay=*) weight_decay="${1#*=}" ;;
     --step_timeout=*) step_timeout="${1#*=}" ;;
+    --sync=*) sync="${1#*=}" ;;
+    --staleness=*) staleness="${1#*=}" ;;
     --logs=*) logs="${1#*=}" ;;
     --bin=*) bin="${1#*=}" ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -77,7 +80,8 @@ for ((s = 0; s < shards; s++)); do
   rm -f "$logs/shard$s.port"
   "$ps_server" --shard="$s" --num_shards="$shards" --num_workers="$workers" --port=0 \
     --host=127.0.0.1 --port_file="$logs/shard$s.port" --lr="$lr" --momentum="$momentum" \
-    --weight_decay="$weight_decay" --step_timeout="$step_timeout" >"$logs/shard$s.log" 2>&1 &
+    --weight_decay="$weight_decay" --step_timeout="$step_timeout" --sync="$sync" \
+    --staleness="$staleness" >"$logs/shard$s.log" 2>&1 &
   pids+=($!)
   role_of[$!]="shard $s"
 done
@@ -100,6 +104,7 @@ if [[ "$mode" == ps ]]; then
 else
   mode_flags+=(--master_addr=127.0.0.1 --advertise_host=127.0.0.1 --momentum="$momentum"
                --weight_decay="$weight_decay" --step_timeout="$step_timeout")
+  [[ "$mode" == master ]] && mode_flags+=(--sync="$sync" --staleness="$staleness")
 fi
 
 start_worker() {

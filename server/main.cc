@@ -21,6 +21,10 @@ ABSL_FLAG(std::string, optimizer, "sgd", "Optimizer applied on the server: sgd."
 ABSL_FLAG(double, lr, 0.1, "Learning rate.");
 ABSL_FLAG(double, momentum, 0.0, "SGD momentum.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(std::string, sync, "bsp",
+          "bsp (wait for every worker each step), ssp (bounded staleness, see --staleness) or "
+          "async (apply every push as it arrives).");
+ABSL_FLAG(int, staleness, 0, "ssp: how many steps a worker may run ahead of the slowest.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
           "Longest wait for the other workers of a step (or for rank 0's init), e.g. 30s.");
 
@@ -47,6 +51,14 @@ int main(int argc, char** argv) {
   options.shard.optimizer.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
   options.shard.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   options.shard.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+
+  auto policy = dptrain::ParseSyncPolicy(absl::GetFlag(FLAGS_sync));
+  if (!policy.ok()) {
+    std::cerr << "ps_server: --sync: " << policy.status().message() << "\n";
+    return 2;
+  }
+  options.shard.policy = *policy;
+  options.shard.staleness = absl::GetFlag(FLAGS_staleness);
 
   // Signals are taken synchronously by this thread; every thread started later inherits
   // the mask.
@@ -76,6 +88,10 @@ int main(int argc, char** argv) {
   sigwait(&signals, &signal);
   std::cout << "ps_server: shard " << options.shard.shard << " stopping on signal " << signal
             << std::endl;
+  const dptrain::ParameterShard::Info info = (*server)->shard().GetInfo();
+  std::cout << "ps_server: shard " << options.shard.shard << " served version " << info.version
+            << ", " << info.pushes << " pushes, staleness max " << info.max_staleness
+            << " mean " << info.mean_staleness << std::endl;
   (*server)->Shutdown();
   return 0;
 }

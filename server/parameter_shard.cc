@@ -35,6 +35,14 @@ std::string Key(int tensor_id, int chunk_index) {
 
 }  // namespace
 
+absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name) {
+  if (name == "bsp") return SyncPolicy::kBsp;
+  if (name == "ssp") return SyncPolicy::kSsp;
+  if (name == "async") return SyncPolicy::kAsync;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown sync policy '", name, "' (expected bsp, ssp or async)"));
+}
+
 absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     const ParameterShardOptions& options) {
   if (options.num_shards < 1 || options.shard < 0 || options.shard >= options.num_shards) {
@@ -44,6 +52,10 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_workers must be >= 1, got ", options.num_workers));
+  }
+  if (options.staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staleness must be >= 0, got ", options.staleness));
   }
   if (options.step_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("step_timeout must be positive");
@@ -58,6 +70,8 @@ ParameterShard::ParameterShard(const ParameterShardOptions& options,
     : options_(options), optimizer_(std::move(optimizer)) {
   pushed_.assign(options.num_workers, false);
   pending_.resize(options.num_workers);
+  clock_.assign(options.num_workers, 0);
+  base_version_.assign(options.num_workers, 0);
 }
 
 absl::Status ParameterShard::CheckCaller(absl::string_view job_id, int rank) const {
@@ -230,7 +244,8 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
 
 absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int rank, int64_t step,
                                                  absl::Span<const ChunkView> chunks,
-                                                 absl::Time deadline, const ChunkSink& sink) {
+                                                 absl::Time deadline, const ChunkSink& sink,
+                                                 int64_t* staleness) {
   absl::MutexLock lock(&mu_);
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
   if (!map_.has_value()) {
@@ -240,6 +255,10 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
   if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
   std::vector<int> order;
   if (auto s = MatchChunks(chunks, *map_, owned_, order); !s.ok()) return s;
+  if (options_.policy != SyncPolicy::kBsp) {
+    return PushPullStale(rank, step, chunks, order, deadline, sink, staleness);
+  }
+  if (staleness != nullptr) *staleness = 0;
   if (step == version_ - 1) {
     // A retry of a push that was counted and completed: answer with the result.
     Emit(sink);
@@ -258,6 +277,7 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
     }
     pushed_[rank] = true;
     ++num_pushed_;
+    CountStaleness(0);
     if (num_pushed_ == options_.num_workers) ApplyStep();
   }  // else: a retry while the step is still open; it waits like the original.
 
@@ -272,6 +292,62 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
   if (version_ <= step) return absl::UnavailableError("parameter server is shutting down");
   Emit(sink);
   return version_;
+}
+
+absl::StatusOr<int64_t> ParameterShard::PushPullStale(int rank, int64_t step,
+                                                      absl::Span<const ChunkView> chunks,
+                                                      const std::vector<int>& order,
+                                                      absl::Time deadline, const ChunkSink& sink,
+                                                      int64_t* staleness) {
+  int64_t observed = 0;
+  if (step == clock_[rank]) {
+    observed = version_ - base_version_[rank];
+    const float scale = 1.0f / static_cast<float>(options_.num_workers);
+    for (size_t slot = 0; slot < owned_.size(); ++slot) {
+      OwnedChunk& o = owned_[slot];
+      const float* g = reinterpret_cast<const float*>(chunks[order[slot]].data.data());
+      float* scaled = sum_.data() + o.local_offset;
+      for (int64_t i = 0; i < o.spec.count; ++i) scaled[i] = g[i] * scale;
+      optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, o.spec.count),
+                        absl::MakeConstSpan(scaled, o.spec.count), o.state);
+    }
+    ++clock_[rank];
+    ++version_;
+    CountStaleness(observed);
+  } else if (step != clock_[rank] - 1) {  // Else: a retry of the last push, not re-applied.
+    return absl::OutOfRangeError(absl::StrCat("rank ", rank, " pushed step ", step,
+                                              ", expected step ", clock_[rank], " on shard ",
+                                              options_.shard));
+  }
+  if (options_.policy == SyncPolicy::kSsp) {
+    // Having pushed `step`, the worker may compute step + 1 once the slowest has pushed
+    // step + 1 - staleness (clock >= step + 1 - staleness).
+    const int64_t needed = step + 1 - options_.staleness;
+    auto caught_up = [this, needed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || *std::min_element(clock_.begin(), clock_.end()) >= needed;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline)) {
+      std::vector<int> slow;
+      for (int r = 0; r < options_.num_workers; ++r) {
+        if (clock_[r] < needed) slow.push_back(r);
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "step ", step, " on shard ", options_.shard, " timed out waiting for rank(s) ",
+          absl::StrJoin(slow, ","), " to reach step ", needed - 1, " (staleness bound ",
+          options_.staleness, ")"));
+    }
+    if (shutdown_) return absl::UnavailableError("parameter server is shutting down");
+  }
+  base_version_[rank] = version_;
+  if (staleness != nullptr) *staleness = observed;
+  Emit(sink);
+  return version_;
+}
+
+void ParameterShard::CountStaleness(int64_t s) {
+  ++pushes_;
+  sum_staleness_ += s;
+  max_staleness_ = std::max(max_staleness_, s);
 }
 
 void ParameterShard::ApplyStep() {
@@ -314,7 +390,14 @@ void ParameterShard::Shutdown() {
 
 ParameterShard::Info ParameterShard::GetInfo() const {
   absl::MutexLock lock(&mu_);
-  return {map_.has_value(), job_id_, version_};
+  Info info;
+  info.initialized = map_.has_value();
+  info.job_id = job_id_;
+  info.version = version_;
+  info.pushes = pushes_;
+  info.max_staleness = max_staleness_;
+  info.mean_staleness = pushes_ > 0 ? static_cast<double>(sum_staleness_) / pushes_ : 0;
+  return info;
 }
 
 }  // namespace dptrain

@@ -35,6 +35,15 @@
 
 namespace dptrain {
 
+// How pushes of different workers are combined.
+//   kBsp:   a step completes when every worker pushed it; gradients are averaged in rank
+//           order (bit-reproducible) and applied once.
+//   kSsp:   each push is applied as it arrives (scaled by 1/num_workers, so one push from
+//           every worker moves the weights as far as one BSP step); a worker finishing step t
+//           waits until the slowest worker has pushed step t - staleness.
+//   kAsync: as kSsp without any wait.
+enum class SyncPolicy { kBsp, kSsp, kAsync };
+
 struct ParameterShardOptions {
   int shard = 0;
   int num_shards = 1;
@@ -42,7 +51,12 @@ struct ParameterShardOptions {
   // Longest wait for other workers (or for Init) before a call fails.
   absl::Duration step_timeout = absl::Seconds(60);
   OptimizerOptions optimizer;
+  SyncPolicy policy = SyncPolicy::kBsp;
+  int staleness = 0;  // kSsp: how many steps a worker may run ahead of the slowest.
 };
+
+// Parses "bsp", "ssp" or "async".
+absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name);
 
 // What a worker believes the model and the sharding are; must agree with the shard.
 struct ModelDescription {
@@ -77,12 +91,13 @@ class ParameterShard {
   absl::StatusOr<int64_t> Pull(absl::string_view job_id, int rank, const ModelDescription& model,
                                absl::Time deadline, const ChunkSink& sink);
 
-  // Records rank's gradient for `step`, waits for the step to complete (or `deadline`:
-  // DeadlineExceeded naming the missing ranks), then emits the new weights and returns
-  // the new version.
+  // Records rank's gradient for `step`, waits as the policy requires (or until `deadline`:
+  // DeadlineExceeded naming the ranks waited for), then emits the weights and returns their
+  // version (BSP: step + 1; SSP/async: the number of pushes applied). `staleness`, if not
+  // null, receives how many other pushes were applied since this rank last got weights.
   absl::StatusOr<int64_t> PushPull(absl::string_view job_id, int rank, int64_t step,
                                    absl::Span<const ChunkView> chunks, absl::Time deadline,
-                                   const ChunkSink& sink);
+                                   const ChunkSink& sink, int64_t* staleness = nullptr);
 
   // Wakes every waiting call with Unavailable; later calls fail the same way.
   void Shutdown();
@@ -91,6 +106,9 @@ class ParameterShard {
     bool initialized = false;
     std::string job_id;
     int64_t version = 0;
+    int64_t pushes = 0;         // Pushes counted (all ranks).
+    int64_t max_staleness = 0;  // Over all pushes.
+    double mean_staleness = 0;
   };
   Info GetInfo() const;
   const ParameterShardOptions& options() const { return options_; }
@@ -114,6 +132,12 @@ class ParameterShard {
   absl::Status MatchChunks(absl::Span<const ChunkView> chunks, const ShardMap& map,
                            const std::vector<OwnedChunk>& owned, std::vector<int>& order) const;
   void ApplyStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The SSP/async path of PushPull, after validation.
+  absl::StatusOr<int64_t> PushPullStale(int rank, int64_t step, absl::Span<const ChunkView> chunks,
+                                        const std::vector<int>& order, absl::Time deadline,
+                                        const ChunkSink& sink, int64_t* staleness)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountStaleness(int64_t s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(const ChunkSink& sink) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -133,6 +157,12 @@ class ParameterShard {
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   int num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+  // SSP/async: pushes applied per rank, and the version each rank last received.
+  std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> base_version_ ABSL_GUARDED_BY(mu_);
+  int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_staleness_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sum_staleness_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dptrain

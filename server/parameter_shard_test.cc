@@ -1,6 +1,7 @@
 #include "server/parameter_shard.h"
 
 #include <cstring>
+#include <atomic>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -248,6 +249,100 @@ TEST(ParameterShardTest, RejectsBadOptions) {
   o = {};
   o.optimizer.name = "nope";
   EXPECT_FALSE(ParameterShard::Create(o).ok());
+}
+
+}  // namespace
+}  // namespace dptrain
+
+namespace dptrain {
+namespace {
+
+std::unique_ptr<ParameterShard> MakePolicyShard(SyncPolicy policy, int staleness, int workers) {
+  ParameterShardOptions o;
+  o.shard = 0;
+  o.num_shards = 2;
+  o.num_workers = workers;
+  o.step_timeout = absl::Seconds(5);
+  o.optimizer.learning_rate = 0.5f;
+  o.policy = policy;
+  o.staleness = staleness;
+  auto shard = ParameterShard::Create(o);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return *std::move(shard);
+}
+
+TEST(SyncPolicyTest, AsyncAppliesEachPushAtOnceScaledByWorkerCount) {
+  auto shard = MakePolicyShard(SyncPolicy::kAsync, 0, 2);
+  InitShard(*shard);
+  Payload g = Shard0({2, 2, 2}, {4, 4});
+  Collected got;
+  int64_t staleness = -1;
+  auto v = shard->PushPull("job", 0, 0, g.views(), Soon(), got.sink(), &staleness);
+  ASSERT_TRUE(v.ok()) << v.status();  // No wait for rank 1.
+  EXPECT_EQ(*v, 1);
+  EXPECT_EQ(staleness, 0);
+  EXPECT_EQ(got.values, (std::vector<float>{0.5f, 1.5f, 2.5f, 9, 19}));  // w - 0.5 * g / 2.
+  // Rank 1 pushes after rank 0's update: it computed on version 0, so staleness 1.
+  Collected got1;
+  ASSERT_TRUE(shard->PushPull("job", 1, 0, g.views(), Soon(), got1.sink(), &staleness).ok());
+  EXPECT_EQ(staleness, 1);
+  EXPECT_EQ(got1.values, (std::vector<float>{0, 1, 2, 8, 18}));
+  // A retry of rank 1's step 0 is not applied again; step 5 is out of range.
+  Collected retry;
+  ASSERT_TRUE(shard->PushPull("job", 1, 0, g.views(), Soon(), retry.sink()).ok());
+  EXPECT_EQ(retry.values, got1.values);
+  EXPECT_EQ(shard->PushPull("job", 1, 5, g.views(), Soon(), retry.sink()).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(shard->GetInfo().max_staleness, 1);
+}
+
+// A fast worker never gets more than `staleness` steps ahead of a deliberately slow one.
+TEST(SyncPolicyTest, SspBoundsHowFarTheFastWorkerRunsAhead) {
+  for (int bound : {0, 2}) {
+    auto shard = MakePolicyShard(SyncPolicy::kSsp, bound, 2);
+    InitShard(*shard);
+    Payload g = Shard0({0.01f, 0.01f, 0.01f}, {0.01f, 0.01f});
+    std::atomic<int64_t> slow_started{0};
+    const int64_t steps = 12;
+    std::thread slow([&] {
+      for (int64_t t = 0; t < steps; ++t) {
+        absl::SleepFor(absl::Milliseconds(20));
+        ++slow_started;
+        Collected c;
+        ASSERT_TRUE(shard->PushPull("job", 1, t, g.views(), Soon(), c.sink()).ok());
+      }
+    });
+    int64_t max_ahead = 0;
+    for (int64_t t = 0; t < steps; ++t) {
+      Collected c;
+      ASSERT_TRUE(shard->PushPull("job", 0, t, g.views(), Soon(), c.sink()).ok());
+      // Rank 0 may now compute step t + 1; the slow rank has started at most slow_started.
+      max_ahead = std::max(max_ahead, (t + 1) - slow_started.load());
+    }
+    slow.join();
+    EXPECT_LE(max_ahead, bound) << "bound " << bound;
+    EXPECT_GE(max_ahead, bound) << "the fast worker should use the slack it has";
+    EXPECT_GT(shard->GetInfo().max_staleness, 0);
+  }
+}
+
+TEST(SyncPolicyTest, SspTimeoutNamesTheSlowRank) {
+  auto shard = MakePolicyShard(SyncPolicy::kSsp, 1, 3);
+  InitShard(*shard);
+  Payload g = Shard0({1, 1, 1}, {1, 1});
+  Collected c;
+  ASSERT_TRUE(shard->PushPull("job", 0, 0, g.views(), Soon(), c.sink()).ok());  // Within bound.
+  auto v = shard->PushPull("job", 0, 1, g.views(), absl::Now() + absl::Milliseconds(200),
+                           c.sink());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(v.status().message().find("rank(s) 1,2"), std::string::npos) << v.status();
+}
+
+TEST(SyncPolicyTest, ParsesPolicyNames) {
+  EXPECT_EQ(*ParseSyncPolicy("bsp"), SyncPolicy::kBsp);
+  EXPECT_EQ(*ParseSyncPolicy("ssp"), SyncPolicy::kSsp);
+  EXPECT_EQ(*ParseSyncPolicy("async"), SyncPolicy::kAsync);
+  EXPECT_FALSE(ParseSyncPolicy("sometimes").ok());
 }
 
 }  // namespace

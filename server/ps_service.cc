@@ -68,11 +68,13 @@ grpc::Status PsService::Pull(grpc::ServerContext* context, const proto::PullRequ
 grpc::Status PsService::PushPull(grpc::ServerContext* context,
                                  const proto::PushPullRequest* request,
                                  proto::PullResponse* response) {
-  auto version =
-      shard_->PushPull(request->caller().job_id(), request->caller().rank(), request->step(),
-                       ViewsOf(request->chunks()), Deadline(*context), SinkInto(response));
+  int64_t staleness = 0;
+  auto version = shard_->PushPull(request->caller().job_id(), request->caller().rank(),
+                                  request->step(), ViewsOf(request->chunks()),
+                                  Deadline(*context), SinkInto(response), &staleness);
   if (!version.ok()) return ToGrpcStatus(version.status());
   response->set_version(*version);
+  response->set_staleness(staleness);
   return grpc::Status::OK;
 }
 
@@ -88,6 +90,11 @@ grpc::Status PsService::GetShardInfo(grpc::ServerContext*, const proto::ShardInf
   response->set_version(info.version);
   response->set_optimizer(o.optimizer.name);
   response->set_learning_rate(o.optimizer.learning_rate);
+  static constexpr const char* kPolicies[] = {"bsp", "ssp", "async"};
+  response->set_sync_policy(kPolicies[static_cast<int>(o.policy)]);
+  response->set_staleness_bound(o.staleness);
+  response->set_max_staleness(info.max_staleness);
+  response->set_mean_staleness(info.mean_staleness);
   return grpc::Status::OK;
 }
 

@@ -44,6 +44,8 @@ ABSL_FLAG(std::string, advertise_host, "",
           "toward the master.");
 ABSL_FLAG(double, momentum, 0, "SGD momentum (master and allreduce modes; ps: set on ps_server).");
 ABSL_FLAG(double, weight_decay, 0, "L2 weight decay (master and allreduce modes).");
+ABSL_FLAG(std::string, sync, "bsp", "master mode: the reducer's policy, bsp, ssp or async.");
+ABSL_FLAG(int, staleness, 0, "master mode with --sync=ssp: the staleness bound.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
           "master/allreduce: longest wait for the other workers in one step.");
 ABSL_FLAG(int, rank, -1, "This worker's rank; default: $RANK, else $JOB_COMPLETION_INDEX, else 0.");
@@ -64,7 +66,8 @@ ABSL_FLAG(std::string, metrics_out, "", "If set, JSON lines (one per epoch and a
 ABSL_FLAG(int64_t, max_steps_per_epoch, 0, "If > 0, cut every epoch to this many steps.");
 ABSL_FLAG(std::string, load_model, "",
           "If set, a safetensors file (PyTorch state_dict names, e.g. from --save_model) to "
-          "initialise the weights from. In ps mode rank 0's weights seed the servers.");
+          "initialise the weights from. Every replica starts from rank 0's weights (in ps mode "
+          "they seed the servers), so loading on rank 0 is enough.");
 ABSL_FLAG(std::string, save_model, "",
           "If set, rank 0 writes the final weights there after training (safetensors, PyTorch "
           "state_dict names; load with safetensors.torch.load_file). Other ranks ignore it.");
@@ -172,6 +175,10 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
       server.shard.num_workers = setup.world_size;
       server.shard.step_timeout = absl::GetFlag(FLAGS_step_timeout);
       server.shard.optimizer = WorkerOptimizer();
+      auto policy = ParseSyncPolicy(absl::GetFlag(FLAGS_sync));
+      if (!policy.ok()) return policy.status();
+      server.shard.policy = *policy;
+      server.shard.staleness = absl::GetFlag(FLAGS_staleness);
       auto reducer = PsServer::Start(server);
       if (!reducer.ok()) return reducer.status();
       out.master = *std::move(reducer);

@@ -56,10 +56,14 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
                       "{\"event\":\"final\",\"rank\":%d,\"world_size\":%d,\"epochs\":%d,"
                       "\"steps\":%d,\"loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,"
                       "\"images_per_s\":%.1f,\"seconds\":%.3f,\"bytes_pushed\":%d,"
-                      "\"bytes_pulled\":%d}",
+                      "\"bytes_pulled\":%d,\"max_staleness\":%d,\"mean_staleness\":%.3f}",
                       o.rank, o.world_size, static_cast<int>(h.size()), steps, last.loss,
                       last.train_acc, last.test_acc, images_per_s, seconds,
-                      last.comm.bytes_pushed, last.comm.bytes_pulled)
+                      last.comm.bytes_pushed, last.comm.bytes_pulled, last.comm.max_staleness,
+                      last.comm.staleness_count > 0
+                          ? static_cast<double>(last.comm.staleness_sum) /
+                                last.comm.staleness_count
+                          : 0.0)
                << std::endl;
   }
 }

@@ -14,6 +14,10 @@ namespace dptrain {
 struct CommStats {
   int64_t bytes_pushed = 0;  // Message bytes this process sent.
   int64_t bytes_pulled = 0;  // Message bytes this process received.
+  // Under SSP/async: updates by other workers between this worker's pull and its push.
+  int64_t max_staleness = 0;
+  int64_t staleness_sum = 0;
+  int64_t staleness_count = 0;
 };
 
 class GradientSync {

@@ -1,5 +1,6 @@
 #include "worker/comm/ps_client.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -241,10 +242,10 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
   }
   for (int s = 0; s < num_shards; ++s) {
     if (pointers[s] == nullptr) continue;
-    if (responses_[s].version() != step + 1) {
-      return absl::DataLossError(absl::StrCat("shard ", s, " answered step ", step,
-                                              " with version ", responses_[s].version()));
-    }
+    const int64_t staleness = responses_[s].staleness();
+    stats_.max_staleness = std::max(stats_.max_staleness, staleness);
+    stats_.staleness_sum += staleness;
+    ++stats_.staleness_count;
     if (auto st = Unpack(s, responses_[s], weights); !st.ok()) return st;
   }
   return absl::OkStatus();

@@ -1,0 +1,86 @@
+// Runs N workers as threads of the test process, each with its own model and its own
+// GradientSync, for `steps` steps of one epoch; returns every replica's final weights.
+#ifndef DPTRAIN_TESTS_TRAIN_HARNESS_H_
+#define DPTRAIN_TESTS_TRAIN_HARNESS_H_
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "worker/comm/gradient_sync.h"
+#include "worker/data/dataset.h"
+#include "worker/nn/model.h"
+#include "worker/trainer.h"
+
+namespace dptrain {
+
+struct HarnessConfig {
+  std::string model = "mlp";
+  int workers = 2;
+  int batch_size = 32;
+  int64_t steps = 5;
+  uint64_t model_seed = 7;
+  uint64_t data_seed = 3;
+};
+
+// Makes rank r's sync for a model with these tensors. Called on rank r's thread.
+using SyncFactory = std::function<absl::StatusOr<std::unique_ptr<GradientSync>>(
+    int rank, const std::vector<TensorInfo>& tensors)>;
+
+inline std::vector<std::vector<float>> RunWorkers(const HarnessConfig& c, const Dataset& data,
+                                                  const SyncFactory& make_sync) {
+  std::vector<std::vector<float>> finals(c.workers);
+  std::vector<absl::Status> statuses(c.workers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.workers; ++r) {
+    threads.emplace_back([&, r] {
+      auto model = nn::CreateModel({c.model, c.model_seed, /*threads=*/1});
+      if (!model.ok()) {
+        statuses[r] = model.status();
+        return;
+      }
+      std::vector<TensorInfo> tensors;
+      for (const auto& p : (*model)->params()) tensors.push_back({p.name, p.size});
+      auto sync = make_sync(r, tensors);
+      if (!sync.ok()) {
+        statuses[r] = sync.status();
+        return;
+      }
+      TrainerOptions to;
+      to.rank = r;
+      to.world_size = c.workers;
+      to.batch_size = c.batch_size;
+      to.epochs = 1;
+      to.seed = c.data_seed;
+      to.max_steps_per_epoch = c.steps;
+      to.evaluate = false;
+      statuses[r] = Train(to, **model, **sync, data, nullptr, nullptr);
+      finals[r] = (*model)->weights();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < c.workers; ++r) {
+    EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  }
+  return finals;
+}
+
+// ||a - b|| / ||b|| in double.
+inline double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return a.size() == b.size() ? std::sqrt(diff) / std::sqrt(norm) : INFINITY;
+}
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_TESTS_TRAIN_HARNESS_H_
