@@ -27,6 +27,7 @@ class PsServer {
 
   int port() const { return port_; }
   ParameterShard& shard() { return *shard_; }
+  const PsService& service() const { return *service_; }
 
   // Marks the server NOT_SERVING, wakes waiting calls and stops within `grace`.
   // Idempotent; thread-safe.

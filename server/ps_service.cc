@@ -72,9 +72,11 @@ grpc::Status PsService::PushPull(grpc::ServerContext* context,
   auto version = shard_->PushPull(request->caller().job_id(), request->caller().rank(),
                                   request->step(), ViewsOf(request->chunks()),
                                   Deadline(*context), SinkInto(response), &staleness);
+  bytes_received_ += static_cast<int64_t>(request->ByteSizeLong());
   if (!version.ok()) return ToGrpcStatus(version.status());
   response->set_version(*version);
   response->set_staleness(staleness);
+  bytes_sent_ += static_cast<int64_t>(response->ByteSizeLong());
   return grpc::Status::OK;
 }
 

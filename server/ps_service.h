@@ -3,6 +3,8 @@
 #ifndef DPTRAIN_SERVER_PS_SERVICE_H_
 #define DPTRAIN_SERVER_PS_SERVICE_H_
 
+#include <atomic>
+
 #include "proto/ps.grpc.pb.h"
 #include "server/parameter_shard.h"
 
@@ -22,11 +24,17 @@ class PsService final : public proto::ParameterServer::Service {
   grpc::Status GetShardInfo(grpc::ServerContext* context, const proto::ShardInfoRequest* request,
                             proto::ShardInfoResponse* response) override;
 
+  // Message bytes of Init/Pull/PushPull requests received and answers sent: what this
+  // shard's link carried.
+  int64_t bytes_received() const { return bytes_received_.load(); }
+  int64_t bytes_sent() const { return bytes_sent_.load(); }
+
  private:
   // The earlier of the client's deadline and now + step_timeout.
   absl::Time Deadline(const grpc::ServerContext& context) const;
 
   ParameterShard* const shard_;
+  std::atomic<int64_t> bytes_received_{0}, bytes_sent_{0};
 };
 
 }  // namespace dptrain
