@@ -13,7 +13,7 @@ class InMemoryHub::Link : public PeerLink {
     ++hub_->messages_;
     sent_ += static_cast<int64_t>(data.size() * sizeof(float));
     return hub_->inboxes_[peer].Deposit(
-        rank_, tag, std::string(reinterpret_cast<const char*>(data.data()), data.size() * 4));
+        rank_, tag, MessageBytes::Copy(data.data(), data.size() * sizeof(float)));
   }
 
   absl::Status Recv(int peer, uint64_t tag, absl::Span<float> out) override {

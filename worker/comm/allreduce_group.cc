@@ -25,30 +25,30 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Listen(
     if (!local.ok()) return local.status();
     host = *local;
   }
-  group->peer_service_ = std::make_unique<PeerService>(o.job_id, &group->inbox_);
-  grpc::ServerBuilder builder;
-  ConfigureServerBuilder(builder);
-  const int listen_port = o.rank == 0 ? o.master_port : 0;
-  builder.AddListeningPort(absl::StrCat("0.0.0.0:", listen_port), grpc::InsecureServerCredentials(),
-                           &group->port_);
-  builder.RegisterService(group->peer_service_.get());
+  auto listener = TcpListener::Listen(0);
+  if (!listener.ok()) return listener.status();
+  group->listener_ = *std::move(listener);
   if (o.rank == 0) {
     group->table_ = std::make_unique<RendezvousTable>(o.job_id, o.world_size);
     group->rendezvous_service_ =
         std::make_unique<RendezvousService>(group->table_.get(), o.connect_timeout);
+    grpc::ServerBuilder builder;
+    ConfigureServerBuilder(builder);
+    builder.AddListeningPort(absl::StrCat("0.0.0.0:", o.master_port),
+                             grpc::InsecureServerCredentials(), &group->port_);
     builder.RegisterService(group->rendezvous_service_.get());
+    group->server_ = builder.BuildAndStart();
+    if (group->server_ == nullptr || group->port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("rank 0: cannot listen on master port ", o.master_port));
+    }
   }
-  group->server_ = builder.BuildAndStart();
-  if (group->server_ == nullptr || group->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("rank ", o.rank, ": cannot listen on port ", listen_port));
-  }
-  group->address_ = absl::StrCat(host, ":", group->port_);
+  group->address_ = absl::StrCat(host, ":", group->listener_->port());
   return group;
 }
 
 AllReduceGroup::~AllReduceGroup() {
   link_.reset();
-  inbox_.Close();
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
@@ -83,12 +83,12 @@ absl::Status AllReduceGroup::Join() {
       return absl::DataLossError("rendezvous answered with the wrong number of ranks");
     }
   }
-  GrpcPeerLinkOptions link_options;
+  TcpPeerLinkOptions link_options;
   link_options.job_id = o.job_id;
   link_options.rank = o.rank;
   link_options.addresses = std::move(addresses);
   link_options.timeout = o.timeout;
-  auto link = GrpcPeerLink::Create(link_options, &inbox_);
+  auto link = TcpPeerLink::Create(link_options, std::move(listener_));
   if (!link.ok()) return link.status();
   link_ = *std::move(link);
   return absl::OkStatus();

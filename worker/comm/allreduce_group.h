@@ -1,6 +1,6 @@
-// Sets up all-reduce mode for one rank: its Peer service on a free port (rank 0: on the
-// master port, with the Rendezvous service too), the rendezvous through rank 0, and the
-// PeerLink to the other ranks.
+// Sets up all-reduce mode for one rank: its TCP data listener on a free port (rank 0 also
+// serves the Rendezvous over gRPC on the master port), the rendezvous through rank 0, and
+// the PeerLink to the other ranks.
 #ifndef DPTRAIN_WORKER_COMM_ALLREDUCE_GROUP_H_
 #define DPTRAIN_WORKER_COMM_ALLREDUCE_GROUP_H_
 
@@ -9,11 +9,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/mailbox.h"
 #include "common/rendezvous.h"
 #include "grpcpp/server.h"
-#include "worker/comm/grpc_peer_link.h"
-#include "worker/comm/peer_service.h"
+#include "worker/comm/rendezvous_service.h"
+#include "worker/comm/tcp_peer_link.h"
 
 namespace dptrain {
 
@@ -44,14 +43,13 @@ class AllReduceGroup {
   AllReduceGroup() = default;
 
   AllReduceGroupOptions options_;
-  Mailbox inbox_;
+  std::unique_ptr<TcpListener> listener_;
   std::unique_ptr<RendezvousTable> table_;
-  std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<RendezvousService> rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
-  std::unique_ptr<GrpcPeerLink> link_;
+  std::unique_ptr<TcpPeerLink> link_;
 };
 
 }  // namespace dptrain

@@ -1,21 +1,9 @@
-#include "worker/comm/peer_service.h"
+#include "worker/comm/rendezvous_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace dptrain {
-
-grpc::Status PeerService::Deliver(grpc::ServerContext*, const proto::PeerMessage* request,
-                                  proto::DeliverResponse*) {
-  if (request->job_id() != job_id_) {
-    return ToGrpcStatus(absl::FailedPreconditionError(
-        absl::StrCat("message of job '", request->job_id(), "' sent to job '", job_id_, "'")));
-  }
-  if (request->data().size() % sizeof(float) != 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError("payload is not a whole number of fp32"));
-  }
-  return ToGrpcStatus(inbox_->Deposit(request->from_rank(), request->tag(), request->data()));
-}
 
 grpc::Status RendezvousService::Join(grpc::ServerContext* context,
                                      const proto::JoinRequest* request,
