@@ -12,7 +12,12 @@ packages=(
   libopenblas-dev                                # CPU GEMMs
   dataset-fashion-mnist                          # /usr/share/datasets/fashion-mnist
   bc procps                                      # used by the shell tests
+  iproute2                                       # tests/netns_test.sh: ip netns, veth, tc
+  python3-yaml docker-compose yamllint           # tests/deploy_*: compose/manifest checks
 )
+# `kubectl kustomize` for tests/deploy_k8s_test.sh, unless a kubectl is already installed
+# (Debian's kubernetes-client conflicts with other packages that ship /usr/bin/kubectl).
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

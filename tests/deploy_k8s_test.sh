@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# deploy/k8s without a cluster (`kubectl apply --dry-run=client` needs an API server for
+# discovery, so it cannot run here):
+# - `kubectl kustomize` renders overlays/cpu and overlays/gpu (works with Debian's kubectl
+#   1.20 / kustomize v2.0.3 and with kubectl >= 1.27 / kustomize v5);
+# - yamllint on every manifest;
+# - structure of the rendered objects (deploy/check_deploy.py k8s): apiVersion/kind/name,
+#   StatefulSet behind a headless Service with matching selectors, shard index from the
+#   pod-index label, Indexed Job (rank = completion index, no --rank, backoffLimit 0),
+#   replicas = NUM_SHARDS, completions = parallelism = NUM_WORKERS, --ps expands to every
+#   shard's DNS name in order, every $(VAR) in args is defined, fixed port = containerPort =
+#   Service port = grpc readiness/liveness probe port, cpu/memory requests <= limits,
+#   nvidia.com/gpu and the CUDA image only in the gpu overlay;
+# - a mutated rendering (3 replicas for 2 shards) fails.
+# Not checked: field names and types against the Kubernetes OpenAPI schema, admission.
+source "$(dirname "$0")/testlib.sh"
+CHECK="$ROOT/deploy/check_deploy.py"
+K8S="$SCRATCH/k8s"
+export HOME="$SCRATCH"
+# kustomize does not follow the runfiles' symlinks: work on a real copy.
+rm -rf "$SCRATCH/k8s" && cp -rL "$ROOT/deploy/k8s" "$SCRATCH/k8s"
+
+python3 -c 'import yaml' 2>/dev/null || die "python3-yaml missing (run tools/setup.sh)"
+if command -v yamllint >/dev/null; then
+  yamllint -s -d '{extends: default, rules: {line-length: {max: 100}, document-start: disable}}' \
+    "$K8S" || die "yamllint"
+fi
+for overlay in cpu gpu; do
+  out="$SCRATCH/$overlay.yaml"
+  if command -v kubectl >/dev/null; then
+    kubectl kustomize "$K8S/overlays/$overlay" >"$out" 2>"$SCRATCH/kustomize.err" \
+      || die "kubectl kustomize overlays/$overlay: $(cat "$SCRATCH/kustomize.err")"
+    echo "rendered overlays/$overlay with kubectl $(kubectl version --client 2>/dev/null | grep -o 'v[0-9][0-9.]*' | head -n 1)"
+  elif [[ $overlay == cpu ]]; then
+    echo "note: no kubectl (tools/setup.sh installs kubernetes-client): checking base/ as is"
+    for f in "$K8S"/base/*.yaml; do
+      [[ $(basename "$f") == kustomization.yaml ]] && continue
+      cat "$f"
+      echo "---"
+    done >"$out"
+  else
+    continue
+  fi
+  python3 "$CHECK" k8s --overlay="$overlay" "$out" || die "overlays/$overlay: structural checks"
+done
+# Every manifest in base/ is listed in its kustomization.
+for f in "$K8S"/base/*.yaml; do
+  name=$(basename "$f")
+  [[ $name == kustomization.yaml ]] && continue
+  grep -q "^  - $name\$" "$K8S/base/kustomization.yaml" || die "base/$name is not in kustomization"
+done
+
+sed 's/^  replicas: 2$/  replicas: 3/' "$SCRATCH/cpu.yaml" >"$SCRATCH/bad.yaml"
+if python3 "$CHECK" k8s --overlay=cpu "$SCRATCH/bad.yaml" >"$SCRATCH/bad.txt"; then
+  die "3 replicas for NUM_SHARDS=2 passed"
+fi
+grep -q "replicas 3 != NUM_SHARDS 2" "$SCRATCH/bad.txt" || die "$(cat "$SCRATCH/bad.txt")"
+echo "mutation caught: StatefulSet replicas != NUM_SHARDS"
+echo PASS
