@@ -54,4 +54,17 @@ expect_error "lr mismatch" "learning-rate mismatch" --ps=127.0.0.1:$p0,127.0.0.1
   --data_dir="$DATA_DIR" >"$SCRATCH/init.txt" 2>&1 || die "mlp run failed: $(cat "$SCRATCH/init.txt")"
 expect_error "model mismatch" "model mismatch" --ps=127.0.0.1:$p0,127.0.0.1:$p1 --model=lenet \
   --rank=0 --data_dir="$DATA_DIR"
+
+# --health_port serves grpc.health.v1.Health while the worker runs (Kubernetes probes).
+"$GPU_WORKER" --mode=allreduce --lr=0.1 --health_port=0 --epochs=50 --threads=1 \
+  --data_dir="$DATA_DIR" >"$SCRATCH/health.txt" 2>&1 &
+_started+=($!)
+for _ in $(seq 100); do
+  grep -q "health service on port" "$SCRATCH/health.txt" && break
+  sleep 0.1
+done
+port=$(sed -n 's/.*health service on port \([0-9]*\).*/\1/p' "$SCRATCH/health.txt")
+[[ -n "$port" ]] || die "no health port reported: $(cat "$SCRATCH/health.txt")"
+"$ROOT/deploy/health_probe" --addr=127.0.0.1:$port --timeout=5s || die "health probe failed"
+echo "ok: health service answers SERVING on port $port"
 echo PASS

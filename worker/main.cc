@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -18,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/health_server.h"
+#include "proto/worker.grpc.pb.h"
 #include "common/net.h"
 #include "server/ps_server.h"
 #include "worker/comm/allreduce_group.h"
@@ -39,6 +42,9 @@ ABSL_FLAG(int, master_port, -1,
           "Rank 0's port for master/allreduce modes; default: $MASTER_PORT, else 0 (rank 0 "
           "picks a free port and reports it; other ranks must be told it).");
 ABSL_FLAG(std::string, port_file, "", "Rank 0 writes the master port it listens on here.");
+ABSL_FLAG(int, health_port, -1,
+          "If >= 0, serve grpc.health.v1.Health on this port (0: a free port, printed) for "
+          "liveness probes.");
 ABSL_FLAG(std::string, advertise_host, "",
           "allreduce: the address peers use to reach this worker; default: the local IP "
           "toward the master.");
@@ -98,6 +104,25 @@ absl::StatusOr<int> FlagOrEnv(int flag, std::initializer_list<const char*> names
 absl::Status WithFlag(absl::string_view flag, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("--", flag, ": ", status.message()));
 }
+
+// Answers Worker.GetStatus (served with the health service).
+class StatusService final : public proto::Worker::Service {
+ public:
+  StatusService(int rank, int world_size, std::string mode, std::string model) {
+    status_.set_rank(rank);
+    status_.set_world_size(world_size);
+    status_.set_mode(std::move(mode));
+    status_.set_model(std::move(model));
+  }
+  grpc::Status GetStatus(grpc::ServerContext*, const proto::WorkerStatusRequest*,
+                         proto::WorkerStatus* response) override {
+    *response = status_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  proto::WorkerStatus status_;
+};
 
 // What a worker needs to synchronise, and what keeps it alive.
 struct SyncSetup {
@@ -253,6 +278,14 @@ absl::Status Run() {
             << (device == "auto" ? " (auto: the CPU backend is the one in this build)" : "")
             << std::endl;
 
+  std::optional<HealthServer> health;
+  StatusService status_service(*rank, *world_size, mode, absl::GetFlag(FLAGS_model));
+  if (const int port = absl::GetFlag(FLAGS_health_port); port >= 0) {
+    auto started = StartHealthServer(port, &status_service);
+    if (!started.ok()) return started.status();
+    health = *std::move(started);
+    std::cout << who << ": health service on port " << health->port << std::endl;
+  }
   Sync sync;
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   auto train = LoadFashionMnist(data_dir, /*train=*/true);

@@ -1,0 +1,25 @@
+#include "common/health_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace dptrain {
+
+absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service) {
+  grpc::EnableDefaultHealthCheckService(true);
+  HealthServer out;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("0.0.0.0:", port), grpc::InsecureServerCredentials(),
+                           &out.port);
+  builder.RegisterService(service);
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || out.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on health port ", port));
+  }
+  out.server->GetHealthCheckService()->SetServingStatus(true);
+  return out;
+}
+
+}  // namespace dptrain
