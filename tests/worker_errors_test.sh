@@ -27,6 +27,8 @@ expect_error "corrupt data" "train-images-idx3-ubyte.gz" --ps=127.0.0.1:1 \
 expect_error "no --ps" "--ps is required"
 expect_error "rank >= world size" "rank 3 is not in" --ps=127.0.0.1:1 --rank=3 --world_size=2
 expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu
+expect_error "cuda without a CUDA backend" "--device=cuda: .*use --device=cpu or auto" \
+  --ps=127.0.0.1:1 --device=cuda
 RANK=x expect_error "bad RANK env" "RANK='x'" --ps=127.0.0.1:1
 
 need_data

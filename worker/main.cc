@@ -21,6 +21,9 @@
 #include "absl/time/time.h"
 #include "common/health_server.h"
 #include "proto/worker.grpc.pb.h"
+#ifdef DPTRAIN_HAVE_CUDA
+#include "worker/cuda/device_probe.h"
+#endif
 #include "common/net.h"
 #include "server/ps_server.h"
 #include "worker/comm/allreduce_group.h"
@@ -103,6 +106,18 @@ absl::StatusOr<int> FlagOrEnv(int flag, std::initializer_list<const char*> names
 
 absl::Status WithFlag(absl::string_view flag, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("--", flag, ": ", status.message()));
+}
+
+// What --device=auto found: a usable GPU (after a kernel ran on it), or why not.
+std::string DescribeGpu() {
+#ifdef DPTRAIN_HAVE_CUDA
+  auto gpu = ProbeGpu();
+  if (!gpu.ok()) return absl::StrCat("no usable GPU: ", gpu.status().message());
+  return absl::StrCat("GPU 0 is a ", gpu->name, " (sm_", gpu->compute_capability,
+                      "), but the CUDA training backend is not built yet");
+#else
+  return "built without CUDA";
+#endif
 }
 
 // Answers Worker.GetStatus (served with the health service).
@@ -252,13 +267,15 @@ absl::Status Run() {
         absl::StrCat("rank ", *rank, " is not in [0, world_size=", *world_size, ")"));
   }
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (device == "cuda") {
-    return absl::UnimplementedError(
-        "--device=cuda: this build has no CUDA backend yet; use --device=cpu or auto");
-  }
-  if (device != "auto" && device != "cpu") {
+  if (device != "auto" && device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be auto, cpu or cuda, got '", device, "'"));
+  }
+  const std::string gpu = device == "cpu" ? "" : DescribeGpu();
+  if (device == "cuda") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=cuda: ", gpu, "; the CUDA training backend is not part of this build yet, "
+        "use --device=cpu or auto"));
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "ps" && mode != "master" && mode != "allreduce") {
@@ -275,7 +292,8 @@ absl::Status Run() {
 
   const std::string who = absl::StrCat("rank ", *rank, "/", *world_size);
   std::cout << who << ": device cpu"
-            << (device == "auto" ? " (auto: the CPU backend is the one in this build)" : "")
+            << (device == "auto" ? absl::StrCat(" (auto: ", gpu, "; training runs on the CPU)")
+                                 : "")
             << std::endl;
 
   std::optional<HealthServer> health;
