@@ -76,15 +76,19 @@ absl::StatusOr<Sequential<T>> BuildResNet(const ResNetConfig& config) {
     b1.push_back(std::make_unique<ReLU<T>>());
     layers.push_back(std::make_unique<SequentialBlock<T>>(std::move(b1)));
   }
+  // The blocks run one after the other, so they can share their backward scratch buffers.
+  auto scratch = std::make_shared<ResidualScratch<T>>();
   for (size_t s = 0; s < config.channels.size(); ++s) {
     std::vector<std::unique_ptr<Layer<T>>> stage;
     const int out = config.channels[s];
     for (int r = 0; r < config.residuals; ++r) {
       if (r == 0 && s > 0) {
         stage.push_back(std::make_unique<Residual<T>>(
-            ResidualOptions{config.channels[s - 1], out, /*use_1x1conv=*/true, /*stride=*/2}));
+            ResidualOptions{config.channels[s - 1], out, /*use_1x1conv=*/true, /*stride=*/2},
+            scratch));
       } else {
-        stage.push_back(std::make_unique<Residual<T>>(ResidualOptions{out, out, false, 1}));
+        stage.push_back(
+            std::make_unique<Residual<T>>(ResidualOptions{out, out, false, 1}, scratch));
       }
     }
     layers.push_back(std::make_unique<SequentialBlock<T>>(std::move(stage)));
@@ -114,8 +118,8 @@ absl::Status InitializeParams(absl::string_view name, const Sequential<float>& n
   if (name != "mlp" && name != "lenet" && name != "resnet18") return UnknownModel(name);
   if (init == "default") init = name == "mlp" ? "normal" : "xavier";
   if (init != "normal" && init != "xavier" && init != "kaiming") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown init '", init, "' (expected default, normal, xavier or kaiming)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown init '", init, "' (expected default, normal, xavier or kaiming)"));
   }
   InitRng rng(seed);
   for (int i = 0; i < net.num_layers(); ++i) {

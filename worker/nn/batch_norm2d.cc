@@ -102,6 +102,13 @@ void BatchNorm2d<T>::InitBuffers(T* buffers) const {
 
 template <typename T>
 TensorRef<T> BatchNorm2d<T>::Forward(TensorRef<T> input, bool training) {
+  T* y = EnsureSize(output_, input.size());
+  ForwardInto(input, training, y);
+  return {y, input.batch, input.dims};
+}
+
+template <typename T>
+void BatchNorm2d<T>::ForwardInto(TensorRef<T> input, bool training, T* y) {
   input_ = input;
   training_ = training;
   const int batch = input.batch;
@@ -109,7 +116,6 @@ TensorRef<T> BatchNorm2d<T>::Forward(TensorRef<T> input, bool training) {
   const int64_t count = batch * plane;
   mean_.resize(c_);
   inv_std_.resize(c_);
-  T* y = EnsureSize(output_, input.size());
   for (int c = 0; c < c_; ++c) {
     double mean, var;
     if (training) {
@@ -142,15 +148,24 @@ TensorRef<T> BatchNorm2d<T>::Forward(TensorRef<T> input, bool training) {
     }
   }
   if (training) *num_batches_tracked_ += T(1);
-  return {y, batch, input.dims};
 }
 
 template <typename T>
 TensorRef<T> BatchNorm2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+  if (!need_input_grad) {
+    BackwardInto(grad_output, nullptr);
+    return {};
+  }
+  T* dx = EnsureSize(grad_input_, input_.size());
+  BackwardInto(grad_output, dx);
+  return {dx, grad_output.batch, input_.dims};
+}
+
+template <typename T>
+void BatchNorm2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
   const int batch = grad_output.batch;
   const int64_t plane = int64_t{input_.dims.h} * input_.dims.w;
   const int64_t count = batch * plane;
-  T* dx = need_input_grad ? EnsureSize(grad_input_, input_.size()) : nullptr;
   for (int c = 0; c < c_; ++c) {
     // d(bias) = sum(dy); d(weight) = sum(dy * xhat) with xhat = (x - mean) * inv_std.
     double sum_dy = 0, sum_dy_xc = 0;
@@ -164,7 +179,7 @@ TensorRef<T> BatchNorm2d<T>::Backward(TensorRef<T> grad_output, bool need_input_
     const double inv_std = inv_std_[c];
     grad_bias_[c] = T(sum_dy);
     grad_weight_[c] = T(sum_dy_xc * inv_std);
-    if (!need_input_grad) continue;
+    if (dx == nullptr) continue;
     // Training: dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)); the batch
     // statistics depend on x. Evaluation: dx = gamma * inv_std * dy.
     const double k = weight_[c] * inv_std;
@@ -180,8 +195,6 @@ TensorRef<T> BatchNorm2d<T>::Backward(TensorRef<T> grad_output, bool need_input_
       for (int64_t i = 0; i < plane; ++i) out[i] = a * dy[i] + b * (x[i] - mean) + shift;
     }
   }
-  if (!need_input_grad) return {};
-  return {dx, batch, input_.dims};
 }
 
 template class BatchNorm2d<float>;

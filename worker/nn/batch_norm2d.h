@@ -40,6 +40,13 @@ class BatchNorm2d final : public Layer<T> {
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
 
+  // Forward and Backward writing to caller-owned buffers instead of the layer's own (input-sized,
+  // not aliasing the argument; a null grad_input computes parameter gradients only). Backward
+  // reads the input and the statistics, never the output, so a caller may modify the output
+  // in place (Residual applies its ReLU there).
+  void ForwardInto(TensorRef<T> input, bool training, T* output);
+  void BackwardInto(TensorRef<T> grad_output, T* grad_input);
+
  private:
   const int c_;
   const T* weight_ = nullptr;
@@ -50,8 +57,8 @@ class BatchNorm2d final : public Layer<T> {
   T* running_var_ = nullptr;
   T* num_batches_tracked_ = nullptr;
   TensorRef<T> input_;
-  bool training_ = false;     // Mode of the last Forward.
-  std::vector<double> mean_;  // Per channel: the mean and 1 / sqrt(var + eps) used by the last
+  bool training_ = false;        // Mode of the last Forward.
+  std::vector<double> mean_;     // Per channel: the mean and 1 / sqrt(var + eps) used by the last
   std::vector<double> inv_std_;  // Forward (batch statistics in training, running ones if not).
   std::vector<T> output_;
   std::vector<T> grad_input_;

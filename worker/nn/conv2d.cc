@@ -220,11 +220,22 @@ TensorRef<T> Conv2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
 
 template <typename T>
 TensorRef<T> Conv2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+  if (!need_input_grad) {
+    BackwardInto(grad_output, nullptr);
+    return {};
+  }
+  T* dx = EnsureSize(grad_input_, input_.size());
+  BackwardInto(grad_output, dx);
+  return {dx, grad_output.batch, input_.dims};
+}
+
+template <typename T>
+void Conv2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
   const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
   const int batch = grad_output.batch;
   const int group = GroupSize(batch);
   const Geometry g = MakeGeometry(o_, input_.dims, out_dims_);
-  T* dx = need_input_grad ? EnsureSize(grad_input_, input_.size()) : nullptr;
+  const bool need_input_grad = dx != nullptr;
   T* dcols = need_input_grad ? EnsureSize(grad_columns_, int64_t{k} * p * group) : nullptr;
   T* dxp = need_input_grad && g.padded() ? EnsureSize(grad_padded_, g.padded_size()) : nullptr;
   std::fill(grad_bias_, grad_bias_ + oc, T(0));
@@ -270,8 +281,6 @@ TensorRef<T> Conv2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
       if (g.padded()) Crop(g, dxp, dxn);
     }
   }
-  if (!need_input_grad) return {};
-  return {dx, batch, input_.dims};
 }
 
 template class Conv2d<float>;

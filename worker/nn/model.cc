@@ -89,9 +89,9 @@ class CpuModel final : public Model {
                                                         " values, expected ", net_.num_params()));
     }
     if (static_cast<int64_t>(buffer_values_.size()) != net_.num_buffers()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(name_, ": buffer_values() has ", buffer_values_.size(), " values, expected ",
-                       net_.num_buffers()));
+      return absl::FailedPreconditionError(absl::StrCat(name_, ": buffer_values() has ",
+                                                        buffer_values_.size(), " values, expected ",
+                                                        net_.num_buffers()));
     }
     if (buffer_values_.data() != bound_buffers_) {
       net_.BindBuffers(buffer_values_.data());

@@ -61,10 +61,14 @@ class Model {
 
   // Forward + backward on `batch` images (batch * 1 * 28 * 28 floats, NCHW) with labels 0..9.
   // Overwrites grads() with d(mean loss)/d(weights). InvalidArgument for batch < 1, null pointers
-  // or a label >= 10; grads() is unchanged then.
+  // or a label >= 10; grads() is unchanged then. Batch norm runs in training mode (batch
+  // statistics, buffers updated), so for resnet18 the gradient of a batch of 2b is NOT the mean
+  // of the gradients of its halves, unlike mlp and lenet (and as with PyTorch's DDP without
+  // SyncBatchNorm, each worker normalises with its own batch's statistics).
   virtual absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
                                                 int batch) = 0;
-  // Forward only, in evaluation mode. Leaves grads() alone. Same errors as TrainStep.
+  // Forward only, in evaluation mode (batch norm uses the running statistics of buffers()).
+  // Leaves grads() and the buffers alone. Same errors as TrainStep.
   virtual absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,
                                                int batch) = 0;
 

@@ -1,5 +1,8 @@
 #include "worker/nn/residual.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/nn/sequential_block.h"
@@ -8,7 +11,7 @@ namespace dptrain {
 namespace nn {
 
 template <typename T>
-Residual<T>::Residual(const ResidualOptions& o)
+Residual<T>::Residual(const ResidualOptions& o, std::shared_ptr<ResidualScratch<T>> scratch)
     : o_(o),
       conv1_(Conv2dOptions::Square(o.in_channels, o.out_channels, 3, o.stride, 1)),
       conv2_(Conv2dOptions::Square(o.out_channels, o.out_channels, 3, 1, 1)),
@@ -16,27 +19,30 @@ Residual<T>::Residual(const ResidualOptions& o)
                                  Conv2dOptions::Square(o.in_channels, o.out_channels, 1, o.stride))
                            : nullptr),
       bn1_(o.out_channels),
-      bn2_(o.out_channels) {}
+      bn2_(o.out_channels),
+      scratch_(scratch ? std::move(scratch) : std::make_shared<ResidualScratch<T>>()) {}
 
 template <typename T>
 std::string Residual<T>::ToString() const {
   return absl::StrCat("Residual(", o_.in_channels, ", ", o_.out_channels,
-                      ", use_1x1conv=", o_.use_1x1conv ? "True" : "False",
-                      ", strides=", o_.stride, ")");
+                      ", use_1x1conv=", o_.use_1x1conv ? "True" : "False", ", strides=", o_.stride,
+                      ")");
 }
 
 template <typename T>
 absl::StatusOr<Dims> Residual<T>::OutputDims(const Dims& input) const {
   absl::StatusOr<Dims> d1 = conv1_.OutputDims(input);
-  if (!d1.ok()) return absl::InvalidArgumentError(absl::StrCat(ToString(), ": conv1: ", d1.status().message()));
+  if (!d1.ok())
+    return absl::InvalidArgumentError(absl::StrCat(ToString(), ": conv1: ", d1.status().message()));
   absl::StatusOr<Dims> d2 = conv2_.OutputDims(*d1);
-  if (!d2.ok()) return absl::InvalidArgumentError(absl::StrCat(ToString(), ": conv2: ", d2.status().message()));
-  if (!bn1_.OutputDims(*d1).ok()) return absl::InvalidArgumentError(absl::StrCat(ToString(), ": invalid"));
+  if (!d2.ok())
+    return absl::InvalidArgumentError(absl::StrCat(ToString(), ": conv2: ", d2.status().message()));
+  if (!bn1_.OutputDims(*d1).ok())
+    return absl::InvalidArgumentError(absl::StrCat(ToString(), ": invalid"));
   absl::StatusOr<Dims> shortcut = conv3_ ? conv3_->OutputDims(input) : absl::StatusOr<Dims>(input);
   if (!shortcut.ok() || *shortcut != *d2) {
-    return absl::InvalidArgumentError(absl::StrCat(ToString(), ": shortcut of input ",
-                                                   input.ToString(), " does not match ",
-                                                   d2->ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        ToString(), ": shortcut of input ", input.ToString(), " does not match ", d2->ToString()));
   }
   return *d2;
 }
@@ -97,46 +103,51 @@ void Residual<T>::InitBuffers(T* buffers) const {
 template <typename T>
 TensorRef<T> Residual<T>::Forward(TensorRef<T> input, bool training) {
   input_ = input;
-  TensorRef<T> y = conv1_.Forward(input, training);
-  y = bn1_.Forward(y, training);
-  y = relu1_.Forward(y, training);
-  y = conv2_.Forward(y, training);
-  y = bn2_.Forward(y, training);
-  const TensorRef<T> shortcut = conv3_ ? conv3_->Forward(input, training) : input;
-  const int64_t n = y.size();
+  const TensorRef<T> y1 = conv1_.Forward(input, training);
+  dims_ = y1.dims;
+  const int64_t n = y1.size();
+  T* __restrict a1 = EnsureSize(act1_, n);
+  bn1_.ForwardInto(y1, training, a1);
+  for (int64_t i = 0; i < n; ++i) a1[i] = a1[i] < T(0) ? T(0) : a1[i];  // NaN stays NaN.
+  const TensorRef<T> y2 = conv2_.Forward({a1, input.batch, dims_}, training);
   T* __restrict out = EnsureSize(output_, n);
-  const T* __restrict a = y.data;
-  const T* __restrict b = shortcut.data;
+  bn2_.ForwardInto(y2, training, out);
+  const TensorRef<T> shortcut = conv3_ ? conv3_->Forward(input, training) : input;
+  const T* __restrict s = shortcut.data;
   for (int64_t i = 0; i < n; ++i) {
-    const T v = a[i] + b[i];
-    out[i] = v < T(0) ? T(0) : v;  // NaN stays NaN, as in ReLU.
+    const T v = out[i] + s[i];
+    out[i] = v < T(0) ? T(0) : v;
   }
-  return {out, y.batch, y.dims};
+  return {out, input.batch, dims_};
 }
 
 template <typename T>
 TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
-  const int64_t n = grad_output.size();
-  T* __restrict gs = EnsureSize(grad_sum_, n);
+  const int batch = grad_output.batch;
+  const int64_t n = grad_output.size(), m = input_.size();
+  T* __restrict gs = EnsureSize(scratch_->grad_sum, n);
   {
     const T* __restrict out = output_.data();
     const T* __restrict g = grad_output.data;
     for (int64_t i = 0; i < n; ++i) gs[i] = out[i] > T(0) ? g[i] : T(0);
   }
-  const TensorRef<T> grad_sum{gs, grad_output.batch, grad_output.dims};
-  TensorRef<T> d = bn2_.Backward(grad_sum, true);
-  d = conv2_.Backward(d, true);
-  d = relu1_.Backward(d, true);
-  d = bn1_.Backward(d, true);
-  const TensorRef<T> d_main = conv1_.Backward(d, need_input_grad);
-  const TensorRef<T> d_short = conv3_ ? conv3_->Backward(grad_sum, need_input_grad) : grad_sum;
+  T* __restrict a = EnsureSize(scratch_->a, std::max(n, m));
+  T* __restrict b = EnsureSize(scratch_->b, n);
+  bn2_.BackwardInto({gs, batch, dims_}, a);
+  conv2_.BackwardInto({a, batch, dims_}, b);
+  const T* __restrict a1 = act1_.data();
+  for (int64_t i = 0; i < n; ++i) b[i] = a1[i] > T(0) ? b[i] : T(0);
+  bn1_.BackwardInto({b, batch, dims_}, a);
+  T* __restrict dx = need_input_grad ? EnsureSize(grad_input_, m) : nullptr;
+  conv1_.BackwardInto({a, batch, dims_}, dx);
+  const T* shortcut_grad = gs;
+  if (conv3_) {
+    conv3_->BackwardInto({gs, batch, dims_}, need_input_grad ? a : nullptr);
+    shortcut_grad = a;
+  }
   if (!need_input_grad) return {};
-  const int64_t m = input_.size();
-  T* __restrict dx = EnsureSize(grad_input_, m);
-  const T* __restrict a = d_main.data;
-  const T* __restrict b = d_short.data;
-  for (int64_t i = 0; i < m; ++i) dx[i] = a[i] + b[i];
-  return {dx, input_.batch, input_.dims};
+  for (int64_t i = 0; i < m; ++i) dx[i] += shortcut_grad[i];
+  return {dx, batch, input_.dims};
 }
 
 template class Residual<float>;

@@ -10,6 +10,10 @@
 // attributes are registered as conv1, conv2, conv3, bn1, bn2: "conv1.weight", "conv1.bias",
 // "conv2.weight", ..., "conv3.bias", "bn1.weight", "bn1.bias", "bn2.weight", "bn2.bias"; buffers
 // "bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked", then bn2's.
+//
+// Memory: the block keeps what its backward needs (conv1's and conv2's outputs, relu(bn1), its
+// own output, and conv3's output) and its input gradient; its sub-layers share three more
+// gradient buffers (ResidualScratch), which blocks may share in turn.
 #ifndef DPTRAIN_WORKER_NN_RESIDUAL_H_
 #define DPTRAIN_WORKER_NN_RESIDUAL_H_
 
@@ -17,13 +21,21 @@
 #include <string>
 #include <vector>
 
-#include "worker/nn/activations.h"
 #include "worker/nn/batch_norm2d.h"
 #include "worker/nn/conv2d.h"
 #include "worker/nn/layer.h"
 
 namespace dptrain {
 namespace nn {
+
+// Gradient buffers that a Residual uses only inside its Backward, so that the blocks of one
+// network (driven by one thread at a time) can share them.
+template <typename T>
+struct ResidualScratch {
+  std::vector<T> grad_sum;  // d(loss)/d(bn2(...) + shortcut(x)).
+  std::vector<T> a;         // Two buffers the sub-layers take turns writing their input
+  std::vector<T> b;         // gradients to (a also holds conv3's).
+};
 
 struct ResidualOptions {
   int in_channels = 1;
@@ -35,7 +47,10 @@ struct ResidualOptions {
 template <typename T>
 class Residual final : public Layer<T> {
  public:
-  explicit Residual(const ResidualOptions& options);
+  // `scratch` may be shared with other blocks that are never run concurrently with this one;
+  // null: a private one.
+  explicit Residual(const ResidualOptions& options,
+                    std::shared_ptr<ResidualScratch<T>> scratch = nullptr);
 
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
@@ -57,10 +72,11 @@ class Residual final : public Layer<T> {
   std::unique_ptr<Conv2d<T>> conv3_;
   BatchNorm2d<T> bn1_;
   BatchNorm2d<T> bn2_;
-  ReLU<T> relu1_;
   TensorRef<T> input_;
-  std::vector<T> output_;       // relu(bn2 + shortcut).
-  std::vector<T> grad_sum_;     // d(loss)/d(bn2 + shortcut).
+  Dims dims_;              // Per-sample output dims (also those of conv1's output).
+  std::vector<T> act1_;    // relu(bn1(conv1(x))), the input of conv2.
+  std::vector<T> output_;  // relu(bn2(...) + shortcut(x)), built in place.
+  std::shared_ptr<ResidualScratch<T>> scratch_;
   std::vector<T> grad_input_;
 };
 

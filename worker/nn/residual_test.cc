@@ -2,7 +2,9 @@
 // same computation done with separately run layers (which checks the parameter layout).
 #include "worker/nn/residual.h"
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,8 @@ namespace dptrain {
 namespace nn {
 namespace {
 
+// Binds `layer` to the parameters at `params` (advancing it past them) and fresh buffers, and runs
+// it in training mode.
 std::vector<double> Run(Layer<double>& layer, const double*& params, TensorRef<double> x) {
   std::vector<double> unused_grads(1 << 16), buffers(1 << 12);
   layer.BindParams(params, unused_grads.data());
@@ -35,29 +39,28 @@ ReferenceForward ComposedResidual(const ResidualOptions& o, const Dims& in) {
     Conv2d<double> conv2(Conv2dOptions::Square(o.out_channels, o.out_channels, 3, 1, 1));
     Conv2d<double> conv3(Conv2dOptions::Square(o.in_channels, o.out_channels, 1, o.stride));
     BatchNorm2d<double> bn1(o.out_channels), bn2(o.out_channels);
-    const double* params = p.data();
     const Dims mid = *conv1.OutputDims(in);
-    std::vector<double> a = Run(conv1, params, {x.data(), batch, in});
-    std::vector<double> b = Run(conv2, params, {a.data(), batch, mid});  // Placeholder input.
-    std::vector<double> s =
-        o.use_1x1conv ? Run(conv3, params, {x.data(), batch, in}) : x;
-    const double* bn1_params = params;
-    std::vector<double> grads(4 * o.out_channels), buffers(2 * o.out_channels + 1);
-    bn1.BindParams(bn1_params, grads.data());
-    bn1.InitBuffers(buffers.data());
-    bn1.BindBuffers(buffers.data());
-    TensorRef<double> t = bn1.Forward({a.data(), batch, mid}, true);
-    std::vector<double> r(t.data, t.data + t.size());
-    for (double& v : r) v = std::max(v, 0.0);
-    // conv2 again on the real input (its parameters were bound above).
-    t = conv2.Forward({r.data(), batch, mid}, true);
-    b.assign(t.data, t.data + t.size());
-    bn2.BindParams(bn1_params + 2 * o.out_channels, grads.data());
-    bn2.BindBuffers(buffers.data());
-    t = bn2.Forward({b.data(), batch, mid}, true);
-    std::vector<double> y(t.data, t.data + t.size());
-    for (size_t i = 0; i < y.size(); ++i) y[i] = std::max(y[i] + s[i], 0.0);
-    return y;
+    const double* conv_params[3];
+    const double* next = p.data();
+    conv_params[0] = next;
+    for (const TensorSpec& spec : conv1.ParamSpecs()) next += spec.size();
+    conv_params[1] = next;
+    for (const TensorSpec& spec : conv2.ParamSpecs()) next += spec.size();
+    conv_params[2] = next;
+    if (o.use_1x1conv) {
+      for (const TensorSpec& spec : conv3.ParamSpecs()) next += spec.size();
+    }
+    const double* bn_params = next;
+
+    std::vector<double> a = Run(conv1, conv_params[0], {x.data(), batch, in});
+    a = Run(bn1, bn_params, {a.data(), batch, mid});
+    for (double& v : a) v = std::max(v, 0.0);
+    std::vector<double> b = Run(conv2, conv_params[1], {a.data(), batch, mid});
+    b = Run(bn2, bn_params, {b.data(), batch, mid});
+    const std::vector<double> s =
+        o.use_1x1conv ? Run(conv3, conv_params[2], {x.data(), batch, in}) : x;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = std::max(b[i] + s[i], 0.0);
+    return b;
   };
 }
 
@@ -92,16 +95,16 @@ TEST(ResidualTest, NamesAsD2l) {
   for (const TensorSpec& s : Residual<float>({8, 8, false, 1}).ParamSpecs()) {
     names.push_back(s.name);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight",
-                                             "conv2.bias", "bn1.weight", "bn1.bias", "bn2.weight",
-                                             "bn2.bias"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+                                      "bn1.weight", "bn1.bias", "bn2.weight", "bn2.bias"}));
   names.clear();
   for (const TensorSpec& s : Residual<float>({8, 8, false, 1}).BufferSpecs()) {
     names.push_back(s.name);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked",
-                       "bn2.running_mean", "bn2.running_var", "bn2.num_batches_tracked"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"bn1.running_mean", "bn1.running_var",
+                                             "bn1.num_batches_tracked", "bn2.running_mean",
+                                             "bn2.running_var", "bn2.num_batches_tracked"}));
 }
 
 TEST(ResidualTest, RejectsMismatchedShortcut) {

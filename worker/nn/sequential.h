@@ -1,6 +1,7 @@
 // A chain of layers run in order, as PyTorch's nn.Sequential. Owns the layers; lays their
 // parameters out back to back in one flat buffer (layer order, then each layer's ParamSpecs()
-// order), which is the layout that crosses the wire.
+// order), which is the layout that crosses the wire. Buffers (batch norm's running statistics,
+// Layer::BufferSpecs) are laid out the same way in a second flat buffer that never crosses it.
 //
 // Not thread-safe; one thread drives a Sequential at a time.
 #ifndef DPTRAIN_WORKER_NN_SEQUENTIAL_H_
@@ -62,10 +63,10 @@ class Sequential {
   Sequential() = default;
 
   std::vector<std::unique_ptr<Layer<T>>> layers_;
-  std::vector<Dims> dims_;        // num_layers() + 1 entries.
-  std::vector<int64_t> offsets_;  // num_layers() + 1 entries; the last is the total.
+  std::vector<Dims> dims_;               // num_layers() + 1 entries.
+  std::vector<int64_t> offsets_;         // num_layers() + 1 entries; the last is the total.
   std::vector<int64_t> buffer_offsets_;  // Likewise for the buffers.
-  int first_with_params_ = 0;     // num_layers() when no layer has parameters.
+  int first_with_params_ = 0;            // num_layers() when no layer has parameters.
 };
 
 }  // namespace nn
