@@ -80,6 +80,28 @@ grpc::Status PsService::PushPull(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status PsService::AverageBuffers(grpc::ServerContext* context,
+                                       const proto::AverageBuffersRequest* request,
+                                       proto::AverageBuffersResponse* response) {
+  const ParameterShard::Info info = shard_->GetInfo();
+  if (info.initialized && request->caller().job_id() != info.job_id) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "AverageBuffers: job id does not match this shard's job");
+  }
+  const std::string& data = request->data();
+  if (data.size() % sizeof(float) != 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "AverageBuffers: data is not a whole number of fp32");
+  }
+  auto mean = buffers_.Average(
+      request->caller().rank(), request->round(),
+      absl::MakeConstSpan(reinterpret_cast<const float*>(data.data()), data.size() / 4),
+      Deadline(*context));
+  if (!mean.ok()) return ToGrpcStatus(mean.status());
+  response->set_data(reinterpret_cast<const char*>(mean->data()), mean->size() * sizeof(float));
+  return grpc::Status::OK;
+}
+
 grpc::Status PsService::GetShardInfo(grpc::ServerContext*, const proto::ShardInfoRequest*,
                                      proto::ShardInfoResponse* response) {
   const ParameterShardOptions& o = shard_->options();

@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "proto/ps.grpc.pb.h"
+#include "server/buffer_averager.h"
 #include "server/parameter_shard.h"
 
 namespace dptrain {
@@ -13,7 +14,8 @@ namespace dptrain {
 class PsService final : public proto::ParameterServer::Service {
  public:
   // `shard` must outlive the service.
-  explicit PsService(ParameterShard* shard) : shard_(shard) {}
+  explicit PsService(ParameterShard* shard)
+      : shard_(shard), buffers_(shard->options().num_workers) {}
 
   grpc::Status Init(grpc::ServerContext* context, const proto::InitRequest* request,
                     proto::InitResponse* response) override;
@@ -21,6 +23,9 @@ class PsService final : public proto::ParameterServer::Service {
                     proto::PullResponse* response) override;
   grpc::Status PushPull(grpc::ServerContext* context, const proto::PushPullRequest* request,
                         proto::PullResponse* response) override;
+  grpc::Status AverageBuffers(grpc::ServerContext* context,
+                              const proto::AverageBuffersRequest* request,
+                              proto::AverageBuffersResponse* response) override;
   grpc::Status GetShardInfo(grpc::ServerContext* context, const proto::ShardInfoRequest* request,
                             proto::ShardInfoResponse* response) override;
 
@@ -34,6 +39,7 @@ class PsService final : public proto::ParameterServer::Service {
   absl::Time Deadline(const grpc::ServerContext& context) const;
 
   ParameterShard* const shard_;
+  BufferAverager buffers_;
   std::atomic<int64_t> bytes_received_{0}, bytes_sent_{0};
 };
 

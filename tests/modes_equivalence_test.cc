@@ -21,8 +21,9 @@ OptimizerOptions Sgd() {
 }
 
 // ps (shards > 1) or master (one unsharded reducer, as rank 0 hosts it).
-std::vector<std::vector<float>> TrainWithReducer(const HarnessConfig& c, int shards,
-                                                 const Dataset& data) {
+std::vector<std::vector<float>> TrainWithReducer(
+    const HarnessConfig& c, int shards, const Dataset& data,
+    std::vector<std::vector<float>>* buffers = nullptr) {
   TestShards cluster = StartShards(shards, c.workers, Sgd());
   return RunWorkers(c, data, [&](int r, const std::vector<TensorInfo>& tensors)
                                  -> absl::StatusOr<std::unique_ptr<GradientSync>> {
@@ -33,7 +34,7 @@ std::vector<std::vector<float>> TrainWithReducer(const HarnessConfig& c, int sha
     po.tensors = tensors;
     po.max_chunk_elements = 30000;
     return PsClient::Connect(po);
-  });
+  }, buffers);
 }
 
 // A GradientSync that owns the all-reduce group it runs over.
@@ -45,6 +46,9 @@ class OwningAllReduce : public GradientSync {
   absl::Status Step(int64_t t, absl::Span<const float> g, absl::Span<float> w) override {
     return sync_->Step(t, g, w);
   }
+  absl::Status AverageBuffers(int64_t round, absl::Span<float> b) override {
+    return sync_->AverageBuffers(round, b);
+  }
   CommStats stats() const override { return sync_->stats(); }
 
  private:
@@ -52,7 +56,9 @@ class OwningAllReduce : public GradientSync {
   std::unique_ptr<AllReduceSync> sync_;
 };
 
-std::vector<std::vector<float>> TrainWithAllReduce(const HarnessConfig& c, const Dataset& data) {
+std::vector<std::vector<float>> TrainWithAllReduce(
+    const HarnessConfig& c, const Dataset& data,
+    std::vector<std::vector<float>>* buffers = nullptr) {
   // Rank 0 listens first on a free port; the others are told it.
   AllReduceGroupOptions base;
   base.world_size = c.workers;
@@ -85,7 +91,7 @@ std::vector<std::vector<float>> TrainWithAllReduce(const HarnessConfig& c, const
     auto sync = AllReduceSync::Create(&group->link(), so);
     if (!sync.ok()) return sync.status();
     return std::make_unique<OwningAllReduce>(std::move(group), *std::move(sync));
-  });
+  }, buffers);
 }
 
 class ModesTest : public ::testing::TestWithParam<int> {};
@@ -111,6 +117,30 @@ TEST_P(ModesTest, PsMasterAndAllReduceAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, ModesTest, ::testing::Values(2, 3));
+
+// Batch norm: each worker's running statistics follow its own batches during the epoch, and
+// are averaged at its end, so every replica evaluates (and saves) the same ones.
+TEST(BatchNormTest, RunningStatisticsAgreeAcrossReplicasAfterAnEpoch) {
+  const Dataset data = MakeSyntheticDataset(64, 28, 28, /*seed=*/9);
+  HarnessConfig c;
+  c.model = "resnet18";
+  c.workers = 2;
+  c.batch_size = 4;
+  c.steps = 2;
+  auto model = nn::CreateModel({"resnet18", c.model_seed, 1});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<float> initial = (*model)->buffer_values();
+  ASSERT_FALSE(initial.empty());
+  std::vector<std::vector<float>> ps_buffers, ring_buffers;
+  TrainWithReducer(c, /*shards=*/2, data, &ps_buffers);
+  TrainWithAllReduce(c, data, &ring_buffers);
+  for (const auto* buffers : {&ps_buffers, &ring_buffers}) {
+    ASSERT_EQ(buffers->size(), 2u);
+    EXPECT_EQ((*buffers)[0], (*buffers)[1]);
+    EXPECT_GT(RelativeDifference((*buffers)[0], initial), 1e-4);
+  }
+  EXPECT_LE(RelativeDifference(ring_buffers[0], ps_buffers[0]), 1e-5);
+}
 
 }  // namespace
 }  // namespace dptrain

@@ -32,9 +32,12 @@ struct HarnessConfig {
 using SyncFactory = std::function<absl::StatusOr<std::unique_ptr<GradientSync>>(
     int rank, const std::vector<TensorInfo>& tensors)>;
 
-inline std::vector<std::vector<float>> RunWorkers(const HarnessConfig& c, const Dataset& data,
-                                                  const SyncFactory& make_sync) {
+// `buffers`, if not null, receives every replica's final buffer values (batch norm).
+inline std::vector<std::vector<float>> RunWorkers(
+    const HarnessConfig& c, const Dataset& data, const SyncFactory& make_sync,
+    std::vector<std::vector<float>>* buffers = nullptr) {
   std::vector<std::vector<float>> finals(c.workers);
+  if (buffers != nullptr) buffers->assign(c.workers, {});
   std::vector<absl::Status> statuses(c.workers);
   std::vector<std::thread> threads;
   for (int r = 0; r < c.workers; ++r) {
@@ -61,6 +64,7 @@ inline std::vector<std::vector<float>> RunWorkers(const HarnessConfig& c, const 
       to.evaluate = false;
       statuses[r] = Train(to, **model, **sync, data, nullptr, nullptr);
       finals[r] = (*model)->weights();
+      if (buffers != nullptr) (*buffers)[r] = (*model)->buffer_values();
     });
   }
   for (auto& t : threads) t.join();

@@ -129,6 +129,13 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, GradientSync& sync
       seen += n;
     }
     const double train_seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+    // Batch-norm running statistics drift apart per worker during the epoch (each sees its
+    // own batches); averaging them makes every replica evaluate and save the same model.
+    if (!model.buffer_values().empty()) {
+      if (auto s = sync.AverageBuffers(epoch, absl::MakeSpan(model.buffer_values())); !s.ok()) {
+        return s;
+      }
+    }
     m.steps = batches;
     m.loss = seen > 0 ? loss_sum / seen : 0;
     m.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0;

@@ -29,10 +29,19 @@ absl::Status AllReduceSync::Step(int64_t step, absl::Span<const float> grads,
   RingOptions ring;
   ring.chunk_elements = options_.chunk_elements;
   ring.average = true;
-  ring.tag_base = static_cast<uint64_t>(step) + 1;  // 0 is the initial broadcast.
+  // 0 is the initial broadcast; steps stay below kBufferTagBase.
+  ring.tag_base = static_cast<uint64_t>(step) + 1;
   if (auto s = RingAllReduce(*link_, absl::MakeSpan(buffer_), ring); !s.ok()) return s;
   optimizer_->Apply(weights, buffer_, state_);
   return absl::OkStatus();
+}
+
+absl::Status AllReduceSync::AverageBuffers(int64_t round, absl::Span<float> buffers) {
+  RingOptions ring;
+  ring.chunk_elements = options_.chunk_elements;
+  ring.average = true;
+  ring.tag_base = kBufferTagBase + static_cast<uint64_t>(round);
+  return RingAllReduce(*link_, buffers, ring);
 }
 
 CommStats AllReduceSync::stats() const {

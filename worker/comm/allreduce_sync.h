@@ -22,6 +22,9 @@ struct AllReduceSyncOptions {
 
 class AllReduceSync : public GradientSync {
  public:
+  // Tags of buffer rounds start here (steps use 1 .. 2^23 - 1; tags have 24 bits for it).
+  static constexpr uint64_t kBufferTagBase = uint64_t{1} << 23;
+
   // `link` must outlive the sync. InvalidArgument for bad optimizer options.
   static absl::StatusOr<std::unique_ptr<AllReduceSync>> Create(PeerLink* link,
                                                                const AllReduceSyncOptions& options);
@@ -29,6 +32,7 @@ class AllReduceSync : public GradientSync {
   absl::Status Start(absl::Span<float> weights) override;
   absl::Status Step(int64_t step, absl::Span<const float> grads,
                     absl::Span<float> weights) override;
+  absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override;
 
  private:

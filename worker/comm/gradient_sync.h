@@ -34,6 +34,10 @@ class GradientSync {
   virtual absl::Status Step(int64_t step, absl::Span<const float> grads,
                             absl::Span<float> weights) = 0;
 
+  // Replaces `buffers` (e.g. batch norm's running statistics) with their mean over all
+  // replicas. Round r is the r-th call (0, 1, ...); every rank makes the same calls.
+  virtual absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) = 0;
+
   virtual CommStats stats() const = 0;
 };
 

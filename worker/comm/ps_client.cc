@@ -251,4 +251,27 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
   return absl::OkStatus();
 }
 
+absl::Status PsClient::AverageBuffers(int64_t round, absl::Span<float> buffers) {
+  proto::AverageBuffersRequest request;
+  request.mutable_caller()->set_job_id(options_.job_id);
+  request.mutable_caller()->set_rank(options_.rank);
+  request.set_round(round);
+  request.set_data(reinterpret_cast<const char*>(buffers.data()), buffers.size() * sizeof(float));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  proto::AverageBuffersResponse response;
+  const grpc::Status status = stubs_[0]->AverageBuffers(&context, request, &response);
+  stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
+  if (!status.ok()) {
+    return FromGrpcStatus(status, absl::StrCat("AverageBuffers to shard 0 at ",
+                                               options_.shard_addresses[0]));
+  }
+  stats_.bytes_pulled += static_cast<int64_t>(response.ByteSizeLong());
+  if (response.data().size() != buffers.size() * sizeof(float)) {
+    return absl::DataLossError("AverageBuffers: shard 0 answered with a different size");
+  }
+  std::memcpy(buffers.data(), response.data().data(), response.data().size());
+  return absl::OkStatus();
+}
+
 }  // namespace dptrain

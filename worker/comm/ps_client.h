@@ -41,6 +41,8 @@ class PsClient : public GradientSync {
   absl::Status Start(absl::Span<float> weights) override;
   absl::Status Step(int64_t step, absl::Span<const float> grads,
                     absl::Span<float> weights) override;
+  // Through shard 0.
+  absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override { return stats_; }
 
   const ShardMap& shard_map() const { return map_; }

@@ -1,0 +1,57 @@
+#include "server/buffer_averager.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dptrain {
+
+BufferAverager::BufferAverager(int num_workers)
+    : num_workers_(num_workers), pending_(num_workers), arrived_(num_workers, false) {}
+
+absl::StatusOr<std::vector<float>> BufferAverager::Average(int rank, int64_t round,
+                                                           absl::Span<const float> values,
+                                                           absl::Time deadline) {
+  if (rank < 0 || rank >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " not in [0, ", num_workers_, ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (round == round_ - 1) return result_;  // A retry of a completed round.
+  if (round != round_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("buffer round ", round, " is not the current round ", round_));
+  }
+  if (!arrived_[rank]) {
+    for (int r = 0; r < num_workers_; ++r) {
+      if (arrived_[r] && pending_[r].size() != values.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " sent ", values.size(),
+                                                       " buffer values, rank ", r, " sent ",
+                                                       pending_[r].size()));
+      }
+    }
+    pending_[rank].assign(values.begin(), values.end());
+    arrived_[rank] = true;
+    if (++count_ == num_workers_) {
+      result_ = pending_[0];
+      for (int r = 1; r < num_workers_; ++r) {
+        for (size_t i = 0; i < result_.size(); ++i) result_[i] += pending_[r][i];
+      }
+      for (float& v : result_) v /= static_cast<float>(num_workers_);
+      arrived_.assign(num_workers_, false);
+      count_ = 0;
+      ++round_;
+    }
+  }
+  auto done = [this, round]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return round_ > round; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    std::vector<int> missing;
+    for (int r = 0; r < num_workers_; ++r) {
+      if (!arrived_[r]) missing.push_back(r);
+    }
+    return absl::DeadlineExceededError(absl::StrCat("buffer round ", round,
+                                                    " timed out waiting for rank(s) ",
+                                                    absl::StrJoin(missing, ",")));
+  }
+  return result_;
+}
+
+}  // namespace dptrain

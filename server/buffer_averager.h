@@ -1,0 +1,40 @@
+// Averages one vector per worker, round by round (BSP): the all-reduce that keeps batch
+// norm's running statistics equal on every replica. Each worker calls Average(round) with
+// its vector; when all num_workers have, everybody gets the mean (summed in rank order).
+// Plain C++, thread-safe.
+#ifndef DPTRAIN_SERVER_BUFFER_AVERAGER_H_
+#define DPTRAIN_SERVER_BUFFER_AVERAGER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace dptrain {
+
+class BufferAverager {
+ public:
+  explicit BufferAverager(int num_workers);
+
+  // Round `round` must be the current one (or the previous, for a retry: its result again).
+  // InvalidArgument for a bad rank or a size that differs from the round's first vector;
+  // OutOfRange for another round; DeadlineExceeded naming the ranks that did not come.
+  absl::StatusOr<std::vector<float>> Average(int rank, int64_t round,
+                                             absl::Span<const float> values, absl::Time deadline);
+
+ private:
+  const int num_workers_;
+  absl::Mutex mu_;
+  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);
+  int count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<float> result_ ABSL_GUARDED_BY(mu_);  // Of round_ - 1.
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_SERVER_BUFFER_AVERAGER_H_

@@ -1,0 +1,55 @@
+#include "server/buffer_averager.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace dptrain {
+namespace {
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(5); }
+
+TEST(BufferAveragerTest, EveryRankGetsTheMeanEachRound) {
+  BufferAverager averager(3);
+  for (int64_t round = 0; round < 3; ++round) {
+    std::vector<absl::StatusOr<std::vector<float>>> out(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        const std::vector<float> v = {float(r), float(10 * r + round)};
+        out[r] = averager.Average(r, round, v, Soon());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_TRUE(out[r].ok()) << out[r].status();
+      EXPECT_EQ(*out[r], (std::vector<float>{1.0f, 10.0f + round}));
+    }
+  }
+  // A retry of the last round gets its result again; an old or future round is refused.
+  auto again = averager.Average(1, 2, std::vector<float>{5, 5}, Soon());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, (std::vector<float>{1.0f, 12.0f}));
+  EXPECT_EQ(averager.Average(0, 0, std::vector<float>{1, 1}, Soon()).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(averager.Average(0, 7, std::vector<float>{1, 1}, Soon()).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+TEST(BufferAveragerTest, RejectsBadInputAndNamesMissingRanks) {
+  BufferAverager averager(3);
+  EXPECT_EQ(averager.Average(3, 0, {}, Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::thread t([&] {
+    auto r = averager.Average(0, 0, std::vector<float>{1, 2}, absl::Now() + absl::Milliseconds(300));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_NE(r.status().message().find("rank(s) 1,2"), std::string::npos) << r.status();
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(averager.Average(1, 0, std::vector<float>{1, 2, 3}, Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  t.join();
+}
+
+}  // namespace
+}  // namespace dptrain
