@@ -73,6 +73,8 @@ ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(int, threads, 0, "Math threads of this worker (0: the BLAS default).");
 ABSL_FLAG(std::string, metrics_out, "", "If set, JSON lines (one per epoch and a final one).");
 ABSL_FLAG(int64_t, max_steps_per_epoch, 0, "If > 0, cut every epoch to this many steps.");
+ABSL_FLAG(int64_t, train_subset, 0, "If > 0, train on the first N training images only.");
+ABSL_FLAG(int64_t, test_subset, 0, "If > 0, evaluate on the first N test images only.");
 ABSL_FLAG(std::string, load_model, "",
           "If set, a safetensors file (PyTorch state_dict names, e.g. from --save_model) to "
           "initialise the weights from. Every replica starts from rank 0's weights (in ps mode "
@@ -310,6 +312,8 @@ absl::Status Run() {
   if (!train.ok()) return train.status();
   auto test = LoadFashionMnist(data_dir, /*train=*/false);
   if (!test.ok()) return test.status();
+  train->KeepFirst(absl::GetFlag(FLAGS_train_subset));
+  test->KeepFirst(absl::GetFlag(FLAGS_test_subset));
 
   nn::ModelOptions model_options;
   model_options.name = absl::GetFlag(FLAGS_model);
@@ -362,7 +366,8 @@ absl::Status Run() {
     options.metrics = &metrics;
   }
   std::cout << who << ": " << model_options.name << " with " << (*model)->weights().size()
-            << " parameters, " << train->size << " training images" << std::endl;
+            << " parameters, " << train->size << " training images, " << test->size
+            << " test images" << std::endl;
   if (absl::Status s = Train(options, **model, *sync.sync, *train, &*test, nullptr); !s.ok()) {
     return s;
   }

@@ -25,6 +25,15 @@ struct Dataset {
   const float* image(int64_t i) const { return images.data() + i * image_size(); }
   float* mutable_image(int64_t i) { return images.data() + i * image_size(); }
   int label(int64_t i) const { return labels[i]; }
+
+  // Keeps only the first n examples (all of them if n <= 0 or n >= size): quick runs on a
+  // subset, e.g. ResNet-18 on a CPU.
+  void KeepFirst(int64_t n) {
+    if (n <= 0 || n >= size) return;
+    size = n;
+    images.resize(static_cast<size_t>(n * image_size()));
+    labels.resize(static_cast<size_t>(n));
+  }
 };
 
 }  // namespace dptrain
