@@ -30,6 +30,10 @@ expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu
 expect_error "cuda without a CUDA backend" "--device=cuda: .*use --device=cpu or auto" \
   --ps=127.0.0.1:1 --device=cuda
 RANK=x expect_error "bad RANK env" "RANK='x'" --ps=127.0.0.1:1
+expect_error "bad mode" "--mode must be ps, master or allreduce" --mode=gossip
+expect_error "master mode without --lr" "--lr must be > 0 in master mode" --mode=master
+expect_error "allreduce rank 1 without the master port" "needs rank 0's port" \
+  --mode=allreduce --rank=1 --world_size=2 --lr=0.1
 
 need_data
 # A port nothing listens on: find one by starting and stopping a shard.
@@ -39,6 +43,11 @@ stop_all
 _started=()
 expect_error "unreachable PS" "cannot reach parameter-server shard 0" \
   --ps=127.0.0.1:$dead_port --connect_timeout=2s --data_dir="$DATA_DIR"
+expect_error "unreachable rank 0 (allreduce)" "cannot reach rank 0" --mode=allreduce --rank=1 \
+  --world_size=2 --lr=0.1 --master_port=$dead_port --advertise_host=127.0.0.1 \
+  --connect_timeout=2s --data_dir="$DATA_DIR"
+MASTER_PORT=$dead_port expect_error "unreachable master (env)" "cannot reach parameter-server" \
+  --mode=master --rank=1 --world_size=2 --lr=0.1 --connect_timeout=2s --data_dir="$DATA_DIR"
 
 start_shard 0 2 1
 p0=$SHARD_PORT

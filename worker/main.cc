@@ -170,8 +170,7 @@ absl::Status ReportMasterPort(int port) {
   return path.empty() ? absl::OkStatus() : WritePortFile(path, port);
 }
 
-absl::StatusOr<PsClientOptions> ClientOptions(const SyncSetup& setup,
-                                              std::vector<std::string> addresses) {
+PsClientOptions ClientOptions(const SyncSetup& setup, std::vector<std::string> addresses) {
   PsClientOptions o;
   o.shard_addresses = std::move(addresses);
   o.job_id = absl::GetFlag(FLAGS_job_id);
@@ -201,9 +200,9 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   if (setup.mode == "ps") {
     auto options = ClientOptions(setup, absl::StrSplit(absl::GetFlag(FLAGS_ps), ',',
                                                        absl::SkipWhitespace()));
-    auto client = PsClient::Connect(*options);
+    auto client = PsClient::Connect(options);
     if (!client.ok()) return client.status();
-    out.description = absl::StrCat("ps mode, ", options->shard_addresses.size(), " shard(s)");
+    out.description = absl::StrCat("ps mode, ", options.shard_addresses.size(), " shard(s)");
     out.sync = *std::move(client);
     return absl::OkStatus();
   }
@@ -227,8 +226,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
       port = out.master->port();
       if (auto s = ReportMasterPort(port); !s.ok()) return s;
     }
-    auto options = ClientOptions(setup, {absl::StrCat(master_addr, ":", port)});
-    auto client = PsClient::Connect(*options);
+    auto client = PsClient::Connect(ClientOptions(setup, {absl::StrCat(master_addr, ":", port)}));
     if (!client.ok()) return client.status();
     out.description = absl::StrCat("master mode, reducer at ", master_addr, ":", port);
     out.sync = *std::move(client);
