@@ -12,6 +12,7 @@
 # Namespace names carry $$, so concurrent runs do not collide; a trap removes everything.
 source "$(dirname "$0")/testlib.sh"
 HEALTH_PROBE="$ROOT/deploy/health_probe"
+COMM_PROBE="$ROOT/tests/bench/comm_probe"
 need_data
 
 P="dpt$$-$RANDOM"                           # namespace prefix, unique per run
@@ -97,6 +98,23 @@ run_job() {
   for s in 0 1; do wait "${shard_pids[$s]}" 2>/dev/null || true; done
 }
 
+# probe_ring NAME: the communication benchmark's ring all-reduce of 16 MiB as two processes
+# on w0 and w1 (tests/bench/comm_probe); leaves rank 0's JSON line in $SCRATCH/NAME.json.
+probe_ring() {
+  local name=$1 p0 p1
+  local flags=(--mode=allreduce --world_size=2 --master_addr="${IP[w0]}" --master_port=$PORT
+               --size_mib=16 --reps=3)
+  ip netns exec "$P-w0" "$COMM_PROBE" --rank=0 --advertise_host="${IP[w0]}" "${flags[@]}" \
+    >"$SCRATCH/$name.json" 2>"$SCRATCH/$name.err" &
+  p0=$!
+  pids+=($p0)
+  ip netns exec "$P-w1" "$COMM_PROBE" --rank=1 --advertise_host="${IP[w1]}" "${flags[@]}" \
+    >/dev/null 2>>"$SCRATCH/$name.err" &
+  p1=$!
+  pids+=($p1)
+  wait $p0 && wait $p1 || die "$name: comm_probe failed: $(cat "$SCRATCH/$name.err")"
+}
+
 rx_bytes() { ip -n "$SW" -s -j link show "v-$1" | sed -n 's/.*"rx":{"bytes":\([0-9]*\).*/\1/p'; }
 
 # 1. One epoch across four hosts.
@@ -120,6 +138,7 @@ echo "one epoch on 4 hosts in $((SECONDS - start)) s"
 
 # 2. Throughput without and with a link limit.
 run_job fast --epochs=1 --max_steps_per_epoch=20
+probe_ring ring_fast
 shaping="netem delay 1ms rate 1gbit"
 for n in "${NODES[@]}"; do
   for dev in "$SW v-$n" "$P-$n eth0"; do
@@ -132,8 +151,24 @@ for n in "${NODES[@]}"; do
   done
 done
 run_job shaped --epochs=1 --max_steps_per_epoch=20
+probe_ring ring_shaped
 fast=$(json_field "$SCRATCH/fast/worker0.jsonl" final images_per_s)
 slow=$(json_field "$SCRATCH/shaped/worker0.jsonl" final images_per_s)
 echo "images/s per worker, 20 steps of mlp, batch 128: unlimited $fast, with $shaping on" \
   "every veth $slow"
+
+# The ring all-reduce behaves like a real 1 Gbit/s network: it cannot beat the wire (each
+# worker sends 16 MiB per all-reduce, >= 134 ms at 125 MB/s), and it gets close to it.
+ring_field() { sed -n "s/.*\"$2\":\([0-9.e]*\).*/\1/p" "$SCRATCH/$1.json"; }
+t_fast=$(ring_field ring_fast median_s)
+t_shaped=$(ring_field ring_shaped median_s)
+sent=$(ring_field ring_shaped sent_per_sync)
+wire=$(echo "$sent / 125000000" | bc -l)
+echo "ring all-reduce of 16 MiB between two namespaces: ${t_fast}s unlimited," \
+  "${t_shaped}s with $shaping (wire time of the bytes sent: ${wire}s;" \
+  "busbw $(ring_field ring_fast busbw_GBps) -> $(ring_field ring_shaped busbw_GBps) GB/s)"
+awk -v t="$t_shaped" -v w="$wire" 'BEGIN { exit !(t >= 0.9 * w) }' ||
+  die "the shaped ring beat the 1 Gbit/s wire: ${t_shaped}s < 0.9 x ${wire}s"
+awk -v t="$t_shaped" -v w="$wire" 'BEGIN { exit !(t <= 3 * w) }' ||
+  die "the shaped ring is far from the wire: ${t_shaped}s > 3 x ${wire}s"
 echo PASS
