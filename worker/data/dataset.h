@@ -6,6 +6,7 @@
 #ifndef DPTRAIN_WORKER_DATA_DATASET_H_
 #define DPTRAIN_WORKER_DATA_DATASET_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
