@@ -70,7 +70,9 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of the weight initialisation and of the shuff
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Folder with Fashion-MNIST's gzip IDX files (Debian package dataset-fashion-mnist).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
-ABSL_FLAG(int, threads, 0, "Math threads of this worker (0: the BLAS default).");
+ABSL_FLAG(int, threads, 0,
+          "Math threads of this worker: > 1 splits every layer over that many threads (BLAS "
+          "single-threaded inside); 1 one thread; 0 leaves OpenBLAS at its default.");
 ABSL_FLAG(std::string, metrics_out, "", "If set, JSON lines (one per epoch and a final one).");
 ABSL_FLAG(int64_t, max_steps_per_epoch, 0, "If > 0, cut every epoch to this many steps.");
 ABSL_FLAG(int64_t, train_subset, 0, "If > 0, train on the first N training images only.");

@@ -1,10 +1,10 @@
 // Compute benchmark: steady-state training throughput of one worker's model on the CPU, for
-// each model and OpenBLAS thread count. One timed step is TrainStep (forward + softmax
+// each model and math-thread count. One timed step is TrainStep (forward + softmax
 // cross-entropy + backward) followed by a plain SGD update w -= lr * g over all weights, which
 // is what PyTorch's loop (zero_grad, forward, loss, backward, optimizer.step()) does;
 // tools/bench_torch_compute.py measures that loop the same way.
 //
-// ModelOptions.threads sets the OpenBLAS threads process-wide, so every (model, threads) point
+// ModelOptions.threads also sets OpenBLAS threads process-wide, so every (model, threads) point
 // runs in a fresh child: this binary re-executes itself (/proc/self/exe) with --one=model:threads,
 // and the child prints one "result ..." line: the median step time over --steps timed steps
 // after --warmup untimed ones, images/s = batch / median, and its peak resident memory
@@ -40,7 +40,7 @@
 
 ABSL_FLAG(std::string, models, "mlp,lenet,resnet18",
           "Models to measure; one CreateModel does not know is skipped with a note.");
-ABSL_FLAG(std::string, threads, "1,2", "OpenBLAS thread counts; each point in a fresh process.");
+ABSL_FLAG(std::string, threads, "1,2", "Math-thread counts; each point in a fresh process.");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the timed ones.");
 ABSL_FLAG(int, steps, 20, "Timed steps; the median step time is reported.");

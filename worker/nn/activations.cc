@@ -59,7 +59,12 @@ TensorRef<T> ReLU<T>::Forward(TensorRef<T> input, bool /*training*/) {
   const int64_t n = input.size();
   T* y = EnsureSize(output_, n);
   const T* x = input.data;
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];  // NaN stays NaN.
+  ParallelFor(
+      pool_, n,
+      [x, y](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];  // NaN stays NaN.
+      },
+      kMinParallelElements);
   output_ref_ = {y, input.batch, input.dims};
   return output_ref_;
 }
@@ -71,7 +76,12 @@ TensorRef<T> ReLU<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
   T* dx = EnsureSize(grad_input_, n);
   const T* y = output_ref_.data;
   const T* dy = grad_output.data;
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+  ParallelFor(
+      pool_, n,
+      [dx, y, dy](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+      },
+      kMinParallelElements);
   return {dx, grad_output.batch, grad_output.dims};
 }
 
@@ -79,7 +89,11 @@ template <typename T>
 TensorRef<T> Sigmoid<T>::Forward(TensorRef<T> input, bool /*training*/) {
   const int64_t n = input.size();
   T* y = EnsureSize(output_, n);
-  SigmoidKernel(input.data, y, n);
+  const T* x = input.data;
+  ParallelFor(
+      pool_, n,
+      [x, y](int64_t begin, int64_t end, int) { SigmoidKernel(x + begin, y + begin, end - begin); },
+      kMinParallelElements);
   output_ref_ = {y, input.batch, input.dims};
   return output_ref_;
 }
@@ -91,7 +105,12 @@ TensorRef<T> Sigmoid<T>::Backward(TensorRef<T> grad_output, bool need_input_grad
   T* dx = EnsureSize(grad_input_, n);
   const T* y = output_ref_.data;
   const T* dy = grad_output.data;
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
+  ParallelFor(
+      pool_, n,
+      [dx, y, dy](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
+      },
+      kMinParallelElements);
   return {dx, grad_output.batch, grad_output.dims};
 }
 

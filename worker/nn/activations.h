@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "worker/nn/layer.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -19,11 +20,13 @@ class ReLU final : public Layer<T> {
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override { return input; }
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
 
  private:
   std::vector<T> output_;
   std::vector<T> grad_input_;
   TensorRef<T> output_ref_;
+  ThreadPool* pool_ = nullptr;
 };
 
 // 1 / (1 + exp(-x)); saturates to exactly 0 or 1 for large |x| without overflow trouble. The
@@ -35,11 +38,13 @@ class Sigmoid final : public Layer<T> {
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override { return input; }
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
 
  private:
   std::vector<T> output_;
   std::vector<T> grad_input_;
   TensorRef<T> output_ref_;
+  ThreadPool* pool_ = nullptr;
 };
 
 // [c, h, w] -> [c * h * w, 1, 1]. No copies: the output aliases the input and the input gradient

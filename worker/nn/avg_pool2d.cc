@@ -85,27 +85,39 @@ TensorRef<T> AvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
   const T scale = T(1) / T(o_.kernel_h * o_.kernel_w);
   const int64_t planes = int64_t{input.batch} * in_dims_.c;
   T* y = EnsureSize(output_, planes * oh * ow);
+  const int64_t min_planes =
+      planes * h * w >= kMinParallelElements ? 2 : planes + 1;  // Else one thread.
   if (is_2x2()) {
-    Pool2x2Forward(input.data, planes, h, w, y);
+    ParallelFor(
+        pool_, planes,
+        [&](int64_t p0, int64_t p1, int) {
+          Pool2x2Forward(input.data + p0 * h * w, p1 - p0, h, w, y + p0 * oh * ow);
+        },
+        min_planes);
     return {y, input.batch, out_dims_};
   }
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const T* x = input.data + pl * h * w;
-    T* yp = y + pl * oh * ow;
-    for (int oy = 0; oy < oh; ++oy) {
-      const int y0 = std::max(0, oy * o_.stride_h - o_.pad_h);
-      const int y1 = std::min(h, oy * o_.stride_h - o_.pad_h + o_.kernel_h);
-      for (int ox = 0; ox < ow; ++ox) {
-        const int x0 = std::max(0, ox * o_.stride_w - o_.pad_w);
-        const int x1 = std::min(w, ox * o_.stride_w - o_.pad_w + o_.kernel_w);
-        T sum = 0;
-        for (int iy = y0; iy < y1; ++iy) {
-          for (int ix = x0; ix < x1; ++ix) sum += x[iy * w + ix];
+  ParallelFor(
+      pool_, planes,
+      [&](int64_t p0, int64_t p1, int) {
+        for (int64_t pl = p0; pl < p1; ++pl) {
+          const T* x = input.data + pl * h * w;
+          T* yp = y + pl * oh * ow;
+          for (int oy = 0; oy < oh; ++oy) {
+            const int y0 = std::max(0, oy * o_.stride_h - o_.pad_h);
+            const int y1 = std::min(h, oy * o_.stride_h - o_.pad_h + o_.kernel_h);
+            for (int ox = 0; ox < ow; ++ox) {
+              const int x0 = std::max(0, ox * o_.stride_w - o_.pad_w);
+              const int x1 = std::min(w, ox * o_.stride_w - o_.pad_w + o_.kernel_w);
+              T sum = 0;
+              for (int iy = y0; iy < y1; ++iy) {
+                for (int ix = x0; ix < x1; ++ix) sum += x[iy * w + ix];
+              }
+              yp[oy * ow + ox] = sum * scale;
+            }
+          }
         }
-        yp[oy * ow + ox] = sum * scale;
-      }
-    }
-  }
+      },
+      min_planes);
   return {y, input.batch, out_dims_};
 }
 
@@ -116,27 +128,38 @@ TensorRef<T> AvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_gr
   const T scale = T(1) / T(o_.kernel_h * o_.kernel_w);
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
   T* dx = EnsureSize(grad_input_, planes * h * w);
+  const int64_t min_planes = planes * h * w >= kMinParallelElements ? 2 : planes + 1;
   if (is_2x2()) {
-    Pool2x2Backward(grad_output.data, planes, h, w, dx);
+    ParallelFor(
+        pool_, planes,
+        [&](int64_t p0, int64_t p1, int) {
+          Pool2x2Backward(grad_output.data + p0 * oh * ow, p1 - p0, h, w, dx + p0 * h * w);
+        },
+        min_planes);
     return {dx, grad_output.batch, in_dims_};
   }
-  std::fill(dx, dx + planes * h * w, T(0));
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const T* dy = grad_output.data + pl * oh * ow;
-    T* dxp = dx + pl * h * w;
-    for (int oy = 0; oy < oh; ++oy) {
-      const int y0 = std::max(0, oy * o_.stride_h - o_.pad_h);
-      const int y1 = std::min(h, oy * o_.stride_h - o_.pad_h + o_.kernel_h);
-      for (int ox = 0; ox < ow; ++ox) {
-        const int x0 = std::max(0, ox * o_.stride_w - o_.pad_w);
-        const int x1 = std::min(w, ox * o_.stride_w - o_.pad_w + o_.kernel_w);
-        const T g = dy[oy * ow + ox] * scale;
-        for (int iy = y0; iy < y1; ++iy) {
-          for (int ix = x0; ix < x1; ++ix) dxp[iy * w + ix] += g;
+  ParallelFor(
+      pool_, planes,
+      [&](int64_t p0, int64_t p1, int) {
+        std::fill(dx + p0 * h * w, dx + p1 * h * w, T(0));
+        for (int64_t pl = p0; pl < p1; ++pl) {
+          const T* dy = grad_output.data + pl * oh * ow;
+          T* dxp = dx + pl * h * w;
+          for (int oy = 0; oy < oh; ++oy) {
+            const int y0 = std::max(0, oy * o_.stride_h - o_.pad_h);
+            const int y1 = std::min(h, oy * o_.stride_h - o_.pad_h + o_.kernel_h);
+            for (int ox = 0; ox < ow; ++ox) {
+              const int x0 = std::max(0, ox * o_.stride_w - o_.pad_w);
+              const int x1 = std::min(w, ox * o_.stride_w - o_.pad_w + o_.kernel_w);
+              const T g = dy[oy * ow + ox] * scale;
+              for (int iy = y0; iy < y1; ++iy) {
+                for (int ix = x0; ix < x1; ++ix) dxp[iy * w + ix] += g;
+              }
+            }
+          }
         }
-      }
-    }
-  }
+      },
+      min_planes);
   return {dx, grad_output.batch, in_dims_};
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "worker/nn/layer.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -37,6 +38,9 @@ class AvgPool2d final : public Layer<T> {
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
 
+  // Splits the planes (sample x channel) over the pool's threads.
+  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
+
  private:
   bool is_2x2() const;  // Kernel 2x2, stride 2, no padding: a fast path.
 
@@ -45,6 +49,7 @@ class AvgPool2d final : public Layer<T> {
   Dims out_dims_;
   std::vector<T> output_;
   std::vector<T> grad_input_;
+  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

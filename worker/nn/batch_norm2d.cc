@@ -116,7 +116,7 @@ void BatchNorm2d<T>::ForwardInto(TensorRef<T> input, bool training, T* y) {
   const int64_t count = batch * plane;
   mean_.resize(c_);
   inv_std_.resize(c_);
-  for (int c = 0; c < c_; ++c) {
+  auto channel = [&](int c) {
     double mean, var;
     if (training) {
       double sum = 0;
@@ -146,7 +146,13 @@ void BatchNorm2d<T>::ForwardInto(TensorRef<T> input, bool training, T* y) {
       T* __restrict out = y + (int64_t{n} * c_ + c) * plane;
       for (int64_t i = 0; i < plane; ++i) out[i] = x[i] * scale + shift;
     }
-  }
+  };
+  ParallelFor(
+      pool_, c_,
+      [&](int64_t c0, int64_t c1, int) {
+        for (int64_t c = c0; c < c1; ++c) channel(static_cast<int>(c));
+      },
+      count * c_ >= kMinParallelElements ? 2 : c_ + 1);
   if (training) *num_batches_tracked_ += T(1);
 }
 
@@ -166,7 +172,7 @@ void BatchNorm2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
   const int batch = grad_output.batch;
   const int64_t plane = int64_t{input_.dims.h} * input_.dims.w;
   const int64_t count = batch * plane;
-  for (int c = 0; c < c_; ++c) {
+  auto channel = [&](int c) {
     // d(bias) = sum(dy); d(weight) = sum(dy * xhat) with xhat = (x - mean) * inv_std.
     double sum_dy = 0, sum_dy_xc = 0;
     for (int n = 0; n < batch; ++n) {
@@ -179,7 +185,7 @@ void BatchNorm2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
     const double inv_std = inv_std_[c];
     grad_bias_[c] = T(sum_dy);
     grad_weight_[c] = T(sum_dy_xc * inv_std);
-    if (dx == nullptr) continue;
+    if (dx == nullptr) return;
     // Training: dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)); the batch
     // statistics depend on x. Evaluation: dx = gamma * inv_std * dy.
     const double k = weight_[c] * inv_std;
@@ -194,7 +200,13 @@ void BatchNorm2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
       T* __restrict out = dx + at;
       for (int64_t i = 0; i < plane; ++i) out[i] = a * dy[i] + b * (x[i] - mean) + shift;
     }
-  }
+  };
+  ParallelFor(
+      pool_, c_,
+      [&](int64_t c0, int64_t c1, int) {
+        for (int64_t c = c0; c < c1; ++c) channel(static_cast<int>(c));
+      },
+      count * c_ >= kMinParallelElements ? 2 : c_ + 1);
 }
 
 template class BatchNorm2d<float>;

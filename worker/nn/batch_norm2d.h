@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "worker/nn/layer.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -46,6 +47,8 @@ class BatchNorm2d final : public Layer<T> {
   // in place (Residual applies its ReLU there).
   void ForwardInto(TensorRef<T> input, bool training, T* output);
   void BackwardInto(TensorRef<T> grad_output, T* grad_input);
+  // Splits the channels over the pool's threads (each channel's sums as on one thread).
+  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
 
  private:
   const int c_;
@@ -62,6 +65,7 @@ class BatchNorm2d final : public Layer<T> {
   std::vector<double> inv_std_;  // Forward (batch statistics in training, running ones if not).
   std::vector<T> output_;
   std::vector<T> grad_input_;
+  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

@@ -161,11 +161,31 @@ int Conv2d<T>::GroupSize(int batch) const {
 }
 
 template <typename T>
-const T* Conv2d<T>::Columns(int n0, int count) {
+T* Conv2d<T>::Scratch(int thread, Slot slot, int64_t n) {
+  if (pool_ != nullptr) return pool_->Scratch<T>(thread, slot, n);
+  switch (slot) {
+    case kPadded:
+      return EnsureSize(padded_, n);
+    case kColumns:
+      return EnsureSize(columns_, n);
+    case kGroup:
+      return EnsureSize(group_buffer_, n);
+    case kGradColumns:
+      return EnsureSize(grad_columns_, n);
+    case kGradPadded:
+      return EnsureSize(grad_padded_, n);
+    case kGradWeight:
+      break;  // Thread 0 (the only one without a pool) accumulates into grad_weight_.
+  }
+  return nullptr;
+}
+
+template <typename T>
+const T* Conv2d<T>::Columns(int n0, int count, int thread) {
   const Geometry g = MakeGeometry(o_, input_.dims, out_dims_);
   const int64_t p = int64_t{out_dims_.h} * out_dims_.w, ld = count * p;
   if (count == 1 && is_pointwise()) return input_.data + n0 * input_.dims.size();
-  T* cols = EnsureSize(columns_, patch_size() * ld);
+  T* cols = Scratch(thread, kColumns, patch_size() * ld);
   for (int s = 0; s < count; ++s) {
     const T* x = input_.data + (n0 + s) * input_.dims.size();
     if (is_pointwise()) {
@@ -173,7 +193,7 @@ const T* Conv2d<T>::Columns(int n0, int count) {
       continue;
     }
     if (g.padded()) {
-      T* xp = EnsureSize(padded_, g.padded_size());
+      T* xp = Scratch(thread, kPadded, g.padded_size());
       Pad(g, x, xp);
       x = xp;
     }
@@ -187,35 +207,42 @@ TensorRef<T> Conv2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
   input_ = input;
   out_dims_ = Dims{o_.out_channels, (input.dims.h + 2 * o_.pad_h - o_.kernel_h) / o_.stride_h + 1,
                    (input.dims.w + 2 * o_.pad_w - o_.kernel_w) / o_.stride_w + 1};
-  const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
   const int group = GroupSize(input.batch);
+  const int groups = (input.batch + group - 1) / group;
   T* y = EnsureSize(output_, input.batch * out_dims_.size());
-  for (int n0 = 0; n0 < input.batch; n0 += group) {
-    const int count = std::min(group, input.batch - n0);
-    const T* cols = Columns(n0, count);
-    if (count == 1) {
-      T* yn = y + n0 * out_dims_.size();
-      for (int c = 0; c < oc; ++c)
-        std::fill(yn + int64_t{c} * p, yn + int64_t{c + 1} * p, bias_[c]);
-      // Y_n [oc, p] = W [oc, k] * cols [k, p] + bias.
-      Gemm(false, false, oc, p, k, T(1), weight_, k, cols, p, T(1), yn, p);
-      continue;
+  ParallelFor(pool_, groups, [&](int64_t g0, int64_t g1, int thread) {
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int n0 = static_cast<int>(gi) * group;
+      ForwardGroup(n0, std::min(group, input.batch - n0), thread, y);
     }
-    // Y [oc, count * p] = W [oc, k] * cols [k, count * p], then scattered to NCHW with the bias.
-    const int64_t ld = int64_t{count} * p;
-    T* yg = EnsureSize(group_buffer_, oc * ld);
-    Gemm(false, false, oc, count * p, k, T(1), weight_, k, cols, count * p, T(0), yg, count * p);
-    for (int s = 0; s < count; ++s) {
-      T* yn = y + (n0 + s) * out_dims_.size();
-      for (int c = 0; c < oc; ++c) {
-        const T* __restrict src = yg + c * ld + s * p;
-        T* __restrict dst = yn + int64_t{c} * p;
-        const T b = bias_[c];
-        for (int i = 0; i < p; ++i) dst[i] = src[i] + b;
-      }
+  });
+  return {y, input.batch, out_dims_};
+}
+
+template <typename T>
+void Conv2d<T>::ForwardGroup(int n0, int count, int thread, T* y) {
+  const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
+  const T* cols = Columns(n0, count, thread);
+  if (count == 1) {
+    T* yn = y + n0 * out_dims_.size();
+    for (int c = 0; c < oc; ++c) std::fill(yn + int64_t{c} * p, yn + int64_t{c + 1} * p, bias_[c]);
+    // Y_n [oc, p] = W [oc, k] * cols [k, p] + bias.
+    Gemm(false, false, oc, p, k, T(1), weight_, k, cols, p, T(1), yn, p);
+    return;
+  }
+  // Y [oc, count * p] = W [oc, k] * cols [k, count * p], then scattered to NCHW with the bias.
+  const int64_t ld = int64_t{count} * p;
+  T* yg = Scratch(thread, kGroup, oc * ld);
+  Gemm(false, false, oc, count * p, k, T(1), weight_, k, cols, count * p, T(0), yg, count * p);
+  for (int s = 0; s < count; ++s) {
+    T* yn = y + (n0 + s) * out_dims_.size();
+    for (int c = 0; c < oc; ++c) {
+      const T* __restrict src = yg + c * ld + s * p;
+      T* __restrict dst = yn + int64_t{c} * p;
+      const T b = bias_[c];
+      for (int i = 0; i < p; ++i) dst[i] = src[i] + b;
     }
   }
-  return {y, input.batch, out_dims_};
 }
 
 template <typename T>
@@ -234,52 +261,94 @@ void Conv2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
   const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
   const int batch = grad_output.batch;
   const int group = GroupSize(batch);
-  const Geometry g = MakeGeometry(o_, input_.dims, out_dims_);
-  const bool need_input_grad = dx != nullptr;
-  T* dcols = need_input_grad ? EnsureSize(grad_columns_, int64_t{k} * p * group) : nullptr;
-  T* dxp = need_input_grad && g.padded() ? EnsureSize(grad_padded_, g.padded_size()) : nullptr;
-  std::fill(grad_bias_, grad_bias_ + oc, T(0));
-  for (int n = 0; n < batch; ++n) {
-    const T* dyn = grad_output.data + n * out_dims_.size();
-    for (int c = 0; c < oc; ++c) grad_bias_[c] += Sum(dyn + int64_t{c} * p, p);
-  }
-  for (int n0 = 0; n0 < batch; n0 += group) {
-    const int count = std::min(group, batch - n0);
-    const int64_t ld = int64_t{count} * p;
-    // dY [oc, count * p]: the samples' output gradients side by side (as is for one sample).
-    const T* dy = grad_output.data + n0 * out_dims_.size();
-    if (count > 1) {
-      T* gathered = EnsureSize(group_buffer_, oc * ld);
-      for (int s = 0; s < count; ++s) {
-        for (int c = 0; c < oc; ++c) {
-          const T* src = dy + s * out_dims_.size() + int64_t{c} * p;
-          std::copy(src, src + p, gathered + c * ld + s * p);
+  const int groups = (batch + group - 1) / group;
+  const int64_t out_size = out_dims_.size();
+  // Bias gradient: per channel, the samples in order (the same sums on any number of threads).
+  ParallelFor(
+      pool_, oc,
+      [&](int64_t c0, int64_t c1, int) {
+        for (int64_t c = c0; c < c1; ++c) {
+          T sum = 0;
+          for (int n = 0; n < batch; ++n) sum += Sum(grad_output.data + n * out_size + c * p, p);
+          grad_bias_[c] = sum;
         }
-      }
-      dy = gathered;
+      },
+      int64_t{batch} * out_size >= kMinParallelElements ? 2 : oc + 1);
+  // The groups are cut into `parts` contiguous runs (one per thread), each summing its weight
+  // gradient on its own (part 0 into grad_weight_, the others into scratch); the partial sums
+  // are then added in part order, whichever thread ran which part.
+  const int parts = groups >= 2 ? std::min(NumThreads(pool_), groups) : 1;
+  const int64_t wsize = int64_t{oc} * k;
+  auto run_part = [&](int64_t part, int thread) {
+    const int64_t g0 = ChunkBegin(groups, parts, part), g1 = ChunkBegin(groups, parts, part + 1);
+    T* dw =
+        part == 0 ? grad_weight_ : pool_->Scratch<T>(static_cast<int>(part), kGradWeight, wsize);
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int n0 = static_cast<int>(gi) * group;
+      BackwardGroup(grad_output.data, n0, std::min(group, batch - n0), thread, dw, gi == g0, dx);
     }
-    // dW [oc, k] (+)= dY [oc, count * p] * cols^T [count * p, k].
-    Gemm(false, true, oc, k, count * p, T(1), dy, count * p, Columns(n0, count), count * p,
-         n0 == 0 ? T(0) : T(1), grad_weight_, k);
-    if (!need_input_grad) continue;
-    if (count == 1 && is_pointwise()) {
-      Gemm(true, false, k, p, oc, T(1), weight_, k, dy, p, T(0), dx + n0 * input_.dims.size(), p);
+  };
+  if (parts == 1) {
+    run_part(0, 0);
+    return;
+  }
+  pool_->Run(parts, run_part);
+  std::vector<const T*> partial;  // Parts 1.. in order.
+  for (int part = 1; part < parts; ++part) {
+    partial.push_back(pool_->Scratch<T>(part, kGradWeight, wsize));
+  }
+  ParallelFor(
+      pool_, wsize,
+      [&](int64_t i0, int64_t i1, int) {
+        T* __restrict dw = grad_weight_;
+        for (const T* src : partial) {
+          for (int64_t i = i0; i < i1; ++i) dw[i] += src[i];
+        }
+      },
+      kMinParallelElements);
+}
+
+template <typename T>
+void Conv2d<T>::BackwardGroup(const T* grad_output, int n0, int count, int thread, T* dw,
+                              bool first, T* dx) {
+  const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
+  const Geometry g = MakeGeometry(o_, input_.dims, out_dims_);
+  const int64_t ld = int64_t{count} * p;
+  // dY [oc, count * p]: the samples' output gradients side by side (as is for one sample).
+  const T* dy = grad_output + n0 * out_dims_.size();
+  if (count > 1) {
+    T* gathered = Scratch(thread, kGroup, oc * ld);
+    for (int s = 0; s < count; ++s) {
+      for (int c = 0; c < oc; ++c) {
+        const T* src = dy + s * out_dims_.size() + int64_t{c} * p;
+        std::copy(src, src + p, gathered + c * ld + s * p);
+      }
+    }
+    dy = gathered;
+  }
+  // dW [oc, k] (+)= dY [oc, count * p] * cols^T [count * p, k].
+  Gemm(false, true, oc, k, count * p, T(1), dy, count * p, Columns(n0, count, thread), count * p,
+       first ? T(0) : T(1), dw, k);
+  if (dx == nullptr) return;
+  if (count == 1 && is_pointwise()) {
+    Gemm(true, false, k, p, oc, T(1), weight_, k, dy, p, T(0), dx + n0 * input_.dims.size(), p);
+    return;
+  }
+  // dcols [k, count * p] = W^T [k, oc] * dY [oc, count * p], then added back onto the inputs.
+  T* dcols = Scratch(thread, kGradColumns, int64_t{k} * ld);
+  Gemm(true, false, k, count * p, oc, T(1), weight_, k, dy, count * p, T(0), dcols, count * p);
+  T* dxp = g.padded() ? Scratch(thread, kGradPadded, g.padded_size()) : nullptr;
+  for (int s = 0; s < count; ++s) {
+    T* dxn = dx + (n0 + s) * input_.dims.size();
+    if (is_pointwise()) {
+      for (int c = 0; c < k; ++c)
+        std::copy(dcols + c * ld + s * p, dcols + c * ld + (s + 1) * p, dxn + c * p);
       continue;
     }
-    // dcols [k, count * p] = W^T [k, oc] * dY [oc, count * p], then added back onto the inputs.
-    Gemm(true, false, k, count * p, oc, T(1), weight_, k, dy, count * p, T(0), dcols, count * p);
-    for (int s = 0; s < count; ++s) {
-      T* dxn = dx + (n0 + s) * input_.dims.size();
-      if (is_pointwise()) {
-        for (int c = 0; c < k; ++c)
-          std::copy(dcols + c * ld + s * p, dcols + c * ld + (s + 1) * p, dxn + c * p);
-        continue;
-      }
-      T* target = g.padded() ? dxp : dxn;
-      std::fill(target, target + (g.padded() ? g.padded_size() : input_.dims.size()), T(0));
-      Col2Im(g, dcols + s * p, ld, target);
-      if (g.padded()) Crop(g, dxp, dxn);
-    }
+    T* target = g.padded() ? dxp : dxn;
+    std::fill(target, target + (g.padded() ? g.padded_size() : input_.dims.size()), T(0));
+    Col2Im(g, dcols + s * p, ld, target);
+    if (g.padded()) Crop(g, dxp, dxn);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "worker/nn/layer.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -45,6 +46,12 @@ class Conv2d final : public Layer<T> {
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   std::vector<TensorSpec> ParamSpecs() const override;
   void BindParams(const T* params, T* grads) override;
+  // With a pool, Forward and Backward split the batch's sample groups over its threads (each
+  // builds its own groups' im2col matrices and runs their GEMMs, which should then be
+  // single-threaded BLAS). Backward cuts the groups into one contiguous part per thread, sums
+  // each part's weight gradient on its own and then the parts in order, so the result depends
+  // on the number of threads but not on scheduling. Scratch comes from the pool then.
+  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
   // Backward that writes d(loss)/d(input) to `grad_input` (input-sized, caller-owned, not aliasing
@@ -61,9 +68,18 @@ class Conv2d final : public Layer<T> {
 
   // Samples per GEMM for the current output dims.
   int GroupSize(int batch) const;
+  // Scratch buffers, per thread: from the pool if there is one, else the layer's own.
+  enum Slot { kPadded, kColumns, kGroup, kGradColumns, kGradPadded, kGradWeight };
+  T* Scratch(int thread, Slot slot, int64_t n);
+
   // The im2col matrix of samples [n0, n0 + count) of the current input, side by side:
-  // patch_size() x (count * oh * ow). May point into the input.
-  const T* Columns(int n0, int count);
+  // patch_size() x (count * oh * ow), built in `thread`'s scratch. May point into the input.
+  const T* Columns(int n0, int count, int thread);
+  // Forward of samples [n0, n0 + count) into the output y, and the backward of the same samples:
+  // dW (+)= their weight gradient (overwritten if `first`), their input gradient into dx if not
+  // null.
+  void ForwardGroup(int n0, int count, int thread, T* y);
+  void BackwardGroup(const T* grad_output, int n0, int count, int thread, T* dw, bool first, T* dx);
 
   const Conv2dOptions o_;
   const T* weight_ = nullptr;
@@ -79,6 +95,7 @@ class Conv2d final : public Layer<T> {
   std::vector<T> grad_padded_;   // The gradient of padded_.
   std::vector<T> output_;
   std::vector<T> grad_input_;
+  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

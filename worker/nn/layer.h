@@ -20,6 +20,8 @@
 namespace dptrain {
 namespace nn {
 
+class ThreadPool;  // thread_pool.h
+
 template <typename T>
 class Layer {
  public:
@@ -51,6 +53,11 @@ class Layer {
   virtual void BindBuffers(T* buffers) {}
   // Writes PyTorch's initial buffer values (BufferSpecs() layout) to `buffers`.
   virtual void InitBuffers(T* buffers) const {}
+
+  // The intra-op thread pool to split Forward/Backward over (not owned; must outlive every later
+  // Forward/Backward), or null to run on the calling thread only. Layers with sub-layers pass it
+  // on. The default ignores it.
+  virtual void SetThreadPool(ThreadPool* pool) {}
 
   // Computes the output for `input`. The returned view is owned by the layer and valid until its
   // next Forward. `input` must stay valid and unchanged until Backward (if any) returns.

@@ -20,6 +20,10 @@ class Linear final : public Layer<T> {
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   std::vector<TensorSpec> ParamSpecs() const override;
   void BindParams(const T* params, T* grads) override;
+  // With a pool: the forward and the input gradient split the batch's rows over its threads, the
+  // weight and bias gradients their output rows (no cross-thread sums, so the same results as
+  // without). Small layers stay on one thread.
+  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
 
@@ -33,6 +37,7 @@ class Linear final : public Layer<T> {
   TensorRef<T> input_;
   std::vector<T> output_;
   std::vector<T> grad_input_;
+  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

@@ -10,6 +10,7 @@
 #include "worker/nn/gemm.h"
 #include "worker/nn/sequential.h"
 #include "worker/nn/softmax_cross_entropy.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -18,14 +19,17 @@ namespace {
 // A Sequential<float> run on the CPU, parameters and gradients in flat buffers owned here.
 class CpuModel final : public Model {
  public:
-  // `weights` holds net.num_params() initial values.
-  CpuModel(std::string name, Sequential<float> net, std::vector<float> weights)
+  // `weights` holds net.num_params() initial values. `pool` (may be null) is handed to the layers.
+  CpuModel(std::string name, Sequential<float> net, std::vector<float> weights,
+           std::unique_ptr<ThreadPool> pool)
       : name_(std::move(name)),
+        pool_(std::move(pool)),
         net_(std::move(net)),
         weights_(std::move(weights)),
         grads_(net_.num_params(), 0.0f),
         buffer_values_(net_.num_buffers()) {
     net_.InitBuffers(buffer_values_.data());
+    net_.SetThreadPool(pool_.get());
     for (int i = 0; i < net_.num_layers(); ++i) {
       int64_t offset = net_.param_offset(i);
       for (TensorSpec& spec : net_.layer(i).ParamSpecs()) {
@@ -105,6 +109,7 @@ class CpuModel final : public Model {
   }
 
   const std::string name_;
+  std::unique_ptr<ThreadPool> pool_;  // Declared before net_, whose layers point to it.
   Sequential<float> net_;
   std::vector<ParamInfo> params_;
   std::vector<float> weights_;
@@ -130,8 +135,17 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
       !s.ok()) {
     return s;
   }
-  if (options.threads > 0) SetBlasThreads(options.threads);
-  return std::make_unique<CpuModel>(options.name, *std::move(net), std::move(weights));
+  std::unique_ptr<ThreadPool> pool;
+  if (options.threads > 1) {
+    // The layers split the batch over the pool's threads, each running single-threaded GEMMs
+    // (BLAS threads on top would oversubscribe the cores).
+    pool = std::make_unique<ThreadPool>(options.threads);
+    SetBlasThreads(1);
+  } else if (options.threads == 1) {
+    SetBlasThreads(1);
+  }
+  return std::make_unique<CpuModel>(options.name, *std::move(net), std::move(weights),
+                                    std::move(pool));
 }
 
 }  // namespace nn

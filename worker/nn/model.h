@@ -84,7 +84,13 @@ struct ModelOptions {
   std::string name;  // "mlp" | "lenet" | "resnet18"
   // Seeds the deterministic initialisation: the same seed gives bit-identical weights.
   uint64_t seed = 0;
-  // > 0: set the number of OpenBLAS threads (process-wide!). 0: leave the BLAS default.
+  // Math threads. > 1: the model owns an intra-op pool of this many threads (the caller's
+  // included) over which the layers split each batch (samples for convolutions and Linear's
+  // forward, channels for batch norm, element ranges for activations), and sets OpenBLAS to 1
+  // thread (process-wide!), each pool thread running its own single-threaded GEMMs. 1: no pool,
+  // OpenBLAS set to 1 thread. 0: no pool, the BLAS default left alone. Results depend on the
+  // thread count (the per-thread partial weight gradients are summed in thread order) but not
+  // on scheduling: the same threads give bit-identical results.
   int threads = 0;
   // Weight initialisation: "default" (the model's d2l choice) | "normal" | "xavier" | "kaiming";
   // see InitializeParams in architectures.h. Biases 0, batch-norm weights 1 in every case.

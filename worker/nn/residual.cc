@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/nn/sequential_block.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -101,6 +102,12 @@ void Residual<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
+void Residual<T>::SetThreadPool(ThreadPool* pool) {
+  pool_ = pool;
+  for (Layer<T>* layer : ParamLayers()) layer->SetThreadPool(pool);
+}
+
+template <typename T>
 TensorRef<T> Residual<T>::Forward(TensorRef<T> input, bool training) {
   input_ = input;
   const TensorRef<T> y1 = conv1_.Forward(input, training);
@@ -108,16 +115,26 @@ TensorRef<T> Residual<T>::Forward(TensorRef<T> input, bool training) {
   const int64_t n = y1.size();
   T* __restrict a1 = EnsureSize(act1_, n);
   bn1_.ForwardInto(y1, training, a1);
-  for (int64_t i = 0; i < n; ++i) a1[i] = a1[i] < T(0) ? T(0) : a1[i];  // NaN stays NaN.
+  ParallelFor(
+      pool_, n,
+      [a1](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) a1[i] = a1[i] < T(0) ? T(0) : a1[i];  // NaN stays.
+      },
+      kMinParallelElements);
   const TensorRef<T> y2 = conv2_.Forward({a1, input.batch, dims_}, training);
   T* __restrict out = EnsureSize(output_, n);
   bn2_.ForwardInto(y2, training, out);
   const TensorRef<T> shortcut = conv3_ ? conv3_->Forward(input, training) : input;
   const T* __restrict s = shortcut.data;
-  for (int64_t i = 0; i < n; ++i) {
-    const T v = out[i] + s[i];
-    out[i] = v < T(0) ? T(0) : v;
-  }
+  ParallelFor(
+      pool_, n,
+      [out, s](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) {
+          const T v = out[i] + s[i];
+          out[i] = v < T(0) ? T(0) : v;
+        }
+      },
+      kMinParallelElements);
   return {out, input.batch, dims_};
 }
 
@@ -129,14 +146,24 @@ TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_gra
   {
     const T* __restrict out = output_.data();
     const T* __restrict g = grad_output.data;
-    for (int64_t i = 0; i < n; ++i) gs[i] = out[i] > T(0) ? g[i] : T(0);
+    ParallelFor(
+        pool_, n,
+        [gs, out, g](int64_t begin, int64_t end, int) {
+          for (int64_t i = begin; i < end; ++i) gs[i] = out[i] > T(0) ? g[i] : T(0);
+        },
+        kMinParallelElements);
   }
   T* __restrict a = EnsureSize(scratch_->a, std::max(n, m));
   T* __restrict b = EnsureSize(scratch_->b, n);
   bn2_.BackwardInto({gs, batch, dims_}, a);
   conv2_.BackwardInto({a, batch, dims_}, b);
   const T* __restrict a1 = act1_.data();
-  for (int64_t i = 0; i < n; ++i) b[i] = a1[i] > T(0) ? b[i] : T(0);
+  ParallelFor(
+      pool_, n,
+      [a1, b](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) b[i] = a1[i] > T(0) ? b[i] : T(0);
+      },
+      kMinParallelElements);
   bn1_.BackwardInto({b, batch, dims_}, a);
   T* __restrict dx = need_input_grad ? EnsureSize(grad_input_, m) : nullptr;
   conv1_.BackwardInto({a, batch, dims_}, dx);
@@ -146,7 +173,12 @@ TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_gra
     shortcut_grad = a;
   }
   if (!need_input_grad) return {};
-  for (int64_t i = 0; i < m; ++i) dx[i] += shortcut_grad[i];
+  ParallelFor(
+      pool_, m,
+      [dx, shortcut_grad](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) dx[i] += shortcut_grad[i];
+      },
+      kMinParallelElements);
   return {dx, batch, input_.dims};
 }
 

@@ -59,6 +59,7 @@ class Residual final : public Layer<T> {
   std::vector<TensorSpec> BufferSpecs() const override;
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
+  void SetThreadPool(ThreadPool* pool) override;
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
 
@@ -77,6 +78,7 @@ class Residual final : public Layer<T> {
   std::vector<T> act1_;    // relu(bn1(conv1(x))), the input of conv2.
   std::vector<T> output_;  // relu(bn2(...) + shortcut(x)), built in place.
   std::shared_ptr<ResidualScratch<T>> scratch_;
+  ThreadPool* pool_ = nullptr;
   std::vector<T> grad_input_;
 };
 

@@ -60,6 +60,11 @@ void Sequential<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
+void Sequential<T>::SetThreadPool(ThreadPool* pool) {
+  for (auto& layer : layers_) layer->SetThreadPool(pool);
+}
+
+template <typename T>
 TensorRef<T> Sequential<T>::Forward(const T* input, int batch, bool training) {
   TensorRef<T> x{input, batch, input_dims()};
   for (auto& layer : layers_) x = layer->Forward(x, training);

@@ -51,6 +51,9 @@ class Sequential {
   void BindBuffers(T* buffers);
   void InitBuffers(T* buffers) const;
 
+  // Hands every layer the intra-op thread pool (Layer::SetThreadPool); null: single-threaded.
+  void SetThreadPool(ThreadPool* pool);
+
   // Runs `batch` >= 1 samples of input_dims() each. The result (batch x output_dims()) is owned by
   // the last layer and valid until the next Forward. `input` must stay valid until Backward.
   TensorRef<T> Forward(const T* input, int batch, bool training);

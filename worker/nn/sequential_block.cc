@@ -92,6 +92,11 @@ void SequentialBlock<T>::BindBuffers(T* buffers) {
 }
 
 template <typename T>
+void SequentialBlock<T>::SetThreadPool(ThreadPool* pool) {
+  for (auto& layer : layers_) layer->SetThreadPool(pool);
+}
+
+template <typename T>
 void SequentialBlock<T>::InitBuffers(T* buffers) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->InitBuffers(buffers);
