@@ -32,6 +32,8 @@ ABSL_FLAG(std::string, models, "mlp=203530,lenet=61706,resnet18=11175818",
           "Real models as name=parameters (measured at world size 2 and 4).");
 ABSL_FLAG(int, reps, 5, "Timed repetitions per point (after one warm-up); the median is kept.");
 ABSL_FLAG(std::string, out, "results/comm", "Folder for comm.csv, comm.md and comm.svg.");
+ABSL_FLAG(std::string, from_csv, "",
+          "If set, measure nothing: rewrite the report (into --out) from this comm.csv.");
 
 namespace dptrain {
 namespace {
@@ -212,6 +214,14 @@ std::vector<int> Ints(const std::string& list) {
 }
 
 int Main() {
+  if (const std::string csv = absl::GetFlag(FLAGS_from_csv); !csv.empty()) {
+    const std::vector<Result> results = ReadCsv(csv);
+    if (results.empty()) {
+      std::cerr << "no results in " << csv << "\n";
+      return 1;
+    }
+    return WriteReport(absl::GetFlag(FLAGS_out), results) ? 0 : 1;
+  }
   std::vector<Point> points;
   const std::vector<std::string> modes = absl::StrSplit(absl::GetFlag(FLAGS_modes), ',');
   for (const std::string& mode : modes) {

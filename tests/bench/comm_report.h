@@ -48,6 +48,8 @@ struct CostModel {
 CostModel FitCostModel(const std::vector<Result>& results, const std::string& mode);
 
 std::string FormatRow(const Result& r);
+// Results from a comm.csv written by WriteReport (to redo the report without measuring).
+std::vector<Result> ReadCsv(const std::string& path);
 // Writes <dir>/comm.csv, comm.md (tables, model validation, predictions) and comm.svg.
 bool WriteReport(const std::string& dir, const std::vector<Result>& results);
 
