@@ -112,7 +112,7 @@ bool Measure(const Point& p, int reps, Result& result) {
   // Tensors: the gradient as chunks of <= 4 MiB of one flat tensor.
   const std::vector<TensorInfo> tensors = {{"grad", elements}};
   std::vector<absl::Status> statuses(n);
-  std::vector<double> start(reps + 1), end_max(reps + 1);
+  std::vector<double> start(reps + 1);
   std::vector<std::vector<double>> ends(n, std::vector<double>(reps + 1));
   std::vector<CommStats> before(n), after(n);
   int64_t shard_in_before = 0, shard_out_before = 0;
