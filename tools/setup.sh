@@ -15,9 +15,12 @@ packages=(
   iproute2                                       # tests/netns_test.sh: ip netns, veth, tc
   python3-yaml docker-compose yamllint           # tests/deploy_*: compose/manifest checks
 )
-# `kubectl kustomize` for tests/deploy_k8s_test.sh, unless a kubectl is already installed
-# (Debian's kubernetes-client conflicts with other packages that ship /usr/bin/kubectl).
-command -v kubectl >/dev/null || packages+=(kubernetes-client)
+
+# `kubectl kustomize` for tests/deploy_k8s_test.sh, unless a kubectl is already installed.
+# Best effort: Debian's kubernetes-client conflicts with other packages that ship
+# /usr/bin/kubectl, and the test falls back to checking base/ without it.
+want_kubectl=0
+command -v kubectl >/dev/null || want_kubectl=1
 
 missing=()
 for p in "${packages[@]}"; do
@@ -25,14 +28,20 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-((${#missing[@]} == 0)) && exit 0
+((${#missing[@]} == 0 && want_kubectl == 0)) && exit 0
 
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then
   command -v sudo >/dev/null || { echo "setup: need root to install: ${missing[*]}" >&2; exit 1; }
   sudo=sudo
 fi
-echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ((want_kubectl)); then
+  $sudo apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null 2>&1 ||
+    echo "setup: kubernetes-client could not be installed; deploy_k8s_test checks base/ only" >&2
+fi
