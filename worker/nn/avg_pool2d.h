@@ -8,25 +8,13 @@
 #include <vector>
 
 #include "worker/nn/layer.h"
+#include "worker/nn/pool2d_options.h"
 #include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
 
-struct AvgPool2dOptions {
-  int kernel_h = 2;
-  int kernel_w = 2;
-  int stride_h = 2;
-  int stride_w = 2;
-  int pad_h = 0;
-  int pad_w = 0;
-
-  // As nn.AvgPool2d(kernel_size=k, stride=s, padding=p); stride 0 means stride = kernel.
-  static AvgPool2dOptions Square(int kernel, int stride = 0, int padding = 0) {
-    const int s = stride == 0 ? kernel : stride;
-    return {kernel, kernel, s, s, padding, padding};
-  }
-};
+using AvgPool2dOptions = Pool2dOptions;
 
 template <typename T>
 class AvgPool2d final : public Layer<T> {

@@ -11,23 +11,12 @@ namespace nn {
 
 template <typename T>
 std::string MaxPool2d<T>::ToString() const {
-  return absl::StrCat("MaxPool2d(kernel_size=(", o_.kernel_h, ", ", o_.kernel_w, "), stride=(",
-                      o_.stride_h, ", ", o_.stride_w, "), padding=(", o_.pad_h, ", ", o_.pad_w,
-                      "))");
+  return PoolToString("MaxPool2d", o_);
 }
 
 template <typename T>
 absl::StatusOr<Dims> MaxPool2d<T>::OutputDims(const Dims& input) const {
-  if (o_.kernel_h < 1 || o_.kernel_w < 1 || o_.stride_h < 1 || o_.stride_w < 1 || o_.pad_h < 0 ||
-      o_.pad_w < 0 || 2 * o_.pad_h > o_.kernel_h || 2 * o_.pad_w > o_.kernel_w) {
-    return absl::InvalidArgumentError(absl::StrCat(ToString(), ": invalid configuration"));
-  }
-  const int ph = input.h + 2 * o_.pad_h, pw = input.w + 2 * o_.pad_w;
-  if (input.c < 1 || ph < o_.kernel_h || pw < o_.kernel_w) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ToString(), ": does not fit input ", input.ToString()));
-  }
-  return Dims{input.c, (ph - o_.kernel_h) / o_.stride_h + 1, (pw - o_.kernel_w) / o_.stride_w + 1};
+  return PoolOutputDims("MaxPool2d", o_, input);
 }
 
 template <typename T>

@@ -11,24 +11,12 @@
 #include <vector>
 
 #include "worker/nn/layer.h"
+#include "worker/nn/pool2d_options.h"
 
 namespace dptrain {
 namespace nn {
 
-struct MaxPool2dOptions {
-  int kernel_h = 2;
-  int kernel_w = 2;
-  int stride_h = 2;
-  int stride_w = 2;
-  int pad_h = 0;
-  int pad_w = 0;
-
-  // As nn.MaxPool2d(kernel_size=k, stride=s, padding=p); stride 0 means stride = kernel.
-  static MaxPool2dOptions Square(int kernel, int stride = 0, int padding = 0) {
-    const int s = stride == 0 ? kernel : stride;
-    return {kernel, kernel, s, s, padding, padding};
-  }
-};
+using MaxPool2dOptions = Pool2dOptions;
 
 template <typename T>
 class MaxPool2d final : public Layer<T> {
