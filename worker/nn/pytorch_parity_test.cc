@@ -163,32 +163,39 @@ TEST(PyTorchParityTest, ResNet18WholeModelMatchesPyTorch) {
   for (const ParamInfo& p : model.params()) {
     largest = std::max<double>(largest, contents->Find("gradnorm." + p.name)->data[0]);
   }
+  // The float path is compared element by element with the double one (PyTorch's float64 within
+  // 1e-6, checked here through the norms and first values): worst ||g_float - g_double|| / scale,
+  // separately for the gradients that are exactly 0 (the conv biases, where only rounding noise
+  // is left) and the others.
   const std::vector<float>& g = model.grads();
-  double worst_float = 0;
+  double worst_float = 0, worst_float_zero = 0;
   for (const ParamInfo& p : model.params()) {
     const double expected = contents->Find("gradnorm." + p.name)->data[0];
-    double norm_d = 0, norm_f = 0;
+    double norm_d = 0, diff = 0;
     for (int64_t i = 0; i < p.size; ++i) {
       norm_d += gd[p.offset + i] * gd[p.offset + i];
-      norm_f += double(g[p.offset + i]) * g[p.offset + i];
+      diff += (g[p.offset + i] - gd[p.offset + i]) * (g[p.offset + i] - gd[p.offset + i]);
     }
     norm_d = std::sqrt(norm_d);
-    norm_f = std::sqrt(norm_f);
     const double scale = expected + 1e-3 * largest;
     EXPECT_NEAR(norm_d, expected, 1e-6 * scale) << "double " << p.name;
-    worst_float = std::max(worst_float, std::abs(norm_f - expected) / scale);
+    double& worst = norm_d < 1e-9 * largest ? worst_float_zero : worst_float;
+    worst = std::max(worst, std::sqrt(diff) / scale);
     const LoadedTensor* head = contents->Find("gradhead." + p.name);
     ASSERT_NE(head, nullptr) << p.name;
     for (size_t i = 0; i < head->data.size(); ++i) {
       EXPECT_NEAR(gd[p.offset + i], head->data[i], 1e-6 * scale) << p.name << "[" << i << "]";
-      EXPECT_NEAR(g[p.offset + i], head->data[i], 5e-3 * scale) << p.name << "[" << i << "]";
+      EXPECT_NEAR(g[p.offset + i], head->data[i], 1e-4 * scale) << p.name << "[" << i << "]";
     }
   }
-  // Our float32 path (float sums through 17 batch norms) drifts up to ~1.4e-3 from float64
-  // in the first stages' gradients; PyTorch's own float32 stays near 1e-6.
-  std::cout << "resnet18: worst relative error of a float gradient norm " << worst_float
-            << std::endl;
-  EXPECT_LE(worst_float, 5e-3);
+  // Measured 2.9e-6 and 5.9e-5; PyTorch's own float32 gets 4.9e-6 and 1.2e-4 on this fixture.
+  // (The fixture's input keeps every ReLU input clear of 0 by 4.6 float32 rms errors, see
+  // tools/make_resnet18_fixture.py; one that rounding pushed across 0 once moved every gradient
+  // before it by 5e-3.)
+  std::cout << "resnet18: worst relative error of a float gradient " << worst_float
+            << ", of a float gradient that is exactly 0 " << worst_float_zero << std::endl;
+  EXPECT_LE(worst_float, 1e-5);
+  EXPECT_LE(worst_float_zero, 1e-4);
   // Every buffer after the step (running mean and variance, num_batches_tracked).
   const std::vector<float>& buffers = model.buffer_values();
   for (const ParamInfo& b : model.buffers()) {
