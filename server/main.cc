@@ -8,6 +8,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/malloc_tuning.h"
 #include "common/net.h"
 #include "server/ps_server.h"
 
@@ -29,6 +30,7 @@ ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
           "Longest wait for the other workers of a step (or for rank 0's init), e.g. 30s.");
 
 int main(int argc, char** argv) {
+  dptrain::KeepTensorBuffersInHeap();
   absl::SetProgramUsageMessage("One shard of the dptrain parameter server.");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {

@@ -67,12 +67,7 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
 
 ParameterShard::ParameterShard(const ParameterShardOptions& options,
                                std::unique_ptr<Optimizer> optimizer)
-    : options_(options), optimizer_(std::move(optimizer)) {
-  pushed_.assign(options.num_workers, false);
-  pending_.resize(options.num_workers);
-  clock_.assign(options.num_workers, 0);
-  base_version_.assign(options.num_workers, 0);
-}
+    : options_(options), optimizer_(std::move(optimizer)) {}
 
 absl::Status ParameterShard::CheckCaller(absl::string_view job_id, int rank) const {
   if (shutdown_) return absl::UnavailableError("parameter server is shutting down");
@@ -118,43 +113,48 @@ absl::Status ParameterShard::CheckModel(const ModelDescription& model) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> ParameterShard::SlotOf(const ChunkView& c, const ShardMap& map,
+                                           const std::vector<OwnedChunk>& owned) const {
+  const int global = map.Find(c.tensor_id, c.chunk_index);
+  if (global < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown chunk ", Key(c.tensor_id, c.chunk_index)));
+  }
+  const ChunkSpec& spec = map.chunks()[global];
+  if (spec.shard != options_.shard) {
+    return absl::FailedPreconditionError(absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index),
+                                                      " belongs to shard ", spec.shard,
+                                                      ", not to shard ", options_.shard));
+  }
+  if (c.dtype != DType::kFp32) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index),
+                                                   " has dtype ", DTypeName(c.dtype),
+                                                   "; this shard stores fp32"));
+  }
+  const size_t expected = static_cast<size_t>(spec.count) * ElementSize(c.dtype);
+  if (c.data.size() != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index), " has ", c.data.size(),
+                     " bytes, expected ", expected, " (", spec.count, " fp32 elements)"));
+  }
+  // owned is in the map's order, so a binary search by global index finds the slot.
+  auto it = std::lower_bound(owned.begin(), owned.end(), global,
+                             [](const OwnedChunk& o, int g) { return o.global_index < g; });
+  return static_cast<int>(it - owned.begin());
+}
+
 absl::Status ParameterShard::MatchChunks(absl::Span<const ChunkView> chunks, const ShardMap& map,
                                          const std::vector<OwnedChunk>& owned,
                                          std::vector<int>& order) const {
   order.assign(owned.size(), -1);
   for (int i = 0; i < static_cast<int>(chunks.size()); ++i) {
-    const ChunkView& c = chunks[i];
-    const int global = map.Find(c.tensor_id, c.chunk_index);
-    if (global < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown chunk ", Key(c.tensor_id, c.chunk_index)));
+    auto slot = SlotOf(chunks[i], map, owned);
+    if (!slot.ok()) return slot.status();
+    if (order[*slot] >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", Key(chunks[i].tensor_id, chunks[i].chunk_index), " appears twice"));
     }
-    const ChunkSpec& spec = map.chunks()[global];
-    if (spec.shard != options_.shard) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index), " belongs to shard ",
-                       spec.shard, ", not to shard ", options_.shard));
-    }
-    if (c.dtype != DType::kFp32) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index),
-                                                     " has dtype ", DTypeName(c.dtype),
-                                                     "; this shard stores fp32"));
-    }
-    const size_t expected = static_cast<size_t>(spec.count) * ElementSize(c.dtype);
-    if (c.data.size() != expected) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index), " has ", c.data.size(),
-                       " bytes, expected ", expected, " (", spec.count, " fp32 elements)"));
-    }
-    // owned is in the map's order, so a binary search by global index finds the slot.
-    auto it = std::lower_bound(owned.begin(), owned.end(), global,
-                               [](const OwnedChunk& o, int g) { return o.global_index < g; });
-    const int slot = static_cast<int>(it - owned.begin());
-    if (order[slot] >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index), " appears twice"));
-    }
-    order[slot] = i;
+    order[*slot] = i;
   }
   for (size_t slot = 0; slot < owned.size(); ++slot) {
     if (order[slot] < 0) {
@@ -180,13 +180,20 @@ absl::StatusOr<int64_t> ParameterShard::Init(absl::string_view job_id, int rank,
   if (!map.ok()) return map.status();
 
   std::vector<OwnedChunk> owned;
-  int64_t local = 0;
+  int64_t local = 0, largest = 0;
+  const int n = options_.num_workers;
   for (int g : map->ChunksOfShard(options_.shard)) {
     OwnedChunk o;
     o.spec = map->chunks()[g];
     o.global_index = g;
     o.local_offset = local;
+    o.grads.assign(n, nullptr);
+    o.holds.resize(n);
+    o.clock.assign(n, 0);
+    o.base_version.assign(n, 0);
+    o.observed.assign(n, 0);
     local += o.spec.count;
+    largest = std::max(largest, o.spec.count);
     owned.push_back(std::move(o));
   }
   std::vector<int> order;
@@ -208,21 +215,19 @@ absl::StatusOr<int64_t> ParameterShard::Init(absl::string_view job_id, int rank,
           "shard ", options_.shard,
           " is already initialised with different weights; restart the server to start anew"));
     }
-    return version_;
+    return MinVersion();
   }
   weights_.resize(local);
   for (size_t slot = 0; slot < owned.size(); ++slot) {
     std::memcpy(weights_.data() + owned[slot].local_offset, chunks[order[slot]].data.data(),
                 chunks[order[slot]].data.size());
   }
-  for (auto& p : pending_) p.assign(local, 0.0f);
-  sum_.assign(local, 0.0f);
+  sum_.assign(largest, 0.0f);
   owned_ = std::move(owned);
   map_ = *std::move(map);
   job_id_ = std::string(job_id);
   init_fingerprint_ = fp.value();
-  version_ = 0;
-  return version_;
+  return 0;
 }
 
 absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
@@ -239,109 +244,199 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
   if (auto s = CheckModel(model); !s.ok()) return s;
   Emit(sink);
-  return version_;
+  return MinVersion();
 }
 
 absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int rank, int64_t step,
                                                  absl::Span<const ChunkView> chunks,
                                                  absl::Time deadline, const ChunkSink& sink,
                                                  int64_t* staleness) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
+    if (auto s = CheckReady(); !s.ok()) return s;
+    if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
+    std::vector<int> order;
+    if (auto s = MatchChunks(chunks, *map_, owned_, order); !s.ok()) return s;
+    // All or nothing: every chunk must accept the step before any records it.
+    for (const OwnedChunk& o : owned_) {
+      if (auto s = CheckStep(o, rank, step); !s.ok()) return s;
+    }
+    for (size_t slot = 0; slot < owned_.size(); ++slot) {
+      Push(owned_[slot], rank, step, chunks[order[slot]].data, nullptr);
+    }
+  }
+  int64_t version = 0, most_stale = 0;
+  for (int slot = 0; slot < num_chunks(); ++slot) {
+    auto pulled = PullChunk(rank, step, slot, deadline, sink);
+    if (!pulled.ok()) return pulled.status();
+    version = slot == 0 ? pulled->version : std::min(version, pulled->version);
+    most_stale = std::max(most_stale, pulled->staleness);
+  }
+  if (staleness != nullptr) *staleness = most_stale;
+  return version;
+}
+
+absl::StatusOr<int> ParameterShard::PushChunk(absl::string_view job_id, int rank, int64_t step,
+                                              const ChunkView& chunk,
+                                              std::shared_ptr<const void> hold) {
   absl::MutexLock lock(&mu_);
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
+  if (auto s = CheckReady(); !s.ok()) return s;
+  if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
+  auto slot = SlotOf(chunk, *map_, owned_);
+  if (!slot.ok()) return slot.status();
+  OwnedChunk& o = owned_[*slot];
+  if (auto s = CheckStep(o, rank, step); !s.ok()) return s;
+  Push(o, rank, step, chunk.data, std::move(hold));
+  return *slot;
+}
+
+absl::Status ParameterShard::CheckReady() const {
   if (!map_.has_value()) {
     return absl::FailedPreconditionError(
         absl::StrCat("shard ", options_.shard, " has no weights yet: rank 0 must Init first"));
   }
-  if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
-  std::vector<int> order;
-  if (auto s = MatchChunks(chunks, *map_, owned_, order); !s.ok()) return s;
-  if (options_.policy != SyncPolicy::kBsp) {
-    return PushPullStale(rank, step, chunks, order, deadline, sink, staleness);
-  }
-  if (staleness != nullptr) *staleness = 0;
-  if (step == version_ - 1) {
-    // A retry of a push that was counted and completed: answer with the result.
-    Emit(sink);
-    return version_;
-  }
-  if (step != version_) {
-    return absl::OutOfRangeError(absl::StrCat("step ", step, " is outside the window [",
-                                              version_ - 1, ", ", version_, "] of shard ",
-                                              options_.shard, " (current version ", version_, ")"));
-  }
-  if (!pushed_[rank]) {
-    std::vector<float>& buffer = pending_[rank];
-    for (size_t slot = 0; slot < owned_.size(); ++slot) {
-      std::memcpy(buffer.data() + owned_[slot].local_offset, chunks[order[slot]].data.data(),
-                  chunks[order[slot]].data.size());
-    }
-    pushed_[rank] = true;
-    ++num_pushed_;
-    CountStaleness(0);
-    if (num_pushed_ == options_.num_workers) ApplyStep();
-  }  // else: a retry while the step is still open; it waits like the original.
-
-  auto done = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return version_ > step || shutdown_;
-  };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "step ", step, " on shard ", options_.shard, " timed out waiting for rank(s) ",
-        MissingRanks(), " (", num_pushed_, " of ", options_.num_workers, " workers pushed)"));
-  }
-  if (version_ <= step) return absl::UnavailableError("parameter server is shutting down");
-  Emit(sink);
-  return version_;
+  return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ParameterShard::PushPullStale(int rank, int64_t step,
-                                                      absl::Span<const ChunkView> chunks,
-                                                      const std::vector<int>& order,
-                                                      absl::Time deadline, const ChunkSink& sink,
-                                                      int64_t* staleness) {
-  int64_t observed = 0;
-  if (step == clock_[rank]) {
-    observed = version_ - base_version_[rank];
-    const float scale = 1.0f / static_cast<float>(options_.num_workers);
-    for (size_t slot = 0; slot < owned_.size(); ++slot) {
-      OwnedChunk& o = owned_[slot];
-      const float* g = reinterpret_cast<const float*>(chunks[order[slot]].data.data());
-      float* scaled = sum_.data() + o.local_offset;
-      for (int64_t i = 0; i < o.spec.count; ++i) scaled[i] = g[i] * scale;
-      optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, o.spec.count),
-                        absl::MakeConstSpan(scaled, o.spec.count), o.state);
-    }
-    ++clock_[rank];
-    ++version_;
-    CountStaleness(observed);
-  } else if (step != clock_[rank] - 1) {  // Else: a retry of the last push, not re-applied.
-    return absl::OutOfRangeError(absl::StrCat("rank ", rank, " pushed step ", step,
-                                              ", expected step ", clock_[rank], " on shard ",
-                                              options_.shard));
+absl::Status ParameterShard::CheckStep(const OwnedChunk& o, int rank, int64_t step) const {
+  if (options_.policy == SyncPolicy::kBsp) {
+    // Step `version` is open; step `version - 1` completed (a retry gets its result).
+    if (step == o.version || step == o.version - 1) return absl::OkStatus();
+    return absl::OutOfRangeError(absl::StrCat(
+        "step ", step, " is outside the window [", o.version - 1, ", ", o.version,
+        "] of shard ", options_.shard, " (chunk ", Key(o.spec.tensor_id, o.spec.chunk_index),
+        " is at version ", o.version, ")"));
   }
-  if (options_.policy == SyncPolicy::kSsp) {
-    // Having pushed `step`, the worker may compute step + 1 once the slowest has pushed
-    // step + 1 - staleness (clock >= step + 1 - staleness).
-    const int64_t needed = step + 1 - options_.staleness;
-    auto caught_up = [this, needed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shutdown_ || *std::min_element(clock_.begin(), clock_.end()) >= needed;
+  // SSP/async: the rank's next push, or a retry of its last one.
+  if (step == o.clock[rank] || step == o.clock[rank] - 1) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("rank ", rank, " pushed step ", step,
+                                            ", expected step ", o.clock[rank], " on shard ",
+                                            options_.shard));
+}
+
+void ParameterShard::Push(OwnedChunk& o, int rank, int64_t step, absl::string_view data,
+                          std::shared_ptr<const void> hold) {
+  const int64_t n = o.spec.count;
+  if (options_.policy == SyncPolicy::kBsp) {
+    // A retry of a counted push (step still open, or completed) changes nothing.
+    if (step != o.version || o.grads[rank] != nullptr) return;
+    if (hold == nullptr || reinterpret_cast<uintptr_t>(data.data()) % alignof(float) != 0) {
+      auto copy = std::make_shared<std::vector<float>>(n);
+      std::memcpy(copy->data(), data.data(), n * sizeof(float));
+      o.grads[rank] = copy->data();
+      o.holds[rank] = std::move(copy);
+    } else {
+      o.grads[rank] = reinterpret_cast<const float*>(data.data());
+      o.holds[rank] = std::move(hold);
+    }
+    ++o.num_pushed;
+    CountStaleness(0);
+    if (o.num_pushed == options_.num_workers) ApplyStep(o);
+    return;
+  }
+  if (step != o.clock[rank]) return;  // A retry of the last push: not applied again.
+  o.observed[rank] = o.version - o.base_version[rank];
+  const float scale = 1.0f / static_cast<float>(options_.num_workers);
+  float* scaled = sum_.data();
+  for (int64_t i = 0; i < n; ++i) {
+    float g;
+    std::memcpy(&g, data.data() + i * sizeof(float), sizeof(float));
+    scaled[i] = g * scale;
+  }
+  optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
+                    absl::MakeConstSpan(scaled, n), o.state);
+  ++o.clock[rank];
+  ++o.version;
+  CountStaleness(o.observed[rank]);
+}
+
+void ParameterShard::ApplyStep(OwnedChunk& o) {
+  // Fixed-order summation (rank 0, 1, ...) makes runs bit-reproducible.
+  const int64_t n = o.spec.count;
+  const int workers = options_.num_workers;
+  const float* g = o.grads[0];
+  if (workers > 1) {
+    float* sum = sum_.data();
+    std::memcpy(sum, o.grads[0], n * sizeof(float));
+    for (int r = 1; r < workers; ++r) {
+      const float* x = o.grads[r];
+      for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
+    }
+    const float scale = 1.0f / static_cast<float>(workers);
+    for (int64_t i = 0; i < n; ++i) sum[i] *= scale;
+    g = sum;
+  }
+  optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
+                    absl::MakeConstSpan(g, n), o.state);
+  std::fill(o.grads.begin(), o.grads.end(), nullptr);
+  for (auto& h : o.holds) h.reset();
+  o.num_pushed = 0;
+  ++o.version;
+}
+
+absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, int slot,
+                                                      absl::Time deadline,
+                                                      const ChunkSink& sink) {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= options_.num_workers || slot < 0 ||
+      slot >= static_cast<int>(owned_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("PullChunk: no rank ", rank, " or chunk slot ",
+                                                   slot, " on shard ", options_.shard));
+  }
+  OwnedChunk& o = owned_[slot];
+  PulledChunk result;
+  if (options_.policy == SyncPolicy::kBsp) {
+    auto done = [this, &o, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return o.version > step || shutdown_;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline)) {
-      std::vector<int> slow;
+    if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+      std::vector<int> missing;
       for (int r = 0; r < options_.num_workers; ++r) {
-        if (clock_[r] < needed) slow.push_back(r);
+        if (o.grads[r] == nullptr) missing.push_back(r);
       }
       return absl::DeadlineExceededError(absl::StrCat(
           "step ", step, " on shard ", options_.shard, " timed out waiting for rank(s) ",
-          absl::StrJoin(slow, ","), " to reach step ", needed - 1, " (staleness bound ",
-          options_.staleness, ")"));
+          absl::StrJoin(missing, ","), " (", o.num_pushed, " of ", options_.num_workers,
+          " workers pushed)"));
     }
-    if (shutdown_) return absl::UnavailableError("parameter server is shutting down");
+    if (o.version <= step) return absl::UnavailableError("parameter server is shutting down");
+  } else {
+    if (o.clock[rank] <= step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, " pulls step ", step, " of a chunk it has not pushed"));
+    }
+    if (options_.policy == SyncPolicy::kSsp) {
+      // Having pushed `step`, the worker may compute step + 1 once the slowest has pushed
+      // step + 1 - staleness (clock >= step + 1 - staleness).
+      const int64_t needed = step + 1 - options_.staleness;
+      auto caught_up = [this, &o, needed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutdown_ || *std::min_element(o.clock.begin(), o.clock.end()) >= needed;
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline)) {
+        std::vector<int> slow;
+        for (int r = 0; r < options_.num_workers; ++r) {
+          if (o.clock[r] < needed) slow.push_back(r);
+        }
+        return absl::DeadlineExceededError(absl::StrCat(
+            "step ", step, " on shard ", options_.shard, " timed out waiting for rank(s) ",
+            absl::StrJoin(slow, ","), " to reach step ", needed - 1, " (staleness bound ",
+            options_.staleness, ")"));
+      }
+      if (shutdown_) return absl::UnavailableError("parameter server is shutting down");
+    }
+    o.base_version[rank] = o.version;
+    result.staleness = o.observed[rank];
   }
-  base_version_[rank] = version_;
-  if (staleness != nullptr) *staleness = observed;
-  Emit(sink);
-  return version_;
+  result.version = o.version;
+  sink(o.spec, absl::MakeConstSpan(weights_.data() + o.local_offset, o.spec.count));
+  return result;
+}
+
+int ParameterShard::num_chunks() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(owned_.size());
 }
 
 void ParameterShard::CountStaleness(int64_t s) {
@@ -350,37 +445,16 @@ void ParameterShard::CountStaleness(int64_t s) {
   max_staleness_ = std::max(max_staleness_, s);
 }
 
-void ParameterShard::ApplyStep() {
-  // Fixed-order summation (rank 0, 1, ...) makes runs bit-reproducible.
-  const size_t n = sum_.size();
-  std::memcpy(sum_.data(), pending_[0].data(), n * sizeof(float));
-  for (int r = 1; r < options_.num_workers; ++r) {
-    const float* g = pending_[r].data();
-    for (size_t i = 0; i < n; ++i) sum_[i] += g[i];
-  }
-  const float scale = 1.0f / static_cast<float>(options_.num_workers);
-  for (size_t i = 0; i < n; ++i) sum_[i] *= scale;
-  for (OwnedChunk& o : owned_) {
-    optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, o.spec.count),
-                      absl::MakeConstSpan(sum_.data() + o.local_offset, o.spec.count), o.state);
-  }
-  pushed_.assign(options_.num_workers, false);
-  num_pushed_ = 0;
-  ++version_;
+int64_t ParameterShard::MinVersion() const {
+  int64_t v = owned_.empty() ? 0 : owned_[0].version;
+  for (const OwnedChunk& o : owned_) v = std::min(v, o.version);
+  return v;
 }
 
 void ParameterShard::Emit(const ChunkSink& sink) const {
   for (const OwnedChunk& o : owned_) {
     sink(o.spec, absl::MakeConstSpan(weights_.data() + o.local_offset, o.spec.count));
   }
-}
-
-std::string ParameterShard::MissingRanks() const {
-  std::vector<int> missing;
-  for (int r = 0; r < options_.num_workers; ++r) {
-    if (!pushed_[r]) missing.push_back(r);
-  }
-  return absl::StrJoin(missing, ",");
 }
 
 void ParameterShard::Shutdown() {
@@ -393,7 +467,7 @@ ParameterShard::Info ParameterShard::GetInfo() const {
   Info info;
   info.initialized = map_.has_value();
   info.job_id = job_id_;
-  info.version = version_;
+  info.version = MinVersion();
   info.pushes = pushes_;
   info.max_staleness = max_staleness_;
   info.mean_staleness = pushes_ > 0 ? static_cast<double>(sum_staleness_) / pushes_ : 0;

@@ -1,17 +1,20 @@
 // One parameter-server shard: the weights and optimizer state of the chunks it owns, and
-// BSP aggregation of the gradients that workers push. Plain C++, no network: the gRPC
-// service (ps_service.h) decodes requests into these calls.
+// the aggregation of the gradients that workers push. Plain C++, no network: the gRPC
+// service (ps_service.h) and the tensor stream (tensor_stream_service.h) decode requests
+// into these calls.
 //
 // Protocol, per shard:
 //   1. Rank 0 calls Init with the model description and the initial weights of the chunks
 //      this shard owns. Repeating the same Init is accepted; a different one is rejected.
 //   2. Every rank may Pull the current weights (waiting for Init up to its deadline).
-//   3. Each step t, every rank calls PushPull(t) with its gradient for every owned chunk.
-//      When all num_workers ranks pushed step t, their gradients are summed in rank order
-//      (bit-reproducible), averaged, the optimizer is applied and the version becomes t+1.
-//      Each call then answers with the weights of version t+1.
-// A push for step t is accepted while the version is t; a repeat of a push already counted
-// (a retry) never counts twice. Invalid requests change nothing.
+//   3. Each step t, every rank pushes its gradient for every owned chunk and pulls the new
+//      weights. Every chunk has its own version: under BSP, when all num_workers ranks pushed
+//      step t of a chunk, their gradients are summed in rank order (bit-reproducible),
+//      averaged, the optimizer is applied to that chunk and its version becomes t+1 — so a
+//      streamed step pipelines: chunk 0's new weights travel back while chunk 1 arrives.
+//      PushPull does a whole step in one call; PushChunk + PullChunk do it chunk by chunk.
+// A push for step t of a chunk is accepted while the chunk's version is t; a repeat of a
+// push already counted (a retry) never counts twice. Invalid requests change nothing.
 //
 // Thread-safe: every method may be called concurrently from any thread.
 #ifndef DPTRAIN_SERVER_PARAMETER_SHARD_H_
@@ -73,6 +76,12 @@ struct ChunkView {
   absl::string_view data;
 };
 
+// What PullChunk returns besides the weights.
+struct PulledChunk {
+  int64_t version = 0;    // The chunk's version (BSP: step + 1; SSP/async: pushes applied).
+  int64_t staleness = 0;  // SSP/async: other pushes applied since this rank last pulled it.
+};
+
 // Receives the shard's weights, chunk by chunk in (tensor_id, chunk_index) order. Called
 // with the shard's lock held: copy, do not call back into the shard.
 using ChunkSink = std::function<void(const ChunkSpec&, absl::Span<const float>)>;
@@ -91,13 +100,27 @@ class ParameterShard {
   absl::StatusOr<int64_t> Pull(absl::string_view job_id, int rank, const ModelDescription& model,
                                absl::Time deadline, const ChunkSink& sink);
 
-  // Records rank's gradient for `step`, waits as the policy requires (or until `deadline`:
-  // DeadlineExceeded naming the ranks waited for), then emits the weights and returns their
-  // version (BSP: step + 1; SSP/async: the number of pushes applied). `staleness`, if not
-  // null, receives how many other pushes were applied since this rank last got weights.
+  // Records rank's gradient for `step` (every owned chunk), waits as the policy requires (or
+  // until `deadline`: DeadlineExceeded naming the ranks waited for), then emits the weights
+  // and returns their version (BSP: step + 1; SSP/async: the number of pushes applied).
+  // `staleness`, if not null, receives how many other pushes were applied since this rank
+  // last got weights (the most over the chunks).
   absl::StatusOr<int64_t> PushPull(absl::string_view job_id, int rank, int64_t step,
                                    absl::Span<const ChunkView> chunks, absl::Time deadline,
                                    const ChunkSink& sink, int64_t* staleness = nullptr);
+
+  // The chunk-by-chunk form of PushPull (a streamed step). PushChunk records rank's
+  // gradient of `step` for one owned chunk and returns the chunk's slot (its position in
+  // this shard's chunk order, 0..num_chunks()-1). If `hold` is set it keeps chunk.data
+  // alive and the shard keeps the view until the step completes instead of copying it.
+  absl::StatusOr<int> PushChunk(absl::string_view job_id, int rank, int64_t step,
+                                const ChunkView& chunk, std::shared_ptr<const void> hold);
+  // Waits as the policy requires for the chunk at `slot` after rank pushed `step` (or until
+  // `deadline`: DeadlineExceeded naming the ranks waited for), then emits its weights.
+  absl::StatusOr<PulledChunk> PullChunk(int rank, int64_t step, int slot, absl::Time deadline,
+                                        const ChunkSink& sink);
+  // How many chunks this shard owns (0 before Init).
+  int num_chunks() const;
 
   // Wakes every waiting call with Unavailable; later calls fail the same way.
   void Shutdown();
@@ -106,8 +129,8 @@ class ParameterShard {
     bool initialized = false;
     std::string job_id;
     int64_t version = 0;
-    int64_t pushes = 0;         // Pushes counted (all ranks).
-    int64_t max_staleness = 0;  // Over all pushes.
+    int64_t pushes = 0;         // Chunk pushes counted (all ranks, all chunks).
+    int64_t max_staleness = 0;  // Over all chunk pushes.
     double mean_staleness = 0;
   };
   Info GetInfo() const;
@@ -120,26 +143,44 @@ class ParameterShard {
   struct OwnedChunk {
     ChunkSpec spec;
     int global_index = 0;      // Into the shard map's chunks().
-    int64_t local_offset = 0;  // Into weights_ and each pending gradient.
+    int64_t local_offset = 0;  // Into weights_.
     OptimizerState state;
+    // BSP: steps applied; SSP/async: pushes applied.
+    int64_t version = 0;
+    // BSP: the gradients of step `version`, per rank (data null = not pushed yet), each
+    // kept alive by its hold until the step completes.
+    std::vector<const float*> grads;
+    std::vector<std::shared_ptr<const void>> holds;
+    int num_pushed = 0;
+    // SSP/async: pushes applied per rank, the version each rank last received and the
+    // staleness its last push observed.
+    std::vector<int64_t> clock;
+    std::vector<int64_t> base_version;
+    std::vector<int64_t> observed;
   };
 
   absl::Status CheckCaller(absl::string_view job_id, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckModel(const ModelDescription& model) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks that `chunks` holds each owned chunk exactly once with the right dtype and size;
-  // on success fills order[i] = index into chunks of owned_[i].
+  absl::Status CheckReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slot of an owned chunk, or the status saying why `chunk` is not one (unknown,
+  // another shard's, wrong dtype or size).
+  absl::StatusOr<int> SlotOf(const ChunkView& chunk, const ShardMap& map,
+                             const std::vector<OwnedChunk>& owned) const;
+  // Checks that `chunks` holds each owned chunk exactly once; on success fills
+  // order[slot] = index into chunks of owned[slot].
   absl::Status MatchChunks(absl::Span<const ChunkView> chunks, const ShardMap& map,
                            const std::vector<OwnedChunk>& owned, std::vector<int>& order) const;
-  void ApplyStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The SSP/async path of PushPull, after validation.
-  absl::StatusOr<int64_t> PushPullStale(int rank, int64_t step, absl::Span<const ChunkView> chunks,
-                                        const std::vector<int>& order, absl::Time deadline,
-                                        const ChunkSink& sink, int64_t* staleness)
+  // Whether rank may push `step` of `chunk` now (OutOfRange naming the window if not).
+  absl::Status CheckStep(const OwnedChunk& chunk, int rank, int64_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records (BSP) or applies (SSP/async) a push that CheckStep accepted.
+  void Push(OwnedChunk& chunk, int rank, int64_t step, absl::string_view data,
+            std::shared_ptr<const void> hold) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyStep(OwnedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStaleness(int64_t s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t MinVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(const ChunkSink& sink) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ParameterShardOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
@@ -151,15 +192,7 @@ class ParameterShard {
   uint64_t init_fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<OwnedChunk> owned_ ABSL_GUARDED_BY(mu_);
   std::vector<float> weights_ ABSL_GUARDED_BY(mu_);  // Owned chunks back to back.
-  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  // Gradients of step version_, one buffer per rank, and who has pushed.
-  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
-  int num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
-  // SSP/async: pushes applied per rank, and the version each rank last received.
-  std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> base_version_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);      // Scratch of the largest chunk's size.
   int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_staleness_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sum_staleness_ ABSL_GUARDED_BY(mu_) = 0;

@@ -13,6 +13,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   std::unique_ptr<PsServer> server(new PsServer());
   server->shard_ = *std::move(shard);
   server->service_ = std::make_unique<PsService>(server->shard_.get());
+  server->stream_service_ = std::make_unique<TensorStreamService>(server->shard_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -20,6 +21,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterCallbackGenericService(server->stream_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address));

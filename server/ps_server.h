@@ -1,4 +1,5 @@
-// A running ps_server: one ParameterShard behind gRPC, plus grpc.health.v1.Health.
+// A running ps_server: one ParameterShard behind gRPC (ParameterServer and the tensor
+// stream), plus grpc.health.v1.Health.
 // Used by the ps_server binary and by in-process tests.
 #ifndef DPTRAIN_SERVER_PS_SERVER_H_
 #define DPTRAIN_SERVER_PS_SERVER_H_
@@ -10,6 +11,7 @@
 #include "grpcpp/server.h"
 #include "server/parameter_shard.h"
 #include "server/ps_service.h"
+#include "server/tensor_stream_service.h"
 
 namespace dptrain {
 
@@ -28,6 +30,11 @@ class PsServer {
   int port() const { return port_; }
   ParameterShard& shard() { return *shard_; }
   const PsService& service() const { return *service_; }
+  // Message bytes this shard's link carried, over both services.
+  int64_t bytes_received() const {
+    return service_->bytes_received() + stream_service_->bytes_received();
+  }
+  int64_t bytes_sent() const { return service_->bytes_sent() + stream_service_->bytes_sent(); }
 
   // Marks the server NOT_SERVING, wakes waiting calls and stops within `grace`.
   // Idempotent; thread-safe.
@@ -38,6 +45,7 @@ class PsServer {
 
   std::unique_ptr<ParameterShard> shard_;
   std::unique_ptr<PsService> service_;
+  std::unique_ptr<TensorStreamService> stream_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex mu_;

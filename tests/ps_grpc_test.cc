@@ -28,16 +28,7 @@ class PsGrpcTest : public ::testing::Test {
 
   template <typename Request>
   void Describe(Request& r, int rank, const std::string& job = "job") {
-    r.mutable_caller()->set_job_id(job);
-    r.mutable_caller()->set_rank(rank);
-    r.set_num_shards(2);
-    r.set_max_chunk_elements(4);
-    auto* w = r.add_tensors();
-    w->set_name("w");
-    w->set_num_elements(6);
-    auto* b = r.add_tensors();
-    b->set_name("b");
-    b->set_num_elements(2);
+    DescribeTinyModel(r, rank, job);
   }
 
   static void AddChunk(google::protobuf::RepeatedPtrField<proto::Chunk>* chunks, int t, int c,
@@ -81,19 +72,7 @@ class PsGrpcTest : public ::testing::Test {
     return stub_->PushPull(&context, r, response != nullptr ? response : &ignored);
   }
 
-  std::vector<float> PullWeights() {
-    proto::PullRequest r;
-    Describe(r, 1);
-    grpc::ClientContext context;
-    proto::PullResponse response;
-    EXPECT_TRUE(stub_->Pull(&context, r, &response).ok());
-    std::vector<float> out;
-    for (const auto& c : response.chunks()) {
-      const float* f = reinterpret_cast<const float*>(c.data().data());
-      out.insert(out.end(), f, f + c.data().size() / 4);
-    }
-    return out;
-  }
+  std::vector<float> PullWeights() { return PullTinyModel(*stub_); }
 
   TestShards shards_;
   std::unique_ptr<proto::ParameterServer::Stub> stub_;

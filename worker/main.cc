@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/health_server.h"
+#include "common/malloc_tuning.h"
 #include "proto/worker.grpc.pb.h"
 #ifdef DPTRAIN_HAVE_CUDA
 #include "worker/cuda/device_probe.h"
@@ -384,6 +385,7 @@ absl::Status Run() {
 }  // namespace dptrain
 
 int main(int argc, char** argv) {
+  dptrain::KeepTensorBuffersInHeap();
   absl::SetProgramUsageMessage("A data-parallel training worker of dptrain.");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/malloc_tuning.h"
 #include "server/ps_server.h"
 #include "tests/bench/comm_report.h"
 #include "worker/comm/allreduce_group.h"
@@ -158,8 +159,8 @@ bool Measure(const Point& p, int reps, Result& result) {
       barrier.Wait();
       if (r == 0) {
         if (rep == 1 && !servers.empty()) {
-          shard_in_before = servers[0]->service().bytes_received();
-          shard_out_before = servers[0]->service().bytes_sent();
+          shard_in_before = servers[0]->bytes_received();
+          shard_out_before = servers[0]->bytes_sent();
         }
         start[rep] = absl::ToUnixMicros(absl::Now()) / 1e6;
       }
@@ -198,8 +199,8 @@ bool Measure(const Point& p, int reps, Result& result) {
         result.worker_received, (after[r].bytes_pulled - before[r].bytes_pulled) / double(reps));
   }
   if (!servers.empty()) {
-    result.shard_received = (servers[0]->service().bytes_received() - shard_in_before) / double(reps);
-    result.shard_sent = (servers[0]->service().bytes_sent() - shard_out_before) / double(reps);
+    result.shard_received = (servers[0]->bytes_received() - shard_in_before) / double(reps);
+    result.shard_sent = (servers[0]->bytes_sent() - shard_out_before) / double(reps);
   }
   return true;
 }
@@ -262,6 +263,7 @@ int Main() {
 }  // namespace dptrain
 
 int main(int argc, char** argv) {
+  dptrain::KeepTensorBuffersInHeap();
   absl::ParseCommandLine(argc, argv);
   return dptrain::Main();
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "worker/comm/shard_step_call.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/completion_queue.h"
 
@@ -76,6 +77,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
                                                  absl::FormatDuration(options.connect_timeout)));
     }
     client->stubs_.push_back(proto::ParameterServer::NewStub(channel));
+    client->stream_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
   proto::ShardInfoRequest info_request;
   std::vector<const proto::ShardInfoRequest*> info_requests(num_shards, &info_request);
@@ -109,19 +111,6 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
     }
   }
 
-  client->push_requests_.resize(num_shards);
-  for (int s = 0; s < num_shards; ++s) {
-    proto::PushPullRequest& request = client->push_requests_[s];
-    request.mutable_caller()->set_job_id(options.job_id);
-    request.mutable_caller()->set_rank(options.rank);
-    for (int i : client->map_.ChunksOfShard(s)) {
-      const ChunkSpec& spec = client->map_.chunks()[i];
-      proto::Chunk* chunk = request.add_chunks();
-      chunk->mutable_key()->set_tensor_id(spec.tensor_id);
-      chunk->mutable_key()->set_chunk_index(spec.chunk_index);
-      chunk->set_dtype(proto::FP32);
-    }
-  }
   return client;
 }
 
@@ -218,37 +207,36 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
     return absl::InvalidArgumentError("Step: gradient or weights do not match the model");
   }
   const int num_shards = static_cast<int>(stubs_.size());
-  std::vector<const proto::PushPullRequest*> pointers(num_shards, nullptr);
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  std::vector<std::unique_ptr<ShardStepCall>> calls;
   for (int s = 0; s < num_shards; ++s) {
-    const std::vector<int>& mine = map_.ChunksOfShard(s);
-    if (mine.empty()) continue;  // A shard that owns nothing takes no part in steps.
-    proto::PushPullRequest& request = push_requests_[s];
-    request.set_step(step);
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const ChunkSpec& spec = map_.chunks()[mine[i]];
-      request.mutable_chunks(static_cast<int>(i))
-          ->mutable_data()
-          ->assign(reinterpret_cast<const char*>(grads.data() + spec.flat_offset),
-                   spec.count * sizeof(float));
-    }
-    stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
-    pointers[s] = &request;
+    if (map_.ChunksOfShard(s).empty()) continue;  // A shard that owns nothing takes no part.
+    ShardStep args;
+    args.stub = stream_stubs_[s].get();
+    args.map = &map_;
+    args.shard = s;
+    args.job_id = options_.job_id;
+    args.rank = options_.rank;
+    args.step = step;
+    args.grads = grads;
+    args.weights = weights;
+    args.deadline = deadline;
+    args.context = absl::StrCat("PushPull of step ", step, " to shard ", s, " at ",
+                                options_.shard_addresses[s]);
+    calls.push_back(std::make_unique<ShardStepCall>(args));
+    calls.back()->Start();
   }
-  if (auto s = CallAllShards(stubs_, options_.shard_addresses, pointers, responses_,
-                             std::mem_fn(&proto::ParameterServer::Stub::AsyncPushPull),
-                             options_.rpc_timeout, absl::StrCat("PushPull of step ", step).c_str());
-      !s.ok()) {
-    return s;
-  }
-  for (int s = 0; s < num_shards; ++s) {
-    if (pointers[s] == nullptr) continue;
-    const int64_t staleness = responses_[s].staleness();
-    stats_.max_staleness = std::max(stats_.max_staleness, staleness);
-    stats_.staleness_sum += staleness;
+  absl::Status first;
+  for (auto& call : calls) {  // Every call must end before `grads` may change.
+    absl::Status s = call->Wait();
+    if (first.ok()) first = s;
+    stats_.bytes_pushed += call->bytes_sent();
+    stats_.bytes_pulled += call->bytes_received();
+    stats_.max_staleness = std::max(stats_.max_staleness, call->staleness());
+    stats_.staleness_sum += call->staleness();
     ++stats_.staleness_count;
-    if (auto st = Unpack(s, responses_[s], weights); !st.ok()) return st;
   }
-  return absl::OkStatus();
+  return first;
 }
 
 absl::Status PsClient::AverageBuffers(int64_t round, absl::Span<float> buffers) {

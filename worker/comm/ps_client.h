@@ -1,6 +1,6 @@
-// GradientSync through S parameter-server shards: each step, one PushPull per shard, all
-// shards in flight at once, each carrying the shard's chunks of the gradient and bringing
-// back the same chunks of the new weights.
+// GradientSync through S parameter-server shards: each step, one tensor stream per shard
+// (shard_step_call.h), all shards in flight at once, each carrying the shard's chunks of
+// the gradient and bringing back the same chunks of the new weights, chunk by chunk.
 #ifndef DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 #define DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 
@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/shard_map.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
 #include "worker/comm/gradient_sync.h"
 
@@ -59,8 +60,7 @@ class PsClient : public GradientSync {
   PsClientOptions options_;
   ShardMap map_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
-  // One reusable request per shard, keys filled once; only the bytes change per step.
-  std::vector<proto::PushPullRequest> push_requests_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stream_stubs_;  // The tensor stream.
   std::vector<proto::PullResponse> responses_;
   CommStats stats_;
 };

@@ -1,0 +1,242 @@
+// The tensor stream (TensorStream/PushPull, raw frames) of a real ps_server over gRPC: a
+// step chunk by chunk agrees with the unary PushPull, retries never count twice, and every
+// bad stream ends with its precise status without changing the weights.
+#include <thread>
+
+#include "common/net.h"
+#include "common/tensor_frame.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/completion_queue.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/test_cluster.h"
+
+namespace dptrain {
+namespace {
+
+using grpc::StatusCode;
+
+// One frame to send: header fields and the payload.
+struct Out {
+  int tensor = 0, chunk = 0;
+  std::vector<float> values;
+  int rank = 0;
+  int64_t step = 0;
+  std::string job = "job";
+  proto::DType dtype = proto::FP32;
+};
+
+struct Answer {
+  grpc::Status status;
+  std::vector<proto::FrameHeader> headers;
+  std::vector<float> values;  // All payloads back to back.
+};
+
+// The tiny model (test_cluster.h) on shard 0, whose slots 0 and 1 are chunks (0,0), (1,0).
+class TensorStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OptimizerOptions sgd;
+    sgd.learning_rate = 1.0f;
+    shards_ = StartShards(2, 2, sgd, absl::Seconds(2));
+    ASSERT_EQ(shards_.addresses.size(), 2u);
+    channel_ = MakeChannel(shards_.addresses[0]);
+    stub_ = proto::ParameterServer::NewStub(channel_);
+    proto::InitRequest init;
+    DescribeTinyModel(init, 0);
+    AddChunk(init, 0, 0, {1, 2, 3});
+    AddChunk(init, 1, 0, {10, 20});
+    grpc::ClientContext context;
+    proto::InitResponse response;
+    ASSERT_TRUE(stub_->Init(&context, init, &response).ok());
+  }
+
+  static void AddChunk(proto::InitRequest& r, int t, int c, std::vector<float> values) {
+    proto::Chunk* chunk = r.add_chunks();
+    chunk->mutable_key()->set_tensor_id(t);
+    chunk->mutable_key()->set_chunk_index(c);
+    chunk->set_dtype(proto::FP32);
+    chunk->set_data(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  }
+
+  static grpc::ByteBuffer Frame(const Out& o) {
+    proto::FrameHeader h;
+    h.mutable_caller()->set_job_id(o.job);
+    h.mutable_caller()->set_rank(o.rank);
+    h.set_step(o.step);
+    h.mutable_key()->set_tensor_id(o.tensor);
+    h.mutable_key()->set_chunk_index(o.chunk);
+    h.set_dtype(o.dtype);
+    grpc::Slice payload = NewPayload(o.values.size() * 4);
+    if (!o.values.empty()) std::memcpy(MutableData(payload), o.values.data(), payload.size());
+    return FrameOwning(h, std::move(payload));
+  }
+
+  // A whole call, blocking: writes `frames`, half-closes, reads every answer frame.
+  Answer Call(std::vector<grpc::ByteBuffer> frames,
+              const std::string& method = kTensorStreamMethod) {
+    grpc::GenericStub stub(channel_);
+    grpc::CompletionQueue cq;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto call = stub.PrepareCall(&context, method, &cq);
+    void* tag;
+    bool ok;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    for (grpc::ByteBuffer& f : frames) {
+      if (!ok) break;
+      call->Write(f, reinterpret_cast<void*>(2));
+      cq.Next(&tag, &ok);
+    }
+    call->WritesDone(reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    Answer answer;
+    for (;;) {
+      grpc::ByteBuffer in;
+      call->Read(&in, reinterpret_cast<void*>(4));
+      cq.Next(&tag, &ok);
+      if (!ok) break;
+      auto frame = ReceivedFrame::Parse(in);
+      EXPECT_TRUE(frame.ok()) << frame.status();
+      if (!frame.ok()) break;
+      answer.headers.push_back(frame->header());
+      std::vector<float> v(frame->payload_size() / 4);
+      frame->CopyPayload(reinterpret_cast<char*>(v.data()));
+      answer.values.insert(answer.values.end(), v.begin(), v.end());
+    }
+    call->Finish(&answer.status, reinterpret_cast<void*>(5));
+    cq.Next(&tag, &ok);
+    return answer;
+  }
+
+  std::vector<grpc::ByteBuffer> Step(int rank, int64_t step, std::vector<float> a,
+                                     std::vector<float> b) {
+    std::vector<grpc::ByteBuffer> frames;
+    frames.push_back(Frame({0, 0, a, rank, step}));
+    frames.push_back(Frame({1, 0, b, rank, step}));
+    return frames;
+  }
+
+  std::vector<float> PullWeights() { return PullTinyModel(*stub_); }
+
+  TestShards shards_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+};
+
+TEST_F(TensorStreamTest, StepChunkByChunkAndRetriesAreIdempotent) {
+  Answer r0;
+  std::thread t([&] { r0 = Call(Step(0, 0, {1, 1, 1}, {1, 1})); });
+  // Rank 1 sends its chunks in the other order; answers still come in slot order.
+  std::vector<grpc::ByteBuffer> reversed = Step(1, 0, {3, 3, 3}, {3, 3});
+  std::swap(reversed[0], reversed[1]);
+  Answer r1 = Call(std::move(reversed));
+  t.join();
+  const std::vector<float> expected = {-1, 0, 1, 8, 18};  // w - 1.0 * mean(g).
+  for (const Answer* a : {&r0, &r1}) {
+    ASSERT_TRUE(a->status.ok()) << a->status.error_message();
+    EXPECT_EQ(a->values, expected);
+    ASSERT_EQ(a->headers.size(), 2u);
+    EXPECT_EQ(a->headers[0].key().tensor_id(), 0);
+    EXPECT_EQ(a->headers[1].key().tensor_id(), 1);
+    EXPECT_EQ(a->headers[0].version(), 1);
+  }
+  // A retry of rank 1's step (a lost answer) gets the same answer and counts nothing.
+  Answer again = Call(Step(1, 0, {3, 3, 3}, {3, 3}));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.values, expected);
+  EXPECT_EQ(PullWeights(), expected);
+}
+
+// The stream and the unary PushPull are two doors to the same step.
+TEST_F(TensorStreamTest, AgreesWithUnaryPushPull) {
+  grpc::Status unary;
+  std::thread t([&] {
+    proto::PushPullRequest r;
+    r.mutable_caller()->set_job_id("job");
+    r.mutable_caller()->set_rank(0);
+    r.set_step(0);
+    for (auto [tensor, n] : {std::pair{0, 3}, std::pair{1, 2}}) {
+      proto::Chunk* c = r.add_chunks();
+      c->mutable_key()->set_tensor_id(tensor);
+      c->set_dtype(proto::FP32);
+      std::vector<float> ones(n, 1.0f);
+      c->set_data(reinterpret_cast<const char*>(ones.data()), n * 4);
+    }
+    grpc::ClientContext context;
+    proto::PullResponse response;
+    unary = stub_->PushPull(&context, r, &response);
+  });
+  Answer streamed = Call(Step(1, 0, {3, 3, 3}, {3, 3}));
+  t.join();
+  ASSERT_TRUE(unary.ok()) << unary.error_message();
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+  EXPECT_EQ(streamed.values, (std::vector<float>{-1, 0, 1, 8, 18}));
+}
+
+TEST_F(TensorStreamTest, BadStreamsGetPreciseStatusAndChangeNothing) {
+  auto code = [](const Answer& a) { return a.status.error_code(); };
+  EXPECT_EQ(code(Call(Step(0, 0, {1, 1, 1}, {1, 1}), "/dptrain.proto.Nope/Nope")),
+            StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(code(Call({})), StatusCode::INVALID_ARGUMENT);  // No frame at all.
+  std::vector<grpc::ByteBuffer> garbage;
+  grpc::Slice junk("\x05\x00\x00\x00zz", 6);
+  garbage.emplace_back(&junk, 1);
+  EXPECT_EQ(code(Call(std::move(garbage))), StatusCode::DATA_LOSS);
+
+  std::vector<grpc::ByteBuffer> f;
+  f.push_back(Frame({0, 0, {1, 1}}));  // 2 elements, chunk has 3.
+  EXPECT_EQ(code(Call(std::move(f))), StatusCode::INVALID_ARGUMENT);
+  f.clear();
+  f.push_back(Frame({0, 1, {1, 1, 1}}));  // Shard 1's chunk.
+  Answer foreign = Call(std::move(f));
+  EXPECT_EQ(code(foreign), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(foreign.status.error_message().find("belongs to shard 1"), std::string::npos);
+  f.clear();
+  f.push_back(Frame({0, 0, {1, 1, 1}, 0, 0, "job", proto::BF16}));
+  EXPECT_EQ(code(Call(std::move(f))), StatusCode::INVALID_ARGUMENT);
+  f.clear();
+  f.push_back(Frame({0, 0, {1, 1, 1}, /*rank=*/2}));
+  EXPECT_EQ(code(Call(std::move(f))), StatusCode::INVALID_ARGUMENT);
+  f.clear();
+  f.push_back(Frame({0, 0, {1, 1, 1}, 0, /*step=*/5}));
+  Answer window = Call(std::move(f));
+  EXPECT_EQ(code(window), StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(window.status.error_message().find("step 5"), std::string::npos);
+  f.clear();
+  f.push_back(Frame({0, 0, {1, 1, 1}, 0, 0, "other"}));
+  EXPECT_EQ(code(Call(std::move(f))), StatusCode::FAILED_PRECONDITION);
+  // Slot 1 only, then the end: slot 0 never came.
+  f.clear();
+  f.push_back(Frame({1, 0, {1, 1}}));
+  Answer short_stream = Call(std::move(f));
+  EXPECT_EQ(code(short_stream), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(short_stream.status.error_message().find("1 of the 2 chunks"), std::string::npos)
+      << short_stream.status.error_message();
+  // Frames of two ranks, or the same chunk twice, in one stream.
+  f.clear();
+  f.push_back(Frame({1, 0, {1, 1}}));
+  f.push_back(Frame({0, 0, {1, 1, 1}, /*rank=*/1}));
+  EXPECT_EQ(code(Call(std::move(f))), StatusCode::INVALID_ARGUMENT);
+  f.clear();
+  f.push_back(Frame({1, 0, {1, 1}}));
+  f.push_back(Frame({1, 0, {1, 1}}));
+  EXPECT_EQ(code(Call(std::move(f))), StatusCode::INVALID_ARGUMENT);
+
+  // Rank 1 never pushed, so no step completed: the weights are the initial ones.
+  EXPECT_EQ(PullWeights(), (std::vector<float>{1, 2, 3, 10, 20}));
+}
+
+TEST_F(TensorStreamTest, MissingWorkerTimesOutNamingIt) {
+  const absl::Time start = absl::Now();
+  Answer a = Call(Step(0, 0, {1, 1, 1}, {1, 1}));
+  EXPECT_EQ(a.status.error_code(), StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(a.status.error_message().find("rank(s) 1"), std::string::npos)
+      << a.status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace dptrain

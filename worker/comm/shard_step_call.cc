@@ -1,0 +1,104 @@
+#include "worker/comm/shard_step_call.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/tensor_frame.h"
+
+namespace dptrain {
+
+ShardStepCall::ShardStepCall(const ShardStep& step)
+    : step_(step), chunks_(step.map->ChunksOfShard(step.shard)) {
+  context_.set_deadline(absl::ToChronoTime(step.deadline));
+  proto::FrameHeader header;
+  header.mutable_caller()->set_job_id(step.job_id);
+  header.mutable_caller()->set_rank(step.rank);
+  header.set_step(step.step);
+  header.set_dtype(proto::FP32);
+  for (int i : chunks_) {
+    const ChunkSpec& spec = step.map->chunks()[i];
+    header.mutable_key()->set_tensor_id(spec.tensor_id);
+    header.mutable_key()->set_chunk_index(spec.chunk_index);
+    out_.push_back(FrameReferencing(
+        header, absl::string_view(reinterpret_cast<const char*>(step.grads.data() +
+                                                                spec.flat_offset),
+                                  spec.count * sizeof(float))));
+    bytes_sent_ += static_cast<int64_t>(out_.back().Length());
+  }
+}
+
+void ShardStepCall::Start() {
+  step_.stub->PrepareBidiStreamingCall(&context_, kTensorStreamMethod, grpc::StubOptions(), this);
+  if (out_.size() == 1) {
+    StartWriteLast(&out_[0], grpc::WriteOptions());
+  } else {
+    StartWrite(&out_[0]);
+  }
+  StartRead(&in_);
+  StartCall();
+}
+
+void ShardStepCall::OnWriteDone(bool ok) {
+  if (!ok) return;  // The call failed; OnDone says why.
+  if (++next_write_ >= out_.size()) return;
+  if (next_write_ + 1 == out_.size()) {
+    StartWriteLast(&out_[next_write_], grpc::WriteOptions());
+  } else {
+    StartWrite(&out_[next_write_]);
+  }
+}
+
+void ShardStepCall::OnReadDone(bool ok) {
+  if (!ok) return;  // End of the answer, or the call failed; OnDone follows.
+  bytes_received_ += static_cast<int64_t>(in_.Length());
+  if (absl::Status s = Accept(); !s.ok()) {
+    error_ = s;
+    context_.TryCancel();
+    return;
+  }
+  in_.Clear();
+  StartRead(&in_);
+}
+
+absl::Status ShardStepCall::Accept() {
+  auto frame = ReceivedFrame::Parse(in_);
+  if (!frame.ok()) return frame.status();
+  if (received_ >= chunks_.size()) {
+    return absl::DataLossError(absl::StrCat("shard ", step_.shard, " answered with more than ",
+                                            chunks_.size(), " chunks"));
+  }
+  const ChunkSpec& spec = step_.map->chunks()[chunks_[received_]];
+  const proto::FrameHeader& h = frame->header();
+  if (h.key().tensor_id() != spec.tensor_id || h.key().chunk_index() != spec.chunk_index ||
+      h.dtype() != proto::FP32 || frame->payload_size() != spec.count * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(
+        "shard ", step_.shard, " answered with an unexpected chunk ", received_, " (tensor ",
+        h.key().tensor_id(), ", chunk ", h.key().chunk_index(), ", ", frame->payload_size(),
+        " bytes)"));
+  }
+  frame->CopyPayload(reinterpret_cast<char*>(step_.weights.data() + spec.flat_offset));
+  staleness_ = std::max<int64_t>(staleness_, h.staleness());
+  ++received_;
+  return absl::OkStatus();
+}
+
+void ShardStepCall::OnDone(const grpc::Status& status) {
+  absl::MutexLock lock(&mu_);
+  status_ = status;
+  done_ = true;
+}
+
+absl::Status ShardStepCall::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+  if (!error_.ok()) {
+    return absl::Status(error_.code(), absl::StrCat(step_.context, ": ", error_.message()));
+  }
+  if (!status_.ok()) return FromGrpcStatus(status_, step_.context);
+  if (received_ != chunks_.size()) {
+    return absl::DataLossError(absl::StrCat(step_.context, ": the shard answered with ",
+                                            received_, " of ", chunks_.size(), " chunks"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dptrain
