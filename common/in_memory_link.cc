@@ -17,8 +17,16 @@ class InMemoryHub::Link : public PeerLink {
   }
 
   absl::Status Recv(int peer, uint64_t tag, absl::Span<float> out) override {
-    absl::Status s = hub_->inboxes_[rank_].Take(peer, tag, out, absl::Now() + hub_->timeout_);
+    absl::Status s =
+        hub_->inboxes_[rank_].TakeInto(peer, tag, out, absl::Now() + hub_->timeout_);
     if (s.ok()) received_ += static_cast<int64_t>(out.size() * sizeof(float));
+    return s;
+  }
+
+  absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) override {
+    absl::Status s =
+        hub_->inboxes_[rank_].TakeAdd(peer, tag, inout, absl::Now() + hub_->timeout_);
+    if (s.ok()) received_ += static_cast<int64_t>(inout.size() * sizeof(float));
     return s;
   }
 

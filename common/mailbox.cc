@@ -17,7 +17,8 @@ absl::Status Mailbox::Deposit(int from, uint64_t tag, MessageBytes data) {
   return absl::OkStatus();
 }
 
-absl::Status Mailbox::Take(int from, uint64_t tag, absl::Span<float> out, absl::Time deadline) {
+absl::StatusOr<MessageBytes> Mailbox::Take(int from, uint64_t tag, size_t bytes,
+                                           absl::Time deadline) {
   const auto key = std::make_pair(from, tag);
   absl::MutexLock lock(&mu_);
   auto ready = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -33,14 +34,35 @@ absl::Status Mailbox::Take(int from, uint64_t tag, absl::Span<float> out, absl::
     return absl::UnavailableError(
         absl::StrCat("rank ", from, " closed its connection before sending tag ", tag));
   }
-  if (it->second.size != out.size() * sizeof(float)) {
-    const size_t got = it->second.size;
-    messages_.erase(it);
-    return absl::InvalidArgumentError(absl::StrCat("message from rank ", from, " has ", got,
-                                                   " bytes, expected ", out.size() * 4));
-  }
-  std::memcpy(out.data(), it->second.data.get(), it->second.size);
+  MessageBytes message = std::move(it->second);
   messages_.erase(it);
+  if (message.size != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("message from rank ", from, " has ",
+                                                   message.size, " bytes, expected ", bytes));
+  }
+  return message;
+}
+
+absl::Status Mailbox::TakeInto(int from, uint64_t tag, absl::Span<float> out,
+                               absl::Time deadline) {
+  auto message = Take(from, tag, out.size() * sizeof(float), deadline);
+  if (!message.ok()) return message.status();
+  if (message->size > 0) std::memcpy(out.data(), message->data.get(), message->size);
+  return absl::OkStatus();
+}
+
+absl::Status Mailbox::TakeAdd(int from, uint64_t tag, absl::Span<float> inout,
+                              absl::Time deadline) {
+  auto message = Take(from, tag, inout.size() * sizeof(float), deadline);
+  if (!message.ok()) return message.status();
+  // The bytes came from the network: copy element-wise rather than assume alignment.
+  const char* in = message->data.get();
+  float* out = inout.data();
+  for (size_t i = 0; i < inout.size(); ++i) {
+    float x;
+    std::memcpy(&x, in + i * sizeof(float), sizeof(float));
+    out[i] += x;
+  }
   return absl::OkStatus();
 }
 

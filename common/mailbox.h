@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -36,10 +37,14 @@ class Mailbox {
   // message with that key is already waiting. Thread-safe.
   absl::Status Deposit(int from, uint64_t tag, MessageBytes data);
 
-  // Waits until the message (from, tag) is there or `deadline`, then moves it into `out`.
-  // DeadlineExceeded naming the sender; InvalidArgument if the sizes differ; Unavailable
-  // after Close(). Thread-safe.
-  absl::Status Take(int from, uint64_t tag, absl::Span<float> out, absl::Time deadline);
+  // Waits until the message (from, tag) is there or `deadline`, then removes and returns
+  // it. DeadlineExceeded naming the sender; InvalidArgument if it does not have `bytes`
+  // bytes; Unavailable after Close(). Thread-safe; the caller reads the bytes unlocked.
+  absl::StatusOr<MessageBytes> Take(int from, uint64_t tag, size_t bytes, absl::Time deadline);
+
+  // Take, then copy into `out` / add element-wise into `inout` (fp32).
+  absl::Status TakeInto(int from, uint64_t tag, absl::Span<float> out, absl::Time deadline);
+  absl::Status TakeAdd(int from, uint64_t tag, absl::Span<float> inout, absl::Time deadline);
 
   // Wakes every waiting Take with Unavailable.
   void Close();

@@ -23,6 +23,9 @@ class PeerLink {
   // InvalidArgument if its size differs from out.size(); DeadlineExceeded / Unavailable
   // when the link gives up (a dead peer never makes this hang forever).
   virtual absl::Status Recv(int peer, uint64_t tag, absl::Span<float> out) = 0;
+  // As Recv, but adds the message element-wise into `inout` (the reduce step of a
+  // collective), straight from where the link keeps it.
+  virtual absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) = 0;
 
   // Bytes this link sent and received so far (message payload plus framing it knows of).
   virtual int64_t bytes_sent() const = 0;

@@ -41,25 +41,22 @@ absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOpt
   const int n = link.world_size(), r = link.rank();
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
   const int64_t size = static_cast<int64_t>(data.size());
-  std::vector<float> incoming(std::min<int64_t>(o.chunk_elements, size / n + 1));
-
   // Reduce-scatter: at step s, send segment r-s, receive segment r-s-1 and add it in.
   // After n-1 steps rank r holds the full sum of segment r+1.
   for (int step = 0; step + 1 < n; ++step) {
     const Range send = SegmentRange(size, n, Mod(r - step, n));
     const Range recv = SegmentRange(size, n, Mod(r - step - 1, n));
     // Send every chunk first (buffered), then receive: each chunk's add overlaps with the
-    // transfer of the following ones.
+    // transfer of the following ones, and adds straight from the link's buffer.
     for (int64_t c = 0, off = send.begin; off < send.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, send.end - off);
       if (auto s = link.Send(right, Tag(o, 0, step, c), data.subspan(off, len)); !s.ok()) return s;
     }
     for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, recv.end - off);
-      absl::Span<float> in(incoming.data(), len);
-      if (auto s = link.Recv(left, Tag(o, 0, step, c), in); !s.ok()) return s;
-      float* out = data.data() + off;
-      for (int64_t i = 0; i < len; ++i) out[i] += in[i];
+      if (auto s = link.RecvAdd(left, Tag(o, 0, step, c), data.subspan(off, len)); !s.ok()) {
+        return s;
+      }
     }
   }
   if (o.average && n > 1) {

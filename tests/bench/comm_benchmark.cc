@@ -1,5 +1,7 @@
 // Communication benchmark: the time of one gradient synchronisation for each mode (sharded
-// PS, master reducer, ring all-reduce), world size, shard count and gradient size, with the
+// PS, master reducer, ring all-reduce; and `ring`: the bare all-reduce of the allreduce
+// mode, without its copy and optimizer, to set beside Gloo), world size, shard count and
+// gradient size, with the
 // bytes each process and each shard moved, written as CSV, a Markdown table and an SVG
 // plot. Every rank is a thread of this process with its own TCP connections on loopback.
 //
@@ -23,9 +25,10 @@
 #include "tests/bench/comm_report.h"
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
+#include "common/ring_allreduce.h"
 #include "worker/comm/ps_client.h"
 
-ABSL_FLAG(std::string, modes, "ps,master,allreduce", "Modes to measure.");
+ABSL_FLAG(std::string, modes, "ps,master,allreduce,ring", "Modes to measure.");
 ABSL_FLAG(std::string, workers, "1,2,4,8", "World sizes.");
 ABSL_FLAG(std::string, shards, "1,2,4", "Shard counts for ps mode.");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "Gradient sizes in MiB of fp32.");
@@ -64,6 +67,9 @@ class Barrier {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Tags of the bare ring's collectives: apart from the sync's own (initial broadcast, steps).
+constexpr uint64_t kBenchTagBase = uint64_t{1} << 22;
+
 OptimizerOptions Sgd() {
   OptimizerOptions o;
   o.learning_rate = 1e-6f;  // Keeps the weights finite over many repetitions.
@@ -82,7 +88,8 @@ bool Measure(const Point& p, int reps, Result& result) {
   const int64_t elements = p.elements;
   std::vector<std::unique_ptr<PsServer>> servers;
   std::vector<std::string> addresses;
-  if (p.mode != "allreduce") {
+  const bool peers = p.mode == "allreduce" || p.mode == "ring";
+  if (!peers) {
     for (int s = 0; s < p.shards; ++s) {
       PsServerOptions o;
       o.listen_address = "127.0.0.1:0";
@@ -101,7 +108,7 @@ bool Measure(const Point& p, int reps, Result& result) {
   }
   std::vector<Rank> ranks(n);
   int master_port = 0;
-  if (p.mode == "allreduce") {
+  if (peers) {
     AllReduceGroupOptions o;
     o.world_size = n;
     o.advertise_host = "127.0.0.1";
@@ -121,7 +128,7 @@ bool Measure(const Point& p, int reps, Result& result) {
   auto body = [&](int r) {
     Rank& me = ranks[r];
     absl::Status s;
-    if (p.mode == "allreduce") {
+    if (peers) {
       if (r > 0) {
         AllReduceGroupOptions o;
         o.rank = r;
@@ -154,6 +161,9 @@ bool Measure(const Point& p, int reps, Result& result) {
     for (auto& g : grads) g = u(gen);
     if (s.ok()) s = me.sync->Start(absl::MakeSpan(weights));
     barrier.Wait();
+    RingOptions ring;
+    ring.chunk_elements = int64_t{1} << 18;
+    ring.average = true;
     for (int rep = 0; rep <= reps && s.ok(); ++rep) {  // rep 0 warms up.
       if (rep == 1) before[r] = me.sync->stats();
       barrier.Wait();
@@ -165,7 +175,12 @@ bool Measure(const Point& p, int reps, Result& result) {
         start[rep] = absl::ToUnixMicros(absl::Now()) / 1e6;
       }
       barrier.Wait();
-      s = me.sync->Step(rep, grads, absl::MakeSpan(weights));
+      if (p.mode == "ring") {
+        ring.tag_base = kBenchTagBase + static_cast<uint64_t>(rep);
+        s = RingAllReduce(me.group->link(), absl::MakeSpan(grads), ring);
+      } else {
+        s = me.sync->Step(rep, grads, absl::MakeSpan(weights));
+      }
       ends[r][rep] = absl::ToUnixMicros(absl::Now()) / 1e6;
     }
     after[r] = me.sync->stats();

@@ -235,7 +235,14 @@ absl::Status TcpPeerLink::Send(int peer, uint64_t tag, absl::Span<const float> d
 }
 
 absl::Status TcpPeerLink::Recv(int peer, uint64_t tag, absl::Span<float> out) {
-  absl::Status s = inbox_.Take(peer, tag, out, absl::Now() + options_.timeout);
+  return Explain(inbox_.TakeInto(peer, tag, out, absl::Now() + options_.timeout));
+}
+
+absl::Status TcpPeerLink::RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) {
+  return Explain(inbox_.TakeAdd(peer, tag, inout, absl::Now() + options_.timeout));
+}
+
+absl::Status TcpPeerLink::Explain(absl::Status s) const {
   if (absl::IsDeadlineExceeded(s)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "rank ", options_.rank, ": ", s.message(), " within ", absl::FormatDuration(options_.timeout)));

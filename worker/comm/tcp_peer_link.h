@@ -53,6 +53,7 @@ class TcpPeerLink : public PeerLink {
   int world_size() const override { return static_cast<int>(options_.addresses.size()); }
   absl::Status Send(int peer, uint64_t tag, absl::Span<const float> data) override;
   absl::Status Recv(int peer, uint64_t tag, absl::Span<float> out) override;
+  absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) override;
   int64_t bytes_sent() const override { return sent_.load(); }
   int64_t bytes_received() const override { return received_.load(); }
 
@@ -65,6 +66,8 @@ class TcpPeerLink : public PeerLink {
   void AcceptLoop();
   void ReadLoop(int fd);
   absl::Status Connect(int peer, Outgoing& out);
+  // Says which rank gave up waiting, and after how long.
+  absl::Status Explain(absl::Status s) const;
 
   const TcpPeerLinkOptions options_;
   const uint64_t job_hash_;
