@@ -73,7 +73,7 @@ template <typename T>
 TensorRef<T> ReLU<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
   if (!need_input_grad) return {};
   const int64_t n = grad_output.size();
-  T* dx = EnsureSize(grad_input_, n);
+  T* dx = this->GradInputBuffer(grad_output.data, n);
   const T* y = output_ref_.data;
   const T* dy = grad_output.data;
   ParallelFor(
@@ -102,7 +102,7 @@ template <typename T>
 TensorRef<T> Sigmoid<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
   if (!need_input_grad) return {};
   const int64_t n = grad_output.size();
-  T* dx = EnsureSize(grad_input_, n);
+  T* dx = this->GradInputBuffer(grad_output.data, n);
   const T* y = output_ref_.data;
   const T* dy = grad_output.data;
   ParallelFor(

@@ -24,7 +24,6 @@ class ReLU final : public Layer<T> {
 
  private:
   std::vector<T> output_;
-  std::vector<T> grad_input_;
   TensorRef<T> output_ref_;
   ThreadPool* pool_ = nullptr;
 };
@@ -42,7 +41,6 @@ class Sigmoid final : public Layer<T> {
 
  private:
   std::vector<T> output_;
-  std::vector<T> grad_input_;
   TensorRef<T> output_ref_;
   ThreadPool* pool_ = nullptr;
 };

@@ -115,7 +115,7 @@ TensorRef<T> AvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_gr
   const int h = in_dims_.h, w = in_dims_.w, oh = out_dims_.h, ow = out_dims_.w;
   const T scale = T(1) / T(o_.kernel_h * o_.kernel_w);
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
-  T* dx = EnsureSize(grad_input_, planes * h * w);
+  T* dx = this->GradInputBuffer(grad_output.data, planes * h * w);
   const int64_t min_planes = planes * h * w >= kMinParallelElements ? 2 : planes + 1;
   if (is_2x2()) {
     ParallelFor(

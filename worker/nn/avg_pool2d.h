@@ -36,7 +36,6 @@ class AvgPool2d final : public Layer<T> {
   Dims in_dims_;
   Dims out_dims_;
   std::vector<T> output_;
-  std::vector<T> grad_input_;
   ThreadPool* pool_ = nullptr;
 };
 

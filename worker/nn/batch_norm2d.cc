@@ -162,7 +162,7 @@ TensorRef<T> BatchNorm2d<T>::Backward(TensorRef<T> grad_output, bool need_input_
     BackwardInto(grad_output, nullptr);
     return {};
   }
-  T* dx = EnsureSize(grad_input_, input_.size());
+  T* dx = this->GradInputBuffer(grad_output.data, input_.size());
   BackwardInto(grad_output, dx);
   return {dx, grad_output.batch, input_.dims};
 }

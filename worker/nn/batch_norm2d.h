@@ -64,7 +64,6 @@ class BatchNorm2d final : public Layer<T> {
   std::vector<double> mean_;     // Per channel: the mean and 1 / sqrt(var + eps) used by the last
   std::vector<double> inv_std_;  // Forward (batch statistics in training, running ones if not).
   std::vector<T> output_;
-  std::vector<T> grad_input_;
   ThreadPool* pool_ = nullptr;
 };
 

@@ -251,7 +251,7 @@ TensorRef<T> Conv2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
     BackwardInto(grad_output, nullptr);
     return {};
   }
-  T* dx = EnsureSize(grad_input_, input_.size());
+  T* dx = this->GradInputBuffer(grad_output.data, input_.size());
   BackwardInto(grad_output, dx);
   return {dx, grad_output.batch, input_.dims};
 }

@@ -94,7 +94,6 @@ class Conv2d final : public Layer<T> {
   std::vector<T> grad_columns_;  // Its gradient, same shape.
   std::vector<T> grad_padded_;   // The gradient of padded_.
   std::vector<T> output_;
-  std::vector<T> grad_input_;
   ThreadPool* pool_ = nullptr;
 };
 

@@ -36,7 +36,7 @@ TensorRef<T> GlobalAvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_in
   if (!need_input_grad) return {};
   const int64_t plane = int64_t{in_dims_.h} * in_dims_.w;
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
-  T* dx = EnsureSize(grad_input_, planes * plane);
+  T* dx = this->GradInputBuffer(grad_output.data, planes * plane);
   const T scale = T(1) / T(plane);
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T g = grad_output.data[pl] * scale;

@@ -22,7 +22,6 @@ class GlobalAvgPool2d final : public Layer<T> {
  private:
   Dims in_dims_;
   std::vector<T> output_;
-  std::vector<T> grad_input_;
 };
 
 }  // namespace nn

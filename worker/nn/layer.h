@@ -2,8 +2,10 @@
 // and back-propagates through the last batch it saw. Layers are templated on the scalar type so
 // that the same code runs in float (training) and in double (gradient checks).
 //
-// Buffers: a layer owns its output and input-gradient buffers and reuses them from step to step;
-// they grow to the largest batch seen and never shrink, so steady-state steps do not allocate.
+// Buffers: a layer owns its output buffer and reuses it from step to step; it grows to the
+// largest batch seen and never shrinks, so steady-state steps do not allocate. Input gradients
+// go to a GradBufferPair shared by the whole network (or, for a layer on its own, to a buffer
+// of its own), so a deep network holds two gradient tensors rather than one per layer.
 // Parameters and parameter gradients live in flat buffers owned by the caller (see BindParams).
 //
 // A layer is not thread-safe; one thread drives it at a time.
@@ -11,6 +13,7 @@
 #define DPTRAIN_WORKER_NN_LAYER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,25 @@ namespace dptrain {
 namespace nn {
 
 class ThreadPool;  // thread_pool.h
+
+// Two buffers that the layers of one network take turns writing their input gradients to:
+// each Backward writes to the one that does not hold its grad_output, which is all a
+// back-propagation step needs alive at once.
+template <typename T>
+class GradBufferPair {
+ public:
+  // A buffer of at least `n` elements that does not hold `in_use`. Growing it moves it, so
+  // earlier views into it die; they belong to layers already done with them.
+  T* Other(const T* in_use, int64_t n) { return EnsureSize(buffers_[Holds(0, in_use) ? 1 : 0], n); }
+
+ private:
+  bool Holds(int i, const T* p) const {
+    const std::vector<T>& b = buffers_[i];
+    std::less<const T*> less;
+    return !b.empty() && !less(p, b.data()) && less(p, b.data() + b.size());
+  }
+  std::vector<T> buffers_[2];
+};
 
 template <typename T>
 class Layer {
@@ -59,6 +81,11 @@ class Layer {
   // on. The default ignores it.
   virtual void SetThreadPool(ThreadPool* pool) {}
 
+  // The network's shared input-gradient buffers (not owned; must outlive every later
+  // Backward), or null for a buffer of the layer's own. Layers whose sub-layers return input
+  // gradients pass it on.
+  virtual void SetGradBuffers(GradBufferPair<T>* pair) { grad_buffers_ = pair; }
+
   // Computes the output for `input`. The returned view is owned by the layer and valid until its
   // next Forward. `input` must stay valid and unchanged until Backward (if any) returns.
   virtual TensorRef<T> Forward(TensorRef<T> input, bool training) = 0;
@@ -68,6 +95,17 @@ class Layer {
   // the layer and valid until its next Backward. Returns an empty view (data == nullptr) when
   // `need_input_grad` is false, which saves the work for the first layer of a network.
   virtual TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) = 0;
+
+ protected:
+  // Where Backward writes d(loss)/d(input) (`n` elements), given where grad_output lives.
+  T* GradInputBuffer(const T* grad_output, int64_t n) {
+    if (grad_buffers_ != nullptr) return grad_buffers_->Other(grad_output, n);
+    return EnsureSize(own_grad_input_, n);
+  }
+
+ private:
+  GradBufferPair<T>* grad_buffers_ = nullptr;
+  std::vector<T> own_grad_input_;
 };
 
 }  // namespace nn

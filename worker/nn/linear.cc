@@ -84,7 +84,7 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
       parallel ? 2 : int64_t{out_} + 1);
   if (!need_input_grad) return {};
   // dX = dY W; split over rows.
-  T* dx = EnsureSize(grad_input_, int64_t{n} * in_);
+  T* dx = this->GradInputBuffer(grad_output.data, int64_t{n} * in_);
   ParallelFor(
       pool_, n,
       [&](int64_t r0, int64_t r1, int) {

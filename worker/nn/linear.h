@@ -36,7 +36,6 @@ class Linear final : public Layer<T> {
   T* grad_bias_ = nullptr;
   TensorRef<T> input_;
   std::vector<T> output_;
-  std::vector<T> grad_input_;
   ThreadPool* pool_ = nullptr;
 };
 

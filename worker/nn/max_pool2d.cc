@@ -63,7 +63,7 @@ TensorRef<T> MaxPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_gr
   const int64_t in_plane = int64_t{in_dims_.h} * in_dims_.w;
   const int64_t out_plane = int64_t{out_dims_.h} * out_dims_.w;
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
-  T* dx = EnsureSize(grad_input_, planes * in_plane);
+  T* dx = this->GradInputBuffer(grad_output.data, planes * in_plane);
   std::fill(dx, dx + planes * in_plane, T(0));
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T* dy = grad_output.data + pl * out_plane;

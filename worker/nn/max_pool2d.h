@@ -34,7 +34,6 @@ class MaxPool2d final : public Layer<T> {
   Dims out_dims_;
   std::vector<int32_t> argmax_;  // Per output element: the index of its maximum in its plane.
   std::vector<T> output_;
-  std::vector<T> grad_input_;
 };
 
 }  // namespace nn

@@ -165,7 +165,7 @@ TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_gra
       },
       kMinParallelElements);
   bn1_.BackwardInto({b, batch, dims_}, a);
-  T* __restrict dx = need_input_grad ? EnsureSize(grad_input_, m) : nullptr;
+  T* __restrict dx = need_input_grad ? this->GradInputBuffer(grad_output.data, m) : nullptr;
   conv1_.BackwardInto({a, batch, dims_}, dx);
   const T* shortcut_grad = gs;
   if (conv3_) {

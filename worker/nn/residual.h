@@ -79,7 +79,6 @@ class Residual final : public Layer<T> {
   std::vector<T> output_;  // relu(bn2(...) + shortcut(x)), built in place.
   std::shared_ptr<ResidualScratch<T>> scratch_;
   ThreadPool* pool_ = nullptr;
-  std::vector<T> grad_input_;
 };
 
 }  // namespace nn

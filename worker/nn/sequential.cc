@@ -39,6 +39,7 @@ absl::StatusOr<Sequential<T>> Sequential<T>::Create(const Dims& input,
     seq.buffer_offsets_.push_back(seq.buffer_offsets_.back() + buffers);
   }
   seq.layers_ = std::move(layers);
+  for (auto& layer : seq.layers_) layer->SetGradBuffers(seq.grad_buffers_.get());
   return seq;
 }
 

@@ -66,6 +66,8 @@ class Sequential {
   Sequential() = default;
 
   std::vector<std::unique_ptr<Layer<T>>> layers_;
+  // The input gradients of every layer (a stable address: the layers point to it).
+  std::unique_ptr<GradBufferPair<T>> grad_buffers_ = std::make_unique<GradBufferPair<T>>();
   std::vector<Dims> dims_;               // num_layers() + 1 entries.
   std::vector<int64_t> offsets_;         // num_layers() + 1 entries; the last is the total.
   std::vector<int64_t> buffer_offsets_;  // Likewise for the buffers.

@@ -97,6 +97,11 @@ void SequentialBlock<T>::SetThreadPool(ThreadPool* pool) {
 }
 
 template <typename T>
+void SequentialBlock<T>::SetGradBuffers(GradBufferPair<T>* pair) {
+  for (auto& layer : layers_) layer->SetGradBuffers(pair);
+}
+
+template <typename T>
 void SequentialBlock<T>::InitBuffers(T* buffers) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->InitBuffers(buffers);
