@@ -23,9 +23,9 @@ class InMemoryHub::Link : public PeerLink {
     return s;
   }
 
-  absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) override {
+  absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout, float scale) override {
     absl::Status s =
-        hub_->inboxes_[rank_].TakeAdd(peer, tag, inout, absl::Now() + hub_->timeout_);
+        hub_->inboxes_[rank_].TakeAdd(peer, tag, inout, scale, absl::Now() + hub_->timeout_);
     if (s.ok()) received_ += static_cast<int64_t>(inout.size() * sizeof(float));
     return s;
   }

@@ -11,6 +11,14 @@
 
 namespace dptrain {
 
+// Where an expected message goes (PeerLink::Expect): copied into `dest`, or (add)
+// dest = (dest + message) * scale.
+struct Posting {
+  absl::Span<float> dest;
+  bool add = false;
+  float scale = 1.0f;
+};
+
 class PeerLink {
  public:
   virtual ~PeerLink() = default;
@@ -23,9 +31,19 @@ class PeerLink {
   // InvalidArgument if its size differs from out.size(); DeadlineExceeded / Unavailable
   // when the link gives up (a dead peer never makes this hang forever).
   virtual absl::Status Recv(int peer, uint64_t tag, absl::Span<float> out) = 0;
-  // As Recv, but adds the message element-wise into `inout` (the reduce step of a
-  // collective), straight from where the link keeps it.
-  virtual absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) = 0;
+  // As Recv, but sets inout = (inout + message) * scale element-wise (the reduce step of a
+  // collective; `scale` folds in an average), straight from where the link keeps it.
+  virtual absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout,
+                               float scale) = 0;
+
+  // Optional, for links that can receive in place: announces that the message (peer, tag)
+  // will be taken by a Recv into posting.dest (or a RecvAdd, if posting.add, with
+  // posting.scale), so that the link may write it there as it arrives. From this call until
+  // that Recv/RecvAdd returns, or Unexpect, the memory belongs to the link.
+  virtual void Expect(int peer, uint64_t tag, const Posting& posting) {}
+  // Withdraws an Expect whose Recv will not come. False if a delivery in progress did not
+  // end within the link's timeout: the memory must then stay alive.
+  virtual bool Unexpect(int peer, uint64_t tag) { return true; }
 
   // Bytes this link sent and received so far (message payload plus framing it knows of).
   virtual int64_t bytes_sent() const = 0;

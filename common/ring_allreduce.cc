@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 
@@ -26,6 +27,27 @@ absl::Status CheckOptions(const PeerLink& link, const RingOptions& o) {
   return absl::OkStatus();
 }
 
+// The messages a collective told the link to expect from `peer` and has not received yet;
+// withdrawn when it returns early, so the link never writes into the caller's buffer after
+// the collective returned.
+class ExpectedMessages {
+ public:
+  ExpectedMessages(PeerLink& link, int peer) : link_(link), peer_(peer) {}
+  ~ExpectedMessages() {
+    for (uint64_t tag : pending_) link_.Unexpect(peer_, tag);
+  }
+  void Expect(uint64_t tag, const Posting& posting) {
+    link_.Expect(peer_, tag, posting);
+    pending_.insert(tag);
+  }
+  void Done(uint64_t tag) { pending_.erase(tag); }
+
+ private:
+  PeerLink& link_;
+  const int peer_;
+  std::set<uint64_t> pending_;
+};
+
 }  // namespace
 
 Range SegmentRange(int64_t n, int parts, int segment) {
@@ -41,30 +63,45 @@ absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOpt
   const int n = link.world_size(), r = link.rank();
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
   const int64_t size = static_cast<int64_t>(data.size());
+  ExpectedMessages expected(link, left);
+  // The average is folded into the last add: (sum + last) * (1/n), the same two roundings
+  // as summing then scaling.
+  const float average = o.average && n > 1 ? 1.0f / static_cast<float>(n) : 1.0f;
+
   // Reduce-scatter: at step s, send segment r-s, receive segment r-s-1 and add it in.
-  // After n-1 steps rank r holds the full sum of segment r+1.
+  // After n-1 steps rank r holds the full sum of segment r+1. The receives of a step are
+  // expected before its sends, so the link adds each chunk as it arrives; segment r-s-1 is
+  // not sent before step s+1.
   for (int step = 0; step + 1 < n; ++step) {
     const Range send = SegmentRange(size, n, Mod(r - step, n));
     const Range recv = SegmentRange(size, n, Mod(r - step - 1, n));
-    // Send every chunk first (buffered), then receive: each chunk's add overlaps with the
-    // transfer of the following ones, and adds straight from the link's buffer.
+    const float scale = step + 2 == n ? average : 1.0f;
+    for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
+      const int64_t len = std::min(o.chunk_elements, recv.end - off);
+      expected.Expect(Tag(o, 0, step, c), {data.subspan(off, len), /*add=*/true, scale});
+    }
     for (int64_t c = 0, off = send.begin; off < send.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, send.end - off);
       if (auto s = link.Send(right, Tag(o, 0, step, c), data.subspan(off, len)); !s.ok()) return s;
     }
     for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, recv.end - off);
-      if (auto s = link.RecvAdd(left, Tag(o, 0, step, c), data.subspan(off, len)); !s.ok()) {
-        return s;
-      }
+      absl::Status s = link.RecvAdd(left, Tag(o, 0, step, c), data.subspan(off, len), scale);
+      if (!s.ok()) return s;  // Still expected: withdrawn on the way out.
+      expected.Done(Tag(o, 0, step, c));
     }
   }
-  if (o.average && n > 1) {
-    const Range mine = SegmentRange(size, n, Mod(r + 1, n));
-    const float scale = 1.0f / static_cast<float>(n);
-    for (int64_t i = mine.begin; i < mine.end; ++i) data[i] *= scale;
-  }
   // All-gather: at step s, send segment r+1-s (complete), receive segment r-s and copy it.
+  // Every receive is expected up front. That is safe: the reduce-scatter above has finished
+  // sending, and a chunk arriving early for step s+1 (segment r-s-1) never lands in the
+  // segment being sent at step s (r+1-s; they differ for n >= 3, and n = 2 has one step).
+  for (int step = 0; step + 1 < n; ++step) {
+    const Range recv = SegmentRange(size, n, Mod(r - step, n));
+    for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
+      const int64_t len = std::min(o.chunk_elements, recv.end - off);
+      expected.Expect(Tag(o, 1, step, c), {data.subspan(off, len), /*add=*/false, 1.0f});
+    }
+  }
   for (int step = 0; step + 1 < n; ++step) {
     const Range send = SegmentRange(size, n, Mod(r + 1 - step, n));
     const Range recv = SegmentRange(size, n, Mod(r - step, n));
@@ -74,7 +111,9 @@ absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOpt
     }
     for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, recv.end - off);
-      if (auto s = link.Recv(left, Tag(o, 1, step, c), data.subspan(off, len)); !s.ok()) return s;
+      absl::Status s = link.Recv(left, Tag(o, 1, step, c), data.subspan(off, len));
+      if (!s.ok()) return s;  // Still expected: withdrawn on the way out.
+      expected.Done(Tag(o, 1, step, c));
     }
   }
   return absl::OkStatus();
@@ -91,11 +130,20 @@ absl::Status RingBroadcast(PeerLink& link, absl::Span<float> data, int root, con
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
   const bool last = right == root;  // The rank before the root only receives.
   const int64_t size = static_cast<int64_t>(data.size());
+  ExpectedMessages expected(link, left);
+  if (r != root) {
+    for (int64_t c = 0, off = 0; off < size; ++c, off += o.chunk_elements) {
+      const int64_t len = std::min(o.chunk_elements, size - off);
+      expected.Expect(Tag(o, 2, 0, c), {data.subspan(off, len), /*add=*/false, 1.0f});
+    }
+  }
   // Chunk by chunk: receive from the left (unless root), forward to the right (unless last).
   for (int64_t c = 0, off = 0; off < size; ++c, off += o.chunk_elements) {
     const int64_t len = std::min(o.chunk_elements, size - off);
     if (r != root) {
-      if (auto s = link.Recv(left, Tag(o, 2, 0, c), data.subspan(off, len)); !s.ok()) return s;
+      absl::Status s = link.Recv(left, Tag(o, 2, 0, c), data.subspan(off, len));
+      if (!s.ok()) return s;  // Still expected: withdrawn on the way out.
+      expected.Done(Tag(o, 2, 0, c));
     }
     if (!last) {
       if (auto s = link.Send(right, Tag(o, 2, 0, c), data.subspan(off, len)); !s.ok()) return s;

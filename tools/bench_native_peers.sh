@@ -11,6 +11,7 @@
 # busbw = bytes / seconds * 2(N-1)/N (nccl-tests), bytes = MIB MiB of fp32; median over
 # REPS after one warm-up, each rep timed barrier-to-barrier as bench_peers.py does.
 # usage: tools/bench_native_peers.sh [BUILD_DIR] [REPS]
+#        tools/bench_native_peers.sh BUILD_DIR --build-only   (just build; tools/head_to_head.py)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 0
 build="${1:-$(mktemp -d /tmp/bench_native_peers.XXXXXX)}"
@@ -92,6 +93,9 @@ gloo_peer() {
   done
 }
 
+if [[ "$reps" == "--build-only" ]]; then
+  ranks_list=()  # Build both programs, measure nothing.
+fi
 mpi_peer
 gloo_peer
 exit 0

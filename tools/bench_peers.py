@@ -56,14 +56,14 @@ def gloo(world, mib, reps=5):
     return seconds, busbw
 
 
-def iperf3():
+def iperf3(seconds=3):
     if shutil.which("iperf3") is None:
         return None
     port = str(free_port())
     server = subprocess.Popen(["iperf3", "-s", "-1", "-p", port], stdout=subprocess.DEVNULL)
     time.sleep(0.5)
     try:
-        out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", port, "-t", "3", "-J"],
+        out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", port, "-t", str(seconds), "-J"],
                              capture_output=True, text=True, timeout=30).stdout
         import json
         bits = json.loads(out)["end"]["sum_received"]["bits_per_second"]

@@ -2,6 +2,8 @@
 # Builds and runs the communication benchmark, then the peers (torch.distributed gloo,
 # iperf3, then Open MPI over TCP and the Gloo library: tools/bench_native_peers.sh) in the
 # same run, and appends them to the report.
+# Last, tools/head_to_head.py: our ring against every peer, and the PS against one TCP
+# stream, in interleaved rounds (H2H_ROUNDS, default 3), medians.
 # usage: tools/comm_bench.sh [OUT_DIR] [comm_benchmark flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +41,8 @@ bazel-bin/tests/bench/comm_benchmark --out="$out" "$@"
   echo "|---|---|---|---|---|"
   /usr/bin/python3 tools/bench_peers.py
   tools/bench_native_peers.sh "$out/peers-build"
+  echo
+  echo "## Head to head (interleaved rounds)"
+  echo
+  /usr/bin/python3 tools/head_to_head.py --out="$out" --rounds="${H2H_ROUNDS:-3}"
 } | tee -a "$out/comm.md"

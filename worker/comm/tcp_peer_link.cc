@@ -8,8 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +49,23 @@ int ReadFull(int fd, void* buffer, size_t n) {
     }
   }
   return 1;
+}
+
+// An expected message's payload, read straight into its destination; an added one goes
+// through `scratch` a piece at a time, so the bytes are added while still in cache.
+constexpr size_t kAddPieceBytes = 64 << 10;
+
+bool ReadInto(int fd, const Posting& posting, std::vector<char>& scratch) {
+  float* dest = posting.dest.data();
+  const size_t n = posting.dest.size();
+  if (!posting.add) return n == 0 || ReadFull(fd, dest, n * sizeof(float)) == 1;
+  const size_t per_piece = scratch.size() / sizeof(float);
+  for (size_t done = 0; done < n; done += per_piece) {
+    const size_t count = std::min(per_piece, n - done);
+    if (ReadFull(fd, scratch.data(), count * sizeof(float)) != 1) return false;
+    AddScaled(dest + done, scratch.data(), count, posting.scale);
+  }
+  return true;
 }
 
 bool WriteFull(int fd, iovec* iov, int count) {
@@ -161,10 +180,18 @@ void TcpPeerLink::ReadLoop(int fd) {
     return;
   }
   const int from = static_cast<int>(hello.rank);
+  std::vector<char> scratch(kAddPieceBytes);
   while (true) {
     uint64_t header[2];
     const int r = ReadFull(fd, header, sizeof(header));
     if (r != 1 || header[1] > kMaxMessageBytes) break;
+    if (std::optional<Posting> posting = inbox_.Claim(from, header[0], header[1])) {
+      const bool ok = ReadInto(fd, *posting, scratch);
+      inbox_.Delivered(from, header[0], ok);
+      if (!ok) break;
+      received_ += static_cast<int64_t>(sizeof(header) + header[1]);
+      continue;
+    }
     MessageBytes payload = MessageBytes::Allocate(header[1]);
     if (header[1] > 0 && ReadFull(fd, payload.data.get(), payload.size) != 1) break;
     received_ += static_cast<int64_t>(sizeof(header) + payload.size);
@@ -238,8 +265,24 @@ absl::Status TcpPeerLink::Recv(int peer, uint64_t tag, absl::Span<float> out) {
   return Explain(inbox_.TakeInto(peer, tag, out, absl::Now() + options_.timeout));
 }
 
-absl::Status TcpPeerLink::RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) {
-  return Explain(inbox_.TakeAdd(peer, tag, inout, absl::Now() + options_.timeout));
+absl::Status TcpPeerLink::RecvAdd(int peer, uint64_t tag, absl::Span<float> inout,
+                                  float scale) {
+  return Explain(inbox_.TakeAdd(peer, tag, inout, scale, absl::Now() + options_.timeout));
+}
+
+void TcpPeerLink::Expect(int peer, uint64_t tag, const Posting& posting) {
+  inbox_.Post(peer, tag, posting);
+}
+
+bool TcpPeerLink::Unexpect(int peer, uint64_t tag) {
+  if (inbox_.Unpost(peer, tag, absl::Now() + options_.timeout)) return true;
+  // A peer stalled half way through a message into the caller's memory: cut every incoming
+  // connection (this link is broken anyway) so that the reader lets go of it.
+  {
+    absl::MutexLock lock(&readers_mu_);
+    for (int fd : reader_fds_) shutdown(fd, SHUT_RDWR);
+  }
+  return inbox_.Unpost(peer, tag, absl::InfiniteFuture());
 }
 
 absl::Status TcpPeerLink::Explain(absl::Status s) const {

@@ -1,6 +1,8 @@
 // PeerLink over plain TCP, for the bulk data of all-reduce mode: one connection per pair of
 // ranks that talk (opened on first Send), a reader thread per incoming connection that
-// drains messages straight into this rank's Mailbox, and a blocking write per Send.
+// reads each message straight into the receiver's memory when it was expected (Expect:
+// copied there, or added through a small buffer that stays in cache), else into this
+// rank's Mailbox; and a blocking write per Send.
 // Framing: [tag u64][length u64][payload] after a hello of [magic u32][rank u32][job hash u64].
 // Fewer copies and no HTTP/2 framing compared with a gRPC call per message.
 #ifndef DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
@@ -53,7 +55,9 @@ class TcpPeerLink : public PeerLink {
   int world_size() const override { return static_cast<int>(options_.addresses.size()); }
   absl::Status Send(int peer, uint64_t tag, absl::Span<const float> data) override;
   absl::Status Recv(int peer, uint64_t tag, absl::Span<float> out) override;
-  absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout) override;
+  absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout, float scale) override;
+  void Expect(int peer, uint64_t tag, const Posting& posting) override;
+  bool Unexpect(int peer, uint64_t tag) override;
   int64_t bytes_sent() const override { return sent_.load(); }
   int64_t bytes_received() const override { return received_.load(); }
 
