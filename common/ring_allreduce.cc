@@ -63,58 +63,54 @@ absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOpt
   const int n = link.world_size(), r = link.rank();
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
   const int64_t size = static_cast<int64_t>(data.size());
+  if (n == 1) return absl::OkStatus();
   ExpectedMessages expected(link, left);
   // The average is folded into the last add: (sum + last) * (1/n), the same two roundings
   // as summing then scaling.
-  const float average = o.average && n > 1 ? 1.0f / static_cast<float>(n) : 1.0f;
+  const float average = o.average ? 1.0f / static_cast<float>(n) : 1.0f;
 
-  // Reduce-scatter: at step s, send segment r-s, receive segment r-s-1 and add it in.
-  // After n-1 steps rank r holds the full sum of segment r+1. The receives of a step are
-  // expected before its sends, so the link adds each chunk as it arrives; segment r-s-1 is
-  // not sent before step s+1.
-  for (int step = 0; step + 1 < n; ++step) {
-    const Range send = SegmentRange(size, n, Mod(r - step, n));
-    const Range recv = SegmentRange(size, n, Mod(r - step - 1, n));
-    const float scale = step + 2 == n ? average : 1.0f;
+  // 2(n-1) stages: reduce-scatter stages k = 0..n-2 send segment r-k and add the received
+  // segment r-k-1 into place (after them rank r holds the full sum of segment r+1);
+  // all-gather stages k = n-1..2n-3 send segment r+1-j and copy in segment r-j
+  // (j = k-n+1). A stage sends exactly the segment the previous stage received, so it is
+  // pipelined chunk by chunk: chunk c goes out as soon as its previous stage has landed.
+  // A stage's receives are expected when it starts, so the link writes (or adds) each chunk
+  // in place as it arrives; that segment is not one being sent until the next stage.
+  const int stages = 2 * (n - 1);
+  auto send_segment = [&](int k) { return k < n - 1 ? r - k : r + 1 - (k - n + 1); };
+  auto recv_segment = [&](int k) { return k < n - 1 ? r - k - 1 : r - (k - n + 1); };
+  // Waits for chunk c (at offset off, len elements) of stage k.
+  auto receive = [&](int k, int64_t c, int64_t off, int64_t len) -> absl::Status {
+    const uint64_t tag = Tag(o, k < n - 1 ? 0 : 1, k < n - 1 ? k : k - n + 1, c);
+    const absl::Span<float> dest = data.subspan(off, len);
+    absl::Status s = k < n - 1
+                         ? link.RecvAdd(left, tag, dest, k == n - 2 ? average : 1.0f)
+                         : link.Recv(left, tag, dest);
+    if (s.ok()) expected.Done(tag);  // Else still expected: withdrawn on the way out.
+    return s;
+  };
+  for (int k = 0; k < stages; ++k) {
+    const bool reduce = k < n - 1;
+    const Range recv = SegmentRange(size, n, Mod(recv_segment(k), n));
     for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, recv.end - off);
-      expected.Expect(Tag(o, 0, step, c), {data.subspan(off, len), /*add=*/true, scale});
+      expected.Expect(Tag(o, reduce ? 0 : 1, reduce ? k : k - n + 1, c),
+                      {data.subspan(off, len), reduce, k == n - 2 ? average : 1.0f});
     }
+    const Range send = SegmentRange(size, n, Mod(send_segment(k), n));
     for (int64_t c = 0, off = send.begin; off < send.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, send.end - off);
-      if (auto s = link.Send(right, Tag(o, 0, step, c), data.subspan(off, len)); !s.ok()) return s;
-    }
-    for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
-      const int64_t len = std::min(o.chunk_elements, recv.end - off);
-      absl::Status s = link.RecvAdd(left, Tag(o, 0, step, c), data.subspan(off, len), scale);
-      if (!s.ok()) return s;  // Still expected: withdrawn on the way out.
-      expected.Done(Tag(o, 0, step, c));
+      if (k > 0) {
+        if (auto s = receive(k - 1, c, off, len); !s.ok()) return s;
+      }
+      const uint64_t tag = Tag(o, reduce ? 0 : 1, reduce ? k : k - n + 1, c);
+      if (auto s = link.Send(right, tag, data.subspan(off, len)); !s.ok()) return s;
     }
   }
-  // All-gather: at step s, send segment r+1-s (complete), receive segment r-s and copy it.
-  // Every receive is expected up front. That is safe: the reduce-scatter above has finished
-  // sending, and a chunk arriving early for step s+1 (segment r-s-1) never lands in the
-  // segment being sent at step s (r+1-s; they differ for n >= 3, and n = 2 has one step).
-  for (int step = 0; step + 1 < n; ++step) {
-    const Range recv = SegmentRange(size, n, Mod(r - step, n));
-    for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
-      const int64_t len = std::min(o.chunk_elements, recv.end - off);
-      expected.Expect(Tag(o, 1, step, c), {data.subspan(off, len), /*add=*/false, 1.0f});
-    }
-  }
-  for (int step = 0; step + 1 < n; ++step) {
-    const Range send = SegmentRange(size, n, Mod(r + 1 - step, n));
-    const Range recv = SegmentRange(size, n, Mod(r - step, n));
-    for (int64_t c = 0, off = send.begin; off < send.end; ++c, off += o.chunk_elements) {
-      const int64_t len = std::min(o.chunk_elements, send.end - off);
-      if (auto s = link.Send(right, Tag(o, 1, step, c), data.subspan(off, len)); !s.ok()) return s;
-    }
-    for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
-      const int64_t len = std::min(o.chunk_elements, recv.end - off);
-      absl::Status s = link.Recv(left, Tag(o, 1, step, c), data.subspan(off, len));
-      if (!s.ok()) return s;  // Still expected: withdrawn on the way out.
-      expected.Done(Tag(o, 1, step, c));
-    }
+  const Range last = SegmentRange(size, n, Mod(recv_segment(stages - 1), n));
+  for (int64_t c = 0, off = last.begin; off < last.end; ++c, off += o.chunk_elements) {
+    const int64_t len = std::min(o.chunk_elements, last.end - off);
+    if (auto s = receive(stages - 1, c, off, len); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
