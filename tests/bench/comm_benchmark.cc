@@ -34,6 +34,7 @@ ABSL_FLAG(std::string, shards, "1,2,4", "Shard counts for ps mode.");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "Gradient sizes in MiB of fp32.");
 ABSL_FLAG(std::string, models, "mlp=203530,lenet=61706,resnet18=11175818",
           "Real models as name=parameters (measured at world size 2 and 4).");
+ABSL_FLAG(int, ring_chunk_kib, 1024, "Message size of the ring (allreduce and ring modes).");
 ABSL_FLAG(int, reps, 5, "Timed repetitions per point (after one warm-up); the median is kept.");
 ABSL_FLAG(std::string, out, "results/comm", "Folder for comm.csv, comm.md and comm.svg.");
 ABSL_FLAG(std::string, from_csv, "",
@@ -69,6 +70,10 @@ class Barrier {
 
 // Tags of the bare ring's collectives: apart from the sync's own (initial broadcast, steps).
 constexpr uint64_t kBenchTagBase = uint64_t{1} << 22;
+
+int64_t RingChunkElements() {
+  return std::max<int64_t>(1, int64_t{absl::GetFlag(FLAGS_ring_chunk_kib)} * 1024 / 4);
+}
 
 OptimizerOptions Sgd() {
   OptimizerOptions o;
@@ -141,7 +146,7 @@ bool Measure(const Point& p, int reps, Result& result) {
       }
       if (s.ok()) s = me.group->Join();
       if (s.ok()) {
-        auto sync = AllReduceSync::Create(&me.group->link(), {Sgd(), int64_t{1} << 18});
+        auto sync = AllReduceSync::Create(&me.group->link(), {Sgd(), RingChunkElements()});
         if (sync.ok()) me.sync = *std::move(sync);
         else s = sync.status();
       }
@@ -162,7 +167,7 @@ bool Measure(const Point& p, int reps, Result& result) {
     if (s.ok()) s = me.sync->Start(absl::MakeSpan(weights));
     barrier.Wait();
     RingOptions ring;
-    ring.chunk_elements = int64_t{1} << 18;
+    ring.chunk_elements = RingChunkElements();
     ring.average = true;
     for (int rep = 0; rep <= reps && s.ok(); ++rep) {  // rep 0 warms up.
       if (rep == 1) before[r] = me.sync->stats();
