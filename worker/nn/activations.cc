@@ -79,7 +79,11 @@ TensorRef<T> ReLU<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
   ParallelFor(
       pool_, n,
       [dx, y, dy](int64_t begin, int64_t end, int) {
-        for (int64_t i = begin; i < end; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+        // Both operands loaded unconditionally, so the select vectorises.
+        for (int64_t i = begin; i < end; ++i) {
+          const T g = dy[i];
+          dx[i] = y[i] > T(0) ? g : T(0);
+        }
       },
       kMinParallelElements);
   return {dx, grad_output.batch, grad_output.dims};

@@ -149,7 +149,10 @@ TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_gra
     ParallelFor(
         pool_, n,
         [gs, out, g](int64_t begin, int64_t end, int) {
-          for (int64_t i = begin; i < end; ++i) gs[i] = out[i] > T(0) ? g[i] : T(0);
+          for (int64_t i = begin; i < end; ++i) {
+            const T d = g[i];  // Loaded unconditionally, so the select vectorises.
+            gs[i] = out[i] > T(0) ? d : T(0);
+          }
         },
         kMinParallelElements);
   }
