@@ -192,6 +192,7 @@ absl::StatusOr<int64_t> ParameterShard::Init(absl::string_view job_id, int rank,
     o.clock.assign(n, 0);
     o.base_version.assign(n, 0);
     o.observed.assign(n, 0);
+    o.rank_skipped.assign(n, false);
     local += o.spec.count;
     largest = std::max(largest, o.spec.count);
     owned.push_back(std::move(o));
@@ -250,7 +251,8 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
 absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int rank, int64_t step,
                                                  absl::Span<const ChunkView> chunks,
                                                  absl::Time deadline, const ChunkSink& sink,
-                                                 int64_t* staleness) {
+                                                 int64_t* staleness, bool overflow,
+                                                 bool* skipped) {
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
@@ -263,23 +265,27 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
       if (auto s = CheckStep(o, rank, step); !s.ok()) return s;
     }
     for (size_t slot = 0; slot < owned_.size(); ++slot) {
-      Push(owned_[slot], rank, step, chunks[order[slot]].data, nullptr);
+      Push(owned_[slot], rank, step, chunks[order[slot]].data, nullptr, overflow);
     }
   }
   int64_t version = 0, most_stale = 0;
+  bool any_skipped = false;
   for (int slot = 0; slot < num_chunks(); ++slot) {
     auto pulled = PullChunk(rank, step, slot, deadline, sink);
     if (!pulled.ok()) return pulled.status();
     version = slot == 0 ? pulled->version : std::min(version, pulled->version);
     most_stale = std::max(most_stale, pulled->staleness);
+    any_skipped = any_skipped || pulled->skipped;
   }
   if (staleness != nullptr) *staleness = most_stale;
+  if (skipped != nullptr) *skipped = any_skipped;
   return version;
 }
 
 absl::StatusOr<int> ParameterShard::PushChunk(absl::string_view job_id, int rank, int64_t step,
                                               const ChunkView& chunk,
-                                              std::shared_ptr<const void> hold) {
+                                              std::shared_ptr<const void> hold,
+                                              bool overflow) {
   absl::MutexLock lock(&mu_);
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
   if (auto s = CheckReady(); !s.ok()) return s;
@@ -288,7 +294,7 @@ absl::StatusOr<int> ParameterShard::PushChunk(absl::string_view job_id, int rank
   if (!slot.ok()) return slot.status();
   OwnedChunk& o = owned_[*slot];
   if (auto s = CheckStep(o, rank, step); !s.ok()) return s;
-  Push(o, rank, step, chunk.data, std::move(hold));
+  Push(o, rank, step, chunk.data, std::move(hold), overflow);
   return *slot;
 }
 
@@ -317,7 +323,7 @@ absl::Status ParameterShard::CheckStep(const OwnedChunk& o, int rank, int64_t st
 }
 
 void ParameterShard::Push(OwnedChunk& o, int rank, int64_t step, absl::string_view data,
-                          std::shared_ptr<const void> hold) {
+                          std::shared_ptr<const void> hold, bool overflow) {
   const int64_t n = o.spec.count;
   if (options_.policy == SyncPolicy::kBsp) {
     // A retry of a counted push (step still open, or completed) changes nothing.
@@ -332,12 +338,19 @@ void ParameterShard::Push(OwnedChunk& o, int rank, int64_t step, absl::string_vi
       o.holds[rank] = std::move(hold);
     }
     ++o.num_pushed;
+    o.overflow = o.overflow || overflow;
     CountStaleness(0);
     if (o.num_pushed == options_.num_workers) ApplyStep(o);
     return;
   }
   if (step != o.clock[rank]) return;  // A retry of the last push: not applied again.
   o.observed[rank] = o.version - o.base_version[rank];
+  o.rank_skipped[rank] = overflow;
+  if (overflow) {  // Dropped: the worker moves on (its clock), the weights do not.
+    ++o.clock[rank];
+    CountStaleness(o.observed[rank]);
+    return;
+  }
   const float scale = 1.0f / static_cast<float>(options_.num_workers);
   float* scaled = sum_.data();
   for (int64_t i = 0; i < n; ++i) {
@@ -353,6 +366,15 @@ void ParameterShard::Push(OwnedChunk& o, int rank, int64_t step, absl::string_vi
 }
 
 void ParameterShard::ApplyStep(OwnedChunk& o) {
+  o.last_skipped = o.overflow;
+  if (o.overflow) {  // Mixed precision: some worker's gradient had inf/NaN; nobody's counts.
+    o.overflow = false;
+    std::fill(o.grads.begin(), o.grads.end(), nullptr);
+    for (auto& h : o.holds) h.reset();
+    o.num_pushed = 0;
+    ++o.version;
+    return;
+  }
   // Fixed-order summation (rank 0, 1, ...) makes runs bit-reproducible.
   const int64_t n = o.spec.count;
   const int workers = options_.num_workers;
@@ -402,6 +424,7 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
           " workers pushed)"));
     }
     if (o.version <= step) return absl::UnavailableError("parameter server is shutting down");
+    result.skipped = o.last_skipped;
   } else {
     if (o.clock[rank] <= step) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -428,6 +451,7 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
     }
     o.base_version[rank] = o.version;
     result.staleness = o.observed[rank];
+    result.skipped = o.rank_skipped[rank];
   }
   result.version = o.version;
   sink(o.spec, absl::MakeConstSpan(weights_.data() + o.local_offset, o.spec.count));

@@ -80,6 +80,9 @@ struct ChunkView {
 struct PulledChunk {
   int64_t version = 0;    // The chunk's version (BSP: step + 1; SSP/async: pushes applied).
   int64_t staleness = 0;  // SSP/async: other pushes applied since this rank last pulled it.
+  // The step was not applied to this chunk because a gradient had inf/NaN (BSP: any
+  // worker's push of the step; SSP/async: this rank's own push).
+  bool skipped = false;
 };
 
 // Receives the shard's weights, chunk by chunk in (tensor_id, chunk_index) order. Called
@@ -105,16 +108,21 @@ class ParameterShard {
   // and returns their version (BSP: step + 1; SSP/async: the number of pushes applied).
   // `staleness`, if not null, receives how many other pushes were applied since this rank
   // last got weights (the most over the chunks).
+  // `overflow`: this worker's gradient has inf/NaN (mixed precision): under BSP nobody's
+  // gradient of that step is applied, so every replica skips it; `skipped` (if not null)
+  // says whether the step was skipped.
   absl::StatusOr<int64_t> PushPull(absl::string_view job_id, int rank, int64_t step,
                                    absl::Span<const ChunkView> chunks, absl::Time deadline,
-                                   const ChunkSink& sink, int64_t* staleness = nullptr);
+                                   const ChunkSink& sink, int64_t* staleness = nullptr,
+                                   bool overflow = false, bool* skipped = nullptr);
 
   // The chunk-by-chunk form of PushPull (a streamed step). PushChunk records rank's
   // gradient of `step` for one owned chunk and returns the chunk's slot (its position in
   // this shard's chunk order, 0..num_chunks()-1). If `hold` is set it keeps chunk.data
   // alive and the shard keeps the view until the step completes instead of copying it.
   absl::StatusOr<int> PushChunk(absl::string_view job_id, int rank, int64_t step,
-                                const ChunkView& chunk, std::shared_ptr<const void> hold);
+                                const ChunkView& chunk, std::shared_ptr<const void> hold,
+                                bool overflow = false);
   // Waits as the policy requires for the chunk at `slot` after rank pushed `step` (or until
   // `deadline`: DeadlineExceeded naming the ranks waited for), then emits its weights.
   absl::StatusOr<PulledChunk> PullChunk(int rank, int64_t step, int slot, absl::Time deadline,
@@ -152,6 +160,9 @@ class ParameterShard {
     std::vector<const float*> grads;
     std::vector<std::shared_ptr<const void>> holds;
     int num_pushed = 0;
+    bool overflow = false;      // Some push of the open step had inf/NaN.
+    bool last_skipped = false;  // The last completed step was skipped.
+    std::vector<bool> rank_skipped;  // SSP/async: each rank's last push was dropped.
     // SSP/async: pushes applied per rank, the version each rank last received and the
     // staleness its last push observed.
     std::vector<int64_t> clock;
@@ -176,7 +187,7 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records (BSP) or applies (SSP/async) a push that CheckStep accepted.
   void Push(OwnedChunk& chunk, int rank, int64_t step, absl::string_view data,
-            std::shared_ptr<const void> hold) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+            std::shared_ptr<const void> hold, bool overflow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyStep(OwnedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStaleness(int64_t s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MinVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -347,3 +347,66 @@ TEST(SyncPolicyTest, ParsesPolicyNames) {
 
 }  // namespace
 }  // namespace dptrain
+
+namespace dptrain {
+namespace {
+
+// Mixed precision: one worker's overflow makes the whole BSP step a no-op on every replica,
+// reported to every worker; the next step applies normally.
+TEST(OverflowTest, BspSkipsTheWholeStepForEveryone) {
+  auto shard = MakeShard(2);
+  InitShard(*shard);
+  Payload g0 = Shard0({1, 1, 1}, {2, 2});
+  Payload g1 = Shard0({3, 3, 3}, {0, 4});
+  Collected r0, r1;
+  bool skipped0 = false, skipped1 = false;
+  absl::StatusOr<int64_t> v0;
+  std::thread t([&] {
+    v0 = shard->PushPull("job", 0, 0, g0.views(), Soon(), r0.sink(), nullptr, false, &skipped0);
+  });
+  auto v1 = shard->PushPull("job", 1, 0, g1.views(), Soon(), r1.sink(), nullptr,
+                            /*overflow=*/true, &skipped1);
+  t.join();
+  ASSERT_TRUE(v0.ok()) << v0.status();
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(*v0, 1);  // The step counts: the next one is step 1.
+  EXPECT_TRUE(skipped0);
+  EXPECT_TRUE(skipped1);
+  const std::vector<float> initial = {1, 2, 3, 10, 20};
+  EXPECT_EQ(r0.values, initial);
+  EXPECT_EQ(r1.values, initial);
+
+  Collected a0, a1;
+  skipped0 = skipped1 = true;
+  std::thread t2([&] {
+    v0 = shard->PushPull("job", 0, 1, g0.views(), Soon(), a0.sink(), nullptr, false, &skipped0);
+  });
+  v1 = shard->PushPull("job", 1, 1, g1.views(), Soon(), a1.sink(), nullptr, false, &skipped1);
+  t2.join();
+  ASSERT_TRUE(v0.ok() && v1.ok());
+  EXPECT_FALSE(skipped0);
+  EXPECT_FALSE(skipped1);
+  EXPECT_EQ(a0.values, (std::vector<float>{0, 1, 2, 9.5f, 18.5f}));
+}
+
+TEST(OverflowTest, AsyncDropsOnlyTheOverflowingPush) {
+  auto shard = MakePolicyShard(SyncPolicy::kAsync, 0, 2);
+  InitShard(*shard);
+  Payload g = Shard0({2, 2, 2}, {4, 4});
+  Collected got;
+  bool skipped = false;
+  auto v = shard->PushPull("job", 0, 0, g.views(), Soon(), got.sink(), nullptr, true, &skipped);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(skipped);
+  EXPECT_EQ(*v, 0);  // Nothing applied.
+  EXPECT_EQ(got.values, (std::vector<float>{1, 2, 3, 10, 20}));
+  // The rank's clock moved on: its next push is step 1, and it applies.
+  Collected next;
+  ASSERT_TRUE(shard->PushPull("job", 0, 1, g.views(), Soon(), next.sink(), nullptr, false,
+                              &skipped).ok());
+  EXPECT_FALSE(skipped);
+  EXPECT_EQ(next.values, (std::vector<float>{0.5f, 1.5f, 2.5f, 9, 19}));
+}
+
+}  // namespace
+}  // namespace dptrain

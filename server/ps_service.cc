@@ -69,13 +69,16 @@ grpc::Status PsService::PushPull(grpc::ServerContext* context,
                                  const proto::PushPullRequest* request,
                                  proto::PullResponse* response) {
   int64_t staleness = 0;
+  bool skipped = false;
   auto version = shard_->PushPull(request->caller().job_id(), request->caller().rank(),
                                   request->step(), ViewsOf(request->chunks()),
-                                  Deadline(*context), SinkInto(response), &staleness);
+                                  Deadline(*context), SinkInto(response), &staleness,
+                                  request->overflow(), &skipped);
   bytes_received_ += static_cast<int64_t>(request->ByteSizeLong());
   if (!version.ok()) return ToGrpcStatus(version.status());
   response->set_version(*version);
   response->set_staleness(staleness);
+  response->set_skipped(skipped);
   bytes_sent_ += static_cast<int64_t>(response->ByteSizeLong());
   return grpc::Status::OK;
 }

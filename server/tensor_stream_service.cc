@@ -98,7 +98,7 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
     }
     ChunkView view{h.key().tensor_id(), h.key().chunk_index(), static_cast<DType>(h.dtype()),
                    held->ContiguousPayload()};
-    auto slot = shard_->PushChunk(job_id_, rank_, step_, view, held);
+    auto slot = shard_->PushChunk(job_id_, rank_, step_, view, held, h.overflow());
     if (!slot.ok()) return slot.status();
     absl::MutexLock lock(&mu_);
     if (pushed_.empty()) pushed_.assign(shard_->num_chunks(), false);
@@ -167,6 +167,7 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
       header.set_dtype(proto::FP32);
       header.set_version(pulled->version);
       header.set_staleness(pulled->staleness);
+      header.set_overflow(pulled->skipped);
       out_ = FrameOwning(header, std::move(payload));
       service_->bytes_sent_ += static_cast<int64_t>(out_.Length());
       absl::MutexLock lock(&mu_);

@@ -46,6 +46,8 @@ class OwningAllReduce : public GradientSync {
   absl::Status Step(int64_t t, absl::Span<const float> g, absl::Span<float> w) override {
     return sync_->Step(t, g, w);
   }
+  void SetOverflow(bool overflow) override { sync_->SetOverflow(overflow); }
+  bool last_step_skipped() const override { return sync_->last_step_skipped(); }
   absl::Status AverageBuffers(int64_t round, absl::Span<float> b) override {
     return sync_->AverageBuffers(round, b);
   }

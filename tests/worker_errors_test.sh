@@ -29,6 +29,10 @@ expect_error "rank >= world size" "rank 3 is not in" --ps=127.0.0.1:1 --rank=3 -
 expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu
 expect_error "cuda without a CUDA backend" "--device=cuda: .*use --device=cpu or auto" \
   --ps=127.0.0.1:1 --device=cuda
+expect_error "bad precision" "--precision must be fp32, fp16 or bf16" --ps=127.0.0.1:1 \
+  --precision=fp8
+expect_error "half precision without a CUDA backend" "--precision=bf16 computes on the GPU" \
+  --ps=127.0.0.1:1 --precision=bf16 --device=cpu
 RANK=x expect_error "bad RANK env" "RANK='x'" --ps=127.0.0.1:1
 expect_error "bad mode" "--mode must be ps, master or allreduce" --mode=gossip
 expect_error "master mode without --lr" "--lr must be > 0 in master mode" --mode=master

@@ -71,6 +71,9 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of the weight initialisation and of the shuff
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Folder with Fashion-MNIST's gzip IDX files (Debian package dataset-fashion-mnist).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32, or fp16 / bf16: half-precision compute with fp32 master weights and dynamic "
+          "loss scaling (CUDA backend only).");
 ABSL_FLAG(int, threads, 0,
           "Math threads of this worker: > 1 splits every layer over that many threads (BLAS "
           "single-threaded inside); 1 one thread; 0 leaves OpenBLAS at its default.");
@@ -279,6 +282,16 @@ absl::Status Run() {
     return absl::FailedPreconditionError(absl::StrCat(
         "--device=cuda: ", gpu, "; the CUDA training backend is not part of this build yet, "
         "use --device=cpu or auto"));
+  }
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision != "fp32" && precision != "fp16" && precision != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision must be fp32, fp16 or bf16, got '", precision, "'"));
+  }
+  if (precision != "fp32") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--precision=", precision, " computes on the GPU, and the CUDA training backend is not "
+        "part of this build yet (the CPU computes in fp32): use --precision=fp32"));
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "ps" && mode != "master" && mode != "allreduce") {

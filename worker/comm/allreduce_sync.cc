@@ -1,5 +1,9 @@
 #include "worker/comm/allreduce_sync.h"
 
+#include <algorithm>
+
+#include "common/loss_scaler.h"
+
 namespace dptrain {
 
 AllReduceSync::AllReduceSync(PeerLink* link, const AllReduceSyncOptions& options,
@@ -25,14 +29,20 @@ absl::Status AllReduceSync::Step(int64_t step, absl::Span<const float> grads,
   if (grads.size() != weights.size()) {
     return absl::InvalidArgumentError("gradient and weights differ in size");
   }
-  buffer_.assign(grads.begin(), grads.end());
+  buffer_.resize(grads.size() + 1);
+  std::copy(grads.begin(), grads.end(), buffer_.begin());
+  buffer_.back() = overflow_ ? 1.0f : 0.0f;
+  overflow_ = false;
   RingOptions ring;
   ring.chunk_elements = options_.chunk_elements;
   ring.average = true;
   // 0 is the initial broadcast; steps stay below kBufferTagBase.
   ring.tag_base = static_cast<uint64_t>(step) + 1;
   if (auto s = RingAllReduce(*link_, absl::MakeSpan(buffer_), ring); !s.ok()) return s;
-  optimizer_->Apply(weights, buffer_, state_);
+  // Every rank sees the same reduced bits, so every rank decides the same.
+  last_step_skipped_ = buffer_.back() != 0.0f || HasNonFinite(buffer_);
+  if (last_step_skipped_) return absl::OkStatus();
+  optimizer_->Apply(weights, absl::MakeConstSpan(buffer_.data(), grads.size()), state_);
   return absl::OkStatus();
 }
 

@@ -32,6 +32,10 @@ class AllReduceSync : public GradientSync {
   absl::Status Start(absl::Span<float> weights) override;
   absl::Status Step(int64_t step, absl::Span<const float> grads,
                     absl::Span<float> weights) override;
+  // The overflow flag travels as one extra element of the all-reduced buffer (no extra
+  // message); a step is skipped if any rank flagged it or the average has inf/NaN.
+  void SetOverflow(bool overflow) override { overflow_ = overflow; }
+  bool last_step_skipped() const override { return last_step_skipped_; }
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override;
 
@@ -43,6 +47,8 @@ class AllReduceSync : public GradientSync {
   const AllReduceSyncOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
   OptimizerState state_;
+  bool overflow_ = false;  // For the next Step.
+  bool last_step_skipped_ = false;
   std::vector<float> buffer_;
 };
 

@@ -34,6 +34,14 @@ class GradientSync {
   virtual absl::Status Step(int64_t step, absl::Span<const float> grads,
                             absl::Span<float> weights) = 0;
 
+  // Mixed precision: this rank's gradient for the next Step has inf/NaN (its loss scale
+  // overflowed). That step is then skipped everywhere, GradScaler-style but global: no
+  // replica and no shard applies anybody's gradient of it.
+  virtual void SetOverflow(bool overflow) = 0;
+  // Whether the last Step was skipped because some rank's gradient had inf/NaN (under
+  // SSP/async through a PS: this rank's own push). Every rank then backs off its scale.
+  virtual bool last_step_skipped() const = 0;
+
   // Replaces `buffers` (e.g. batch norm's running statistics) with their mean over all
   // replicas. Round r is the r-th call (0, 1, ...); every rank makes the same calls.
   virtual absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) = 0;

@@ -223,9 +223,12 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
     args.deadline = deadline;
     args.context = absl::StrCat("PushPull of step ", step, " to shard ", s, " at ",
                                 options_.shard_addresses[s]);
+    args.overflow = overflow_;
     calls.push_back(std::make_unique<ShardStepCall>(args));
     calls.back()->Start();
   }
+  overflow_ = false;
+  last_step_skipped_ = false;
   absl::Status first;
   for (auto& call : calls) {  // Every call must end before `grads` may change.
     absl::Status s = call->Wait();
@@ -234,6 +237,7 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
     stats_.bytes_pulled += call->bytes_received();
     stats_.max_staleness = std::max(stats_.max_staleness, call->staleness());
     stats_.staleness_sum += call->staleness();
+    last_step_skipped_ = last_step_skipped_ || call->skipped();
     ++stats_.staleness_count;
   }
   return first;

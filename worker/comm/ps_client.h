@@ -42,6 +42,8 @@ class PsClient : public GradientSync {
   absl::Status Start(absl::Span<float> weights) override;
   absl::Status Step(int64_t step, absl::Span<const float> grads,
                     absl::Span<float> weights) override;
+  void SetOverflow(bool overflow) override { overflow_ = overflow; }
+  bool last_step_skipped() const override { return last_step_skipped_; }
   // Through shard 0.
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override { return stats_; }
@@ -63,6 +65,8 @@ class PsClient : public GradientSync {
   std::vector<std::unique_ptr<grpc::GenericStub>> stream_stubs_;  // The tensor stream.
   std::vector<proto::PullResponse> responses_;
   CommStats stats_;
+  bool overflow_ = false;  // For the next Step.
+  bool last_step_skipped_ = false;
 };
 
 }  // namespace dptrain

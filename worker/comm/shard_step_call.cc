@@ -14,6 +14,7 @@ ShardStepCall::ShardStepCall(const ShardStep& step)
   header.mutable_caller()->set_rank(step.rank);
   header.set_step(step.step);
   header.set_dtype(proto::FP32);
+  header.set_overflow(step.overflow);
   for (int i : chunks_) {
     const ChunkSpec& spec = step.map->chunks()[i];
     header.mutable_key()->set_tensor_id(spec.tensor_id);
@@ -77,6 +78,7 @@ absl::Status ShardStepCall::Accept() {
   }
   frame->CopyPayload(reinterpret_cast<char*>(step_.weights.data() + spec.flat_offset));
   staleness_ = std::max<int64_t>(staleness_, h.staleness());
+  skipped_ = skipped_ || h.overflow();
   ++received_;
   return absl::OkStatus();
 }

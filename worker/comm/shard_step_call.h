@@ -31,6 +31,7 @@ struct ShardStep {
   absl::Span<float> weights;      // The whole model's; this shard's chunks are written.
   absl::Time deadline;
   std::string context;  // Prefixes errors, e.g. "PushPull of step 3 to shard 1 at host:port".
+  bool overflow = false;  // This worker's gradient has inf/NaN (FrameHeader.overflow).
 };
 
 class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
@@ -47,6 +48,8 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   int64_t bytes_received() const { return bytes_received_; }
   // The most staleness any chunk reported.
   int64_t staleness() const { return staleness_; }
+  // Whether the shard skipped the step (any chunk's answer said so).
+  bool skipped() const { return skipped_; }
 
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
@@ -66,6 +69,7 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   int64_t bytes_sent_ = 0;
   int64_t bytes_received_ = 0;
   int64_t staleness_ = 0;
+  bool skipped_ = false;
   absl::Status error_;  // Set by Accept; then the call is cancelled.
 
   absl::Mutex mu_;
