@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Here: builds what the lent GPU machine should run and packs it, with every shared library
+# Here: builds what the lent GPU machine should run (the GPU tests, the binaries) and packs it, with every shared library
 # it needs that is not glibc or the CUDA driver, into .carry/gpu.tar.xz (ignored by git; the
 # GPU machine lacks Debian's gRPC/protobuf/Abseil/OpenBLAS). Then, with the device tool:
 #   run(command="tools/gpu/check.sh", carry=[".carry"])
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 [[ -x /usr/local/cuda/bin/nvcc || -n "${CUDA_PATH:-}" ]] ||
   { echo "gpu/bundle: no CUDA toolkit here: the bundle would hold no GPU code" >&2; exit 1; }
 targets=(//worker:gpu_worker //server:ps_server //worker/cuda:device_probe_test
-         //tests/bench:compute_benchmark)
+         //worker/cuda:kernels_test //tests/bench:compute_benchmark)
 bazel build "${targets[@]}"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

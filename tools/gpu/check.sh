@@ -2,7 +2,8 @@
 # There (the lent GPU machine, from the repo root, with .carry from tools/gpu/bundle.sh):
 # unpacks the bundle and, in one call, runs what can be checked today and prints a short
 # table last:
-#   1. the GPU unit tests (the probe kernel must run: a skip here is a failure);
+#   1. the GPU unit tests (the probe, and every kernel against its CPU reference: a skip
+#      here is a failure);
 #   2. gpu_worker's device choice (--device=auto must find the GPU);
 #   3. PyTorch's d2l ResNet-18 step on this GPU (fp32, TF32, bf16 autocast), with the
 #      step's FLOPs over the measured matrix rate: the floor our CUDA backend is held to.
@@ -20,13 +21,15 @@ nvidia-smi -L 2>&1 | tee "$out/nvidia-smi.txt"
 rows=()
 fail=0
 
-"$bin/device_probe_test" >"$out/device_probe_test.log" 2>&1
-if grep -q "SKIPPED" "$out/device_probe_test.log" || ! grep -q "PASSED" "$out/device_probe_test.log"; then
-  rows+=("| GPU unit tests | FAIL (see device_probe_test.log) |")
-  fail=1
-else
-  rows+=("| GPU unit tests | pass |")
-fi
+for t in device_probe_test kernels_test; do
+  "$bin/$t" >"$out/$t.log" 2>&1
+  if grep -q "SKIPPED" "$out/$t.log" || ! grep -q "PASSED" "$out/$t.log"; then
+    rows+=("| $t | FAIL (see $t.log) |")
+    fail=1
+  else
+    rows+=("| $t | pass ($(grep -c '^\[       OK' "$out/$t.log") tests) |")
+  fi
+done
 
 "$bin/gpu_worker" --device=auto --mode=allreduce --world_size=1 --rank=0 \
   --lr=0.1 --data_dir=/nonexistent >"$out/gpu_worker_auto.log" 2>&1

@@ -1,0 +1,170 @@
+#include "worker/cuda/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "worker/cuda/cuda_status.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Enough blocks for n elements with a grid-stride loop, capped (the loops cover the rest).
+int Blocks(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+#define DPTRAIN_GRID_STRIDE(i, n)                                              \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{blockDim.x} * gridDim.x)
+
+__global__ void ReluForwardKernel(const float* x, float* y, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    y[i] = v < 0.0f ? 0.0f : v;
+  }
+}
+
+__global__ void ReluBackwardKernel(const float* y, const float* dy, float* dx, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
+}
+
+// One thread per row: `classes` is small (10) for every model here.
+__global__ void SoftmaxCrossEntropyKernel(const float* logits, const uint8_t* labels, int batch,
+                                          int classes, float* loss_sum, int* correct,
+                                          float* dlogits) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= batch) return;
+  const float* z = logits + int64_t{row} * classes;
+  float* dz = dlogits + int64_t{row} * classes;
+  int best = 0;
+  for (int c = 1; c < classes; ++c) {
+    if (z[c] > z[best]) best = c;
+  }
+  const float top = z[best];
+  float sum = 0.0f;
+  for (int c = 0; c < classes; ++c) sum += expf(z[c] - top);
+  const int label = labels[row];
+  atomicAdd(loss_sum, logf(sum) - (z[label] - top));
+  if (best == label) atomicAdd(correct, 1);
+  const float inv_batch = 1.0f / static_cast<float>(batch);
+  for (int c = 0; c < classes; ++c) {
+    const float p = expf(z[c] - top) / sum;
+    dz[c] = (p - (c == label ? 1.0f : 0.0f)) * inv_batch;
+  }
+}
+
+__global__ void SgdKernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
+                          float wd, bool first) {
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const float d = g[i] + wd * w[i];
+    if (mu == 0.0f) {
+      w[i] -= lr * d;
+    } else {
+      const float b = first ? d : mu * buf[i] + d;
+      buf[i] = b;
+      w[i] -= lr * b;
+    }
+  }
+}
+
+__global__ void ToHalfKernel(const float* x, uint16_t* y, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) { y[i] = __half_as_ushort(__float2half_rn(x[i])); }
+}
+
+__global__ void ToBf16Kernel(const float* x, uint16_t* y, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) { y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i])); }
+}
+
+__global__ void FromHalfKernel(const uint16_t* x, float* y, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) { y[i] = __half2float(__ushort_as_half(x[i])); }
+}
+
+__global__ void FromBf16Kernel(const uint16_t* x, float* y, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) { y[i] = __bfloat162float(__ushort_as_bfloat16(x[i])); }
+}
+
+__global__ void UnscaleKernel(float* x, int64_t n, float scale, int* non_finite) {
+  int local = 0;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const float v = x[i] * scale;
+    x[i] = v;
+    local += isfinite(v) ? 0 : 1;
+  }
+  if (local > 0) atomicAdd(non_finite, local);
+}
+
+absl::Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
+
+}  // namespace
+
+absl::Status ReluForward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  ReluForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return Launched("ReluForwardKernel<<<>>>");
+}
+
+absl::Status ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
+                          cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  ReluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  return Launched("ReluBackwardKernel<<<>>>");
+}
+
+absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch,
+                                 int classes, float* loss_sum, int* correct, float* dlogits,
+                                 cudaStream_t stream) {
+  if (batch <= 0) return absl::OkStatus();
+  if (classes < 1) return absl::InvalidArgumentError("SoftmaxCrossEntropy: classes < 1");
+  SoftmaxCrossEntropyKernel<<<(batch + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      logits, labels, batch, classes, loss_sum, correct, dlogits);
+  return Launched("SoftmaxCrossEntropyKernel<<<>>>");
+}
+
+absl::Status SgdUpdate(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
+                       float wd, bool first, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  if (mu != 0.0f && buf == nullptr) {
+    return absl::InvalidArgumentError("SgdUpdate: momentum needs a buffer");
+  }
+  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(w, g, buf, n, lr, mu, wd, first);
+  return Launched("SgdKernel<<<>>>");
+}
+
+absl::Status FloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  ToHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return Launched("ToHalfKernel<<<>>>");
+}
+
+absl::Status FloatToBf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  ToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return Launched("ToBf16Kernel<<<>>>");
+}
+
+absl::Status HalfToFloat(const uint16_t* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  FromHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return Launched("FromHalfKernel<<<>>>");
+}
+
+absl::Status Bf16ToFloat(const uint16_t* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  FromBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return Launched("FromBf16Kernel<<<>>>");
+}
+
+absl::Status UnscaleAndCheck(float* x, int64_t n, float scale, int* non_finite,
+                             cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  UnscaleKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, scale, non_finite);
+  return Launched("UnscaleKernel<<<>>>");
+}
+
+}  // namespace cuda
+}  // namespace dptrain

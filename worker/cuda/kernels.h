@@ -1,0 +1,50 @@
+// The CUDA backend's own kernels, for what cuBLAS and cuDNN do not cover: activations,
+// softmax cross-entropy with accuracy counting, the SGD update, fp16/bf16 casts and the
+// overflow check of mixed precision. Pointers are device memory; every function enqueues
+// on `stream` and returns a Status naming the launch that failed (checked with
+// cudaGetLastError). Each has a CPU reference in kernels_test.cc.
+#ifndef DPTRAIN_WORKER_CUDA_KERNELS_H_
+#define DPTRAIN_WORKER_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace dptrain {
+namespace cuda {
+
+// y = max(x, 0) (NaN stays NaN); dx = y > 0 ? dy : 0.
+absl::Status ReluForward(const float* x, float* y, int64_t n, cudaStream_t stream);
+absl::Status ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
+                          cudaStream_t stream);
+
+// For `batch` rows of `classes` logits and labels in [0, classes): adds the rows' summed
+// cross-entropy to *loss_sum and the rows whose argmax is the label to *correct (both
+// device scalars the caller zeroes), and writes d(mean loss)/d(logits) to dlogits.
+absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch,
+                                 int classes, float* loss_sum, int* correct, float* dlogits,
+                                 cudaStream_t stream);
+
+// torch.optim.SGD (dampening 0, no Nesterov): d = g + wd w; buf = mu buf + d (buf = d when
+// `first`); w -= lr buf (lr d when mu = 0; buf may then be null).
+absl::Status SgdUpdate(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
+                       float wd, bool first, cudaStream_t stream);
+
+// Round to nearest even, as __float2half / __float2bfloat16 and torch's .half() /
+// .bfloat16(); values are raw 16-bit patterns.
+absl::Status FloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+absl::Status FloatToBf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+absl::Status HalfToFloat(const uint16_t* x, float* y, int64_t n, cudaStream_t stream);
+absl::Status Bf16ToFloat(const uint16_t* x, float* y, int64_t n, cudaStream_t stream);
+
+// x *= scale, and adds the number of inf/NaN results to *non_finite (a device counter the
+// caller zeroes): the unscale-and-check of a mixed-precision step in one pass.
+absl::Status UnscaleAndCheck(float* x, int64_t n, float scale, int* non_finite,
+                             cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_CUDA_KERNELS_H_

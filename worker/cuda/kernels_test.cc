@@ -1,0 +1,184 @@
+// Every kernel against a CPU reference on random inputs. Skips (visibly) without a GPU.
+#include "worker/cuda/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/optimizer.h"
+#include "gtest/gtest.h"
+#include "worker/cuda/cuda_status.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+// Device buffer of T, filled from / read back to host vectors.
+template <typename T>
+class Device {
+ public:
+  explicit Device(size_t n) : n_(n) {
+    ok_ = cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)) ==
+          cudaSuccess;
+  }
+  explicit Device(const std::vector<T>& v) : Device(v.size()) {
+    if (ok_ && !v.empty()) {
+      ok_ = cudaMemcpy(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+  }
+  ~Device() { cudaFree(p_); }
+  T* get() { return p_; }
+  bool ok() const { return ok_; }
+  std::vector<T> Read() const {
+    std::vector<T> v(n_);
+    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+
+ private:
+  size_t n_;
+  T* p_ = nullptr;
+  bool ok_ = false;
+};
+
+class KernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no usable GPU here (" << cudaGetErrorString(e)
+                   << "); the kernels were not exercised";
+    }
+  }
+  std::vector<float> Random(size_t n, float lo = -3, float hi = 3) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(gen_);
+    return v;
+  }
+  std::mt19937 gen_{12345};
+};
+
+TEST_F(KernelsTest, Relu) {
+  const int64_t n = 100003;  // Not a multiple of the block size.
+  std::vector<float> x = Random(n), dy = Random(n);
+  x[7] = std::numeric_limits<float>::quiet_NaN();
+  Device<float> dx_in(x), dy_in(dy), y(n), dx(n);
+  ASSERT_TRUE(ReluForward(dx_in.get(), y.get(), n, nullptr).ok());
+  ASSERT_TRUE(ReluBackward(y.get(), dy_in.get(), dx.get(), n, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> yh = y.Read(), dxh = dx.Read();
+  EXPECT_TRUE(std::isnan(yh[7]));
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 7) continue;
+    ASSERT_EQ(yh[i], x[i] < 0 ? 0.0f : x[i]) << i;
+    ASSERT_EQ(dxh[i], yh[i] > 0 ? dy[i] : 0.0f) << i;
+  }
+}
+
+TEST_F(KernelsTest, SoftmaxCrossEntropyMatchesFloat64) {
+  const int batch = 257, classes = 10;
+  std::vector<float> z = Random(batch * classes, -20, 20);
+  std::vector<uint8_t> labels(batch);
+  for (int r = 0; r < batch; ++r) labels[r] = static_cast<uint8_t>(gen_() % classes);
+  Device<float> dz_in(z), loss(std::vector<float>{0.0f}), dz(z.size());
+  Device<uint8_t> dlabels(labels);
+  Device<int> correct(std::vector<int>{0});
+  ASSERT_TRUE(SoftmaxCrossEntropy(dz_in.get(), dlabels.get(), batch, classes, loss.get(),
+                                  correct.get(), dz.get(), nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  double loss_ref = 0;
+  int correct_ref = 0;
+  std::vector<double> dz_ref(z.size());
+  for (int r = 0; r < batch; ++r) {
+    const float* row = z.data() + r * classes;
+    int best = 0;
+    for (int c = 1; c < classes; ++c) best = row[c] > row[best] ? c : best;
+    double sum = 0;
+    for (int c = 0; c < classes; ++c) sum += std::exp(double(row[c]) - row[best]);
+    loss_ref += std::log(sum) - (double(row[labels[r]]) - row[best]);
+    correct_ref += best == labels[r];
+    for (int c = 0; c < classes; ++c) {
+      dz_ref[r * classes + c] =
+          (std::exp(double(row[c]) - row[best]) / sum - (c == labels[r])) / batch;
+    }
+  }
+  EXPECT_NEAR(loss.Read()[0], loss_ref, 1e-5 * loss_ref);
+  EXPECT_EQ(correct.Read()[0], correct_ref);
+  const std::vector<float> got = dz.Read();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], dz_ref[i], 1e-7) << i;
+}
+
+TEST_F(KernelsTest, SgdMatchesTheCpuOptimizer) {
+  const int64_t n = 5000;
+  OptimizerOptions o;
+  o.learning_rate = 0.1f;
+  o.momentum = 0.9f;
+  o.weight_decay = 1e-3f;
+  auto cpu = CreateOptimizer(o);
+  ASSERT_TRUE(cpu.ok());
+  std::vector<float> w = Random(n), w_cpu = w;
+  Device<float> dw(w), buf(n);
+  OptimizerState state;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g = Random(n);
+    Device<float> dg(g);
+    ASSERT_TRUE(SgdUpdate(dw.get(), dg.get(), buf.get(), n, o.learning_rate, o.momentum,
+                          o.weight_decay, step == 0, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    (*cpu)->Apply(absl::MakeSpan(w_cpu), g, state);
+  }
+  const std::vector<float> got = dw.Read();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(got[i], w_cpu[i], 1e-6f * (1 + std::fabs(w_cpu[i]))) << i;
+  }
+  EXPECT_FALSE(SgdUpdate(dw.get(), dw.get(), nullptr, n, 0.1f, 0.9f, 0, true, nullptr).ok());
+}
+
+TEST_F(KernelsTest, CastsRoundToNearestEven) {
+  std::vector<float> x = Random(4099, -70000, 70000);
+  x[0] = 1.0f + 1.0f / 2048;  // A tie for fp16.
+  x[1] = std::numeric_limits<float>::infinity();
+  x[2] = 1e-8f;               // Underflows fp16.
+  const int64_t n = x.size();
+  Device<float> dx(x), back(n);
+  Device<uint16_t> h(n), b(n);
+  ASSERT_TRUE(FloatToHalf(dx.get(), h.get(), n, nullptr).ok());
+  ASSERT_TRUE(FloatToBf16(dx.get(), b.get(), n, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> hh = h.Read(), bh = b.Read();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(hh[i], __half_as_ushort(__float2half_rn(x[i]))) << i;
+    ASSERT_EQ(bh[i], __bfloat16_as_ushort(__float2bfloat16_rn(x[i]))) << i;
+  }
+  ASSERT_TRUE(Bf16ToFloat(b.get(), back.get(), n, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> bf = back.Read();
+  for (int64_t i = 3; i < n; ++i) ASSERT_NEAR(bf[i], x[i], std::fabs(x[i]) / 128) << i;
+  ASSERT_TRUE(HalfToFloat(h.get(), back.get(), n, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(back.Read()[0], 1.0f);  // The tie went to the even neighbour.
+}
+
+TEST_F(KernelsTest, UnscaleCountsNonFinite) {
+  std::vector<float> x = Random(10000);
+  x[10] = std::numeric_limits<float>::infinity();
+  x[20] = std::numeric_limits<float>::quiet_NaN();
+  x[30] = 3e38f;  // Finite, but not after scaling by 2.
+  Device<float> dx(x);
+  Device<int> count(std::vector<int>{0});
+  ASSERT_TRUE(UnscaleAndCheck(dx.get(), x.size(), 2.0f, count.get(), nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(count.Read()[0], 3);
+  EXPECT_EQ(dx.Read()[0], 2.0f * x[0]);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dptrain
