@@ -23,38 +23,15 @@ PORT=50051                                  # fixed, as in the manifests: each h
 created=()
 pids=()
 
-cleanup() {
-  local ns pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  # Anything else still running inside our namespaces (only our own processes can be there).
-  for ns in "${created[@]}"; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
-  done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  for ns in "${created[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-}
-trap cleanup EXIT
+source "$ROOT/tests/netns_lib.sh"
+trap netns_cleanup EXIT
 trap 'exit 130' INT TERM
 
-command -v ip >/dev/null || { echo "SKIPPED: no ip command (apt-get install iproute2)"; exit 0; }
-if ! err=$(ip netns add "$SW" 2>&1); then
-  echo "SKIPPED: cannot create network namespaces here ($err); needs root/CAP_NET_ADMIN"
+if ! netns_switch "$P"; then
+  echo "SKIPPED: cannot create network namespaces here ($NETNS_ERROR); needs root/CAP_NET_ADMIN"
   exit 0
 fi
-created+=("$SW")
-ip -n "$SW" link set lo up
-ip -n "$SW" link add name br0 type bridge
-ip -n "$SW" link set br0 up
-for n in "${NODES[@]}"; do
-  ip netns add "$P-$n"
-  created+=("$P-$n")
-  # veth pair: "eth0" inside the node, "v-<node>" on the switch's bridge.
-  ip -n "$SW" link add name "v-$n" type veth peer name eth0 netns "$P-$n"
-  ip -n "$SW" link set "v-$n" master br0 up
-  ip -n "$P-$n" addr add "${IP[$n]}/24" dev eth0
-  ip -n "$P-$n" link set eth0 up
-  ip -n "$P-$n" link set lo up
-done
+for n in "${NODES[@]}"; do netns_host "$P" "$n"; done
 echo "hosts: $(for n in "${NODES[@]}"; do printf '%s=%s ' "$P-$n" "${IP[$n]}"; done)"
 
 on() { local n=$1; shift; ip netns exec "$P-$n" "$@"; }  # (not for `&`: $! would be a subshell)

@@ -31,38 +31,20 @@ declare -A IP=([w0]=10.78.0.21 [w1]=10.78.0.22 [w2]=10.78.0.23 [w3]=10.78.0.24
                [s0]=10.78.0.11 [s1]=10.78.0.12 [s2]=10.78.0.13 [s3]=10.78.0.14)
 created=()
 pids=()
-cleanup() {
-  local ns pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for ns in "${created[@]}"; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
-  done
-  for ns in "${created[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-}
-trap cleanup EXIT
+source tests/netns_lib.sh
+trap netns_cleanup EXIT
 trap 'exit 130' INT TERM
 die() { echo "netns_modes_bench: $*" >&2; exit 1; }
 
-command -v ip >/dev/null || die "no ip command (apt-get install iproute2)"
-ip netns add "$SW" || die "cannot create network namespaces (needs root/CAP_NET_ADMIN)"
-created+=("$SW")
-ip -n "$SW" link set lo up
-ip -n "$SW" link add name br0 type bridge
-ip -n "$SW" link set br0 up
+netns_switch "$P" || die "cannot create network namespaces ($NETNS_ERROR; needs root)"
 for n in "${NODES[@]}"; do
-  ip netns add "$P-$n"
-  created+=("$P-$n")
-  ip -n "$SW" link add name "v-$n" type veth peer name eth0 netns "$P-$n"
-  ip -n "$SW" link set "v-$n" master br0 up
-  ip -n "$P-$n" addr add "${IP[$n]}/24" dev eth0
-  ip -n "$P-$n" link set eth0 up
-  ip -n "$P-$n" link set lo up
+  netns_host "$P" "$n"
   # Both directions of the host's link: its eth0 (out) and the switch side (in).
   ip netns exec "$P-$n" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
   ip netns exec "$SW" tc qdisc add dev "v-$n" root tbf rate "$rate" burst 256kb latency 50ms
 done
 scratch=$(mktemp -d)
-trap 'cleanup; rm -rf "$scratch"' EXIT
+trap 'netns_cleanup; rm -rf "$scratch"' EXIT
 
 # start_shards NUM_SHARDS HOST...: one ps_server per host; waits until each is SERVING.
 start_shards() {
