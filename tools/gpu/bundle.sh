@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 [[ -x /usr/local/cuda/bin/nvcc || -n "${CUDA_PATH:-}" ]] ||
   { echo "gpu/bundle: no CUDA toolkit here: the bundle would hold no GPU code" >&2; exit 1; }
 targets=(//worker:gpu_worker //server:ps_server //worker/cuda:device_probe_test
-         //worker/cuda:kernels_test //tests/bench:compute_benchmark)
+         //worker/cuda:kernels_test //worker/cuda:cuda_raw_allocator_test
+         //tests/bench:compute_benchmark)
 bazel build "${targets[@]}"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

@@ -21,7 +21,7 @@ nvidia-smi -L 2>&1 | tee "$out/nvidia-smi.txt"
 rows=()
 fail=0
 
-for t in device_probe_test kernels_test; do
+for t in device_probe_test kernels_test cuda_raw_allocator_test; do
   "$bin/$t" >"$out/$t.log" 2>&1
   if grep -q "SKIPPED" "$out/$t.log" || ! grep -q "PASSED" "$out/$t.log"; then
     rows+=("| $t | FAIL (see $t.log) |")
