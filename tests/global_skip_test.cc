@@ -71,7 +71,10 @@ void ExpectGlobalSkip(const Run& run) {
   EXPECT_FLOAT_EQ(run.weights[0][2][9], 9.0f - 2 * 0.75f);
 }
 
-TEST(GlobalSkipTest, PsModeSkipsOnEveryShardAndReplica) {
+// Through both ways to a shard: the tensor stream and the unary PushPull.
+class PsGlobalSkipTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PsGlobalSkipTest, SkipsOnEveryShardAndReplica) {
   TestShards shards = StartShards(2, kWorkers, Sgd());
   ASSERT_EQ(shards.addresses.size(), 2u);
   std::vector<std::unique_ptr<GradientSync>> syncs;
@@ -82,12 +85,15 @@ TEST(GlobalSkipTest, PsModeSkipsOnEveryShardAndReplica) {
     o.world_size = kWorkers;
     o.tensors = {{"a", 6}, {"b", 4}};  // Both shards own a chunk.
     o.max_chunk_elements = 4;
+    o.stream_min_bytes = GetParam() ? 0 : int64_t{1} << 20;
     auto client = PsClient::Connect(o);
     ASSERT_TRUE(client.ok()) << client.status();
     syncs.push_back(*std::move(client));
   }
   ExpectGlobalSkip(Train(syncs));
 }
+
+INSTANTIATE_TEST_SUITE_P(StreamOrUnary, PsGlobalSkipTest, ::testing::Bool());
 
 TEST(GlobalSkipTest, AllReduceModeSkipsOnEveryReplica) {
   InMemoryHub hub(kWorkers, absl::Seconds(10));

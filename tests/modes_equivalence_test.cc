@@ -33,6 +33,7 @@ std::vector<std::vector<float>> TrainWithReducer(
     po.world_size = c.workers;
     po.tensors = tensors;
     po.max_chunk_elements = 30000;
+    po.stream_min_bytes = 0;  // Every shard streams here (the invariant test: unary).
     return PsClient::Connect(po);
   }, buffers);
 }

@@ -111,6 +111,19 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
     }
   }
 
+  client->push_requests_.resize(num_shards);
+  for (int s = 0; s < num_shards; ++s) {
+    proto::PushPullRequest& request = client->push_requests_[s];
+    request.mutable_caller()->set_job_id(options.job_id);
+    request.mutable_caller()->set_rank(options.rank);
+    for (int i : client->map_.ChunksOfShard(s)) {
+      const ChunkSpec& spec = client->map_.chunks()[i];
+      proto::Chunk* chunk = request.add_chunks();
+      chunk->mutable_key()->set_tensor_id(spec.tensor_id);
+      chunk->mutable_key()->set_chunk_index(spec.chunk_index);
+      chunk->set_dtype(proto::FP32);
+    }
+  }
   return client;
 }
 
@@ -209,8 +222,27 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
   const int num_shards = static_cast<int>(stubs_.size());
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
   std::vector<std::unique_ptr<ShardStepCall>> calls;
+  std::vector<const proto::PushPullRequest*> unary(num_shards, nullptr);
   for (int s = 0; s < num_shards; ++s) {
-    if (map_.ChunksOfShard(s).empty()) continue;  // A shard that owns nothing takes no part.
+    const std::vector<int>& mine = map_.ChunksOfShard(s);
+    if (mine.empty()) continue;  // A shard that owns nothing takes no part.
+    int64_t bytes = 0;
+    for (int i : mine) bytes += map_.chunks()[i].count * int64_t{sizeof(float)};
+    if (bytes < options_.stream_min_bytes) {
+      proto::PushPullRequest& request = push_requests_[s];
+      request.set_step(step);
+      request.set_overflow(overflow_);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const ChunkSpec& spec = map_.chunks()[mine[i]];
+        request.mutable_chunks(static_cast<int>(i))
+            ->mutable_data()
+            ->assign(reinterpret_cast<const char*>(grads.data() + spec.flat_offset),
+                     spec.count * sizeof(float));
+      }
+      stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
+      unary[s] = &request;
+      continue;
+    }
     ShardStep args;
     args.stub = stream_stubs_[s].get();
     args.map = &map_;
@@ -229,7 +261,20 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
   }
   overflow_ = false;
   last_step_skipped_ = false;
-  absl::Status first;
+  // The unary calls run while the streams (started above) do.
+  absl::Status first = CallAllShards(
+      stubs_, options_.shard_addresses, unary, responses_,
+      std::mem_fn(&proto::ParameterServer::Stub::AsyncPushPull), options_.rpc_timeout,
+      absl::StrCat("PushPull of step ", step).c_str());
+  for (int s = 0; s < num_shards && first.ok(); ++s) {
+    if (unary[s] == nullptr) continue;
+    const int64_t staleness = responses_[s].staleness();
+    stats_.max_staleness = std::max(stats_.max_staleness, staleness);
+    stats_.staleness_sum += staleness;
+    ++stats_.staleness_count;
+    last_step_skipped_ = last_step_skipped_ || responses_[s].skipped();
+    first = Unpack(s, responses_[s], weights);
+  }
   for (auto& call : calls) {  // Every call must end before `grads` may change.
     absl::Status s = call->Wait();
     if (first.ok()) first = s;

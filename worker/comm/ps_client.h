@@ -1,6 +1,9 @@
-// GradientSync through S parameter-server shards: each step, one tensor stream per shard
-// (shard_step_call.h), all shards in flight at once, each carrying the shard's chunks of
-// the gradient and bringing back the same chunks of the new weights, chunk by chunk.
+// GradientSync through S parameter-server shards: each step, one call per shard, all shards
+// in flight at once, each carrying the shard's chunks of the gradient and bringing back the
+// same chunks of the new weights. A shard holding at least `stream_min_bytes` gets a tensor
+// stream (shard_step_call.h: no copies, chunks pipelined); a smaller one one unary
+// PushPull, whose fixed cost is lower (measured: LeNet through 2 shards trains ~20 % faster
+// that way, while a 64 MiB shard's push+pull takes a third of the unary time streamed).
 #ifndef DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 #define DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 
@@ -30,6 +33,8 @@ struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Minutes(10);
   // If > 0, the learning rate the worker expects; a shard applying another one is an error.
   double expected_learning_rate = 0;
+  // Shards holding at least this many bytes of the model use the tensor stream.
+  int64_t stream_min_bytes = int64_t{1} << 20;
 };
 
 class PsClient : public GradientSync {
@@ -63,6 +68,8 @@ class PsClient : public GradientSync {
   ShardMap map_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stream_stubs_;  // The tensor stream.
+  // Unary shards: one reusable request each, keys filled once; only the bytes change.
+  std::vector<proto::PushPullRequest> push_requests_;
   std::vector<proto::PullResponse> responses_;
   CommStats stats_;
   bool overflow_ = false;  // For the next Step.
