@@ -4,7 +4,9 @@
 Same models (the d2l definitions), same batch, same step: zero_grad, forward, cross-entropy,
 backward, then optimizer.step() of plain SGD (no momentum, no weight decay). Each
 (model, threads) point runs in its own process (torch.set_num_threads(t) there); the parent
-never imports torch, so its memory does not leak into the child's ru_maxrss.
+never imports torch, so its memory does not leak into the child's ru_maxrss. The child's
+OpenBLAS and OpenMP pools get t threads too (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS), so that t
+threads means t threads of math on both sides.
 
   /usr/bin/python3 tools/bench_torch_compute.py --models=mlp,lenet --threads=1,2 --csv=torch.csv
 """
@@ -147,7 +149,11 @@ def run_all(args):
                    f"--steps={args.steps}", f"--resnet18_warmup={args.resnet18_warmup}",
                    f"--resnet18_steps={args.resnet18_steps}", f"--lr={args.lr}",
                    f"--seed={args.seed}"]
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+            # Debian's torch does its dense products in OpenBLAS (BLAS_INFO=generic), whose
+            # pthread pool torch.set_num_threads does not reach: without this a "1 thread"
+            # point ran every GEMM on 2 threads (mlp: 3.3 ms per step vs 3.6-4.1 ms on one).
+            env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
             if proc.returncode == UNKNOWN_MODEL_EXIT:
                 notes.append(f"skipped {model}: {proc.stdout.strip()}")
                 break

@@ -21,6 +21,8 @@ class AvgPool2d final : public Layer<T> {
  public:
   explicit AvgPool2d(const AvgPool2dOptions& options) : o_(options) {}
 
+  const AvgPool2dOptions& options() const { return o_; }
+
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;

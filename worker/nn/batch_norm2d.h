@@ -31,6 +31,8 @@ class BatchNorm2d final : public Layer<T> {
 
   explicit BatchNorm2d(int num_features) : c_(num_features) {}
 
+  int num_features() const { return c_; }
+
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   std::vector<TensorSpec> ParamSpecs() const override;

@@ -42,6 +42,8 @@ class Conv2d final : public Layer<T> {
  public:
   explicit Conv2d(const Conv2dOptions& options) : o_(options) {}
 
+  const Conv2dOptions& options() const { return o_; }
+
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   std::vector<TensorSpec> ParamSpecs() const override;

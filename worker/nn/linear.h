@@ -16,6 +16,9 @@ class Linear final : public Layer<T> {
  public:
   Linear(int in_features, int out_features) : in_(in_features), out_(out_features) {}
 
+  int in_features() const { return in_; }
+  int out_features() const { return out_; }
+
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   std::vector<TensorSpec> ParamSpecs() const override;

@@ -23,6 +23,8 @@ class MaxPool2d final : public Layer<T> {
  public:
   explicit MaxPool2d(const MaxPool2dOptions& options) : o_(options) {}
 
+  const MaxPool2dOptions& options() const { return o_; }
+
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;

@@ -30,20 +30,8 @@ class CpuModel final : public Model {
         buffer_values_(net_.num_buffers()) {
     net_.InitBuffers(buffer_values_.data());
     net_.SetThreadPool(pool_.get());
-    for (int i = 0; i < net_.num_layers(); ++i) {
-      int64_t offset = net_.param_offset(i);
-      for (TensorSpec& spec : net_.layer(i).ParamSpecs()) {
-        const int64_t size = spec.size();
-        params_.push_back({absl::StrCat(i, ".", spec.name), std::move(spec.shape), offset, size});
-        offset += size;
-      }
-      offset = net_.buffer_offset(i);
-      for (TensorSpec& spec : net_.layer(i).BufferSpecs()) {
-        const int64_t size = spec.size();
-        buffers_.push_back({absl::StrCat(i, ".", spec.name), std::move(spec.shape), offset, size});
-        offset += size;
-      }
-    }
+    params_ = DescribeParams(net_);
+    buffers_ = DescribeBuffers(net_);
   }
 
   const std::vector<ParamInfo>& params() const override { return params_; }
@@ -76,18 +64,7 @@ class CpuModel final : public Model {
  private:
   // Validates a call and (re)binds the layers to the flat buffers if the caller replaced them.
   absl::Status Prepare(const float* images, const uint8_t* labels, int batch) {
-    if (batch < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
-    }
-    if (images == nullptr || labels == nullptr) {
-      return absl::InvalidArgumentError("null images or labels");
-    }
-    for (int i = 0; i < batch; ++i) {
-      if (labels[i] >= kNumClasses) {
-        return absl::InvalidArgumentError(absl::StrCat("label ", int{labels[i]}, " of sample ", i,
-                                                       " is not in [0, ", kNumClasses, ")"));
-      }
-    }
+    if (absl::Status s = CheckBatch(images, labels, batch); !s.ok()) return s;
     if (static_cast<int64_t>(weights_.size()) != net_.num_params()) {
       return absl::FailedPreconditionError(absl::StrCat(name_, ": weights() has ", weights_.size(),
                                                         " values, expected ", net_.num_params()));
@@ -123,10 +100,54 @@ class CpuModel final : public Model {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) {
-  if (options.threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", options.threads));
+absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch) {
+  if (batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
   }
+  if (images == nullptr || labels == nullptr) {
+    return absl::InvalidArgumentError("null images or labels");
+  }
+  for (int i = 0; i < batch; ++i) {
+    if (labels[i] >= kNumClasses) {
+      return absl::InvalidArgumentError(absl::StrCat("label ", int{labels[i]}, " of sample ", i,
+                                                     " is not in [0, ", kNumClasses, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Params (or buffers) of every layer of `net`, laid out from `offset(i)` for layer i.
+template <typename Specs, typename Offset>
+std::vector<ParamInfo> Describe(const Sequential<float>& net, Specs specs, Offset offset) {
+  std::vector<ParamInfo> infos;
+  for (int i = 0; i < net.num_layers(); ++i) {
+    int64_t at = offset(i);
+    for (TensorSpec& spec : specs(net.layer(i))) {
+      const int64_t size = spec.size();
+      infos.push_back({absl::StrCat(i, ".", spec.name), std::move(spec.shape), at, size});
+      at += size;
+    }
+  }
+  return infos;
+}
+
+}  // namespace
+
+std::vector<ParamInfo> DescribeParams(const Sequential<float>& net) {
+  return Describe(
+      net, [](const Layer<float>& l) { return l.ParamSpecs(); },
+      [&net](int i) { return net.param_offset(i); });
+}
+
+std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net) {
+  return Describe(
+      net, [](const Layer<float>& l) { return l.BufferSpecs(); },
+      [&net](int i) { return net.buffer_offset(i); });
+}
+
+absl::StatusOr<InitialNetwork> BuildInitialNetwork(const ModelOptions& options) {
   absl::StatusOr<Sequential<float>> net = BuildNetwork<float>(options.name);
   if (!net.ok()) return net.status();
   std::vector<float> weights(net->num_params());
@@ -135,6 +156,15 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
       !s.ok()) {
     return s;
   }
+  return InitialNetwork{*std::move(net), std::move(weights)};
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", options.threads));
+  }
+  absl::StatusOr<InitialNetwork> initial = BuildInitialNetwork(options);
+  if (!initial.ok()) return initial.status();
   std::unique_ptr<ThreadPool> pool;
   if (options.threads > 1) {
     // The layers split the batch over the pool's threads, each running single-threaded GEMMs
@@ -144,8 +174,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
   } else if (options.threads == 1) {
     SetBlasThreads(1);
   }
-  return std::make_unique<CpuModel>(options.name, *std::move(net), std::move(weights),
-                                    std::move(pool));
+  return std::make_unique<CpuModel>(options.name, std::move(initial->net),
+                                    std::move(initial->weights), std::move(pool));
 }
 
 }  // namespace nn

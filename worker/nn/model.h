@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/nn/sequential.h"
 
 namespace dptrain {
 namespace nn {
@@ -96,6 +97,21 @@ struct ModelOptions {
   // see InitializeParams in architectures.h. Biases 0, batch-norm weights 1 in every case.
   std::string init = "default";
 };
+
+// What the backends share when they build a model: the CPU network (layers, dims, layout)
+// and the initial weights CreateModel would give it, and the ParamInfo lists of its
+// parameters and buffers, named "<layer index>.<name>" as Model::params()/buffers().
+struct InitialNetwork {
+  Sequential<float> net;
+  std::vector<float> weights;
+};
+absl::StatusOr<InitialNetwork> BuildInitialNetwork(const ModelOptions& options);
+std::vector<ParamInfo> DescribeParams(const Sequential<float>& net);
+std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net);
+
+// The argument checks of TrainStep and Evaluate, shared by the backends: InvalidArgument for
+// batch < 1, null images or labels, or a label >= 10 (naming the sample).
+absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch);
 
 // Builds the named model on the CPU with freshly initialised weights and zero gradients.
 // InvalidArgument "unknown model 'x' (expected mlp, lenet or resnet18)" for another name, for an

@@ -52,6 +52,8 @@ class Residual final : public Layer<T> {
   explicit Residual(const ResidualOptions& options,
                     std::shared_ptr<ResidualScratch<T>> scratch = nullptr);
 
+  const ResidualOptions& options() const { return o_; }
+
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   std::vector<TensorSpec> ParamSpecs() const override;

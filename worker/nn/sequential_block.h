@@ -20,6 +20,9 @@ class SequentialBlock final : public Layer<T> {
  public:
   explicit SequentialBlock(std::vector<std::unique_ptr<Layer<T>>> layers);
 
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  const Layer<T>& layer(int i) const { return *layers_[i]; }
+
   std::string ToString() const override;
   // InvalidArgument naming the failing layer's index, or for no layers.
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;

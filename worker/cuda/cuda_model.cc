@@ -1,0 +1,222 @@
+#include "worker/cuda/cuda_model.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "worker/cuda/gpu_network.h"
+#include "worker/cuda/kernels.h"
+#include "worker/cuda/library_status.h"
+#include "worker/nn/architectures.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+// The CPU network's and the GPU network's layouts must be the same, name for name.
+absl::Status SameLayout(const char* what, const std::vector<nn::ParamInfo>& cpu,
+                        const std::vector<nn::TensorSpec>& gpu) {
+  bool same = cpu.size() == gpu.size();
+  for (size_t i = 0; same && i < cpu.size(); ++i) {
+    same = cpu[i].name == gpu[i].name && cpu[i].shape == gpu[i].shape;
+  }
+  if (same) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("CUDA network's ", what, " differ from the CPU network's"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOptions& options,
+                                                             const DeviceOptions& device) {
+  absl::StatusOr<nn::InitialNetwork> initial = nn::BuildInitialNetwork(options);
+  if (!initial.ok()) return initial.status();
+  const nn::Sequential<float>& cpu = initial->net;
+  absl::StatusOr<std::unique_ptr<GpuSequentialBlock>> gpu = ToGpu(cpu);
+  if (!gpu.ok()) return gpu.status();
+  std::vector<nn::ParamInfo> params = nn::DescribeParams(cpu);
+  std::vector<nn::ParamInfo> buffers = nn::DescribeBuffers(cpu);
+  DPTRAIN_RETURN_IF_ERROR(SameLayout("parameters", params, (*gpu)->ParamSpecs()));
+  DPTRAIN_RETURN_IF_ERROR(SameLayout("buffers", buffers, (*gpu)->BufferSpecs()));
+  std::vector<float> buffer_values(cpu.num_buffers());
+  cpu.InitBuffers(buffer_values.data());
+  absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(device);
+  if (!ctx.ok()) return ctx.status();
+  std::unique_ptr<CudaModel> model(new CudaModel(
+      options.name, *std::move(ctx), *std::move(gpu), std::move(params),
+      std::move(initial->weights), std::move(buffers), std::move(buffer_values)));
+  DPTRAIN_RETURN_IF_ERROR(model->Allocate());
+  return model;
+}
+
+CudaModel::CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx,
+                     std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
+                     std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
+                     std::vector<float> buffer_values)
+    : name_(std::move(name)),
+      ctx_(std::move(ctx)),
+      net_(std::move(net)),
+      params_(std::move(params)),
+      buffer_infos_(std::move(buffers)),
+      weights_(std::move(weights)),
+      grads_(weights_.size(), 0.0f),
+      buffer_values_(std::move(buffer_values)) {
+  for (const nn::ParamInfo& b : buffer_infos_) {
+    if (absl::EndsWith(b.name, "num_batches_tracked")) batch_counters_.push_back(b.offset);
+  }
+}
+
+CudaModel::~CudaModel() = default;
+
+absl::Status CudaModel::Allocate() {
+  const int64_t n = static_cast<int64_t>(weights_.size());
+  DPTRAIN_ASSIGN_OR_RETURN(float* w, d_weights_.Ensure(*ctx_, n));
+  DPTRAIN_ASSIGN_OR_RETURN(float* g, d_grads_.Ensure(*ctx_, n));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g, 0, n * sizeof(float), ctx_->stream()));
+  net_->BindParams(w, g);
+  if (!buffer_values_.empty()) {
+    DPTRAIN_ASSIGN_OR_RETURN(float* b,
+                             d_buffers_.Ensure(*ctx_, static_cast<int64_t>(buffer_values_.size())));
+    net_->BindBuffers(b);
+  }
+  DPTRAIN_RETURN_IF_ERROR(d_loss_.Ensure(*ctx_, 1).status());
+  DPTRAIN_RETURN_IF_ERROR(d_correct_.Ensure(*ctx_, 1).status());
+  return ctx_->Synchronize();
+}
+
+std::vector<float>& CudaModel::weights() {
+  if (weights_newer_on_device_ && sticky_.ok()) sticky_ = DownloadWeights();
+  weights_up_to_date_on_device_ = false;  // The caller may write them.
+  return weights_;
+}
+
+const std::vector<float>& CudaModel::grads() const {
+  if (!grads_on_host_ && sticky_.ok()) sticky_ = DownloadGrads();
+  return grads_;
+}
+
+std::vector<float>& CudaModel::buffer_values() {
+  if (buffers_newer_on_device_ && sticky_.ok()) sticky_ = DownloadBuffers();
+  buffers_up_to_date_on_device_ = false;
+  return buffer_values_;
+}
+
+absl::Status CudaModel::DownloadWeights() {
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(weights_.data(), d_weights_.data(),
+                                               weights_.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  weights_newer_on_device_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::DownloadGrads() const {
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(grads_.data(), d_grads_.data(),
+                                               grads_.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  grads_on_host_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::DownloadBuffers() {
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer_values_.data(), d_buffers_.data(),
+                                               buffer_values_.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  // cuDNN does not count batches; the host adds the steps run since the last download.
+  for (int64_t offset : batch_counters_) {
+    buffer_values_[offset] += static_cast<float>(uncounted_batches_);
+  }
+  uncounted_batches_ = 0;
+  buffers_newer_on_device_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::Upload() {
+  if (weights_.size() != static_cast<size_t>(d_weights_.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": weights() has ", weights_.size(),
+                                                      " values, expected ", d_weights_.size()));
+  }
+  if (buffer_values_.size() != static_cast<size_t>(d_buffers_.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": buffer_values() has ",
+                                                      buffer_values_.size(), " values, expected ",
+                                                      d_buffers_.size()));
+  }
+  if (!weights_up_to_date_on_device_) {
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_weights_.data(), weights_.data(),
+                                                 weights_.size() * sizeof(float),
+                                                 cudaMemcpyHostToDevice, ctx_->stream()));
+    weights_up_to_date_on_device_ = true;
+  }
+  if (!buffers_up_to_date_on_device_ && !buffer_values_.empty()) {
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_buffers_.data(), buffer_values_.data(),
+                                                 buffer_values_.size() * sizeof(float),
+                                                 cudaMemcpyHostToDevice, ctx_->stream()));
+    buffers_up_to_date_on_device_ = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8_t* labels,
+                                                int batch, bool training) {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch));
+  DPTRAIN_RETURN_IF_ERROR(Upload());
+  const nn::Dims dims = nn::kImageDims;
+  const int64_t pixels = int64_t{batch} * dims.size();
+  DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, pixels));
+  DPTRAIN_ASSIGN_OR_RETURN(uint8_t* y, d_labels_.Ensure(*ctx_, batch));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x, images, pixels * sizeof(float),
+                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(y, labels, batch, cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
+                           net_->Forward(*ctx_, DeviceTensor{x, batch, dims}, training));
+  DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_loss_.data(), 0, sizeof(float), ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_correct_.data(), 0, sizeof(int), ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, nn::kNumClasses,
+                                              d_loss_.data(), d_correct_.data(), dlogits,
+                                              ctx_->stream()));
+  if (training) {
+    DPTRAIN_RETURN_IF_ERROR(
+        net_->Backward(*ctx_, DeviceTensor{dlogits, batch, logits.dims}, false).status());
+    grads_on_host_ = false;
+    if (!buffer_values_.empty()) {
+      buffers_newer_on_device_ = true;
+      ++uncounted_batches_;
+    }
+  }
+  float loss_sum = 0;
+  int correct = 0;
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&loss_sum, d_loss_.data(), sizeof(float),
+                                               cudaMemcpyDeviceToHost, ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&correct, d_correct_.data(), sizeof(int),
+                                               cudaMemcpyDeviceToHost, ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  return nn::BatchResult{static_cast<double>(loss_sum) / batch, correct};
+}
+
+absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, const uint8_t* labels,
+                                                     int batch) {
+  return Step(images, labels, batch, /*training=*/true);
+}
+
+absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const uint8_t* labels,
+                                                    int batch) {
+  return Step(images, labels, batch, /*training=*/false);
+}
+
+absl::Status CudaModel::ApplySgd(float lr) {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  if (!(lr > 0)) return absl::InvalidArgumentError(absl::StrCat("lr must be > 0, got ", lr));
+  DPTRAIN_RETURN_IF_ERROR(Upload());
+  DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), nullptr,
+                                    d_weights_.size(), lr, 0.0f, 0.0f, true, ctx_->stream()));
+  weights_newer_on_device_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace dptrain

@@ -1,0 +1,98 @@
+// The CUDA backend's nn::Model: the CPU model's network, layout and initial weights (same
+// seed, same values), computed on one GPU. The whole step runs on the device; the host
+// vectors behind weights(), grads() and buffer_values() are brought up to date lazily, so
+// only what the caller reads or writes crosses the bus:
+//   - weights() copies the device weights down if the device changed them (ApplySgd), and
+//     marks them to be copied up before the next step (the caller may write them);
+//   - grads() copies the last step's gradients down on first use;
+//   - buffer_values() likewise for batch norm's running statistics.
+// A failed copy inside those accessors (which cannot return a Status) is kept and returned
+// by the next TrainStep, Evaluate or ApplySgd.
+#ifndef DPTRAIN_WORKER_CUDA_CUDA_MODEL_H_
+#define DPTRAIN_WORKER_CUDA_CUDA_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/cuda/device_context.h"
+#include "worker/cuda/gpu_layers.h"
+#include "worker/nn/model.h"
+
+namespace dptrain {
+namespace cuda {
+
+class CudaModel final : public nn::Model {
+ public:
+  // InvalidArgument as nn::CreateModel for a bad name or init; Unavailable (naming the CUDA
+  // call) without a working GPU. options.threads is ignored.
+  static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const nn::ModelOptions& options,
+                                                           const DeviceOptions& device);
+  ~CudaModel() override;
+
+  const std::vector<nn::ParamInfo>& params() const override { return params_; }
+  std::vector<float>& weights() override;
+  const std::vector<float>& grads() const override;
+  const std::vector<nn::ParamInfo>& buffers() const override { return buffer_infos_; }
+  std::vector<float>& buffer_values() override;
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,
+                                            int batch) override;
+  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const uint8_t* labels,
+                                           int batch) override;
+  std::string name() const override { return name_; }
+
+  // Plain SGD on the device, w -= lr * grads(), nothing crossing the bus: the single-GPU
+  // training step of the benchmark. InvalidArgument for lr <= 0.
+  absl::Status ApplySgd(float lr);
+
+  const std::string& device_name() const { return ctx_->device_name(); }
+
+ private:
+  CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx,
+            std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
+            std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
+            std::vector<float> buffer_values);
+  absl::Status Allocate();
+  // Checks the call, copies stale host state up and the batch in; then runs the network.
+  absl::StatusOr<nn::BatchResult> Step(const float* images, const uint8_t* labels, int batch,
+                                       bool training);
+  absl::Status Upload();
+  absl::Status DownloadWeights();
+  absl::Status DownloadGrads() const;
+  absl::Status DownloadBuffers();
+
+  const std::string name_;
+  // Declared first so that it is destroyed last: every buffer below returns to its cache.
+  std::unique_ptr<DeviceContext> ctx_;
+  std::unique_ptr<GpuSequentialBlock> net_;
+  std::vector<nn::ParamInfo> params_;
+  std::vector<nn::ParamInfo> buffer_infos_;
+  std::vector<float> weights_;
+  mutable std::vector<float> grads_;
+  std::vector<float> buffer_values_;
+  std::vector<int64_t> batch_counters_;  // Offsets of the num_batches_tracked buffers.
+
+  DeviceBuffer<float> d_weights_;
+  DeviceBuffer<float> d_grads_;
+  DeviceBuffer<float> d_buffers_;
+  DeviceBuffer<float> d_images_;
+  DeviceBuffer<uint8_t> d_labels_;
+  DeviceBuffer<float> d_grad_logits_;
+  DeviceBuffer<float> d_loss_;    // [0]: summed loss
+  DeviceBuffer<int> d_correct_;
+
+  bool weights_up_to_date_on_device_ = false;  // Else the host's are copied up first.
+  bool weights_newer_on_device_ = false;       // ApplySgd ran since the last download.
+  mutable bool grads_on_host_ = true;          // zeros until the first step
+  bool buffers_up_to_date_on_device_ = false;
+  bool buffers_newer_on_device_ = false;
+  int64_t uncounted_batches_ = 0;  // Training steps not yet in the host's num_batches_tracked.
+  mutable absl::Status sticky_;    // A failed lazy copy, returned by the next call.
+};
+
+}  // namespace cuda
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_CUDA_CUDA_MODEL_H_

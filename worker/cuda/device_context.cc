@@ -1,0 +1,58 @@
+#include "worker/cuda/device_context.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cuda/cuda_raw_allocator.h"
+#include "worker/cuda/library_status.h"
+
+namespace dptrain {
+namespace cuda {
+
+absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::Create(
+    const DeviceOptions& options) {
+  std::unique_ptr<DeviceContext> ctx(new DeviceContext(options));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  cudaDeviceProp prop;
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options.device));
+  ctx->device_name_ = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
+  DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasCreate(&ctx->cublas_));
+  DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasSetStream(ctx->cublas_, ctx->stream_));
+  // Strict fp32 unless TF32 was asked for (cuBLAS's default on Ampere+ is already strict).
+  DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+      ctx->cublas_, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreate(&ctx->cudnn_));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetStream(ctx->cudnn_, ctx->stream_));
+  ctx->allocator_ = std::make_unique<CachingAllocator>(CudaRawAllocator());
+  return ctx;
+}
+
+DeviceContext::~DeviceContext() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (workspace_ != nullptr) (void)allocator_->Free(workspace_);
+  allocator_.reset();
+  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<void*> DeviceContext::Workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  if (workspace_ != nullptr) DPTRAIN_RETURN_IF_ERROR(allocator_->Free(workspace_));
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
+  absl::StatusOr<void*> p = allocator_->Allocate(bytes);
+  if (!p.ok()) return p.status();
+  workspace_ = *p;
+  workspace_bytes_ = bytes;
+  return workspace_;
+}
+
+absl::Status DeviceContext::Synchronize() {
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace dptrain

@@ -1,0 +1,235 @@
+// GpuLinear (cuBLAS) and GpuConv2d (cuDNN), and the tensor descriptor they share.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cuda/gpu_layers.h"
+#include "worker/cuda/library_status.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+constexpr float kOne = 1.0f;
+constexpr float kZero = 0.0f;
+
+}  // namespace
+
+TensorDescriptor::~TensorDescriptor() {
+  if (desc_ != nullptr) cudnnDestroyTensorDescriptor(desc_);
+}
+
+absl::Status TensorDescriptor::Set(int n, int c, int h, int w) {
+  if (desc_ == nullptr) DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&desc_));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  return absl::OkStatus();
+}
+
+// ---- Linear -------------------------------------------------------------------------------
+//
+// Row-major [rows, cols] is column-major [cols, rows] to cuBLAS, so with X [B, in],
+// W [out, in] and Y [B, out] row-major:
+//   Y^T = W^T-as-stored x X^T  ->  gemm(T, N, out, B, in, W, in, X, in, Y, out)
+//   dX^T = W x dY^T            ->  gemm(N, N, in, B, out, W, in, dY, out, dX, in)
+//   dW^T = X^T x dY            ->  gemm(N, T, in, out, B, X, in, dY, out, dW, in)
+
+std::string GpuLinear::ToString() const { return absl::StrCat("Linear(", in_, ", ", out_, ")"); }
+
+std::vector<nn::TensorSpec> GpuLinear::ParamSpecs() const {
+  return {{"weight", {out_, in_}}, {"bias", {out_}}};
+}
+
+void GpuLinear::BindParams(const float* params, float* grads) {
+  w_ = params;
+  dw_ = grads;
+}
+
+absl::StatusOr<DeviceTensor> GpuLinear::Forward(DeviceContext& ctx, DeviceTensor input,
+                                                bool training) {
+  input_ = input;
+  const int b = input.batch;
+  DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, int64_t{b} * out_));
+  DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out_, b, in_,
+                                             &kOne, w_, in_, input.data, in_, &kZero, y, out_));
+  DPTRAIN_RETURN_IF_ERROR(y_desc_.Set(b, out_, 1, 1));
+  DPTRAIN_RETURN_IF_ERROR(bias_desc_.Set(1, out_, 1, 1));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(ctx.cudnn(), &kOne, bias_desc_.get(),
+                                               w_ + int64_t{out_} * in_, &kOne, y_desc_.get(), y));
+  return DeviceTensor{y, b, {out_, 1, 1}};
+}
+
+absl::StatusOr<DeviceTensor> GpuLinear::Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                 bool need_input_grad) {
+  const int b = grad_output.batch;
+  const float* dy = grad_output.data;
+  DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, in_, out_, b,
+                                             &kOne, input_.data, in_, dy, out_, &kZero, dw_, in_));
+  DPTRAIN_RETURN_IF_ERROR(y_desc_.Set(b, out_, 1, 1));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(
+      ctx.cudnn(), &kOne, y_desc_.get(), dy, &kZero, bias_desc_.get(), dw_ + int64_t{out_} * in_));
+  if (!need_input_grad) return DeviceTensor{};
+  DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, int64_t{b} * in_));
+  DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, in_, b, out_,
+                                             &kOne, w_, in_, dy, out_, &kZero, dx, in_));
+  return DeviceTensor{dx, b, input_.dims};
+}
+
+// ---- Conv2d -------------------------------------------------------------------------------
+
+GpuConv2d::~GpuConv2d() {
+  if (filter_ != nullptr) cudnnDestroyFilterDescriptor(filter_);
+  for (cudnnConvolutionDescriptor_t d : {conv_fwd_, conv_bwd_data_, conv_bwd_filter_}) {
+    if (d != nullptr) cudnnDestroyConvolutionDescriptor(d);
+  }
+}
+
+std::string GpuConv2d::ToString() const {
+  return absl::StrCat("Conv2d(", o_.in_channels, ", ", o_.out_channels, ", kernel_size=(",
+                      o_.kernel_h, ", ", o_.kernel_w, "), stride=(", o_.stride_h, ", ",
+                      o_.stride_w, "), padding=(", o_.pad_h, ", ", o_.pad_w, "))");
+}
+
+std::vector<nn::TensorSpec> GpuConv2d::ParamSpecs() const {
+  return {{"weight", {o_.out_channels, o_.in_channels, o_.kernel_h, o_.kernel_w}},
+          {"bias", {o_.out_channels}}};
+}
+
+void GpuConv2d::BindParams(const float* params, float* grads) {
+  w_ = params;
+  dw_ = grads;
+}
+
+absl::Status GpuConv2d::Describe(DeviceContext& ctx) {
+  if (filter_ != nullptr) return absl::OkStatus();
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&filter_));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, o_.out_channels,
+                                 o_.in_channels, o_.kernel_h, o_.kernel_w));
+  for (cudnnConvolutionDescriptor_t* d : {&conv_fwd_, &conv_bwd_data_, &conv_bwd_filter_}) {
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(d));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
+        *d, o_.pad_h, o_.pad_w, o_.stride_h, o_.stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
+        CUDNN_DATA_FLOAT));
+    // Strict fp32 (no tensor-op rounding) unless TF32 was allowed; the chosen algorithm's
+    // math type replaces this below.
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
+        *d, ctx.options().tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  }
+  DPTRAIN_RETURN_IF_ERROR(bias_desc_.Set(1, o_.out_channels, 1, 1));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The fastest algorithm of cuDNN's measured list that succeeded, fits the workspace limit
+// and, without TF32, does not round through tensor ops.
+template <typename Perf>
+absl::StatusOr<Perf> Choose(const Perf* perfs, int count, const DeviceContext& ctx,
+                            const char* what) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perfs[i];
+    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (p.memory > ctx.options().max_workspace_bytes) continue;
+    // CUDNN_DEFAULT_MATH lets an fp32 convolution round through TF32 on Ampere and later
+    // (PyTorch asks for FMA math when allow_tf32 is off, as here).
+    if (!ctx.options().tf32 && p.mathType != CUDNN_FMA_MATH) continue;
+    return p;
+  }
+  return absl::InternalError(absl::StrCat(what, ": cuDNN found no usable algorithm among ",
+                                          count));
+}
+
+}  // namespace
+
+absl::StatusOr<const GpuConv2d::Plan*> GpuConv2d::PlanFor(DeviceContext& ctx, int batch) {
+  DPTRAIN_RETURN_IF_ERROR(Describe(ctx));
+  if (batch != described_batch_) {
+    DPTRAIN_RETURN_IF_ERROR(x_desc_.Set(batch, in_dims_));
+    DPTRAIN_RETURN_IF_ERROR(y_desc_.Set(batch, out_dims_));
+    described_batch_ = batch;
+  }
+  auto it = plans_.find(batch);
+  if (it != plans_.end()) {
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_fwd_, it->second.fwd_math));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(
+        cudnnSetConvolutionMathType(conv_bwd_data_, it->second.bwd_data_math));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(
+        cudnnSetConvolutionMathType(conv_bwd_filter_, it->second.bwd_filter_math));
+    return &it->second;
+  }
+  // Once per batch size: let cuDNN time its algorithms on this shape (it allocates its own
+  // scratch for that) and keep the fastest usable one of each direction.
+  constexpr int kMax = 16;
+  Plan plan;
+  int n = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[kMax];
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithm(
+      ctx.cudnn(), x_desc_.get(), filter_, conv_fwd_, y_desc_.get(), kMax, &n, fwd));
+  DPTRAIN_ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgoPerf_t f, Choose(fwd, n, ctx, "conv forward"));
+  cudnnConvolutionBwdDataAlgoPerf_t bwd_data[kMax];
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithm(
+      ctx.cudnn(), filter_, y_desc_.get(), conv_bwd_data_, x_desc_.get(), kMax, &n, bwd_data));
+  DPTRAIN_ASSIGN_OR_RETURN(cudnnConvolutionBwdDataAlgoPerf_t d,
+                           Choose(bwd_data, n, ctx, "conv backward data"));
+  cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[kMax];
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithm(
+      ctx.cudnn(), x_desc_.get(), y_desc_.get(), conv_bwd_filter_, filter_, kMax, &n,
+      bwd_filter));
+  DPTRAIN_ASSIGN_OR_RETURN(cudnnConvolutionBwdFilterAlgoPerf_t g,
+                           Choose(bwd_filter, n, ctx, "conv backward filter"));
+  plan.fwd = f.algo;
+  plan.fwd_bytes = f.memory;
+  plan.fwd_math = f.mathType;
+  plan.bwd_data = d.algo;
+  plan.bwd_data_bytes = d.memory;
+  plan.bwd_data_math = d.mathType;
+  plan.bwd_filter = g.algo;
+  plan.bwd_filter_bytes = g.memory;
+  plan.bwd_filter_math = g.mathType;
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_fwd_, plan.fwd_math));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_bwd_data_, plan.bwd_data_math));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(conv_bwd_filter_, plan.bwd_filter_math));
+  return &plans_.emplace(batch, plan).first->second;
+}
+
+absl::StatusOr<DeviceTensor> GpuConv2d::Forward(DeviceContext& ctx, DeviceTensor input,
+                                                bool training) {
+  input_ = input;
+  const int b = input.batch;
+  DPTRAIN_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(ctx, b));
+  DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, int64_t{b} * out_dims_.size()));
+  DPTRAIN_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(plan->fwd_bytes));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
+      ctx.cudnn(), &kOne, x_desc_.get(), input.data, filter_, w_, conv_fwd_, plan->fwd, ws,
+      plan->fwd_bytes, &kZero, y_desc_.get(), y));
+  const float* bias = w_ + int64_t{o_.out_channels} * o_.in_channels * o_.kernel_h * o_.kernel_w;
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      cudnnAddTensor(ctx.cudnn(), &kOne, bias_desc_.get(), bias, &kOne, y_desc_.get(), y));
+  return DeviceTensor{y, b, out_dims_};
+}
+
+absl::StatusOr<DeviceTensor> GpuConv2d::Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                 bool need_input_grad) {
+  const int b = grad_output.batch;
+  DPTRAIN_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(ctx, b));
+  const float* dy = grad_output.data;
+  float* dbias = dw_ + int64_t{o_.out_channels} * o_.in_channels * o_.kernel_h * o_.kernel_w;
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(ctx.cudnn(), &kOne, y_desc_.get(),
+                                                             dy, &kZero, bias_desc_.get(), dbias));
+  DPTRAIN_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(plan->bwd_filter_bytes));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+      ctx.cudnn(), &kOne, x_desc_.get(), input_.data, y_desc_.get(), dy, conv_bwd_filter_,
+      plan->bwd_filter, ws, plan->bwd_filter_bytes, &kZero, filter_, dw_));
+  if (!need_input_grad) return DeviceTensor{};
+  DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, int64_t{b} * in_dims_.size()));
+  DPTRAIN_ASSIGN_OR_RETURN(ws, ctx.Workspace(plan->bwd_data_bytes));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+      ctx.cudnn(), &kOne, filter_, w_, y_desc_.get(), dy, conv_bwd_data_, plan->bwd_data, ws,
+      plan->bwd_data_bytes, &kZero, x_desc_.get(), dx));
+  return DeviceTensor{dx, b, in_dims_};
+}
+
+}  // namespace cuda
+}  // namespace dptrain
