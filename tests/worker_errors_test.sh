@@ -27,11 +27,11 @@ expect_error "corrupt data" "train-images-idx3-ubyte.gz" --ps=127.0.0.1:1 \
 expect_error "no --ps" "--ps is required"
 expect_error "rank >= world size" "rank 3 is not in" --ps=127.0.0.1:1 --rank=3 --world_size=2
 expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu
-expect_error "cuda without a CUDA backend" "--device=cuda: .*use --device=cpu or auto" \
+expect_error "cuda without a usable GPU" "--device=cuda: no usable GPU.*use --device=cpu or auto" \
   --ps=127.0.0.1:1 --device=cuda
 expect_error "bad precision" "--precision must be fp32, fp16 or bf16" --ps=127.0.0.1:1 \
   --precision=fp8
-expect_error "half precision without a CUDA backend" "--precision=bf16 computes on the GPU" \
+expect_error "half precision (not implemented)" "--precision=bf16: half-precision compute is not implemented yet" \
   --ps=127.0.0.1:1 --precision=bf16 --device=cpu
 RANK=x expect_error "bad RANK env" "RANK='x'" --ps=127.0.0.1:1
 expect_error "bad mode" "--mode must be ps, master or allreduce" --mode=gossip

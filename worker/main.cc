@@ -23,6 +23,7 @@
 #include "common/malloc_tuning.h"
 #include "proto/worker.grpc.pb.h"
 #ifdef DPTRAIN_HAVE_CUDA
+#include "worker/cuda/cuda_model.h"
 #include "worker/cuda/device_probe.h"
 #endif
 #include "common/net.h"
@@ -61,7 +62,7 @@ ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
 ABSL_FLAG(int, rank, -1, "This worker's rank; default: $RANK, else $JOB_COMPLETION_INDEX, else 0.");
 ABSL_FLAG(int, world_size, -1, "Number of workers; default: $WORLD_SIZE, else 1.");
 ABSL_FLAG(std::string, job_id, "dptrain", "Job name; every shard serves one job.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp (784-256-10 ReLU) or lenet (d2l).");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp (784-256-10 ReLU), lenet or resnet18 (d2l).");
 ABSL_FLAG(int, batch_size, 256, "Batch size per worker (the global batch is world_size times it).");
 ABSL_FLAG(int, epochs, 5, "Epochs over the training set.");
 ABSL_FLAG(double, lr, 0,
@@ -70,7 +71,11 @@ ABSL_FLAG(double, lr, 0,
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the weight initialisation and of the shuffling.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Folder with Fashion-MNIST's gzip IDX files (Debian package dataset-fashion-mnist).");
-ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
+ABSL_FLAG(std::string, device, "auto",
+          "auto (the GPU when one works, else the CPU; says which), cpu or cuda.");
+ABSL_FLAG(bool, tf32, false,
+          "CUDA: let cuBLAS and cuDNN round fp32 products through TF32 tensor cores "
+          "(PyTorch's allow_tf32); off: strict fp32.");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32, or fp16 / bf16: half-precision compute with fp32 master weights and dynamic "
           "loss scaling (CUDA backend only).");
@@ -116,16 +121,34 @@ absl::Status WithFlag(absl::string_view flag, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("--", flag, ": ", status.message()));
 }
 
-// What --device=auto found: a usable GPU (after a kernel ran on it), or why not.
-std::string DescribeGpu() {
+// What the device probe found: a usable GPU (after a kernel ran on it), or why not.
+struct GpuProbe {
+  bool usable = false;
+  std::string description;
+};
+
+GpuProbe ProbeForTraining() {
 #ifdef DPTRAIN_HAVE_CUDA
   auto gpu = ProbeGpu();
-  if (!gpu.ok()) return absl::StrCat("no usable GPU: ", gpu.status().message());
-  return absl::StrCat("GPU 0 is a ", gpu->name, " (sm_", gpu->compute_capability,
-                      "), but the CUDA training backend is not built yet");
+  if (!gpu.ok()) return {false, absl::StrCat("no usable GPU: ", gpu.status().message())};
+  return {true, absl::StrCat("GPU 0 is a ", gpu->name, " (sm_", gpu->compute_capability, ")")};
 #else
-  return "built without CUDA";
+  return {false, "built without CUDA"};
 #endif
+}
+
+absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(bool gpu,
+                                                         const nn::ModelOptions& options) {
+#ifdef DPTRAIN_HAVE_CUDA
+  if (gpu) {
+    cuda::DeviceOptions device;
+    device.tf32 = absl::GetFlag(FLAGS_tf32);
+    auto model = cuda::CudaModel::Create(options, device);
+    if (!model.ok()) return model.status();
+    return std::unique_ptr<nn::Model>(*std::move(model));
+  }
+#endif
+  return nn::CreateModel(options);
 }
 
 // Answers Worker.GetStatus (served with the health service).
@@ -277,12 +300,12 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be auto, cpu or cuda, got '", device, "'"));
   }
-  const std::string gpu = device == "cpu" ? "" : DescribeGpu();
-  if (device == "cuda") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device=cuda: ", gpu, "; the CUDA training backend is not part of this build yet, "
-        "use --device=cpu or auto"));
+  const GpuProbe gpu = device == "cpu" ? GpuProbe{} : ProbeForTraining();
+  if (device == "cuda" && !gpu.usable) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=cuda: ", gpu.description, "; use --device=cpu or auto"));
   }
+  const bool on_gpu = device != "cpu" && gpu.usable;
   const std::string precision = absl::GetFlag(FLAGS_precision);
   if (precision != "fp32" && precision != "fp16" && precision != "bf16") {
     return absl::InvalidArgumentError(
@@ -290,8 +313,8 @@ absl::Status Run() {
   }
   if (precision != "fp32") {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--precision=", precision, " computes on the GPU, and the CUDA training backend is not "
-        "part of this build yet (the CPU computes in fp32): use --precision=fp32"));
+        "--precision=", precision, ": half-precision compute is not implemented yet (",
+        on_gpu ? "the CUDA backend" : "the CPU", " computes in fp32): use --precision=fp32"));
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "ps" && mode != "master" && mode != "allreduce") {
@@ -307,9 +330,13 @@ absl::Status Run() {
   }
 
   const std::string who = absl::StrCat("rank ", *rank, "/", *world_size);
-  std::cout << who << ": device cpu"
-            << (device == "auto" ? absl::StrCat(" (auto: ", gpu, "; training runs on the CPU)")
-                                 : "")
+  std::cout << who << ": device " << (on_gpu ? "cuda" : "cpu")
+            << (device == "cpu" ? ""
+                : on_gpu ? absl::StrCat(" (", gpu.description,
+                                        absl::GetFlag(FLAGS_tf32) ? ", TF32" : ", strict fp32",
+                                        ")")
+                         : absl::StrCat(" (auto: ", gpu.description,
+                                        "; training runs on the CPU)"))
             << std::endl;
 
   std::optional<HealthServer> health;
@@ -333,7 +360,7 @@ absl::Status Run() {
   model_options.name = absl::GetFlag(FLAGS_model);
   model_options.seed = absl::GetFlag(FLAGS_seed);
   model_options.threads = absl::GetFlag(FLAGS_threads);
-  auto model = nn::CreateModel(model_options);
+  auto model = CreateModelOn(on_gpu, model_options);
   if (!model.ok()) return model.status();
   const std::string load_path = absl::GetFlag(FLAGS_load_model);
   if (!load_path.empty()) {

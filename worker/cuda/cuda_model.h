@@ -47,6 +47,9 @@ class CudaModel final : public nn::Model {
   // training step of the benchmark. InvalidArgument for lr <= 0.
   absl::Status ApplySgd(float lr);
 
+  // Waits for everything enqueued (ApplySgd returns before its kernel ran).
+  absl::Status Synchronize() { return ctx_->Synchronize(); }
+
   const std::string& device_name() const { return ctx_->device_name(); }
 
  private:

@@ -1,0 +1,111 @@
+// The CUDA backend's training step time, the figure compared with PyTorch eager on the same
+// GPU (tools/gpu/torch_resnet.py; tools/gpu/check.sh runs both). One step = TrainStep
+// (batch copied in, forward, loss, backward, loss read back) + ApplySgd on the device,
+// synchronised; median over --steps after --warmup, in strict fp32 and with TF32.
+//
+//   gpu_benchmark --models=resnet18 --math=fp32,tf32 --batch_size=256
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "worker/cuda/cuda_model.h"
+
+ABSL_FLAG(std::string, models, "mlp,lenet,resnet18", "Models to time.");
+ABSL_FLAG(std::string, math, "fp32,tf32", "fp32 (strict) and/or tf32.");
+ABSL_FLAG(int, batch_size, 256, "Images per step.");
+ABSL_FLAG(int, warmup, 10, "Untimed steps (the first finds the convolution algorithms).");
+ABSL_FLAG(int, steps, 50, "Timed steps.");
+ABSL_FLAG(double, lr, 0.01, "SGD learning rate.");
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+int Run() {
+  const int batch = absl::GetFlag(FLAGS_batch_size);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::vector<float> images(static_cast<size_t>(batch) * 28 * 28);
+  for (float& x : images) x = pixel(rng);
+  std::vector<uint8_t> labels(batch);
+  for (uint8_t& y : labels) y = static_cast<uint8_t>(rng() % 10);
+
+  std::string device;
+  std::vector<std::string> rows;
+  int failures = 0;
+  const std::vector<std::string> models = absl::StrSplit(absl::GetFlag(FLAGS_models), ',');
+  const std::vector<std::string> maths = absl::StrSplit(absl::GetFlag(FLAGS_math), ',');
+  for (const std::string& name : models) {
+    for (const std::string& math : maths) {
+      if (math != "fp32" && math != "tf32") {
+        std::cerr << "gpu_benchmark: --math takes fp32 and tf32, got '" << math << "'\n";
+        return 2;
+      }
+      nn::ModelOptions options;
+      options.name = name;
+      options.seed = 1;
+      DeviceOptions dev;
+      dev.tf32 = math == "tf32";
+      auto model = CudaModel::Create(options, dev);
+      if (!model.ok()) {
+        std::cerr << "gpu_benchmark: " << name << " " << math << ": " << model.status() << "\n";
+        ++failures;
+        continue;
+      }
+      device = (*model)->device_name();
+      std::vector<double> ms;
+      double loss = 0;
+      absl::Status failed;
+      for (int i = 0; i < warmup + steps && failed.ok(); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = (*model)->TrainStep(images.data(), labels.data(), batch);
+        if (!r.ok()) {
+          failed = r.status();
+          break;
+        }
+        loss = r->loss;
+        failed = (*model)->ApplySgd(static_cast<float>(absl::GetFlag(FLAGS_lr)));
+        if (failed.ok()) failed = (*model)->Synchronize();
+        const auto t1 = std::chrono::steady_clock::now();
+        if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      if (!failed.ok()) {
+        std::cerr << "gpu_benchmark: " << name << " " << math << ": " << failed << "\n";
+        ++failures;
+        continue;
+      }
+      std::sort(ms.begin(), ms.end());
+      const double median = ms[ms.size() / 2];
+      char row[256];
+      std::snprintf(row, sizeof(row), "| %s | %s | %.2f | %.0f | %.2f | %.4f |", name.c_str(),
+                    math.c_str(), median, batch / median * 1e3, ms.front(), loss);
+      rows.push_back(row);
+      std::cout << "result model=" << name << " math=" << math << " step_ms=" << median
+                << " best_ms=" << ms.front() << " last_loss=" << loss << std::endl;
+    }
+  }
+  std::cout << "\nOurs (CUDA backend) on " << device << ": batch " << batch
+            << ", step = TrainStep + ApplySgd + synchronise, median of " << steps << "\n\n"
+            << "| model | math | step ms | images/s | best ms | last loss |\n"
+            << "|---|---|---|---|---|---|\n";
+  for (const std::string& r : rows) std::cout << r << "\n";
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dptrain
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return dptrain::cuda::Run();
+}
