@@ -66,7 +66,12 @@ CudaModel::CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx,
   }
 }
 
-CudaModel::~CudaModel() = default;
+CudaModel::~CudaModel() {
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+  for (cudaEvent_t e : layer_done_) cudaEventDestroy(e);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+  if (grads_pinned_) cudaHostUnregister(grads_.data());
+}
 
 absl::Status CudaModel::Allocate() {
   const int64_t n = static_cast<int64_t>(weights_.size());
@@ -79,6 +84,22 @@ absl::Status CudaModel::Allocate() {
                              d_buffers_.Ensure(*ctx_, static_cast<int64_t>(buffer_values_.size())));
     net_->BindBuffers(b);
   }
+  // The gradient copies: a stream of their own, one event per layer, and page-locked host
+  // memory (grads_ never moves) so that they run asynchronously. Without the lock (some
+  // sandboxes refuse it) a copy into pageable memory would block the host until the layer's
+  // backward is done, serialising the step: grads() then copies everything at once.
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  layer_done_.resize(net_->num_layers(), nullptr);
+  for (cudaEvent_t& e : layer_done_) {
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  grads_pinned_ = !grads_.empty() && cudaHostRegister(grads_.data(), grads_.size() * sizeof(float),
+                                                      cudaHostRegisterDefault) == cudaSuccess;
+  if (!grads_pinned_) cudaGetLastError();  // Clear it; not an error for later checks.
+  net_->set_grads_ready([this](int layer, int64_t offset, int64_t size) {
+    return CopiesDuringBackward() ? CopyGradsOut(layer, offset, size) : absl::OkStatus();
+  });
   DPTRAIN_RETURN_IF_ERROR(d_loss_.Ensure(*ctx_, 1).status());
   DPTRAIN_RETURN_IF_ERROR(d_correct_.Ensure(*ctx_, 1).status());
   return ctx_->Synchronize();
@@ -91,8 +112,27 @@ std::vector<float>& CudaModel::weights() {
 }
 
 const std::vector<float>& CudaModel::grads() const {
-  if (!grads_on_host_ && sticky_.ok()) sticky_ = DownloadGrads();
+  if (grad_copies_in_flight_ && sticky_.ok()) sticky_ = WaitForGradCopies();
+  if (grads_at_ == Grads::kCopying && sticky_.ok()) grads_at_ = Grads::kOnHost;
+  if (grads_at_ == Grads::kOnDevice && sticky_.ok()) sticky_ = DownloadGrads();
   return grads_;
+}
+
+absl::Status CudaModel::CopyGradsOut(int layer, int64_t offset, int64_t size) {
+  cudaEvent_t done = layer_done_[layer];
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, done, 0));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(grads_.data() + offset, d_grads_.data() + offset,
+                                               size * sizeof(float), cudaMemcpyDeviceToHost,
+                                               copy_stream_));
+  grad_copies_in_flight_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::WaitForGradCopies() const {
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
+  grad_copies_in_flight_ = false;
+  return absl::OkStatus();
 }
 
 std::vector<float>& CudaModel::buffer_values() {
@@ -115,7 +155,7 @@ absl::Status CudaModel::DownloadGrads() const {
                                                grads_.size() * sizeof(float),
                                                cudaMemcpyDeviceToHost, ctx_->stream()));
   DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
-  grads_on_host_ = true;
+  grads_at_ = Grads::kOnHost;
   return absl::OkStatus();
 }
 
@@ -180,9 +220,12 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
                                               d_loss_.data(), d_correct_.data(), dlogits,
                                               ctx_->stream()));
   if (training) {
+    // The last step's copies read d_grads_ and write grads_: let them finish first.
+    if (grad_copies_in_flight_) DPTRAIN_RETURN_IF_ERROR(WaitForGradCopies());
+    grads_at_ = Grads::kOnDevice;  // Until the backward below completed.
     DPTRAIN_RETURN_IF_ERROR(
         net_->Backward(*ctx_, DeviceTensor{dlogits, batch, logits.dims}, false).status());
-    grads_on_host_ = false;
+    if (CopiesDuringBackward()) grads_at_ = Grads::kCopying;
     if (!buffer_values_.empty()) {
       buffers_newer_on_device_ = true;
       ++uncounted_batches_;

@@ -4,7 +4,11 @@
 // only what the caller reads or writes crosses the bus:
 //   - weights() copies the device weights down if the device changed them (ApplySgd), and
 //     marks them to be copied up before the next step (the caller may write them);
-//   - grads() copies the last step's gradients down on first use;
+//   - grads(): by default each layer's gradients are copied down (into page-locked memory,
+//     on a second stream) as soon as backward has produced them, overlapping the layers
+//     below; grads() waits for the last copy (if the memory cannot be page-locked, grads()
+//     copies them all instead). With set_copy_grads_during_backward(false)
+//     (a single GPU that updates with ApplySgd) they are copied on the first grads() only;
 //   - buffer_values() likewise for batch norm's running statistics.
 // A failed copy inside those accessors (which cannot return a Status) is kept and returned
 // by the next TrainStep, Evaluate or ApplySgd.
@@ -47,6 +51,10 @@ class CudaModel final : public nn::Model {
   // training step of the benchmark. InvalidArgument for lr <= 0.
   absl::Status ApplySgd(float lr);
 
+  // See the top of the file. Default true: every mode but the single-GPU benchmark reads
+  // the gradients of every step.
+  void set_copy_grads_during_backward(bool on) { copy_grads_during_backward_ = on; }
+
   // Waits for everything enqueued (ApplySgd returns before its kernel ran).
   absl::Status Synchronize() { return ctx_->Synchronize(); }
 
@@ -65,6 +73,11 @@ class CudaModel final : public nn::Model {
   absl::Status DownloadWeights();
   absl::Status DownloadGrads() const;
   absl::Status DownloadBuffers();
+  // GpuSequentialBlock::GradsReady: enqueues the copy of one layer's gradients.
+  absl::Status CopyGradsOut(int layer, int64_t offset, int64_t size);
+  bool CopiesDuringBackward() const { return copy_grads_during_backward_ && grads_pinned_; }
+  // Waits for the gradient copies of the last step, if any are in flight.
+  absl::Status WaitForGradCopies() const;
 
   const std::string name_;
   // Declared first so that it is destroyed last: every buffer below returns to its cache.
@@ -86,9 +99,18 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_loss_;    // [0]: summed loss
   DeviceBuffer<int> d_correct_;
 
+  cudaStream_t copy_stream_ = nullptr;  // Device-to-host gradient copies.
+  std::vector<cudaEvent_t> layer_done_;  // Per top-level layer: its backward was enqueued.
+  bool grads_pinned_ = false;            // grads_ is page-locked (cudaHostRegister).
+  bool copy_grads_during_backward_ = true;
+  mutable bool grad_copies_in_flight_ = false;
+
   bool weights_up_to_date_on_device_ = false;  // Else the host's are copied up first.
   bool weights_newer_on_device_ = false;       // ApplySgd ran since the last download.
-  mutable bool grads_on_host_ = true;          // zeros until the first step
+  // Where the last step's gradients are: grads_ (zeros before the first step), being copied
+  // there during backward, or on the device only.
+  enum class Grads { kOnHost, kCopying, kOnDevice };
+  mutable Grads grads_at_ = Grads::kOnHost;
   bool buffers_up_to_date_on_device_ = false;
   bool buffers_newer_on_device_ = false;
   int64_t uncounted_batches_ = 0;  // Training steps not yet in the host's num_batches_tracked.

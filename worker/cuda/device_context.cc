@@ -19,9 +19,10 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::Create(
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
   DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasCreate(&ctx->cublas_));
   DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasSetStream(ctx->cublas_, ctx->stream_));
-  // Strict fp32 unless TF32 was asked for (cuBLAS's default on Ampere+ is already strict).
+  // Strict fp32 unless TF32 was asked for: cuBLAS's default math does not round fp32
+  // through TF32 (PyTorch's allow_tf32 = False).
   DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
-      ctx->cublas_, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+      ctx->cublas_, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreate(&ctx->cudnn_));
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetStream(ctx->cudnn_, ctx->stream_));
   ctx->allocator_ = std::make_unique<CachingAllocator>(CudaRawAllocator());

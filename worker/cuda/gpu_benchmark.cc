@@ -61,6 +61,7 @@ int Run() {
         ++failures;
         continue;
       }
+      (*model)->set_copy_grads_during_backward(false);  // ApplySgd reads them on the device.
       device = (*model)->device_name();
       std::vector<double> ms;
       double loss = 0;

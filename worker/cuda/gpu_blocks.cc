@@ -22,11 +22,12 @@ constexpr float kOne = 1.0f;
 GpuSequentialBlock::GpuSequentialBlock(std::vector<std::unique_ptr<GpuLayer>> layers)
     : layers_(std::move(layers)) {
   first_with_params_ = static_cast<int>(layers_.size());
-  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
-    if (!layers_[i]->ParamSpecs().empty()) {
-      first_with_params_ = i;
-      break;
-    }
+  param_offsets_.push_back(0);
+  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+    if (!layers_[i]->ParamSpecs().empty()) first_with_params_ = i;
+  }
+  for (const auto& layer : layers_) {
+    param_offsets_.push_back(param_offsets_.back() + nn::SpecsSize(layer->ParamSpecs()));
   }
 }
 
@@ -98,6 +99,8 @@ absl::StatusOr<DeviceTensor> GpuSequentialBlock::Backward(DeviceContext& ctx,
                                        grad.status().message()));
     }
     grad_output = *grad;
+    const int64_t size = param_offsets_[i + 1] - param_offsets_[i];
+    if (grads_ready_ && size > 0) DPTRAIN_RETURN_IF_ERROR(grads_ready_(i, param_offsets_[i], size));
   }
   return need_input_grad ? grad_output : DeviceTensor{};
 }
@@ -191,10 +194,10 @@ absl::StatusOr<DeviceTensor> GpuResidual::Forward(DeviceContext& ctx, DeviceTens
   }
   // b2 += shortcut in bn2's own output (its backward reads its input, not its output), then
   // the block's output = relu(b2).
-  TensorDescriptor desc;
-  DPTRAIN_RETURN_IF_ERROR(desc.Set(b2.batch, b2.dims));
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(ctx.cudnn(), &kOne, desc.get(), shortcut.data,
-                                               &kOne, desc.get(), const_cast<float*>(b2.data)));
+  DPTRAIN_RETURN_IF_ERROR(out_desc_.Set(b2.batch, b2.dims));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(ctx.cudnn(), &kOne, out_desc_.get(),
+                                               shortcut.data, &kOne, out_desc_.get(),
+                                               const_cast<float*>(b2.data)));
   DPTRAIN_ASSIGN_OR_RETURN(float* out, output_.Ensure(ctx, b2.size()));
   DPTRAIN_RETURN_IF_ERROR(ReluForward(b2.data, out, b2.size(), ctx.stream()));
   return DeviceTensor{out, b2.batch, b2.dims};
@@ -217,10 +220,9 @@ absl::StatusOr<DeviceTensor> GpuResidual::Backward(DeviceContext& ctx, DeviceTen
   }
   if (!need_input_grad) return DeviceTensor{};
   // dx (conv1's buffer, handed to our caller) += the shortcut's input gradient.
-  TensorDescriptor desc;
-  DPTRAIN_RETURN_IF_ERROR(desc.Set(dx.batch, dx.dims));
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(ctx.cudnn(), &kOne, desc.get(),
-                                               shortcut_grad.data, &kOne, desc.get(),
+  DPTRAIN_RETURN_IF_ERROR(in_desc_.Set(dx.batch, dx.dims));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(ctx.cudnn(), &kOne, in_desc_.get(),
+                                               shortcut_grad.data, &kOne, in_desc_.get(),
                                                const_cast<float*>(dx.data)));
   return dx;
 }

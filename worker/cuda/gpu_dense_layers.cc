@@ -131,9 +131,12 @@ absl::StatusOr<Perf> Choose(const Perf* perfs, int count, const DeviceContext& c
     const Perf& p = perfs[i];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
     if (p.memory > ctx.options().max_workspace_bytes) continue;
-    // CUDNN_DEFAULT_MATH lets an fp32 convolution round through TF32 on Ampere and later
-    // (PyTorch asks for FMA math when allow_tf32 is off, as here).
-    if (!ctx.options().tf32 && p.mathType != CUDNN_FMA_MATH) continue;
+    // Without TF32 no tensor-op result is taken; the descriptor's FMA math type (not the
+    // reported one, which cuDNN 9 may give as default) is what keeps the kernels strict.
+    if (!ctx.options().tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH ||
+                                p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) {
+      continue;
+    }
     return p;
   }
   return absl::InternalError(absl::StrCat(what, ": cuDNN found no usable algorithm among ",
@@ -178,15 +181,20 @@ absl::StatusOr<const GpuConv2d::Plan*> GpuConv2d::PlanFor(DeviceContext& ctx, in
       bwd_filter));
   DPTRAIN_ASSIGN_OR_RETURN(cudnnConvolutionBwdFilterAlgoPerf_t g,
                            Choose(bwd_filter, n, ctx, "conv backward filter"));
+  // With TF32 each direction runs in the math type its algorithm was timed with (as
+  // PyTorch does); strict fp32 keeps FMA math on every descriptor.
+  auto math = [&ctx](cudnnMathType_t found) {
+    return ctx.options().tf32 ? found : CUDNN_FMA_MATH;
+  };
   plan.fwd = f.algo;
   plan.fwd_bytes = f.memory;
-  plan.fwd_math = f.mathType;
+  plan.fwd_math = math(f.mathType);
   plan.bwd_data = d.algo;
   plan.bwd_data_bytes = d.memory;
-  plan.bwd_data_math = d.mathType;
+  plan.bwd_data_math = math(d.mathType);
   plan.bwd_filter = g.algo;
   plan.bwd_filter_bytes = g.memory;
-  plan.bwd_filter_math = g.mathType;
+  plan.bwd_filter_math = math(g.mathType);
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_fwd_, plan.fwd_math));
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_bwd_data_, plan.bwd_data_math));
   DPTRAIN_CUDNN_RETURN_IF_ERROR(

@@ -7,6 +7,7 @@
 
 #include <cudnn.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -198,9 +199,18 @@ class GpuSequentialBlock final : public GpuLayer {
   absl::StatusOr<DeviceTensor> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                         bool need_input_grad) override;
 
+  // Called during Backward as soon as layer `layer`'s parameter gradients are enqueued:
+  // elements [offset, offset + size) of the bound gradients (layers without parameters are
+  // skipped). Lets the model copy them out while the layers below still compute.
+  using GradsReady = std::function<absl::Status(int layer, int64_t offset, int64_t size)>;
+  void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+
  private:
   std::vector<std::unique_ptr<GpuLayer>> layers_;
+  std::vector<int64_t> param_offsets_;  // Per layer, into the bound buffers; then the total.
   int first_with_params_ = 0;
+  GradsReady grads_ready_;
 };
 
 // d2l's Residual: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), laid out as
@@ -231,6 +241,8 @@ class GpuResidual final : public GpuLayer {
   DeviceTensor input_;
   DeviceBuffer<float> output_;     // relu(bn2(...) + shortcut(x))
   DeviceBuffer<float> grad_sum_;   // d(loss)/d(bn2(...) + shortcut(x))
+  TensorDescriptor out_desc_;      // The block's output (batch x out x h' x w').
+  TensorDescriptor in_desc_;       // Its input.
 };
 
 }  // namespace cuda

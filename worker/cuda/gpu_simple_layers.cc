@@ -45,6 +45,12 @@ absl::StatusOr<DeviceTensor> GpuBatchNorm2d::Forward(DeviceContext& ctx, DeviceT
   float* running_mean = buffers_;
   float* running_var = buffers_ + c_;
   if (training) {
+    if (int64_t{input.batch} * input.dims.h * input.dims.w < 2) {
+      // cuDNN's unbiased variance would divide by zero; PyTorch refuses this too.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "BatchNorm2d: expected more than 1 value per channel when training, got input [",
+          input.batch, ", ", input.dims.ToString(), "]"));
+    }
     DPTRAIN_ASSIGN_OR_RETURN(float* saved, saved_.Ensure(ctx, 2 * int64_t{c_}));
     // cuDNN updates the running variance with the unbiased batch variance, as PyTorch.
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnBatchNormalizationForwardTraining(
@@ -96,7 +102,8 @@ absl::StatusOr<DeviceTensor> GpuActivation::Forward(DeviceContext& ctx, DeviceTe
       DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetActivationDescriptor(
           act_, CUDNN_ACTIVATION_SIGMOID, CUDNN_PROPAGATE_NAN, 0.0));
     }
-    DPTRAIN_RETURN_IF_ERROR(desc_.Set(static_cast<int>(input.size()), 1, 1, 1));
+    // The real shape: cuDNN kernels may not take more than 65535 in one dimension.
+    DPTRAIN_RETURN_IF_ERROR(desc_.Set(input.batch, input.dims));
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnActivationForward(
         ctx.cudnn(), act_, &kOne, desc_.get(), input.data, &kZero, desc_.get(), y));
   }
@@ -113,7 +120,7 @@ absl::StatusOr<DeviceTensor> GpuActivation::Backward(DeviceContext& ctx, DeviceT
     DPTRAIN_RETURN_IF_ERROR(ReluBackward(output_view_.data, grad_output.data, dx, n,
                                          ctx.stream()));
   } else {
-    DPTRAIN_RETURN_IF_ERROR(desc_.Set(static_cast<int>(n), 1, 1, 1));
+    DPTRAIN_RETURN_IF_ERROR(desc_.Set(grad_output.batch, grad_output.dims));
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnActivationBackward(
         ctx.cudnn(), act_, &kOne, desc_.get(), output_view_.data, desc_.get(), grad_output.data,
         desc_.get(), input_.data, &kZero, desc_.get(), dx));
