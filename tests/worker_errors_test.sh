@@ -31,7 +31,7 @@ expect_error "cuda without a usable GPU" "--device=cuda: no usable GPU.*use --de
   --ps=127.0.0.1:1 --device=cuda
 expect_error "bad precision" "--precision must be fp32, fp16 or bf16" --ps=127.0.0.1:1 \
   --precision=fp8
-expect_error "half precision (not implemented)" "--precision=bf16: half-precision compute is not implemented yet" \
+expect_error "half precision on the CPU" "--precision=bf16 computes on the GPU, and this worker runs on the CPU (--device=cpu)" \
   --ps=127.0.0.1:1 --precision=bf16 --device=cpu
 RANK=x expect_error "bad RANK env" "RANK='x'" --ps=127.0.0.1:1
 expect_error "bad mode" "--mode must be ps, master or allreduce" --mode=gossip

@@ -143,6 +143,10 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(bool gpu,
   if (gpu) {
     cuda::DeviceOptions device;
     device.tf32 = absl::GetFlag(FLAGS_tf32);
+    const std::string precision = absl::GetFlag(FLAGS_precision);
+    device.precision = precision == "fp16"   ? cuda::Precision::kFp16
+                       : precision == "bf16" ? cuda::Precision::kBf16
+                                             : cuda::Precision::kFp32;
     auto model = cuda::CudaModel::Create(options, device);
     if (!model.ok()) return model.status();
     return std::unique_ptr<nn::Model>(*std::move(model));
@@ -311,10 +315,13 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("--precision must be fp32, fp16 or bf16, got '", precision, "'"));
   }
-  if (precision != "fp32") {
+  if (precision != "fp32" && !on_gpu) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--precision=", precision, ": half-precision compute is not implemented yet (",
-        on_gpu ? "the CUDA backend" : "the CPU", " computes in fp32): use --precision=fp32"));
+        "--precision=", precision, " computes on the GPU, and this worker runs on the CPU (",
+        device == "cpu" ? "--device=cpu" : gpu.description, "): use --precision=fp32"));
+  }
+  if (precision != "fp32" && absl::GetFlag(FLAGS_tf32)) {
+    return absl::InvalidArgumentError("--tf32 applies to --precision=fp32 only");
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "ps" && mode != "master" && mode != "allreduce") {
@@ -332,8 +339,10 @@ absl::Status Run() {
   const std::string who = absl::StrCat("rank ", *rank, "/", *world_size);
   std::cout << who << ": device " << (on_gpu ? "cuda" : "cpu")
             << (device == "cpu" ? ""
-                : on_gpu ? absl::StrCat(" (", gpu.description,
-                                        absl::GetFlag(FLAGS_tf32) ? ", TF32" : ", strict fp32",
+                : on_gpu ? absl::StrCat(" (", gpu.description, ", ",
+                                        precision != "fp32"        ? precision
+                                        : absl::GetFlag(FLAGS_tf32) ? "TF32"
+                                                                    : "strict fp32",
                                         ")")
                          : absl::StrCat(" (auto: ", gpu.description,
                                         "; training runs on the CPU)"))

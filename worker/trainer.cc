@@ -13,18 +13,22 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
   if (o.progress != nullptr) {
     *o.progress << absl::StrFormat(
                        "rank %d epoch %d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  "
-                       "images/s %.0f  time %.1fs",
+                       "images/s %.0f  time %.1fs%s",
                        o.rank, m.epoch, o.epochs, m.loss, m.train_acc, m.test_acc,
-                       m.images_per_s, m.seconds)
+                       m.images_per_s, m.seconds,
+                       m.skipped_steps > 0
+                           ? absl::StrFormat("  skipped %d steps (overflow)", m.skipped_steps)
+                           : "")
                 << std::endl;
   }
   if (o.metrics != nullptr) {
     *o.metrics << absl::StrFormat(
                       "{\"event\":\"epoch\",\"rank\":%d,\"world_size\":%d,\"epoch\":%d,"
-                      "\"steps\":%d,\"loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,"
-                      "\"images_per_s\":%.1f,\"seconds\":%.3f,\"bytes_pushed\":%d,"
-                      "\"bytes_pulled\":%d}",
-                      o.rank, o.world_size, m.epoch, m.steps, m.loss, m.train_acc, m.test_acc,
+                      "\"steps\":%d,\"skipped_steps\":%d,\"loss\":%.6f,\"train_acc\":%.6f,"
+                      "\"test_acc\":%.6f,\"images_per_s\":%.1f,\"seconds\":%.3f,"
+                      "\"bytes_pushed\":%d,\"bytes_pulled\":%d}",
+                      o.rank, o.world_size, m.epoch, m.steps, m.skipped_steps, m.loss,
+                      m.train_acc, m.test_acc,
                       m.images_per_s, m.seconds, m.comm.bytes_pushed, m.comm.bytes_pulled)
                << std::endl;
   }
@@ -121,9 +125,14 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, GradientSync& sync
       }
       auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
       if (!result.ok()) return result.status();
+      // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
+      // loss scale hears the global outcome.
+      sync.SetOverflow(result->overflow);
       if (auto s = sync.Step(step, model.grads(), absl::MakeSpan(model.weights())); !s.ok()) {
         return s;
       }
+      model.RecordStepOutcome(sync.last_step_skipped());
+      if (sync.last_step_skipped()) ++m.skipped_steps;
       loss_sum += result->loss * n;
       correct += result->correct;
       seen += n;

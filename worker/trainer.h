@@ -31,6 +31,9 @@ struct TrainerOptions {
 struct EpochMetrics {
   int epoch = 0;  // 1-based.
   int64_t steps = 0;
+  // Steps that no replica applied because some worker's gradient overflowed (mixed
+  // precision), or had inf/NaN.
+  int64_t skipped_steps = 0;
   double loss = 0;       // Mean training loss over this worker's batches.
   double train_acc = 0;  // On this worker's shard, with the weights of each step.
   double test_acc = 0;   // On the whole test set after the epoch (-1 if not evaluated).

@@ -88,7 +88,7 @@ if [[ "${SKIP_TRAINING:-0}" != 1 ]]; then
   awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.92) }' || fail=1
 fi
 
-"$bin/gpu_benchmark" --models=resnet18,lenet,mlp --math=fp32,tf32 >"$out/gpu_benchmark.md" \
+"$bin/gpu_benchmark" --models=resnet18,lenet,mlp --math=fp32,tf32,bf16,fp16 >"$out/gpu_benchmark.md" \
   2>"$out/gpu_benchmark.err" || { rows+=("| gpu_benchmark | FAIL (see gpu_benchmark.err) |"); fail=1; }
 PYTHONUNBUFFERED=1 python3 "$root/gpu/torch_resnet.py" --out="$out/torch_resnet.md" \
   >"$out/torch_resnet.log" 2>&1 || { rows+=("| PyTorch ResNet-18 | FAIL (see torch_resnet.log) |"); fail=1; }

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/cuda/gpu_network.h"
+#include "worker/cuda/half.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/library_status.h"
 #include "worker/nn/architectures.h"
@@ -40,17 +41,25 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
   DPTRAIN_RETURN_IF_ERROR(SameLayout("buffers", buffers, (*gpu)->BufferSpecs()));
   std::vector<float> buffer_values(cpu.num_buffers());
   cpu.InitBuffers(buffer_values.data());
+  std::optional<LossScaler> scaler;
+  if (IsHalf(device.precision)) {
+    LossScalerOptions scaling;
+    scaling.initial_scale = device.initial_loss_scale;
+    absl::StatusOr<LossScaler> made = LossScaler::Create(scaling);
+    if (!made.ok()) return made.status();
+    scaler = *made;
+  }
   absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(device);
   if (!ctx.ok()) return ctx.status();
   std::unique_ptr<CudaModel> model(new CudaModel(
-      options.name, *std::move(ctx), *std::move(gpu), std::move(params),
+      options.name, *std::move(ctx), std::move(scaler), *std::move(gpu), std::move(params),
       std::move(initial->weights), std::move(buffers), std::move(buffer_values)));
   DPTRAIN_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
 
 CudaModel::CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx,
-                     std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
+                     std::optional<LossScaler> scaler, std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
                      std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
                      std::vector<float> buffer_values)
     : name_(std::move(name)),
@@ -60,7 +69,8 @@ CudaModel::CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx,
       buffer_infos_(std::move(buffers)),
       weights_(std::move(weights)),
       grads_(weights_.size(), 0.0f),
-      buffer_values_(std::move(buffer_values)) {
+      buffer_values_(std::move(buffer_values)),
+      scaler_(std::move(scaler)) {
   for (const nn::ParamInfo& b : buffer_infos_) {
     if (absl::EndsWith(b.name, "num_batches_tracked")) batch_counters_.push_back(b.offset);
   }
@@ -97,9 +107,15 @@ absl::Status CudaModel::Allocate() {
   grads_pinned_ = !grads_.empty() && cudaHostRegister(grads_.data(), grads_.size() * sizeof(float),
                                                       cudaHostRegisterDefault) == cudaSuccess;
   if (!grads_pinned_) cudaGetLastError();  // Clear it; not an error for later checks.
-  net_->set_grads_ready([this](int layer, int64_t offset, int64_t size) {
+  net_->set_grads_ready([this](int layer, int64_t offset, int64_t size) -> absl::Status {
+    if (scaler_) {  // Unscale this layer's gradients and count their inf/NaN.
+      DPTRAIN_RETURN_IF_ERROR(UnscaleAndCheck(d_grads_.data() + offset, size,
+                                              1.0f / scaler_->scale(), d_non_finite_.data(),
+                                              ctx_->stream()));
+    }
     return CopiesDuringBackward() ? CopyGradsOut(layer, offset, size) : absl::OkStatus();
   });
+  DPTRAIN_RETURN_IF_ERROR(d_non_finite_.Ensure(*ctx_, 1).status());
   DPTRAIN_RETURN_IF_ERROR(d_loss_.Ensure(*ctx_, 1).status());
   DPTRAIN_RETURN_IF_ERROR(d_correct_.Ensure(*ctx_, 1).status());
   return ctx_->Synchronize();
@@ -219,6 +235,14 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
   DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, nn::kNumClasses,
                                               d_loss_.data(), d_correct_.data(), dlogits,
                                               ctx_->stream()));
+  if (training && scaler_) {
+    // d(scale * loss)/d(logits); d_non_finite_ is borrowed for the kernel's count, then
+    // zeroed for the gradients' check.
+    DPTRAIN_RETURN_IF_ERROR(UnscaleAndCheck(dlogits, logits.size(), scaler_->scale(),
+                                            d_non_finite_.data(), ctx_->stream()));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(d_non_finite_.data(), 0, sizeof(int), ctx_->stream()));
+  }
   if (training) {
     // The last step's copies read d_grads_ and write grads_: let them finish first.
     if (grad_copies_in_flight_) DPTRAIN_RETURN_IF_ERROR(WaitForGradCopies());
@@ -233,12 +257,18 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
   }
   float loss_sum = 0;
   int correct = 0;
+  int non_finite = 0;
+  if (training && scaler_) {
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&non_finite, d_non_finite_.data(), sizeof(int),
+                                                 cudaMemcpyDeviceToHost, ctx_->stream()));
+  }
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&loss_sum, d_loss_.data(), sizeof(float),
                                                cudaMemcpyDeviceToHost, ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&correct, d_correct_.data(), sizeof(int),
                                                cudaMemcpyDeviceToHost, ctx_->stream()));
   DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
-  return nn::BatchResult{static_cast<double>(loss_sum) / batch, correct};
+  if (training) last_overflow_ = non_finite > 0;
+  return nn::BatchResult{static_cast<double>(loss_sum) / batch, correct, non_finite > 0};
 }
 
 absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, const uint8_t* labels,
@@ -251,9 +281,17 @@ absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const u
   return Step(images, labels, batch, /*training=*/false);
 }
 
+void CudaModel::RecordStepOutcome(bool skipped) {
+  if (scaler_) scaler_->Update(skipped);
+}
+
 absl::Status CudaModel::ApplySgd(float lr) {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
   if (!(lr > 0)) return absl::InvalidArgumentError(absl::StrCat("lr must be > 0, got ", lr));
+  if (scaler_) {
+    scaler_->Update(last_overflow_);
+    if (last_overflow_) return absl::OkStatus();  // Skipped, as GradScaler.step() would.
+  }
   DPTRAIN_RETURN_IF_ERROR(Upload());
   DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), nullptr,
                                     d_weights_.size(), lr, 0.0f, 0.0f, true, ctx_->stream()));

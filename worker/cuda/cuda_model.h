@@ -10,17 +10,26 @@
 //     copies them all instead). With set_copy_grads_during_backward(false)
 //     (a single GPU that updates with ApplySgd) they are copied on the first grads() only;
 //   - buffer_values() likewise for batch norm's running statistics.
+// Mixed precision (DeviceOptions::precision fp16/bf16): convolutions and dense products run
+// on 16-bit copies (gpu_layers.h) and the rest in fp32, with fp32 master weights; the loss
+// gradient is multiplied by the loss scale, each layer's gradients are unscaled and checked
+// for inf/NaN as backward produces them, and TrainStep reports an overflow
+// (BatchResult::overflow). RecordStepOutcome (or ApplySgd) then moves the scale with
+// GradScaler's rule (common/loss_scaler.h).
+//
 // A failed copy inside those accessors (which cannot return a Status) is kept and returned
 // by the next TrainStep, Evaluate or ApplySgd.
 #ifndef DPTRAIN_WORKER_CUDA_CUDA_MODEL_H_
 #define DPTRAIN_WORKER_CUDA_CUDA_MODEL_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/loss_scaler.h"
 #include "worker/cuda/device_context.h"
 #include "worker/cuda/gpu_layers.h"
 #include "worker/nn/model.h"
@@ -46,10 +55,15 @@ class CudaModel final : public nn::Model {
   absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const uint8_t* labels,
                                            int batch) override;
   std::string name() const override { return name_; }
+  void RecordStepOutcome(bool skipped) override;
 
   // Plain SGD on the device, w -= lr * grads(), nothing crossing the bus: the single-GPU
-  // training step of the benchmark. InvalidArgument for lr <= 0.
+  // training step of the benchmark. In fp16/bf16 it also records the step's outcome: after
+  // an overflow it skips the update and backs the scale off. InvalidArgument for lr <= 0.
   absl::Status ApplySgd(float lr);
+
+  // The loss scale of the next step (1 in fp32).
+  float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
 
   // See the top of the file. Default true: every mode but the single-GPU benchmark reads
   // the gradients of every step.
@@ -61,7 +75,7 @@ class CudaModel final : public nn::Model {
   const std::string& device_name() const { return ctx_->device_name(); }
 
  private:
-  CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx,
+  CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx, std::optional<LossScaler> scaler,
             std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
             std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
             std::vector<float> buffer_values);
@@ -98,6 +112,10 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_grad_logits_;
   DeviceBuffer<float> d_loss_;    // [0]: summed loss
   DeviceBuffer<int> d_correct_;
+  DeviceBuffer<int> d_non_finite_;  // inf/NaN gradients seen while unscaling
+
+  std::optional<LossScaler> scaler_;  // fp16/bf16 only
+  bool last_overflow_ = false;
 
   cudaStream_t copy_stream_ = nullptr;  // Device-to-host gradient copies.
   std::vector<cudaEvent_t> layer_done_;  // Per top-level layer: its backward was enqueued.

@@ -9,6 +9,18 @@
 namespace dptrain {
 namespace cuda {
 
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp32:
+      break;
+  }
+  return "fp32";
+}
+
 absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::Create(
     const DeviceOptions& options) {
   std::unique_ptr<DeviceContext> ctx(new DeviceContext(options));

@@ -21,9 +21,20 @@
 namespace dptrain {
 namespace cuda {
 
+// What convolutions and dense products compute in. fp16/bf16: mixed precision as PyTorch's
+// autocast does it for them: inputs and weights cast to 16 bits, fp32 accumulation, fp32
+// results, fp32 master weights and gradients; the loss is scaled (CudaModel).
+enum class Precision { kFp32, kFp16, kBf16 };
+
+// "fp32", "fp16", "bf16".
+const char* PrecisionName(Precision p);
+
 struct DeviceOptions {
   int device = 0;
-  // Lets cuBLAS and cuDNN round fp32 inputs to TF32 on tensor cores (PyTorch's
+  Precision precision = Precision::kFp32;
+  // Loss scale of the first fp16/bf16 step (GradScaler's 2^16); the scaler adapts it.
+  float initial_loss_scale = 65536.0f;
+  // fp32 only: lets cuBLAS and cuDNN round fp32 inputs to TF32 on tensor cores (PyTorch's
   // allow_tf32): ~1e-3 relative error instead of ~1e-6, several times the speed.
   bool tf32 = false;
   // Largest cuDNN workspace an algorithm may ask for; faster ones needing more are skipped.

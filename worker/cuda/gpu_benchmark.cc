@@ -1,9 +1,11 @@
 // The CUDA backend's training step time, the figure compared with PyTorch eager on the same
 // GPU (tools/gpu/torch_resnet.py; tools/gpu/check.sh runs both). One step = TrainStep
 // (batch copied in, forward, loss, backward, loss read back) + ApplySgd on the device,
-// synchronised; median over --steps after --warmup, in strict fp32 and with TF32.
+// synchronised; median over --steps after --warmup, in strict fp32, with TF32, and in
+// mixed precision (bf16 / fp16 convolutions and products, loss scaling; a step skipped for
+// overflow still counts).
 //
-//   gpu_benchmark --models=resnet18 --math=fp32,tf32 --batch_size=256
+//   gpu_benchmark --models=resnet18 --math=fp32,tf32,bf16,fp16 --batch_size=256
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,7 +20,7 @@
 #include "worker/cuda/cuda_model.h"
 
 ABSL_FLAG(std::string, models, "mlp,lenet,resnet18", "Models to time.");
-ABSL_FLAG(std::string, math, "fp32,tf32", "fp32 (strict) and/or tf32.");
+ABSL_FLAG(std::string, math, "fp32,tf32,bf16,fp16", "Any of fp32 (strict), tf32, bf16, fp16.");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
 ABSL_FLAG(int, warmup, 10, "Untimed steps (the first finds the convolution algorithms).");
 ABSL_FLAG(int, steps, 50, "Timed steps.");
@@ -46,8 +48,9 @@ int Run() {
   const std::vector<std::string> maths = absl::StrSplit(absl::GetFlag(FLAGS_math), ',');
   for (const std::string& name : models) {
     for (const std::string& math : maths) {
-      if (math != "fp32" && math != "tf32") {
-        std::cerr << "gpu_benchmark: --math takes fp32 and tf32, got '" << math << "'\n";
+      if (math != "fp32" && math != "tf32" && math != "bf16" && math != "fp16") {
+        std::cerr << "gpu_benchmark: --math takes fp32, tf32, bf16, fp16; got '" << math
+                  << "'\n";
         return 2;
       }
       nn::ModelOptions options;
@@ -55,6 +58,9 @@ int Run() {
       options.seed = 1;
       DeviceOptions dev;
       dev.tf32 = math == "tf32";
+      dev.precision = math == "bf16"   ? Precision::kBf16
+                      : math == "fp16" ? Precision::kFp16
+                                       : Precision::kFp32;
       auto model = CudaModel::Create(options, dev);
       if (!model.ok()) {
         std::cerr << "gpu_benchmark: " << name << " " << math << ": " << model.status() << "\n";

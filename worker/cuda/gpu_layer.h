@@ -58,8 +58,10 @@ class TensorDescriptor {
   TensorDescriptor(const TensorDescriptor&) = delete;
   TensorDescriptor& operator=(const TensorDescriptor&) = delete;
 
-  absl::Status Set(int n, int c, int h, int w);
-  absl::Status Set(int batch, const nn::Dims& dims) { return Set(batch, dims.c, dims.h, dims.w); }
+  absl::Status Set(int n, int c, int h, int w, cudnnDataType_t type = CUDNN_DATA_FLOAT);
+  absl::Status Set(int batch, const nn::Dims& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    return Set(batch, dims.c, dims.h, dims.w, type);
+  }
   cudnnTensorDescriptor_t get() const { return desc_; }
 
  private:

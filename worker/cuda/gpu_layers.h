@@ -21,7 +21,8 @@
 namespace dptrain {
 namespace cuda {
 
-// y = x W^T + b over flattened samples; W is [out, in] as nn.Linear's.
+// y = x W^T + b over flattened samples; W is [out, in] as nn.Linear's. In fp16/bf16 the
+// products take 16-bit copies of x, W and dy (cublasGemmEx) and write fp32.
 class GpuLinear final : public GpuLayer {
  public:
   GpuLinear(int in_features, int out_features) : in_(in_features), out_(out_features) {}
@@ -38,14 +39,20 @@ class GpuLinear final : public GpuLayer {
   const int out_;
   const float* w_ = nullptr;
   float* dw_ = nullptr;
+  absl::Status Gemm(DeviceContext& ctx, bool trans_a, bool trans_b, int m, int n, int k,
+                    const void* a, int lda, const void* b, int ldb, float* c, int ldc);
+
   DeviceTensor input_;
   DeviceBuffer<float> output_;
   DeviceBuffer<float> grad_input_;
+  DeviceBuffer<uint16_t> x_half_, w_half_, dy_half_;  // fp16/bf16 only
   TensorDescriptor y_desc_;     // batch x out x 1 x 1
   TensorDescriptor bias_desc_;  // 1 x out x 1 x 1
 };
 
-// Cross-correlation with bias, as nn.Conv2d; weight [out, in, kh, kw].
+// Cross-correlation with bias, as nn.Conv2d; weight [out, in, kh, kw]. In fp16/bf16 the
+// convolutions run on 16-bit copies of x, W and dy with fp32 accumulation (cuDNN's
+// pseudo-half configurations) and their results are widened to fp32; the bias stays fp32.
 class GpuConv2d final : public GpuLayer {
  public:
   GpuConv2d(const nn::Conv2dOptions& options, const nn::Dims& input, const nn::Dims& output)
@@ -71,6 +78,10 @@ class GpuConv2d final : public GpuLayer {
   absl::Status Describe(DeviceContext& ctx);   // Once: filter, convolution, bias descriptors.
   absl::StatusOr<const Plan*> PlanFor(DeviceContext& ctx, int batch);
 
+  int64_t weight_size() const {
+    return int64_t{o_.out_channels} * o_.in_channels * o_.kernel_h * o_.kernel_w;
+  }
+
   const nn::Conv2dOptions o_;
   const nn::Dims in_dims_;
   const nn::Dims out_dims_;
@@ -79,6 +90,9 @@ class GpuConv2d final : public GpuLayer {
   DeviceTensor input_;
   DeviceBuffer<float> output_;
   DeviceBuffer<float> grad_input_;
+  // fp16/bf16 only: the 16-bit operands and results.
+  DeviceBuffer<uint16_t> x_half_, w_half_, y_half_, dy_half_, dw_half_, dx_half_;
+  TensorDescriptor y32_desc_;  // The fp32 output, for the bias.
   cudnnFilterDescriptor_t filter_ = nullptr;
   // One convolution descriptor per direction: each carries the math type of its algorithm.
   cudnnConvolutionDescriptor_t conv_fwd_ = nullptr;

@@ -1,6 +1,7 @@
 // CPU vs GPU on random inputs, every layer and every model: forward output, input gradient,
 // parameter gradients and batch-norm statistics, as ||gpu - cpu|| / ||cpu||. Bounds from the
-// issue: 1e-5 in strict fp32, 5e-3 with TF32. Skips (visibly) without a GPU.
+// issue: 1e-5 in strict fp32, 5e-3 with TF32, 2e-2 in bf16/fp16 mixed precision. Skips
+// (visibly) without a GPU.
 #include <cmath>
 #include <memory>
 #include <random>
@@ -57,20 +58,38 @@ std::vector<float> Read(const float* device, int64_t n) {
   return v;
 }
 
-class ParityTest : public ::testing::TestWithParam<bool> {  // Param: TF32.
+// How the GPU computes, and the bound on its relative error.
+enum class Math { kFp32, kTf32, kBf16, kFp16 };
+
+double BoundFor(Math m) { return m == Math::kFp32 ? 1e-5 : m == Math::kTf32 ? 5e-3 : 2e-2; }
+
+DeviceOptions OptionsFor(Math m) {
+  DeviceOptions o;
+  o.tf32 = m == Math::kTf32;
+  o.precision = m == Math::kBf16   ? Precision::kBf16
+                : m == Math::kFp16 ? Precision::kFp16
+                                   : Precision::kFp32;
+  o.initial_loss_scale = 1024;  // Small models: no overflow at the first step.
+  return o;
+}
+
+std::string MathName(const ::testing::TestParamInfo<Math>& info) {
+  static const char* const kNames[] = {"fp32", "tf32", "bf16", "fp16"};
+  return kNames[static_cast<int>(info.param)];
+}
+
+class ParityTest : public ::testing::TestWithParam<Math> {
  protected:
   void SetUp() override {
     std::string why;
     if (!HaveGpu(&why)) {
       GTEST_SKIP() << "no usable GPU here (" << why << "); CPU-GPU parity was not checked";
     }
-    DeviceOptions options;
-    options.tf32 = GetParam();
-    absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(options);
+    absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(OptionsFor(GetParam()));
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     ctx_ = *std::move(ctx);
   }
-  double Bound() const { return GetParam() ? 5e-3 : 1e-5; }
+  double Bound() const { return BoundFor(GetParam()); }
 
   // Runs `cpu` and its GPU twin on the same random input, parameters, buffers and output
   // gradient, in training (then evaluation) mode, and compares everything they produce.
@@ -211,26 +230,25 @@ TEST_P(ParityTest, Residuals) {
 
 // Whole models through the Model API: a training step (loss, accuracy, gradients, batch
 // norm's statistics), an SGD update on the device, then evaluation.
-class ModelParityTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+class ModelParityTest : public ::testing::TestWithParam<std::tuple<std::string, Math>> {};
 
 TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
-  const auto& [name, tf32] = GetParam();
-  const double bound = tf32 ? 5e-3 : 1e-5;
+  const auto& [name, math] = GetParam();
+  const double bound = BoundFor(math);
+  const bool exact_math = math == Math::kFp32;
   nn::ModelOptions options;
   options.name = name;
   options.seed = 3;
   options.threads = 1;
   absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  DeviceOptions device;
-  device.tf32 = tf32;
-  absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, device);
+  absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, OptionsFor(math));
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  // Both ways of bringing the gradients to the host: copied during backward (strict fp32
-  // cases) and copied on demand (TF32 cases).
-  (*gpu)->set_copy_grads_during_backward(!tf32);
+  // Both ways of bringing the gradients to the host: copied during backward (fp32, bf16)
+  // and copied on demand (TF32, fp16).
+  (*gpu)->set_copy_grads_during_backward(math == Math::kFp32 || math == Math::kBf16);
   EXPECT_EQ((*gpu)->weights(), (*cpu)->weights()) << "same seed, same initial weights";
 
   const int batch = name == "resnet18" ? 4 : 16;
@@ -246,7 +264,8 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
     ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_NEAR(g->loss, c->loss, bound * std::abs(c->loss) + 1e-6);
-    if (!tf32) EXPECT_EQ(g->correct, c->correct);  // TF32 may flip a near-tied argmax.
+    ASSERT_FALSE(g->overflow) << "loss scale " << (*gpu)->loss_scale();
+    if (exact_math) EXPECT_EQ(g->correct, c->correct);  // Else a near tie may flip.
     EXPECT_LE(RelativeError((*gpu)->grads(), (*cpu)->grads()), bound) << "grads";
     EXPECT_LE(RelativeError((*gpu)->buffer_values(), (*cpu)->buffer_values()), bound)
         << "batch-norm statistics";
@@ -271,10 +290,45 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fp32AndTf32, ParityTest, ::testing::Bool());
+// fp16 with an absurd loss scale: the scaled gradient overflows fp16, TrainStep says so,
+// ApplySgd skips the update and halves the scale (GradScaler's rule), and once the scale is
+// small enough steps apply again.
+TEST(MixedPrecisionTest, OverflowSkipsTheStepAndBacksOff) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+  nn::ModelOptions options;
+  options.name = "mlp";
+  DeviceOptions device = OptionsFor(Math::kFp16);
+  device.initial_loss_scale = 1e30f;
+  absl::StatusOr<std::unique_ptr<CudaModel>> model = CudaModel::Create(options, device);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::mt19937 gen(5);
+  std::vector<float> images = Random(8 * 784, gen);
+  std::vector<uint8_t> labels = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<float> before = (*model)->weights();
+  auto r = (*model)->TrainStep(images.data(), labels.data(), 8);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->overflow);
+  ASSERT_TRUE((*model)->ApplySgd(0.1f).ok());
+  EXPECT_EQ((*model)->weights(), before) << "an overflowed step must not be applied";
+  EXPECT_EQ((*model)->loss_scale(), 0.5e30f);
+  int steps = 0;
+  while (r->overflow && ++steps < 200) {
+    r = (*model)->TrainStep(images.data(), labels.data(), 8);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE((*model)->ApplySgd(0.1f).ok());
+  }
+  EXPECT_FALSE(r->overflow) << "still overflowing at scale " << (*model)->loss_scale();
+  EXPECT_NE((*model)->weights(), before) << "a finite step must be applied";
+}
+
+INSTANTIATE_TEST_SUITE_P(Maths, ParityTest,
+                         ::testing::Values(Math::kFp32, Math::kTf32, Math::kBf16, Math::kFp16),
+                         MathName);
 INSTANTIATE_TEST_SUITE_P(Models, ModelParityTest,
                          ::testing::Combine(::testing::Values("mlp", "lenet", "resnet18"),
-                                            ::testing::Bool()));
+                                            ::testing::Values(Math::kFp32, Math::kTf32,
+                                                              Math::kBf16, Math::kFp16)));
 
 }  // namespace
 }  // namespace cuda

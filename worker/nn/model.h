@@ -31,6 +31,9 @@ struct ParamInfo {
 struct BatchResult {
   double loss;      // Mean softmax cross-entropy over the batch.
   int64_t correct;  // Samples with argmax(logits) == label.
+  // Mixed precision: grads() has inf/NaN at the current loss scale; the step must not be
+  // applied (by anyone: see GradientSync::SetOverflow). Always false in fp32.
+  bool overflow = false;
 };
 
 class Model {
@@ -72,6 +75,11 @@ class Model {
   // Leaves grads() and the buffers alone. Same errors as TrainStep.
   virtual absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,
                                                int batch) = 0;
+
+  // Mixed precision: after the gradient of the last TrainStep went through the optimizer
+  // path, whether that step was skipped (by any worker's overflow): the loss scale backs off
+  // or grows, as GradScaler's update(). No-op for fp32 models.
+  virtual void RecordStepOutcome(bool skipped) {}
 
   // "mlp", "lenet" or "resnet18".
   virtual std::string name() const = 0;

@@ -1,0 +1,94 @@
+// The trainer's mixed-precision wiring, with a fake model and a fake sync: a step whose
+// gradient overflowed is flagged to the sync (SetOverflow), not applied, counted in the
+// epoch's skipped_steps, and the model hears every step's global outcome
+// (RecordStepOutcome) in order.
+#include "worker/trainer.h"
+
+#include <sstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dptrain {
+namespace {
+
+// Two weights; TrainStep's gradient is all ones, and it reports an overflow on the steps
+// listed in `overflow_steps` (counted from 0).
+class FakeModel final : public nn::Model {
+ public:
+  explicit FakeModel(std::vector<int> overflow_steps) : overflow_steps_(overflow_steps) {}
+  const std::vector<nn::ParamInfo>& params() const override { return params_; }
+  std::vector<float>& weights() override { return weights_; }
+  const std::vector<float>& grads() const override { return grads_; }
+  absl::StatusOr<nn::BatchResult> TrainStep(const float*, const uint8_t*, int) override {
+    bool overflow = false;
+    for (int s : overflow_steps_) overflow = overflow || s == steps_;
+    ++steps_;
+    return nn::BatchResult{1.0, 0, overflow};
+  }
+  absl::StatusOr<nn::BatchResult> Evaluate(const float*, const uint8_t*, int) override {
+    return nn::BatchResult{1.0, 0};
+  }
+  void RecordStepOutcome(bool skipped) override { outcomes.push_back(skipped); }
+  std::string name() const override { return "fake"; }
+
+  std::vector<bool> outcomes;
+
+ private:
+  const std::vector<int> overflow_steps_;
+  int steps_ = 0;
+  std::vector<nn::ParamInfo> params_ = {{"w", {2}, 0, 2}};
+  std::vector<float> weights_ = {0, 0};
+  std::vector<float> grads_ = {1, 1};
+};
+
+// w -= g unless the step was flagged (one rank: the flag is the global decision).
+class FakeSync final : public GradientSync {
+ public:
+  absl::Status Start(absl::Span<float>) override { return absl::OkStatus(); }
+  absl::Status Step(int64_t, absl::Span<const float> grads, absl::Span<float> w) override {
+    skipped_ = overflow_;
+    overflow_ = false;
+    if (!skipped_) {
+      for (size_t i = 0; i < w.size(); ++i) w[i] -= grads[i];
+    }
+    return absl::OkStatus();
+  }
+  void SetOverflow(bool overflow) override { overflow_ = overflow; }
+  bool last_step_skipped() const override { return skipped_; }
+  absl::Status AverageBuffers(int64_t, absl::Span<float>) override { return absl::OkStatus(); }
+  CommStats stats() const override { return {}; }
+
+ private:
+  bool overflow_ = false;
+  bool skipped_ = false;
+};
+
+TEST(TrainerTest, OverflowedStepsAreSkippedCountedAndReported) {
+  Dataset data;
+  data.size = 8;
+  data.rows = 28;
+  data.cols = 28;
+  data.images.assign(8 * 784, 0.5f);
+  data.labels.assign(8, 1);
+  TrainerOptions options;
+  options.batch_size = 2;  // 4 steps per epoch.
+  options.epochs = 2;
+  options.evaluate = false;
+  std::ostringstream metrics;
+  options.metrics = &metrics;
+  FakeModel model({1, 4, 5});
+  FakeSync sync;
+  std::vector<EpochMetrics> history;
+  ASSERT_TRUE(Train(options, model, sync, data, nullptr, &history).ok());
+  EXPECT_EQ(model.outcomes,
+            (std::vector<bool>{false, true, false, false, true, true, false, false}));
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[0].skipped_steps, 1);
+  EXPECT_EQ(history[1].skipped_steps, 2);
+  EXPECT_EQ(model.weights(), (std::vector<float>{-5, -5})) << "8 steps, 3 skipped";
+  EXPECT_NE(metrics.str().find("\"skipped_steps\":2"), std::string::npos) << metrics.str();
+}
+
+}  // namespace
+}  // namespace dptrain
