@@ -152,12 +152,6 @@ absl::Status GpuConv2d::Describe(DeviceContext& ctx) {
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
         *d, o_.pad_h, o_.pad_w, o_.stride_h, o_.stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
         CUDNN_DATA_FLOAT));
-    // Strict fp32 (no tensor-op rounding) unless TF32 was allowed; 16-bit data on tensor
-    // cores. Accumulation is fp32 in every case (the CUDNN_DATA_FLOAT above).
-    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
-        *d, IsHalf(p)               ? CUDNN_TENSOR_OP_MATH
-            : ctx.options().tf32 ? CUDNN_DEFAULT_MATH
-                                 : CUDNN_FMA_MATH));
   }
   DPTRAIN_RETURN_IF_ERROR(bias_desc_.Set(1, o_.out_channels, 1, 1));
   return absl::OkStatus();
@@ -170,6 +164,14 @@ namespace {
 // Strict fp32: no tensor-op rounding anywhere.
 bool Strict(const DeviceContext& ctx) {
   return !ctx.options().tf32 && !IsHalf(ctx.options().precision);
+}
+
+// The math type a search starts from: strict fp32 (no tensor-op rounding) unless TF32 was
+// allowed; 16-bit data on tensor cores. Accumulation is fp32 in every case.
+cudnnMathType_t SearchMath(const DeviceContext& ctx) {
+  return IsHalf(ctx.options().precision) ? CUDNN_TENSOR_OP_MATH
+         : ctx.options().tf32            ? CUDNN_DEFAULT_MATH
+                                         : CUDNN_FMA_MATH;
 }
 
 template <typename Perf>
@@ -212,7 +214,11 @@ absl::StatusOr<const GpuConv2d::Plan*> GpuConv2d::PlanFor(DeviceContext& ctx, in
     return &it->second;
   }
   // Once per batch size: let cuDNN time its algorithms on this shape (it allocates its own
-  // scratch for that) and keep the fastest usable one of each direction.
+  // scratch for that) and keep the fastest usable one of each direction. The descriptors
+  // may carry an earlier plan's math type: every search starts from the base one.
+  for (cudnnConvolutionDescriptor_t d : {conv_fwd_, conv_bwd_data_, conv_bwd_filter_}) {
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(d, SearchMath(ctx)));
+  }
   constexpr int kMax = 16;
   Plan plan;
   int n = 0;

@@ -52,7 +52,9 @@ class GpuLinear final : public GpuLayer {
 
 // Cross-correlation with bias, as nn.Conv2d; weight [out, in, kh, kw]. In fp16/bf16 the
 // convolutions run on 16-bit copies of x, W and dy with fp32 accumulation (cuDNN's
-// pseudo-half configurations) and their results are widened to fp32; the bias stays fp32.
+// pseudo-half configurations need every tensor in one type, so y, dx and dW come out in 16
+// bits, as under PyTorch's autocast) and are widened to fp32; the bias stays fp32. An fp16
+// dW overflows when scale * |dW| > 65504: the loss scaler's business.
 class GpuConv2d final : public GpuLayer {
  public:
   GpuConv2d(const nn::Conv2dOptions& options, const nn::Dims& input, const nn::Dims& output)
