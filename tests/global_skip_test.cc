@@ -127,5 +127,36 @@ TEST(GlobalSkipTest, FlagWithoutInfIsEnough) {
   EXPECT_EQ(w[1], std::vector<float>(kElements, 1.0f));
 }
 
+// With set_apply (a model that updates its weights on a GPU) the sync hands every applied
+// step's averaged gradient to the model and leaves the host weights alone; a skipped step
+// reaches nobody.
+TEST(GlobalSkipTest, AllReduceApplyFnGetsTheAverageAndSkipsTogether) {
+  InMemoryHub hub(kWorkers, absl::Seconds(10));
+  std::vector<std::unique_ptr<AllReduceSync>> syncs;
+  std::vector<std::vector<std::vector<float>>> applied(kWorkers);
+  for (int r = 0; r < kWorkers; ++r) {
+    syncs.push_back(*AllReduceSync::Create(&hub.link(r), {Sgd(), 3}));
+    syncs[r]->set_apply([&applied, r](absl::Span<const float> averaged) {
+      applied[r].emplace_back(averaged.begin(), averaged.end());
+      return absl::OkStatus();
+    });
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> g(kElements, static_cast<float>(r + 1));
+        syncs[r]->SetOverflow(r == 1 && step == 1);
+        EXPECT_TRUE(syncs[r]->Step(step, g, absl::Span<float>()).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_EQ(applied[r].size(), 2u) << "rank " << r << ": steps 0 and 2, not the skipped 1";
+    for (const auto& avg : applied[r]) EXPECT_EQ(avg, std::vector<float>(kElements, 1.5f));
+  }
+}
+
 }  // namespace
 }  // namespace dptrain

@@ -415,6 +415,19 @@ absl::Status Run() {
     }
     options.metrics = &metrics;
   }
+#ifdef DPTRAIN_HAVE_CUDA
+  // All-reduce on a GPU: the replicas' averaged gradient goes up and the optimizer runs on
+  // the device, so the weights never cross the bus.
+  if (auto* gpu_model = dynamic_cast<cuda::CudaModel*>(model->get()); gpu_model != nullptr) {
+    if (auto* ring = dynamic_cast<AllReduceSync*>(sync.sync.get()); ring != nullptr) {
+      ring->set_apply([gpu_model, optimizer = WorkerOptimizer()](absl::Span<const float> avg) {
+        return gpu_model->ApplyOptimizer(optimizer, avg);
+      });
+      options.optimizer_on_model = true;
+      std::cout << who << ": the optimizer runs on the GPU" << std::endl;
+    }
+  }
+#endif
   std::cout << who << ": " << model_options.name << " with " << (*model)->weights().size()
             << " parameters, " << train->size << " training images, " << test->size
             << " test images" << std::endl;

@@ -128,9 +128,9 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, GradientSync& sync
       // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
       // loss scale hears the global outcome.
       sync.SetOverflow(result->overflow);
-      if (auto s = sync.Step(step, model.grads(), absl::MakeSpan(model.weights())); !s.ok()) {
-        return s;
-      }
+      const absl::Span<float> weights =
+          o.optimizer_on_model ? absl::Span<float>() : absl::MakeSpan(model.weights());
+      if (auto s = sync.Step(step, model.grads(), weights); !s.ok()) return s;
       model.RecordStepOutcome(sync.last_step_skipped());
       if (sync.last_step_skipped()) ++m.skipped_steps;
       loss_sum += result->loss * n;

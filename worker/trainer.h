@@ -26,6 +26,10 @@ struct TrainerOptions {
   int eval_batch_size = 500;
   std::ostream* progress = nullptr;  // One human-readable line per epoch, if set.
   std::ostream* metrics = nullptr;   // One JSON line per epoch and a final one, if set.
+  // The sync hands the averaged gradient to the model's own optimizer step (e.g.
+  // AllReduceSync::set_apply with CudaModel::ApplyOptimizer): Step() then gets no host
+  // weights, so a model that keeps them on a GPU never copies them across the bus.
+  bool optimizer_on_model = false;
 };
 
 struct EpochMetrics {

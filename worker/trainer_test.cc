@@ -47,6 +47,7 @@ class FakeSync final : public GradientSync {
  public:
   absl::Status Start(absl::Span<float>) override { return absl::OkStatus(); }
   absl::Status Step(int64_t, absl::Span<const float> grads, absl::Span<float> w) override {
+    weights_seen = w.size();
     skipped_ = overflow_;
     overflow_ = false;
     if (!skipped_) {
@@ -58,6 +59,8 @@ class FakeSync final : public GradientSync {
   bool last_step_skipped() const override { return skipped_; }
   absl::Status AverageBuffers(int64_t, absl::Span<float>) override { return absl::OkStatus(); }
   CommStats stats() const override { return {}; }
+
+  size_t weights_seen = 0;  // Size of the weights the last Step got.
 
  private:
   bool overflow_ = false;
@@ -88,6 +91,26 @@ TEST(TrainerTest, OverflowedStepsAreSkippedCountedAndReported) {
   EXPECT_EQ(history[1].skipped_steps, 2);
   EXPECT_EQ(model.weights(), (std::vector<float>{-5, -5})) << "8 steps, 3 skipped";
   EXPECT_NE(metrics.str().find("\"skipped_steps\":2"), std::string::npos) << metrics.str();
+}
+
+// optimizer_on_model: the sync's Step gets no host weights (the model updates its own).
+TEST(TrainerTest, OptimizerOnModelPassesNoHostWeights) {
+  Dataset data;
+  data.size = 4;
+  data.rows = 28;
+  data.cols = 28;
+  data.images.assign(4 * 784, 0.5f);
+  data.labels.assign(4, 1);
+  TrainerOptions options;
+  options.batch_size = 2;
+  options.evaluate = false;
+  FakeModel model({});
+  FakeSync sync;
+  ASSERT_TRUE(Train(options, model, sync, data, nullptr, nullptr).ok());
+  EXPECT_EQ(sync.weights_seen, 2u);
+  options.optimizer_on_model = true;
+  ASSERT_TRUE(Train(options, model, sync, data, nullptr, nullptr).ok());
+  EXPECT_EQ(sync.weights_seen, 0u);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ absl::Status AllReduceSync::Start(absl::Span<float> weights) {
 
 absl::Status AllReduceSync::Step(int64_t step, absl::Span<const float> grads,
                                  absl::Span<float> weights) {
-  if (grads.size() != weights.size()) {
+  if (!apply_ && grads.size() != weights.size()) {
     return absl::InvalidArgumentError("gradient and weights differ in size");
   }
   buffer_.resize(grads.size() + 1);
@@ -42,7 +42,9 @@ absl::Status AllReduceSync::Step(int64_t step, absl::Span<const float> grads,
   // Every rank sees the same reduced bits, so every rank decides the same.
   last_step_skipped_ = buffer_.back() != 0.0f || HasNonFinite(buffer_);
   if (last_step_skipped_) return absl::OkStatus();
-  optimizer_->Apply(weights, absl::MakeConstSpan(buffer_.data(), grads.size()), state_);
+  const absl::Span<const float> averaged = absl::MakeConstSpan(buffer_.data(), grads.size());
+  if (apply_) return apply_(averaged);
+  optimizer_->Apply(weights, averaged, state_);
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #ifndef DPTRAIN_WORKER_COMM_ALLREDUCE_SYNC_H_
 #define DPTRAIN_WORKER_COMM_ALLREDUCE_SYNC_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,13 @@ class AllReduceSync : public GradientSync {
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override;
 
+  // Leaves the optimizer step to the owner of the weights: `apply` gets the averaged
+  // gradient of every step that is applied, and Step() then neither reads nor writes its
+  // `weights` (which may be empty). For a model whose weights live on a GPU
+  // (CudaModel::ApplyOptimizer): in all-reduce mode only the gradient crosses the bus.
+  using ApplyFn = std::function<absl::Status(absl::Span<const float> averaged)>;
+  void set_apply(ApplyFn apply) { apply_ = std::move(apply); }
+
  private:
   AllReduceSync(PeerLink* link, const AllReduceSyncOptions& options,
                 std::unique_ptr<Optimizer> optimizer);
@@ -50,6 +58,7 @@ class AllReduceSync : public GradientSync {
   bool overflow_ = false;  // For the next Step.
   bool last_step_skipped_ = false;
   std::vector<float> buffer_;
+  ApplyFn apply_;
 };
 
 }  // namespace dptrain

@@ -281,6 +281,36 @@ absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const u
   return Step(images, labels, batch, /*training=*/false);
 }
 
+absl::Status CudaModel::ApplyOptimizer(const OptimizerOptions& options,
+                                       absl::Span<const float> averaged) {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  if (options.name != "sgd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA backend applies sgd only, not '", options.name, "'"));
+  }
+  DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(options).status());  // The hyper-parameters' checks.
+  const int64_t n = static_cast<int64_t>(weights_.size());
+  if (static_cast<int64_t>(averaged.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("averaged gradient has ", averaged.size(),
+                                                   " values, the model ", n));
+  }
+  DPTRAIN_RETURN_IF_ERROR(Upload());
+  DPTRAIN_ASSIGN_OR_RETURN(float* g, d_averaged_.Ensure(*ctx_, n));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(g, averaged.data(), n * sizeof(float),
+                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  float* momentum = nullptr;
+  if (options.momentum != 0) {
+    DPTRAIN_ASSIGN_OR_RETURN(momentum, d_momentum_.Ensure(*ctx_, n));
+  }
+  DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), g, momentum, n, options.learning_rate,
+                                    options.momentum, options.weight_decay,
+                                    /*first=*/optimizer_steps_ == 0, ctx_->stream()));
+  ++optimizer_steps_;
+  weights_newer_on_device_ = true;
+  // `averaged` may be reused by the caller as soon as we return.
+  return ctx_->Synchronize();
+}
+
 void CudaModel::RecordStepOutcome(bool skipped) {
   if (scaler_) scaler_->Update(skipped);
 }

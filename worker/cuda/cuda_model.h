@@ -29,7 +29,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/loss_scaler.h"
+#include "common/optimizer.h"
 #include "worker/cuda/device_context.h"
 #include "worker/cuda/gpu_layers.h"
 #include "worker/nn/model.h"
@@ -61,6 +63,13 @@ class CudaModel final : public nn::Model {
   // training step of the benchmark. In fp16/bf16 it also records the step's outcome: after
   // an overflow it skips the update and backs the scale off. InvalidArgument for lr <= 0.
   absl::Status ApplySgd(float lr);
+
+  // The optimizer step of all-reduce mode on the device: `averaged` (the gradient averaged
+  // over the replicas, layout of grads()) goes up, and torch.optim.SGD's update (momentum
+  // and weight decay, the momentum buffer kept on the device) runs where the weights are;
+  // the weights themselves never cross the bus (AllReduceSync::set_apply). InvalidArgument
+  // for another optimizer than "sgd", bad hyper-parameters or a gradient of another size.
+  absl::Status ApplyOptimizer(const OptimizerOptions& options, absl::Span<const float> averaged);
 
   // The loss scale of the next step (1 in fp32).
   float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
@@ -113,6 +122,9 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_loss_;    // [0]: summed loss
   DeviceBuffer<int> d_correct_;
   DeviceBuffer<int> d_non_finite_;  // inf/NaN gradients seen while unscaling
+  DeviceBuffer<float> d_averaged_;   // ApplyOptimizer's gradient
+  DeviceBuffer<float> d_momentum_;   // ApplyOptimizer's momentum buffer
+  int64_t optimizer_steps_ = 0;
 
   std::optional<LossScaler> scaler_;  // fp16/bf16 only
   bool last_overflow_ = false;

@@ -333,6 +333,35 @@ TEST(MixedPrecisionTest, OverflowSkipsTheStepAndBacksOff) {
   EXPECT_NE((*model)->weights(), before) << "a finite step must be applied";
 }
 
+// All-reduce mode's optimizer on the device = the host optimizer (torch.optim.SGD with
+// momentum and weight decay), step after step.
+TEST(ApplyOptimizerTest, SameAsTheHostOptimizer) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+  nn::ModelOptions options;
+  options.name = "mlp";
+  absl::StatusOr<std::unique_ptr<CudaModel>> model = CudaModel::Create(options, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  OptimizerOptions sgd;
+  sgd.learning_rate = 0.05f;
+  sgd.momentum = 0.9f;
+  sgd.weight_decay = 1e-3f;
+  auto host = CreateOptimizer(sgd);
+  ASSERT_TRUE(host.ok());
+  OptimizerState state;
+  std::vector<float> w = (*model)->weights();
+  std::mt19937 gen(9);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> averaged = Random(w.size(), gen, 0.1f);
+    (*host)->Apply(absl::MakeSpan(w), averaged, state);
+    ASSERT_TRUE((*model)->ApplyOptimizer(sgd, averaged).ok());
+    EXPECT_LE(RelativeError((*model)->weights(), w), 1e-6) << "step " << step;
+  }
+  sgd.name = "adam";
+  EXPECT_EQ((*model)->ApplyOptimizer(sgd, std::vector<float>(w.size())).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Maths, ParityTest,
                          ::testing::Values(Math::kFp32, Math::kTf32, Math::kBf16, Math::kFp16),
                          MathName);
