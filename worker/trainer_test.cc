@@ -67,13 +67,19 @@ class FakeSync final : public GradientSync {
   bool skipped_ = false;
 };
 
-TEST(TrainerTest, OverflowedStepsAreSkippedCountedAndReported) {
+// `n` grey 28x28 images, all labelled 1.
+Dataset GreyImages(int n) {
   Dataset data;
-  data.size = 8;
+  data.size = n;
   data.rows = 28;
   data.cols = 28;
-  data.images.assign(8 * 784, 0.5f);
-  data.labels.assign(8, 1);
+  data.images.assign(n * 784, 0.5f);
+  data.labels.assign(n, 1);
+  return data;
+}
+
+TEST(TrainerTest, OverflowedStepsAreSkippedCountedAndReported) {
+  const Dataset data = GreyImages(8);
   TrainerOptions options;
   options.batch_size = 2;  // 4 steps per epoch.
   options.epochs = 2;
@@ -95,12 +101,7 @@ TEST(TrainerTest, OverflowedStepsAreSkippedCountedAndReported) {
 
 // optimizer_on_model: the sync's Step gets no host weights (the model updates its own).
 TEST(TrainerTest, OptimizerOnModelPassesNoHostWeights) {
-  Dataset data;
-  data.size = 4;
-  data.rows = 28;
-  data.cols = 28;
-  data.images.assign(4 * 784, 0.5f);
-  data.labels.assign(4, 1);
+  const Dataset data = GreyImages(4);
   TrainerOptions options;
   options.batch_size = 2;
   options.evaluate = false;
