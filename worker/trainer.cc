@@ -17,7 +17,7 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
                        o.rank, m.epoch, o.epochs, m.loss, m.train_acc, m.test_acc,
                        m.images_per_s, m.seconds,
                        m.skipped_steps > 0
-                           ? absl::StrFormat("  skipped %d steps (overflow)", m.skipped_steps)
+                           ? absl::StrFormat("  skipped %d steps (inf/NaN gradient)", m.skipped_steps)
                            : "")
                 << std::endl;
   }
@@ -128,9 +128,9 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, GradientSync& sync
       // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
       // loss scale hears the global outcome.
       sync.SetOverflow(result->overflow);
-      const absl::Span<float> weights =
+      const absl::Span<float> step_weights =
           o.optimizer_on_model ? absl::Span<float>() : absl::MakeSpan(model.weights());
-      if (auto s = sync.Step(step, model.grads(), weights); !s.ok()) return s;
+      if (auto s = sync.Step(step, model.grads(), step_weights); !s.ok()) return s;
       model.RecordStepOutcome(sync.last_step_skipped());
       if (sync.last_step_skipped()) ++m.skipped_steps;
       loss_sum += result->loss * n;
