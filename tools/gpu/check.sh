@@ -118,6 +118,10 @@ if [[ "$stages" == *,bench,* ]]; then
     >"$out/torch_resnet.log" 2>&1 || { row "PyTorch ResNet-18" "FAIL (see torch_resnet.log)"; fail=1; }
   [[ -f "$out/gpu_benchmark.md" ]] && { echo; sed -n '/^Ours/,$p' "$out/gpu_benchmark.md"; } >>"$summary"
   [[ -f "$out/torch_resnet.md" ]] && { echo; cat "$out/torch_resnet.md"; } >>"$summary"
+  if [[ -s "$out/gpu_benchmark.md" && -s "$out/torch_resnet.md" ]]; then
+    { echo; echo "ResNet-18 step, ours vs PyTorch eager on this GPU:"; echo
+      python3 tools/gpu/compare.py "$out/gpu_benchmark.md" "$out/torch_resnet.md"; } >>"$summary"
+  fi
 fi
 
 echo
