@@ -276,7 +276,9 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_NEAR(g->loss, c->loss, bound * std::abs(c->loss) + 1e-6);
     ASSERT_FALSE(g->overflow) << "loss scale " << (*gpu)->loss_scale();
-    if (exact_math) EXPECT_EQ(g->correct, c->correct);  // Else a near tie may flip.
+    if (exact_math) {
+      EXPECT_EQ(g->correct, c->correct);  // Else a near tie may flip.
+    }
     EXPECT_LE(RelativeError((*gpu)->grads(), (*cpu)->grads()), grad_bound) << "grads";
     EXPECT_LE(RelativeError((*gpu)->buffer_values(), (*cpu)->buffer_values()), bound)
         << "batch-norm statistics";
