@@ -11,10 +11,12 @@
 #   bench: the step time of our CUDA backend (gpu_benchmark: fp32, TF32, bf16, fp16) and of
 #          PyTorch eager on the same GPU (torch_resnet.py: fp32, TF32, bf16 autocast, and
 #          the FLOPs floor).
-# Each stage has a time limit (the device tool's call has 600 s). The table grows in
+# Each step has a time limit, cut to what is left of BUDGET seconds (default 560: the device
+# tool's call has 600) so that the call ends on its own; a step with no time left is
+# reported as not run. The table grows in
 # $OUT/summary.md as stages finish (a call cut short still returns it) and is printed last;
 # every log goes into $OUT/gpu-logs.tar.gz (the tool brings back at most 8 files).
-# usage: [STAGES=tests,auto,train,bench] [EPOCHS=10] tools/gpu/check.sh
+# usage: [STAGES=tests,auto,train,bench] [EPOCHS=10] [BUDGET=560] tools/gpu/check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 results="${OUT:-/tmp/gpu-out}"
@@ -33,6 +35,15 @@ fail=0
 pack() { tar -C "$root" -czf "$results/gpu-logs.tar.gz" logs; }
 trap pack EXIT
 row() { echo "| $1 | $2 |" >>"$summary"; }
+deadline=$((SECONDS + ${BUDGET:-560}))
+# limited LIMIT CMD...: runs CMD under min(LIMIT, time left - 5 s); 124 without running it
+# when less than 10 s are left.
+limited() {
+  local limit=$1 left=$((deadline - SECONDS - 5))
+  shift
+  ((left >= 10)) || { echo "gpu/check: no time left for: $*" >&2; return 124; }
+  timeout $((limit < left ? limit : left)) "$@"
+}
 
 # cuBLAS and cuDNN are not in the bundle: take CUDA 13's from this machine (the toolkit's,
 # or the ones PyTorch's wheels installed).
@@ -63,7 +74,7 @@ export LD_LIBRARY_PATH="$root/gpu/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 if [[ "$stages" == *,tests,* ]]; then
   for t in device_probe_test kernels_test cuda_raw_allocator_test gpu_network_test \
            gpu_parity_test; do
-    timeout 240 "$bin/$t" >"$out/$t.log" 2>&1
+    limited 150 "$bin/$t" >"$out/$t.log" 2>&1
     if grep -q "SKIPPED" "$out/$t.log" || ! grep -q "PASSED" "$out/$t.log"; then
       row "$t" "FAIL (see $t.log): $(grep -m1 -E 'Failure|error|SKIPPED|FAILED' "$out/$t.log" | head -c 150)"
       grep -E "^\[  FAILED  \]" "$out/$t.log" | head -20 | sed 's/^/    /' >>"$summary"
@@ -75,7 +86,7 @@ if [[ "$stages" == *,tests,* ]]; then
 fi
 
 if [[ "$stages" == *,auto,* ]]; then
-  timeout 60 "$bin/gpu_worker" --device=auto --mode=allreduce --world_size=1 --rank=0 \
+  limited 30 "$bin/gpu_worker" --device=auto --mode=allreduce --world_size=1 --rank=0 \
     --lr=0.1 --data_dir=/nonexistent >"$out/gpu_worker_auto.log" 2>&1
   if grep -q "device cuda (GPU 0 is a" "$out/gpu_worker_auto.log"; then
     row "--device=auto" "$(grep -o "device cuda ([^)]*)" "$out/gpu_worker_auto.log" | head -1)"
@@ -100,21 +111,21 @@ train_row() {
 }
 if [[ "$stages" == *,train,* ]]; then
   data="$root/gpu/data"
-  timeout 200 "$bin/gpu_worker" --device=cuda --mode=allreduce --world_size=1 --rank=0 \
+  limited 150 "$bin/gpu_worker" --device=cuda --mode=allreduce --world_size=1 --rank=0 \
     --model=resnet18 --lr=0.1 --epochs="$epochs" --batch_size=256 --data_dir="$data" \
     --metrics_out="$out/train_1gpu.jsonl" >"$out/train_1gpu.log" 2>&1
   train_row "ResNet-18, 1 worker, $epochs epochs, fp32" "$out/train_1gpu.log"
-  timeout 240 deploy/local_cluster.sh --bin="$root/cluster-bin" --shards=2 --workers=2 \
+  limited 180 deploy/local_cluster.sh --bin="$root/cluster-bin" --shards=2 --workers=2 \
     --lr=0.1 --logs="$out/cluster" -- --device=cuda --model=resnet18 --epochs="$epochs" \
     --batch_size=256 --data_dir="$data" >"$out/train_2x2.log" 2>&1
   train_row "ResNet-18, 2 shards x 2 workers on one GPU, $epochs epochs" "$out/cluster/worker0.log"
 fi
 
 if [[ "$stages" == *,bench,* ]]; then
-  timeout 150 "$bin/gpu_benchmark" --models=resnet18,lenet,mlp --math=fp32,tf32,bf16,fp16 \
+  limited 120 "$bin/gpu_benchmark" --models=resnet18,lenet,mlp --math=fp32,tf32,bf16,fp16 \
     >"$out/gpu_benchmark.md" 2>"$out/gpu_benchmark.err" ||
     { row "gpu_benchmark" "FAIL (see gpu_benchmark.err): $(head -c 150 "$out/gpu_benchmark.err")"; fail=1; }
-  PYTHONUNBUFFERED=1 timeout 150 python3 "$root/gpu/torch_resnet.py" --out="$out/torch_resnet.md" \
+  PYTHONUNBUFFERED=1 limited 120 python3 "$root/gpu/torch_resnet.py" --out="$out/torch_resnet.md" \
     >"$out/torch_resnet.log" 2>&1 || { row "PyTorch ResNet-18" "FAIL (see torch_resnet.log)"; fail=1; }
   [[ -f "$out/gpu_benchmark.md" ]] && { echo; sed -n '/^Ours/,$p' "$out/gpu_benchmark.md"; } >>"$summary"
   [[ -f "$out/torch_resnet.md" ]] && { echo; cat "$out/torch_resnet.md"; } >>"$summary"
