@@ -27,7 +27,11 @@ expect_error "corrupt data" "train-images-idx3-ubyte.gz" --ps=127.0.0.1:1 \
 expect_error "no --ps" "--ps is required"
 expect_error "rank >= world size" "rank 3 is not in" --ps=127.0.0.1:1 --rank=3 --world_size=2
 expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu
-expect_error "cuda without a usable GPU" "--device=cuda: no usable GPU.*use --device=cpu or auto" \
+# (A build without the toolkit says "built without CUDA" instead.)
+expect_error "cuda without a usable GPU" "--device=cuda: .*use --device=cpu or auto" \
+  --ps=127.0.0.1:1 --device=cuda
+DPTRAIN_CUDA_BACKEND=/nonexistent/libdptrain_cuda.so expect_error "cuda without the backend plugin" \
+  "--device=cuda: \(no usable GPU: cannot load the CUDA backend: /nonexistent/libdptrain_cuda.so\|built without CUDA\)" \
   --ps=127.0.0.1:1 --device=cuda
 expect_error "bad precision" "--precision must be fp32, fp16 or bf16" --ps=127.0.0.1:1 \
   --precision=fp8

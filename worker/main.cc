@@ -22,16 +22,13 @@
 #include "common/health_server.h"
 #include "common/malloc_tuning.h"
 #include "proto/worker.grpc.pb.h"
-#ifdef DPTRAIN_HAVE_CUDA
-#include "worker/cuda/cuda_model.h"
-#include "worker/cuda/device_probe.h"
-#endif
 #include "common/net.h"
 #include "server/ps_server.h"
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
 #include "worker/comm/ps_client.h"
 #include "worker/data/idx_reader.h"
+#include "worker/gpu_backend.h"
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
 #include "worker/trainer.h"
@@ -121,38 +118,32 @@ absl::Status WithFlag(absl::string_view flag, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("--", flag, ": ", status.message()));
 }
 
-// What the device probe found: a usable GPU (after a kernel ran on it), or why not.
+// What looking for a GPU found: the CUDA backend (loaded, and a kernel ran on the GPU), or
+// why not.
 struct GpuProbe {
-  bool usable = false;
+  std::unique_ptr<cuda::Backend> backend;  // Null without a usable GPU.
   std::string description;
 };
 
 GpuProbe ProbeForTraining() {
 #ifdef DPTRAIN_HAVE_CUDA
-  auto gpu = ProbeGpu();
-  if (!gpu.ok()) return {false, absl::StrCat("no usable GPU: ", gpu.status().message())};
-  return {true, absl::StrCat("GPU 0 is a ", gpu->name, " (sm_", gpu->compute_capability, ")")};
+  auto backend = LoadCudaBackend();
+  if (!backend.ok()) return {nullptr, absl::StrCat("no usable GPU: ", backend.status().message())};
+  auto gpu = (*backend)->Probe();
+  if (!gpu.ok()) return {nullptr, absl::StrCat("no usable GPU: ", gpu.status().message())};
+  return {*std::move(backend), *gpu};
 #else
-  return {false, "built without CUDA"};
+  return {nullptr, "built without CUDA"};
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(bool gpu,
+absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(cuda::Backend* gpu,
                                                          const nn::ModelOptions& options) {
-#ifdef DPTRAIN_HAVE_CUDA
-  if (gpu) {
-    cuda::DeviceOptions device;
-    device.tf32 = absl::GetFlag(FLAGS_tf32);
-    const std::string precision = absl::GetFlag(FLAGS_precision);
-    device.precision = precision == "fp16"   ? cuda::Precision::kFp16
-                       : precision == "bf16" ? cuda::Precision::kBf16
-                                             : cuda::Precision::kFp32;
-    auto model = cuda::CudaModel::Create(options, device);
-    if (!model.ok()) return model.status();
-    return std::unique_ptr<nn::Model>(*std::move(model));
-  }
-#endif
-  return nn::CreateModel(options);
+  if (gpu == nullptr) return nn::CreateModel(options);
+  cuda::BackendOptions backend;
+  backend.tf32 = absl::GetFlag(FLAGS_tf32);
+  backend.precision = absl::GetFlag(FLAGS_precision);
+  return gpu->CreateModel(options, backend);
 }
 
 // Answers Worker.GetStatus (served with the health service).
@@ -305,11 +296,11 @@ absl::Status Run() {
         absl::StrCat("--device must be auto, cpu or cuda, got '", device, "'"));
   }
   const GpuProbe gpu = device == "cpu" ? GpuProbe{} : ProbeForTraining();
-  if (device == "cuda" && !gpu.usable) {
+  if (device == "cuda" && gpu.backend == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("--device=cuda: ", gpu.description, "; use --device=cpu or auto"));
   }
-  const bool on_gpu = device != "cpu" && gpu.usable;
+  const bool on_gpu = gpu.backend != nullptr;
   const std::string precision = absl::GetFlag(FLAGS_precision);
   if (precision != "fp32" && precision != "fp16" && precision != "bf16") {
     return absl::InvalidArgumentError(
@@ -369,7 +360,7 @@ absl::Status Run() {
   model_options.name = absl::GetFlag(FLAGS_model);
   model_options.seed = absl::GetFlag(FLAGS_seed);
   model_options.threads = absl::GetFlag(FLAGS_threads);
-  auto model = CreateModelOn(on_gpu, model_options);
+  auto model = CreateModelOn(gpu.backend.get(), model_options);
   if (!model.ok()) return model.status();
   const std::string load_path = absl::GetFlag(FLAGS_load_model);
   if (!load_path.empty()) {
@@ -415,19 +406,16 @@ absl::Status Run() {
     }
     options.metrics = &metrics;
   }
-#ifdef DPTRAIN_HAVE_CUDA
   // All-reduce on a GPU: the replicas' averaged gradient goes up and the optimizer runs on
   // the device, so the weights never cross the bus.
-  if (auto* gpu_model = dynamic_cast<cuda::CudaModel*>(model->get()); gpu_model != nullptr) {
-    if (auto* ring = dynamic_cast<AllReduceSync*>(sync.sync.get()); ring != nullptr) {
-      ring->set_apply([gpu_model, optimizer = WorkerOptimizer()](absl::Span<const float> avg) {
-        return gpu_model->ApplyOptimizer(optimizer, avg);
-      });
-      options.optimizer_on_model = true;
-      std::cout << who << ": the optimizer runs on the GPU" << std::endl;
-    }
+  if (auto* ring = dynamic_cast<AllReduceSync*>(sync.sync.get()); on_gpu && ring != nullptr) {
+    ring->set_apply([backend = gpu.backend.get(), gpu_model = model->get(),
+                     optimizer = WorkerOptimizer()](absl::Span<const float> averaged) {
+      return backend->ApplyOptimizer(*gpu_model, optimizer, averaged);
+    });
+    options.optimizer_on_model = true;
+    std::cout << who << ": the optimizer runs on the GPU" << std::endl;
   }
-#endif
   std::cout << who << ": " << model_options.name << " with " << (*model)->weights().size()
             << " parameters, " << train->size << " training images, " << test->size
             << " test images" << std::endl;

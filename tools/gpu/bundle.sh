@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ -x /usr/local/cuda/bin/nvcc || -n "${CUDA_PATH:-}" ]] ||
   { echo "gpu/bundle: no CUDA toolkit here: the bundle would hold no GPU code" >&2; exit 1; }
-targets=(//worker:gpu_worker //server:ps_server //worker/cuda:device_probe_test
+targets=(//worker:gpu_worker //worker/cuda:libdptrain_cuda.so //server:ps_server
+         //worker/cuda:device_probe_test
          //worker/cuda:kernels_test //worker/cuda:cuda_raw_allocator_test
          //worker/cuda:gpu_network_test //worker/cuda:gpu_parity_test
          //worker/cuda:gpu_benchmark //tests/bench:compute_benchmark)

@@ -1,0 +1,56 @@
+// libdptrain_cuda.so: the Backend of backend.h over CudaModel and the device probe.
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cuda/backend.h"
+#include "worker/cuda/cuda_model.h"
+#include "worker/cuda/device_probe.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  absl::StatusOr<std::string> Probe() override {
+    absl::StatusOr<GpuInfo> gpu = ProbeGpu();
+    if (!gpu.ok()) return gpu.status();
+    return absl::StrCat("GPU 0 is a ", gpu->name, " (sm_", gpu->compute_capability, ")");
+  }
+
+  absl::StatusOr<std::unique_ptr<nn::Model>> CreateModel(const nn::ModelOptions& model,
+                                                         const BackendOptions& options) override {
+    DeviceOptions device;
+    device.tf32 = options.tf32;
+    if (options.precision == "fp16") {
+      device.precision = Precision::kFp16;
+    } else if (options.precision == "bf16") {
+      device.precision = Precision::kBf16;
+    } else if (options.precision != "fp32") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("precision must be fp32, fp16 or bf16, got '", options.precision, "'"));
+    }
+    absl::StatusOr<std::unique_ptr<CudaModel>> made = CudaModel::Create(model, device);
+    if (!made.ok()) return made.status();
+    return std::unique_ptr<nn::Model>(*std::move(made));
+  }
+
+  absl::Status ApplyOptimizer(nn::Model& model, const OptimizerOptions& optimizer,
+                              absl::Span<const float> averaged) override {
+    auto* gpu = dynamic_cast<CudaModel*>(&model);
+    if (gpu == nullptr) {
+      return absl::InvalidArgumentError("ApplyOptimizer: not a model of the CUDA backend");
+    }
+    return gpu->ApplyOptimizer(optimizer, averaged);
+  }
+};
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dptrain
+
+extern "C" __attribute__((visibility("default"))) dptrain::cuda::Backend*
+DptrainCreateCudaBackend() {
+  return new dptrain::cuda::CudaBackend();
+}
