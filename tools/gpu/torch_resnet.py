@@ -3,7 +3,7 @@
 our CUDA backend must match or beat (issue: CUDA backend), and the step's floor.
 
 Times forward + CrossEntropyLoss + backward + SGD step with CUDA events (median over
---steps after --warmup) in fp32 (TF32 off), TF32, and bf16 autocast (and torch.compile of
+--steps after --warmup; cudnn.benchmark on, as our backend searches algorithms too) in fp32 (TF32 off), TF32, and bf16 autocast (and torch.compile of
 fp32 with --compile). The floor: the step's FLOPs (3 x the forward's conv and linear
 multiply-adds x 2, counted with hooks) over the matrix rate measured here (an 8192^3 matmul
 in the same precision). Writes a Markdown table to --out and prints it.
@@ -106,6 +106,9 @@ def main():
         print("torch_resnet: no CUDA device here", file=sys.stderr)
         return 2
     dev = a.device
+    # Our backend times cuDNN's algorithms once per shape (cudnnFind*); PyTorch gets the same
+    # privilege (its fastest eager setting for fixed shapes), done during the warm-up steps.
+    torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     x = torch.randn(a.batch, 1, 28, 28, device=dev)
     y = torch.randint(0, 10, (a.batch,), device=dev)
