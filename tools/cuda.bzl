@@ -6,7 +6,7 @@ for newer GPUs. nvcc is called by absolute path and is not tracked as an input:
 `bazel clean` after upgrading the toolkit.
 """
 
-load("@local_cuda//:defs.bzl", "CUDA_PATH")
+load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "CUDA_PATH")
 
 _GENCODE = ("-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 " +
             "-gencode arch=compute_90,code=compute_90")
@@ -29,5 +29,21 @@ def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
         hdrs = hdrs,
         deps = deps + ["@local_cuda//:cudart"],
         alwayslink = True,
+        **kwargs
+    )
+
+def gpu_test(name, srcs, deps, size = "small", **kwargs):
+    """A gtest that needs a GPU: tagged "gpu", it skips visibly where there is none.
+
+    Defined only where the toolkit was detected (its deps are CUDA targets).
+    """
+    if not CUDA_AVAILABLE:
+        return
+    native.cc_test(
+        name = name,
+        size = size,
+        srcs = srcs,
+        tags = ["gpu"],
+        deps = deps + ["//third_party:gtest_main"],
         **kwargs
     )
