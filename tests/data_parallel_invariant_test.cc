@@ -19,14 +19,16 @@ std::vector<float> TrainThroughPs(const HarnessConfig& c, int shards, const Data
   optimizer.weight_decay = 1e-4f;
   TestShards cluster = StartShards(shards, c.workers, optimizer);
   auto finals = RunWorkers(c, data, [&](int r, const std::vector<TensorInfo>& tensors)
-                                        -> absl::StatusOr<std::unique_ptr<GradientSync>> {
+                                        -> absl::StatusOr<OwnedStepSync> {
     PsClientOptions po;
     po.shard_addresses = cluster.addresses;
     po.rank = r;
     po.world_size = c.workers;
     po.max_chunk_elements = 50000;  // Several chunks per large tensor, spread over shards.
     po.tensors = tensors;
-    return PsClient::Connect(po);
+    auto client = PsClient::Connect(po);
+    if (!client.ok()) return client.status();
+    return std::unique_ptr<ParameterStore>(*std::move(client));
   });
   for (int r = 1; r < c.workers; ++r) EXPECT_EQ(finals[r], finals[0]) << "replica " << r;
   return finals[0];

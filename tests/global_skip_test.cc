@@ -1,6 +1,8 @@
 // Mixed precision in data-parallel training: when one worker's gradient overflows, the step
 // is skipped by every replica and every shard, in ps mode (over real gRPC, 2 shards) and in
 // all-reduce mode, and the next step applies normally.
+#include <cmath>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -22,14 +24,38 @@ OptimizerOptions Sgd() {
   return o;
 }
 
-// Runs steps 0..2 on every rank; rank 1 overflows at step 1 (its gradient has an inf).
+// One rank's step: its gradient followed by its overflow flag in, the new weights in `w`.
+using StepFn = std::function<absl::StatusOr<StepOutcome>(int64_t step, absl::Span<float> g,
+                                                         absl::Span<float> w)>;
+
+StepFn Through(ParameterStore* store) {
+  return [store](int64_t step, absl::Span<float> g, absl::Span<float> w) {
+    return store->PushPull(step, g, w);
+  };
+}
+
+// What a replica does with a reducer: reduce, then (unless skipped) apply the average as
+// the model would, w -= lr * average.
+StepFn Through(GradientReducer* reducer) {
+  return [reducer](int64_t step, absl::Span<float> g,
+                   absl::Span<float> w) -> absl::StatusOr<StepOutcome> {
+    absl::StatusOr<StepOutcome> outcome = reducer->Reduce(step, g);
+    if (outcome.ok() && !outcome->skipped) {
+      for (size_t i = 0; i < w.size(); ++i) w[i] -= Sgd().learning_rate * g[i];
+    }
+    return outcome;
+  };
+}
+
+// Runs steps 0..2 on every rank; rank 1 overflows at step 1 (its gradient has an inf and
+// its flag is set, unless `flag_only` says the flag alone).
 // Returns each rank's weights after each step, and whether each step was skipped.
 struct Run {
   std::vector<std::vector<std::vector<float>>> weights;  // [rank][step]
   std::vector<std::vector<bool>> skipped;                // [rank][step]
 };
 
-Run Train(std::vector<std::unique_ptr<GradientSync>>& syncs) {
+Run Train(const std::vector<ReplicaSync*>& syncs, const std::vector<StepFn>& steps) {
   Run run;
   run.weights.assign(kWorkers, {});
   run.skipped.assign(kWorkers, {});
@@ -41,13 +67,14 @@ Run Train(std::vector<std::unique_ptr<GradientSync>>& syncs) {
       for (int64_t i = 0; i < kElements; ++i) w[i] = static_cast<float>(i);
       absl::Status s = syncs[r]->Start(absl::MakeSpan(w));
       for (int step = 0; step < 3 && s.ok(); ++step) {
-        std::vector<float> g(kElements, static_cast<float>(r + 1));
+        std::vector<float> g(kElements + 1, static_cast<float>(r + 1));
         const bool overflow = r == 1 && step == 1;
         if (overflow) g[3] = std::numeric_limits<float>::infinity();
-        syncs[r]->SetOverflow(overflow);
-        s = syncs[r]->Step(step, g, absl::MakeSpan(w));
+        g.back() = overflow ? 1.0f : 0.0f;
+        absl::StatusOr<StepOutcome> outcome = steps[r](step, absl::MakeSpan(g), absl::MakeSpan(w));
+        s = outcome.status();
         run.weights[r].push_back(w);
-        run.skipped[r].push_back(syncs[r]->last_step_skipped());
+        run.skipped[r].push_back(outcome.ok() && outcome->skipped);
       }
       status[r] = s;
     });
@@ -77,7 +104,9 @@ class PsGlobalSkipTest : public ::testing::TestWithParam<bool> {};
 TEST_P(PsGlobalSkipTest, SkipsOnEveryShardAndReplica) {
   TestShards shards = StartShards(2, kWorkers, Sgd());
   ASSERT_EQ(shards.addresses.size(), 2u);
-  std::vector<std::unique_ptr<GradientSync>> syncs;
+  std::vector<std::unique_ptr<PsClient>> clients;
+  std::vector<ReplicaSync*> syncs;
+  std::vector<StepFn> steps;
   for (int r = 0; r < kWorkers; ++r) {
     PsClientOptions o;
     o.shard_addresses = shards.addresses;
@@ -88,74 +117,69 @@ TEST_P(PsGlobalSkipTest, SkipsOnEveryShardAndReplica) {
     o.stream_min_bytes = GetParam() ? 0 : int64_t{1} << 20;
     auto client = PsClient::Connect(o);
     ASSERT_TRUE(client.ok()) << client.status();
-    syncs.push_back(*std::move(client));
+    clients.push_back(*std::move(client));
+    syncs.push_back(clients.back().get());
+    steps.push_back(Through(clients.back().get()));
   }
-  ExpectGlobalSkip(Train(syncs));
+  ExpectGlobalSkip(Train(syncs, steps));
 }
 
 INSTANTIATE_TEST_SUITE_P(StreamOrUnary, PsGlobalSkipTest, ::testing::Bool());
 
 TEST(GlobalSkipTest, AllReduceModeSkipsOnEveryReplica) {
   InMemoryHub hub(kWorkers, absl::Seconds(10));
-  std::vector<std::unique_ptr<GradientSync>> syncs;
+  std::vector<std::unique_ptr<AllReduceSync>> reducers;
+  std::vector<ReplicaSync*> syncs;
+  std::vector<StepFn> steps;
   for (int r = 0; r < kWorkers; ++r) {
-    auto sync = AllReduceSync::Create(&hub.link(r), {Sgd(), 3});
-    ASSERT_TRUE(sync.ok()) << sync.status();
-    syncs.push_back(*std::move(sync));
+    reducers.push_back(std::make_unique<AllReduceSync>(&hub.link(r), AllReduceSyncOptions{3}));
+    syncs.push_back(reducers.back().get());
+    steps.push_back(Through(reducers.back().get()));
   }
-  ExpectGlobalSkip(Train(syncs));
+  ExpectGlobalSkip(Train(syncs, steps));
+}
+
+// Runs one all-reduce step on both ranks with gradients of ones, rank 0's modified by
+// `poison`, and returns what each rank's Reduce said.
+std::vector<bool> ReduceOnce(const std::function<void(std::vector<float>&)>& poison) {
+  InMemoryHub hub(kWorkers, absl::Seconds(10));
+  std::vector<bool> skipped(kWorkers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      AllReduceSync reducer(&hub.link(r), AllReduceSyncOptions{3});
+      std::vector<float> g(kElements + 1, 1.0f);
+      g.back() = 0.0f;
+      if (r == 0) poison(g);
+      absl::StatusOr<StepOutcome> outcome = reducer.Reduce(0, absl::MakeSpan(g));
+      EXPECT_TRUE(outcome.ok()) << outcome.status();
+      skipped[r] = outcome.ok() && outcome->skipped;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return skipped;
 }
 
 // The flag alone (a finite gradient, e.g. an overflow seen in fp16 before unscaling) is
 // enough: the other replica skips too.
 TEST(GlobalSkipTest, FlagWithoutInfIsEnough) {
-  InMemoryHub hub(kWorkers, absl::Seconds(10));
-  std::vector<std::unique_ptr<AllReduceSync>> syncs;
-  for (int r = 0; r < kWorkers; ++r) syncs.push_back(*AllReduceSync::Create(&hub.link(r), {Sgd(), 3}));
-  std::vector<std::vector<float>> w(kWorkers, std::vector<float>(kElements, 1.0f));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] {
-      std::vector<float> g(kElements, 1.0f);
-      syncs[r]->SetOverflow(r == 0);
-      EXPECT_TRUE(syncs[r]->Step(0, g, absl::MakeSpan(w[r])).ok());
-      EXPECT_TRUE(syncs[r]->last_step_skipped());
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(w[0], std::vector<float>(kElements, 1.0f));
-  EXPECT_EQ(w[1], std::vector<float>(kElements, 1.0f));
+  EXPECT_EQ(ReduceOnce([](std::vector<float>& g) { g.back() = 1.0f; }),
+            (std::vector<bool>{true, true}));
 }
 
-// With set_apply (a model that updates its weights on a GPU) the sync hands every applied
-// step's averaged gradient to the model and leaves the host weights alone; a skipped step
-// reaches nobody.
-TEST(GlobalSkipTest, AllReduceApplyFnGetsTheAverageAndSkipsTogether) {
-  InMemoryHub hub(kWorkers, absl::Seconds(10));
-  std::vector<std::unique_ptr<AllReduceSync>> syncs;
-  std::vector<std::vector<std::vector<float>>> applied(kWorkers);
-  for (int r = 0; r < kWorkers; ++r) {
-    syncs.push_back(*AllReduceSync::Create(&hub.link(r), {Sgd(), 3}));
-    syncs[r]->set_apply([&applied, r](absl::Span<const float> averaged) {
-      applied[r].emplace_back(averaged.begin(), averaged.end());
-      return absl::OkStatus();
-    });
-  }
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] {
-      for (int step = 0; step < 3; ++step) {
-        std::vector<float> g(kElements, static_cast<float>(r + 1));
-        syncs[r]->SetOverflow(r == 1 && step == 1);
-        EXPECT_TRUE(syncs[r]->Step(step, g, absl::Span<float>()).ok());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kWorkers; ++r) {
-    ASSERT_EQ(applied[r].size(), 2u) << "rank " << r << ": steps 0 and 2, not the skipped 1";
-    for (const auto& avg : applied[r]) EXPECT_EQ(avg, std::vector<float>(kElements, 1.5f));
-  }
+// A NaN without the flag (a broken worker, or fp32) is caught where it is summed.
+TEST(GlobalSkipTest, NonFiniteWithoutFlagIsCaught) {
+  EXPECT_EQ(ReduceOnce([](std::vector<float>& g) { g[7] = std::nanf(""); }),
+            (std::vector<bool>{true, true}));
+  EXPECT_EQ(ReduceOnce([](std::vector<float>&) {}), (std::vector<bool>{false, false}));
+}
+
+TEST(GlobalSkipTest, BadStepsAndRoundsAreOutOfRange) {
+  InMemoryHub hub(1, absl::Seconds(1));
+  AllReduceSync reducer(&hub.link(0), AllReduceSyncOptions{3});
+  std::vector<float> g(4, 1.0f);
+  EXPECT_EQ(reducer.Reduce(-1, absl::MakeSpan(g)).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(reducer.AverageBuffers(-1, absl::MakeSpan(g)).code(), absl::StatusCode::kOutOfRange);
 }
 
 }  // namespace

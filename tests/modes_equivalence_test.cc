@@ -26,7 +26,7 @@ std::vector<std::vector<float>> TrainWithReducer(
     std::vector<std::vector<float>>* buffers = nullptr) {
   TestShards cluster = StartShards(shards, c.workers, Sgd());
   return RunWorkers(c, data, [&](int r, const std::vector<TensorInfo>& tensors)
-                                 -> absl::StatusOr<std::unique_ptr<GradientSync>> {
+                                 -> absl::StatusOr<OwnedStepSync> {
     PsClientOptions po;
     po.shard_addresses = cluster.addresses;
     po.rank = r;
@@ -34,21 +34,22 @@ std::vector<std::vector<float>> TrainWithReducer(
     po.tensors = tensors;
     po.max_chunk_elements = 30000;
     po.stream_min_bytes = 0;  // Every shard streams here (the invariant test: unary).
-    return PsClient::Connect(po);
+    auto client = PsClient::Connect(po);
+    if (!client.ok()) return client.status();
+    return std::unique_ptr<ParameterStore>(*std::move(client));
   }, buffers);
 }
 
-// A GradientSync that owns the all-reduce group it runs over.
-class OwningAllReduce : public GradientSync {
+// A reducer that owns the all-reduce group it runs over.
+class OwningAllReduce : public GradientReducer {
  public:
   OwningAllReduce(std::unique_ptr<AllReduceGroup> g, std::unique_ptr<AllReduceSync> s)
       : group_(std::move(g)), sync_(std::move(s)) {}
   absl::Status Start(absl::Span<float> w) override { return sync_->Start(w); }
-  absl::Status Step(int64_t t, absl::Span<const float> g, absl::Span<float> w) override {
-    return sync_->Step(t, g, w);
+  int world_size() const override { return sync_->world_size(); }
+  absl::StatusOr<StepOutcome> Reduce(int64_t t, absl::Span<float> g) override {
+    return sync_->Reduce(t, g);
   }
-  void SetOverflow(bool overflow) override { sync_->SetOverflow(overflow); }
-  bool last_step_skipped() const override { return sync_->last_step_skipped(); }
   absl::Status AverageBuffers(int64_t round, absl::Span<float> b) override {
     return sync_->AverageBuffers(round, b);
   }
@@ -74,8 +75,10 @@ std::vector<std::vector<float>> TrainWithAllReduce(
   if (!group0.ok()) return {};
   const int port = (*group0)->master_port();
   std::unique_ptr<AllReduceGroup> rank0_group = *std::move(group0);
-  return RunWorkers(c, data, [&](int r, const std::vector<TensorInfo>&)
-                                 -> absl::StatusOr<std::unique_ptr<GradientSync>> {
+  HarnessConfig replicas_apply = c;
+  replicas_apply.optimizer = Sgd();
+  return RunWorkers(replicas_apply, data, [&](int r, const std::vector<TensorInfo>&)
+                                 -> absl::StatusOr<OwnedStepSync> {
     std::unique_ptr<AllReduceGroup> group;
     if (r == 0) {
       group = std::move(rank0_group);
@@ -89,11 +92,10 @@ std::vector<std::vector<float>> TrainWithAllReduce(
     }
     if (auto s = group->Join(); !s.ok()) return s;
     AllReduceSyncOptions so;
-    so.optimizer = Sgd();
     so.chunk_elements = 10000;
-    auto sync = AllReduceSync::Create(&group->link(), so);
-    if (!sync.ok()) return sync.status();
-    return std::make_unique<OwningAllReduce>(std::move(group), *std::move(sync));
+    auto sync = std::make_unique<AllReduceSync>(&group->link(), so);
+    return std::unique_ptr<GradientReducer>(
+        std::make_unique<OwningAllReduce>(std::move(group), std::move(sync)));
   }, buffers);
 }
 

@@ -1,18 +1,19 @@
 // Runs N workers as threads of the test process, each with its own model and its own
-// GradientSync, for `steps` steps of one epoch; returns every replica's final weights.
+// synchroniser (step_sync.h), for `steps` steps of one epoch; returns every replica's final weights.
 #ifndef DPTRAIN_TESTS_TRAIN_HARNESS_H_
 #define DPTRAIN_TESTS_TRAIN_HARNESS_H_
 
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
-#include "worker/comm/gradient_sync.h"
+#include "worker/comm/step_sync.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 #include "worker/trainer.h"
@@ -26,10 +27,12 @@ struct HarnessConfig {
   int64_t steps = 5;
   uint64_t model_seed = 7;
   uint64_t data_seed = 3;
+  // The replicas' own update rule (all-reduce mode); none where a server applies it.
+  std::optional<OptimizerOptions> optimizer;
 };
 
 // Makes rank r's sync for a model with these tensors. Called on rank r's thread.
-using SyncFactory = std::function<absl::StatusOr<std::unique_ptr<GradientSync>>(
+using SyncFactory = std::function<absl::StatusOr<OwnedStepSync>(
     int rank, const std::vector<TensorInfo>& tensors)>;
 
 // `buffers`, if not null, receives every replica's final buffer values (batch norm).
@@ -42,7 +45,12 @@ inline std::vector<std::vector<float>> RunWorkers(
   std::vector<std::thread> threads;
   for (int r = 0; r < c.workers; ++r) {
     threads.emplace_back([&, r] {
-      auto model = nn::CreateModel({c.model, c.model_seed, /*threads=*/1});
+      nn::ModelOptions mo;
+      mo.name = c.model;
+      mo.seed = c.model_seed;
+      mo.threads = 1;
+      mo.optimizer = c.optimizer;
+      auto model = nn::CreateModel(mo);
       if (!model.ok()) {
         statuses[r] = model.status();
         return;
@@ -62,7 +70,7 @@ inline std::vector<std::vector<float>> RunWorkers(
       to.seed = c.data_seed;
       to.max_steps_per_epoch = c.steps;
       to.evaluate = false;
-      statuses[r] = Train(to, **model, **sync, data, nullptr, nullptr);
+      statuses[r] = Train(to, **model, Borrow(*sync), data, nullptr, nullptr);
       finals[r] = (*model)->weights();
       if (buffers != nullptr) (*buffers)[r] = (*model)->buffer_values();
     });

@@ -176,7 +176,7 @@ struct SyncSetup {
 struct Sync {
   std::unique_ptr<PsServer> master;          // master mode, rank 0: the reducer.
   std::unique_ptr<AllReduceGroup> group;     // allreduce mode: peers and rendezvous.
-  std::unique_ptr<GradientSync> sync;
+  OwnedStepSync sync;
   std::string description;
 };
 
@@ -227,7 +227,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     auto client = PsClient::Connect(options);
     if (!client.ok()) return client.status();
     out.description = absl::StrCat("ps mode, ", options.shard_addresses.size(), " shard(s)");
-    out.sync = *std::move(client);
+    out.sync = std::unique_ptr<ParameterStore>(*std::move(client));
     return absl::OkStatus();
   }
   if (setup.mode == "master") {
@@ -253,7 +253,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     auto client = PsClient::Connect(ClientOptions(setup, {absl::StrCat(master_addr, ":", port)}));
     if (!client.ok()) return client.status();
     out.description = absl::StrCat("master mode, reducer at ", master_addr, ":", port);
-    out.sync = *std::move(client);
+    out.sync = std::unique_ptr<ParameterStore>(*std::move(client));
     return absl::OkStatus();
   }
   AllReduceGroupOptions group;
@@ -272,11 +272,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     if (auto s = ReportMasterPort(out.group->master_port()); !s.ok()) return s;
   }
   if (auto s = out.group->Join(); !s.ok()) return s;
-  AllReduceSyncOptions ring;
-  ring.optimizer = WorkerOptimizer();
-  auto sync = AllReduceSync::Create(&out.group->link(), ring);
-  if (!sync.ok()) return sync.status();
-  out.sync = *std::move(sync);
+  out.sync = std::make_unique<AllReduceSync>(&out.group->link(), AllReduceSyncOptions{});
   out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size);
   return absl::OkStatus();
 }
@@ -360,6 +356,9 @@ absl::Status Run() {
   model_options.name = absl::GetFlag(FLAGS_model);
   model_options.seed = absl::GetFlag(FLAGS_seed);
   model_options.threads = absl::GetFlag(FLAGS_threads);
+  // All-reduce mode: every replica applies the averaged gradient itself (on a GPU, where
+  // its weights are). ps and master: the server does.
+  if (mode == "allreduce") model_options.optimizer = WorkerOptimizer();
   auto model = CreateModelOn(gpu.backend.get(), model_options);
   if (!model.ok()) return model.status();
   const std::string load_path = absl::GetFlag(FLAGS_load_model);
@@ -406,20 +405,13 @@ absl::Status Run() {
     }
     options.metrics = &metrics;
   }
-  // All-reduce on a GPU: the replicas' averaged gradient goes up and the optimizer runs on
-  // the device, so the weights never cross the bus.
-  if (auto* ring = dynamic_cast<AllReduceSync*>(sync.sync.get()); on_gpu && ring != nullptr) {
-    ring->set_apply([backend = gpu.backend.get(), gpu_model = model->get(),
-                     optimizer = WorkerOptimizer()](absl::Span<const float> averaged) {
-      return backend->ApplyOptimizer(*gpu_model, optimizer, averaged);
-    });
-    options.optimizer_on_model = true;
+  if (mode == "allreduce" && on_gpu) {
     std::cout << who << ": the optimizer runs on the GPU" << std::endl;
   }
   std::cout << who << ": " << model_options.name << " with " << (*model)->weights().size()
             << " parameters, " << train->size << " training images, " << test->size
             << " test images" << std::endl;
-  if (absl::Status s = Train(options, **model, *sync.sync, *train, &*test, nullptr); !s.ok()) {
+  if (absl::Status s = Train(options, **model, Borrow(sync.sync), *train, &*test, nullptr); !s.ok()) {
     return s;
   }
   if (!save_path.empty()) {

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <cstring>
+#include <variant>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -72,6 +73,26 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
   }
 }
 
+// One step's synchronisation and update, after model.TrainStep reported `overflow`.
+absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, nn::Model& model,
+                                        StepSync sync) {
+  if (auto* store = std::get_if<ParameterStore*>(&sync)) {
+    return (*store)->PushPull(step, model.gradient_exchange(), absl::MakeSpan(model.weights()));
+  }
+  GradientReducer& reducer = *std::get<GradientReducer*>(sync);
+  StepOutcome outcome;
+  outcome.skipped = overflow;
+  if (reducer.world_size() > 1) {
+    absl::StatusOr<StepOutcome> reduced = reducer.Reduce(step, model.gradient_exchange());
+    if (!reduced.ok()) return reduced.status();
+    outcome = *reduced;
+  }
+  if (!outcome.skipped) {
+    if (absl::Status s = model.ApplyUpdate(); !s.ok()) return s;
+  }
+  return outcome;
+}
+
 }  // namespace
 
 absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size) {
@@ -86,7 +107,7 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
   return static_cast<double>(correct) / static_cast<double>(data.size);
 }
 
-absl::Status Train(const TrainerOptions& o, nn::Model& model, GradientSync& sync,
+absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync,
                    const Dataset& train, const Dataset* test, std::vector<EpochMetrics>* history) {
   if (o.batch_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("batch size must be >= 1, got ", o.batch_size));
@@ -95,6 +116,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, GradientSync& sync
   auto sampler = DistributedSampler::Create({train.size, o.world_size, o.rank, o.seed, true});
   if (!sampler.ok()) return sampler.status();
 
+  ReplicaSync& sync = Common(step_sync);
   const absl::Time start = absl::Now();
   std::vector<float>& weights = model.weights();
   if (auto s = sync.Start(absl::MakeSpan(weights)); !s.ok()) return s;
@@ -127,12 +149,10 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, GradientSync& sync
       if (!result.ok()) return result.status();
       // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
       // loss scale hears the global outcome.
-      sync.SetOverflow(result->overflow);
-      const absl::Span<float> step_weights =
-          o.optimizer_on_model ? absl::Span<float>() : absl::MakeSpan(model.weights());
-      if (auto s = sync.Step(step, model.grads(), step_weights); !s.ok()) return s;
-      model.RecordStepOutcome(sync.last_step_skipped());
-      if (sync.last_step_skipped()) ++m.skipped_steps;
+      absl::StatusOr<StepOutcome> outcome = Synchronise(step, result->overflow, model, step_sync);
+      if (!outcome.ok()) return outcome.status();
+      model.RecordStepOutcome(outcome->skipped);
+      if (outcome->skipped) ++m.skipped_steps;
       loss_sum += result->loss * n;
       correct += result->correct;
       seen += n;

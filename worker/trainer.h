@@ -1,5 +1,5 @@
 // The training loop of one worker: its shard of every epoch, forward/backward on its model,
-// the gradient through a GradientSync, evaluation on the test set after each epoch.
+// the gradient through the step contract (worker/comm/step_sync.h), evaluation on the test set after each epoch.
 #ifndef DPTRAIN_WORKER_TRAINER_H_
 #define DPTRAIN_WORKER_TRAINER_H_
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/comm/gradient_sync.h"
+#include "worker/comm/step_sync.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 
@@ -26,10 +26,6 @@ struct TrainerOptions {
   int eval_batch_size = 500;
   std::ostream* progress = nullptr;  // One human-readable line per epoch, if set.
   std::ostream* metrics = nullptr;   // One JSON line per epoch and a final one, if set.
-  // The sync hands the averaged gradient to the model's own optimizer step (e.g.
-  // AllReduceSync::set_apply with CudaModel::ApplyOptimizer): Step() then gets no host
-  // weights, so a model that keeps them on a GPU never copies them across the bus.
-  bool optimizer_on_model = false;
 };
 
 struct EpochMetrics {
@@ -48,10 +44,15 @@ struct EpochMetrics {
   CommStats comm;           // Cumulative.
 };
 
-// Runs `options.epochs` epochs. `sync.Start` is called first so all replicas begin equal.
-// Returns the first error of the model, the sync or the data; `history` (if not null)
-// receives one entry per completed epoch.
-absl::Status Train(const TrainerOptions& options, nn::Model& model, GradientSync& sync,
+// Runs `options.epochs` epochs. The sync's Start is called first so all replicas begin
+// equal. Each step: model.TrainStep, then
+//   - through a GradientReducer: Reduce(model.gradient_exchange()) and, unless the step is
+//     skipped, model.ApplyUpdate(); a lone replica (world size 1) exchanges nothing, its own
+//     overflow flag decides, and a GPU model's gradient never leaves the device;
+//   - through a ParameterStore: PushPull(model.gradient_exchange()) into model.weights().
+// Then model.RecordStepOutcome with the global decision. Returns the first error of the
+// model, the sync or the data; `history` (if not null) receives one entry per epoch.
+absl::Status Train(const TrainerOptions& options, nn::Model& model, StepSync sync,
                    const Dataset& train, const Dataset* test, std::vector<EpochMetrics>* history);
 
 // Accuracy of `model` on `data` (forward only), or an error.

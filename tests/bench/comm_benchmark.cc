@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/malloc_tuning.h"
+#include "common/optimizer.h"
 #include "server/ps_server.h"
 #include "tests/bench/comm_report.h"
 #include "worker/comm/allreduce_group.h"
@@ -84,7 +85,9 @@ OptimizerOptions Sgd() {
 // The sync of one rank plus whatever it runs over.
 struct Rank {
   std::unique_ptr<AllReduceGroup> group;
-  std::unique_ptr<GradientSync> sync;
+  std::unique_ptr<AllReduceSync> reducer;  // allreduce mode
+  std::unique_ptr<PsClient> store;         // ps mode
+  ReplicaSync* sync = nullptr;             // whichever it is
 };
 
 // Measures one point; returns false (and prints why) if a sync failed.
@@ -146,9 +149,9 @@ bool Measure(const Point& p, int reps, Result& result) {
       }
       if (s.ok()) s = me.group->Join();
       if (s.ok()) {
-        auto sync = AllReduceSync::Create(&me.group->link(), {Sgd(), RingChunkElements()});
-        if (sync.ok()) me.sync = *std::move(sync);
-        else s = sync.status();
+        me.reducer = std::make_unique<AllReduceSync>(&me.group->link(),
+                                                     AllReduceSyncOptions{RingChunkElements()});
+        me.sync = me.reducer.get();
       }
     } else {
       PsClientOptions o;
@@ -157,13 +160,21 @@ bool Measure(const Point& p, int reps, Result& result) {
       o.world_size = n;
       o.tensors = tensors;
       auto client = PsClient::Connect(o);
-      if (client.ok()) me.sync = *std::move(client);
-      else s = client.status();
+      if (client.ok()) {
+        me.store = *std::move(client);
+        me.sync = me.store.get();
+      } else {
+        s = client.status();
+      }
     }
-    std::vector<float> weights(elements), grads(elements);
+    // The gradient followed by the overflow flag's slot, as a model exchanges it.
+    std::vector<float> weights(elements), grads(elements + 1, 0.0f);
     std::mt19937 gen(r);
     std::uniform_real_distribution<float> u(-1, 1);
-    for (auto& g : grads) g = u(gen);
+    for (int64_t i = 0; i < elements; ++i) grads[i] = u(gen);
+    // The replica's own update in allreduce mode (what the CPU model's ApplyUpdate runs).
+    std::unique_ptr<Optimizer> optimizer = *CreateOptimizer(Sgd());
+    OptimizerState optimizer_state;
     if (s.ok()) s = me.sync->Start(absl::MakeSpan(weights));
     barrier.Wait();
     RingOptions ring;
@@ -182,13 +193,20 @@ bool Measure(const Point& p, int reps, Result& result) {
       barrier.Wait();
       if (p.mode == "ring") {
         ring.tag_base = kBenchTagBase + static_cast<uint64_t>(rep);
-        s = RingAllReduce(me.group->link(), absl::MakeSpan(grads), ring);
+        s = RingAllReduce(me.group->link(), absl::MakeSpan(grads).first(elements), ring);
+      } else if (me.reducer != nullptr) {  // The whole step: reduce, then apply.
+        absl::StatusOr<StepOutcome> outcome = me.reducer->Reduce(rep, absl::MakeSpan(grads));
+        s = outcome.status();
+        if (s.ok() && !outcome->skipped) {
+          optimizer->Apply(absl::MakeSpan(weights), absl::MakeConstSpan(grads).first(elements),
+                           optimizer_state);
+        }
       } else {
-        s = me.sync->Step(rep, grads, absl::MakeSpan(weights));
+        s = me.store->PushPull(rep, grads, absl::MakeSpan(weights)).status();
       }
       ends[r][rep] = absl::ToUnixMicros(absl::Now()) / 1e6;
     }
-    after[r] = me.sync->stats();
+    if (me.sync != nullptr) after[r] = me.sync->stats();
     statuses[r] = s;
     barrier.Wait();  // Nobody tears down its link while others still receive.
   };

@@ -36,7 +36,7 @@ absl::Status Run() {
   const int64_t elements = int64_t{absl::GetFlag(FLAGS_size_mib)} << 18;
   const std::string mode = absl::GetFlag(FLAGS_mode);
   std::unique_ptr<AllReduceGroup> group;
-  std::unique_ptr<GradientSync> sync;
+  OwnedStepSync sync;
   if (mode == "ps") {
     PsClientOptions o;
     o.shard_addresses = absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipEmpty());
@@ -45,7 +45,7 @@ absl::Status Run() {
     o.tensors = {{"grad", elements}};
     auto client = PsClient::Connect(o);
     if (!client.ok()) return client.status();
-    sync = *std::move(client);
+    sync = std::unique_ptr<ParameterStore>(*std::move(client));
   } else if (mode == "allreduce") {
     AllReduceGroupOptions o;
     o.rank = rank;
@@ -62,29 +62,34 @@ absl::Status Run() {
       }
     }
     if (auto s = group->Join(); !s.ok()) return s;
-    OptimizerOptions sgd;
-    sgd.learning_rate = 1e-6f;
-    auto ring = AllReduceSync::Create(&group->link(), {sgd, int64_t{1} << 18});
-    if (!ring.ok()) return ring.status();
-    sync = *std::move(ring);
+    sync = std::unique_ptr<GradientReducer>(
+        std::make_unique<AllReduceSync>(&group->link(), AllReduceSyncOptions{int64_t{1} << 18}));
   } else {
     return absl::InvalidArgumentError("--mode must be ps or allreduce");
   }
-  std::vector<float> weights(elements), grads(elements);
+  // The gradient followed by the overflow flag's slot, as a model exchanges it.
+  std::vector<float> weights(elements), grads(elements + 1, 0.0f);
   std::mt19937 gen(rank);
   std::uniform_real_distribution<float> u(-1, 1);
-  for (float& g : grads) g = u(gen);
-  if (auto s = sync->Start(absl::MakeSpan(weights)); !s.ok()) return s;
+  for (int64_t i = 0; i < elements; ++i) grads[i] = u(gen);
+  ReplicaSync& common = Common(Borrow(sync));
+  if (auto s = common.Start(absl::MakeSpan(weights)); !s.ok()) return s;
   std::vector<double> times;
   CommStats before;
   const int reps = absl::GetFlag(FLAGS_reps);
   for (int rep = 0; rep <= reps; ++rep) {
-    if (rep == 1) before = sync->stats();
+    if (rep == 1) before = common.stats();
     const absl::Time start = absl::Now();
-    if (auto s = sync->Step(rep, grads, absl::MakeSpan(weights)); !s.ok()) return s;
+    // The synchronisation alone (a reducer's replicas would then apply the average).
+    absl::StatusOr<StepOutcome> outcome =
+        std::holds_alternative<std::unique_ptr<ParameterStore>>(sync)
+            ? std::get<std::unique_ptr<ParameterStore>>(sync)->PushPull(rep, grads,
+                                                                          absl::MakeSpan(weights))
+            : std::get<std::unique_ptr<GradientReducer>>(sync)->Reduce(rep, absl::MakeSpan(grads));
+    if (!outcome.ok()) return outcome.status();
     if (rep > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));
   }
-  const CommStats after = sync->stats();
+  const CommStats after = common.stats();
   std::sort(times.begin(), times.end());
   const double t = times[times.size() / 2], bytes = 4.0 * elements;
   std::cout << absl::StrFormat(

@@ -116,7 +116,7 @@ int RunOne(const std::string& spec) {
     const Clock::time_point t1 = Clock::now();
     // Plain SGD, as torch.optim.SGD(lr) without momentum or weight decay.
     std::vector<float>& w = model.weights();
-    const std::vector<float>& g = model.grads();
+    const absl::Span<const float> g = model.grads();
     float* __restrict wp = w.data();
     const float* __restrict gp = g.data();
     const size_t n = w.size();

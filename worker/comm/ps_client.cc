@@ -213,12 +213,15 @@ absl::Status PsClient::Start(absl::Span<float> weights) {
   return absl::OkStatus();
 }
 
-absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
-                            absl::Span<float> weights) {
+absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step,
+                                               absl::Span<const float> gradient_and_flag,
+                                               absl::Span<float> weights) {
   const size_t total = static_cast<size_t>(map_.total_elements());
-  if (grads.size() != total || weights.size() != total) {
-    return absl::InvalidArgumentError("Step: gradient or weights do not match the model");
+  if (gradient_and_flag.size() != total + 1 || weights.size() != total) {
+    return absl::InvalidArgumentError("PushPull: gradient or weights do not match the model");
   }
+  const absl::Span<const float> grads = gradient_and_flag.first(total);
+  const bool overflow = gradient_and_flag.back() != 0.0f;
   const int num_shards = static_cast<int>(stubs_.size());
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
   std::vector<std::unique_ptr<ShardStepCall>> calls;
@@ -231,7 +234,7 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
     if (bytes < options_.stream_min_bytes) {
       proto::PushPullRequest& request = push_requests_[s];
       request.set_step(step);
-      request.set_overflow(overflow_);
+      request.set_overflow(overflow);
       for (size_t i = 0; i < mine.size(); ++i) {
         const ChunkSpec& spec = map_.chunks()[mine[i]];
         request.mutable_chunks(static_cast<int>(i))
@@ -255,12 +258,11 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
     args.deadline = deadline;
     args.context = absl::StrCat("PushPull of step ", step, " to shard ", s, " at ",
                                 options_.shard_addresses[s]);
-    args.overflow = overflow_;
+    args.overflow = overflow;
     calls.push_back(std::make_unique<ShardStepCall>(args));
     calls.back()->Start();
   }
-  overflow_ = false;
-  last_step_skipped_ = false;
+  StepOutcome outcome;
   // The unary calls run while the streams (started above) do.
   absl::Status first = CallAllShards(
       stubs_, options_.shard_addresses, unary, responses_,
@@ -272,7 +274,7 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
     stats_.staleness_sum += staleness;
     ++stats_.staleness_count;
-    last_step_skipped_ = last_step_skipped_ || responses_[s].skipped();
+    outcome.skipped = outcome.skipped || responses_[s].skipped();
     first = Unpack(s, responses_[s], weights);
   }
   for (auto& call : calls) {  // Every call must end before `grads` may change.
@@ -282,13 +284,15 @@ absl::Status PsClient::Step(int64_t step, absl::Span<const float> grads,
     stats_.bytes_pulled += call->bytes_received();
     stats_.max_staleness = std::max(stats_.max_staleness, call->staleness());
     stats_.staleness_sum += call->staleness();
-    last_step_skipped_ = last_step_skipped_ || call->skipped();
+    outcome.skipped = outcome.skipped || call->skipped();
     ++stats_.staleness_count;
   }
-  return first;
+  if (!first.ok()) return first;
+  return outcome;
 }
 
 absl::Status PsClient::AverageBuffers(int64_t round, absl::Span<float> buffers) {
+  if (round < 0) return absl::OutOfRangeError(absl::StrCat("buffer round ", round, " < 0"));
   proto::AverageBuffersRequest request;
   request.mutable_caller()->set_job_id(options_.job_id);
   request.mutable_caller()->set_rank(options_.rank);

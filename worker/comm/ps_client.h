@@ -1,4 +1,4 @@
-// GradientSync through S parameter-server shards: each step, one call per shard, all shards
+// The ParameterStore (step_sync.h) of ps and master mode: S parameter-server shards: each step, one call per shard, all shards
 // in flight at once, each carrying the shard's chunks of the gradient and bringing back the
 // same chunks of the new weights. A shard holding at least `stream_min_bytes` gets a tensor
 // stream (shard_step_call.h: no copies, chunks pipelined); a smaller one one unary
@@ -16,7 +16,7 @@
 #include "common/shard_map.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
-#include "worker/comm/gradient_sync.h"
+#include "worker/comm/step_sync.h"
 
 namespace dptrain {
 
@@ -37,7 +37,7 @@ struct PsClientOptions {
   int64_t stream_min_bytes = int64_t{1} << 20;
 };
 
-class PsClient : public GradientSync {
+class PsClient final : public ParameterStore {
  public:
   // Connects to every shard and checks that each is the shard its position says, for the
   // same shard count and world size. Unavailable if a shard cannot be reached within
@@ -45,10 +45,9 @@ class PsClient : public GradientSync {
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(const PsClientOptions& options);
 
   absl::Status Start(absl::Span<float> weights) override;
-  absl::Status Step(int64_t step, absl::Span<const float> grads,
-                    absl::Span<float> weights) override;
-  void SetOverflow(bool overflow) override { overflow_ = overflow; }
-  bool last_step_skipped() const override { return last_step_skipped_; }
+  // The step is skipped when any shard says so (BSP: some rank flagged it).
+  absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<const float> gradient_and_flag,
+                                       absl::Span<float> weights) override;
   // Through shard 0.
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override { return stats_; }
@@ -72,8 +71,6 @@ class PsClient : public GradientSync {
   std::vector<proto::PushPullRequest> push_requests_;
   std::vector<proto::PullResponse> responses_;
   CommStats stats_;
-  bool overflow_ = false;  // For the next Step.
-  bool last_step_skipped_ = false;
 };
 
 }  // namespace dptrain

@@ -9,8 +9,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
-#include "common/optimizer.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
@@ -32,10 +30,6 @@ class Backend {
   // A CudaModel (cuda_model.h). InvalidArgument for a bad model name, init or precision.
   virtual absl::StatusOr<std::unique_ptr<nn::Model>> CreateModel(
       const nn::ModelOptions& model, const BackendOptions& options) = 0;
-
-  // CudaModel::ApplyOptimizer on a model made by CreateModel (InvalidArgument otherwise).
-  virtual absl::Status ApplyOptimizer(nn::Model& model, const OptimizerOptions& optimizer,
-                                      absl::Span<const float> averaged) = 0;
 };
 
 }  // namespace cuda

@@ -35,15 +35,6 @@ class CudaBackend final : public Backend {
     if (!made.ok()) return made.status();
     return std::unique_ptr<nn::Model>(*std::move(made));
   }
-
-  absl::Status ApplyOptimizer(nn::Model& model, const OptimizerOptions& optimizer,
-                              absl::Span<const float> averaged) override {
-    auto* gpu = dynamic_cast<CudaModel*>(&model);
-    if (gpu == nullptr) {
-      return absl::InvalidArgumentError("ApplyOptimizer: not a model of the CUDA backend");
-    }
-    return gpu->ApplyOptimizer(optimizer, averaged);
-  }
 };
 
 }  // namespace

@@ -30,6 +30,13 @@ absl::Status SameLayout(const char* what, const std::vector<nn::ParamInfo>& cpu,
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOptions& options,
                                                              const DeviceOptions& device) {
+  if (options.optimizer.has_value()) {
+    if (options.optimizer->name != "sgd") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the CUDA backend applies sgd only, not '", options.optimizer->name, "'"));
+    }
+    DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
+  }
   absl::StatusOr<nn::InitialNetwork> initial = nn::BuildInitialNetwork(options);
   if (!initial.ok()) return initial.status();
   const nn::Sequential<float>& cpu = initial->net;
@@ -52,23 +59,25 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
   absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(device);
   if (!ctx.ok()) return ctx.status();
   std::unique_ptr<CudaModel> model(new CudaModel(
-      options.name, *std::move(ctx), std::move(scaler), *std::move(gpu), std::move(params),
+      options.name, options.optimizer, *std::move(ctx), std::move(scaler), *std::move(gpu), std::move(params),
       std::move(initial->weights), std::move(buffers), std::move(buffer_values)));
   DPTRAIN_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
 
-CudaModel::CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx,
-                     std::optional<LossScaler> scaler, std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
+CudaModel::CudaModel(std::string name, std::optional<OptimizerOptions> optimizer,
+                     std::unique_ptr<DeviceContext> ctx, std::optional<LossScaler> scaler,
+                     std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
                      std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
                      std::vector<float> buffer_values)
     : name_(std::move(name)),
+      optimizer_(std::move(optimizer)),
       ctx_(std::move(ctx)),
       net_(std::move(net)),
       params_(std::move(params)),
       buffer_infos_(std::move(buffers)),
       weights_(std::move(weights)),
-      grads_(weights_.size(), 0.0f),
+      grads_(weights_.size() + 1, 0.0f),
       buffer_values_(std::move(buffer_values)),
       scaler_(std::move(scaler)) {
   for (const nn::ParamInfo& b : buffer_infos_) {
@@ -127,11 +136,24 @@ std::vector<float>& CudaModel::weights() {
   return weights_;
 }
 
-const std::vector<float>& CudaModel::grads() const {
+void CudaModel::SyncGradsToHost() const {
   if (grad_copies_in_flight_ && sticky_.ok()) sticky_ = WaitForGradCopies();
   if (grads_at_ == Grads::kCopying && sticky_.ok()) grads_at_ = Grads::kOnHost;
   if (grads_at_ == Grads::kOnDevice && sticky_.ok()) sticky_ = DownloadGrads();
-  return grads_;
+}
+
+absl::Span<const float> CudaModel::grads() const {
+  SyncGradsToHost();
+  return absl::MakeConstSpan(grads_.data(), grads_.size() - 1);
+}
+
+absl::Span<float> CudaModel::gradient_exchange() {
+  SyncGradsToHost();
+  // A peer needs the gradients: from now on they come down during backward.
+  copy_grads_during_backward_ = true;
+  if (!exchanged_) grads_.back() = last_overflow_ ? 1.0f : 0.0f;
+  exchanged_ = true;
+  return absl::MakeSpan(grads_);
 }
 
 absl::Status CudaModel::CopyGradsOut(int layer, int64_t offset, int64_t size) {
@@ -168,7 +190,7 @@ absl::Status CudaModel::DownloadWeights() {
 
 absl::Status CudaModel::DownloadGrads() const {
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(grads_.data(), d_grads_.data(),
-                                               grads_.size() * sizeof(float),
+                                               (grads_.size() - 1) * sizeof(float),
                                                cudaMemcpyDeviceToHost, ctx_->stream()));
   DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
   grads_at_ = Grads::kOnHost;
@@ -247,6 +269,7 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
     // The last step's copies read d_grads_ and write grads_: let them finish first.
     if (grad_copies_in_flight_) DPTRAIN_RETURN_IF_ERROR(WaitForGradCopies());
     grads_at_ = Grads::kOnDevice;  // Until the backward below completed.
+    exchanged_ = false;
     DPTRAIN_RETURN_IF_ERROR(
         net_->Backward(*ctx_, DeviceTensor{dlogits, batch, logits.dims}, false).status());
     if (CopiesDuringBackward()) grads_at_ = Grads::kCopying;
@@ -281,33 +304,30 @@ absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const u
   return Step(images, labels, batch, /*training=*/false);
 }
 
-absl::Status CudaModel::ApplyOptimizer(const OptimizerOptions& options,
-                                       absl::Span<const float> averaged) {
+absl::Status CudaModel::ApplyUpdate() {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
-  if (options.name != "sgd") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the CUDA backend applies sgd only, not '", options.name, "'"));
-  }
-  DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(options).status());  // The hyper-parameters' checks.
-  const int64_t n = static_cast<int64_t>(weights_.size());
-  if (static_cast<int64_t>(averaged.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("averaged gradient has ", averaged.size(),
-                                                   " values, the model ", n));
-  }
+  if (!optimizer_.has_value()) return NoOptimizer(name_);
+  const OptimizerOptions& o = *optimizer_;
+  const int64_t n = d_grads_.size();
   DPTRAIN_RETURN_IF_ERROR(Upload());
-  DPTRAIN_ASSIGN_OR_RETURN(float* g, d_averaged_.Ensure(*ctx_, n));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(g, averaged.data(), n * sizeof(float),
-                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  if (exchanged_) {
+    // The caller's (averaged) gradient replaces the device's. The next TrainStep waits for
+    // this copy on the same stream before it writes grads_ again.
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_grads_.data(), grads_.data(),
+                                                 n * sizeof(float), cudaMemcpyHostToDevice,
+                                                 ctx_->stream()));
+  }
   float* momentum = nullptr;
-  if (options.momentum != 0) {
+  if (o.momentum != 0) {
     DPTRAIN_ASSIGN_OR_RETURN(momentum, d_momentum_.Ensure(*ctx_, n));
   }
-  DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), g, momentum, n, options.learning_rate,
-                                    options.momentum, options.weight_decay,
+  DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), momentum, n,
+                                    o.learning_rate, o.momentum, o.weight_decay,
                                     /*first=*/optimizer_steps_ == 0, ctx_->stream()));
   ++optimizer_steps_;
   weights_newer_on_device_ = true;
-  // `averaged` may be reused by the caller as soon as we return.
+  if (!exchanged_) return absl::OkStatus();
+  // grads_ is the caller's until the copy above has read it.
   return ctx_->Synchronize();
 }
 

@@ -4,11 +4,13 @@
 // only what the caller reads or writes crosses the bus:
 //   - weights() copies the device weights down if the device changed them (ApplySgd), and
 //     marks them to be copied up before the next step (the caller may write them);
-//   - grads(): by default each layer's gradients are copied down (into page-locked memory,
-//     on a second stream) as soon as backward has produced them, overlapping the layers
-//     below; grads() waits for the last copy (if the memory cannot be page-locked, grads()
-//     copies them all instead). With set_copy_grads_during_backward(false)
-//     (a single GPU that updates with ApplySgd) they are copied on the first grads() only;
+//   - grads() / gradient_exchange(): nothing is copied until a caller asks. Once a caller
+//     has asked for gradient_exchange() (a peer needs the gradient: all-reduce, PS), each
+//     later step copies each layer's gradients down (into page-locked memory, on a second
+//     stream) as soon as backward has produced them, overlapping the layers below, and the
+//     accessors wait for the last copy (if the memory cannot be page-locked, they copy them
+//     all instead). A lone replica never asks: its gradient never leaves the device, and
+//     ApplyUpdate reads it there;
 //   - buffer_values() likewise for batch norm's running statistics.
 // Mixed precision (DeviceOptions::precision fp16/bf16): convolutions and dense products run
 // on 16-bit copies (gpu_layers.h) and the rest in fp32, with fp32 master weights; the loss
@@ -41,15 +43,23 @@ namespace cuda {
 
 class CudaModel final : public nn::Model {
  public:
-  // InvalidArgument as nn::CreateModel for a bad name or init; Unavailable (naming the CUDA
-  // call) without a working GPU. options.threads is ignored.
+  // InvalidArgument as nn::CreateModel for a bad name, init or optimizer (this backend
+  // applies sgd only); Unavailable (naming the CUDA call) without a working GPU.
+  // options.threads is ignored.
   static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const nn::ModelOptions& options,
                                                            const DeviceOptions& device);
   ~CudaModel() override;
 
   const std::vector<nn::ParamInfo>& params() const override { return params_; }
   std::vector<float>& weights() override;
-  const std::vector<float>& grads() const override;
+  absl::Span<const float> grads() const override;
+  absl::Span<float> gradient_exchange() override;
+  // The update rule of ModelOptions::optimizer (sgd: torch.optim.SGD with momentum and
+  // weight decay, the momentum buffer on the device) where the weights are. The gradient:
+  // what the caller left in gradient_exchange() if it asked for it since the last
+  // TrainStep (the replicas' average goes up), else the device's own. The weights never
+  // cross the bus.
+  absl::Status ApplyUpdate() override;
   const std::vector<nn::ParamInfo>& buffers() const override { return buffer_infos_; }
   std::vector<float>& buffer_values() override;
   absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,
@@ -64,18 +74,11 @@ class CudaModel final : public nn::Model {
   // an overflow it skips the update and backs the scale off. InvalidArgument for lr <= 0.
   absl::Status ApplySgd(float lr);
 
-  // The optimizer step of all-reduce mode on the device: `averaged` (the gradient averaged
-  // over the replicas, layout of grads()) goes up, and torch.optim.SGD's update (momentum
-  // and weight decay, the momentum buffer kept on the device) runs where the weights are;
-  // the weights themselves never cross the bus (AllReduceSync::set_apply). InvalidArgument
-  // for another optimizer than "sgd", bad hyper-parameters or a gradient of another size.
-  absl::Status ApplyOptimizer(const OptimizerOptions& options, absl::Span<const float> averaged);
-
   // The loss scale of the next step (1 in fp32).
   float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
 
-  // See the top of the file. Default true: every mode but the single-GPU benchmark reads
-  // the gradients of every step.
+  // See the top of the file: whether each step copies its gradients down during backward
+  // (default: from the first gradient_exchange() on).
   void set_copy_grads_during_backward(bool on) { copy_grads_during_backward_ = on; }
 
   // Waits for everything enqueued (ApplySgd returns before its kernel ran).
@@ -84,7 +87,8 @@ class CudaModel final : public nn::Model {
   const std::string& device_name() const { return ctx_->device_name(); }
 
  private:
-  CudaModel(std::string name, std::unique_ptr<DeviceContext> ctx, std::optional<LossScaler> scaler,
+  CudaModel(std::string name, std::optional<OptimizerOptions> optimizer,
+            std::unique_ptr<DeviceContext> ctx, std::optional<LossScaler> scaler,
             std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
             std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
             std::vector<float> buffer_values);
@@ -101,15 +105,18 @@ class CudaModel final : public nn::Model {
   bool CopiesDuringBackward() const { return copy_grads_during_backward_ && grads_pinned_; }
   // Waits for the gradient copies of the last step, if any are in flight.
   absl::Status WaitForGradCopies() const;
+  // Brings grads_ up to date (the accessors).
+  void SyncGradsToHost() const;
 
   const std::string name_;
+  const std::optional<OptimizerOptions> optimizer_;  // ApplyUpdate's rule.
   // Declared first so that it is destroyed last: every buffer below returns to its cache.
   std::unique_ptr<DeviceContext> ctx_;
   std::unique_ptr<GpuSequentialBlock> net_;
   std::vector<nn::ParamInfo> params_;
   std::vector<nn::ParamInfo> buffer_infos_;
   std::vector<float> weights_;
-  mutable std::vector<float> grads_;
+  mutable std::vector<float> grads_;  // The gradient, then the overflow flag's slot.
   std::vector<float> buffer_values_;
   std::vector<int64_t> batch_counters_;  // Offsets of the num_batches_tracked buffers.
 
@@ -122,8 +129,7 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_loss_;    // [0]: summed loss
   DeviceBuffer<int> d_correct_;
   DeviceBuffer<int> d_non_finite_;  // inf/NaN gradients seen while unscaling
-  DeviceBuffer<float> d_averaged_;   // ApplyOptimizer's gradient
-  DeviceBuffer<float> d_momentum_;   // ApplyOptimizer's momentum buffer
+  DeviceBuffer<float> d_momentum_;   // ApplyUpdate's momentum buffer
   int64_t optimizer_steps_ = 0;
 
   std::optional<LossScaler> scaler_;  // fp16/bf16 only
@@ -132,7 +138,8 @@ class CudaModel final : public nn::Model {
   cudaStream_t copy_stream_ = nullptr;  // Device-to-host gradient copies.
   std::vector<cudaEvent_t> layer_done_;  // Per top-level layer: its backward was enqueued.
   bool grads_pinned_ = false;            // grads_ is page-locked (cudaHostRegister).
-  bool copy_grads_during_backward_ = true;
+  bool copy_grads_during_backward_ = false;
+  bool exchanged_ = false;  // gradient_exchange() was handed out since the last TrainStep.
   mutable bool grad_copies_in_flight_ = false;
 
   bool weights_up_to_date_on_device_ = false;  // Else the host's are copied up first.

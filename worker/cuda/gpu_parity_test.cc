@@ -27,7 +27,7 @@ namespace dptrain {
 namespace cuda {
 namespace {
 
-double RelativeError(const std::vector<float>& gpu, const std::vector<float>& cpu) {
+double RelativeError(absl::Span<const float> gpu, absl::Span<const float> cpu) {
   double diff = 0, ref = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
     diff += (double{gpu[i]} - cpu[i]) * (double{gpu[i]} - cpu[i]);
@@ -335,33 +335,51 @@ TEST(MixedPrecisionTest, OverflowSkipsTheStepAndBacksOff) {
   EXPECT_NE((*model)->weights(), before) << "a finite step must be applied";
 }
 
-// All-reduce mode's optimizer on the device = the host optimizer (torch.optim.SGD with
-// momentum and weight decay), step after step.
-TEST(ApplyOptimizerTest, SameAsTheHostOptimizer) {
+// All-reduce mode's update on the device = the host optimizer (torch.optim.SGD with
+// momentum and weight decay), step after step: with the replicas' average written into
+// gradient_exchange(), and (a lone replica) with the device's own gradient.
+TEST(ApplyUpdateTest, SameAsTheCpuModel) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
-  nn::ModelOptions options;
-  options.name = "mlp";
-  absl::StatusOr<std::unique_ptr<CudaModel>> model = CudaModel::Create(options, {});
-  ASSERT_TRUE(model.ok()) << model.status();
   OptimizerOptions sgd;
   sgd.learning_rate = 0.05f;
   sgd.momentum = 0.9f;
   sgd.weight_decay = 1e-3f;
-  auto host = CreateOptimizer(sgd);
-  ASSERT_TRUE(host.ok());
-  OptimizerState state;
-  std::vector<float> w = (*model)->weights();
+  nn::ModelOptions options;
+  options.name = "mlp";
+  options.threads = 1;
+  options.optimizer = sgd;
+  absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, {});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
   std::mt19937 gen(9);
-  for (int step = 0; step < 3; ++step) {
-    const std::vector<float> averaged = Random(w.size(), gen, 0.1f);
-    (*host)->Apply(absl::MakeSpan(w), averaged, state);
-    ASSERT_TRUE((*model)->ApplyOptimizer(sgd, averaged).ok());
-    EXPECT_LE(RelativeError((*model)->weights(), w), 1e-6) << "step " << step;
+  std::vector<float> images = Random(16 * 784, gen);
+  std::vector<uint8_t> labels(16);
+  for (int i = 0; i < 16; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(step);
+    ASSERT_TRUE((*gpu)->TrainStep(images.data(), labels.data(), 16).ok());
+    ASSERT_TRUE((*cpu)->TrainStep(images.data(), labels.data(), 16).ok());
+    if (step % 2 == 0) {  // An exchanged "average": the same made-up gradient on both.
+      const std::vector<float> averaged = Random((*cpu)->grads().size(), gen, 0.1f);
+      absl::Span<float> g = (*gpu)->gradient_exchange();
+      absl::Span<float> c = (*cpu)->gradient_exchange();
+      ASSERT_EQ(g.size(), averaged.size() + 1);
+      EXPECT_EQ(g.back(), 0.0f) << "fp32 never overflows";
+      std::copy(averaged.begin(), averaged.end(), g.begin());
+      std::copy(averaged.begin(), averaged.end(), c.begin());
+    }
+    ASSERT_TRUE((*gpu)->ApplyUpdate().ok());
+    ASSERT_TRUE((*cpu)->ApplyUpdate().ok());
+    EXPECT_LE(RelativeError((*gpu)->weights(), (*cpu)->weights()), 1e-5);
   }
-  sgd.name = "adam";
-  EXPECT_EQ((*model)->ApplyOptimizer(sgd, std::vector<float>(w.size())).code(),
-            absl::StatusCode::kInvalidArgument);
+  options.optimizer->name = "adam";
+  EXPECT_EQ(CudaModel::Create(options, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  options.optimizer.reset();
+  absl::StatusOr<std::unique_ptr<CudaModel>> bare = CudaModel::Create(options, {});
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ((*bare)->ApplyUpdate().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 INSTANTIATE_TEST_SUITE_P(Maths, ParityTest,

@@ -20,13 +20,15 @@ namespace {
 class CpuModel final : public Model {
  public:
   // `weights` holds net.num_params() initial values. `pool` (may be null) is handed to the layers.
+  // `optimizer` (may be null) is ApplyUpdate's rule.
   CpuModel(std::string name, Sequential<float> net, std::vector<float> weights,
-           std::unique_ptr<ThreadPool> pool)
+           std::unique_ptr<ThreadPool> pool, std::unique_ptr<Optimizer> optimizer)
       : name_(std::move(name)),
         pool_(std::move(pool)),
         net_(std::move(net)),
         weights_(std::move(weights)),
-        grads_(net_.num_params(), 0.0f),
+        grads_(net_.num_params() + 1, 0.0f),  // + the overflow flag's slot
+        optimizer_(std::move(optimizer)),
         buffer_values_(net_.num_buffers()) {
     net_.InitBuffers(buffer_values_.data());
     net_.SetThreadPool(pool_.get());
@@ -36,7 +38,17 @@ class CpuModel final : public Model {
 
   const std::vector<ParamInfo>& params() const override { return params_; }
   std::vector<float>& weights() override { return weights_; }
-  const std::vector<float>& grads() const override { return grads_; }
+  absl::Span<const float> grads() const override {
+    return absl::MakeConstSpan(grads_.data(), grads_.size() - 1);
+  }
+  // The CPU never overflows: the flag slot stays 0 (a reducer may leave another value).
+  absl::Span<float> gradient_exchange() override { return absl::MakeSpan(grads_); }
+  absl::Status ApplyUpdate() override {
+    if (optimizer_ == nullptr) return NoOptimizer(name_);
+    if (static_cast<int64_t>(weights_.size()) != net_.num_params()) return WrongWeights();
+    optimizer_->Apply(absl::MakeSpan(weights_), grads(), optimizer_state_);
+    return absl::OkStatus();
+  }
   const std::vector<ParamInfo>& buffers() const override { return buffers_; }
   std::vector<float>& buffer_values() override { return buffer_values_; }
   std::string name() const override { return name_; }
@@ -49,6 +61,7 @@ class CpuModel final : public Model {
     const LossOutput loss =
         SoftmaxCrossEntropy(logits.data, labels, batch, kNumClasses, grad_logits);
     net_.Backward({grad_logits, batch, logits.dims});
+    grads_.back() = 0.0f;
     return BatchResult{loss.loss, loss.correct};
   }
 
@@ -65,10 +78,7 @@ class CpuModel final : public Model {
   // Validates a call and (re)binds the layers to the flat buffers if the caller replaced them.
   absl::Status Prepare(const float* images, const uint8_t* labels, int batch) {
     if (absl::Status s = CheckBatch(images, labels, batch); !s.ok()) return s;
-    if (static_cast<int64_t>(weights_.size()) != net_.num_params()) {
-      return absl::FailedPreconditionError(absl::StrCat(name_, ": weights() has ", weights_.size(),
-                                                        " values, expected ", net_.num_params()));
-    }
+    if (static_cast<int64_t>(weights_.size()) != net_.num_params()) return WrongWeights();
     if (static_cast<int64_t>(buffer_values_.size()) != net_.num_buffers()) {
       return absl::FailedPreconditionError(absl::StrCat(name_, ": buffer_values() has ",
                                                         buffer_values_.size(), " values, expected ",
@@ -85,12 +95,19 @@ class CpuModel final : public Model {
     return absl::OkStatus();
   }
 
+  absl::Status WrongWeights() const {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": weights() has ", weights_.size(),
+                                                      " values, expected ", net_.num_params()));
+  }
+
   const std::string name_;
   std::unique_ptr<ThreadPool> pool_;  // Declared before net_, whose layers point to it.
   Sequential<float> net_;
   std::vector<ParamInfo> params_;
   std::vector<float> weights_;
-  std::vector<float> grads_;
+  std::vector<float> grads_;  // The gradient, then the overflow flag's slot.
+  std::unique_ptr<Optimizer> optimizer_;
+  OptimizerState optimizer_state_;
   std::vector<ParamInfo> buffers_;
   std::vector<float> buffer_values_;
   std::vector<float> grad_logits_;
@@ -99,6 +116,12 @@ class CpuModel final : public Model {
 };
 
 }  // namespace
+
+absl::Status Model::NoOptimizer(const std::string& model) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      model, ": ApplyUpdate needs an update rule (ModelOptions::optimizer); in ps and master "
+             "mode the parameter server applies it"));
+}
 
 absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch) {
   if (batch < 1) {
@@ -165,6 +188,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
   }
   absl::StatusOr<InitialNetwork> initial = BuildInitialNetwork(options);
   if (!initial.ok()) return initial.status();
+  std::unique_ptr<Optimizer> optimizer;
+  if (options.optimizer.has_value()) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> made = CreateOptimizer(*options.optimizer);
+    if (!made.ok()) return made.status();
+    optimizer = *std::move(made);
+  }
   std::unique_ptr<ThreadPool> pool;
   if (options.threads > 1) {
     // The layers split the batch over the pool's threads, each running single-threaded GEMMs
@@ -175,7 +204,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
     SetBlasThreads(1);
   }
   return std::make_unique<CpuModel>(options.name, std::move(initial->net),
-                                    std::move(initial->weights), std::move(pool));
+                                    std::move(initial->weights), std::move(pool),
+                                    std::move(optimizer));
 }
 
 }  // namespace nn

@@ -10,10 +10,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/optimizer.h"
 #include "worker/nn/sequential.h"
 
 namespace dptrain {
@@ -32,7 +35,7 @@ struct BatchResult {
   double loss;      // Mean softmax cross-entropy over the batch.
   int64_t correct;  // Samples with argmax(logits) == label.
   // Mixed precision: grads() has inf/NaN at the current loss scale; the step must not be
-  // applied (by anyone: see GradientSync::SetOverflow). Always false in fp32.
+  // applied (by anyone: the flag travels in gradient_exchange()). Always false in fp32.
   bool overflow = false;
 };
 
@@ -50,8 +53,21 @@ class Model {
   // size; a step with a vector of another size fails with FailedPrecondition.
   virtual std::vector<float>& weights() = 0;
   // d(mean loss)/d(weights) of the last TrainStep, in the layout of weights(); zeros before the
-  // first step.
-  virtual const std::vector<float>& grads() const = 0;
+  // first step. After a GradientReducer averaged gradient_exchange(), the average.
+  virtual absl::Span<const float> grads() const = 0;
+
+  // The gradient as a synchroniser exchanges it (worker/comm/step_sync.h): grads() followed
+  // by one slot, the last TrainStep's overflow flag (1 if BatchResult::overflow, else 0).
+  // A reducer averages it in place and ApplyUpdate then applies the average; a parameter
+  // store reads it. A model whose gradient lives on a device copies it to the host for this
+  // (and only for this: a lone replica never asks).
+  virtual absl::Span<float> gradient_exchange() = 0;
+
+  // The model's own update rule (ModelOptions::optimizer) on its weights, with grads() (or
+  // what a reducer left in gradient_exchange()): all-reduce mode, where every replica
+  // applies the same averaged gradient. Optimizer state (momentum) stays with the model.
+  // FailedPrecondition for a model made without an optimizer.
+  virtual absl::Status ApplyUpdate() = 0;
 
   // Buffers: non-learnt state (batch norm's running_mean, running_var and num_batches_tracked),
   // named and shaped as in PyTorch's state_dict ("0.1.running_mean", a scalar [] for
@@ -84,6 +100,10 @@ class Model {
   // "mlp", "lenet" or "resnet18".
   virtual std::string name() const = 0;
 
+ protected:
+  // The FailedPrecondition of ApplyUpdate without an optimizer.
+  static absl::Status NoOptimizer(const std::string& model);
+
  private:
   const std::vector<ParamInfo> no_buffers_;
   std::vector<float> no_buffer_values_;
@@ -104,6 +124,9 @@ struct ModelOptions {
   // Weight initialisation: "default" (the model's d2l choice) | "normal" | "xavier" | "kaiming";
   // see InitializeParams in architectures.h. Biases 0, batch-norm weights 1 in every case.
   std::string init = "default";
+  // The update rule of ApplyUpdate (all-reduce mode); none where a parameter server
+  // applies it (ps, master).
+  std::optional<OptimizerOptions> optimizer;
 };
 
 // What the backends share when they build a model: the CPU network (layers, dims, layout)

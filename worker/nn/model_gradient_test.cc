@@ -116,14 +116,14 @@ TEST_P(ModelGradientTest, FullBatchGradientIsAverageOfHalves) {
   absl::StatusOr<BatchResult> full =
       model->TrainStep(data.images.data(), data.labels.data(), 2 * b);
   ASSERT_TRUE(full.ok()) << full.status();
-  const std::vector<float> g = model->grads();
+  const std::vector<float> g(model->grads().begin(), model->grads().end());
   absl::StatusOr<BatchResult> first = model->TrainStep(data.images.data(), data.labels.data(), b);
   ASSERT_TRUE(first.ok()) << first.status();
-  const std::vector<float> g1 = model->grads();
+  const std::vector<float> g1(model->grads().begin(), model->grads().end());
   absl::StatusOr<BatchResult> second =
       model->TrainStep(data.images.data() + b * kImage, data.labels.data() + b, b);
   ASSERT_TRUE(second.ok()) << second.status();
-  const std::vector<float> g2 = model->grads();
+  const std::vector<float> g2(model->grads().begin(), model->grads().end());
 
   EXPECT_NEAR(full->loss, (first->loss + second->loss) / 2, 1e-6 * full->loss);
   EXPECT_EQ(full->correct, first->correct + second->correct);
@@ -155,7 +155,7 @@ TEST_P(ModelGradientTest, SgdLearnsSeparableProblem) {
         model->TrainStep(train.images.data() + start * kImage, train.labels.data() + start, batch)
             .ok());
     std::vector<float>& w = model->weights();
-    const std::vector<float>& g = model->grads();
+    const absl::Span<const float> g = model->grads();
     for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * g[i];
   }
   absl::StatusOr<BatchResult> after = model->Evaluate(test.images.data(), test.labels.data(), 200);

@@ -148,7 +148,7 @@ TEST(ModelTest, EvaluateMatchesTrainStepAndKeepsGrads) {
     const std::vector<uint8_t> labels = {0, 3, 9, 3};
     absl::StatusOr<BatchResult> train = model->TrainStep(images.data(), labels.data(), 4);
     ASSERT_TRUE(train.ok()) << train.status();
-    const std::vector<float> grads = model->grads();
+    const std::vector<float> grads(model->grads().begin(), model->grads().end());
     absl::StatusOr<BatchResult> eval = model->Evaluate(images.data(), labels.data(), 4);
     ASSERT_TRUE(eval.ok()) << eval.status();
     EXPECT_EQ(eval->loss, train->loss) << name;

@@ -72,7 +72,7 @@ TEST_P(PyTorchParityTest, LossAndGradientsMatchPyTorch) {
   EXPECT_NEAR(result->loss, expected_loss, 1e-5 * std::abs(expected_loss)) << name;
   EXPECT_EQ(result->correct, expected_correct) << name;
 
-  const std::vector<float>& grads = model.grads();
+  const absl::Span<const float> grads = model.grads();
   for (const ParamInfo& p : model.params()) {
     const LoadedTensor* expected = contents->Find("grad." + p.name);
     ASSERT_NE(expected, nullptr) << p.name;
@@ -167,7 +167,7 @@ TEST(PyTorchParityTest, ResNet18WholeModelMatchesPyTorch) {
   // 1e-6, checked here through the norms and first values): worst ||g_float - g_double|| / scale,
   // separately for the gradients that are exactly 0 (the conv biases, where only rounding noise
   // is left) and the others.
-  const std::vector<float>& g = model.grads();
+  const absl::Span<const float> g = model.grads();
   double worst_float = 0, worst_float_zero = 0;
   for (const ParamInfo& p : model.params()) {
     const double expected = contents->Find("gradnorm." + p.name)->data[0];

@@ -54,7 +54,8 @@ StepResult Step(Model& model, const Batch& b) {
   absl::StatusOr<BatchResult> r =
       model.TrainStep(b.images.data(), b.labels.data(), static_cast<int>(b.labels.size()));
   EXPECT_TRUE(r.ok()) << r.status();
-  return {r.ok() ? r->loss : 0.0, model.grads(), model.buffer_values()};
+  return {r.ok() ? r->loss : 0.0, {model.grads().begin(), model.grads().end()},
+          model.buffer_values()};
 }
 
 void CheckModel(const std::string& name, int batch) {
