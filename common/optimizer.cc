@@ -13,12 +13,12 @@ namespace {
 //   w -= lr * buf  (or lr * d without momentum).
 class Sgd : public Optimizer {
  public:
-  explicit Sgd(const OptimizerOptions& o) : options_(o) {}
+  explicit Sgd(const OptimizerOptions& o) : Optimizer(o) {}
 
-  void Apply(absl::Span<float> w, absl::Span<const float> g,
-             OptimizerState& state) const override {
-    const float lr = options_.learning_rate, wd = options_.weight_decay,
-                mu = options_.momentum;
+ private:
+  void Step(absl::Span<float> w, absl::Span<const float> g, OptimizerState& state,
+            float lr) const override {
+    const float wd = options().weight_decay, mu = options().momentum;
     const size_t n = w.size();
     if (mu == 0.0f) {
       for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
@@ -38,15 +38,73 @@ class Sgd : public Optimizer {
     }
     ++state.steps;
   }
-
- private:
-  OptimizerOptions options_;
 };
 
-absl::Status CheckHyperParameter(const char* name, float value) {
+// torch.optim.Adam (decoupled = false) and torch.optim.AdamW (decoupled = true), amsgrad off:
+//   t += 1
+//   adamw: w *= 1 - lr * wd            adam: g += wd * w
+//   m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g * g   (m = v = 0 at t=0)
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
+//   w -= lr / (1 - beta1^t) * m / denom
+// The scalars are computed in double and rounded to float once, like PyTorch's Python floats.
+class Adam : public Optimizer {
+ public:
+  Adam(const OptimizerOptions& o, bool decoupled) : Optimizer(o), decoupled_(decoupled) {}
+
+ private:
+  void Step(absl::Span<float> w, absl::Span<const float> g, OptimizerState& state,
+            float lr) const override {
+    const OptimizerOptions& o = options();
+    const size_t n = w.size();
+    if (state.exp_avg.size() != n) {
+      state.exp_avg.assign(n, 0.0f);
+      state.exp_avg_sq.assign(n, 0.0f);
+    }
+    const int64_t t = ++state.steps;
+    const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
+    const double bias_correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
+    const float step_size = static_cast<float>(lr / bias_correction1);
+    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+    const float beta1 = static_cast<float>(o.beta1), one_minus_beta1 = 1.0 - o.beta1;
+    const float beta2 = static_cast<float>(o.beta2), one_minus_beta2 = 1.0 - o.beta2;
+    const float eps = static_cast<float>(o.eps);
+    const float l2 = decoupled_ ? 0.0f : o.weight_decay;
+    if (decoupled_ && o.weight_decay != 0.0f) {
+      const float decay = 1.0 - static_cast<double>(lr) * o.weight_decay;
+      for (size_t i = 0; i < n; ++i) w[i] *= decay;
+    }
+    float* m = state.exp_avg.data();
+    float* v = state.exp_avg_sq.data();
+    for (size_t i = 0; i < n; ++i) {
+      const float grad = g[i] + l2 * w[i];
+      m[i] = m[i] * beta1 + one_minus_beta1 * grad;
+      v[i] = v[i] * beta2 + one_minus_beta2 * grad * grad;
+      const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
+      w[i] -= step_size * m[i] / denom;
+    }
+  }
+
+  const bool decoupled_;
+};
+
+absl::Status CheckNonNegative(const char* field, double value) {
   if (!std::isfinite(value) || value < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("optimizer: ", name, " must be finite and >= 0, got ", value));
+        absl::StrCat("optimizer: ", field, " must be finite and >= 0, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAdamOptions(const OptimizerOptions& o) {
+  for (const auto& [field, beta] : {std::pair{"beta1", o.beta1}, std::pair{"beta2", o.beta2}}) {
+    if (!(beta >= 0 && beta < 1)) {  // Also refuses NaN.
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer: ", field, " must be in [0, 1), got ", beta));
+    }
+  }
+  if (!std::isfinite(o.eps) || !(o.eps > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: eps must be finite and > 0 for ", o.name, ", got ", o.eps));
   }
   return absl::OkStatus();
 }
@@ -54,12 +112,16 @@ absl::Status CheckHyperParameter(const char* name, float value) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerOptions& options) {
-  if (auto s = CheckHyperParameter("learning rate", options.learning_rate); !s.ok()) return s;
-  if (auto s = CheckHyperParameter("momentum", options.momentum); !s.ok()) return s;
-  if (auto s = CheckHyperParameter("weight decay", options.weight_decay); !s.ok()) return s;
+  if (auto s = CheckNonNegative("learning_rate", options.learning_rate); !s.ok()) return s;
+  if (auto s = CheckNonNegative("momentum", options.momentum); !s.ok()) return s;
+  if (auto s = CheckNonNegative("weight_decay", options.weight_decay); !s.ok()) return s;
   if (options.name == "sgd") return std::make_unique<Sgd>(options);
+  if (options.name == "adam" || options.name == "adamw") {
+    if (auto s = CheckAdamOptions(options); !s.ok()) return s;
+    return std::make_unique<Adam>(options, /*decoupled=*/options.name == "adamw");
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", options.name, "' (expected: sgd)"));
+      absl::StrCat("unknown optimizer '", options.name, "' (expected one of: sgd, adam, adamw)"));
 }
 
 }  // namespace dptrain

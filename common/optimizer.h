@@ -1,6 +1,10 @@
 // Optimizers applied to an averaged gradient: by a parameter-server shard to its chunks, or
 // by every replica itself in all-reduce mode.
-// Optimizer state (e.g. the momentum buffer) lives beside the weights, one per chunk.
+// Optimizer state (momentum buffer, Adam's moments) lives beside the weights, one per chunk.
+//
+// The update rules are PyTorch's (torch.optim.SGD, Adam and AdamW, single-tensor path,
+// no Nesterov, no amsgrad); common/optimizer_test.cc checks them against trajectories
+// written by PyTorch itself (tools/make_optimizer_fixtures.py).
 #ifndef DPTRAIN_COMMON_OPTIMIZER_H_
 #define DPTRAIN_COMMON_OPTIMIZER_H_
 
@@ -15,28 +19,61 @@
 namespace dptrain {
 
 struct OptimizerOptions {
-  std::string name = "sgd";  // Only "sgd" for now (with momentum and weight decay).
+  std::string name = "sgd";  // "sgd", "adam" or "adamw".
+  // The rate of the Apply overload without one (a constant rate); the caller of a schedule
+  // passes LearningRateAt(schedule, step) to Apply instead (common/lr_schedule.h).
   float learning_rate = 0.1f;
-  float momentum = 0.0f;
-  float weight_decay = 0.0f;
+  float momentum = 0.0f;      // sgd only; adam and adamw ignore it.
+  float weight_decay = 0.0f;  // sgd, adam: L2 added to the gradient; adamw: decoupled.
+  // adam and adamw only. Doubles, like the Python floats PyTorch takes: 1 - beta and the
+  // bias corrections are computed in double before the float32 element loop.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
 };
 
-// Per-chunk optimizer state. Owned by the shard, next to the chunk's weights.
+// Per-chunk optimizer state. Owned by the shard (or the replica), next to the chunk's weights;
+// the buffers are sized by the first Apply that needs them.
 struct OptimizerState {
-  std::vector<float> momentum_buffer;  // Empty until the first step with momentum.
-  int64_t steps = 0;
+  std::vector<float> momentum_buffer;  // sgd: empty until the first step with momentum.
+  std::vector<float> exp_avg;          // adam/adamw: first moment m.
+  std::vector<float> exp_avg_sq;       // adam/adamw: second moment v.
+  int64_t steps = 0;                   // Apply calls on this state (Adam's bias correction t).
 };
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // weights -= update(gradient). `weights` and `gradient` have equal sizes; `state`
-  // belongs to this chunk. Not thread-safe for the same state.
-  virtual void Apply(absl::Span<float> weights, absl::Span<const float> gradient,
-                     OptimizerState& state) const = 0;
+
+  // One optimizer step on one chunk: weights -= update(gradient) at rate `learning_rate`.
+  // `weights` and `gradient` have equal sizes, the same chunk on every call with `state`;
+  // `learning_rate` is finite and >= 0 (LearningRateAt of a validated schedule is). Increments
+  // state.steps. Not thread-safe for the same state; distinct states may be used concurrently.
+  void Apply(absl::Span<float> weights, absl::Span<const float> gradient, OptimizerState& state,
+             float learning_rate) const {
+    Step(weights, gradient, state, learning_rate);
+  }
+  // The same at the constant rate options.learning_rate.
+  void Apply(absl::Span<float> weights, absl::Span<const float> gradient,
+             OptimizerState& state) const {
+    Step(weights, gradient, state, options_.learning_rate);
+  }
+
+  const OptimizerOptions& options() const { return options_; }
+
+ protected:
+  explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
+
+ private:
+  virtual void Step(absl::Span<float> weights, absl::Span<const float> gradient,
+                    OptimizerState& state, float learning_rate) const = 0;
+
+  const OptimizerOptions options_;
 };
 
-// InvalidArgument for an unknown name or a negative/non-finite hyper-parameter.
+// InvalidArgument, with one message naming the field, for: an unknown name (the message lists
+// the valid ones); learning_rate, momentum or weight_decay negative or not finite; for adam and
+// adamw also beta1 or beta2 outside [0, 1) and eps not finite or <= 0.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerOptions& options);
 
 }  // namespace dptrain
