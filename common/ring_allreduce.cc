@@ -58,25 +58,29 @@ Range SegmentRange(int64_t n, int parts, int segment) {
   return r;
 }
 
-absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOptions& o) {
+int RingOwnedSegment(int rank, int world_size) { return Mod(rank + 1, world_size); }
+
+namespace {
+
+// Runs stages [first, end) of the 2(n-1) stages of a ring all-reduce: reduce-scatter stages
+// k = 0..n-2 send segment r-k and add the received segment r-k-1 into place (after them
+// rank r holds the full sum of segment r+1); all-gather stages k = n-1..2n-3 send segment
+// r+1-j and copy in segment r-j (j = k-n+1). A stage sends exactly the segment the
+// previous stage received, so it is pipelined chunk by chunk: chunk c goes out as soon as
+// its previous stage has landed. A stage's receives are expected when it starts, so the
+// link writes (or adds) each chunk in place as it arrives; that segment is not one being
+// sent until the next stage.
+absl::Status RunStages(PeerLink& link, absl::Span<float> data, const RingOptions& o, int first,
+                       int end) {
   if (auto s = CheckOptions(link, o); !s.ok()) return s;
   const int n = link.world_size(), r = link.rank();
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
   const int64_t size = static_cast<int64_t>(data.size());
-  if (n == 1) return absl::OkStatus();
+  if (n == 1 || first >= end) return absl::OkStatus();
   ExpectedMessages expected(link, left);
   // The average is folded into the last add: (sum + last) * (1/n), the same two roundings
   // as summing then scaling.
   const float average = o.average ? 1.0f / static_cast<float>(n) : 1.0f;
-
-  // 2(n-1) stages: reduce-scatter stages k = 0..n-2 send segment r-k and add the received
-  // segment r-k-1 into place (after them rank r holds the full sum of segment r+1);
-  // all-gather stages k = n-1..2n-3 send segment r+1-j and copy in segment r-j
-  // (j = k-n+1). A stage sends exactly the segment the previous stage received, so it is
-  // pipelined chunk by chunk: chunk c goes out as soon as its previous stage has landed.
-  // A stage's receives are expected when it starts, so the link writes (or adds) each chunk
-  // in place as it arrives; that segment is not one being sent until the next stage.
-  const int stages = 2 * (n - 1);
   auto send_segment = [&](int k) { return k < n - 1 ? r - k : r + 1 - (k - n + 1); };
   auto recv_segment = [&](int k) { return k < n - 1 ? r - k - 1 : r - (k - n + 1); };
   // Waits for chunk c (at offset off, len elements) of stage k.
@@ -89,7 +93,7 @@ absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOpt
     if (s.ok()) expected.Done(tag);  // Else still expected: withdrawn on the way out.
     return s;
   };
-  for (int k = 0; k < stages; ++k) {
+  for (int k = first; k < end; ++k) {
     const bool reduce = k < n - 1;
     const Range recv = SegmentRange(size, n, Mod(recv_segment(k), n));
     for (int64_t c = 0, off = recv.begin; off < recv.end; ++c, off += o.chunk_elements) {
@@ -100,19 +104,33 @@ absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOpt
     const Range send = SegmentRange(size, n, Mod(send_segment(k), n));
     for (int64_t c = 0, off = send.begin; off < send.end; ++c, off += o.chunk_elements) {
       const int64_t len = std::min(o.chunk_elements, send.end - off);
-      if (k > 0) {
+      if (k > first) {
         if (auto s = receive(k - 1, c, off, len); !s.ok()) return s;
       }
       const uint64_t tag = Tag(o, reduce ? 0 : 1, reduce ? k : k - n + 1, c);
       if (auto s = link.Send(right, tag, data.subspan(off, len)); !s.ok()) return s;
     }
   }
-  const Range last = SegmentRange(size, n, Mod(recv_segment(stages - 1), n));
+  const Range last = SegmentRange(size, n, Mod(recv_segment(end - 1), n));
   for (int64_t c = 0, off = last.begin; off < last.end; ++c, off += o.chunk_elements) {
     const int64_t len = std::min(o.chunk_elements, last.end - off);
-    if (auto s = receive(stages - 1, c, off, len); !s.ok()) return s;
+    if (auto s = receive(end - 1, c, off, len); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOptions& o) {
+  return RunStages(link, data, o, 0, 2 * (link.world_size() - 1));
+}
+
+absl::Status RingReduceScatter(PeerLink& link, absl::Span<float> data, const RingOptions& o) {
+  return RunStages(link, data, o, 0, link.world_size() - 1);
+}
+
+absl::Status RingAllGather(PeerLink& link, absl::Span<float> data, const RingOptions& o) {
+  return RunStages(link, data, o, link.world_size() - 1, 2 * (link.world_size() - 1));
 }
 
 absl::Status RingBroadcast(PeerLink& link, absl::Span<float> data, int root, const RingOptions& o) {

@@ -37,6 +37,16 @@ Range SegmentRange(int64_t n, int parts, int segment);
 // size and options. Fails with the link's error.
 absl::Status RingAllReduce(PeerLink& link, absl::Span<float> data, const RingOptions& options);
 
+// The two halves of RingAllReduce, for ZeRO-style sharded updates. After RingReduceScatter
+// rank r holds the sum (or mean) over all ranks of segment RingOwnedSegment(r, world_size)
+// (SegmentRange(data.size(), world_size, that)); the rest of its data is unspecified.
+// RingAllGather then copies each rank's owned segment to every rank. Every rank calls them
+// with the same size and options; a RingReduceScatter and the RingAllGather after it may
+// share a tag_base.
+int RingOwnedSegment(int rank, int world_size);
+absl::Status RingReduceScatter(PeerLink& link, absl::Span<float> data, const RingOptions& options);
+absl::Status RingAllGather(PeerLink& link, absl::Span<float> data, const RingOptions& options);
+
 // In place: every rank's data becomes `root`'s (pipelined along the ring).
 absl::Status RingBroadcast(PeerLink& link, absl::Span<float> data, int root,
                            const RingOptions& options);

@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/in_memory_link.h"
 #include "gtest/gtest.h"
 
@@ -55,6 +56,41 @@ TEST_P(RingAllReduceTest, EveryRankGetsTheMeanBitIdentically) {
     EXPECT_EQ(data[r], data[0]) << "rank " << r << " differs from rank 0";
   }
   for (int64_t i = 0; i < c.n; ++i) EXPECT_NEAR(data[0][i], mean[i], 1e-6) << i;
+}
+
+// The two halves apart (the sharded update between them): after the reduce-scatter each
+// rank's owned segment is bit-identical to what the full all-reduce gives there; after the
+// all-gather of the (changed) owned segments every rank holds every owner's values.
+TEST_P(RingAllReduceTest, ReduceScatterThenAllGatherEqualsAllReduce) {
+  const Case c = GetParam();
+  InMemoryHub hub(c.world_size, absl::Seconds(10));
+  std::vector<std::vector<float>> whole(c.world_size), halves(c.world_size);
+  for (int r = 0; r < c.world_size; ++r) whole[r] = halves[r] = Input(r, c.n);
+  RingOptions o;
+  o.chunk_elements = c.chunk;
+  auto statuses = Spawn(c.world_size, [&](int r) {
+    return RingAllReduce(hub.link(r), absl::MakeSpan(whole[r]), o);
+  });
+  for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  statuses = Spawn(c.world_size, [&](int r) {
+    if (auto s = RingReduceScatter(hub.link(r), absl::MakeSpan(halves[r]), o); !s.ok()) return s;
+    const Range mine = SegmentRange(c.n, c.world_size, RingOwnedSegment(r, c.world_size));
+    for (int64_t i = mine.begin; i < mine.end; ++i) {
+      if (halves[r][i] != whole[0][i]) return absl::InternalError(absl::StrCat("element ", i));
+      halves[r][i] += static_cast<float>(r);  // The owner's update.
+    }
+    return RingAllGather(hub.link(r), absl::MakeSpan(halves[r]), o);
+  });
+  for (int r = 0; r < c.world_size; ++r) ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+  for (int owner = 0; owner < c.world_size; ++owner) {
+    const Range seg = SegmentRange(c.n, c.world_size, RingOwnedSegment(owner, c.world_size));
+    for (int r = 0; r < c.world_size; ++r) {
+      for (int64_t i = seg.begin; i < seg.end; ++i) {
+        ASSERT_EQ(halves[r][i], whole[0][i] + static_cast<float>(owner))
+            << "rank " << r << " element " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, RingAllReduceTest,

@@ -11,6 +11,7 @@
 #include "tests/test_cluster.h"
 #include "worker/comm/allreduce_sync.h"
 #include "worker/comm/ps_client.h"
+#include "worker/comm/sharded_ring_store.h"
 
 namespace dptrain {
 namespace {
@@ -137,6 +138,47 @@ TEST(GlobalSkipTest, AllReduceModeSkipsOnEveryReplica) {
     steps.push_back(Through(reducers.back().get()));
   }
   ExpectGlobalSkip(Train(syncs, steps));
+}
+
+TEST(GlobalSkipTest, ShardedRingStoreSkipsOnEveryReplica) {
+  InMemoryHub hub(kWorkers, absl::Seconds(10));
+  std::vector<std::unique_ptr<ShardedRingStore>> stores;
+  std::vector<ReplicaSync*> syncs;
+  std::vector<StepFn> steps;
+  for (int r = 0; r < kWorkers; ++r) {
+    auto store = ShardedRingStore::Create(&hub.link(r), {3, Sgd()});
+    ASSERT_TRUE(store.ok()) << store.status();
+    stores.push_back(*std::move(store));
+    syncs.push_back(stores.back().get());
+    steps.push_back(Through(static_cast<ParameterStore*>(stores.back().get())));
+  }
+  ExpectGlobalSkip(Train(syncs, steps));
+}
+
+// A NaN in the segment rank 1 owns, sent by rank 0 without a flag: only rank 1 sees the
+// average there, and its vote still stops rank 0 from applying its own segment.
+TEST(GlobalSkipTest, ShardedRingStoreVoteCoversOtherRanksSegments) {
+  InMemoryHub hub(kWorkers, absl::Seconds(10));
+  std::vector<std::vector<float>> w(kWorkers, std::vector<float>(kElements, 1.0f));
+  std::vector<bool> skipped(kWorkers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      auto store = ShardedRingStore::Create(&hub.link(r), {3, Sgd()});
+      ASSERT_TRUE(store.ok());
+      std::vector<float> g(kElements + 1, 1.0f);
+      g.back() = 0.0f;
+      // Rank 1 owns segment 0 (RingOwnedSegment(1, 2)), elements [0, 5).
+      if (r == 0) g[2] = std::nanf("");
+      auto outcome = (*store)->PushPull(0, absl::MakeSpan(g), absl::MakeSpan(w[r]));
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      skipped[r] = outcome->skipped;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(skipped, (std::vector<bool>{true, true}));
+  EXPECT_EQ(w[0], std::vector<float>(kElements, 1.0f));
+  EXPECT_EQ(w[1], std::vector<float>(kElements, 1.0f));
 }
 
 // Runs one all-reduce step on both ranks with gradients of ones, rank 0's modified by

@@ -1,12 +1,14 @@
 // The three ways to synchronise give the same training result: after k steps of mlp with 2
 // and 3 workers, sharded PS, master reducer and ring all-reduce agree within 1e-5
-// (relative), and all-reduce leaves every replica bit-identical.
+// (relative), and all-reduce (replicas applying the average, or the optimizer sharded over
+// the ring) leaves every replica bit-identical.
 #include "gtest/gtest.h"
 #include "tests/test_cluster.h"
 #include "tests/train_harness.h"
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
 #include "worker/comm/ps_client.h"
+#include "worker/comm/sharded_ring_store.h"
 #include "worker/data/synthetic.h"
 
 namespace dptrain {
@@ -40,7 +42,7 @@ std::vector<std::vector<float>> TrainWithReducer(
   }, buffers);
 }
 
-// A reducer that owns the all-reduce group it runs over.
+// A sync that owns the all-reduce group it runs over: a reducer, or a sharded store.
 class OwningAllReduce : public GradientReducer {
  public:
   OwningAllReduce(std::unique_ptr<AllReduceGroup> g, std::unique_ptr<AllReduceSync> s)
@@ -60,8 +62,29 @@ class OwningAllReduce : public GradientReducer {
   std::unique_ptr<AllReduceSync> sync_;
 };
 
+class OwningStore : public ParameterStore {
+ public:
+  OwningStore(std::unique_ptr<AllReduceGroup> g, std::unique_ptr<ShardedRingStore> s)
+      : group_(std::move(g)), store_(std::move(s)) {}
+  absl::Status Start(absl::Span<float> w) override { return store_->Start(w); }
+  absl::StatusOr<StepOutcome> PushPull(int64_t t, absl::Span<float> g,
+                                       absl::Span<float> w) override {
+    return store_->PushPull(t, g, w);
+  }
+  absl::Status AverageBuffers(int64_t round, absl::Span<float> b) override {
+    return store_->AverageBuffers(round, b);
+  }
+  CommStats stats() const override { return store_->stats(); }
+
+ private:
+  std::unique_ptr<AllReduceGroup> group_;
+  std::unique_ptr<ShardedRingStore> store_;
+};
+
+// `sharded`: the optimizer sharded over the ring (the CPU worker's default), else every
+// replica applies the averaged gradient (the GPU worker's way).
 std::vector<std::vector<float>> TrainWithAllReduce(
-    const HarnessConfig& c, const Dataset& data,
+    const HarnessConfig& c, const Dataset& data, bool sharded,
     std::vector<std::vector<float>>* buffers = nullptr) {
   // Rank 0 listens first on a free port; the others are told it.
   AllReduceGroupOptions base;
@@ -76,7 +99,7 @@ std::vector<std::vector<float>> TrainWithAllReduce(
   const int port = (*group0)->master_port();
   std::unique_ptr<AllReduceGroup> rank0_group = *std::move(group0);
   HarnessConfig replicas_apply = c;
-  replicas_apply.optimizer = Sgd();
+  if (!sharded) replicas_apply.optimizer = Sgd();
   return RunWorkers(replicas_apply, data, [&](int r, const std::vector<TensorInfo>&)
                                  -> absl::StatusOr<OwnedStepSync> {
     std::unique_ptr<AllReduceGroup> group;
@@ -91,6 +114,12 @@ std::vector<std::vector<float>> TrainWithAllReduce(
       group = *std::move(g);
     }
     if (auto s = group->Join(); !s.ok()) return s;
+    if (sharded) {
+      auto store = ShardedRingStore::Create(&group->link(), {10000, Sgd()});
+      if (!store.ok()) return store.status();
+      return std::unique_ptr<ParameterStore>(
+          std::make_unique<OwningStore>(std::move(group), *std::move(store)));
+    }
     AllReduceSyncOptions so;
     so.chunk_elements = 10000;
     auto sync = std::make_unique<AllReduceSync>(&group->link(), so);
@@ -110,15 +139,19 @@ TEST_P(ModesTest, PsMasterAndAllReduceAgree) {
   const auto initial = (*nn::CreateModel({"mlp", c.model_seed, 1}))->weights();
   const auto ps = TrainWithReducer(c, /*shards=*/2, data);
   const auto master = TrainWithReducer(c, /*shards=*/1, data);
-  const auto ring = TrainWithAllReduce(c, data);
+  const auto ring = TrainWithAllReduce(c, data, /*sharded=*/false);
+  const auto sharded = TrainWithAllReduce(c, data, /*sharded=*/true);
   ASSERT_EQ(ring.size(), static_cast<size_t>(c.workers));
+  ASSERT_EQ(sharded.size(), static_cast<size_t>(c.workers));
   for (int r = 0; r < c.workers; ++r) {
     EXPECT_EQ(ring[r], ring[0]) << "all-reduce replica " << r << " is not bit-identical";
+    EXPECT_EQ(sharded[r], sharded[0]) << "sharded replica " << r << " is not bit-identical";
     EXPECT_EQ(ps[r], ps[0]) << "ps replica " << r;
   }
   EXPECT_GT(RelativeDifference(ps[0], initial), 1e-3);  // Training happened.
   EXPECT_LE(RelativeDifference(master[0], ps[0]), 1e-5);
   EXPECT_LE(RelativeDifference(ring[0], ps[0]), 1e-5);
+  EXPECT_LE(RelativeDifference(sharded[0], ps[0]), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, ModesTest, ::testing::Values(2, 3));
@@ -138,7 +171,7 @@ TEST(BatchNormTest, RunningStatisticsAgreeAcrossReplicasAfterAnEpoch) {
   ASSERT_FALSE(initial.empty());
   std::vector<std::vector<float>> ps_buffers, ring_buffers;
   TrainWithReducer(c, /*shards=*/2, data, &ps_buffers);
-  TrainWithAllReduce(c, data, &ring_buffers);
+  TrainWithAllReduce(c, data, /*sharded=*/true, &ring_buffers);
   for (const auto* buffers : {&ps_buffers, &ring_buffers}) {
     ASSERT_EQ(buffers->size(), 2u);
     EXPECT_EQ((*buffers)[0], (*buffers)[1]);

@@ -27,6 +27,7 @@
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
 #include "worker/comm/ps_client.h"
+#include "worker/comm/sharded_ring_store.h"
 #include "worker/data/idx_reader.h"
 #include "worker/gpu_backend.h"
 #include "worker/nn/model.h"
@@ -90,6 +91,11 @@ ABSL_FLAG(std::string, load_model, "",
 ABSL_FLAG(std::string, save_model, "",
           "If set, rank 0 writes the final weights there after training (safetensors, PyTorch "
           "state_dict names; load with safetensors.torch.load_file). Other ranks ignore it.");
+ABSL_FLAG(bool, sharded_optimizer, true,
+          "allreduce mode on the CPU: each rank applies the optimizer to 1/world_size of the "
+          "weights and the ring all-gathers them (ZeRO stage 1: the same bytes, 1/N of the "
+          "optimizer's work and state). false: every replica applies the whole averaged "
+          "gradient. On a GPU every replica applies it on the device.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the parameter servers to answer at start.");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Minutes(10),
@@ -168,6 +174,9 @@ class StatusService final : public proto::Worker::Service {
 // What a worker needs to synchronise, and what keeps it alive.
 struct SyncSetup {
   std::string mode;
+  // allreduce mode: the replicas apply the averaged gradient themselves (a GradientReducer
+  // and Model::ApplyUpdate), else the ring shards the optimizer (ShardedRingStore).
+  bool replicas_apply = false;
   int rank = 0;
   int world_size = 1;
   std::vector<TensorInfo> tensors;
@@ -272,8 +281,21 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     if (auto s = ReportMasterPort(out.group->master_port()); !s.ok()) return s;
   }
   if (auto s = out.group->Join(); !s.ok()) return s;
-  out.sync = std::make_unique<AllReduceSync>(&out.group->link(), AllReduceSyncOptions{});
-  out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size);
+  if (setup.replicas_apply) {
+    out.sync = std::unique_ptr<GradientReducer>(
+        std::make_unique<AllReduceSync>(&out.group->link(), AllReduceSyncOptions{}));
+    out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size,
+                                   ", every replica applies the averaged gradient");
+    return absl::OkStatus();
+  }
+  ShardedRingStoreOptions store;
+  store.optimizer = WorkerOptimizer();
+  auto sharded = ShardedRingStore::Create(&out.group->link(), store);
+  if (!sharded.ok()) return sharded.status();
+  out.sync = std::unique_ptr<ParameterStore>(*std::move(sharded));
+  out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size,
+                                 ", optimizer sharded over the ring (each rank updates 1/",
+                                 setup.world_size, " of the weights)");
   return absl::OkStatus();
 }
 
@@ -356,9 +378,12 @@ absl::Status Run() {
   model_options.name = absl::GetFlag(FLAGS_model);
   model_options.seed = absl::GetFlag(FLAGS_seed);
   model_options.threads = absl::GetFlag(FLAGS_threads);
-  // All-reduce mode: every replica applies the averaged gradient itself (on a GPU, where
-  // its weights are). ps and master: the server does.
-  if (mode == "allreduce") model_options.optimizer = WorkerOptimizer();
+  // All-reduce mode on a GPU: every replica applies the averaged gradient itself, where its
+  // weights are; on the CPU the ring shards the optimizer unless told otherwise. ps and
+  // master: the server applies it.
+  const bool replicas_apply =
+      mode == "allreduce" && (on_gpu || !absl::GetFlag(FLAGS_sharded_optimizer));
+  if (replicas_apply) model_options.optimizer = WorkerOptimizer();
   auto model = CreateModelOn(gpu.backend.get(), model_options);
   if (!model.ok()) return model.status();
   const std::string load_path = absl::GetFlag(FLAGS_load_model);
@@ -382,6 +407,7 @@ absl::Status Run() {
   for (const nn::ParamInfo& p : (*model)->params()) tensors.push_back({p.name, p.size});
   SyncSetup setup;
   setup.mode = mode;
+  setup.replicas_apply = replicas_apply;
   setup.rank = *rank;
   setup.world_size = *world_size;
   setup.tensors = std::move(tensors);
@@ -405,7 +431,7 @@ absl::Status Run() {
     }
     options.metrics = &metrics;
   }
-  if (mode == "allreduce" && on_gpu) {
+  if (replicas_apply && on_gpu) {
     std::cout << who << ": the optimizer runs on the GPU" << std::endl;
   }
   std::cout << who << ": " << model_options.name << " with " << (*model)->weights().size()

@@ -77,7 +77,7 @@ class FakeReducer final : public GradientReducer {
 class FakeStore final : public ParameterStore {
  public:
   absl::Status Start(absl::Span<float>) override { return absl::OkStatus(); }
-  absl::StatusOr<StepOutcome> PushPull(int64_t, absl::Span<const float> g,
+  absl::StatusOr<StepOutcome> PushPull(int64_t, absl::Span<float> g,
                                        absl::Span<float> w) override {
     const bool skipped = g.back() != 0;
     if (!skipped) {

@@ -28,8 +28,10 @@
 #include "worker/comm/allreduce_sync.h"
 #include "common/ring_allreduce.h"
 #include "worker/comm/ps_client.h"
+#include "worker/comm/sharded_ring_store.h"
 
-ABSL_FLAG(std::string, modes, "ps,master,allreduce,ring", "Modes to measure.");
+ABSL_FLAG(std::string, modes, "ps,master,allreduce,allreduce_replicated,ring",
+          "Modes to measure.");
 ABSL_FLAG(std::string, workers, "1,2,4,8", "World sizes.");
 ABSL_FLAG(std::string, shards, "1,2,4", "Shard counts for ps mode.");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "Gradient sizes in MiB of fp32.");
@@ -70,7 +72,7 @@ class Barrier {
 };
 
 // Tags of the bare ring's collectives: apart from the sync's own (initial broadcast, steps).
-constexpr uint64_t kBenchTagBase = uint64_t{1} << 22;
+constexpr uint64_t kBenchTagBase = uint64_t{3} << 22;
 
 int64_t RingChunkElements() {
   return std::max<int64_t>(1, int64_t{absl::GetFlag(FLAGS_ring_chunk_kib)} * 1024 / 4);
@@ -83,10 +85,13 @@ OptimizerOptions Sgd() {
 }
 
 // The sync of one rank plus whatever it runs over.
+// allreduce: the CPU worker's step (ShardedRingStore: reduce-scatter, skip vote, the
+// optimizer on 1/N, all-gather of the weights); allreduce_replicated: AllReduceSync then
+// the whole optimizer on every replica (the GPU worker's path, here on the host).
 struct Rank {
   std::unique_ptr<AllReduceGroup> group;
-  std::unique_ptr<AllReduceSync> reducer;  // allreduce mode
-  std::unique_ptr<PsClient> store;         // ps mode
+  std::unique_ptr<AllReduceSync> reducer;  // allreduce_replicated
+  std::unique_ptr<ParameterStore> store;   // ps, master, allreduce
   ReplicaSync* sync = nullptr;             // whichever it is
 };
 
@@ -96,7 +101,8 @@ bool Measure(const Point& p, int reps, Result& result) {
   const int64_t elements = p.elements;
   std::vector<std::unique_ptr<PsServer>> servers;
   std::vector<std::string> addresses;
-  const bool peers = p.mode == "allreduce" || p.mode == "ring";
+  const bool peers =
+      p.mode == "allreduce" || p.mode == "allreduce_replicated" || p.mode == "ring";
   if (!peers) {
     for (int s = 0; s < p.shards; ++s) {
       PsServerOptions o;
@@ -148,7 +154,15 @@ bool Measure(const Point& p, int reps, Result& result) {
         else me.group = *std::move(g);
       }
       if (s.ok()) s = me.group->Join();
-      if (s.ok()) {
+      if (s.ok() && p.mode == "allreduce") {
+        auto store = ShardedRingStore::Create(&me.group->link(), {RingChunkElements(), Sgd()});
+        if (store.ok()) {
+          me.store = *std::move(store);
+          me.sync = me.store.get();
+        } else {
+          s = store.status();
+        }
+      } else if (s.ok()) {
         me.reducer = std::make_unique<AllReduceSync>(&me.group->link(),
                                                      AllReduceSyncOptions{RingChunkElements()});
         me.sync = me.reducer.get();
@@ -172,7 +186,7 @@ bool Measure(const Point& p, int reps, Result& result) {
     std::mt19937 gen(r);
     std::uniform_real_distribution<float> u(-1, 1);
     for (int64_t i = 0; i < elements; ++i) grads[i] = u(gen);
-    // The replica's own update in allreduce mode (what the CPU model's ApplyUpdate runs).
+    // The replica's own update in allreduce_replicated mode (the model's ApplyUpdate).
     std::unique_ptr<Optimizer> optimizer = *CreateOptimizer(Sgd());
     OptimizerState optimizer_state;
     if (s.ok()) s = me.sync->Start(absl::MakeSpan(weights));
@@ -202,7 +216,7 @@ bool Measure(const Point& p, int reps, Result& result) {
                            optimizer_state);
         }
       } else {
-        s = me.store->PushPull(rep, grads, absl::MakeSpan(weights)).status();
+        s = me.store->PushPull(rep, absl::MakeSpan(grads), absl::MakeSpan(weights)).status();
       }
       ends[r][rep] = absl::ToUnixMicros(absl::Now()) / 1e6;
     }

@@ -83,7 +83,7 @@ absl::Status Run() {
     // The synchronisation alone (a reducer's replicas would then apply the average).
     absl::StatusOr<StepOutcome> outcome =
         std::holds_alternative<std::unique_ptr<ParameterStore>>(sync)
-            ? std::get<std::unique_ptr<ParameterStore>>(sync)->PushPull(rep, grads,
+            ? std::get<std::unique_ptr<ParameterStore>>(sync)->PushPull(rep, absl::MakeSpan(grads),
                                                                           absl::MakeSpan(weights))
             : std::get<std::unique_ptr<GradientReducer>>(sync)->Reduce(rep, absl::MakeSpan(grads));
     if (!outcome.ok()) return outcome.status();

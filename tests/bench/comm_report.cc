@@ -27,7 +27,7 @@ double Result::BusBw() const {
 Traffic ModelTraffic(const std::string& mode, int n, int s, double k) {
   const double chunk = 4.0 * (1 << 20);
   const double chunks = std::max(1.0, std::ceil(k / chunk));
-  if (mode == "allreduce" || mode == "ring") {
+  if (mode == "allreduce" || mode == "allreduce_replicated" || mode == "ring") {
     // 2(N-1) ring steps, each a segment of K/N per worker link.
     return {2.0 * (n - 1) / n * k, 2.0 * (n - 1)};
   }

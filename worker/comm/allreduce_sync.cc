@@ -15,10 +15,8 @@ absl::Status AllReduceSync::Start(absl::Span<float> weights) {
 
 absl::StatusOr<StepOutcome> AllReduceSync::Reduce(int64_t step,
                                                   absl::Span<float> gradient_and_flag) {
-  // 0 is the initial broadcast; steps stay below kBufferTagBase.
-  if (step < 0 || step + 1 >= static_cast<int64_t>(kBufferTagBase)) {
-    return absl::OutOfRangeError(
-        absl::StrCat("step ", step, " outside [0, ", kBufferTagBase - 1, ")"));
+  if (step < 0 || step >= kMaxSteps) {
+    return absl::OutOfRangeError(absl::StrCat("step ", step, " outside [0, ", kMaxSteps, ")"));
   }
   if (gradient_and_flag.empty()) {
     return absl::InvalidArgumentError("the gradient exchange buffer has no flag slot");

@@ -18,7 +18,10 @@ struct AllReduceSyncOptions {
 
 class AllReduceSync final : public GradientReducer {
  public:
-  // Tags of buffer rounds start here (steps use 1 .. 2^23 - 1; tags have 24 bits for it).
+  // Tag bases (24 bits): 0 the initial broadcast, 1 + step for steps, kFlagTagBase + step
+  // for a sharded store's skip vote, kBufferTagBase + round for buffer rounds.
+  static constexpr int64_t kMaxSteps = int64_t{1} << 22;
+  static constexpr uint64_t kFlagTagBase = uint64_t{1} << 22;
   static constexpr uint64_t kBufferTagBase = uint64_t{1} << 23;
 
   // `link` must outlive the sync.
@@ -29,7 +32,7 @@ class AllReduceSync final : public GradientReducer {
   int world_size() const override { return link_->world_size(); }
   // The flag slot is all-reduced with the gradient (no extra message); the step is skipped
   // if any rank flagged it or the average has inf/NaN (every rank sees the same bits, so
-  // every rank decides the same). OutOfRange for a step outside [0, kBufferTagBase - 1).
+  // every rank decides the same). OutOfRange for a step outside [0, kMaxSteps).
   absl::StatusOr<StepOutcome> Reduce(int64_t step, absl::Span<float> gradient_and_flag) override;
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override;

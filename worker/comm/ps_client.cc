@@ -213,8 +213,7 @@ absl::Status PsClient::Start(absl::Span<float> weights) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step,
-                                               absl::Span<const float> gradient_and_flag,
+absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                                absl::Span<float> weights) {
   const size_t total = static_cast<size_t>(map_.total_elements());
   if (gradient_and_flag.size() != total + 1 || weights.size() != total) {

@@ -46,7 +46,7 @@ class PsClient final : public ParameterStore {
 
   absl::Status Start(absl::Span<float> weights) override;
   // The step is skipped when any shard says so (BSP: some rank flagged it).
-  absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<const float> gradient_and_flag,
+  absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                        absl::Span<float> weights) override;
   // Through shard 0.
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;

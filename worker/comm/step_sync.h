@@ -71,10 +71,10 @@ class GradientReducer : public ReplicaSync {
 class ParameterStore : public ReplicaSync {
  public:
   // Contributes this rank's gradient of `step` followed by its overflow flag; on success
-  // `weights` holds the weights after the step (the same on every replica under BSP). On
-  // failure `weights` is unspecified and the job should stop.
-  virtual absl::StatusOr<StepOutcome> PushPull(int64_t step,
-                                               absl::Span<const float> gradient_and_flag,
+  // `weights` holds the weights after the step (the same on every replica under BSP). The
+  // store may use `gradient_and_flag` as scratch space: its contents are unspecified
+  // afterwards. On failure `weights` is unspecified and the job should stop.
+  virtual absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                                absl::Span<float> weights) = 0;
 };
 

@@ -1,0 +1,72 @@
+#include "worker/comm/sharded_ring_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/loss_scaler.h"
+#include "common/ring_allreduce.h"
+
+namespace dptrain {
+
+absl::StatusOr<std::unique_ptr<ShardedRingStore>> ShardedRingStore::Create(
+    PeerLink* link, const ShardedRingStoreOptions& options) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = CreateOptimizer(options.optimizer);
+  if (!optimizer.ok()) return optimizer.status();
+  return std::unique_ptr<ShardedRingStore>(
+      new ShardedRingStore(link, options, *std::move(optimizer)));
+}
+
+ShardedRingStore::ShardedRingStore(PeerLink* link, const ShardedRingStoreOptions& options,
+                                   std::unique_ptr<Optimizer> optimizer)
+    : link_(link),
+      options_(options),
+      optimizer_(std::move(optimizer)),
+      ring_(link, AllReduceSyncOptions{options.chunk_elements}) {}
+
+absl::Status ShardedRingStore::Start(absl::Span<float> weights) { return ring_.Start(weights); }
+
+absl::Status ShardedRingStore::AverageBuffers(int64_t round, absl::Span<float> buffers) {
+  return ring_.AverageBuffers(round, buffers);
+}
+
+absl::StatusOr<StepOutcome> ShardedRingStore::PushPull(int64_t step,
+                                                       absl::Span<float> gradient_and_flag,
+                                                       absl::Span<float> weights) {
+  if (step < 0 || step >= AllReduceSync::kMaxSteps) {
+    return absl::OutOfRangeError(
+        absl::StrCat("step ", step, " outside [0, ", AllReduceSync::kMaxSteps, ")"));
+  }
+  const int64_t n = static_cast<int64_t>(weights.size());
+  if (static_cast<int64_t>(gradient_and_flag.size()) != n + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("PushPull: ", gradient_and_flag.size(),
+                                                   " gradient values and flag for ", n,
+                                                   " weights"));
+  }
+  if (model_size_ >= 0 && model_size_ != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PushPull: the model had ", model_size_, " weights, now ", n));
+  }
+  model_size_ = n;
+  const absl::Span<float> grads = gradient_and_flag.first(n);
+  RingOptions ring;
+  ring.chunk_elements = options_.chunk_elements;
+  ring.average = true;
+  ring.tag_base = static_cast<uint64_t>(step) + 1;
+  if (auto s = RingReduceScatter(*link_, grads, ring); !s.ok()) return s;
+  const int world = link_->world_size();
+  const Range mine = SegmentRange(n, world, RingOwnedSegment(link_->rank(), world));
+  const absl::Span<float> my_grads = grads.subspan(mine.begin, mine.size());
+  // Every rank votes on its own flag and its averaged segment; one sum decides for all.
+  float vote = gradient_and_flag.back() != 0.0f || HasNonFinite(my_grads) ? 1.0f : 0.0f;
+  RingOptions flags;
+  flags.average = false;
+  flags.tag_base = AllReduceSync::kFlagTagBase + static_cast<uint64_t>(step);
+  if (auto s = RingAllReduce(*link_, absl::MakeSpan(&vote, 1), flags); !s.ok()) return s;
+  StepOutcome outcome;
+  outcome.skipped = vote != 0.0f;
+  if (outcome.skipped) return outcome;  // Nobody applies anything: the weights stay.
+  optimizer_->Apply(weights.subspan(mine.begin, mine.size()), my_grads, state_,
+                    options_.optimizer.learning_rate);
+  if (auto s = RingAllGather(*link_, weights, ring); !s.ok()) return s;
+  return outcome;
+}
+
+}  // namespace dptrain

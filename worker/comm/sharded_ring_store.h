@@ -1,0 +1,61 @@
+// All-reduce mode with the optimizer sharded over the ring (ZeRO stage 1): a ParameterStore
+// built from the two halves of a ring all-reduce. Each step the gradients are
+// reduce-scattered (rank r ends with the average of its own segment, 1/N of the model),
+// every rank checks its segment for inf/NaN and all agree on the skip in one tiny
+// all-reduce, each rank applies the optimizer to its segment of the weights (its optimizer
+// state is that segment's only: 1/N of the memory and of the work), and the weights are
+// all-gathered. The same bytes on the wire as all-reducing the gradient, and replicas stay
+// bit-identical (every weight is computed once, by its owner, and copied).
+//
+// For models whose weights live on the host (the CPU path). A GPU model keeps its weights
+// on the device and takes the averaged gradient from an AllReduceSync instead.
+#ifndef DPTRAIN_WORKER_COMM_SHARDED_RING_STORE_H_
+#define DPTRAIN_WORKER_COMM_SHARDED_RING_STORE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/optimizer.h"
+#include "common/peer_link.h"
+#include "worker/comm/allreduce_sync.h"
+#include "worker/comm/step_sync.h"
+
+namespace dptrain {
+
+struct ShardedRingStoreOptions {
+  int64_t chunk_elements = int64_t{1} << 18;  // Elements per ring message.
+  OptimizerOptions optimizer;
+};
+
+class ShardedRingStore final : public ParameterStore {
+ public:
+  // `link` must outlive the store. InvalidArgument for bad optimizer options.
+  static absl::StatusOr<std::unique_ptr<ShardedRingStore>> Create(
+      PeerLink* link, const ShardedRingStoreOptions& options);
+
+  // Rank 0's weights to every rank (as AllReduceSync::Start).
+  absl::Status Start(absl::Span<float> weights) override;
+  // OutOfRange for a step outside [0, AllReduceSync::kMaxSteps); InvalidArgument unless
+  // gradient_and_flag has one element more than `weights`, or when `weights` changes size
+  // between steps (the owned segment and its optimizer state are fixed by the first).
+  absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
+                                       absl::Span<float> weights) override;
+  absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
+  CommStats stats() const override { return ring_.stats(); }
+
+ private:
+  ShardedRingStore(PeerLink* link, const ShardedRingStoreOptions& options,
+                   std::unique_ptr<Optimizer> optimizer);
+
+  PeerLink* const link_;
+  const ShardedRingStoreOptions options_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  OptimizerState state_;       // Of the owned segment only.
+  int64_t model_size_ = -1;    // Set by the first step.
+  AllReduceSync ring_;         // Start, AverageBuffers and the byte counts.
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_COMM_SHARDED_RING_STORE_H_
