@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/malloc_tuning.h"
 #include "common/net.h"
+#include "common/optimizer_flags.h"
 #include "server/ps_server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -18,10 +19,11 @@ ABSL_FLAG(std::string, port_file, "", "If set, the chosen port is written to thi
 ABSL_FLAG(int, shard, 0, "Index of this shard, in [0, --num_shards).");
 ABSL_FLAG(int, num_shards, 1, "Total number of parameter-server shards.");
 ABSL_FLAG(int, num_workers, 1, "Workers that push every step (BSP waits for all of them).");
-ABSL_FLAG(std::string, optimizer, "sgd", "Optimizer applied on the server: sgd.");
 ABSL_FLAG(double, lr, 0.1, "Learning rate.");
 ABSL_FLAG(double, momentum, 0.0, "SGD momentum.");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(double, weight_decay, 0.0,
+          "Weight decay: L2 for sgd and adam, decoupled for adamw. (--optimizer, --beta1, "
+          "--beta2, --eps and the --lr_schedule flags: see common/optimizer_flags.cc.)");
 ABSL_FLAG(std::string, sync, "bsp",
           "bsp (wait for every worker each step), ssp (bounded staleness, see --staleness) or "
           "async (apply every push as it arrives).");
@@ -49,10 +51,23 @@ int main(int argc, char** argv) {
   options.shard.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.shard.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.shard.step_timeout = absl::GetFlag(FLAGS_step_timeout);
-  options.shard.optimizer.name = absl::GetFlag(FLAGS_optimizer);
-  options.shard.optimizer.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  options.shard.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
-  options.shard.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  dptrain::OptimizerOptions optimizer;
+  optimizer.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  auto with_flags = dptrain::OptimizerFromFlags(optimizer);
+  if (!with_flags.ok()) {
+    std::cerr << "ps_server: " << with_flags.status().message() << "\n";
+    return 2;
+  }
+  options.shard.optimizer = *with_flags;
+  auto schedule =
+      dptrain::LrScheduleFromFlags(absl::GetFlag(FLAGS_lr), options.shard.num_workers);
+  if (!schedule.ok()) {
+    std::cerr << "ps_server: " << schedule.status().message() << "\n";
+    return 2;
+  }
+  options.shard.lr_schedule = *schedule;
 
   auto policy = dptrain::ParseSyncPolicy(absl::GetFlag(FLAGS_sync));
   if (!policy.ok()) {

@@ -60,6 +60,9 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
   if (options.step_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("step_timeout must be positive");
   }
+  if (options.lr_schedule.has_value()) {
+    if (absl::Status s = ValidateLrSchedule(*options.lr_schedule); !s.ok()) return s;
+  }
   auto optimizer = CreateOptimizer(options.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   return std::unique_ptr<ParameterShard>(new ParameterShard(options, *std::move(optimizer)));
@@ -359,10 +362,15 @@ void ParameterShard::Push(OwnedChunk& o, int rank, int64_t step, absl::string_vi
     scaled[i] = g * scale;
   }
   optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
-                    absl::MakeConstSpan(scaled, n), o.state);
+                    absl::MakeConstSpan(scaled, n), o.state, RateAt(step));
   ++o.clock[rank];
   ++o.version;
   CountStaleness(o.observed[rank]);
+}
+
+float ParameterShard::RateAt(int64_t step) const {
+  return options_.lr_schedule.has_value() ? LearningRateAt(*options_.lr_schedule, step)
+                                          : options_.optimizer.learning_rate;
 }
 
 void ParameterShard::ApplyStep(OwnedChunk& o) {
@@ -390,8 +398,9 @@ void ParameterShard::ApplyStep(OwnedChunk& o) {
     for (int64_t i = 0; i < n; ++i) sum[i] *= scale;
     g = sum;
   }
+  // Under BSP a chunk's version is the step it completes (skipped steps count too).
   optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
-                    absl::MakeConstSpan(g, n), o.state);
+                    absl::MakeConstSpan(g, n), o.state, RateAt(o.version));
   std::fill(o.grads.begin(), o.grads.end(), nullptr);
   for (auto& h : o.holds) h.reset();
   o.num_pushed = 0;

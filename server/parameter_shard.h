@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "common/shard_map.h"
+#include "common/lr_schedule.h"
 #include "common/optimizer.h"
 
 namespace dptrain {
@@ -54,6 +55,9 @@ struct ParameterShardOptions {
   // Longest wait for other workers (or for Init) before a call fails.
   absl::Duration step_timeout = absl::Seconds(60);
   OptimizerOptions optimizer;
+  // The rate as a function of the step (the step a BSP chunk completes, the pushing
+  // worker's step under SSP/async); none: optimizer.learning_rate throughout.
+  std::optional<LrScheduleOptions> lr_schedule;
   SyncPolicy policy = SyncPolicy::kBsp;
   int staleness = 0;  // kSsp: how many steps a worker may run ahead of the slowest.
 };
@@ -189,6 +193,8 @@ class ParameterShard {
   void Push(OwnedChunk& chunk, int rank, int64_t step, absl::string_view data,
             std::shared_ptr<const void> hold, bool overflow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyStep(OwnedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The learning rate of `step`.
+  float RateAt(int64_t step) const;
   void CountStaleness(int64_t s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MinVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(const ChunkSink& sink) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

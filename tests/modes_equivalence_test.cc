@@ -22,11 +22,18 @@ OptimizerOptions Sgd() {
   return o;
 }
 
+// The update rule, wherever it runs: the optimizer and the rate of each step.
+struct Update {
+  OptimizerOptions optimizer = Sgd();
+  std::optional<LrScheduleOptions> schedule;
+};
+
 // ps (shards > 1) or master (one unsharded reducer, as rank 0 hosts it).
 std::vector<std::vector<float>> TrainWithReducer(
     const HarnessConfig& c, int shards, const Dataset& data,
-    std::vector<std::vector<float>>* buffers = nullptr) {
-  TestShards cluster = StartShards(shards, c.workers, Sgd());
+    std::vector<std::vector<float>>* buffers = nullptr, const Update& update = {}) {
+  TestShards cluster =
+      StartShards(shards, c.workers, update.optimizer, absl::Seconds(30), update.schedule);
   return RunWorkers(c, data, [&](int r, const std::vector<TensorInfo>& tensors)
                                  -> absl::StatusOr<OwnedStepSync> {
     PsClientOptions po;
@@ -85,7 +92,7 @@ class OwningStore : public ParameterStore {
 // replica applies the averaged gradient (the GPU worker's way).
 std::vector<std::vector<float>> TrainWithAllReduce(
     const HarnessConfig& c, const Dataset& data, bool sharded,
-    std::vector<std::vector<float>>* buffers = nullptr) {
+    std::vector<std::vector<float>>* buffers = nullptr, const Update& update = {}) {
   // Rank 0 listens first on a free port; the others are told it.
   AllReduceGroupOptions base;
   base.world_size = c.workers;
@@ -99,7 +106,10 @@ std::vector<std::vector<float>> TrainWithAllReduce(
   const int port = (*group0)->master_port();
   std::unique_ptr<AllReduceGroup> rank0_group = *std::move(group0);
   HarnessConfig replicas_apply = c;
-  if (!sharded) replicas_apply.optimizer = Sgd();
+  if (!sharded) {
+    replicas_apply.optimizer = update.optimizer;
+    replicas_apply.lr_schedule = update.schedule;
+  }
   return RunWorkers(replicas_apply, data, [&](int r, const std::vector<TensorInfo>&)
                                  -> absl::StatusOr<OwnedStepSync> {
     std::unique_ptr<AllReduceGroup> group;
@@ -115,7 +125,8 @@ std::vector<std::vector<float>> TrainWithAllReduce(
     }
     if (auto s = group->Join(); !s.ok()) return s;
     if (sharded) {
-      auto store = ShardedRingStore::Create(&group->link(), {10000, Sgd()});
+      auto store = ShardedRingStore::Create(&group->link(),
+                                            {10000, update.optimizer, update.schedule});
       if (!store.ok()) return store.status();
       return std::unique_ptr<ParameterStore>(
           std::make_unique<OwningStore>(std::move(group), *std::move(store)));
@@ -155,6 +166,56 @@ TEST_P(ModesTest, PsMasterAndAllReduceAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, ModesTest, ::testing::Values(2, 3));
+
+// AdamW with warmup and cosine decay, and Adam with a step schedule and the linear scaling
+// rule: the rate of each step and the moments are computed the same way by the shards, the
+// master, every replica and the sharded ring.
+class ScheduleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ScheduleTest, EveryModeAppliesTheSameAdamAndSchedule) {
+  const Dataset data = MakeSyntheticDataset(600, 28, 28, /*seed=*/5);
+  HarnessConfig c;
+  c.workers = 2;
+  c.batch_size = 20;
+  c.steps = 6;
+  Update update;
+  update.optimizer.name = GetParam();
+  update.optimizer.learning_rate = 0.01f;
+  update.optimizer.weight_decay = 0.01f;
+  LrScheduleOptions schedule;
+  schedule.base_lr = 0.01;
+  if (GetParam() == "adamw") {
+    schedule.name = "cosine";
+    schedule.warmup_steps = 2;
+    schedule.total_steps = 6;
+  } else {
+    schedule.name = "step";
+    schedule.step_size = 2;
+    schedule.gamma = 0.5;
+    schedule.scale = c.workers;
+  }
+  update.schedule = schedule;
+  const auto initial = (*nn::CreateModel({"mlp", c.model_seed, 1}))->weights();
+  const auto ps = TrainWithReducer(c, /*shards=*/2, data, nullptr, update);
+  const auto master = TrainWithReducer(c, /*shards=*/1, data, nullptr, update);
+  const auto ring = TrainWithAllReduce(c, data, /*sharded=*/false, nullptr, update);
+  const auto sharded = TrainWithAllReduce(c, data, /*sharded=*/true, nullptr, update);
+  ASSERT_EQ(ring.size(), 2u);
+  ASSERT_EQ(sharded.size(), 2u);
+  EXPECT_EQ(ring[1], ring[0]);
+  EXPECT_EQ(sharded[1], sharded[0]);
+  EXPECT_GT(RelativeDifference(ps[0], initial), 1e-3);
+  EXPECT_LE(RelativeDifference(master[0], ps[0]), 1e-5);
+  EXPECT_LE(RelativeDifference(ring[0], ps[0]), 1e-5);
+  EXPECT_LE(RelativeDifference(sharded[0], ps[0]), 1e-5);
+  // The schedule mattered: a constant rate ends elsewhere.
+  Update constant = update;
+  constant.schedule.reset();
+  const auto flat = TrainWithReducer(c, /*shards=*/2, data, nullptr, constant);
+  EXPECT_GT(RelativeDifference(flat[0], ps[0]), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, ScheduleTest, ::testing::Values("adam", "adamw"));
 
 // Batch norm: each worker's running statistics follow its own batches during the epoch, and
 // are averaged at its end, so every replica evaluates (and saves) the same ones.

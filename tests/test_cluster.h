@@ -3,6 +3,7 @@
 #define DPTRAIN_TESTS_TEST_CLUSTER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,8 @@ struct TestShards {
 };
 
 inline TestShards StartShards(int num_shards, int num_workers, OptimizerOptions optimizer,
-                              absl::Duration step_timeout = absl::Seconds(30)) {
+                              absl::Duration step_timeout = absl::Seconds(30),
+                              std::optional<LrScheduleOptions> lr_schedule = std::nullopt) {
   TestShards shards;
   for (int s = 0; s < num_shards; ++s) {
     PsServerOptions o;
@@ -29,6 +31,7 @@ inline TestShards StartShards(int num_shards, int num_workers, OptimizerOptions 
     o.shard.num_shards = num_shards;
     o.shard.num_workers = num_workers;
     o.shard.optimizer = optimizer;
+    o.shard.lr_schedule = lr_schedule;
     o.shard.step_timeout = step_timeout;
     auto server = PsServer::Start(o);
     EXPECT_TRUE(server.ok()) << server.status();

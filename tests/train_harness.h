@@ -29,6 +29,8 @@ struct HarnessConfig {
   uint64_t data_seed = 3;
   // The replicas' own update rule (all-reduce mode); none where a server applies it.
   std::optional<OptimizerOptions> optimizer;
+  // The rate of each step, for replicas that apply it (else the optimizer's rate).
+  std::optional<LrScheduleOptions> lr_schedule;
 };
 
 // Makes rank r's sync for a model with these tensors. Called on rank r's thread.
@@ -70,6 +72,8 @@ inline std::vector<std::vector<float>> RunWorkers(
       to.seed = c.data_seed;
       to.max_steps_per_epoch = c.steps;
       to.evaluate = false;
+      if (c.optimizer.has_value()) to.lr_schedule.base_lr = c.optimizer->learning_rate;
+      if (c.lr_schedule.has_value()) to.lr_schedule = *c.lr_schedule;
       statuses[r] = Train(to, **model, Borrow(*sync), data, nullptr, nullptr);
       finals[r] = (*model)->weights();
       if (buffers != nullptr) (*buffers)[r] = (*model)->buffer_values();

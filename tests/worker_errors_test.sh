@@ -40,6 +40,14 @@ expect_error "half precision on the CPU" "--precision=bf16 computes on the GPU, 
 RANK=x expect_error "bad RANK env" "RANK='x'" --ps=127.0.0.1:1
 expect_error "bad mode" "--mode must be ps, master or allreduce" --mode=gossip
 expect_error "master mode without --lr" "--lr must be > 0 in master mode" --mode=master
+expect_error "unknown optimizer" "--optimizer: unknown optimizer 'lamb'" --mode=allreduce \
+  --lr=0.1 --optimizer=lamb
+expect_error "beta outside [0, 1)" "beta1 must be in \[0, 1)" --mode=allreduce --lr=0.1 \
+  --optimizer=adam --beta1=1
+expect_error "unknown schedule" "--lr_schedule: .*'linear'" --mode=allreduce --lr=0.1 \
+  --lr_schedule=linear
+expect_error "cosine without total steps" "--lr_schedule: .*total_steps" --mode=allreduce \
+  --lr=0.1 --lr_schedule=cosine --warmup_steps=10
 expect_error "allreduce rank 1 without the master port" "needs rank 0's port" \
   --mode=allreduce --rank=1 --world_size=2 --lr=0.1
 

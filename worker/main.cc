@@ -26,6 +26,7 @@
 #include "server/ps_server.h"
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
+#include "common/optimizer_flags.h"
 #include "worker/comm/ps_client.h"
 #include "worker/comm/sharded_ring_store.h"
 #include "worker/data/idx_reader.h"
@@ -177,6 +178,8 @@ struct SyncSetup {
   // allreduce mode: the replicas apply the averaged gradient themselves (a GradientReducer
   // and Model::ApplyUpdate), else the ring shards the optimizer (ShardedRingStore).
   bool replicas_apply = false;
+  OptimizerOptions optimizer;                    // Where the workers apply it.
+  std::optional<LrScheduleOptions> lr_schedule;  // None: optimizer.learning_rate.
   int rank = 0;
   int world_size = 1;
   std::vector<TensorInfo> tensors;
@@ -189,12 +192,13 @@ struct Sync {
   std::string description;
 };
 
-OptimizerOptions WorkerOptimizer() {
+// --lr, --momentum, --weight_decay and common/optimizer_flags.h's flags, validated.
+absl::StatusOr<OptimizerOptions> WorkerOptimizer() {
   OptimizerOptions o;
   o.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   o.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
-  return o;
+  return OptimizerFromFlags(o);
 }
 
 absl::Status ReportMasterPort(int port) {
@@ -248,7 +252,8 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
       server.shard.num_shards = 1;
       server.shard.num_workers = setup.world_size;
       server.shard.step_timeout = absl::GetFlag(FLAGS_step_timeout);
-      server.shard.optimizer = WorkerOptimizer();
+      server.shard.optimizer = setup.optimizer;
+      server.shard.lr_schedule = setup.lr_schedule;
       auto policy = ParseSyncPolicy(absl::GetFlag(FLAGS_sync));
       if (!policy.ok()) return policy.status();
       server.shard.policy = *policy;
@@ -289,7 +294,8 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     return absl::OkStatus();
   }
   ShardedRingStoreOptions store;
-  store.optimizer = WorkerOptimizer();
+  store.optimizer = setup.optimizer;
+  store.lr_schedule = setup.lr_schedule;
   auto sharded = ShardedRingStore::Create(&out.group->link(), store);
   if (!sharded.ok()) return sharded.status();
   out.sync = std::unique_ptr<ParameterStore>(*std::move(sharded));
@@ -344,6 +350,14 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("--lr must be > 0 in ", mode, " mode (the workers apply the optimizer)"));
   }
+  auto optimizer = WorkerOptimizer();
+  if (!optimizer.ok()) return optimizer.status();
+  std::optional<LrScheduleOptions> lr_schedule;
+  if (absl::GetFlag(FLAGS_lr) > 0) {
+    auto made = LrScheduleFromFlags(absl::GetFlag(FLAGS_lr), *world_size);
+    if (!made.ok()) return made.status();
+    lr_schedule = *made;
+  }
 
   const std::string who = absl::StrCat("rank ", *rank, "/", *world_size);
   std::cout << who << ": device " << (on_gpu ? "cuda" : "cpu")
@@ -383,7 +397,7 @@ absl::Status Run() {
   // master: the server applies it.
   const bool replicas_apply =
       mode == "allreduce" && (on_gpu || !absl::GetFlag(FLAGS_sharded_optimizer));
-  if (replicas_apply) model_options.optimizer = WorkerOptimizer();
+  if (replicas_apply) model_options.optimizer = *optimizer;
   auto model = CreateModelOn(gpu.backend.get(), model_options);
   if (!model.ok()) return model.status();
   const std::string load_path = absl::GetFlag(FLAGS_load_model);
@@ -408,6 +422,8 @@ absl::Status Run() {
   SyncSetup setup;
   setup.mode = mode;
   setup.replicas_apply = replicas_apply;
+  setup.optimizer = *optimizer;
+  setup.lr_schedule = lr_schedule;
   setup.rank = *rank;
   setup.world_size = *world_size;
   setup.tensors = std::move(tensors);
@@ -422,6 +438,8 @@ absl::Status Run() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.max_steps_per_epoch = absl::GetFlag(FLAGS_max_steps_per_epoch);
   options.progress = &std::cout;
+  options.lr_schedule.base_lr = absl::GetFlag(FLAGS_lr);
+  if (lr_schedule.has_value()) options.lr_schedule = *lr_schedule;
   std::ofstream metrics;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics_out);
   if (!metrics_path.empty()) {

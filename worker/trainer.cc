@@ -27,10 +27,10 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
                       "{\"event\":\"epoch\",\"rank\":%d,\"world_size\":%d,\"epoch\":%d,"
                       "\"steps\":%d,\"skipped_steps\":%d,\"loss\":%.6f,\"train_acc\":%.6f,"
                       "\"test_acc\":%.6f,\"images_per_s\":%.1f,\"seconds\":%.3f,"
-                      "\"bytes_pushed\":%d,\"bytes_pulled\":%d}",
+                      "\"bytes_pushed\":%d,\"bytes_pulled\":%d,\"learning_rate\":%.6g}",
                       o.rank, o.world_size, m.epoch, m.steps, m.skipped_steps, m.loss,
-                      m.train_acc, m.test_acc,
-                      m.images_per_s, m.seconds, m.comm.bytes_pushed, m.comm.bytes_pulled)
+                      m.train_acc, m.test_acc, m.images_per_s, m.seconds,
+                      m.comm.bytes_pushed, m.comm.bytes_pulled, m.learning_rate)
                << std::endl;
   }
 }
@@ -74,8 +74,8 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
 }
 
 // One step's synchronisation and update, after model.TrainStep reported `overflow`.
-absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, nn::Model& model,
-                                        StepSync sync) {
+absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, float learning_rate,
+                                        nn::Model& model, StepSync sync) {
   if (auto* store = std::get_if<ParameterStore*>(&sync)) {
     return (*store)->PushPull(step, model.gradient_exchange(), absl::MakeSpan(model.weights()));
   }
@@ -88,7 +88,7 @@ absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, nn::Model& 
     outcome = *reduced;
   }
   if (!outcome.skipped) {
-    if (absl::Status s = model.ApplyUpdate(); !s.ok()) return s;
+    if (absl::Status s = model.ApplyUpdate(learning_rate); !s.ok()) return s;
   }
   return outcome;
 }
@@ -149,7 +149,9 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       if (!result.ok()) return result.status();
       // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
       // loss scale hears the global outcome.
-      absl::StatusOr<StepOutcome> outcome = Synchronise(step, result->overflow, model, step_sync);
+      const float learning_rate = LearningRateAt(o.lr_schedule, step);
+      absl::StatusOr<StepOutcome> outcome =
+          Synchronise(step, result->overflow, learning_rate, model, step_sync);
       if (!outcome.ok()) return outcome.status();
       model.RecordStepOutcome(outcome->skipped);
       if (outcome->skipped) ++m.skipped_steps;
@@ -166,6 +168,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       }
     }
     m.steps = batches;
+    m.learning_rate =
+        o.lr_schedule.base_lr > 0 && step > 0 ? LearningRateAt(o.lr_schedule, step - 1) : 0;
     m.loss = seen > 0 ? loss_sum / seen : 0;
     m.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0;
     m.images = seen;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/lr_schedule.h"
 #include "worker/comm/step_sync.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
@@ -26,6 +27,10 @@ struct TrainerOptions {
   int eval_batch_size = 500;
   std::ostream* progress = nullptr;  // One human-readable line per epoch, if set.
   std::ostream* metrics = nullptr;   // One JSON line per epoch and a final one, if set.
+  // The learning rate of each step (a pure function of it): what the model's ApplyUpdate
+  // gets through a reducer, and what the metrics report (a parameter store computes the
+  // same itself). base_lr <= 0: unknown here (ps mode without --lr), not reported.
+  LrScheduleOptions lr_schedule;
 };
 
 struct EpochMetrics {
@@ -37,6 +42,7 @@ struct EpochMetrics {
   double loss = 0;       // Mean training loss over this worker's batches.
   double train_acc = 0;  // On this worker's shard, with the weights of each step.
   double test_acc = 0;   // On the whole test set after the epoch (-1 if not evaluated).
+  double learning_rate = 0;  // Of the epoch's last step (0 if unknown).
   int64_t images = 0;       // Training images this worker processed.
   double train_seconds = 0; // Time of the training steps (no evaluation).
   double images_per_s = 0;  // images / train_seconds.
@@ -47,7 +53,7 @@ struct EpochMetrics {
 // Runs `options.epochs` epochs. The sync's Start is called first so all replicas begin
 // equal. Each step: model.TrainStep, then
 //   - through a GradientReducer: Reduce(model.gradient_exchange()) and, unless the step is
-//     skipped, model.ApplyUpdate(); a lone replica (world size 1) exchanges nothing, its own
+//     skipped, model.ApplyUpdate(the schedule's rate of the step); a lone replica (world size 1) exchanges nothing, its own
 //     overflow flag decides, and a GPU model's gradient never leaves the device;
 //   - through a ParameterStore: PushPull(model.gradient_exchange()) into model.weights().
 // Then model.RecordStepOutcome with the global decision. Returns the first error of the

@@ -24,7 +24,7 @@ class FakeModel final : public nn::Model {
     ++exchanges;
     return absl::MakeSpan(grads_);
   }
-  absl::Status ApplyUpdate() override {
+  absl::Status ApplyUpdate(float) override {
     ++updates;
     for (int i = 0; i < 2; ++i) weights_[i] -= grads_[i];
     return absl::OkStatus();

@@ -8,6 +8,9 @@ namespace dptrain {
 
 absl::StatusOr<std::unique_ptr<ShardedRingStore>> ShardedRingStore::Create(
     PeerLink* link, const ShardedRingStoreOptions& options) {
+  if (options.lr_schedule.has_value()) {
+    if (absl::Status s = ValidateLrSchedule(*options.lr_schedule); !s.ok()) return s;
+  }
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = CreateOptimizer(options.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   return std::unique_ptr<ShardedRingStore>(
@@ -63,8 +66,10 @@ absl::StatusOr<StepOutcome> ShardedRingStore::PushPull(int64_t step,
   StepOutcome outcome;
   outcome.skipped = vote != 0.0f;
   if (outcome.skipped) return outcome;  // Nobody applies anything: the weights stay.
-  optimizer_->Apply(weights.subspan(mine.begin, mine.size()), my_grads, state_,
-                    options_.optimizer.learning_rate);
+  const float rate = options_.lr_schedule.has_value()
+                         ? LearningRateAt(*options_.lr_schedule, step)
+                         : options_.optimizer.learning_rate;
+  optimizer_->Apply(weights.subspan(mine.begin, mine.size()), my_grads, state_, rate);
   if (auto s = RingAllGather(*link_, weights, ring); !s.ok()) return s;
   return outcome;
 }

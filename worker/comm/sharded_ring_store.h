@@ -14,8 +14,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
+#include "common/lr_schedule.h"
 #include "common/optimizer.h"
 #include "common/peer_link.h"
 #include "worker/comm/allreduce_sync.h"
@@ -26,11 +28,13 @@ namespace dptrain {
 struct ShardedRingStoreOptions {
   int64_t chunk_elements = int64_t{1} << 18;  // Elements per ring message.
   OptimizerOptions optimizer;
+  // The rate of each step; none: optimizer.learning_rate throughout.
+  std::optional<LrScheduleOptions> lr_schedule;
 };
 
 class ShardedRingStore final : public ParameterStore {
  public:
-  // `link` must outlive the store. InvalidArgument for bad optimizer options.
+  // `link` must outlive the store. InvalidArgument for bad optimizer or schedule options.
   static absl::StatusOr<std::unique_ptr<ShardedRingStore>> Create(
       PeerLink* link, const ShardedRingStoreOptions& options);
 

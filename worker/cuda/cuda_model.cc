@@ -304,7 +304,7 @@ absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const u
   return Step(images, labels, batch, /*training=*/false);
 }
 
-absl::Status CudaModel::ApplyUpdate() {
+absl::Status CudaModel::ApplyUpdate(float learning_rate) {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
   if (!optimizer_.has_value()) return NoOptimizer(name_);
   const OptimizerOptions& o = *optimizer_;
@@ -322,7 +322,7 @@ absl::Status CudaModel::ApplyUpdate() {
     DPTRAIN_ASSIGN_OR_RETURN(momentum, d_momentum_.Ensure(*ctx_, n));
   }
   DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), momentum, n,
-                                    o.learning_rate, o.momentum, o.weight_decay,
+                                    learning_rate, o.momentum, o.weight_decay,
                                     /*first=*/optimizer_steps_ == 0, ctx_->stream()));
   ++optimizer_steps_;
   weights_newer_on_device_ = true;

@@ -59,7 +59,7 @@ class CudaModel final : public nn::Model {
   // what the caller left in gradient_exchange() if it asked for it since the last
   // TrainStep (the replicas' average goes up), else the device's own. The weights never
   // cross the bus.
-  absl::Status ApplyUpdate() override;
+  absl::Status ApplyUpdate(float learning_rate) override;
   const std::vector<nn::ParamInfo>& buffers() const override { return buffer_infos_; }
   std::vector<float>& buffer_values() override;
   absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,

@@ -370,8 +370,8 @@ TEST(ApplyUpdateTest, SameAsTheCpuModel) {
       std::copy(averaged.begin(), averaged.end(), g.begin());
       std::copy(averaged.begin(), averaged.end(), c.begin());
     }
-    ASSERT_TRUE((*gpu)->ApplyUpdate().ok());
-    ASSERT_TRUE((*cpu)->ApplyUpdate().ok());
+    ASSERT_TRUE((*gpu)->ApplyUpdate(sgd.learning_rate).ok());
+    ASSERT_TRUE((*cpu)->ApplyUpdate(sgd.learning_rate).ok());
     EXPECT_LE(RelativeError((*gpu)->weights(), (*cpu)->weights()), 1e-5);
   }
   options.optimizer->name = "adam";
@@ -379,7 +379,7 @@ TEST(ApplyUpdateTest, SameAsTheCpuModel) {
   options.optimizer.reset();
   absl::StatusOr<std::unique_ptr<CudaModel>> bare = CudaModel::Create(options, {});
   ASSERT_TRUE(bare.ok()) << bare.status();
-  EXPECT_EQ((*bare)->ApplyUpdate().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*bare)->ApplyUpdate(0.1f).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 INSTANTIATE_TEST_SUITE_P(Maths, ParityTest,

@@ -43,10 +43,10 @@ class CpuModel final : public Model {
   }
   // The CPU never overflows: the flag slot stays 0 (a reducer may leave another value).
   absl::Span<float> gradient_exchange() override { return absl::MakeSpan(grads_); }
-  absl::Status ApplyUpdate() override {
+  absl::Status ApplyUpdate(float learning_rate) override {
     if (optimizer_ == nullptr) return NoOptimizer(name_);
     if (static_cast<int64_t>(weights_.size()) != net_.num_params()) return WrongWeights();
-    optimizer_->Apply(absl::MakeSpan(weights_), grads(), optimizer_state_);
+    optimizer_->Apply(absl::MakeSpan(weights_), grads(), optimizer_state_, learning_rate);
     return absl::OkStatus();
   }
   const std::vector<ParamInfo>& buffers() const override { return buffers_; }

@@ -63,11 +63,12 @@ class Model {
   // (and only for this: a lone replica never asks).
   virtual absl::Span<float> gradient_exchange() = 0;
 
-  // The model's own update rule (ModelOptions::optimizer) on its weights, with grads() (or
-  // what a reducer left in gradient_exchange()): all-reduce mode, where every replica
-  // applies the same averaged gradient. Optimizer state (momentum) stays with the model.
+  // The model's own update rule (ModelOptions::optimizer) at `learning_rate` (the
+  // schedule's rate of this step) on its weights, with grads() (or what a reducer left in
+  // gradient_exchange()): all-reduce mode, where every replica applies the same averaged
+  // gradient. Optimizer state (momentum, Adam's moments) stays with the model.
   // FailedPrecondition for a model made without an optimizer.
-  virtual absl::Status ApplyUpdate() = 0;
+  virtual absl::Status ApplyUpdate(float learning_rate) = 0;
 
   // Buffers: non-learnt state (batch norm's running_mean, running_var and num_batches_tracked),
   // named and shaped as in PyTorch's state_dict ("0.1.running_mean", a scalar [] for

@@ -234,7 +234,7 @@ class FakeModel : public Model {
   std::vector<float>& weights() override { return weights_; }
   absl::Span<const float> grads() const override { return weights_; }
   absl::Span<float> gradient_exchange() override { return absl::MakeSpan(weights_); }
-  absl::Status ApplyUpdate() override { return absl::UnimplementedError("fake"); }
+  absl::Status ApplyUpdate(float) override { return absl::UnimplementedError("fake"); }
   const std::vector<ParamInfo>& buffers() const override { return buffers_; }
   std::vector<float>& buffer_values() override { return buffer_values_; }
   absl::StatusOr<BatchResult> TrainStep(const float*, const uint8_t*, int) override {
