@@ -29,6 +29,12 @@ ABSL_FLAG(int, staleness, 0, "ssp: how many steps a worker may run ahead of the 
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
           "Longest wait for the other workers of a step (or for rank 0's init), e.g. 30s.");
 
+ABSL_FLAG(int64_t, max_model_bytes, int64_t{8} << 30,
+          "Largest model (fp32 bytes of all tensors) an Init may declare; also bounds the "
+          "size of one gRPC message this shard accepts.");
+ABSL_FLAG(int64_t, max_chunks, int64_t{1} << 16,
+          "Most chunks (over all shards) a model may be split into.");
+
 int main(int argc, char** argv) {
   dptrain::KeepTensorBuffersInHeap();
   absl::SetProgramUsageMessage("One shard of the dptrain parameter server.");
@@ -61,6 +67,8 @@ int main(int argc, char** argv) {
   }
   options.shard.policy = *policy;
   options.shard.staleness = absl::GetFlag(FLAGS_staleness);
+  options.shard.limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  options.shard.limits.max_chunks = absl::GetFlag(FLAGS_max_chunks);
 
   // Signals are taken synchronously by this thread; every thread started later inherits
   // the mask.
@@ -93,7 +101,9 @@ int main(int argc, char** argv) {
   const dptrain::ParameterShard::Info info = (*server)->shard().GetInfo();
   std::cout << "ps_server: shard " << options.shard.shard << " served version " << info.version
             << ", " << info.pushes << " pushes, staleness max " << info.max_staleness
-            << " mean " << info.mean_staleness << std::endl;
+            << " mean " << info.mean_staleness << ", non-finite gradients skipped "
+            << info.nonfinite_steps << " steps, " << info.nonfinite_pushes << " pushes"
+            << std::endl;
   (*server)->Shutdown();
   return 0;
 }
