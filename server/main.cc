@@ -32,6 +32,8 @@ ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
 ABSL_FLAG(int64_t, max_model_bytes, int64_t{8} << 30,
           "Largest model (fp32 bytes of all tensors) an Init may declare; also bounds the "
           "size of one gRPC message this shard accepts.");
+ABSL_FLAG(int, max_streams_per_rank, 4,
+          "Tensor streams one rank may have open at once; more are RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_chunks, int64_t{1} << 16,
           "Most chunks (over all shards) a model may be split into.");
 
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   options.shard.staleness = absl::GetFlag(FLAGS_staleness);
   options.shard.limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
   options.shard.limits.max_chunks = absl::GetFlag(FLAGS_max_chunks);
+  options.stream.max_streams_per_rank = absl::GetFlag(FLAGS_max_streams_per_rank);
 
   // Signals are taken synchronously by this thread; every thread started later inherits
   // the mask.

@@ -457,7 +457,11 @@ void ParameterShard::NoteNonFinite(int64_t step, const ChunkSpec& spec, bool dro
 }
 
 absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, int slot,
-                                                      absl::Time deadline, const ChunkSink& sink) {
+                                                      absl::Time deadline, const ChunkSink& sink,
+                                                      const std::atomic<bool>* abandoned) {
+  auto gave_up = [abandoned] { return abandoned != nullptr && abandoned->load(); };
+  const absl::Status cancelled =
+      absl::CancelledError(absl::StrCat("rank ", rank, " step ", step, ": the call ended"));
   absl::MutexLock lock(&mu_);
   if (rank < 0 || rank >= options_.num_workers || slot < 0 ||
       slot >= static_cast<int>(owned_.size())) {
@@ -467,9 +471,12 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
   OwnedChunk& o = owned_[slot];
   PulledChunk result;
   if (options_.policy == SyncPolicy::kBsp) {
-    auto done = [this, &o, step]()
-                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return o.version > step || shutdown_; };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    auto done = [this, &o, step, &gave_up]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return o.version > step || shutdown_ || gave_up();
+    };
+    const bool woke = mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+    if (o.version <= step && gave_up()) return cancelled;
+    if (!woke) {
       std::vector<int> missing;
       for (int r = 0; r < options_.num_workers; ++r) {
         if (o.grads[r] == nullptr) missing.push_back(r);
@@ -490,10 +497,13 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
       // Having pushed `step`, the worker may compute step + 1 once the slowest has pushed
       // step + 1 - staleness (clock >= step + 1 - staleness).
       const int64_t needed = step + 1 - options_.staleness;
-      auto caught_up = [this, &o, needed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutdown_ || *std::min_element(o.clock.begin(), o.clock.end()) >= needed;
+      auto caught_up = [this, &o, needed, &gave_up]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutdown_ || gave_up() ||
+               *std::min_element(o.clock.begin(), o.clock.end()) >= needed;
       };
-      if (!mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline)) {
+      const bool woke = mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline);
+      if (gave_up()) return cancelled;
+      if (!woke) {
         std::vector<int> slow;
         for (int r = 0; r < options_.num_workers; ++r) {
           if (o.clock[r] < needed) slow.push_back(r);
@@ -535,6 +545,10 @@ void ParameterShard::Emit(const ChunkSink& sink) const {
   for (const OwnedChunk& o : owned_) {
     sink(o.spec, absl::MakeConstSpan(weights_.data() + o.local_offset, o.spec.count));
   }
+}
+
+void ParameterShard::WakeWaiters() {
+  absl::MutexLock lock(&mu_);  // Waiters re-evaluate their conditions when it is released.
 }
 
 void ParameterShard::Shutdown() {

@@ -30,6 +30,7 @@
 #ifndef DPTRAIN_SERVER_PARAMETER_SHARD_H_
 #define DPTRAIN_SERVER_PARAMETER_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -135,8 +136,14 @@ class ParameterShard {
                                 bool overflow = false);
   // Waits as the policy requires for the chunk at `slot` after rank pushed `step` (or until
   // `deadline`: DeadlineExceeded naming the ranks waited for), then emits its weights.
+  // `abandoned`, if not null, ends the wait early with Cancelled once it is true and
+  // WakeWaiters() was called after setting it (the caller's RPC went away or failed).
   absl::StatusOr<PulledChunk> PullChunk(int rank, int64_t step, int slot, absl::Time deadline,
-                                        const ChunkSink& sink);
+                                        const ChunkSink& sink,
+                                        const std::atomic<bool>* abandoned = nullptr);
+  // Makes every waiting call re-check its `abandoned` flag. Thread-safe, non-blocking
+  // beyond the shard's lock.
+  void WakeWaiters();
   // How many chunks this shard owns (0 before Init).
   int num_chunks() const;
 

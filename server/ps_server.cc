@@ -13,7 +13,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   std::unique_ptr<PsServer> server(new PsServer());
   server->shard_ = *std::move(shard);
   server->service_ = std::make_unique<PsService>(server->shard_.get());
-  server->stream_service_ = std::make_unique<TensorStreamService>(server->shard_.get());
+  server->stream_service_ =
+      std::make_unique<TensorStreamService>(server->shard_.get(), options.stream);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

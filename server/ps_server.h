@@ -17,6 +17,7 @@ namespace dptrain {
 
 struct PsServerOptions {
   ParameterShardOptions shard;
+  TensorStreamOptions stream;
   // "host:port"; port 0 picks a free port (see port()).
   std::string listen_address = "0.0.0.0:0";
 };
@@ -30,6 +31,7 @@ class PsServer {
   int port() const { return port_; }
   ParameterShard& shard() { return *shard_; }
   const PsService& service() const { return *service_; }
+  const TensorStreamService& stream_service() const { return *stream_service_; }
   // Message bytes this shard's link carried, over both services.
   int64_t bytes_received() const {
     return service_->bytes_received() + stream_service_->bytes_received();

@@ -55,7 +55,11 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
         no_writer = true;
       }
     }
-    if (no_writer) Unref();  // The writer's reference: it will never run.
+    if (no_writer) {
+      Unref();  // The writer's reference: it will never run.
+    } else if (ok && !status.ok()) {
+      Abandon();  // A bad frame: the writer stops waiting for the other ranks.
+    }
   }
 
   void OnWriteDone(bool ok) override {
@@ -65,13 +69,26 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+    }
+    Abandon();  // The worker cancelled or went away: nobody waits for its answer.
   }
 
   void OnDone() override { Unref(); }
 
+  ~PushPullReactor() override {
+    if (admitted_) service_->ReleaseStream(rank_);
+  }
+
  private:
+  // Ends the writer's wait in the shard now. Called without mu_ held.
+  void Abandon() {
+    abandoned_ = true;
+    shard_->WakeWaiters();
+  }
+
   // Decodes the frame in in_ and pushes its chunk; starts the writer after the first.
   absl::Status Push() {
     auto frame = ReceivedFrame::Parse(in_);
@@ -83,10 +100,15 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
       absl::MutexLock lock(&mu_);
       if (!writer_started_) {
         if (h.caller().rank() < 0 || h.caller().rank() >= shard_->options().num_workers) {
-          return absl::InvalidArgumentError(absl::StrCat("rank ", h.caller().rank(),
-                                                         " is not in [0, ",
-                                                         shard_->options().num_workers, ")"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rank ", h.caller().rank(), " is not in [0, ", shard_->options().num_workers, ")"));
         }
+        if (!service_->AdmitStream(h.caller().rank())) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "rank ", h.caller().rank(), " already has ", service_->options_.max_streams_per_rank,
+              " tensor streams open on this shard (ps_server --max_streams_per_rank)"));
+        }
+        admitted_ = true;
         job_id_ = h.caller().job_id();
         rank_ = h.caller().rank();
         step_ = h.step();
@@ -136,20 +158,21 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
         } else if (cancelled_) {
           result = grpc::Status(grpc::StatusCode::CANCELLED, "the worker cancelled the step");
         } else if (!pushed_[slot]) {
-          result = grpc::Status(
-              reads_done_ ? grpc::StatusCode::INVALID_ARGUMENT
-                          : grpc::StatusCode::DEADLINE_EXCEEDED,
-              absl::StrCat("step ", step_, ": the stream of rank ", rank_, " carried ",
-                           std::count(pushed_.begin(), pushed_.end(), true), " of the ", n,
-                           " chunks of shard ", shard_->options().shard,
-                           reads_done_ ? " before it ended" : " in time"));
+          result =
+              grpc::Status(reads_done_ ? grpc::StatusCode::INVALID_ARGUMENT
+                                       : grpc::StatusCode::DEADLINE_EXCEEDED,
+                           absl::StrCat("step ", step_, ": the stream of rank ", rank_, " carried ",
+                                        std::count(pushed_.begin(), pushed_.end(), true),
+                                        " of the ", n, " chunks of shard ", shard_->options().shard,
+                                        reads_done_ ? " before it ended" : " in time"));
         }
       }
       if (!result.ok()) break;
       grpc::Slice payload;
       proto::FrameHeader header;
       auto pulled = shard_->PullChunk(
-          rank_, step_, slot, deadline_, [&](const ChunkSpec& spec, absl::Span<const float> w) {
+          rank_, step_, slot, deadline_,
+          [&](const ChunkSpec& spec, absl::Span<const float> w) {
             header.mutable_key()->set_tensor_id(spec.tensor_id);
             header.mutable_key()->set_chunk_index(spec.chunk_index);
             const size_t bytes = w.size() * sizeof(float);
@@ -159,9 +182,11 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
               payload = NewPayload(bytes);
               std::memcpy(MutableData(payload), w.data(), bytes);
             }
-          });
+          },
+          &abandoned_);
       if (!pulled.ok()) {
-        result = ToGrpcStatus(pulled.status());
+        absl::MutexLock lock(&mu_);  // A bad frame that abandoned the wait says why.
+        result = ToGrpcStatus(error_.ok() ? pulled.status() : error_);
         break;
       }
       header.set_dtype(proto::FP32);
@@ -207,6 +232,8 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   grpc::ByteBuffer out_;
   // OnDone and the writer thread each hold one.
   std::atomic<int> refs_{2};
+  std::atomic<bool> abandoned_{false};  // Set before the shard's waiters are woken.
+  bool admitted_ = false;  // Counted in the service's streams (set by the first frame).
 
   absl::Mutex mu_;
   // Set from the first frame (reads are sequential), before the writer starts; then constant.
@@ -222,6 +249,26 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+bool TensorStreamService::AdmitStream(int rank) {
+  absl::MutexLock lock(&mu_);
+  int& open = streams_by_rank_[rank];
+  if (open >= options_.max_streams_per_rank) return false;
+  ++open;
+  return true;
+}
+
+void TensorStreamService::ReleaseStream(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (--streams_by_rank_[rank] == 0) streams_by_rank_.erase(rank);
+}
+
+int TensorStreamService::active_streams() const {
+  absl::MutexLock lock(&mu_);
+  int total = 0;
+  for (const auto& [rank, open] : streams_by_rank_) total += open;
+  return total;
+}
 
 grpc::ServerGenericBidiReactor* TensorStreamService::CreateReactor(
     grpc::GenericCallbackServerContext* context) {
