@@ -5,6 +5,7 @@
 #include <limits>
 #include <thread>
 
+#include "common/captured_log.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -144,8 +145,8 @@ TEST(ParameterShardTest, TimeoutNamesMissingRanks) {
   InitShard(*shard);
   Payload g = Shard0({1, 1, 1}, {1, 1});
   Collected got;
-  auto v = shard->PushPull("job", 1, 0, g.views(), absl::Now() + absl::Milliseconds(200),
-                           got.sink());
+  auto v =
+      shard->PushPull("job", 1, 0, g.views(), absl::Now() + absl::Milliseconds(200), got.sink());
   EXPECT_EQ(v.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(v.status().message().find("rank(s) 0,2"), std::string::npos) << v.status();
   EXPECT_TRUE(got.values.empty());
@@ -207,18 +208,23 @@ TEST(ParameterShardTest, BadInputIsRejectedAndChangesNothing) {
   EXPECT_EQ(push("job", 0, 5, good.views()), StatusCode::kOutOfRange);
   EXPECT_EQ(push("job", 0, -1, good.views()), StatusCode::kOutOfRange);
   // Unknown key, foreign key (0,1 belongs to shard 1), wrong dtype, wrong size.
-  EXPECT_EQ(push("job", 0, 0, {{0, 7, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(push("job", 0, 0, {{0, 1, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
-            StatusCode::kFailedPrecondition);
-  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp16, three_floats}, {1, 0, DType::kFp32, two_floats}}),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      push("job", 0, 0, {{0, 7, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      push("job", 0, 0, {{0, 1, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+      StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      push("job", 0, 0, {{0, 0, DType::kFp16, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, two_floats}, {1, 0, DType::kFp32, two_floats}}),
             StatusCode::kInvalidArgument);
   // Missing and duplicated chunks.
   EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, three_floats}}), StatusCode::kInvalidArgument);
-  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, three_floats}, {0, 0, DType::kFp32, three_floats},
-                               {1, 0, DType::kFp32, two_floats}}),
+  EXPECT_EQ(push("job", 0, 0,
+                 {{0, 0, DType::kFp32, three_floats},
+                  {0, 0, DType::kFp32, three_floats},
+                  {1, 0, DType::kFp32, two_floats}}),
             StatusCode::kInvalidArgument);
   // Model mismatch on Pull.
   ModelDescription renamed = Model();
@@ -335,8 +341,7 @@ TEST(SyncPolicyTest, SspTimeoutNamesTheSlowRank) {
   Payload g = Shard0({1, 1, 1}, {1, 1});
   Collected c;
   ASSERT_TRUE(shard->PushPull("job", 0, 0, g.views(), Soon(), c.sink()).ok());  // Within bound.
-  auto v = shard->PushPull("job", 0, 1, g.views(), absl::Now() + absl::Milliseconds(200),
-                           c.sink());
+  auto v = shard->PushPull("job", 0, 1, g.views(), absl::Now() + absl::Milliseconds(200), c.sink());
   EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(v.status().message().find("rank(s) 1,2"), std::string::npos) << v.status();
 }
@@ -405,8 +410,8 @@ TEST(OverflowTest, AsyncDropsOnlyTheOverflowingPush) {
   EXPECT_EQ(got.values, (std::vector<float>{1, 2, 3, 10, 20}));
   // The rank's clock moved on: its next push is step 1, and it applies.
   Collected next;
-  ASSERT_TRUE(shard->PushPull("job", 0, 1, g.views(), Soon(), next.sink(), nullptr, false,
-                              &skipped).ok());
+  ASSERT_TRUE(
+      shard->PushPull("job", 0, 1, g.views(), Soon(), next.sink(), nullptr, false, &skipped).ok());
   EXPECT_FALSE(skipped);
   EXPECT_EQ(next.values, (std::vector<float>{0.5f, 1.5f, 2.5f, 9, 19}));
 }
@@ -419,19 +424,7 @@ namespace {
 
 // Non-finite gradients without the overflow flag: the shard finds them where it sums and
 // treats them like a flagged overflow, counts them and logs the first of each kind.
-struct CapturedLog {
-  absl::Mutex mu;
-  std::vector<std::string> lines;
-  LogSink sink() {
-    return [this](absl::string_view line) {
-      absl::MutexLock lock(&mu);
-      lines.emplace_back(line);
-    };
-  }
-};
-
-std::unique_ptr<ParameterShard> MakeLoggingShard(SyncPolicy policy, int workers,
-                                                 CapturedLog& log) {
+std::unique_ptr<ParameterShard> MakeLoggingShard(SyncPolicy policy, int workers, CapturedLog& log) {
   return MakePolicyShard(policy, 0, workers, log.sink());
 }
 
@@ -452,8 +445,8 @@ Collected BspStep(ParameterShard& shard, int64_t step, const Payload& g0, const 
   std::thread t([&] {
     v0 = shard.PushPull("job", 0, step, g0.views(), Soon(), r0.sink(), nullptr, false, &skipped0);
   });
-  auto v1 = shard.PushPull("job", 1, step, g1.views(), Soon(), r1.sink(), nullptr, false,
-                           &skipped1);
+  auto v1 =
+      shard.PushPull("job", 1, step, g1.views(), Soon(), r1.sink(), nullptr, false, &skipped1);
   t.join();
   EXPECT_TRUE(v0.ok()) << v0.status();
   EXPECT_TRUE(v1.ok()) << v1.status();
@@ -479,8 +472,8 @@ TEST(NonFiniteGradientTest, BspUnflaggedNaNSkipsTheWholeStepBitForBit) {
   EXPECT_TRUE(skipped0);
   EXPECT_EQ(Bits(got.values), Bits(initial));
   EXPECT_EQ(shard->GetInfo().nonfinite_steps, 2);
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_EQ(log.lines[0],
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(log.lines()[0],
             "ps shard 0: step 0 chunk (tensor 1, chunk 0): gradient has inf/NaN but no overflow "
             "flag; step skipped (further occurrences only counted: GetShardInfo "
             "nonfinite_steps)");
@@ -529,14 +522,14 @@ TEST(NonFiniteGradientTest, AsyncAndSspDropAnUnflaggedNaNPush) {
     Payload bad = Shard0({1, kNaN, 1}, {1, 1});
     Collected got;
     bool skipped = false;
-    auto v = shard->PushPull("job", 0, 0, bad.views(), Soon(), got.sink(), nullptr, false,
-                             &skipped);
+    auto v =
+        shard->PushPull("job", 0, 0, bad.views(), Soon(), got.sink(), nullptr, false, &skipped);
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_TRUE(skipped);
     EXPECT_EQ(Bits(got.values), Bits({1, 2, 3, 10, 20}));
     EXPECT_EQ(shard->GetInfo().nonfinite_pushes, 1);
-    ASSERT_EQ(log.lines.size(), 1u);
-    EXPECT_EQ(log.lines[0],
+    ASSERT_EQ(log.lines().size(), 1u);
+    EXPECT_EQ(log.lines()[0],
               "ps shard 0: step 0 chunk (tensor 0, chunk 0): gradient has inf/NaN but no "
               "overflow flag; push dropped (further occurrences only counted: GetShardInfo "
               "nonfinite_pushes)");
@@ -549,8 +542,7 @@ TEST(InitLimitsTest, HugeDeclarationsAreRejectedBeforeBuildingAnything) {
   ModelDescription many_chunks{{{"w", int64_t{1} << 22}}, 2, 1};  // 4M chunks of 1.
   auto v = shard->Init("job", 0, many_chunks, {});
   EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(v.status().message().find("tensors[0].num_elements"), std::string::npos)
-      << v.status();
+  EXPECT_NE(v.status().message().find("tensors[0].num_elements"), std::string::npos) << v.status();
   ModelDescription overflow{{{"w", int64_t{1} << 62}}, 2, 4};
   v = shard->Init("job", 0, overflow, {});
   EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
