@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/net.h"
 #include "grpcpp/server.h"
 #include "server/parameter_shard.h"
 #include "server/ps_service.h"
@@ -20,6 +21,9 @@ struct PsServerOptions {
   TensorStreamOptions stream;
   // "host:port"; port 0 picks a free port (see port()).
   std::string listen_address = "0.0.0.0:0";
+  // The largest gRPC message accepted (at most kMaxMessageBytes); gRPC answers
+  // RESOURCE_EXHAUSTED for a larger one. ps_server derives it from --max_model_bytes.
+  int max_receive_message_bytes = kMaxMessageBytes;
 };
 
 class PsServer {
