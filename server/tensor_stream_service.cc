@@ -50,16 +50,15 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
       }
       reads_done_ = true;  // The worker half-closed, the call broke or a frame was bad.
       if (!status.ok() && (ok || !writer_started_)) error_ = status;
+      // A bad frame: the writer stops waiting for the other ranks. Under mu_, so that the
+      // writer cannot finish (and the reactor go) before this returns.
+      if (ok && !status.ok() && writer_started_) AbandonLocked();
       if (!writer_started_) {
         FinishLocked(ToGrpcStatus(error_));
         no_writer = true;
       }
     }
-    if (no_writer) {
-      Unref();  // The writer's reference: it will never run.
-    } else if (ok && !status.ok()) {
-      Abandon();  // A bad frame: the writer stops waiting for the other ranks.
-    }
+    if (no_writer) Unref();  // The writer's reference: it will never run.
   }
 
   void OnWriteDone(bool ok) override {
@@ -69,11 +68,9 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   }
 
   void OnCancel() override {
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-    }
-    Abandon();  // The worker cancelled or went away: nobody waits for its answer.
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    AbandonLocked();  // The worker cancelled or went away: nobody waits for its answer.
   }
 
   void OnDone() override { Unref(); }
@@ -83,8 +80,8 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   }
 
  private:
-  // Ends the writer's wait in the shard now. Called without mu_ held.
-  void Abandon() {
+  // Ends the writer's wait in the shard now. Lock order: this call's mu_, then the shard's.
+  void AbandonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     abandoned_ = true;
     shard_->WakeWaiters();
   }
