@@ -73,10 +73,12 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
     AbandonLocked();  // The worker cancelled or went away: nobody waits for its answer.
   }
 
-  void OnDone() override { Unref(); }
-
-  ~PushPullReactor() override {
+  // After Finish, which the writer calls only once it stopped waiting; the server's
+  // shutdown waits for every OnDone, so the service is still alive here (unlike in the
+  // destructor, which the writer thread may run after the server is gone).
+  void OnDone() override {
     if (admitted_) service_->ReleaseStream(rank_);
+    Unref();
   }
 
  private:
