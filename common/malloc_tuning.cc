@@ -11,4 +11,6 @@ bool KeepTensorBuffersInHeap() {
   return mmap_ok && trim_ok;
 }
 
+void ReturnFreeMemoryToKernel() { malloc_trim(0); }
+
 }  // namespace dptrain

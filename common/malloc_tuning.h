@@ -13,6 +13,12 @@ namespace dptrain {
 // to 256 MiB. Returns false if glibc refused a setting (the defaults then stay).
 bool KeepTensorBuffersInHeap();
 
+// Returns the free heap memory of every arena to the kernel (glibc malloc_trim). The heap
+// settings above keep freed buffers for reuse; a burst that is not reused (e.g. a huge
+// request that gRPC buffered and then rejected as over its message limit) would otherwise
+// stay resident for the life of the process. Cheap when little is free.
+void ReturnFreeMemoryToKernel();
+
 }  // namespace dptrain
 
 #endif  // DPTRAIN_COMMON_MALLOC_TUNING_H_

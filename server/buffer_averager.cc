@@ -12,10 +12,12 @@ absl::StatusOr<std::vector<float>> BufferAverager::Average(int rank, int64_t rou
                                                            absl::Span<const float> values,
                                                            absl::Time deadline) {
   if (rank < 0 || rank >= num_workers_) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " not in [0, ", num_workers_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " not in [0, ", num_workers_, ")"));
   }
   absl::MutexLock lock(&mu_);
-  if (round == round_ - 1) return result_;  // A retry of a completed round.
+  // A retry of a completed round; before the first round completes there is none.
+  if (round == round_ - 1 && round >= 0) return result_;
   if (round != round_) {
     return absl::OutOfRangeError(
         absl::StrCat("buffer round ", round, " is not the current round ", round_));
@@ -47,9 +49,8 @@ absl::StatusOr<std::vector<float>> BufferAverager::Average(int rank, int64_t rou
     for (int r = 0; r < num_workers_; ++r) {
       if (!arrived_[r]) missing.push_back(r);
     }
-    return absl::DeadlineExceededError(absl::StrCat("buffer round ", round,
-                                                    " timed out waiting for rank(s) ",
-                                                    absl::StrJoin(missing, ",")));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "buffer round ", round, " timed out waiting for rank(s) ", absl::StrJoin(missing, ",")));
   }
   return result_;
 }

@@ -51,5 +51,15 @@ TEST(BufferAveragerTest, RejectsBadInputAndNamesMissingRanks) {
   t.join();
 }
 
+// Review item: round -1 before any round completed used to answer OK with no data.
+TEST(BufferAveragerTest, NegativeRoundsAreOutOfRange) {
+  BufferAverager averager(2);
+  auto r = averager.Average(0, -1, std::vector<float>{1, 2}, Soon());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+  EXPECT_EQ(r.status().message(), "buffer round -1 is not the current round 0");
+  EXPECT_EQ(averager.Average(1, -7, std::vector<float>{1, 2}, Soon()).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 }  // namespace
 }  // namespace dptrain

@@ -1,4 +1,5 @@
 // ps_server: one shard of the parameter server. See --helpfull.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -30,6 +31,17 @@ ABSL_FLAG(std::string, sync, "bsp",
 ABSL_FLAG(int, staleness, 0, "ssp: how many steps a worker may run ahead of the slowest.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
           "Longest wait for the other workers of a step (or for rank 0's init), e.g. 30s.");
+
+ABSL_FLAG(int64_t, max_model_bytes, int64_t{8} << 30,
+          "Largest model (fp32 bytes of all tensors) an Init may declare; also bounds the "
+          "size of one gRPC message this shard accepts.");
+ABSL_FLAG(absl::Duration, malloc_trim_interval, absl::Seconds(10),
+          "How often free heap memory is returned to the kernel (0: never), so that a "
+          "burst such as a rejected over-limit message does not stay resident.");
+ABSL_FLAG(int, max_streams_per_rank, 4,
+          "Tensor streams one rank may have open at once; more are RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_chunks, int64_t{1} << 16,
+          "Most chunks (over all shards) a model may be split into.");
 
 int main(int argc, char** argv) {
   dptrain::KeepTensorBuffersInHeap();
@@ -76,6 +88,12 @@ int main(int argc, char** argv) {
   }
   options.shard.policy = *policy;
   options.shard.staleness = absl::GetFlag(FLAGS_staleness);
+  options.shard.limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  options.shard.limits.max_chunks = absl::GetFlag(FLAGS_max_chunks);
+  // One message carries at most this shard's part of the model, plus framing.
+  options.max_receive_message_bytes = static_cast<int>(std::min<int64_t>(
+      dptrain::kMaxMessageBytes, options.shard.limits.max_model_bytes + (int64_t{1} << 20)));
+  options.stream.max_streams_per_rank = absl::GetFlag(FLAGS_max_streams_per_rank);
 
   // Signals are taken synchronously by this thread; every thread started later inherits
   // the mask.
@@ -102,13 +120,22 @@ int main(int argc, char** argv) {
     }
   }
   int signal = 0;
-  sigwait(&signals, &signal);
+  const absl::Duration trim_interval = absl::GetFlag(FLAGS_malloc_trim_interval);
+  if (trim_interval > absl::ZeroDuration()) {
+    const timespec wait = absl::ToTimespec(trim_interval);
+    while ((signal = sigtimedwait(&signals, nullptr, &wait)) < 0) {
+      dptrain::ReturnFreeMemoryToKernel();
+    }
+  } else {
+    sigwait(&signals, &signal);
+  }
   std::cout << "ps_server: shard " << options.shard.shard << " stopping on signal " << signal
             << std::endl;
   const dptrain::ParameterShard::Info info = (*server)->shard().GetInfo();
   std::cout << "ps_server: shard " << options.shard.shard << " served version " << info.version
-            << ", " << info.pushes << " pushes, staleness max " << info.max_staleness
-            << " mean " << info.mean_staleness << std::endl;
+            << ", " << info.pushes << " pushes, staleness max " << info.max_staleness << " mean "
+            << info.mean_staleness << ", non-finite gradients skipped " << info.nonfinite_steps
+            << " steps, " << info.nonfinite_pushes << " pushes" << std::endl;
   (*server)->Shutdown();
   return 0;
 }

@@ -33,6 +33,19 @@ std::string Key(int tensor_id, int chunk_index) {
   return absl::StrCat("(tensor ", tensor_id, ", chunk ", chunk_index, ")");
 }
 
+// Whether no element is inf or NaN: an exponent of all ones. Integer-only, so the loop
+// vectorises at -O3 without fast-math.
+bool AllFinite(const void* data, int64_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i * sizeof(float), sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 }  // namespace
 
 absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name) {
@@ -46,8 +59,8 @@ absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name) {
 absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     const ParameterShardOptions& options) {
   if (options.num_shards < 1 || options.shard < 0 || options.shard >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard index ", options.shard,
-                                                   " is not in [0, ", options.num_shards, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard index ", options.shard, " is not in [0, ", options.num_shards, ")"));
   }
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(
@@ -63,6 +76,11 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
   if (options.lr_schedule.has_value()) {
     if (absl::Status s = ValidateLrSchedule(*options.lr_schedule); !s.ok()) return s;
   }
+  if (options.limits.max_model_bytes < 1 || options.limits.max_chunks < 1 ||
+      options.limits.max_chunk_elements < 1) {
+    return absl::InvalidArgumentError("model limits must be positive");
+  }
+  if (options.log == nullptr) return absl::InvalidArgumentError("no log sink");
   auto optimizer = CreateOptimizer(options.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   return std::unique_ptr<ParameterShard>(new ParameterShard(options, *std::move(optimizer)));
@@ -75,9 +93,9 @@ ParameterShard::ParameterShard(const ParameterShardOptions& options,
 absl::Status ParameterShard::CheckCaller(absl::string_view job_id, int rank) const {
   if (shutdown_) return absl::UnavailableError("parameter server is shutting down");
   if (rank < 0 || rank >= options_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " is not in [0, ", options_.num_workers, "): this server expects ",
-        options_.num_workers, " workers"));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [0, ",
+                                                   options_.num_workers, "): this server expects ",
+                                                   options_.num_workers, " workers"));
   }
   if (map_.has_value() && job_id != job_id_) {
     return absl::FailedPreconditionError(absl::StrCat("job id '", job_id, "' does not match '",
@@ -88,16 +106,16 @@ absl::Status ParameterShard::CheckCaller(absl::string_view job_id, int rank) con
 
 absl::Status ParameterShard::CheckModel(const ModelDescription& model) const {
   if (model.num_shards != options_.num_shards) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard mismatch: the worker expects ", model.num_shards, " shards, this is shard ",
-        options_.shard, " of ", options_.num_shards));
+    return absl::FailedPreconditionError(absl::StrCat("shard mismatch: the worker expects ",
+                                                      model.num_shards, " shards, this is shard ",
+                                                      options_.shard, " of ", options_.num_shards));
   }
   if (!map_.has_value()) return absl::OkStatus();
   const ShardMap& map = *map_;
   if (model.max_chunk_elements != map.options().max_chunk_elements) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model mismatch: max_chunk_elements ", model.max_chunk_elements,
-                     " != ", map.options().max_chunk_elements));
+    return absl::FailedPreconditionError(absl::StrCat("model mismatch: max_chunk_elements ",
+                                                      model.max_chunk_elements,
+                                                      " != ", map.options().max_chunk_elements));
   }
   if (model.tensors.size() != map.tensors().size()) {
     return absl::FailedPreconditionError(
@@ -136,9 +154,9 @@ absl::StatusOr<int> ParameterShard::SlotOf(const ChunkView& c, const ShardMap& m
   }
   const size_t expected = static_cast<size_t>(spec.count) * ElementSize(c.dtype);
   if (c.data.size() != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index), " has ", c.data.size(),
-                     " bytes, expected ", expected, " (", spec.count, " fp32 elements)"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index),
+                                                   " has ", c.data.size(), " bytes, expected ",
+                                                   expected, " (", spec.count, " fp32 elements)"));
   }
   // owned is in the map's order, so a binary search by global index finds the slot.
   auto it = std::lower_bound(owned.begin(), owned.end(), global,
@@ -178,6 +196,7 @@ absl::StatusOr<int64_t> ParameterShard::Init(absl::string_view job_id, int rank,
     return absl::FailedPreconditionError(
         absl::StrCat("only rank 0 sets the initial weights; rank ", rank, " must Pull"));
   }
+  if (auto s = ValidateModel(model, options_.limits); !s.ok()) return s;
   if (auto s = CheckModel(model); !s.ok()) return s;
   auto map = ShardMap::Build(model.tensors, {model.num_shards, model.max_chunk_elements});
   if (!map.ok()) return map.status();
@@ -238,9 +257,8 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
                                              const ModelDescription& model, absl::Time deadline,
                                              const ChunkSink& sink) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return map_.has_value() || shutdown_;
-  };
+  auto ready = [this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return map_.has_value() || shutdown_; };
   if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
     return absl::DeadlineExceededError(
         absl::StrCat("shard ", options_.shard, ": rank 0 did not initialise the weights in time"));
@@ -254,8 +272,7 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
 absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int rank, int64_t step,
                                                  absl::Span<const ChunkView> chunks,
                                                  absl::Time deadline, const ChunkSink& sink,
-                                                 int64_t* staleness, bool overflow,
-                                                 bool* skipped) {
+                                                 int64_t* staleness, bool overflow, bool* skipped) {
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
@@ -266,6 +283,18 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
     // All or nothing: every chunk must accept the step before any records it.
     for (const OwnedChunk& o : owned_) {
       if (auto s = CheckStep(o, rank, step); !s.ok()) return s;
+    }
+    // An unflagged inf/NaN anywhere in the push skips it on every chunk, as a flag would:
+    // BSP skips the step, SSP/async drop the push.
+    const bool bsp = options_.policy == SyncPolicy::kBsp;
+    for (size_t slot = 0; slot < owned_.size() && !overflow; ++slot) {
+      const OwnedChunk& o = owned_[slot];
+      const bool retry =
+          bsp ? (step != o.version || o.grads[rank] != nullptr) : step != o.clock[rank];
+      if (!retry && !AllFinite(chunks[order[slot]].data.data(), o.spec.count)) {
+        overflow = true;
+        NoteNonFinite(step, o.spec, /*dropped_push=*/!bsp);
+      }
     }
     for (size_t slot = 0; slot < owned_.size(); ++slot) {
       Push(owned_[slot], rank, step, chunks[order[slot]].data, nullptr, overflow);
@@ -287,8 +316,7 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
 
 absl::StatusOr<int> ParameterShard::PushChunk(absl::string_view job_id, int rank, int64_t step,
                                               const ChunkView& chunk,
-                                              std::shared_ptr<const void> hold,
-                                              bool overflow) {
+                                              std::shared_ptr<const void> hold, bool overflow) {
   absl::MutexLock lock(&mu_);
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
   if (auto s = CheckReady(); !s.ok()) return s;
@@ -313,10 +341,10 @@ absl::Status ParameterShard::CheckStep(const OwnedChunk& o, int rank, int64_t st
   if (options_.policy == SyncPolicy::kBsp) {
     // Step `version` is open; step `version - 1` completed (a retry gets its result).
     if (step == o.version || step == o.version - 1) return absl::OkStatus();
-    return absl::OutOfRangeError(absl::StrCat(
-        "step ", step, " is outside the window [", o.version - 1, ", ", o.version,
-        "] of shard ", options_.shard, " (chunk ", Key(o.spec.tensor_id, o.spec.chunk_index),
-        " is at version ", o.version, ")"));
+    return absl::OutOfRangeError(
+        absl::StrCat("step ", step, " is outside the window [", o.version - 1, ", ", o.version,
+                     "] of shard ", options_.shard, " (chunk ",
+                     Key(o.spec.tensor_id, o.spec.chunk_index), " is at version ", o.version, ")"));
   }
   // SSP/async: the rank's next push, or a retry of its last one.
   if (step == o.clock[rank] || step == o.clock[rank] - 1) return absl::OkStatus();
@@ -361,6 +389,13 @@ void ParameterShard::Push(OwnedChunk& o, int rank, int64_t step, absl::string_vi
     std::memcpy(&g, data.data() + i * sizeof(float), sizeof(float));
     scaled[i] = g * scale;
   }
+  if (!AllFinite(scaled, n)) {  // Dropped like a flagged overflow.
+    NoteNonFinite(step, o.spec, /*dropped_push=*/true);
+    o.rank_skipped[rank] = true;
+    ++o.clock[rank];
+    CountStaleness(o.observed[rank]);
+    return;
+  }
   optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
                     absl::MakeConstSpan(scaled, n), o.state, RateAt(step));
   ++o.clock[rank];
@@ -374,42 +409,68 @@ float ParameterShard::RateAt(int64_t step) const {
 }
 
 void ParameterShard::ApplyStep(OwnedChunk& o) {
-  o.last_skipped = o.overflow;
-  if (o.overflow) {  // Mixed precision: some worker's gradient had inf/NaN; nobody's counts.
-    o.overflow = false;
-    std::fill(o.grads.begin(), o.grads.end(), nullptr);
-    for (auto& h : o.holds) h.reset();
-    o.num_pushed = 0;
-    ++o.version;
-    return;
-  }
-  // Fixed-order summation (rank 0, 1, ...) makes runs bit-reproducible.
   const int64_t n = o.spec.count;
-  const int workers = options_.num_workers;
-  const float* g = o.grads[0];
-  if (workers > 1) {
-    float* sum = sum_.data();
-    std::memcpy(sum, o.grads[0], n * sizeof(float));
-    for (int r = 1; r < workers; ++r) {
-      const float* x = o.grads[r];
-      for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
+  // Mixed precision: some worker's gradient had inf/NaN (flagged, or found in another chunk
+  // of this step); nobody's counts.
+  bool skip = o.overflow || o.version == nonfinite_step_;
+  const float* g = nullptr;
+  if (!skip) {
+    g = AverageGradients(o);
+    if (!AllFinite(g, n)) {
+      NoteNonFinite(o.version, o.spec, /*dropped_push=*/false);
+      skip = true;
     }
-    const float scale = 1.0f / static_cast<float>(workers);
-    for (int64_t i = 0; i < n; ++i) sum[i] *= scale;
-    g = sum;
   }
-  // Under BSP a chunk's version is the step it completes (skipped steps count too).
-  optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
-                    absl::MakeConstSpan(g, n), o.state, RateAt(o.version));
+  if (!skip) {
+    // Under BSP a chunk's version is the step it completes (skipped steps count too).
+    optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
+                      absl::MakeConstSpan(g, n), o.state, RateAt(o.version));
+  }
+  o.last_skipped = skip;
+  o.overflow = false;
   std::fill(o.grads.begin(), o.grads.end(), nullptr);
   for (auto& h : o.holds) h.reset();
   o.num_pushed = 0;
   ++o.version;
 }
 
+const float* ParameterShard::AverageGradients(const OwnedChunk& o) {
+  const int workers = options_.num_workers;
+  if (workers == 1) return o.grads[0];
+  // Fixed-order summation (rank 0, 1, ...) makes runs bit-reproducible.
+  const int64_t n = o.spec.count;
+  float* sum = sum_.data();
+  std::memcpy(sum, o.grads[0], n * sizeof(float));
+  for (int r = 1; r < workers; ++r) {
+    const float* x = o.grads[r];
+    for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
+  }
+  const float scale = 1.0f / static_cast<float>(workers);
+  for (int64_t i = 0; i < n; ++i) sum[i] *= scale;
+  return sum;
+}
+
+void ParameterShard::NoteNonFinite(int64_t step, const ChunkSpec& spec, bool dropped_push) {
+  int64_t& count = dropped_push ? nonfinite_pushes_ : nonfinite_steps_;
+  if (!dropped_push) {
+    if (step == nonfinite_step_) return;  // This step is counted already.
+    nonfinite_step_ = step;
+  }
+  if (++count > 1) return;  // Logged once per kind; later ones are only counted.
+  options_.log(absl::StrCat("ps shard ", options_.shard, ": step ", step, " chunk ",
+                            Key(spec.tensor_id, spec.chunk_index),
+                            ": gradient has inf/NaN but no overflow flag; ",
+                            dropped_push ? "push dropped" : "step skipped",
+                            " (further occurrences only counted: GetShardInfo ",
+                            dropped_push ? "nonfinite_pushes" : "nonfinite_steps", ")"));
+}
+
 absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, int slot,
-                                                      absl::Time deadline,
-                                                      const ChunkSink& sink) {
+                                                      absl::Time deadline, const ChunkSink& sink,
+                                                      const std::atomic<bool>* abandoned) {
+  auto gave_up = [abandoned] { return abandoned != nullptr && abandoned->load(); };
+  const absl::Status cancelled =
+      absl::CancelledError(absl::StrCat("rank ", rank, " step ", step, ": the call ended"));
   absl::MutexLock lock(&mu_);
   if (rank < 0 || rank >= options_.num_workers || slot < 0 ||
       slot >= static_cast<int>(owned_.size())) {
@@ -419,34 +480,39 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
   OwnedChunk& o = owned_[slot];
   PulledChunk result;
   if (options_.policy == SyncPolicy::kBsp) {
-    auto done = [this, &o, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return o.version > step || shutdown_;
+    auto done = [this, &o, step, &gave_up]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return o.version > step || shutdown_ || gave_up();
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    const bool woke = mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+    if (o.version <= step && gave_up()) return cancelled;
+    if (!woke) {
       std::vector<int> missing;
       for (int r = 0; r < options_.num_workers; ++r) {
         if (o.grads[r] == nullptr) missing.push_back(r);
       }
-      return absl::DeadlineExceededError(absl::StrCat(
-          "step ", step, " on shard ", options_.shard, " timed out waiting for rank(s) ",
-          absl::StrJoin(missing, ","), " (", o.num_pushed, " of ", options_.num_workers,
-          " workers pushed)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("step ", step, " on shard ", options_.shard,
+                       " timed out waiting for rank(s) ", absl::StrJoin(missing, ","), " (",
+                       o.num_pushed, " of ", options_.num_workers, " workers pushed)"));
     }
     if (o.version <= step) return absl::UnavailableError("parameter server is shutting down");
     result.skipped = o.last_skipped;
   } else {
     if (o.clock[rank] <= step) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank, " pulls step ", step, " of a chunk it has not pushed"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank, " pulls step ", step, " of a chunk it has not pushed"));
     }
     if (options_.policy == SyncPolicy::kSsp) {
       // Having pushed `step`, the worker may compute step + 1 once the slowest has pushed
       // step + 1 - staleness (clock >= step + 1 - staleness).
       const int64_t needed = step + 1 - options_.staleness;
-      auto caught_up = [this, &o, needed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutdown_ || *std::min_element(o.clock.begin(), o.clock.end()) >= needed;
+      auto caught_up = [this, &o, needed, &gave_up]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutdown_ || gave_up() ||
+               *std::min_element(o.clock.begin(), o.clock.end()) >= needed;
       };
-      if (!mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline)) {
+      const bool woke = mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline);
+      if (gave_up()) return cancelled;
+      if (!woke) {
         std::vector<int> slow;
         for (int r = 0; r < options_.num_workers; ++r) {
           if (o.clock[r] < needed) slow.push_back(r);
@@ -490,6 +556,10 @@ void ParameterShard::Emit(const ChunkSink& sink) const {
   }
 }
 
+void ParameterShard::WakeWaiters() {
+  absl::MutexLock lock(&mu_);  // Waiters re-evaluate their conditions when it is released.
+}
+
 void ParameterShard::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
@@ -504,6 +574,8 @@ ParameterShard::Info ParameterShard::GetInfo() const {
   info.pushes = pushes_;
   info.max_staleness = max_staleness_;
   info.mean_staleness = pushes_ > 0 ? static_cast<double>(sum_staleness_) / pushes_ : 0;
+  info.nonfinite_steps = nonfinite_steps_;
+  info.nonfinite_pushes = nonfinite_pushes_;
   return info;
 }
 

@@ -16,10 +16,21 @@
 // A push for step t of a chunk is accepted while the chunk's version is t; a repeat of a
 // push already counted (a retry) never counts twice. Invalid requests change nothing.
 //
+// Non-finite gradients: the shard does not trust the workers' overflow flag. A gradient
+// sum (BSP) or a push (SSP/async) holding inf/NaN is treated exactly like a flagged
+// overflow: BSP skips the step (answered `skipped`), SSP/async drop the push. A unary
+// PushPull is checked before it is recorded, so it is skipped on every chunk of this shard.
+// A streamed step is checked where each chunk is summed (BSP; SSP/async: scaled), and under
+// BSP every chunk of that step completing after the detection is skipped too (a chunk
+// already applied earlier in the pipeline stays applied). Sums of finite gradients that
+// overflow to inf are caught the same way. Counted in Info; the first occurrence of each
+// kind is logged through options.log.
+//
 // Thread-safe: every method may be called concurrently from any thread.
 #ifndef DPTRAIN_SERVER_PARAMETER_SHARD_H_
 #define DPTRAIN_SERVER_PARAMETER_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,9 +44,11 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
-#include "common/shard_map.h"
+#include "common/log_sink.h"
 #include "common/lr_schedule.h"
 #include "common/optimizer.h"
+#include "common/shard_map.h"
+#include "server/model_limits.h"
 
 namespace dptrain {
 
@@ -60,17 +73,14 @@ struct ParameterShardOptions {
   std::optional<LrScheduleOptions> lr_schedule;
   SyncPolicy policy = SyncPolicy::kBsp;
   int staleness = 0;  // kSsp: how many steps a worker may run ahead of the slowest.
+  // What an Init may declare; checked before anything is built from the declaration.
+  ModelLimits limits;
+  // Where the shard reports what it decided on its own (e.g. a non-finite gradient).
+  LogSink log = StderrLog();
 };
 
 // Parses "bsp", "ssp" or "async".
 absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name);
-
-// What a worker believes the model and the sharding are; must agree with the shard.
-struct ModelDescription {
-  std::vector<TensorInfo> tensors;
-  int num_shards = 1;
-  int64_t max_chunk_elements = 0;
-};
 
 // A chunk's payload as received: a view into the request, valid during the call.
 struct ChunkView {
@@ -100,6 +110,7 @@ class ParameterShard {
       const ParameterShardOptions& options);
 
   // Returns the version (0 for a fresh init; the current one for an accepted repeat).
+  // InvalidArgument naming the field for a model outside options.limits, checked first.
   absl::StatusOr<int64_t> Init(absl::string_view job_id, int rank, const ModelDescription& model,
                                absl::Span<const ChunkView> chunks);
 
@@ -129,8 +140,14 @@ class ParameterShard {
                                 bool overflow = false);
   // Waits as the policy requires for the chunk at `slot` after rank pushed `step` (or until
   // `deadline`: DeadlineExceeded naming the ranks waited for), then emits its weights.
+  // `abandoned`, if not null, ends the wait early with Cancelled once it is true and
+  // WakeWaiters() was called after setting it (the caller's RPC went away or failed).
   absl::StatusOr<PulledChunk> PullChunk(int rank, int64_t step, int slot, absl::Time deadline,
-                                        const ChunkSink& sink);
+                                        const ChunkSink& sink,
+                                        const std::atomic<bool>* abandoned = nullptr);
+  // Makes every waiting call re-check its `abandoned` flag. Thread-safe, non-blocking
+  // beyond the shard's lock.
+  void WakeWaiters();
   // How many chunks this shard owns (0 before Init).
   int num_chunks() const;
 
@@ -144,6 +161,10 @@ class ParameterShard {
     int64_t pushes = 0;         // Chunk pushes counted (all ranks, all chunks).
     int64_t max_staleness = 0;  // Over all chunk pushes.
     double mean_staleness = 0;
+    // BSP steps skipped because a gradient (sum) held inf/NaN that no worker flagged.
+    int64_t nonfinite_steps = 0;
+    // SSP/async pushes dropped for the same reason.
+    int64_t nonfinite_pushes = 0;
   };
   Info GetInfo() const;
   const ParameterShardOptions& options() const { return options_; }
@@ -164,8 +185,8 @@ class ParameterShard {
     std::vector<const float*> grads;
     std::vector<std::shared_ptr<const void>> holds;
     int num_pushed = 0;
-    bool overflow = false;      // Some push of the open step had inf/NaN.
-    bool last_skipped = false;  // The last completed step was skipped.
+    bool overflow = false;           // Some push of the open step had inf/NaN.
+    bool last_skipped = false;       // The last completed step was skipped.
     std::vector<bool> rank_skipped;  // SSP/async: each rank's last push was dropped.
     // SSP/async: pushes applied per rank, the version each rank last received and the
     // staleness its last push observed.
@@ -195,6 +216,11 @@ class ParameterShard {
   void ApplyStep(OwnedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The learning rate of `step`.
   float RateAt(int64_t step) const;
+  // The rank-order average of the open step's gradients of `chunk` (in sum_ or a push).
+  const float* AverageGradients(const OwnedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts (and the first time, logs) an unflagged non-finite gradient of `step`.
+  void NoteNonFinite(int64_t step, const ChunkSpec& spec, bool dropped_push)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStaleness(int64_t s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MinVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(const ChunkSink& sink) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -213,6 +239,10 @@ class ParameterShard {
   int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_staleness_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sum_staleness_ ABSL_GUARDED_BY(mu_) = 0;
+  // BSP: the latest step found non-finite (-1: none); its chunks that complete later skip.
+  int64_t nonfinite_step_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t nonfinite_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t nonfinite_pushes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dptrain

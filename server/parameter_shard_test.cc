@@ -1,9 +1,11 @@
 #include "server/parameter_shard.h"
 
-#include <cstring>
 #include <atomic>
+#include <cstring>
+#include <limits>
 #include <thread>
 
+#include "common/captured_log.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -143,8 +145,8 @@ TEST(ParameterShardTest, TimeoutNamesMissingRanks) {
   InitShard(*shard);
   Payload g = Shard0({1, 1, 1}, {1, 1});
   Collected got;
-  auto v = shard->PushPull("job", 1, 0, g.views(), absl::Now() + absl::Milliseconds(200),
-                           got.sink());
+  auto v =
+      shard->PushPull("job", 1, 0, g.views(), absl::Now() + absl::Milliseconds(200), got.sink());
   EXPECT_EQ(v.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(v.status().message().find("rank(s) 0,2"), std::string::npos) << v.status();
   EXPECT_TRUE(got.values.empty());
@@ -206,18 +208,23 @@ TEST(ParameterShardTest, BadInputIsRejectedAndChangesNothing) {
   EXPECT_EQ(push("job", 0, 5, good.views()), StatusCode::kOutOfRange);
   EXPECT_EQ(push("job", 0, -1, good.views()), StatusCode::kOutOfRange);
   // Unknown key, foreign key (0,1 belongs to shard 1), wrong dtype, wrong size.
-  EXPECT_EQ(push("job", 0, 0, {{0, 7, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(push("job", 0, 0, {{0, 1, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
-            StatusCode::kFailedPrecondition);
-  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp16, three_floats}, {1, 0, DType::kFp32, two_floats}}),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      push("job", 0, 0, {{0, 7, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      push("job", 0, 0, {{0, 1, DType::kFp32, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+      StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      push("job", 0, 0, {{0, 0, DType::kFp16, three_floats}, {1, 0, DType::kFp32, two_floats}}),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, two_floats}, {1, 0, DType::kFp32, two_floats}}),
             StatusCode::kInvalidArgument);
   // Missing and duplicated chunks.
   EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, three_floats}}), StatusCode::kInvalidArgument);
-  EXPECT_EQ(push("job", 0, 0, {{0, 0, DType::kFp32, three_floats}, {0, 0, DType::kFp32, three_floats},
-                               {1, 0, DType::kFp32, two_floats}}),
+  EXPECT_EQ(push("job", 0, 0,
+                 {{0, 0, DType::kFp32, three_floats},
+                  {0, 0, DType::kFp32, three_floats},
+                  {1, 0, DType::kFp32, two_floats}}),
             StatusCode::kInvalidArgument);
   // Model mismatch on Pull.
   ModelDescription renamed = Model();
@@ -257,7 +264,8 @@ TEST(ParameterShardTest, RejectsBadOptions) {
 namespace dptrain {
 namespace {
 
-std::unique_ptr<ParameterShard> MakePolicyShard(SyncPolicy policy, int staleness, int workers) {
+std::unique_ptr<ParameterShard> MakePolicyShard(SyncPolicy policy, int staleness, int workers,
+                                                LogSink log = StderrLog()) {
   ParameterShardOptions o;
   o.shard = 0;
   o.num_shards = 2;
@@ -266,6 +274,7 @@ std::unique_ptr<ParameterShard> MakePolicyShard(SyncPolicy policy, int staleness
   o.optimizer.learning_rate = 0.5f;
   o.policy = policy;
   o.staleness = staleness;
+  o.log = std::move(log);
   auto shard = ParameterShard::Create(o);
   EXPECT_TRUE(shard.ok()) << shard.status();
   return *std::move(shard);
@@ -332,8 +341,7 @@ TEST(SyncPolicyTest, SspTimeoutNamesTheSlowRank) {
   Payload g = Shard0({1, 1, 1}, {1, 1});
   Collected c;
   ASSERT_TRUE(shard->PushPull("job", 0, 0, g.views(), Soon(), c.sink()).ok());  // Within bound.
-  auto v = shard->PushPull("job", 0, 1, g.views(), absl::Now() + absl::Milliseconds(200),
-                           c.sink());
+  auto v = shard->PushPull("job", 0, 1, g.views(), absl::Now() + absl::Milliseconds(200), c.sink());
   EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(v.status().message().find("rank(s) 1,2"), std::string::npos) << v.status();
 }
@@ -402,10 +410,148 @@ TEST(OverflowTest, AsyncDropsOnlyTheOverflowingPush) {
   EXPECT_EQ(got.values, (std::vector<float>{1, 2, 3, 10, 20}));
   // The rank's clock moved on: its next push is step 1, and it applies.
   Collected next;
-  ASSERT_TRUE(shard->PushPull("job", 0, 1, g.views(), Soon(), next.sink(), nullptr, false,
-                              &skipped).ok());
+  ASSERT_TRUE(
+      shard->PushPull("job", 0, 1, g.views(), Soon(), next.sink(), nullptr, false, &skipped).ok());
   EXPECT_FALSE(skipped);
   EXPECT_EQ(next.values, (std::vector<float>{0.5f, 1.5f, 2.5f, 9, 19}));
+}
+
+}  // namespace
+}  // namespace dptrain
+
+namespace dptrain {
+namespace {
+
+// Non-finite gradients without the overflow flag: the shard finds them where it sums and
+// treats them like a flagged overflow, counts them and logs the first of each kind.
+std::unique_ptr<ParameterShard> MakeLoggingShard(SyncPolicy policy, int workers, CapturedLog& log) {
+  return MakePolicyShard(policy, 0, workers, log.sink());
+}
+
+std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  return bits;
+}
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Both ranks push step `step` (unary PushPull, no overflow flag); returns rank 0's answer.
+Collected BspStep(ParameterShard& shard, int64_t step, const Payload& g0, const Payload& g1,
+                  bool& skipped0, bool& skipped1) {
+  Collected r0, r1;
+  absl::StatusOr<int64_t> v0;
+  std::thread t([&] {
+    v0 = shard.PushPull("job", 0, step, g0.views(), Soon(), r0.sink(), nullptr, false, &skipped0);
+  });
+  auto v1 =
+      shard.PushPull("job", 1, step, g1.views(), Soon(), r1.sink(), nullptr, false, &skipped1);
+  t.join();
+  EXPECT_TRUE(v0.ok()) << v0.status();
+  EXPECT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(Bits(r0.values), Bits(r1.values));
+  return r0;
+}
+
+TEST(NonFiniteGradientTest, BspUnflaggedNaNSkipsTheWholeStepBitForBit) {
+  CapturedLog log;
+  auto shard = MakeLoggingShard(SyncPolicy::kBsp, 2, log);
+  InitShard(*shard);
+  const std::vector<float> initial = {1, 2, 3, 10, 20};
+  // Only chunk (1,0) of rank 1 is bad: chunk (0,0) must be skipped too.
+  Payload good = Shard0({1, 1, 1}, {2, 2}), bad = Shard0({3, 3, 3}, {0, kNaN});
+  bool skipped0 = false, skipped1 = false;
+  Collected got = BspStep(*shard, 0, good, bad, skipped0, skipped1);
+  EXPECT_TRUE(skipped0);
+  EXPECT_TRUE(skipped1);
+  EXPECT_EQ(Bits(got.values), Bits(initial));
+  // A second occurrence (Inf this time) is counted, not logged again.
+  Payload inf = Shard0({kInf, 3, 3}, {0, 4});
+  got = BspStep(*shard, 1, inf, good, skipped0, skipped1);
+  EXPECT_TRUE(skipped0);
+  EXPECT_EQ(Bits(got.values), Bits(initial));
+  EXPECT_EQ(shard->GetInfo().nonfinite_steps, 2);
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(log.lines()[0],
+            "ps shard 0: step 0 chunk (tensor 1, chunk 0): gradient has inf/NaN but no overflow "
+            "flag; step skipped (further occurrences only counted: GetShardInfo "
+            "nonfinite_steps)");
+  // The next clean step applies normally.
+  got = BspStep(*shard, 2, good, good, skipped0, skipped1);
+  EXPECT_FALSE(skipped0);
+  EXPECT_EQ(got.values, (std::vector<float>{0.5f, 1.5f, 2.5f, 9, 19}));
+}
+
+TEST(NonFiniteGradientTest, BspFiniteGradientsWhoseSumOverflowsAreSkipped) {
+  CapturedLog log;
+  auto shard = MakeLoggingShard(SyncPolicy::kBsp, 2, log);
+  InitShard(*shard);
+  Payload big = Shard0({3e38f, 1, 1}, {1, 1});
+  bool skipped0 = false, skipped1 = false;
+  Collected got = BspStep(*shard, 0, big, big, skipped0, skipped1);
+  EXPECT_TRUE(skipped0);
+  EXPECT_EQ(Bits(got.values), Bits({1, 2, 3, 10, 20}));
+  EXPECT_EQ(shard->GetInfo().nonfinite_steps, 1);
+}
+
+TEST(NonFiniteGradientTest, BspStreamedChunkWithNaNIsSkipped) {
+  CapturedLog log;
+  auto shard = MakeLoggingShard(SyncPolicy::kBsp, 1, log);
+  InitShard(*shard);
+  Payload bad = Shard0({kNaN, 1, 1}, {1, 1});
+  std::vector<ChunkView> views = bad.views();
+  for (const ChunkView& v : views) {
+    ASSERT_TRUE(shard->PushChunk("job", 0, 0, v, nullptr).ok());
+  }
+  Collected got;
+  for (int slot = 0; slot < shard->num_chunks(); ++slot) {
+    auto pulled = shard->PullChunk(0, 0, slot, Soon(), got.sink());
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_TRUE(pulled->skipped) << slot;  // Slot 1 completes after slot 0's detection.
+  }
+  EXPECT_EQ(Bits(got.values), Bits({1, 2, 3, 10, 20}));
+  EXPECT_EQ(shard->GetInfo().nonfinite_steps, 1);
+}
+
+TEST(NonFiniteGradientTest, AsyncAndSspDropAnUnflaggedNaNPush) {
+  for (SyncPolicy policy : {SyncPolicy::kAsync, SyncPolicy::kSsp}) {
+    CapturedLog log;
+    auto shard = MakeLoggingShard(policy, 1, log);
+    InitShard(*shard);
+    Payload bad = Shard0({1, kNaN, 1}, {1, 1});
+    Collected got;
+    bool skipped = false;
+    auto v =
+        shard->PushPull("job", 0, 0, bad.views(), Soon(), got.sink(), nullptr, false, &skipped);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_TRUE(skipped);
+    EXPECT_EQ(Bits(got.values), Bits({1, 2, 3, 10, 20}));
+    EXPECT_EQ(shard->GetInfo().nonfinite_pushes, 1);
+    ASSERT_EQ(log.lines().size(), 1u);
+    EXPECT_EQ(log.lines()[0],
+              "ps shard 0: step 0 chunk (tensor 0, chunk 0): gradient has inf/NaN but no "
+              "overflow flag; push dropped (further occurrences only counted: GetShardInfo "
+              "nonfinite_pushes)");
+  }
+}
+
+// Init declarations are bounded before anything is built from them.
+TEST(InitLimitsTest, HugeDeclarationsAreRejectedBeforeBuildingAnything) {
+  auto shard = MakeShard(1);
+  ModelDescription many_chunks{{{"w", int64_t{1} << 22}}, 2, 1};  // 4M chunks of 1.
+  auto v = shard->Init("job", 0, many_chunks, {});
+  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("tensors[0].num_elements"), std::string::npos) << v.status();
+  ModelDescription overflow{{{"w", int64_t{1} << 62}}, 2, 4};
+  v = shard->Init("job", 0, overflow, {});
+  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("tensors[0].num_elements = 4611686018427387904: its fp32 "
+                                      "byte size overflows int64"),
+            std::string::npos)
+      << v.status();
+  EXPECT_FALSE(shard->GetInfo().initialized);
+  InitShard(*shard);  // A sane model still initialises.
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "server/ps_server.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -13,11 +15,14 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   std::unique_ptr<PsServer> server(new PsServer());
   server->shard_ = *std::move(shard);
   server->service_ = std::make_unique<PsService>(server->shard_.get());
-  server->stream_service_ = std::make_unique<TensorStreamService>(server->shard_.get());
+  server->stream_service_ =
+      std::make_unique<TensorStreamService>(server->shard_.get(), options.stream);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder);
+  builder.SetMaxReceiveMessageSize(
+      std::max(1, std::min(options.max_receive_message_bytes, kMaxMessageBytes)));
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());

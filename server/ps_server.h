@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/net.h"
 #include "grpcpp/server.h"
 #include "server/parameter_shard.h"
 #include "server/ps_service.h"
@@ -17,8 +18,12 @@ namespace dptrain {
 
 struct PsServerOptions {
   ParameterShardOptions shard;
+  TensorStreamOptions stream;
   // "host:port"; port 0 picks a free port (see port()).
   std::string listen_address = "0.0.0.0:0";
+  // The largest gRPC message accepted (at most kMaxMessageBytes); gRPC answers
+  // RESOURCE_EXHAUSTED for a larger one. ps_server derives it from --max_model_bytes.
+  int max_receive_message_bytes = kMaxMessageBytes;
 };
 
 class PsServer {
@@ -30,6 +35,7 @@ class PsServer {
   int port() const { return port_; }
   ParameterShard& shard() { return *shard_; }
   const PsService& service() const { return *service_; }
+  const TensorStreamService& stream_service() const { return *stream_service_; }
   // Message bytes this shard's link carried, over both services.
   int64_t bytes_received() const {
     return service_->bytes_received() + stream_service_->bytes_received();

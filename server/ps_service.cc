@@ -122,6 +122,8 @@ grpc::Status PsService::GetShardInfo(grpc::ServerContext*, const proto::ShardInf
   response->set_staleness_bound(o.staleness);
   response->set_max_staleness(info.max_staleness);
   response->set_mean_staleness(info.mean_staleness);
+  response->set_nonfinite_steps(info.nonfinite_steps);
+  response->set_nonfinite_pushes(info.nonfinite_pushes);
   return grpc::Status::OK;
 }
 

@@ -50,6 +50,9 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
       }
       reads_done_ = true;  // The worker half-closed, the call broke or a frame was bad.
       if (!status.ok() && (ok || !writer_started_)) error_ = status;
+      // A bad frame: the writer stops waiting for the other ranks. Under mu_, so that the
+      // writer cannot finish (and the reactor go) before this returns.
+      if (ok && !status.ok() && writer_started_) AbandonLocked();
       if (!writer_started_) {
         FinishLocked(ToGrpcStatus(error_));
         no_writer = true;
@@ -67,11 +70,24 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   void OnCancel() override {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
+    AbandonLocked();  // The worker cancelled or went away: nobody waits for its answer.
   }
 
-  void OnDone() override { Unref(); }
+  // After Finish, which the writer calls only once it stopped waiting; the server's
+  // shutdown waits for every OnDone, so the service is still alive here (unlike in the
+  // destructor, which the writer thread may run after the server is gone).
+  void OnDone() override {
+    if (admitted_) service_->ReleaseStream(rank_);
+    Unref();
+  }
 
  private:
+  // Ends the writer's wait in the shard now. Lock order: this call's mu_, then the shard's.
+  void AbandonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    abandoned_ = true;
+    shard_->WakeWaiters();
+  }
+
   // Decodes the frame in in_ and pushes its chunk; starts the writer after the first.
   absl::Status Push() {
     auto frame = ReceivedFrame::Parse(in_);
@@ -83,10 +99,15 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
       absl::MutexLock lock(&mu_);
       if (!writer_started_) {
         if (h.caller().rank() < 0 || h.caller().rank() >= shard_->options().num_workers) {
-          return absl::InvalidArgumentError(absl::StrCat("rank ", h.caller().rank(),
-                                                         " is not in [0, ",
-                                                         shard_->options().num_workers, ")"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rank ", h.caller().rank(), " is not in [0, ", shard_->options().num_workers, ")"));
         }
+        if (!service_->AdmitStream(h.caller().rank())) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "rank ", h.caller().rank(), " already has ", service_->options_.max_streams_per_rank,
+              " tensor streams open on this shard (ps_server --max_streams_per_rank)"));
+        }
+        admitted_ = true;
         job_id_ = h.caller().job_id();
         rank_ = h.caller().rank();
         step_ = h.step();
@@ -136,20 +157,21 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
         } else if (cancelled_) {
           result = grpc::Status(grpc::StatusCode::CANCELLED, "the worker cancelled the step");
         } else if (!pushed_[slot]) {
-          result = grpc::Status(
-              reads_done_ ? grpc::StatusCode::INVALID_ARGUMENT
-                          : grpc::StatusCode::DEADLINE_EXCEEDED,
-              absl::StrCat("step ", step_, ": the stream of rank ", rank_, " carried ",
-                           std::count(pushed_.begin(), pushed_.end(), true), " of the ", n,
-                           " chunks of shard ", shard_->options().shard,
-                           reads_done_ ? " before it ended" : " in time"));
+          result =
+              grpc::Status(reads_done_ ? grpc::StatusCode::INVALID_ARGUMENT
+                                       : grpc::StatusCode::DEADLINE_EXCEEDED,
+                           absl::StrCat("step ", step_, ": the stream of rank ", rank_, " carried ",
+                                        std::count(pushed_.begin(), pushed_.end(), true),
+                                        " of the ", n, " chunks of shard ", shard_->options().shard,
+                                        reads_done_ ? " before it ended" : " in time"));
         }
       }
       if (!result.ok()) break;
       grpc::Slice payload;
       proto::FrameHeader header;
       auto pulled = shard_->PullChunk(
-          rank_, step_, slot, deadline_, [&](const ChunkSpec& spec, absl::Span<const float> w) {
+          rank_, step_, slot, deadline_,
+          [&](const ChunkSpec& spec, absl::Span<const float> w) {
             header.mutable_key()->set_tensor_id(spec.tensor_id);
             header.mutable_key()->set_chunk_index(spec.chunk_index);
             const size_t bytes = w.size() * sizeof(float);
@@ -159,9 +181,11 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
               payload = NewPayload(bytes);
               std::memcpy(MutableData(payload), w.data(), bytes);
             }
-          });
+          },
+          &abandoned_);
       if (!pulled.ok()) {
-        result = ToGrpcStatus(pulled.status());
+        absl::MutexLock lock(&mu_);  // A bad frame that abandoned the wait says why.
+        result = ToGrpcStatus(error_.ok() ? pulled.status() : error_);
         break;
       }
       header.set_dtype(proto::FP32);
@@ -207,6 +231,8 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   grpc::ByteBuffer out_;
   // OnDone and the writer thread each hold one.
   std::atomic<int> refs_{2};
+  std::atomic<bool> abandoned_{false};  // Set before the shard's waiters are woken.
+  bool admitted_ = false;  // Counted in the service's streams (set by the first frame).
 
   absl::Mutex mu_;
   // Set from the first frame (reads are sequential), before the writer starts; then constant.
@@ -222,6 +248,26 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+bool TensorStreamService::AdmitStream(int rank) {
+  absl::MutexLock lock(&mu_);
+  int& open = streams_by_rank_[rank];
+  if (open >= options_.max_streams_per_rank) return false;
+  ++open;
+  return true;
+}
+
+void TensorStreamService::ReleaseStream(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (--streams_by_rank_[rank] == 0) streams_by_rank_.erase(rank);
+}
+
+int TensorStreamService::active_streams() const {
+  absl::MutexLock lock(&mu_);
+  int total = 0;
+  for (const auto& [rank, open] : streams_by_rank_) total += open;
+  return total;
+}
 
 grpc::ServerGenericBidiReactor* TensorStreamService::CreateReactor(
     grpc::GenericCallbackServerContext* context) {

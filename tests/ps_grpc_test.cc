@@ -2,9 +2,9 @@
 // changes nothing, retries are idempotent, and grpc.health.v1.Health answers.
 #include <thread>
 
+#include "common/health_client.h"
 #include "common/net.h"
 #include "grpcpp/client_context.h"
-#include "common/health_client.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/test_cluster.h"
@@ -166,6 +166,29 @@ TEST_F(PsGrpcTest, HealthServiceAnswers) {
   EXPECT_EQ(*health, ServingStatus::kServing);
   shards_.servers[1]->Shutdown(absl::Seconds(0));
   EXPECT_FALSE(CheckHealth(shards_.addresses[1], absl::Seconds(1)).ok());
+}
+
+// Review item 5: a tiny Init declaring a huge model is refused before the shard builds
+// anything; an element count whose byte size overflows int64 (was UNKNOWN) names the field.
+TEST_F(PsGrpcTest, HugeInitDeclarationsAreInvalidArgumentNamingTheField) {
+  proto::InitRequest many_chunks;
+  many_chunks.mutable_caller()->set_job_id("job");
+  many_chunks.set_num_shards(2);
+  many_chunks.set_max_chunk_elements(1);
+  many_chunks.add_tensors()->set_num_elements(int64_t{1} << 22);
+  grpc::Status s = Init(many_chunks);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "tensors[0].num_elements = 4194304 in chunks of max_chunk_elements = 1 brings the "
+            "model past the limit of 65536 chunks (ps_server --max_chunks)");
+  proto::InitRequest overflow = many_chunks;
+  overflow.set_max_chunk_elements(4);
+  overflow.mutable_tensors(0)->set_num_elements(int64_t{1} << 62);
+  s = Init(overflow);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "tensors[0].num_elements = 4611686018427387904: its fp32 byte size overflows int64");
+  ASSERT_TRUE(Init(GoodInit()).ok());  // Nothing was left half-initialised.
 }
 
 }  // namespace

@@ -43,15 +43,33 @@ class TensorStreamTest : public ::testing::Test {
     ASSERT_EQ(shards_.addresses.size(), 2u);
     channel_ = MakeChannel(shards_.addresses[0]);
     stub_ = proto::ParameterServer::NewStub(channel_);
+    InitTinyModel(shards_.addresses[0]);
+  }
+
+ public:
+  // Rank 0 initialises shard 0 of the tiny model at `address` to {1, 2, 3}, {10, 20}.
+  static void InitTinyModel(const std::string& address) {
+    auto stub = proto::ParameterServer::NewStub(MakeChannel(address));
     proto::InitRequest init;
     DescribeTinyModel(init, 0);
     AddChunk(init, 0, 0, {1, 2, 3});
     AddChunk(init, 1, 0, {10, 20});
     grpc::ClientContext context;
     proto::InitResponse response;
-    ASSERT_TRUE(stub_->Init(&context, init, &response).ok());
+    grpc::Status status = stub->Init(&context, init, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
+  // The frames of rank's whole step on shard 0.
+  static std::vector<grpc::ByteBuffer> StepFrames(int rank, int64_t step, std::vector<float> a,
+                                                  std::vector<float> b) {
+    std::vector<grpc::ByteBuffer> frames;
+    frames.push_back(Frame({0, 0, a, rank, step}));
+    frames.push_back(Frame({1, 0, b, rank, step}));
+    return frames;
+  }
+
+ protected:
   static void AddChunk(proto::InitRequest& r, int t, int c, std::vector<float> values) {
     proto::Chunk* chunk = r.add_chunks();
     chunk->mutable_key()->set_tensor_id(t);
@@ -113,10 +131,7 @@ class TensorStreamTest : public ::testing::Test {
 
   std::vector<grpc::ByteBuffer> Step(int rank, int64_t step, std::vector<float> a,
                                      std::vector<float> b) {
-    std::vector<grpc::ByteBuffer> frames;
-    frames.push_back(Frame({0, 0, a, rank, step}));
-    frames.push_back(Frame({1, 0, b, rank, step}));
-    return frames;
+    return StepFrames(rank, step, std::move(a), std::move(b));
   }
 
   std::vector<float> PullWeights() { return PullTinyModel(*stub_); }
@@ -236,6 +251,120 @@ TEST_F(TensorStreamTest, MissingWorkerTimesOutNamingIt) {
   EXPECT_NE(a.status.error_message().find("rank(s) 1"), std::string::npos)
       << a.status.error_message();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Waits (polling, at most `limit`) until the server has `n` active streams.
+bool AwaitActiveStreams(const PsServer& server, int n, absl::Duration limit) {
+  const absl::Time give_up = absl::Now() + limit;
+  while (server.stream_service().active_streams() != n) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// Review item 9: a stream that mixes steps used to end INVALID_ARGUMENT at once or, when the
+// writer was already waiting for the other rank, DEADLINE_EXCEEDED after the step timeout.
+TEST_F(TensorStreamTest, MixedStepsFailAtOnceWithInvalidArgumentEveryTime) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    std::vector<grpc::ByteBuffer> f;
+    f.push_back(Frame({0, 0, {1, 1, 1}, 0, /*step=*/0}));
+    f.push_back(Frame({1, 0, {1, 1}, 0, /*step=*/1}));
+    Answer a = Call(std::move(f));
+    EXPECT_EQ(a.status.error_code(), StatusCode::INVALID_ARGUMENT) << attempt;
+    EXPECT_EQ(a.status.error_message(),
+              "every frame of a tensor stream must carry the same job id, rank and step");
+  }
+  EXPECT_TRUE(AwaitActiveStreams(*shards_.servers[0], 0, absl::Seconds(20)));
+}
+
+// A stream held open by the test: frames written, never half-closed, until Cancel.
+class OpenStream {
+ public:
+  OpenStream(std::shared_ptr<grpc::Channel> channel, std::vector<grpc::ByteBuffer> frames)
+      : stub_(std::move(channel)) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    call_ = stub_.PrepareCall(&context_, kTensorStreamMethod, &cq_);
+    call_->StartCall(Tag(1));
+    Next();
+    for (grpc::ByteBuffer& f : frames) {
+      call_->Write(f, Tag(2));
+      Next();
+    }
+  }
+  // Cancels the call, as a worker that dies mid-step would, and returns its status.
+  grpc::Status Cancel() {
+    context_.TryCancel();
+    return Finish();
+  }
+  // Half-closes and waits for the server's status (bounded by the call's deadline).
+  grpc::Status HalfCloseAndFinish() {
+    call_->WritesDone(Tag(4));
+    Next();
+    return Finish();
+  }
+
+ private:
+  grpc::Status Finish() {
+    grpc::Status status;
+    call_->Finish(&status, Tag(3));
+    while (Next() != Tag(3)) {
+    }
+    return status;
+  }
+  static void* Tag(intptr_t t) { return reinterpret_cast<void*>(t); }
+  void* Next() {
+    void* tag = nullptr;
+    bool ok = false;
+    cq_.Next(&tag, &ok);
+    return tag;
+  }
+  grpc::GenericStub stub_;
+  grpc::CompletionQueue cq_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+// Review item 6: a worker that vanishes mid-step (its stream cancelled while the server
+// waits for the other rank) releases the server's writer at once, not after the 60 s step
+// timeout; the shard then serves the step normally.
+TEST(TensorStreamCancelTest, CancelledStreamReleasesTheServerWellWithinTheStepTimeout) {
+  OptimizerOptions sgd;
+  sgd.learning_rate = 1.0f;
+  TestShards shards = StartShards(2, 2, sgd, absl::Seconds(60));
+  ASSERT_EQ(shards.servers.size(), 2u);
+  TensorStreamTest::InitTinyModel(shards.addresses[0]);
+  const PsServer& server = *shards.servers[0];
+  auto channel = MakeChannel(shards.addresses[0]);
+  OpenStream vanishing(channel, TensorStreamTest::StepFrames(0, 0, {1, 1, 1}, {1, 1}));
+  ASSERT_TRUE(AwaitActiveStreams(server, 1, absl::Seconds(20)));
+  EXPECT_EQ(vanishing.Cancel().error_code(), StatusCode::CANCELLED);
+  // Bounded far below the step timeout: the writer no longer waits for rank 1.
+  ASSERT_TRUE(AwaitActiveStreams(server, 0, absl::Seconds(20)));
+}
+
+// Review item 6: at most max_streams_per_rank streams per rank; one more is refused.
+TEST(TensorStreamCancelTest, StreamsPerRankAreBounded) {
+  PsServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.shard.num_shards = 2;
+  o.shard.num_workers = 2;
+  o.stream.max_streams_per_rank = 1;
+  auto server = PsServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  TensorStreamTest::InitTinyModel(address);
+  auto channel = MakeChannel(address);
+  OpenStream first(channel, TensorStreamTest::StepFrames(0, 0, {1, 1, 1}, {1, 1}));
+  ASSERT_TRUE(AwaitActiveStreams(**server, 1, absl::Seconds(20)));
+  OpenStream second(channel, TensorStreamTest::StepFrames(0, 0, {1, 1, 1}, {1, 1}));
+  grpc::Status refused = second.HalfCloseAndFinish();
+  EXPECT_EQ(refused.error_code(), StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_EQ(refused.error_message(),
+            "rank 0 already has 1 tensor streams open on this shard (ps_server "
+            "--max_streams_per_rank)");
+  first.Cancel();
+  ASSERT_TRUE(AwaitActiveStreams(**server, 0, absl::Seconds(20)));
 }
 
 }  // namespace

@@ -279,6 +279,8 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   group.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   group.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   group.timeout = absl::GetFlag(FLAGS_step_timeout);
+  // Every ring message is at most one chunk of the ring.
+  group.max_message_bytes = AllReduceSyncOptions().chunk_elements * sizeof(float);
   auto listening = AllReduceGroup::Listen(group);
   if (!listening.ok()) return listening.status();
   out.group = *std::move(listening);

@@ -11,7 +11,8 @@ namespace dptrain {
 absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Listen(
     const AllReduceGroupOptions& o) {
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", o.rank, " not in [0, ", o.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", o.rank, " not in [0, ", o.world_size, ")"));
   }
   if (o.rank != 0 && (o.master_port < 1 || o.master_port > 65535)) {
     return absl::InvalidArgumentError(
@@ -88,6 +89,7 @@ absl::Status AllReduceGroup::Join() {
   link_options.rank = o.rank;
   link_options.addresses = std::move(addresses);
   link_options.timeout = o.timeout;
+  link_options.max_message_bytes = o.max_message_bytes;
   auto link = TcpPeerLink::Create(link_options, std::move(listener_));
   if (!link.ok()) return link.status();
   link_ = *std::move(link);

@@ -21,10 +21,12 @@ struct AllReduceGroupOptions {
   int rank = 0;
   int world_size = 1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;        // Rank 0 listens here (0: a free port, see master_port()).
+  int master_port = 0;         // Rank 0 listens here (0: a free port, see master_port()).
   std::string advertise_host;  // Where peers reach this rank; empty: the local IP toward master.
   absl::Duration connect_timeout = absl::Seconds(60);  // For the rendezvous.
   absl::Duration timeout = absl::Seconds(60);          // For one message.
+  // The largest message a peer may send (the ring's chunk, in bytes); see TcpPeerLinkOptions.
+  uint64_t max_message_bytes = uint64_t{64} << 20;
 };
 
 class AllReduceGroup {

@@ -1,5 +1,6 @@
 #include "worker/comm/tcp_peer_link.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -21,7 +22,11 @@ namespace dptrain {
 namespace {
 
 constexpr uint32_t kMagic = 0x44505452;  // "DPTR"
-constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;
+
+struct Hello {
+  uint32_t magic, rank;
+  uint64_t job;
+};
 
 uint64_t HashJob(const std::string& job) {
   uint64_t h = 14695981039346656037ull;
@@ -66,6 +71,36 @@ bool ReadInto(int fd, const Posting& posting, std::vector<char>& scratch) {
     AddScaled(dest + done, scratch.data(), count, posting.scale);
   }
   return true;
+}
+
+// An unexpected payload of n bytes (n within the link's bound). Up to kEagerBytes it is
+// allocated at once; beyond, the buffer doubles only once the bytes so far have arrived,
+// so a header alone never reserves more than kEagerBytes. nullopt if the stream broke.
+constexpr size_t kEagerBytes = size_t{1} << 20;
+
+std::optional<MessageBytes> ReadPayload(int fd, size_t n) {
+  MessageBytes m = MessageBytes::Allocate(std::min(n, kEagerBytes));
+  size_t have = 0;
+  while (have < n) {
+    if (have == m.size) {
+      MessageBytes bigger = MessageBytes::Allocate(std::min(n, m.size * 2));
+      std::memcpy(bigger.data.get(), m.data.get(), have);
+      m = std::move(bigger);
+    }
+    if (ReadFull(fd, m.data.get() + have, m.size - have) != 1) return std::nullopt;
+    have = m.size;
+  }
+  return m;
+}
+
+std::string PeerName(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  char text[INET_ADDRSTRLEN] = "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
+  }
+  return absl::StrCat(text, ":", ntohs(addr.sin_port));
 }
 
 bool WriteFull(int fd, iovec* iov, int count) {
@@ -123,6 +158,7 @@ TcpPeerLink::TcpPeerLink(const TcpPeerLinkOptions& options, std::unique_ptr<TcpL
   for (size_t i = 0; i < options.addresses.size(); ++i) {
     outgoing_.push_back(std::make_unique<Outgoing>());
   }
+  holder_.assign(options.addresses.size(), -1);
 }
 
 absl::StatusOr<std::unique_ptr<TcpPeerLink>> TcpPeerLink::Create(
@@ -130,6 +166,11 @@ absl::StatusOr<std::unique_ptr<TcpPeerLink>> TcpPeerLink::Create(
   const int n = static_cast<int>(options.addresses.size());
   if (n < 1 || options.rank < 0 || options.rank >= n) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " not in [0, ", n, ")"));
+  }
+  if (options.max_message_bytes < 1 || options.max_pending_handshakes < 1 ||
+      options.log == nullptr) {
+    return absl::InvalidArgumentError(
+        "max_message_bytes and max_pending_handshakes must be positive, and log set");
   }
   std::unique_ptr<TcpPeerLink> link(new TcpPeerLink(options, std::move(listener)));
   link->acceptor_ = std::thread([l = link.get()] { l->AcceptLoop(); });
@@ -161,6 +202,13 @@ void TcpPeerLink::AcceptLoop() {
     if (poll(&p, 1, 100) <= 0) continue;
     const int fd = accept4(listener_->fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    if (pending_handshakes_.load() >= options_.max_pending_handshakes) {
+      Log(fd, absl::StrCat("refused: ", options_.max_pending_handshakes,
+                           " connections are already awaiting their handshake"));
+      close(fd);
+      continue;
+    }
+    ++pending_handshakes_;
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     absl::MutexLock lock(&readers_mu_);
@@ -170,35 +218,93 @@ void TcpPeerLink::AcceptLoop() {
 }
 
 void TcpPeerLink::ReadLoop(int fd) {
-  struct {
-    uint32_t magic, rank;
-    uint64_t job;
-  } hello;
-  if (ReadFull(fd, &hello, sizeof(hello)) != 1 || hello.magic != kMagic ||
-      hello.job != job_hash_ || hello.rank >= static_cast<uint32_t>(world_size())) {
-    close(fd);  // Not one of ours: drop it.
+  absl::StatusOr<int> from = Handshake(fd);
+  --pending_handshakes_;
+  if (!from.ok()) {  // A stranger: it never speaks for a rank.
+    Log(fd, absl::StrCat("dropped: ", from.status().message()));
+    CloseReader(fd);
     return;
   }
-  const int from = static_cast<int>(hello.rank);
+  bool delivered = false;
+  const absl::Status end = ReadFrames(fd, *from, delivered);
+  if (!delivered) {
+    // It proved nothing: free the rank for the real peer, which may still connect.
+    Log(fd, absl::StrCat("dropped: claimed rank ", *from, " but ended before any frame",
+                         end.ok() ? "" : absl::StrCat(" (", end.message(), ")")));
+    {
+      absl::MutexLock lock(&readers_mu_);
+      holder_[*from] = -1;
+    }
+    CloseReader(fd);
+    return;
+  }
+  if (!end.ok()) Log(fd, absl::StrCat("rank ", *from, " dropped: ", end.message()));
+  inbox_.MarkClosed(*from);  // Its one live connection ended: it will send nothing more.
+  CloseReader(fd);
+}
+
+absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
+  const timeval limit = absl::ToTimeval(options_.handshake_timeout);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  Hello hello;
+  if (ReadFull(fd, &hello, sizeof(hello)) != 1) {
+    return absl::UnavailableError("closed or timed out before a whole hello");
+  }
+  const timeval none{};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+  if (hello.magic != kMagic || hello.job != job_hash_) {
+    return absl::PermissionDeniedError("not a hello of this job");
+  }
+  if (hello.rank >= static_cast<uint32_t>(world_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("claimed rank ", hello.rank, ", not a peer"));
+  }
+  const int rank = static_cast<int>(hello.rank);
+  absl::MutexLock lock(&readers_mu_);
+  if (holder_[rank] >= 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "claimed rank ", rank, ", which is already connected (one live connection per rank)"));
+  }
+  holder_[rank] = fd;
+  return rank;
+}
+
+absl::Status TcpPeerLink::ReadFrames(int fd, int from, bool& delivered) {
   std::vector<char> scratch(kAddPieceBytes);
   while (true) {
     uint64_t header[2];
     const int r = ReadFull(fd, header, sizeof(header));
-    if (r != 1 || header[1] > kMaxMessageBytes) break;
+    if (r == 0) return absl::OkStatus();
+    if (r != 1) return absl::DataLossError("truncated frame header");
+    if (header[1] > options_.max_message_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("a frame declares ", header[1],
+                                                     " bytes, more than the ",
+                                                     options_.max_message_bytes, " allowed"));
+    }
     if (std::optional<Posting> posting = inbox_.Claim(from, header[0], header[1])) {
       const bool ok = ReadInto(fd, *posting, scratch);
       inbox_.Delivered(from, header[0], ok);
-      if (!ok) break;
-      received_ += static_cast<int64_t>(sizeof(header) + header[1]);
-      continue;
+      if (!ok) return absl::DataLossError("truncated frame");
+    } else {
+      std::optional<MessageBytes> payload = ReadPayload(fd, header[1]);
+      if (!payload.has_value()) return absl::DataLossError("truncated frame");
+      if (auto s = inbox_.Deposit(from, header[0], *std::move(payload)); !s.ok()) return s;
     }
-    MessageBytes payload = MessageBytes::Allocate(header[1]);
-    if (header[1] > 0 && ReadFull(fd, payload.data.get(), payload.size) != 1) break;
-    received_ += static_cast<int64_t>(sizeof(header) + payload.size);
-    if (!inbox_.Deposit(from, header[0], std::move(payload)).ok()) break;
+    received_ += static_cast<int64_t>(sizeof(header) + header[1]);
+    delivered = true;
   }
-  inbox_.MarkClosed(from);
+}
+
+void TcpPeerLink::CloseReader(int fd) {
+  {
+    absl::MutexLock lock(&readers_mu_);
+    reader_fds_.erase(std::find(reader_fds_.begin(), reader_fds_.end(), fd));
+  }
   close(fd);
+}
+
+void TcpPeerLink::Log(int fd, absl::string_view what) const {
+  options_.log(
+      absl::StrCat("tcp link rank ", options_.rank, ": connection from ", PeerName(fd), " ", what));
 }
 
 absl::Status TcpPeerLink::Connect(int peer, Outgoing& out) {
@@ -229,10 +335,7 @@ absl::Status TcpPeerLink::Connect(int peer, Outgoing& out) {
   if (fd < 0) return Errno(absl::StrCat("cannot connect to rank ", peer, " at ", address));
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  struct {
-    uint32_t magic, rank;
-    uint64_t job;
-  } hello{kMagic, static_cast<uint32_t>(options_.rank), job_hash_};
+  Hello hello{kMagic, static_cast<uint32_t>(options_.rank), job_hash_};
   iovec iov{&hello, sizeof(hello)};
   if (!WriteFull(fd, &iov, 1)) {
     close(fd);
@@ -265,8 +368,7 @@ absl::Status TcpPeerLink::Recv(int peer, uint64_t tag, absl::Span<float> out) {
   return Explain(inbox_.TakeInto(peer, tag, out, absl::Now() + options_.timeout));
 }
 
-absl::Status TcpPeerLink::RecvAdd(int peer, uint64_t tag, absl::Span<float> inout,
-                                  float scale) {
+absl::Status TcpPeerLink::RecvAdd(int peer, uint64_t tag, absl::Span<float> inout, float scale) {
   return Explain(inbox_.TakeAdd(peer, tag, inout, scale, absl::Now() + options_.timeout));
 }
 
@@ -287,8 +389,9 @@ bool TcpPeerLink::Unexpect(int peer, uint64_t tag) {
 
 absl::Status TcpPeerLink::Explain(absl::Status s) const {
   if (absl::IsDeadlineExceeded(s)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "rank ", options_.rank, ": ", s.message(), " within ", absl::FormatDuration(options_.timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("rank ", options_.rank, ": ", s.message(),
+                                                    " within ",
+                                                    absl::FormatDuration(options_.timeout)));
   }
   return s;
 }

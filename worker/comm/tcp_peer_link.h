@@ -5,6 +5,15 @@
 // rank's Mailbox; and a blocking write per Send.
 // Framing: [tag u64][length u64][payload] after a hello of [magic u32][rank u32][job hash u64].
 // Fewer copies and no HTTP/2 framing compared with a gRPC call per message.
+//
+// Trust (see docs/failure_and_security.md): a connection speaks for a rank only once its
+// handshake (Handshake(): the one place a job-token check belongs) claimed a rank that had
+// no live connection; a second claim of a connected rank is refused and logged, never
+// merged. A connection that fails before its handshake completes, or before it delivered
+// any frame, is logged and dropped and never marks a rank closed. Every frame length is
+// bounded by max_message_bytes before anything is allocated, and a large unexpected
+// payload is allocated as its bytes arrive. At most max_pending_handshakes connections
+// may await their hello (each for at most handshake_timeout).
 #ifndef DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
 #define DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
 
@@ -17,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/log_sink.h"
 #include "common/mailbox.h"
 #include "common/peer_link.h"
 
@@ -42,13 +52,19 @@ struct TcpPeerLinkOptions {
   int rank = 0;
   std::vector<std::string> addresses;          // "host:port" of every rank's listener.
   absl::Duration timeout = absl::Seconds(60);  // Longest wait for one message / connection.
+  // The largest frame payload a peer may declare: the largest message the caller sends
+  // (the ring's chunk). A larger declaration drops the connection.
+  uint64_t max_message_bytes = uint64_t{64} << 20;
+  int max_pending_handshakes = 16;                       // Accepted, hello not yet read.
+  absl::Duration handshake_timeout = absl::Seconds(10);  // To send the hello.
+  LogSink log = StderrLog();
 };
 
 class TcpPeerLink : public PeerLink {
  public:
   // Takes over `listener` (accepting peers from now on).
-  static absl::StatusOr<std::unique_ptr<TcpPeerLink>> Create(
-      const TcpPeerLinkOptions& options, std::unique_ptr<TcpListener> listener);
+  static absl::StatusOr<std::unique_ptr<TcpPeerLink>> Create(const TcpPeerLinkOptions& options,
+                                                             std::unique_ptr<TcpListener> listener);
   ~TcpPeerLink() override;
 
   int rank() const override { return options_.rank; }
@@ -69,6 +85,14 @@ class TcpPeerLink : public PeerLink {
   TcpPeerLink(const TcpPeerLinkOptions& options, std::unique_ptr<TcpListener> listener);
   void AcceptLoop();
   void ReadLoop(int fd);
+  // Reads the hello and claims its rank for `fd`: the rank, or why the connection does not
+  // speak for one (it is then dropped). The place where a job-token check is to be added.
+  absl::StatusOr<int> Handshake(int fd);
+  // Reads frames from `from` until the connection ends: OK at a clean end of stream.
+  // `delivered` says whether any frame got through.
+  absl::Status ReadFrames(int fd, int from, bool& delivered);
+  void CloseReader(int fd);
+  void Log(int fd, absl::string_view what) const;
   absl::Status Connect(int peer, Outgoing& out);
   // Says which rank gave up waiting, and after how long.
   absl::Status Explain(absl::Status s) const;
@@ -82,7 +106,10 @@ class TcpPeerLink : public PeerLink {
   std::thread acceptor_;
   absl::Mutex readers_mu_;
   std::vector<std::thread> readers_ ABSL_GUARDED_BY(readers_mu_);
-  std::vector<int> reader_fds_ ABSL_GUARDED_BY(readers_mu_);
+  std::vector<int> reader_fds_ ABSL_GUARDED_BY(readers_mu_);  // Open ones only.
+  // By rank: the fd of the connection that holds it (-1: none yet).
+  std::vector<int> holder_ ABSL_GUARDED_BY(readers_mu_);
+  std::atomic<int> pending_handshakes_{0};
   std::atomic<int64_t> sent_{0}, received_{0};
 };
 
