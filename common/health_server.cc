@@ -7,16 +7,17 @@
 
 namespace dptrain {
 
-absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service) {
+absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service,
+                                               const std::string& host) {
   grpc::EnableDefaultHealthCheckService(true);
   HealthServer out;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("0.0.0.0:", port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
                            &out.port);
   builder.RegisterService(service);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on health port ", port));
+    return absl::UnavailableError(absl::StrCat("cannot listen on health port ", host, ":", port));
   }
   out.server->GetHealthCheckService()->SetServingStatus(true);
   return out;

@@ -4,6 +4,7 @@
 #define DPTRAIN_COMMON_HEALTH_SERVER_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
@@ -17,7 +18,8 @@ struct HealthServer {
 
 // Listens on 0.0.0.0:`port` (0: a free port) with `service` (gRPC needs at least one of
 // its own; it must outlive the server) and the health service. Unavailable if it cannot bind.
-absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service);
+absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service,
+                                               const std::string& host = "0.0.0.0");
 
 }  // namespace dptrain
 

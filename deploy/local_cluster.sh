@@ -102,7 +102,8 @@ if [[ "$mode" == ps ]]; then
   echo "local_cluster: parameter servers at $ps_list"
   mode_flags+=(--ps="$ps_list")
 else
-  mode_flags+=(--master_addr=127.0.0.1 --advertise_host=127.0.0.1 --momentum="$momentum"
+  mode_flags+=(--master_addr=127.0.0.1 --advertise_host=127.0.0.1 --bind_address=127.0.0.1
+               --momentum="$momentum"
                --weight_decay="$weight_decay" --step_timeout="$step_timeout")
   [[ "$mode" == master ]] && mode_flags+=(--sync="$sync" --staleness="$staleness")
 fi

@@ -62,6 +62,8 @@ expect_error "unreachable PS" "cannot reach parameter-server shard 0" \
 expect_error "unreachable rank 0 (allreduce)" "cannot reach rank 0" --mode=allreduce --rank=1 \
   --world_size=2 --lr=0.1 --master_port=$dead_port --advertise_host=127.0.0.1 \
   --connect_timeout=2s --data_dir="$DATA_DIR"
+expect_error "bind address not numeric" "bind address 'localhost' is not a numeric IPv4 address" \
+  --mode=allreduce --lr=0.1 --bind_address=localhost --data_dir="$DATA_DIR"
 MASTER_PORT=$dead_port expect_error "unreachable master (env)" "cannot reach parameter-server" \
   --mode=master --rank=1 --world_size=2 --lr=0.1 --connect_timeout=2s --data_dir="$DATA_DIR"
 

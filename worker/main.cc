@@ -92,6 +92,10 @@ ABSL_FLAG(std::string, load_model, "",
 ABSL_FLAG(std::string, save_model, "",
           "If set, rank 0 writes the final weights there after training (safetensors, PyTorch "
           "state_dict names; load with safetensors.torch.load_file). Other ranks ignore it.");
+ABSL_FLAG(std::string, bind_address, "0.0.0.0",
+          "Where every listener of this worker accepts connections (the health service, the "
+          "ring's data port, rank 0's rendezvous and master reducer): a numeric IPv4 "
+          "address; 127.0.0.1 keeps a local job on loopback.");
 ABSL_FLAG(bool, sharded_optimizer, true,
           "allreduce mode on the CPU: each rank applies the optimizer to 1/world_size of the "
           "weights and the ring all-gathers them (ZeRO stage 1: the same bytes, 1/N of the "
@@ -248,7 +252,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     if (setup.rank == 0) {
       // The DataParallel model: one unsharded reducer inside rank 0, the PS code itself.
       PsServerOptions server;
-      server.listen_address = absl::StrCat("0.0.0.0:", port);
+      server.listen_address = absl::StrCat(absl::GetFlag(FLAGS_bind_address), ":", port);
       server.shard.num_shards = 1;
       server.shard.num_workers = setup.world_size;
       server.shard.step_timeout = absl::GetFlag(FLAGS_step_timeout);
@@ -277,6 +281,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   group.master_addr = master_addr;
   group.master_port = *master_port;
   group.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  group.bind_address = absl::GetFlag(FLAGS_bind_address);
   group.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   group.timeout = absl::GetFlag(FLAGS_step_timeout);
   // Every ring message is at most one chunk of the ring.
@@ -376,7 +381,7 @@ absl::Status Run() {
   std::optional<HealthServer> health;
   StatusService status_service(*rank, *world_size, mode, absl::GetFlag(FLAGS_model));
   if (const int port = absl::GetFlag(FLAGS_health_port); port >= 0) {
-    auto started = StartHealthServer(port, &status_service);
+    auto started = StartHealthServer(port, &status_service, absl::GetFlag(FLAGS_bind_address));
     if (!started.ok()) return started.status();
     health = *std::move(started);
     std::cout << who << ": health service on port " << health->port << std::endl;

@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Listen(
     if (!local.ok()) return local.status();
     host = *local;
   }
-  auto listener = TcpListener::Listen(0);
+  auto listener = TcpListener::Listen(0, o.bind_address);
   if (!listener.ok()) return listener.status();
   group->listener_ = *std::move(listener);
   if (o.rank == 0) {
@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Listen(
         std::make_unique<RendezvousService>(group->table_.get(), o.connect_timeout);
     grpc::ServerBuilder builder;
     ConfigureServerBuilder(builder);
-    builder.AddListeningPort(absl::StrCat("0.0.0.0:", o.master_port),
+    builder.AddListeningPort(absl::StrCat(o.bind_address, ":", o.master_port),
                              grpc::InsecureServerCredentials(), &group->port_);
     builder.RegisterService(group->rendezvous_service_.get());
     group->server_ = builder.BuildAndStart();

@@ -23,6 +23,8 @@ struct AllReduceGroupOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;         // Rank 0 listens here (0: a free port, see master_port()).
   std::string advertise_host;  // Where peers reach this rank; empty: the local IP toward master.
+  // Where this rank's listeners (ring data port; rank 0: the rendezvous) accept connections.
+  std::string bind_address = "0.0.0.0";
   absl::Duration connect_timeout = absl::Seconds(60);  // For the rendezvous.
   absl::Duration timeout = absl::Seconds(60);          // For one message.
   // The largest message a peer may send (the ring's chunk, in bytes); see TcpPeerLinkOptions.

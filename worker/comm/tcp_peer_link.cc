@@ -129,7 +129,13 @@ bool WriteFull(int fd, iovec* iov, int count) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(int port) {
+absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(int port,
+                                                                 const std::string& host) {
+  in_addr bind_to{};
+  if (inet_pton(AF_INET, host.c_str(), &bind_to) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bind address '", host, "' is not a numeric IPv4 address"));
+  }
   std::unique_ptr<TcpListener> l(new TcpListener());
   l->fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (l->fd_ < 0) return Errno("socket");
@@ -137,7 +143,7 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(int port) {
   setsockopt(l->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_addr = bind_to;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (bind(l->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     return Errno(absl::StrCat("bind port ", port));

@@ -36,7 +36,10 @@ namespace dptrain {
 // once a link is attached.
 class TcpListener {
  public:
-  static absl::StatusOr<std::unique_ptr<TcpListener>> Listen(int port);
+  // Listens on `host` (a numeric IPv4 address; "0.0.0.0": every interface) and `port`
+  // (0: a free one). InvalidArgument for a host that is not such an address.
+  static absl::StatusOr<std::unique_ptr<TcpListener>> Listen(int port,
+                                                             const std::string& host = "0.0.0.0");
   ~TcpListener();
   int port() const { return port_; }
   int fd() const { return fd_; }

@@ -30,7 +30,7 @@ std::vector<std::unique_ptr<TcpPeerLink>> MakeLinks(int n, absl::Duration timeou
   std::vector<std::unique_ptr<TcpListener>> listeners;
   o.timeout = timeout;
   for (int r = 0; r < n; ++r) {
-    auto l = TcpListener::Listen(0);
+    auto l = TcpListener::Listen(0, "127.0.0.1");
     EXPECT_TRUE(l.ok()) << l.status();
     o.addresses.push_back(absl::StrCat("127.0.0.1:", (*l)->port()));
     if (ports != nullptr) ports->push_back((*l)->port());
@@ -351,6 +351,22 @@ TEST(TcpPeerLinkTrustTest, PendingHandshakesAreBounded) {
   RawPeer silent(fresh.ports[0]);
   EXPECT_TRUE(silent.ClosedByLink());
   EXPECT_TRUE(fresh.log.WaitFor("dropped: closed or timed out before a whole hello"));
+}
+
+// --bind_address: a listener bound to loopback reports that address; anything but a
+// numeric IPv4 address is refused with a clear error, not bound to every interface.
+TEST(TcpListenerTest, BindsWhereToldAndRefusesBadAddresses) {
+  auto l = TcpListener::Listen(0, "127.0.0.1");
+  ASSERT_TRUE(l.ok()) << l.status();
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname((*l)->fd(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  EXPECT_EQ(ntohl(addr.sin_addr.s_addr), INADDR_LOOPBACK);
+  EXPECT_GT((*l)->port(), 0);
+  for (const char* bad : {"localhost", "300.1.1.1", ""}) {
+    auto refused = TcpListener::Listen(0, bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace
