@@ -1,60 +1,12 @@
 #include "server/parameter_shard.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace dptrain {
-namespace {
-
-// FNV-1a over the model description and the initial weights, to tell a repeated Init
-// from a different one without keeping a copy of the initial weights.
-class Fingerprint {
- public:
-  void Add(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ p[i]) * 1099511628211ull;
-  }
-  void Add(int64_t v) { Add(&v, sizeof(v)); }
-  void Add(absl::string_view s) {
-    Add(static_cast<int64_t>(s.size()));
-    Add(s.data(), s.size());
-  }
-  uint64_t value() const { return hash_; }
-
- private:
-  uint64_t hash_ = 14695981039346656037ull;
-};
-
-std::string Key(int tensor_id, int chunk_index) {
-  return absl::StrCat("(tensor ", tensor_id, ", chunk ", chunk_index, ")");
-}
-
-// Whether no element is inf or NaN: an exponent of all ones. Integer-only, so the loop
-// vectorises at -O3 without fast-math.
-bool AllFinite(const void* data, int64_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, p + i * sizeof(float), sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
-
-}  // namespace
-
-absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name) {
-  if (name == "bsp") return SyncPolicy::kBsp;
-  if (name == "ssp") return SyncPolicy::kSsp;
-  if (name == "async") return SyncPolicy::kAsync;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown sync policy '", name, "' (expected bsp, ssp or async)"));
-}
 
 absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     const ParameterShardOptions& options) {
@@ -81,14 +33,62 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     return absl::InvalidArgumentError("model limits must be positive");
   }
   if (options.log == nullptr) return absl::InvalidArgumentError("no log sink");
+  if (options.checkpoints.every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint interval must be >= 0 steps, got ", options.checkpoints.every));
+  }
+  if (options.checkpoints.every > 0 && options.checkpoints.dir.empty()) {
+    return absl::InvalidArgumentError("a checkpoint interval needs a checkpoint directory");
+  }
   auto optimizer = CreateOptimizer(options.optimizer);
   if (!optimizer.ok()) return optimizer.status();
-  return std::unique_ptr<ParameterShard>(new ParameterShard(options, *std::move(optimizer)));
+  std::unique_ptr<ParameterShard> shard(new ParameterShard(options, *std::move(optimizer)));
+  if (options.checkpoints.dir.empty()) return shard;
+
+  FileSystem* fs = options.checkpoints.fs;
+  if (fs == nullptr) {
+    shard->own_fs_ = std::make_unique<PosixFileSystem>();
+    fs = shard->own_fs_.get();
+  }
+  auto dir = CheckpointDir::Open(
+      {options.checkpoints.dir, options.shard, options.checkpoints.keep, fs, options.log});
+  if (!dir.ok()) return dir.status();
+  shard->checkpoints_ = *std::move(dir);
+  auto newest = shard->checkpoints_->LoadNewest();
+  if (absl::IsNotFound(newest.status())) return shard;
+  if (!newest.ok()) return newest.status();
+  absl::MutexLock lock(&shard->mu_);
+  if (auto s = shard->RestoreLocked(*newest); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(shard->checkpoints_->PathOf(newest->step), ": ",
+                                               s.message()));
+  }
+  shard->checkpoint_info_.restored_step = newest->step;
+  shard->last_snapshot_step_ = newest->step;
+  options.log(absl::StrCat("ps shard ", options.shard, ": restored step ", newest->step, " of job '",
+                           newest->job_id, "' from ", shard->checkpoints_->PathOf(newest->step)));
+  return shard;
 }
 
 ParameterShard::ParameterShard(const ParameterShardOptions& options,
                                std::unique_ptr<Optimizer> optimizer)
-    : options_(options), optimizer_(std::move(optimizer)) {}
+    : options_(options),
+      optimizer_(std::move(optimizer)),
+      store_(options.shard, options.num_shards, optimizer_.get()) {
+  PolicyContext context;
+  context.shard = options.shard;
+  context.num_workers = options.num_workers;
+  context.staleness = options.staleness;
+  context.store = &store_;
+  context.stats = &stats_;
+  context.rate_at = [this](int64_t step) { return RateAt(step); };
+  context.log = options.log;
+  policy_ = AggregationPolicy::Create(options.policy, context);
+}
+
+float ParameterShard::RateAt(int64_t step) const {
+  return options_.lr_schedule.has_value() ? LearningRateAt(*options_.lr_schedule, step)
+                                          : options_.optimizer.learning_rate;
+}
 
 absl::Status ParameterShard::CheckCaller(absl::string_view job_id, int rank) const {
   if (shutdown_) return absl::UnavailableError("parameter server is shutting down");
@@ -97,93 +97,30 @@ absl::Status ParameterShard::CheckCaller(absl::string_view job_id, int rank) con
                                                    options_.num_workers, "): this server expects ",
                                                    options_.num_workers, " workers"));
   }
-  if (map_.has_value() && job_id != job_id_) {
-    return absl::FailedPreconditionError(absl::StrCat("job id '", job_id, "' does not match '",
-                                                      job_id_, "' that this shard serves"));
+  if (store_.initialized() && job_id != store_.job_id()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job id '", job_id, "' does not match '", store_.job_id(), "' that this shard serves"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ParameterShard::CheckModel(const ModelDescription& model) const {
-  if (model.num_shards != options_.num_shards) {
-    return absl::FailedPreconditionError(absl::StrCat("shard mismatch: the worker expects ",
-                                                      model.num_shards, " shards, this is shard ",
-                                                      options_.shard, " of ", options_.num_shards));
-  }
-  if (!map_.has_value()) return absl::OkStatus();
-  const ShardMap& map = *map_;
-  if (model.max_chunk_elements != map.options().max_chunk_elements) {
-    return absl::FailedPreconditionError(absl::StrCat("model mismatch: max_chunk_elements ",
-                                                      model.max_chunk_elements,
-                                                      " != ", map.options().max_chunk_elements));
-  }
-  if (model.tensors.size() != map.tensors().size()) {
+absl::Status ParameterShard::CheckReady() const {
+  if (!store_.initialized()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("model mismatch: the worker's model has ", model.tensors.size(),
-                     " tensors, the initialised one has ", map.tensors().size()));
-  }
-  for (size_t i = 0; i < model.tensors.size(); ++i) {
-    const TensorInfo& a = model.tensors[i];
-    const TensorInfo& b = map.tensors()[i];
-    if (a.name != b.name || a.num_elements != b.num_elements) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "model mismatch at tensor ", i, ": worker has '", a.name, "' with ", a.num_elements,
-          " elements, the initialised model has '", b.name, "' with ", b.num_elements));
-    }
+        absl::StrCat("shard ", options_.shard, " has no weights yet: rank 0 must Init first"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> ParameterShard::SlotOf(const ChunkView& c, const ShardMap& map,
-                                           const std::vector<OwnedChunk>& owned) const {
-  const int global = map.Find(c.tensor_id, c.chunk_index);
-  if (global < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown chunk ", Key(c.tensor_id, c.chunk_index)));
+absl::Status ParameterShard::RestoreLocked(const ShardCheckpoint& checkpoint) {
+  if (checkpoint.policy != SyncPolicyName(options_.policy)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint of step ", checkpoint.step, " was taken under sync policy ",
+                     checkpoint.policy, ", this shard runs ", SyncPolicyName(options_.policy)));
   }
-  const ChunkSpec& spec = map.chunks()[global];
-  if (spec.shard != options_.shard) {
-    return absl::FailedPreconditionError(absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index),
-                                                      " belongs to shard ", spec.shard,
-                                                      ", not to shard ", options_.shard));
-  }
-  if (c.dtype != DType::kFp32) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index),
-                                                   " has dtype ", DTypeName(c.dtype),
-                                                   "; this shard stores fp32"));
-  }
-  const size_t expected = static_cast<size_t>(spec.count) * ElementSize(c.dtype);
-  if (c.data.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", Key(c.tensor_id, c.chunk_index),
-                                                   " has ", c.data.size(), " bytes, expected ",
-                                                   expected, " (", spec.count, " fp32 elements)"));
-  }
-  // owned is in the map's order, so a binary search by global index finds the slot.
-  auto it = std::lower_bound(owned.begin(), owned.end(), global,
-                             [](const OwnedChunk& o, int g) { return o.global_index < g; });
-  return static_cast<int>(it - owned.begin());
-}
-
-absl::Status ParameterShard::MatchChunks(absl::Span<const ChunkView> chunks, const ShardMap& map,
-                                         const std::vector<OwnedChunk>& owned,
-                                         std::vector<int>& order) const {
-  order.assign(owned.size(), -1);
-  for (int i = 0; i < static_cast<int>(chunks.size()); ++i) {
-    auto slot = SlotOf(chunks[i], map, owned);
-    if (!slot.ok()) return slot.status();
-    if (order[*slot] >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chunk ", Key(chunks[i].tensor_id, chunks[i].chunk_index), " appears twice"));
-    }
-    order[*slot] = i;
-  }
-  for (size_t slot = 0; slot < owned.size(); ++slot) {
-    if (order[slot] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "missing chunk ", Key(owned[slot].spec.tensor_id, owned[slot].spec.chunk_index),
-          ": every request carries all ", owned.size(), " chunks of shard ", options_.shard));
-    }
-  }
+  if (auto s = ValidateModel(checkpoint.model, options_.limits); !s.ok()) return s;
+  if (auto s = store_.Restore(checkpoint); !s.ok()) return s;
+  policy_->Reset(/*restored=*/true);
   return absl::OkStatus();
 }
 
@@ -197,109 +134,63 @@ absl::StatusOr<int64_t> ParameterShard::Init(absl::string_view job_id, int rank,
         absl::StrCat("only rank 0 sets the initial weights; rank ", rank, " must Pull"));
   }
   if (auto s = ValidateModel(model, options_.limits); !s.ok()) return s;
-  if (auto s = CheckModel(model); !s.ok()) return s;
-  auto map = ShardMap::Build(model.tensors, {model.num_shards, model.max_chunk_elements});
-  if (!map.ok()) return map.status();
-
-  std::vector<OwnedChunk> owned;
-  int64_t local = 0, largest = 0;
-  const int n = options_.num_workers;
-  for (int g : map->ChunksOfShard(options_.shard)) {
-    OwnedChunk o;
-    o.spec = map->chunks()[g];
-    o.global_index = g;
-    o.local_offset = local;
-    o.grads.assign(n, nullptr);
-    o.holds.resize(n);
-    o.clock.assign(n, 0);
-    o.base_version.assign(n, 0);
-    o.observed.assign(n, 0);
-    o.rank_skipped.assign(n, false);
-    local += o.spec.count;
-    largest = std::max(largest, o.spec.count);
-    owned.push_back(std::move(o));
+  auto fresh = store_.Init(job_id, model, chunks);
+  if (!fresh.ok()) return fresh.status();
+  if (*fresh) {
+    policy_->Reset(/*restored=*/false);
+    return 0;
   }
-  std::vector<int> order;
-  if (auto s = MatchChunks(chunks, *map, owned, order); !s.ok()) return s;
-
-  Fingerprint fp;
-  fp.Add(job_id);
-  fp.Add(int64_t{model.num_shards});
-  fp.Add(model.max_chunk_elements);
-  for (const TensorInfo& t : model.tensors) {
-    fp.Add(t.name);
-    fp.Add(t.num_elements);
-  }
-  for (int i : order) fp.Add(chunks[i].data.data(), chunks[i].data.size());
-
-  if (map_.has_value()) {
-    if (fp.value() != init_fingerprint_) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "shard ", options_.shard,
-          " is already initialised with different weights; restart the server to start anew"));
-    }
-    return MinVersion();
-  }
-  weights_.resize(local);
-  for (size_t slot = 0; slot < owned.size(); ++slot) {
-    std::memcpy(weights_.data() + owned[slot].local_offset, chunks[order[slot]].data.data(),
-                chunks[order[slot]].data.size());
-  }
-  sum_.assign(largest, 0.0f);
-  owned_ = std::move(owned);
-  map_ = *std::move(map);
-  job_id_ = std::string(job_id);
-  init_fingerprint_ = fp.value();
-  return 0;
+  return store_.MinVersion();
 }
 
 absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
                                              const ModelDescription& model, absl::Time deadline,
                                              const ChunkSink& sink) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]()
-                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return map_.has_value() || shutdown_; };
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return store_.initialized() || shutdown_;
+  };
   if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
     return absl::DeadlineExceededError(
         absl::StrCat("shard ", options_.shard, ": rank 0 did not initialise the weights in time"));
   }
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
-  if (auto s = CheckModel(model); !s.ok()) return s;
-  Emit(sink);
-  return MinVersion();
+  if (auto s = store_.CheckModel(model); !s.ok()) return s;
+  store_.Emit(sink);
+  return store_.MinVersion();
 }
 
 absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int rank, int64_t step,
                                                  absl::Span<const ChunkView> chunks,
                                                  absl::Time deadline, const ChunkSink& sink,
                                                  int64_t* staleness, bool overflow, bool* skipped) {
+  std::optional<ShardCheckpoint> due;
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
     if (auto s = CheckReady(); !s.ok()) return s;
     if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
     std::vector<int> order;
-    if (auto s = MatchChunks(chunks, *map_, owned_, order); !s.ok()) return s;
+    if (auto s = store_.MatchChunks(chunks, order); !s.ok()) return s;
     // All or nothing: every chunk must accept the step before any records it.
-    for (const OwnedChunk& o : owned_) {
-      if (auto s = CheckStep(o, rank, step); !s.ok()) return s;
+    for (int slot = 0; slot < store_.num_chunks(); ++slot) {
+      if (auto s = policy_->CheckStep(slot, rank, step); !s.ok()) return s;
     }
     // An unflagged inf/NaN anywhere in the push skips it on every chunk, as a flag would:
     // BSP skips the step, SSP/async drop the push.
-    const bool bsp = options_.policy == SyncPolicy::kBsp;
-    for (size_t slot = 0; slot < owned_.size() && !overflow; ++slot) {
-      const OwnedChunk& o = owned_[slot];
-      const bool retry =
-          bsp ? (step != o.version || o.grads[rank] != nullptr) : step != o.clock[rank];
-      if (!retry && !AllFinite(chunks[order[slot]].data.data(), o.spec.count)) {
+    for (int slot = 0; slot < store_.num_chunks() && !overflow; ++slot) {
+      if (policy_->IsRetry(slot, rank, step)) continue;
+      if (!AllFinite(chunks[order[slot]].data.data(), store_.chunk(slot).spec.count)) {
         overflow = true;
-        NoteNonFinite(step, o.spec, /*dropped_push=*/!bsp);
+        policy_->NoteNonFinitePush(step, store_.chunk(slot).spec);
       }
     }
-    for (size_t slot = 0; slot < owned_.size(); ++slot) {
-      Push(owned_[slot], rank, step, chunks[order[slot]].data, nullptr, overflow);
+    for (int slot = 0; slot < store_.num_chunks(); ++slot) {
+      policy_->Push(slot, rank, step, chunks[order[slot]].data, nullptr, overflow);
     }
+    due = DueCheckpoint();
   }
+  WriteCheckpoint(std::move(due));
   int64_t version = 0, most_stale = 0;
   bool any_skipped = false;
   for (int slot = 0; slot < num_chunks(); ++slot) {
@@ -317,243 +208,125 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
 absl::StatusOr<int> ParameterShard::PushChunk(absl::string_view job_id, int rank, int64_t step,
                                               const ChunkView& chunk,
                                               std::shared_ptr<const void> hold, bool overflow) {
-  absl::MutexLock lock(&mu_);
-  if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
-  if (auto s = CheckReady(); !s.ok()) return s;
-  if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
-  auto slot = SlotOf(chunk, *map_, owned_);
-  if (!slot.ok()) return slot.status();
-  OwnedChunk& o = owned_[*slot];
-  if (auto s = CheckStep(o, rank, step); !s.ok()) return s;
-  Push(o, rank, step, chunk.data, std::move(hold), overflow);
-  return *slot;
-}
-
-absl::Status ParameterShard::CheckReady() const {
-  if (!map_.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shard ", options_.shard, " has no weights yet: rank 0 must Init first"));
+  std::optional<ShardCheckpoint> due;
+  int slot = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
+    if (auto s = CheckReady(); !s.ok()) return s;
+    if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
+    auto found = store_.SlotOf(chunk);
+    if (!found.ok()) return found.status();
+    slot = *found;
+    if (auto s = policy_->CheckStep(slot, rank, step); !s.ok()) return s;
+    policy_->Push(slot, rank, step, chunk.data, std::move(hold), overflow);
+    due = DueCheckpoint();
   }
-  return absl::OkStatus();
-}
-
-absl::Status ParameterShard::CheckStep(const OwnedChunk& o, int rank, int64_t step) const {
-  if (options_.policy == SyncPolicy::kBsp) {
-    // Step `version` is open; step `version - 1` completed (a retry gets its result).
-    if (step == o.version || step == o.version - 1) return absl::OkStatus();
-    return absl::OutOfRangeError(
-        absl::StrCat("step ", step, " is outside the window [", o.version - 1, ", ", o.version,
-                     "] of shard ", options_.shard, " (chunk ",
-                     Key(o.spec.tensor_id, o.spec.chunk_index), " is at version ", o.version, ")"));
-  }
-  // SSP/async: the rank's next push, or a retry of its last one.
-  if (step == o.clock[rank] || step == o.clock[rank] - 1) return absl::OkStatus();
-  return absl::OutOfRangeError(absl::StrCat("rank ", rank, " pushed step ", step,
-                                            ", expected step ", o.clock[rank], " on shard ",
-                                            options_.shard));
-}
-
-void ParameterShard::Push(OwnedChunk& o, int rank, int64_t step, absl::string_view data,
-                          std::shared_ptr<const void> hold, bool overflow) {
-  const int64_t n = o.spec.count;
-  if (options_.policy == SyncPolicy::kBsp) {
-    // A retry of a counted push (step still open, or completed) changes nothing.
-    if (step != o.version || o.grads[rank] != nullptr) return;
-    if (hold == nullptr || reinterpret_cast<uintptr_t>(data.data()) % alignof(float) != 0) {
-      auto copy = std::make_shared<std::vector<float>>(n);
-      std::memcpy(copy->data(), data.data(), n * sizeof(float));
-      o.grads[rank] = copy->data();
-      o.holds[rank] = std::move(copy);
-    } else {
-      o.grads[rank] = reinterpret_cast<const float*>(data.data());
-      o.holds[rank] = std::move(hold);
-    }
-    ++o.num_pushed;
-    o.overflow = o.overflow || overflow;
-    CountStaleness(0);
-    if (o.num_pushed == options_.num_workers) ApplyStep(o);
-    return;
-  }
-  if (step != o.clock[rank]) return;  // A retry of the last push: not applied again.
-  o.observed[rank] = o.version - o.base_version[rank];
-  o.rank_skipped[rank] = overflow;
-  if (overflow) {  // Dropped: the worker moves on (its clock), the weights do not.
-    ++o.clock[rank];
-    CountStaleness(o.observed[rank]);
-    return;
-  }
-  const float scale = 1.0f / static_cast<float>(options_.num_workers);
-  float* scaled = sum_.data();
-  for (int64_t i = 0; i < n; ++i) {
-    float g;
-    std::memcpy(&g, data.data() + i * sizeof(float), sizeof(float));
-    scaled[i] = g * scale;
-  }
-  if (!AllFinite(scaled, n)) {  // Dropped like a flagged overflow.
-    NoteNonFinite(step, o.spec, /*dropped_push=*/true);
-    o.rank_skipped[rank] = true;
-    ++o.clock[rank];
-    CountStaleness(o.observed[rank]);
-    return;
-  }
-  optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
-                    absl::MakeConstSpan(scaled, n), o.state, RateAt(step));
-  ++o.clock[rank];
-  ++o.version;
-  CountStaleness(o.observed[rank]);
-}
-
-float ParameterShard::RateAt(int64_t step) const {
-  return options_.lr_schedule.has_value() ? LearningRateAt(*options_.lr_schedule, step)
-                                          : options_.optimizer.learning_rate;
-}
-
-void ParameterShard::ApplyStep(OwnedChunk& o) {
-  const int64_t n = o.spec.count;
-  // Mixed precision: some worker's gradient had inf/NaN (flagged, or found in another chunk
-  // of this step); nobody's counts.
-  bool skip = o.overflow || o.version == nonfinite_step_;
-  const float* g = nullptr;
-  if (!skip) {
-    g = AverageGradients(o);
-    if (!AllFinite(g, n)) {
-      NoteNonFinite(o.version, o.spec, /*dropped_push=*/false);
-      skip = true;
-    }
-  }
-  if (!skip) {
-    // Under BSP a chunk's version is the step it completes (skipped steps count too).
-    optimizer_->Apply(absl::MakeSpan(weights_.data() + o.local_offset, n),
-                      absl::MakeConstSpan(g, n), o.state, RateAt(o.version));
-  }
-  o.last_skipped = skip;
-  o.overflow = false;
-  std::fill(o.grads.begin(), o.grads.end(), nullptr);
-  for (auto& h : o.holds) h.reset();
-  o.num_pushed = 0;
-  ++o.version;
-}
-
-const float* ParameterShard::AverageGradients(const OwnedChunk& o) {
-  const int workers = options_.num_workers;
-  if (workers == 1) return o.grads[0];
-  // Fixed-order summation (rank 0, 1, ...) makes runs bit-reproducible.
-  const int64_t n = o.spec.count;
-  float* sum = sum_.data();
-  std::memcpy(sum, o.grads[0], n * sizeof(float));
-  for (int r = 1; r < workers; ++r) {
-    const float* x = o.grads[r];
-    for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
-  }
-  const float scale = 1.0f / static_cast<float>(workers);
-  for (int64_t i = 0; i < n; ++i) sum[i] *= scale;
-  return sum;
-}
-
-void ParameterShard::NoteNonFinite(int64_t step, const ChunkSpec& spec, bool dropped_push) {
-  int64_t& count = dropped_push ? nonfinite_pushes_ : nonfinite_steps_;
-  if (!dropped_push) {
-    if (step == nonfinite_step_) return;  // This step is counted already.
-    nonfinite_step_ = step;
-  }
-  if (++count > 1) return;  // Logged once per kind; later ones are only counted.
-  options_.log(absl::StrCat("ps shard ", options_.shard, ": step ", step, " chunk ",
-                            Key(spec.tensor_id, spec.chunk_index),
-                            ": gradient has inf/NaN but no overflow flag; ",
-                            dropped_push ? "push dropped" : "step skipped",
-                            " (further occurrences only counted: GetShardInfo ",
-                            dropped_push ? "nonfinite_pushes" : "nonfinite_steps", ")"));
+  WriteCheckpoint(std::move(due));
+  return slot;
 }
 
 absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, int slot,
                                                       absl::Time deadline, const ChunkSink& sink,
                                                       const std::atomic<bool>* abandoned) {
   auto gave_up = [abandoned] { return abandoned != nullptr && abandoned->load(); };
-  const absl::Status cancelled =
-      absl::CancelledError(absl::StrCat("rank ", rank, " step ", step, ": the call ended"));
   absl::MutexLock lock(&mu_);
-  if (rank < 0 || rank >= options_.num_workers || slot < 0 ||
-      slot >= static_cast<int>(owned_.size())) {
+  if (rank < 0 || rank >= options_.num_workers || slot < 0 || slot >= store_.num_chunks()) {
     return absl::InvalidArgumentError(absl::StrCat("PullChunk: no rank ", rank, " or chunk slot ",
                                                    slot, " on shard ", options_.shard));
   }
-  OwnedChunk& o = owned_[slot];
-  PulledChunk result;
-  if (options_.policy == SyncPolicy::kBsp) {
-    auto done = [this, &o, step, &gave_up]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return o.version > step || shutdown_ || gave_up();
-    };
-    const bool woke = mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
-    if (o.version <= step && gave_up()) return cancelled;
-    if (!woke) {
-      std::vector<int> missing;
-      for (int r = 0; r < options_.num_workers; ++r) {
-        if (o.grads[r] == nullptr) missing.push_back(r);
-      }
-      return absl::DeadlineExceededError(
-          absl::StrCat("step ", step, " on shard ", options_.shard,
-                       " timed out waiting for rank(s) ", absl::StrJoin(missing, ","), " (",
-                       o.num_pushed, " of ", options_.num_workers, " workers pushed)"));
-    }
-    if (o.version <= step) return absl::UnavailableError("parameter server is shutting down");
-    result.skipped = o.last_skipped;
-  } else {
-    if (o.clock[rank] <= step) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("rank ", rank, " pulls step ", step, " of a chunk it has not pushed"));
-    }
-    if (options_.policy == SyncPolicy::kSsp) {
-      // Having pushed `step`, the worker may compute step + 1 once the slowest has pushed
-      // step + 1 - staleness (clock >= step + 1 - staleness).
-      const int64_t needed = step + 1 - options_.staleness;
-      auto caught_up = [this, &o, needed, &gave_up]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutdown_ || gave_up() ||
-               *std::min_element(o.clock.begin(), o.clock.end()) >= needed;
-      };
-      const bool woke = mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline);
-      if (gave_up()) return cancelled;
-      if (!woke) {
-        std::vector<int> slow;
-        for (int r = 0; r < options_.num_workers; ++r) {
-          if (o.clock[r] < needed) slow.push_back(r);
-        }
-        return absl::DeadlineExceededError(absl::StrCat(
-            "step ", step, " on shard ", options_.shard, " timed out waiting for rank(s) ",
-            absl::StrJoin(slow, ","), " to reach step ", needed - 1, " (staleness bound ",
-            options_.staleness, ")"));
-      }
-      if (shutdown_) return absl::UnavailableError("parameter server is shutting down");
-    }
-    o.base_version[rank] = o.version;
-    result.staleness = o.observed[rank];
-    result.skipped = o.rank_skipped[rank];
+  if (auto s = policy_->CheckPull(slot, rank, step); !s.ok()) return s;
+  const int64_t generation = generation_;
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || gave_up() || generation_ != generation ||
+           policy_->Ready(slot, rank, step);
+  };
+  const bool woke = mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  if (generation_ != generation) {
+    return absl::AbortedError(absl::StrCat(
+        "shard ", options_.shard, " went back to the checkpoint of step ", store_.MinVersion(),
+        " while rank ", rank, " waited for step ", step, "; rewind to it"));
   }
-  result.version = o.version;
-  sink(o.spec, absl::MakeConstSpan(weights_.data() + o.local_offset, o.spec.count));
+  const bool ready = policy_->Ready(slot, rank, step);
+  if (!ready && gave_up()) {
+    return absl::CancelledError(absl::StrCat("rank ", rank, " step ", step, ": the call ended"));
+  }
+  if (!woke) return policy_->TimedOut(slot, rank, step);
+  if (!ready || shutdown_) return absl::UnavailableError("parameter server is shutting down");
+  PulledChunk result = policy_->Pulled(slot, rank);
+  sink(store_.chunk(slot).spec, store_.weights(slot));
   return result;
+}
+
+std::optional<ShardCheckpoint> ParameterShard::DueCheckpoint() {
+  const int64_t every = options_.checkpoints.every;
+  if (every <= 0) return std::nullopt;
+  const int64_t completed = policy_->CompletedStep();
+  if (completed <= last_snapshot_step_ || completed % every != 0) return std::nullopt;
+  last_snapshot_step_ = completed;
+  return store_.Snapshot(completed, SyncPolicyName(options_.policy));
+}
+
+void ParameterShard::WriteCheckpoint(std::optional<ShardCheckpoint> checkpoint) {
+  if (!checkpoint.has_value()) return;
+  absl::MutexLock write_lock(&write_mu_);
+  const absl::Time start = absl::Now();
+  const absl::Status written = checkpoints_->Write(*checkpoint);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  int64_t bytes = 0;
+  for (const ChunkCheckpoint& c : checkpoint->chunks) {
+    bytes += static_cast<int64_t>(c.weights.size() + c.state.momentum_buffer.size() +
+                                  c.state.exp_avg.size() + c.state.exp_avg_sq.size()) *
+             static_cast<int64_t>(sizeof(float));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!written.ok()) {
+    if (++checkpoint_info_.checkpoint_failures == 1 || checkpoint_info_.checkpoint_failures % 100 == 0) {
+      options_.log(absl::StrCat("ps shard ", options_.shard, ": checkpoint of step ",
+                                checkpoint->step, " failed (", checkpoint_info_.checkpoint_failures,
+                                " so far): ", written.ToString()));
+    }
+    return;
+  }
+  ++checkpoint_info_.checkpoints_written;
+  checkpoint_info_.checkpoint_step = std::max(checkpoint_info_.checkpoint_step, checkpoint->step);
+  checkpoint_info_.checkpoint_seconds = seconds;
+  checkpoint_info_.checkpoint_bytes = bytes;
+}
+
+absl::StatusOr<int64_t> ParameterShard::Rollback(absl::string_view job_id, int rank, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
+  if (auto s = CheckReady(); !s.ok()) return s;
+  bool at_step = true;
+  for (int slot = 0; slot < store_.num_chunks(); ++slot) {
+    at_step = at_step && store_.chunk(slot).version == step;
+  }
+  if (at_step) return step;
+  if (options_.policy != SyncPolicy::kBsp) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard, " runs ", SyncPolicyName(options_.policy),
+                     ": only BSP shards go back to a step"));
+  }
+  if (!checkpoints_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", options_.shard, " is at step ", store_.MinVersion(),
+        " and has no --checkpoint_dir to go back to step ", step));
+  }
+  auto checkpoint = checkpoints_->Load(step);
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (auto s = RestoreLocked(*checkpoint); !s.ok()) return s;
+  ++generation_;
+  ++checkpoint_info_.rollbacks;
+  last_snapshot_step_ = step;
+  options_.log(absl::StrCat("ps shard ", options_.shard, ": went back to the checkpoint of step ",
+                            step, " (asked by rank ", rank, ")"));
+  return step;
 }
 
 int ParameterShard::num_chunks() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(owned_.size());
-}
-
-void ParameterShard::CountStaleness(int64_t s) {
-  ++pushes_;
-  sum_staleness_ += s;
-  max_staleness_ = std::max(max_staleness_, s);
-}
-
-int64_t ParameterShard::MinVersion() const {
-  int64_t v = owned_.empty() ? 0 : owned_[0].version;
-  for (const OwnedChunk& o : owned_) v = std::min(v, o.version);
-  return v;
-}
-
-void ParameterShard::Emit(const ChunkSink& sink) const {
-  for (const OwnedChunk& o : owned_) {
-    sink(o.spec, absl::MakeConstSpan(weights_.data() + o.local_offset, o.spec.count));
-  }
+  return store_.num_chunks();
 }
 
 void ParameterShard::WakeWaiters() {
@@ -567,15 +340,16 @@ void ParameterShard::Shutdown() {
 
 ParameterShard::Info ParameterShard::GetInfo() const {
   absl::MutexLock lock(&mu_);
-  Info info;
-  info.initialized = map_.has_value();
-  info.job_id = job_id_;
-  info.version = MinVersion();
-  info.pushes = pushes_;
-  info.max_staleness = max_staleness_;
-  info.mean_staleness = pushes_ > 0 ? static_cast<double>(sum_staleness_) / pushes_ : 0;
-  info.nonfinite_steps = nonfinite_steps_;
-  info.nonfinite_pushes = nonfinite_pushes_;
+  Info info = checkpoint_info_;
+  info.initialized = store_.initialized();
+  info.job_id = store_.job_id();
+  info.version = store_.MinVersion();
+  info.pushes = stats_.pushes;
+  info.max_staleness = stats_.max_staleness;
+  info.mean_staleness =
+      stats_.pushes > 0 ? static_cast<double>(stats_.sum_staleness) / stats_.pushes : 0;
+  info.nonfinite_steps = stats_.nonfinite_steps;
+  info.nonfinite_pushes = stats_.nonfinite_pushes;
   return info;
 }
 

@@ -26,6 +26,16 @@
 // overflow to inf are caught the same way. Counted in Info; the first occurrence of each
 // kind is logged through options.log.
 //
+// The state lives in a ShardStore (shard_store.h); what a push does is the policy's
+// (aggregation_policy.h: BSP, SSP, async).
+//
+// Checkpoints (options.checkpoints): every `every` completed steps the store is snapshotted
+// under the lock and written atomically by the pushing thread after the lock is released
+// (checkpoint.h). Create restores the newest valid checkpoint of the directory, so a
+// restarted shard resumes at that step. Rollback(step) goes back to the checkpoint of
+// `step` (BSP): the way workers bring every shard back to the step a restarted shard
+// resumed at; calls waiting on the shard then end with Aborted.
+//
 // Thread-safe: every method may be called concurrently from any thread.
 #ifndef DPTRAIN_SERVER_PARAMETER_SHARD_H_
 #define DPTRAIN_SERVER_PARAMETER_SHARD_H_
@@ -47,19 +57,14 @@
 #include "common/log_sink.h"
 #include "common/lr_schedule.h"
 #include "common/optimizer.h"
+#include "common/file_system.h"
 #include "common/shard_map.h"
+#include "server/aggregation_policy.h"
+#include "server/checkpoint.h"
 #include "server/model_limits.h"
+#include "server/shard_store.h"
 
 namespace dptrain {
-
-// How pushes of different workers are combined.
-//   kBsp:   a step completes when every worker pushed it; gradients are averaged in rank
-//           order (bit-reproducible) and applied once.
-//   kSsp:   each push is applied as it arrives (scaled by 1/num_workers, so one push from
-//           every worker moves the weights as far as one BSP step); a worker finishing step t
-//           waits until the slowest worker has pushed step t - staleness.
-//   kAsync: as kSsp without any wait.
-enum class SyncPolicy { kBsp, kSsp, kAsync };
 
 struct ParameterShardOptions {
   int shard = 0;
@@ -71,41 +76,25 @@ struct ParameterShardOptions {
   // The rate as a function of the step (the step a BSP chunk completes, the pushing
   // worker's step under SSP/async); none: optimizer.learning_rate throughout.
   std::optional<LrScheduleOptions> lr_schedule;
-  SyncPolicy policy = SyncPolicy::kBsp;
+  SyncPolicy policy = SyncPolicy::kBsp;  // aggregation_policy.h.
   int staleness = 0;  // kSsp: how many steps a worker may run ahead of the slowest.
-  // What an Init may declare; checked before anything is built from the declaration.
+  // What an Init (or a checkpoint) may declare; checked before anything is built from it.
   ModelLimits limits;
   // Where the shard reports what it decided on its own (e.g. a non-finite gradient).
   LogSink log = StderrLog();
+  struct Checkpoints {
+    std::string dir;           // Empty: no checkpoints (and no restore, no Rollback).
+    int64_t every = 0;         // Steps between checkpoints (0: none written, restore only).
+    int keep = 3;              // Newest checkpoints kept.
+    FileSystem* fs = nullptr;  // Not owned; null: the machine's.
+  } checkpoints;
 };
-
-// Parses "bsp", "ssp" or "async".
-absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view name);
-
-// A chunk's payload as received: a view into the request, valid during the call.
-struct ChunkView {
-  int tensor_id = 0;
-  int chunk_index = 0;
-  DType dtype = DType::kUnspecified;
-  absl::string_view data;
-};
-
-// What PullChunk returns besides the weights.
-struct PulledChunk {
-  int64_t version = 0;    // The chunk's version (BSP: step + 1; SSP/async: pushes applied).
-  int64_t staleness = 0;  // SSP/async: other pushes applied since this rank last pulled it.
-  // The step was not applied to this chunk because a gradient had inf/NaN (BSP: any
-  // worker's push of the step; SSP/async: this rank's own push).
-  bool skipped = false;
-};
-
-// Receives the shard's weights, chunk by chunk in (tensor_id, chunk_index) order. Called
-// with the shard's lock held: copy, do not call back into the shard.
-using ChunkSink = std::function<void(const ChunkSpec&, absl::Span<const float>)>;
 
 class ParameterShard {
  public:
-  // InvalidArgument for inconsistent options or an invalid optimizer.
+  // InvalidArgument for inconsistent options or an invalid optimizer. With a checkpoint
+  // directory, restores its newest valid checkpoint (invalid ones are skipped with a log
+  // line); FailedPrecondition if that belongs to another shard layout or optimizer.
   static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(
       const ParameterShardOptions& options);
 
@@ -151,6 +140,12 @@ class ParameterShard {
   // How many chunks this shard owns (0 before Init).
   int num_chunks() const;
 
+  // Goes back to the checkpoint of `step` (BSP only) unless every chunk is at `step`
+  // already; waiting calls end with Aborted. Returns `step`. FailedPrecondition without a
+  // checkpoint directory or under SSP/async; NotFound (naming the steps there are) without a
+  // checkpoint of that step.
+  absl::StatusOr<int64_t> Rollback(absl::string_view job_id, int rank, int64_t step);
+
   // Wakes every waiting call with Unavailable; later calls fail the same way.
   void Shutdown();
 
@@ -165,84 +160,46 @@ class ParameterShard {
     int64_t nonfinite_steps = 0;
     // SSP/async pushes dropped for the same reason.
     int64_t nonfinite_pushes = 0;
+    int64_t restored_step = -1;    // The checkpoint Create restored (-1: none).
+    int64_t checkpoint_step = -1;  // The newest checkpoint written (-1: none).
+    int64_t checkpoints_written = 0;
+    int64_t checkpoint_failures = 0;
+    double checkpoint_seconds = 0;  // The newest write's duration.
+    int64_t checkpoint_bytes = 0;   // The newest checkpoint's file size.
+    int64_t rollbacks = 0;
   };
   Info GetInfo() const;
   const ParameterShardOptions& options() const { return options_; }
 
  private:
-  explicit ParameterShard(const ParameterShardOptions& options,
-                          std::unique_ptr<Optimizer> optimizer);
-
-  struct OwnedChunk {
-    ChunkSpec spec;
-    int global_index = 0;      // Into the shard map's chunks().
-    int64_t local_offset = 0;  // Into weights_.
-    OptimizerState state;
-    // BSP: steps applied; SSP/async: pushes applied.
-    int64_t version = 0;
-    // BSP: the gradients of step `version`, per rank (data null = not pushed yet), each
-    // kept alive by its hold until the step completes.
-    std::vector<const float*> grads;
-    std::vector<std::shared_ptr<const void>> holds;
-    int num_pushed = 0;
-    bool overflow = false;           // Some push of the open step had inf/NaN.
-    bool last_skipped = false;       // The last completed step was skipped.
-    std::vector<bool> rank_skipped;  // SSP/async: each rank's last push was dropped.
-    // SSP/async: pushes applied per rank, the version each rank last received and the
-    // staleness its last push observed.
-    std::vector<int64_t> clock;
-    std::vector<int64_t> base_version;
-    std::vector<int64_t> observed;
-  };
+  ParameterShard(const ParameterShardOptions& options, std::unique_ptr<Optimizer> optimizer);
 
   absl::Status CheckCaller(absl::string_view job_id, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckModel(const ModelDescription& model) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The slot of an owned chunk, or the status saying why `chunk` is not one (unknown,
-  // another shard's, wrong dtype or size).
-  absl::StatusOr<int> SlotOf(const ChunkView& chunk, const ShardMap& map,
-                             const std::vector<OwnedChunk>& owned) const;
-  // Checks that `chunks` holds each owned chunk exactly once; on success fills
-  // order[slot] = index into chunks of owned[slot].
-  absl::Status MatchChunks(absl::Span<const ChunkView> chunks, const ShardMap& map,
-                           const std::vector<OwnedChunk>& owned, std::vector<int>& order) const;
-  // Whether rank may push `step` of `chunk` now (OutOfRange naming the window if not).
-  absl::Status CheckStep(const OwnedChunk& chunk, int rank, int64_t step) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records (BSP) or applies (SSP/async) a push that CheckStep accepted.
-  void Push(OwnedChunk& chunk, int rank, int64_t step, absl::string_view data,
-            std::shared_ptr<const void> hold, bool overflow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyStep(OwnedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The learning rate of `step`.
   float RateAt(int64_t step) const;
-  // The rank-order average of the open step's gradients of `chunk` (in sum_ or a push).
-  const float* AverageGradients(const OwnedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts (and the first time, logs) an unflagged non-finite gradient of `step`.
-  void NoteNonFinite(int64_t step, const ChunkSpec& spec, bool dropped_push)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountStaleness(int64_t s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t MinVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Emit(const ChunkSink& sink) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces the store's state with `checkpoint`'s (validated against options.limits).
+  absl::Status RestoreLocked(const ShardCheckpoint& checkpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a push: the snapshot to write if a checkpoint step completed.
+  std::optional<ShardCheckpoint> DueCheckpoint() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes it (without holding mu_), one write at a time; failures are logged and counted.
+  void WriteCheckpoint(std::optional<ShardCheckpoint> checkpoint) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ParameterShardOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<FileSystem> own_fs_;
+  std::optional<CheckpointDir> checkpoints_;  // Set when options.checkpoints.dir is.
+  absl::Mutex write_mu_;                       // One checkpoint write at a time.
 
   mutable absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<ShardMap> map_ ABSL_GUARDED_BY(mu_);  // Set by Init.
-  std::string job_id_ ABSL_GUARDED_BY(mu_);
-  uint64_t init_fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<OwnedChunk> owned_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);  // Owned chunks back to back.
-  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);      // Scratch of the largest chunk's size.
-  int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t max_staleness_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t sum_staleness_ ABSL_GUARDED_BY(mu_) = 0;
-  // BSP: the latest step found non-finite (-1: none); its chunks that complete later skip.
-  int64_t nonfinite_step_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t nonfinite_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t nonfinite_pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  ShardStore store_ ABSL_GUARDED_BY(mu_);
+  ShardStats stats_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<AggregationPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  // Changes when the store is replaced (Rollback): waiting calls then end with Aborted.
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_snapshot_step_ ABSL_GUARDED_BY(mu_) = -1;
+  Info checkpoint_info_ ABSL_GUARDED_BY(mu_);  // The checkpoint and rollback fields.
 };
 
 }  // namespace dptrain

@@ -8,7 +8,8 @@ packages=(
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libgtest-dev
-  zlib1g-dev                                     # gzip IDX files
+  zlib1g-dev                                     # gzip IDX files, CRC32 of shard checkpoints
+  nlohmann-json3-dev                             # shard checkpoint manifests (server/checkpoint)
   libopenblas-dev                                # CPU GEMMs
   dataset-fashion-mnist                          # /usr/share/datasets/fashion-mnist
   bc procps                                      # used by the shell tests
