@@ -40,6 +40,14 @@ ABSL_FLAG(absl::Duration, malloc_trim_interval, absl::Seconds(10),
           "burst such as a rejected over-limit message does not stay resident.");
 ABSL_FLAG(int, max_streams_per_rank, 4,
           "Tensor streams one rank may have open at once; more are RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "If set, the shard restores the newest valid checkpoint found there at start and "
+          "writes checkpoints there (see --checkpoint_every); workers can then ride out a "
+          "restart of this shard.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Steps between checkpoints (BSP: steps every worker completed; SSP/async: the "
+          "slowest worker's steps); 0: none written. Give every shard of a job the same value.");
+ABSL_FLAG(int, checkpoint_keep, 3, "Newest checkpoints kept in --checkpoint_dir.");
 ABSL_FLAG(int64_t, max_chunks, int64_t{1} << 16,
           "Most chunks (over all shards) a model may be split into.");
 
@@ -94,6 +102,9 @@ int main(int argc, char** argv) {
   options.max_receive_message_bytes = static_cast<int>(std::min<int64_t>(
       dptrain::kMaxMessageBytes, options.shard.limits.max_model_bytes + (int64_t{1} << 20)));
   options.stream.max_streams_per_rank = absl::GetFlag(FLAGS_max_streams_per_rank);
+  options.shard.checkpoints.dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.shard.checkpoints.every = absl::GetFlag(FLAGS_checkpoint_every);
+  options.shard.checkpoints.keep = absl::GetFlag(FLAGS_checkpoint_keep);
 
   // Signals are taken synchronously by this thread; every thread started later inherits
   // the mask.
@@ -135,7 +146,14 @@ int main(int argc, char** argv) {
   std::cout << "ps_server: shard " << options.shard.shard << " served version " << info.version
             << ", " << info.pushes << " pushes, staleness max " << info.max_staleness << " mean "
             << info.mean_staleness << ", non-finite gradients skipped " << info.nonfinite_steps
-            << " steps, " << info.nonfinite_pushes << " pushes" << std::endl;
+            << " steps, " << info.nonfinite_pushes << " pushes";
+  if (!options.shard.checkpoints.dir.empty()) {
+    std::cout << ", checkpoints written " << info.checkpoints_written << " (newest step "
+              << info.checkpoint_step << ", " << info.checkpoint_bytes << " bytes in "
+              << info.checkpoint_seconds << " s), failed " << info.checkpoint_failures
+              << ", rollbacks " << info.rollbacks;
+  }
+  std::cout << std::endl;
   (*server)->Shutdown();
   return 0;
 }

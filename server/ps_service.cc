@@ -117,13 +117,29 @@ grpc::Status PsService::GetShardInfo(grpc::ServerContext*, const proto::ShardInf
   response->set_version(info.version);
   response->set_optimizer(o.optimizer.name);
   response->set_learning_rate(o.optimizer.learning_rate);
-  static constexpr const char* kPolicies[] = {"bsp", "ssp", "async"};
-  response->set_sync_policy(kPolicies[static_cast<int>(o.policy)]);
+  response->set_sync_policy(SyncPolicyName(o.policy));
   response->set_staleness_bound(o.staleness);
   response->set_max_staleness(info.max_staleness);
   response->set_mean_staleness(info.mean_staleness);
   response->set_nonfinite_steps(info.nonfinite_steps);
   response->set_nonfinite_pushes(info.nonfinite_pushes);
+  response->set_checkpoint_every(o.checkpoints.every);
+  response->set_restored_step(info.restored_step);
+  response->set_checkpoint_step(info.checkpoint_step);
+  response->set_checkpoints_written(info.checkpoints_written);
+  response->set_checkpoint_failures(info.checkpoint_failures);
+  response->set_checkpoint_seconds(info.checkpoint_seconds);
+  response->set_checkpoint_bytes(info.checkpoint_bytes);
+  response->set_rollbacks(info.rollbacks);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::Rollback(grpc::ServerContext*, const proto::RollbackRequest* request,
+                                 proto::RollbackResponse* response) {
+  auto step =
+      shard_->Rollback(request->caller().job_id(), request->caller().rank(), request->step());
+  if (!step.ok()) return ToGrpcStatus(step.status());
+  response->set_step(*step);
   return grpc::Status::OK;
 }
 

@@ -28,6 +28,8 @@ class PsService final : public proto::ParameterServer::Service {
                               proto::AverageBuffersResponse* response) override;
   grpc::Status GetShardInfo(grpc::ServerContext* context, const proto::ShardInfoRequest* request,
                             proto::ShardInfoResponse* response) override;
+  grpc::Status Rollback(grpc::ServerContext* context, const proto::RollbackRequest* request,
+                        proto::RollbackResponse* response) override;
 
   // Message bytes of Init/Pull/PushPull requests received and answers sent: what this
   // shard's link carried.
