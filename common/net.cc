@@ -23,6 +23,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // A connection of its own: gRPC would otherwise share one TCP connection between the
   // channels of a process to the same address (e.g. several ranks in one test process).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A peer that restarts (a shard back from its checkpoint) is found again within a second,
+  // not after gRPC's default backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

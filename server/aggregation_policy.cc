@@ -295,6 +295,10 @@ class SspPolicy : public AggregationPolicy {
     return result;
   }
 
+  void Rejoin(int rank) override {
+    for (PerRank& r : ranks_) r.clock[rank] = kUnknown;
+  }
+
   int64_t CompletedStep() const override {
     int64_t completed = -1;
     for (int slot = 0; slot < c_.store->num_chunks(); ++slot) {

@@ -89,6 +89,9 @@ class AggregationPolicy {
   virtual absl::Status TimedOut(int slot, int rank, int64_t step) const = 0;
   // After Ready: what the pull reports (and, SSP/async, the rank's new base version).
   virtual PulledChunk Pulled(int slot, int rank) = 0;
+  // Rank pulled the weights (it starts, or restarted and rejoins): SSP/async adopt its next
+  // push's step as its clock. BSP needs nothing.
+  virtual void Rejoin(int rank) {}
   // The step every worker has completed on every chunk (-1: not known yet).
   virtual int64_t CompletedStep() const = 0;
   // Counts (and the first time, logs) an unflagged inf/NaN found in a push of `step` before

@@ -18,6 +18,9 @@ absl::StatusOr<std::vector<float>> BufferAverager::Average(int rank, int64_t rou
   absl::MutexLock lock(&mu_);
   // A retry of a completed round; before the first round completes there is none.
   if (round == round_ - 1 && round >= 0) return result_;
+  // A shard restarted from a checkpoint starts afresh; the first rank to come decides the
+  // round of the job in progress.
+  if (round_ == 0 && count_ == 0 && round > 0) round_ = round;
   if (round != round_) {
     return absl::OutOfRangeError(
         absl::StrCat("buffer round ", round, " is not the current round ", round_));

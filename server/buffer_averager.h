@@ -20,7 +20,9 @@ class BufferAverager {
   explicit BufferAverager(int num_workers);
 
   // Round `round` must be the current one (or the previous, for a retry: its result again;
-  // a negative round, before any completed, is OutOfRange).
+  // a negative round, before any completed, is OutOfRange). Before any round
+  // completed and any rank arrived, a later round becomes the current one (a restarted
+  // shard joins a job in progress).
   // InvalidArgument for a bad rank or a size that differs from the round's first vector;
   // OutOfRange for another round; DeadlineExceeded naming the ranks that did not come.
   absl::StatusOr<std::vector<float>> Average(int rank, int64_t round,

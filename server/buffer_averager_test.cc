@@ -51,6 +51,20 @@ TEST(BufferAveragerTest, RejectsBadInputAndNamesMissingRanks) {
   t.join();
 }
 
+TEST(BufferAveragerTest, AFreshAveragerJoinsTheRoundOfAJobInProgress) {
+  BufferAverager averager(2);  // A restarted shard 0; the workers are at round 5.
+  std::thread t([&] {
+    auto r = averager.Average(1, 5, std::vector<float>{3}, Soon());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, std::vector<float>{2});
+  });
+  auto r = averager.Average(0, 5, std::vector<float>{1}, Soon());
+  t.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(averager.Average(0, 7, std::vector<float>{1}, Soon()).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 // Review item: round -1 before any round completed used to answer OK with no data.
 TEST(BufferAveragerTest, NegativeRoundsAreOutOfRange) {
   BufferAverager averager(2);

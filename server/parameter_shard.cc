@@ -156,6 +156,7 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
   }
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
   if (auto s = store_.CheckModel(model); !s.ok()) return s;
+  policy_->Rejoin(rank);
   store_.Emit(sink);
   return store_.MinVersion();
 }

@@ -20,10 +20,11 @@ trap stop_all EXIT
 
 die() { echo "FAIL: $*" >&2; exit 1; }
 
+# Tests that need the data fail loudly without it: tools/setup.sh installs it, so its absence
+# is a broken machine, not a reason to pass.
 need_data() {
   if [[ ! -f "$DATA_DIR/train-images-idx3-ubyte.gz" ]]; then
-    echo "SKIPPED: Fashion-MNIST not found in $DATA_DIR (apt-get install dataset-fashion-mnist)"
-    exit 0
+    die "Fashion-MNIST not found in $DATA_DIR (run tools/setup.sh: apt-get install dataset-fashion-mnist)"
   fi
 }
 

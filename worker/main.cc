@@ -103,6 +103,11 @@ ABSL_FLAG(bool, sharded_optimizer, true,
           "gradient. On a GPU every replica applies it on the device.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the parameter servers to answer at start.");
+ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Seconds(60),
+          "ps mode: how long a step that lost a parameter-server shard keeps retrying (with "
+          "backoff) for it to come back before the worker fails. A shard restarted from its "
+          "checkpoint (ps_server --checkpoint_dir) is then rejoined: every worker goes back to "
+          "the step it resumed at. 0: fail at once.");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Minutes(10),
           "Client deadline of one push-pull; keep it above the servers' --step_timeout.");
 
@@ -221,6 +226,7 @@ PsClientOptions ClientOptions(const SyncSetup& setup, std::vector<std::string> a
   o.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   o.expected_learning_rate = absl::GetFlag(FLAGS_lr);
+  o.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
   return o;
 }
 
@@ -268,7 +274,10 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
       port = out.master->port();
       if (auto s = ReportMasterPort(port); !s.ok()) return s;
     }
-    auto client = PsClient::Connect(ClientOptions(setup, {absl::StrCat(master_addr, ":", port)}));
+    // The master reducer lives in rank 0: it has nothing to come back from.
+    PsClientOptions options = ClientOptions(setup, {absl::StrCat(master_addr, ":", port)});
+    options.reconnect_timeout = absl::ZeroDuration();
+    auto client = PsClient::Connect(options);
     if (!client.ok()) return client.status();
     out.description = absl::StrCat("master mode, reducer at ", master_addr, ":", port);
     out.sync = std::unique_ptr<ParameterStore>(*std::move(client));

@@ -126,38 +126,91 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   std::vector<uint8_t> batch_labels(o.batch_size);
   std::vector<EpochMetrics> local_history;
   std::vector<EpochMetrics>& h = history != nullptr ? *history : local_history;
-  int64_t step = 0;
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    const absl::Time epoch_start = absl::Now();
-    const std::vector<int64_t> indices = sampler->EpochIndices(epoch);
-    int64_t batches = NumBatches(static_cast<int64_t>(indices.size()), o.batch_size);
-    if (o.max_steps_per_epoch > 0) batches = std::min(batches, o.max_steps_per_epoch);
+  // Every epoch has the same number of steps (each rank's share of an epoch is the same
+  // size), so a step names an epoch and a batch: the data order is a function of the step,
+  // and a worker that rejoins or goes back (StepOutcome::rewind_to) sees exactly the
+  // batches of an uninterrupted run.
+  int64_t steps_per_epoch = NumBatches(sampler->num_samples(), o.batch_size);
+  if (o.max_steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, o.max_steps_per_epoch);
+  const int64_t total_steps = steps_per_epoch * o.epochs;
+  int64_t step = std::min(sync.resume_step(), total_steps);
+  if (step > 0 && o.progress != nullptr) {
+    *o.progress << "rank " << o.rank << " joins the job at step " << step << " (epoch "
+                << step / std::max<int64_t>(steps_per_epoch, 1) + 1 << ")" << std::endl;
+  }
+  // The current epoch's indices and, per step taken in it, its loss sum, correct count and
+  // images, so that going back drops exactly the steps undone.
+  int current_epoch = -1;
+  std::vector<int64_t> indices;
+  struct StepRecord {
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    bool skipped = false;
+  };
+  std::vector<StepRecord> records;
+  absl::Time epoch_start = absl::Now();
+  bool warned_buffers = false;
+  while (step < total_steps) {
+    const int epoch = static_cast<int>(step / steps_per_epoch);
+    const int64_t b = step % steps_per_epoch;
+    if (epoch != current_epoch) {
+      current_epoch = epoch;
+      indices = sampler->EpochIndices(epoch);
+      records.clear();
+      epoch_start = absl::Now();
+    }
+    records.resize(b);  // Steps before b of this epoch were taken (a rewind may drop some).
+    const int64_t begin = b * o.batch_size;
+    const int n = static_cast<int>(
+        std::min<int64_t>(o.batch_size, static_cast<int64_t>(indices.size()) - begin));
+    for (int i = 0; i < n; ++i) {
+      const int64_t idx = indices[begin + i];
+      std::memcpy(batch_images.data() + i * pixels, train.image(idx), pixels * sizeof(float));
+      batch_labels[i] = train.labels[idx];
+    }
+    auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
+    if (!result.ok()) return result.status();
+    // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
+    // loss scale hears the global outcome.
+    const float learning_rate = LearningRateAt(o.lr_schedule, step);
+    absl::StatusOr<StepOutcome> outcome =
+        Synchronise(step, result->overflow, learning_rate, model, step_sync);
+    if (!outcome.ok()) return outcome.status();
+    if (outcome->rewind_to >= 0) {
+      // The job went back (a shard restarted from an older checkpoint); the weights of that
+      // step are in place. Epochs after it are undone too.
+      if (outcome->rewind_to > step) {
+        return absl::InternalError(absl::StrCat("step ", step, ": the store went forward to ",
+                                                outcome->rewind_to));
+      }
+      step = outcome->rewind_to;
+      const int back_to = static_cast<int>(step / steps_per_epoch);
+      while (!h.empty() && h.back().epoch > back_to) h.pop_back();
+      if (back_to != current_epoch) current_epoch = -1;
+      if (!model.buffer_values().empty() && !warned_buffers && o.progress != nullptr) {
+        warned_buffers = true;
+        *o.progress << "rank " << o.rank << ": went back to step " << step
+                    << "; batch-norm running statistics are not rewound (evaluation may differ "
+                       "slightly from an uninterrupted run)"
+                    << std::endl;
+      }
+      continue;
+    }
+    model.RecordStepOutcome(outcome->skipped);
+    records.push_back({result->loss * n, result->correct, n, outcome->skipped});
+    ++step;
+    if (step % steps_per_epoch != 0) continue;
+
+    // The end of an epoch.
     EpochMetrics m;
     m.epoch = epoch + 1;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
-    for (int64_t b = 0; b < batches; ++b, ++step) {
-      const int64_t begin = b * o.batch_size;
-      const int n = static_cast<int>(
-          std::min<int64_t>(o.batch_size, static_cast<int64_t>(indices.size()) - begin));
-      for (int i = 0; i < n; ++i) {
-        const int64_t idx = indices[begin + i];
-        std::memcpy(batch_images.data() + i * pixels, train.image(idx), pixels * sizeof(float));
-        batch_labels[i] = train.labels[idx];
-      }
-      auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
-      if (!result.ok()) return result.status();
-      // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
-      // loss scale hears the global outcome.
-      const float learning_rate = LearningRateAt(o.lr_schedule, step);
-      absl::StatusOr<StepOutcome> outcome =
-          Synchronise(step, result->overflow, learning_rate, model, step_sync);
-      if (!outcome.ok()) return outcome.status();
-      model.RecordStepOutcome(outcome->skipped);
-      if (outcome->skipped) ++m.skipped_steps;
-      loss_sum += result->loss * n;
-      correct += result->correct;
-      seen += n;
+    for (const StepRecord& r : records) {
+      loss_sum += r.loss_sum;
+      correct += r.correct;
+      seen += r.seen;
+      m.skipped_steps += r.skipped ? 1 : 0;
     }
     const double train_seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
     // Batch-norm running statistics drift apart per worker during the epoch (each sees its
@@ -167,9 +220,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
         return s;
       }
     }
-    m.steps = batches;
-    m.learning_rate =
-        o.lr_schedule.base_lr > 0 && step > 0 ? LearningRateAt(o.lr_schedule, step - 1) : 0;
+    m.steps = static_cast<int64_t>(records.size());
+    m.learning_rate = o.lr_schedule.base_lr > 0 ? LearningRateAt(o.lr_schedule, step - 1) : 0;
     m.loss = seen > 0 ? loss_sum / seen : 0;
     m.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0;
     m.images = seen;

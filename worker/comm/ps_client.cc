@@ -101,6 +101,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
           "world size mismatch: this worker has world size ", options.world_size,
           " but shard ", s, " at ", address, " expects ", info.num_workers(), " workers"));
     }
+    if (info.sync_policy() != infos[0].sync_policy()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sync policy mismatch: shard 0 runs ", infos[0].sync_policy(), ", shard ", s, " at ",
+          address, " runs ", info.sync_policy()));
+    }
     if (options.expected_learning_rate > 0 &&
         std::abs(info.learning_rate() - options.expected_learning_rate) >
             1e-6 * options.expected_learning_rate) {
@@ -111,6 +116,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
     }
   }
 
+  client->bsp_ = infos[0].sync_policy() == "bsp";
   client->push_requests_.resize(num_shards);
   for (int s = 0; s < num_shards; ++s) {
     proto::PushPullRequest& request = client->push_requests_[s];
@@ -195,6 +201,14 @@ absl::Status PsClient::Start(absl::Span<float> weights) {
     }
   }
   // Every rank (rank 0 too, which then also checks the round trip) pulls the weights.
+  auto version = PullAll(weights, options_.rpc_timeout);
+  if (!version.ok()) return version.status();
+  resume_step_ = bsp_ ? *version : 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> PsClient::PullAll(absl::Span<float> weights, absl::Duration timeout) {
+  const int num_shards = static_cast<int>(stubs_.size());
   std::vector<proto::PullRequest> requests(num_shards);
   std::vector<const proto::PullRequest*> pointers;
   for (auto& r : requests) {
@@ -202,19 +216,130 @@ absl::Status PsClient::Start(absl::Span<float> weights) {
     pointers.push_back(&r);
   }
   if (auto s = CallAllShards(stubs_, options_.shard_addresses, pointers, responses_,
-                             std::mem_fn(&proto::ParameterServer::Stub::AsyncPull),
-                             options_.rpc_timeout, "Pull");
+                             std::mem_fn(&proto::ParameterServer::Stub::AsyncPull), timeout,
+                             "Pull");
       !s.ok()) {
     return s;
   }
+  int64_t version = 0;
   for (int s = 0; s < num_shards; ++s) {
     if (auto st = Unpack(s, responses_[s], weights); !st.ok()) return st;
+    version = s == 0 ? responses_[s].version() : std::min(version, responses_[s].version());
+  }
+  return version;
+}
+
+absl::StatusOr<std::vector<proto::ShardInfoResponse>> PsClient::Infos(absl::Duration timeout) {
+  proto::ShardInfoRequest request;
+  std::vector<const proto::ShardInfoRequest*> requests(stubs_.size(), &request);
+  std::vector<proto::ShardInfoResponse> infos;
+  if (auto s = CallAllShards(stubs_, options_.shard_addresses, requests, infos,
+                             std::mem_fn(&proto::ParameterServer::Stub::AsyncGetShardInfo),
+                             timeout, "GetShardInfo");
+      !s.ok()) {
+    return s;
+  }
+  return infos;
+}
+
+absl::Status PsClient::Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout) {
+  proto::RollbackRequest request;
+  request.mutable_caller()->set_job_id(options_.job_id);
+  request.mutable_caller()->set_rank(options_.rank);
+  request.set_step(step);
+  std::vector<const proto::RollbackRequest*> requests(stubs_.size(), &request);
+  std::vector<proto::RollbackResponse> ignored;
+  if (auto s = CallAllShards(stubs_, options_.shard_addresses, requests, ignored,
+                             std::mem_fn(&proto::ParameterServer::Stub::AsyncRollback), timeout,
+                             absl::StrCat("Rollback to step ", step).c_str());
+      !s.ok()) {
+    return s;
+  }
+  auto version = PullAll(weights, timeout);
+  if (!version.ok()) return version.status();
+  if (*version != step) {
+    return absl::AbortedError(
+        absl::StrCat("after going back to step ", step, " a shard is at step ", *version));
   }
   return absl::OkStatus();
 }
 
+namespace {
+
+// A failure that recovery may get past: a shard away (restarting), or gone back under us.
+bool Recoverable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsAborted(s) || absl::IsOutOfRange(s);
+}
+
+}  // namespace
+
 absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                                absl::Span<float> weights) {
+  absl::StatusOr<StepOutcome> result = PushPullOnce(step, gradient_and_flag, weights);
+  if (result.ok() || !Recoverable(result.status()) ||
+      options_.reconnect_timeout <= absl::ZeroDuration()) {
+    return result;
+  }
+  const absl::Time start = absl::Now(), give_up = start + options_.reconnect_timeout;
+  options_.log(absl::StrCat("rank ", options_.rank, ": step ", step, " failed (",
+                            result.status().message(), "); recovering for up to ",
+                            absl::FormatDuration(options_.reconnect_timeout)));
+  absl::Status last = result.status();
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    const absl::Duration left = give_up - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::UnavailableError(absl::StrCat(
+          "step ", step, ": no recovery within ",
+          absl::FormatDuration(options_.reconnect_timeout), "; last error: ", last.message()));
+    }
+    absl::Status attempt;
+    auto infos = Infos(std::min(left, absl::Seconds(5)));
+    if (!infos.ok()) {
+      attempt = infos.status();
+    } else {
+      int64_t oldest = 0;
+      for (size_t s = 0; s < infos->size(); ++s) {
+        const proto::ShardInfoResponse& info = (*infos)[s];
+        if (!info.initialized()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "parameter-server shard ", s, " at ", options_.shard_addresses[s],
+              " came back without the model: it has no checkpoint to restore (run every "
+              "ps_server with --checkpoint_dir and --checkpoint_every)"));
+        }
+        oldest = s == 0 ? info.version() : std::min(oldest, info.version());
+      }
+      if (!bsp_ || oldest >= step) {
+        // Nobody went back past this step: the same push again.
+        result = PushPullOnce(step, gradient_and_flag, weights);
+        if (result.ok()) {
+          options_.log(absl::StrCat("rank ", options_.rank, ": step ", step, " recovered after ",
+                                    absl::FormatDuration(absl::Now() - start)));
+          return result;
+        }
+        attempt = result.status();
+      } else {
+        attempt = Rewind(oldest, weights, std::min(left, options_.rpc_timeout));
+        if (attempt.ok()) {
+          options_.log(absl::StrCat("rank ", options_.rank, ": step ", step,
+                                    " recovered by going back to step ", oldest, " after ",
+                                    absl::FormatDuration(absl::Now() - start)));
+          StepOutcome outcome;
+          outcome.rewind_to = oldest;
+          return outcome;
+        }
+      }
+    }
+    if (!Recoverable(attempt)) return attempt;
+    last = attempt;
+    absl::SleepFor(std::min(backoff, std::max(give_up - absl::Now(), absl::ZeroDuration())));
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
+                                                   absl::Span<const float> gradient_and_flag,
+                                                   absl::Span<float> weights) {
   const size_t total = static_cast<size_t>(map_.total_elements());
   if (gradient_and_flag.size() != total + 1 || weights.size() != total) {
     return absl::InvalidArgumentError("PushPull: gradient or weights do not match the model");
@@ -297,14 +422,19 @@ absl::Status PsClient::AverageBuffers(int64_t round, absl::Span<float> buffers) 
   request.mutable_caller()->set_rank(options_.rank);
   request.set_round(round);
   request.set_data(reinterpret_cast<const char*>(buffers.data()), buffers.size() * sizeof(float));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   proto::AverageBuffersResponse response;
-  const grpc::Status status = stubs_[0]->AverageBuffers(&context, request, &response);
-  stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
-  if (!status.ok()) {
-    return FromGrpcStatus(status, absl::StrCat("AverageBuffers to shard 0 at ",
-                                               options_.shard_addresses[0]));
+  const absl::Time give_up = absl::Now() + options_.reconnect_timeout;
+  for (absl::Duration backoff = absl::Milliseconds(50);; backoff = std::min(backoff * 2, absl::Seconds(1))) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    const grpc::Status status = stubs_[0]->AverageBuffers(&context, request, &response);
+    stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
+    if (status.ok()) break;
+    const absl::Status failed = FromGrpcStatus(
+        status, absl::StrCat("AverageBuffers to shard 0 at ", options_.shard_addresses[0]));
+    // Shard 0 away (restarting): wait for it like a step does.
+    if (!absl::IsUnavailable(failed) || absl::Now() + backoff > give_up) return failed;
+    absl::SleepFor(backoff);
   }
   stats_.bytes_pulled += static_cast<int64_t>(response.ByteSizeLong());
   if (response.data().size() != buffers.size() * sizeof(float)) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/log_sink.h"
 #include "common/shard_map.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
@@ -35,6 +36,10 @@ struct PsClientOptions {
   double expected_learning_rate = 0;
   // Shards holding at least this many bytes of the model use the tensor stream.
   int64_t stream_min_bytes = int64_t{1} << 20;
+  // How long a step that lost a shard (UNAVAILABLE), or found it gone back (ABORTED,
+  // OUT_OF_RANGE), keeps trying to recover before it fails; 0: it fails at once.
+  absl::Duration reconnect_timeout = absl::Seconds(60);
+  LogSink log = StderrLog();  // Recovery is reported here.
 };
 
 class PsClient final : public ParameterStore {
@@ -44,11 +49,23 @@ class PsClient final : public ParameterStore {
   // connect_timeout; FailedPrecondition on a mismatch; InvalidArgument for bad options.
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(const PsClientOptions& options);
 
+  // Rank 0 initialises every shard (a repeat of the job's Init is recognised), then every
+  // rank pulls the current weights: a rank that rejoins a running job resumes at the step
+  // the shards are at (resume_step()).
   absl::Status Start(absl::Span<float> weights) override;
+  int64_t resume_step() const override { return resume_step_; }
   // The step is skipped when any shard says so (BSP: some rank flagged it).
+  // Recovery (reconnect_timeout > 0): a step that failed because a shard went away or went
+  // back is retried with backoff until every shard answers again. If every shard is still at
+  // `step` or past it, the same gradient is pushed again (a shard never counts a push twice);
+  // if one came back from an older checkpoint (BSP), every shard is rolled back to the
+  // oldest step they are at, its weights are pulled, and the answer is rewind_to = that
+  // step. `gradient_and_flag` is left unchanged. A shard that came back without its model
+  // (no checkpoint) is FailedPrecondition; no recovery within the timeout is Unavailable
+  // naming the last error.
   absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                        absl::Span<float> weights) override;
-  // Through shard 0.
+  // Through shard 0 (retried like a step while shard 0 is away).
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override { return stats_; }
 
@@ -62,6 +79,15 @@ class PsClient final : public ParameterStore {
   void Describe(Request& request) const;
   // Copies the weights of shard s's chunks out of `response` into `weights`.
   absl::Status Unpack(int s, const proto::PullResponse& response, absl::Span<float> weights);
+  // One attempt of PushPull.
+  absl::StatusOr<StepOutcome> PushPullOnce(int64_t step, absl::Span<const float> gradient_and_flag,
+                                           absl::Span<float> weights);
+  // Pulls every shard's weights into `weights`; returns the lowest version.
+  absl::StatusOr<int64_t> PullAll(absl::Span<float> weights, absl::Duration timeout);
+  // Every shard's info (GetShardInfo), within `timeout`.
+  absl::StatusOr<std::vector<proto::ShardInfoResponse>> Infos(absl::Duration timeout);
+  // Rolls every shard back to `step`, then pulls its weights.
+  absl::Status Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout);
 
   PsClientOptions options_;
   ShardMap map_;
@@ -71,6 +97,8 @@ class PsClient final : public ParameterStore {
   std::vector<proto::PushPullRequest> push_requests_;
   std::vector<proto::PullResponse> responses_;
   CommStats stats_;
+  bool bsp_ = true;  // The shards' sync policy is BSP (versions are steps).
+  int64_t resume_step_ = 0;
 };
 
 }  // namespace dptrain

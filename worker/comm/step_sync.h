@@ -38,6 +38,10 @@ struct StepOutcome {
   // Some rank's gradient overflowed (or the sum had inf/NaN): nobody applied the step.
   // Under SSP/async through a store: this rank's own push was dropped.
   bool skipped = false;
+  // A ParameterStore that recovered from a failure by going back (a shard restarted from an
+  // older checkpoint): every replica resumes at this step, whose weights are in `weights`;
+  // this step's gradient was not applied. -1: no rewind.
+  int64_t rewind_to = -1;
 };
 
 // What both roles share: the start, batch norm's buffers, and byte counts.
@@ -55,6 +59,10 @@ class ReplicaSync {
   virtual absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) = 0;
 
   virtual CommStats stats() const = 0;
+
+  // The step the job was at when Start returned: 0 for a new job; for a worker that rejoins
+  // a running one (restarted with the same rank), the step to compute next.
+  virtual int64_t resume_step() const { return 0; }
 };
 
 class GradientReducer : public ReplicaSync {
@@ -73,7 +81,9 @@ class ParameterStore : public ReplicaSync {
   // Contributes this rank's gradient of `step` followed by its overflow flag; on success
   // `weights` holds the weights after the step (the same on every replica under BSP). The
   // store may use `gradient_and_flag` as scratch space: its contents are unspecified
-  // afterwards. On failure `weights` is unspecified and the job should stop.
+  // afterwards. On failure `weights` is unspecified and the job should stop. A store that
+  // rides out a lost peer (PsClient with a reconnect timeout) may instead answer with
+  // `rewind_to` (see StepOutcome).
   virtual absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                                absl::Span<float> weights) = 0;
 };

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A job whose shards are killed (kill -9) and restarted mid-training ends with weights
+# bit-identical to the same job run without the crash (issue 12): ps mode, 2 shards x 2
+# workers, BSP, SGD with momentum (optimizer state must come back too), each shard killed
+# once and restarted with the same flags from its --checkpoint_dir.
+source "$(dirname "$0")/testlib.sh"
+need_data
+
+steps_per_epoch=60
+epochs=3
+shard_flags=(--step_timeout=20s --lr=0.05 --momentum=0.9 --checkpoint_every=7)
+worker_flags=(--world_size=2 --model=lenet --epochs=$epochs --batch_size=32 --threads=1
+              --max_steps_per_epoch=$steps_per_epoch --test_subset=500 --seed=7
+              --reconnect_timeout=60s --data_dir="$DATA_DIR")
+
+# run_job NAME [KILL]: trains to the end; with KILL, kills and restarts each shard once.
+run_job() {
+  local name=$1 kill_shards=${2:-}
+  local dir="$SCRATCH/$name"
+  mkdir -p "$dir"
+  local ports=()
+  for s in 0 1; do
+    start_shard $s 2 2 "${shard_flags[@]}" --checkpoint_dir="$dir/ckpt$s"
+    ports+=("$SHARD_PORT")
+    pids[$s]=${_started[-1]}
+  done
+  local ps="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}"
+  for r in 0 1; do
+    "$GPU_WORKER" --rank=$r --ps="$ps" "${worker_flags[@]}" --save_model="$dir/final.safetensors" \
+      >"$dir/w$r.log" 2>&1 &
+    _started+=($!)
+    workers[$r]=$!
+  done
+  if [[ -n "$kill_shards" ]]; then
+    # Shard 0 after its checkpoint of step 21, shard 1 after step 105 (epoch 2): both
+    # mid-epoch, each between two checkpoints.
+    for plan in "0 21" "1 105"; do
+      read -r s after <<<"$plan"
+      local want
+      want=$(printf "%s/ckpt%d/shard-%d-step-%012d.safetensors" "$dir" "$s" "$s" "$after")
+      for _ in $(seq 1200); do
+        [[ -f "$want" ]] && break
+        kill -0 "${workers[0]}" 2>/dev/null || die "worker 0 ended before shard $s was killed: $(tail -n 5 "$dir/w0.log")"
+        sleep 0.05
+      done
+      [[ -f "$want" ]] || die "no checkpoint of step $after from shard $s"
+      sleep 0.3  # Into the next steps, so the workers must go back.
+      kill -KILL "${pids[$s]}"
+      wait "${pids[$s]}" 2>/dev/null || true
+      echo "killed shard $s after its checkpoint of step $after"
+      mv "$SCRATCH/shard$s.log" "$dir/shard$s.first.log"
+      sleep 1
+      start_shard $s 2 2 "${shard_flags[@]}" --checkpoint_dir="$dir/ckpt$s" --port="${ports[$s]}"
+      pids[$s]=${_started[-1]}
+      grep -q "restored step" "$SCRATCH/shard$s.log" || sleep 0.5
+      grep "restored step" "$SCRATCH/shard$s.log" || die "shard $s did not restore: $(cat "$SCRATCH/shard$s.log")"
+    done
+  fi
+  for r in 0 1; do
+    wait "${workers[$r]}" || die "$name: worker $r failed: $(tail -n 5 "$dir/w$r.log")"
+  done
+  for s in 0 1; do cp "$SCRATCH/shard$s.log" "$dir/shard$s.log"; kill -TERM "${pids[$s]}"; done
+}
+
+declare -a pids workers
+run_job reference
+run_job crashed kill
+grep -h "recover" "$SCRATCH"/crashed/w*.log
+grep -q "recovered by going back to step" "$SCRATCH/crashed/w0.log" ||
+  die "worker 0 never went back: $(cat "$SCRATCH/crashed/w0.log")"
+grep -q "went back to the checkpoint" "$SCRATCH"/crashed/shard*.log ||
+  die "no shard was rolled back to the restarted one's step"
+cmp "$SCRATCH/reference/final.safetensors" "$SCRATCH/crashed/final.safetensors" ||
+  die "the weights after two shard crashes differ from the uninterrupted run"
+echo "final weights bit-identical ($(stat -c %s "$SCRATCH/crashed/final.safetensors") bytes)"
+
+# Without a checkpoint the model is gone: the workers say so and exit non-zero (no hang).
+start_shard 0 1 1 --step_timeout=5s
+port=$SHARD_PORT
+lone=${_started[-1]}
+"$GPU_WORKER" --rank=0 --world_size=1 --ps="127.0.0.1:$port" --model=mlp --epochs=50 \
+  --batch_size=32 --threads=1 --reconnect_timeout=20s --test_subset=100 --data_dir="$DATA_DIR" \
+  >"$SCRATCH/lone.log" 2>&1 &
+w=$!
+_started+=($w)
+for _ in $(seq 300); do grep -q "epoch 1/50" "$SCRATCH/lone.log" && break; sleep 0.1; done
+kill -KILL $lone
+sleep 0.5
+start_shard 0 1 1 --step_timeout=5s --port="$port"
+set +e
+wait $w
+rc=$?
+set -e
+((rc != 0)) || die "the worker went on with a shard that lost the model"
+grep -q "came back without the model" "$SCRATCH/lone.log" ||
+  die "unclear message: $(tail -n 3 "$SCRATCH/lone.log")"
+echo PASS
