@@ -434,6 +434,7 @@ def check_compose_job(profile, svcs):
     n_shards, n_workers = len(ps), len(workers)
     shard_addr = {}
     lrs = set()
+    checkpoint_every = set()
     for name, (svc, f) in ps.items():
         for key, want in (("num_shards", n_shards), ("num_workers", n_workers)):
             if f.get(key) != str(want):
@@ -445,8 +446,20 @@ def check_compose_job(profile, svcs):
         test = (svc.get("healthcheck") or {}).get("test") or []
         if "health_probe" not in " ".join(test) or f"127.0.0.1:{f.get('port')}" not in " ".join(test):
             fail(f"{where}: {name} healthcheck does not probe its port with health_probe")
-        if str(svc.get("restart", "no")) not in ("no", "False"):
-            fail(f"{where}: {name} restart {svc.get('restart')!r}: a restarted shard loses its state")
+        restart = str(svc.get("restart", "no"))
+        if restart not in ("no", "False"):
+            # A restarted shard must come back from a checkpoint on a volume of its own.
+            ckpt_dir = f.get("checkpoint_dir")
+            mounts = [str(v).split(":")[1] for v in svc.get("volumes") or [] if ":" in str(v)]
+            if not ckpt_dir or ckpt_dir not in mounts:
+                fail(f"{where}: {name} restart {restart!r} without --checkpoint_dir on a volume: "
+                     "a restarted shard would lose its state")
+            if not re.match(r"[1-9][0-9]*$", f.get("checkpoint_every", "0")):
+                fail(f"{where}: {name} restarts but writes no checkpoints (--checkpoint_every)")
+        checkpoint_every.add(f.get("checkpoint_every"))
+    if len(checkpoint_every) > 1:
+        fail(f"{where}: shards checkpoint at different intervals {sorted(map(str, checkpoint_every))}: "
+             "workers can only go back to a step every shard has")
     if sorted(shard_addr) != list(range(n_shards)):
         fail(f"{where}: shard indices {sorted(shard_addr)} are not 0..{n_shards - 1}")
     ps_list = ",".join(shard_addr[i] for i in sorted(shard_addr))
@@ -531,8 +544,8 @@ def check_k8s(a):
         fail("the workers' Job must be completionMode: Indexed (index = rank)")
     if j["template"]["spec"].get("restartPolicy") not in ("Never", "OnFailure"):
         fail("Job pods need restartPolicy Never or OnFailure")
-    if j.get("backoffLimit", 6) > 0:
-        fail("Job backoffLimit should be 0: a retried rank cannot rejoin a BSP step")
+    if j.get("backoffLimit", 6) > 3:
+        fail("Job backoffLimit should be at most 3: more retries would mask a broken job")
     # Scale consistency.
     n_shards, n_workers = data.get("NUM_SHARDS"), data.get("NUM_WORKERS")
     if str(s.get("replicas")) != n_shards:
@@ -567,6 +580,18 @@ def check_k8s(a):
         fail("--shard=$(SHARD) but SHARD is not the pod-index label (downward API)")
     if ps_flags.get("lr") != wk_flags.get("lr"):
         fail("workers and shards get different --lr")
+    # Checkpoints on a claim of each shard's own (a restarted pod comes back from them).
+    ckpt_dir = ps_flags.get("checkpoint_dir")
+    mounts = {m.get("name"): m.get("mountPath") for m in ps_c.get("volumeMounts") or []}
+    claims = [t["metadata"]["name"] for t in s.get("volumeClaimTemplates") or []]
+    if not ckpt_dir or ckpt_dir not in mounts.values():
+        fail("ps_server needs --checkpoint_dir on a mounted volume")
+    elif [n for n, path in mounts.items() if path == ckpt_dir][0] not in claims:
+        fail("the checkpoint volume is not a volumeClaimTemplate (it would die with the pod)")
+    if not re.match(r"([1-9][0-9]*|\$\(CHECKPOINT_EVERY\))$", ps_flags.get("checkpoint_every", "")):
+        fail("ps_server needs --checkpoint_every")
+    elif not re.match(r"[1-9][0-9]*$", expand(ps_flags["checkpoint_every"], data)):
+        fail(f"--checkpoint_every expands to {expand(ps_flags['checkpoint_every'], data)!r}")
     if "rank" in wk_flags:
         fail("the worker must take its rank from JOB_COMPLETION_INDEX, not --rank")
     # PS_ADDRESSES names every shard in order: <sts>-<i>.<service>:<port>.

@@ -6,14 +6,17 @@
 # usage: deploy/local_cluster.sh [--mode=ps|master|allreduce] [--shards=2] [--workers=2]
 #          [--lr=0.1] [--momentum=0] [--weight_decay=0] [--step_timeout=60s]
 #          [--sync=bsp|ssp|async] [--staleness=0] [--logs=DIR]
-#          [--bin=DIR] [-- WORKER_FLAGS...]
+#          [--checkpoint_every=0] [--restart_shards] [--bin=DIR] [-- WORKER_FLAGS...]
 # ps mode starts the shards; master and allreduce modes start workers only (rank 0 hosts the
 # reducer or the rendezvous on a free port). WORKER_FLAGS go to every worker
-# (e.g. --model=lenet --epochs=5 --batch_size=128).
+# (e.g. --model=lenet --epochs=5 --batch_size=128). --checkpoint_every=N: each shard writes a
+# checkpoint every N steps into LOGS/ckpt<s>. --restart_shards: a shard that dies is started
+# again on its port (up to 5 times each); it restores its newest checkpoint and the workers
+# ride it out (gpu_worker --reconnect_timeout).
 set -euo pipefail
 
 mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s sync=bsp staleness=0
-logs="" bin=""
+logs="" bin="" checkpoint_every=0 restart_shards=0
 worker_flags=()
 while (($#)); do
   case "$1" in
@@ -28,14 +31,17 @@ while (($#)); do
     --staleness=*) staleness="${1#*=}" ;;
     --logs=*) logs="${1#*=}" ;;
     --bin=*) bin="${1#*=}" ;;
+    --checkpoint_every=*) checkpoint_every="${1#*=}" ;;
+    --restart_shards) restart_shards=1 ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --shards must be >= 1" >&2; exit 2; }
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --workers must be >= 1" >&2; exit 2; }
+[[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local_cluster: --checkpoint_every must be >= 0" >&2; exit 2; }
 case "$mode" in ps|master|allreduce) ;; *) echo "local_cluster: --mode must be ps, master or allreduce" >&2; exit 2 ;; esac
 [[ "$mode" == ps ]] || shards=0
 
@@ -76,14 +82,23 @@ fail() {
 }
 
 echo "local_cluster: $mode mode, $shards shard(s), $workers worker(s), logs in $logs"
-for ((s = 0; s < shards; s++)); do
-  rm -f "$logs/shard$s.port"
-  "$ps_server" --shard="$s" --num_shards="$shards" --num_workers="$workers" --port=0 \
+# start_shard S [PORT]: on a free port (reported in LOGS/shardS.port), or on PORT (a restart).
+declare -A restarts=()
+start_shard() {
+  local s=$1 port=${2:-0}
+  local ckpt=()
+  ((checkpoint_every > 0)) && ckpt=(--checkpoint_dir="$logs/ckpt$s" --checkpoint_every="$checkpoint_every")
+  ((port == 0)) && rm -f "$logs/shard$s.port"
+  "$ps_server" --shard="$s" --num_shards="$shards" --num_workers="$workers" --port="$port" \
     --host=127.0.0.1 --port_file="$logs/shard$s.port" --lr="$lr" --momentum="$momentum" \
     --weight_decay="$weight_decay" --step_timeout="$step_timeout" --sync="$sync" \
-    --staleness="$staleness" >"$logs/shard$s.log" 2>&1 &
+    --staleness="$staleness" "${ckpt[@]}" >>"$logs/shard$s.log" 2>&1 &
   pids+=($!)
   role_of[$!]="shard $s"
+}
+for ((s = 0; s < shards; s++)); do
+  : >"$logs/shard$s.log"
+  start_shard "$s"
 done
 
 addresses=()
@@ -148,9 +163,20 @@ while ((remaining > 0)); do
 $(tail -n 5 "$log")"
       remaining=$((remaining - 1))
       ;;
-    *)
-      fail "$role exited (status $rc) while workers were running; last lines of $logs/${role/ /}.log:
+    shard*)
+      s=${role#shard }
+      n=${restarts[$s]:-0}
+      if ((restart_shards && n < 5)); then
+        restarts[$s]=$((n + 1))
+        echo "local_cluster: shard $s exited (status $rc); restarting it on port $(cat "$logs/shard$s.port") (restart $((n + 1)) of at most 5)" >&2
+        start_shard "$s" "$(cat "$logs/shard$s.port")"
+      else
+        fail "$role exited (status $rc) while workers were running; last lines of $logs/${role/ /}.log:
 $(tail -n 5 "$logs/${role/ /}.log")"
+      fi
+      ;;
+    *)
+      fail "$role exited (status $rc) while workers were running"
       ;;
   esac
   # Forget the finished pid.

@@ -149,9 +149,12 @@ int main(int argc, char** argv) {
             << " steps, " << info.nonfinite_pushes << " pushes";
   if (!options.shard.checkpoints.dir.empty()) {
     std::cout << ", checkpoints written " << info.checkpoints_written << " (newest step "
-              << info.checkpoint_step << ", " << info.checkpoint_bytes << " bytes in "
-              << info.checkpoint_seconds << " s), failed " << info.checkpoint_failures
-              << ", rollbacks " << info.rollbacks;
+              << info.checkpoint_step << ", " << info.checkpoint_bytes << " tensor bytes in "
+              << info.checkpoint_seconds << " s; mean write "
+              << (info.checkpoints_written > 0
+                      ? info.checkpoint_seconds_total / info.checkpoints_written
+                      : 0)
+              << " s), failed " << info.checkpoint_failures << ", rollbacks " << info.rollbacks;
   }
   std::cout << std::endl;
   (*server)->Shutdown();

@@ -292,6 +292,7 @@ void ParameterShard::WriteCheckpoint(std::optional<ShardCheckpoint> checkpoint) 
   ++checkpoint_info_.checkpoints_written;
   checkpoint_info_.checkpoint_step = std::max(checkpoint_info_.checkpoint_step, checkpoint->step);
   checkpoint_info_.checkpoint_seconds = seconds;
+  checkpoint_info_.checkpoint_seconds_total += seconds;
   checkpoint_info_.checkpoint_bytes = bytes;
 }
 

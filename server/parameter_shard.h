@@ -165,6 +165,7 @@ class ParameterShard {
     int64_t checkpoints_written = 0;
     int64_t checkpoint_failures = 0;
     double checkpoint_seconds = 0;  // The newest write's duration.
+    double checkpoint_seconds_total = 0;  // Of every write that succeeded.
     int64_t checkpoint_bytes = 0;   // The newest checkpoint's file size.
     int64_t rollbacks = 0;
   };

@@ -42,4 +42,18 @@ if python3 "$CHECK" compose "$SCRATCH/bad.yml" >"$SCRATCH/bad.txt"; then
 fi
 grep -q "num_shards=3, but the file has 2" "$SCRATCH/bad.txt" || die "$(cat "$SCRATCH/bad.txt")"
 echo "mutation caught: inconsistent --num_shards"
+
+# A shard that restarts without checkpoints on its volume would come back empty.
+python3 - "$SCRATCH/rendered.yml" "$SCRATCH/bad2.yml" <<'PY'
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+cmd = d["services"]["ps-1"]["command"]
+d["services"]["ps-1"]["command"] = [a for a in cmd if not a.startswith("--checkpoint_dir")]
+yaml.safe_dump(d, open(sys.argv[2], "w"))
+PY
+if python3 "$CHECK" compose "$SCRATCH/bad2.yml" >"$SCRATCH/bad2.txt"; then
+  die "a restarting shard without --checkpoint_dir passed"
+fi
+grep -q "ps-1 restart .* without --checkpoint_dir" "$SCRATCH/bad2.txt" || die "$(cat "$SCRATCH/bad2.txt")"
+echo "mutation caught: a restarting shard without checkpoints"
 echo PASS

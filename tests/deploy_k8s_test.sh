@@ -6,7 +6,7 @@
 # - yamllint on every manifest;
 # - structure of the rendered objects (deploy/check_deploy.py k8s): apiVersion/kind/name,
 #   StatefulSet behind a headless Service with matching selectors, shard index from the
-#   pod-index label, Indexed Job (rank = completion index, no --rank, backoffLimit 0),
+#   pod-index label, Indexed Job (rank = completion index, no --rank, at most 3 retries),
 #   replicas = NUM_SHARDS, completions = parallelism = NUM_WORKERS, --ps expands to every
 #   shard's DNS name in order, every $(VAR) in args is defined, fixed port = containerPort =
 #   Service port = grpc readiness/liveness probe port, cpu/memory requests <= limits,
@@ -56,4 +56,20 @@ if python3 "$CHECK" k8s --overlay=cpu "$SCRATCH/bad.yaml" >"$SCRATCH/bad.txt"; t
 fi
 grep -q "replicas 3 != NUM_SHARDS 2" "$SCRATCH/bad.txt" || die "$(cat "$SCRATCH/bad.txt")"
 echo "mutation caught: StatefulSet replicas != NUM_SHARDS"
+
+# Checkpoints on an emptyDir (dies with the pod) instead of the claim template.
+python3 - "$SCRATCH/cpu.yaml" "$SCRATCH/bad2.yaml" <<'PY'
+import sys, yaml
+docs = list(yaml.safe_load_all(open(sys.argv[1])))
+for d in docs:
+    if d and d.get("kind") == "StatefulSet":
+        d["spec"].pop("volumeClaimTemplates", None)
+        d["spec"]["template"]["spec"]["volumes"] = [{"name": "checkpoints", "emptyDir": {}}]
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+PY
+if python3 "$CHECK" k8s --overlay=cpu "$SCRATCH/bad2.yaml" >"$SCRATCH/bad2.txt"; then
+  die "checkpoints on an emptyDir passed"
+fi
+grep -q "not a volumeClaimTemplate" "$SCRATCH/bad2.txt" || die "$(cat "$SCRATCH/bad2.txt")"
+echo "mutation caught: checkpoints on a volume that dies with the pod"
 echo PASS

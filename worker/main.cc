@@ -3,6 +3,7 @@
 // This is the composition root: the worker's libraries never include server/, but in master
 // mode rank 0 embeds the parameter-server library here, so that the reducer is the very same
 // aggregation and optimizer code as a PS shard.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +16,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/file_system.h"
 #include "common/health_server.h"
 #include "common/malloc_tuning.h"
 #include "proto/worker.grpc.pb.h"
@@ -108,6 +111,15 @@ ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Seconds(60),
           "backoff) for it to come back before the worker fails. A shard restarted from its "
           "checkpoint (ps_server --checkpoint_dir) is then rejoined: every worker goes back to "
           "the step it resumed at. 0: fail at once.");
+ABSL_FLAG(std::string, save_dir, "",
+          "master mode: rank 0's reducer writes a checkpoint (weights, optimizer state, step) "
+          "there every --save_every steps; a job restarted with --resume continues from the "
+          "newest one with the data order of the uninterrupted run. (ps mode: ps_server "
+          "--checkpoint_dir.)");
+ABSL_FLAG(int64_t, save_every, 0, "master mode: steps between checkpoints in --save_dir.");
+ABSL_FLAG(bool, resume, false,
+          "master mode: continue from the newest checkpoint in --save_dir (without it, a "
+          "--save_dir that holds checkpoints is refused, so two jobs never mix).");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Minutes(10),
           "Client deadline of one push-pull; keep it above the servers' --step_timeout.");
 
@@ -216,6 +228,35 @@ absl::Status ReportMasterPort(int port) {
   return path.empty() ? absl::OkStatus() : WritePortFile(path, port);
 }
 
+// master mode: the reducer's checkpoints (--save_dir, --save_every, --resume).
+absl::Status ConfigureSaves(ParameterShardOptions& shard) {
+  const std::string dir = absl::GetFlag(FLAGS_save_dir);
+  const int64_t every = absl::GetFlag(FLAGS_save_every);
+  if (dir.empty()) {
+    if (every != 0 || absl::GetFlag(FLAGS_resume)) {
+      return WithFlag("save_dir", absl::InvalidArgumentError(
+                                      "--save_every and --resume need a --save_dir"));
+    }
+    return absl::OkStatus();
+  }
+  if (every < 0) return WithFlag("save_every", absl::InvalidArgumentError("must be >= 0"));
+  shard.checkpoints.dir = dir + "/master";
+  shard.checkpoints.every = every;
+  if (!absl::GetFlag(FLAGS_resume)) {
+    PosixFileSystem fs;
+    auto names = fs.ListDir(shard.checkpoints.dir);
+    if (names.ok() && std::any_of(names->begin(), names->end(), [](const std::string& n) {
+          return absl::EndsWith(n, ".safetensors");
+        })) {
+      return WithFlag("save_dir", absl::FailedPreconditionError(absl::StrCat(
+                                      "'", shard.checkpoints.dir,
+                                      "' holds checkpoints of an earlier run: pass --resume to "
+                                      "continue it, or choose another --save_dir")));
+    }
+  }
+  return absl::OkStatus();
+}
+
 PsClientOptions ClientOptions(const SyncSetup& setup, std::vector<std::string> addresses) {
   PsClientOptions o;
   o.shard_addresses = std::move(addresses);
@@ -231,6 +272,10 @@ PsClientOptions ClientOptions(const SyncSetup& setup, std::vector<std::string> a
 }
 
 absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
+  if (setup.mode != "master" && !absl::GetFlag(FLAGS_save_dir).empty()) {
+    return WithFlag("save_dir", absl::InvalidArgumentError(
+                                    "is for master mode (ps mode: ps_server --checkpoint_dir)"));
+  }
   std::string master_addr = absl::GetFlag(FLAGS_master_addr);
   if (master_addr.empty()) {
     const char* env = std::getenv("MASTER_ADDR");
@@ -268,6 +313,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
       if (!policy.ok()) return policy.status();
       server.shard.policy = *policy;
       server.shard.staleness = absl::GetFlag(FLAGS_staleness);
+      if (auto s = ConfigureSaves(server.shard); !s.ok()) return s;
       auto reducer = PsServer::Start(server);
       if (!reducer.ok()) return reducer.status();
       out.master = *std::move(reducer);
