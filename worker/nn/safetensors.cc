@@ -286,8 +286,8 @@ absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
           t, " has dtype ", e.dtype, ": only F32 is supported (convert with .float())"));
     }
     const int64_t n = NumElements(e.shape);
-    // Its byte size 4 * n must fit as well (n up to kMaxInt would overflow int64: found by
-    // tests/fuzz/safetensors_fuzzer, regressions/safetensors_fuzzer/byte_size_overflow).
+    // Its byte size 4 * n must fit as well: n up to kMaxInt overflowed int64 (UBSan in
+    // tests/fuzz/safetensors_fuzzer on regressions/safetensors_fuzzer/byte_size_overflow).
     if (n < 0 || n > kMaxInt / 4) {
       return Corrupt(absl::StrCat(t, " has a too large shape ", ShapeString(e.shape)));
     }
