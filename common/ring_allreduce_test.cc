@@ -6,28 +6,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/in_memory_link.h"
+#include "common/rank_threads.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
 namespace {
 
-// Runs fn(rank) on world_size threads and returns their statuses.
+// Runs fn(rank) on world_size threads and returns their statuses (a hang aborts).
 template <typename Fn>
 std::vector<absl::Status> Spawn(int world_size, Fn fn) {
-  std::vector<absl::Status> statuses(world_size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world_size; ++r) threads.emplace_back([&, r] { statuses[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return statuses;
+  return RunRanks(world_size, absl::Seconds(60), fn);
 }
 
-std::vector<float> Input(int rank, int64_t n) {
-  std::mt19937 gen(1000 + rank);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(gen);
-  return v;
-}
+std::vector<float> Input(int rank, int64_t n) { return RandomFloats(1000 + rank, n); }
 
 struct Case {
   int world_size;

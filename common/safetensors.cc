@@ -214,6 +214,7 @@ absl::StatusOr<std::string> SerializeSafetensors(
   for (const NamedTensor& t : tensors) {
     const int64_t n = NumElements(t.shape);
     if (t.name.empty() || t.name == "__metadata__" || !names.insert(t.name).second || n < 0 ||
+        n > kMaxInt / 4 ||
         (n > 0 && t.data == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", t.name, "': empty, reserved or repeated name, or bad shape or no data"));
@@ -279,7 +280,11 @@ absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
           t, " has dtype ", e.dtype, ": only F32 is supported (convert with .float())"));
     }
     const int64_t n = NumElements(e.shape);
-    if (n < 0) return Corrupt(absl::StrCat(t, " has a too large shape ", ShapeString(e.shape)));
+    // Its byte size 4 * n must fit as well: n up to kMaxInt overflowed int64 (UBSan in
+    // tests/fuzz/safetensors_fuzzer on regressions/safetensors_fuzzer/byte_size_overflow).
+    if (n < 0 || n > kMaxInt / 4) {
+      return Corrupt(absl::StrCat(t, " has a too large shape ", ShapeString(e.shape)));
+    }
     if (e.offsets.size() != 2 || e.offsets[0] > e.offsets[1] ||
         e.offsets[1] > static_cast<int64_t>(data.size())) {
       return Corrupt(absl::StrCat(t, " has data_offsets ", ShapeString(e.offsets),
@@ -307,7 +312,9 @@ absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
     const int64_t size = e.offsets[1] - e.offsets[0];
     LoadedTensor& t = contents.tensors.emplace_back(
         LoadedTensor{std::move(e.name), std::move(e.shape), std::vector<float>(size / 4)});
-    std::memcpy(t.data.data(), data.data() + e.offsets[0], size);
+    // A tensor with no elements has no buffer: memcpy from or to null is undefined even
+    // for 0 bytes (found by tests/fuzz/safetensors_fuzzer).
+    if (size > 0) std::memcpy(t.data.data(), data.data() + e.offsets[0], size);
   }
   return contents;
 }

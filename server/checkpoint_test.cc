@@ -111,6 +111,21 @@ TEST(CheckpointFormatTest, AnyFlippedByteIsDetected) {
   EXPECT_EQ(ParseCheckpoint(bad).status().code(), StatusCode::kDataLoss);
 }
 
+// The fuzz target's seeds (tests/fuzz/corpus/checkpoint_fuzzer, written by hand in the
+// documented format, docs/checkpoints.md) are valid checkpoints: the format is what the
+// documentation says, and the fuzzer starts from inputs that reach Restore.
+TEST(CheckpointFormatTest, TheDocumentedFormatWrittenByHandParses) {
+  PosixFileSystem fs;
+  const std::string dir = "tests/fuzz/corpus/checkpoint_fuzzer";
+  for (const char* name : {"sgd_momentum", "adam", "plain"}) {
+    auto bytes = fs.ReadFile(dir + "/" + name);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    auto cp = ParseCheckpoint(*bytes);
+    ASSERT_TRUE(cp.ok()) << name << ": " << cp.status();
+    EXPECT_EQ(cp->chunks.size(), 3u) << name;
+  }
+}
+
 TEST(CheckpointFormatTest, ForeignSafetensorsIsRejected) {
   EXPECT_FALSE(ParseCheckpoint("not a checkpoint").ok());
 }

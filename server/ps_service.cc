@@ -3,31 +3,10 @@
 #include <vector>
 
 #include "common/grpc_status.h"
+#include "server/ps_requests.h"
 
 namespace dptrain {
 namespace {
-
-template <typename Request>
-ModelDescription DescriptionOf(const Request& request) {
-  ModelDescription model;
-  model.num_shards = request.num_shards();
-  model.max_chunk_elements = request.max_chunk_elements();
-  model.tensors.reserve(request.tensors_size());
-  for (const proto::TensorSpec& t : request.tensors()) {
-    model.tensors.push_back({t.name(), t.num_elements()});
-  }
-  return model;
-}
-
-std::vector<ChunkView> ViewsOf(const google::protobuf::RepeatedPtrField<proto::Chunk>& chunks) {
-  std::vector<ChunkView> views;
-  views.reserve(chunks.size());
-  for (const proto::Chunk& c : chunks) {
-    views.push_back({c.key().tensor_id(), c.key().chunk_index(), static_cast<DType>(c.dtype()),
-                     c.data()});
-  }
-  return views;
-}
 
 ChunkSink SinkInto(proto::PullResponse* response) {
   return [response](const ChunkSpec& spec, absl::Span<const float> weights) {

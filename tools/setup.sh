@@ -15,6 +15,7 @@ packages=(
   bc procps                                      # used by the shell tests
   iproute2                                       # tests/netns_test.sh: ip netns, veth, tc
   python3-yaml docker-compose yamllint           # tests/deploy_*: compose/manifest checks
+  clang-16 libfuzzer-16-dev libclang-rt-16-dev   # tests/fuzz: libFuzzer, ASan, UBSan runtimes
 )
 
 # `kubectl kustomize` for tests/deploy_k8s_test.sh, unless a kubectl is already installed.

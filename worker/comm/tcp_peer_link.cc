@@ -17,22 +17,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "worker/comm/ring_wire.h"
 
 namespace dptrain {
 namespace {
-
-constexpr uint32_t kMagic = 0x44505452;  // "DPTR"
-
-struct Hello {
-  uint32_t magic, rank;
-  uint64_t job;
-};
-
-uint64_t HashJob(const std::string& job) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : job) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 absl::Status Errno(absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -160,7 +148,7 @@ TcpListener::~TcpListener() {
 }
 
 TcpPeerLink::TcpPeerLink(const TcpPeerLinkOptions& options, std::unique_ptr<TcpListener> listener)
-    : options_(options), job_hash_(HashJob(options.job_id)), listener_(std::move(listener)) {
+    : options_(options), job_hash_(HashRingJob(options.job_id)), listener_(std::move(listener)) {
   for (size_t i = 0; i < options.addresses.size(); ++i) {
     outgoing_.push_back(std::make_unique<Outgoing>());
   }
@@ -252,19 +240,16 @@ void TcpPeerLink::ReadLoop(int fd) {
 absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
   const timeval limit = absl::ToTimeval(options_.handshake_timeout);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  Hello hello;
-  if (ReadFull(fd, &hello, sizeof(hello)) != 1) {
+  char hello[kRingHelloBytes];
+  if (ReadFull(fd, hello, sizeof(hello)) != 1) {
     return absl::UnavailableError("closed or timed out before a whole hello");
   }
   const timeval none{};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-  if (hello.magic != kMagic || hello.job != job_hash_) {
-    return absl::PermissionDeniedError("not a hello of this job");
-  }
-  if (hello.rank >= static_cast<uint32_t>(world_size())) {
-    return absl::InvalidArgumentError(absl::StrCat("claimed rank ", hello.rank, ", not a peer"));
-  }
-  const int rank = static_cast<int>(hello.rank);
+  const absl::StatusOr<int> claimed =
+      ParseRingHello(absl::string_view(hello, sizeof(hello)), job_hash_, world_size());
+  if (!claimed.ok()) return claimed.status();
+  const int rank = *claimed;
   absl::MutexLock lock(&readers_mu_);
   if (holder_[rank] >= 0) {
     return absl::AlreadyExistsError(absl::StrCat(
@@ -277,25 +262,24 @@ absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
 absl::Status TcpPeerLink::ReadFrames(int fd, int from, bool& delivered) {
   std::vector<char> scratch(kAddPieceBytes);
   while (true) {
-    uint64_t header[2];
-    const int r = ReadFull(fd, header, sizeof(header));
+    char bytes[kRingFrameHeaderBytes];
+    const int r = ReadFull(fd, bytes, sizeof(bytes));
     if (r == 0) return absl::OkStatus();
     if (r != 1) return absl::DataLossError("truncated frame header");
-    if (header[1] > options_.max_message_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("a frame declares ", header[1],
-                                                     " bytes, more than the ",
-                                                     options_.max_message_bytes, " allowed"));
-    }
-    if (std::optional<Posting> posting = inbox_.Claim(from, header[0], header[1])) {
+    const absl::StatusOr<RingFrameHeader> header = ParseRingFrameHeader(
+        absl::string_view(bytes, sizeof(bytes)), options_.max_message_bytes);
+    if (!header.ok()) return header.status();
+    const uint64_t tag = header->tag, length = header->payload_bytes;
+    if (std::optional<Posting> posting = inbox_.Claim(from, tag, length)) {
       const bool ok = ReadInto(fd, *posting, scratch);
-      inbox_.Delivered(from, header[0], ok);
+      inbox_.Delivered(from, tag, ok);
       if (!ok) return absl::DataLossError("truncated frame");
     } else {
-      std::optional<MessageBytes> payload = ReadPayload(fd, header[1]);
+      std::optional<MessageBytes> payload = ReadPayload(fd, length);
       if (!payload.has_value()) return absl::DataLossError("truncated frame");
-      if (auto s = inbox_.Deposit(from, header[0], *std::move(payload)); !s.ok()) return s;
+      if (auto s = inbox_.Deposit(from, tag, *std::move(payload)); !s.ok()) return s;
     }
-    received_ += static_cast<int64_t>(sizeof(header) + header[1]);
+    received_ += static_cast<int64_t>(sizeof(bytes) + length);
     delivered = true;
   }
 }
@@ -341,8 +325,8 @@ absl::Status TcpPeerLink::Connect(int peer, Outgoing& out) {
   if (fd < 0) return Errno(absl::StrCat("cannot connect to rank ", peer, " at ", address));
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  Hello hello{kMagic, static_cast<uint32_t>(options_.rank), job_hash_};
-  iovec iov{&hello, sizeof(hello)};
+  std::string hello = EncodeRingHello(options_.rank, job_hash_);
+  iovec iov{hello.data(), hello.size()};
   if (!WriteFull(fd, &iov, 1)) {
     close(fd);
     return Errno(absl::StrCat("hello to rank ", peer));
@@ -360,7 +344,8 @@ absl::Status TcpPeerLink::Send(int peer, uint64_t tag, absl::Span<const float> d
   if (out.fd < 0) {
     if (auto s = Connect(peer, out); !s.ok()) return s;
   }
-  uint64_t header[2] = {tag, data.size() * sizeof(float)};
+  char header[kRingFrameHeaderBytes];
+  EncodeRingFrameHeader({tag, data.size() * sizeof(float)}, header);
   iovec iov[2] = {{header, sizeof(header)},
                   {const_cast<float*>(data.data()), data.size() * sizeof(float)}};
   if (!WriteFull(out.fd, iov, data.empty() ? 1 : 2)) {

@@ -3,7 +3,8 @@
 // reads each message straight into the receiver's memory when it was expected (Expect:
 // copied there, or added through a small buffer that stays in cache), else into this
 // rank's Mailbox; and a blocking write per Send.
-// Framing: [tag u64][length u64][payload] after a hello of [magic u32][rank u32][job hash u64].
+// Framing: [tag u64][length u64][payload] after a hello of [magic u32][rank u32][job hash u64]
+// (worker/comm/ring_wire.h).
 // Fewer copies and no HTTP/2 framing compared with a gRPC call per message.
 //
 // Trust (see docs/failure_and_security.md): a connection speaks for a rank only once its

@@ -139,6 +139,16 @@ TEST(SafetensorsTest, RejectsBadEntries) {
              "tensor 'w': unknown key 'x'");
   EXPECT_HAS(error("\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}", 4),
              "tensor 'w' has 4 bytes but its shape [2] needs 8");
+  // 2^61 elements: the element count fits in int64, its byte size does not (it overflowed
+  // before; tests/fuzz/regressions/safetensors_fuzzer/byte_size_overflow).
+  EXPECT_HAS(error("\"w\":{\"dtype\":\"F32\",\"shape\":[2305843009213693952],"
+                   "\"data_offsets\":[0,0]}",
+                   0),
+             "tensor 'w' has a too large shape [2305843009213693952]");
+  EXPECT_HAS(error("\"w\":{\"dtype\":\"F32\",\"shape\":[1073741824,1073741824,4],"
+                   "\"data_offsets\":[0,0]}",
+                   0),
+             "tensor 'w' has a too large shape");
   EXPECT_HAS(error("\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}", 4),
              "tensor 'w' has data_offsets [4,0] out of range");
   EXPECT_HAS(error("\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}", 4),

@@ -1,0 +1,34 @@
+// Decoding of the ParameterServer requests (proto/ps.proto) into the shard's plain C++ types:
+// views, not copies, of the tensor bytes. Pure functions, shared by the gRPC adapter
+// (ps_service.cc) and the fuzz target that feeds the shard decoded hostile requests
+// (tests/fuzz/init_request_fuzzer.cc). Nothing is validated here: the shard does that.
+#ifndef DPTRAIN_SERVER_PS_REQUESTS_H_
+#define DPTRAIN_SERVER_PS_REQUESTS_H_
+
+#include <vector>
+
+#include "proto/ps.pb.h"
+#include "server/model_limits.h"
+#include "server/parameter_shard.h"
+
+namespace dptrain {
+
+// The model an InitRequest or PullRequest declares.
+template <typename Request>
+ModelDescription DescriptionOf(const Request& request) {
+  ModelDescription model;
+  model.num_shards = request.num_shards();
+  model.max_chunk_elements = request.max_chunk_elements();
+  model.tensors.reserve(request.tensors_size());
+  for (const proto::TensorSpec& t : request.tensors()) {
+    model.tensors.push_back({t.name(), t.num_elements()});
+  }
+  return model;
+}
+
+// Views of `chunks`' bytes, valid while the request lives.
+std::vector<ChunkView> ViewsOf(const google::protobuf::RepeatedPtrField<proto::Chunk>& chunks);
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_SERVER_PS_REQUESTS_H_

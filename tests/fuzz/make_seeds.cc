@@ -1,0 +1,259 @@
+// Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/): small valid
+// inputs, built with the project's own writers, from which the fuzzers mutate their way into
+// the parsers. Regenerate with
+//   bazel run //tests/fuzz:make_seeds -- $PWD/tests/fuzz/corpus
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/tensor_frame.h"
+#include "proto/ps.pb.h"
+#include "worker/comm/ring_wire.h"
+#include "worker/nn/safetensors.h"
+
+namespace dptrain {
+namespace {
+
+std::string root;
+
+void Write(const std::string& target, const std::string& name, const std::string& bytes) {
+  const std::string path = root + "/" + target + "/" + name;
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  if (!out) {
+    std::cerr << "make_seeds: cannot write " << path << " (does the directory exist?)\n";
+    std::exit(1);
+  }
+}
+
+// The inverse of FuzzedDataProvider: what the fuzz targets read with ConsumeIntegral*,
+// ConsumeBool and ConsumeRandomLengthString, in the order they read it. Integers come from
+// the end of the input, strings from the front.
+class ProviderInput {
+ public:
+  template <typename T>
+  ProviderInput& Integral(T value, T min = std::numeric_limits<T>::min(),
+                          T max = std::numeric_limits<T>::max()) {
+    const uint64_t range = static_cast<uint64_t>(max) - static_cast<uint64_t>(min);
+    uint64_t offset = static_cast<uint64_t>(value) - static_cast<uint64_t>(min);
+    int bytes = 0;
+    for (uint64_t r = range; r > 0 && bytes < static_cast<int>(sizeof(T)); r >>= 8) ++bytes;
+    // The provider reads the last byte first, as the most significant one.
+    for (int i = bytes - 1; i >= 0; --i) back_.push_back(static_cast<char>(offset >> (8 * i)));
+    return *this;
+  }
+  ProviderInput& Bool(bool b) { return Integral<uint8_t>(b ? 1 : 0); }
+  ProviderInput& String(const std::string& s) {
+    for (char c : s) front_ += c == '\\' ? std::string("\\\\") : std::string(1, c);
+    front_ += "\\x";  // Ends the string.
+    return *this;
+  }
+  ProviderInput& Rest(const std::string& s) {
+    front_ += s;
+    return *this;
+  }
+  std::string Bytes() const { return front_ + std::string(back_.rbegin(), back_.rend()); }
+
+ private:
+  std::string front_, back_;
+};
+
+std::string Gzip(const std::string& raw) {
+  std::vector<char> out(compressBound(raw.size()) + 64);
+  z_stream z{};
+  deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);  // +16: a gzip wrapper.
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw.data()));
+  z.avail_in = raw.size();
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = out.size();
+  deflate(&z, Z_FINISH);
+  const size_t n = z.total_out;
+  deflateEnd(&z);
+  return std::string(out.data(), n);
+}
+
+std::string BigEndian(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+          static_cast<char>(v)};
+}
+
+void TensorFrameSeeds() {
+  proto::FrameHeader h;
+  h.mutable_caller()->set_job_id("job");
+  h.mutable_caller()->set_rank(1);
+  h.set_step(3);
+  h.mutable_key()->set_tensor_id(2);
+  h.mutable_key()->set_chunk_index(1);
+  h.set_dtype(proto::FP32);
+  h.set_overflow(true);
+  const float payload[4] = {1.5f, -2.0f, 0.0f, 3.25f};
+  int i = 0;
+  for (const std::string& bytes : {std::string(reinterpret_cast<const char*>(payload), 16),
+                                   std::string()}) {
+    grpc::ByteBuffer frame = FrameReferencing(h, bytes);
+    grpc::Slice whole;
+    (void)frame.DumpToSingleSlice(&whole);
+    const std::string raw(reinterpret_cast<const char*>(whole.begin()), whole.size());
+    Write("tensor_frame_fuzzer", "frame" + std::to_string(i) + "_whole", std::string(1, 0) + raw);
+    Write("tensor_frame_fuzzer", "frame" + std::to_string(i) + "_cut", std::string(1, 7) + raw);
+    ++i;
+  }
+  proto::FrameHeader reply;
+  reply.mutable_key()->set_tensor_id(0);
+  reply.set_version(4);
+  reply.set_staleness(2);
+  grpc::ByteBuffer frame = FrameReferencing(reply, "abcd");
+  grpc::Slice whole;
+  (void)frame.DumpToSingleSlice(&whole);
+  Write("tensor_frame_fuzzer", "reply",
+        std::string(1, 3) + std::string(reinterpret_cast<const char*>(whole.begin()), whole.size()));
+}
+
+void IdxSeeds() {
+  const std::string images = BigEndian(0x803) + BigEndian(2) + BigEndian(2) + BigEndian(3) +
+                             std::string("\x00\x10\x20\x30\x40\x50\xff\x5c\x01\x02\x03\x04", 12);
+  const std::string labels = BigEndian(0x801) + BigEndian(2) + std::string("\x03\x09", 2);
+  auto pair = [](const std::string& a, const std::string& b) {
+    return ProviderInput().String(a).Rest(b).Bytes();
+  };
+  Write("idx_reader_fuzzer", "raw", pair(images, labels));
+  Write("idx_reader_fuzzer", "gzip", pair(Gzip(images), Gzip(labels)));
+  Write("idx_reader_fuzzer", "gzip_images_raw_labels", pair(Gzip(images), labels));
+  Write("idx_reader_fuzzer", "empty_set",
+        pair(BigEndian(0x803) + BigEndian(0) + BigEndian(28) + BigEndian(28),
+             BigEndian(0x801) + BigEndian(0)));
+}
+
+void SafetensorsSeeds() {
+  const float w[6] = {1, 2, 3, 4, 5, 6}, b[2] = {-1, 0.5f}, scalar = 7;
+  auto write = [](const std::string& name, const std::vector<nn::NamedTensor>& tensors,
+                  const std::map<std::string, std::string>& metadata) {
+    absl::StatusOr<std::string> bytes = nn::SerializeSafetensors(tensors, metadata);
+    if (!bytes.ok()) {
+      std::cerr << "make_seeds: " << bytes.status() << "\n";
+      std::exit(1);
+    }
+    Write("safetensors_fuzzer", name, *bytes);
+  };
+  write("two_tensors", {{"0.weight", {2, 3}, w}, {"0.bias", {2}, b}},
+        {{"format", "pt"}, {"model", "mlp"}});
+  write("scalar_and_empty", {{"s", {}, &scalar}, {"e\\u \"q\"", {0, 4}, nullptr}}, {});
+  write("no_tensors", {}, {{"k", "v"}});
+}
+
+void ModelDescriptionSeeds() {
+  // LeNet-like: 4 tensors in 2 shards, chunks of 1024 elements, the default limits.
+  ProviderInput lenet;
+  lenet.Bool(false).Integral<int>(2).Integral<int64_t>(1024).Integral<int>(4, 0, 256);
+  for (auto [name, n] : std::vector<std::pair<std::string, int64_t>>{
+           {"0.weight", 150}, {"0.bias", 6}, {"3.weight", 2400}, {"3.bias", 16}}) {
+    lenet.String(name).Integral<int64_t>(n);
+  }
+  Write("model_description_fuzzer", "lenet_like", lenet.Bytes());
+  // Small limits: 1 MiB, 64 chunks, chunks of at most 4096 elements.
+  ProviderInput tight;
+  tight.Bool(true)
+      .Integral<int64_t>(1 << 20)
+      .Integral<int64_t>(64, 0, 1 << 16)
+      .Integral<int64_t>(4096)
+      .Integral<int>(3)
+      .Integral<int64_t>(1000)
+      .Integral<int>(2, 0, 256);
+  tight.String("a").Integral<int64_t>(5000).String("b").Integral<int64_t>(7);
+  Write("model_description_fuzzer", "tight_limits", tight.Bytes());
+}
+
+std::string InitSeed(uint8_t config, const proto::InitRequest& init,
+                     const proto::PushPullRequest& push) {
+  const std::string a = init.SerializeAsString(), b = push.SerializeAsString();
+  return std::string(1, static_cast<char>(config)) + static_cast<char>(a.size() & 0xff) +
+         static_cast<char>(a.size() >> 8) + a + b;
+}
+
+void InitRequestSeeds() {
+  // One tensor of 6 elements in chunks of at most 4: chunks (0,0) and (0,1) of 3 elements.
+  // With 2 shards, shard 0 owns (0,0) and shard 1 (the fuzzer's shard) owns (0,1).
+  auto chunk = [](auto* message, int index, float scale) {
+    proto::Chunk* c = message->add_chunks();
+    c->mutable_key()->set_tensor_id(0);
+    c->mutable_key()->set_chunk_index(index);
+    c->set_dtype(proto::FP32);
+    const float v[3] = {scale, 2 * scale, -scale};
+    c->set_data(reinterpret_cast<const char*>(v), sizeof(v));
+  };
+  for (int shards : {1, 2}) {
+    proto::InitRequest init;
+    init.mutable_caller()->set_job_id("job");
+    init.set_num_shards(shards);
+    init.set_max_chunk_elements(4);
+    proto::TensorSpec* t = init.add_tensors();
+    t->set_name("w");
+    t->set_num_elements(6);
+    proto::PushPullRequest push;
+    *push.mutable_caller() = init.caller();
+    push.set_step(0);
+    for (int index = shards == 1 ? 0 : 1; index < 2; ++index) {
+      chunk(&init, index, 1.0f);
+      chunk(&push, index, 0.25f);
+    }
+    const uint8_t two = shards == 2 ? 6 : 0;  // config / 6 % 2 picks the shard count.
+    for (uint8_t policy_and_optimizer : {0, 1, 2, 3}) {  // bsp, ssp, async; sgd / adam.
+      Write("init_request_fuzzer",
+            "shards" + std::to_string(shards) + "_config" + std::to_string(policy_and_optimizer),
+            InitSeed(two + policy_and_optimizer, init, push));
+    }
+    push.set_overflow(true);
+    Write("init_request_fuzzer", "shards" + std::to_string(shards) + "_overflow",
+          InitSeed(two, init, push));
+  }
+}
+
+void RingWireSeeds() {
+  const uint64_t job = HashRingJob("fuzz");
+  auto frame = [](uint64_t tag, const std::string& payload) {
+    char header[kRingFrameHeaderBytes];
+    EncodeRingFrameHeader({tag, payload.size()}, header);
+    return std::string(header, sizeof(header)) + payload;
+  };
+  const std::string four_floats(16, '\x3f'), two_floats(8, '\x40');
+  // world 4, max payload 64; expect tag 1 (4 floats, copied), tag 2 (2 floats, added), tag 3.
+  ProviderInput in;
+  in.Integral<int>(4, 0, 8).Integral<uint64_t>(64, 0, 1024);
+  in.Integral<uint64_t>(1, 0, 3).Integral<size_t>(4, 0, 16).Bool(false);
+  in.Integral<uint64_t>(2, 0, 3).Integral<size_t>(2, 0, 16).Bool(true);
+  in.Integral<uint64_t>(3, 0, 3).Integral<size_t>(1, 0, 16).Bool(false);
+  ProviderInput expected_and_not = in;
+  expected_and_not.Rest(EncodeRingHello(1, job) + frame(1, four_floats) + frame(2, two_floats) +
+                        frame(0, two_floats) + frame(3, four_floats));
+  Write("ring_wire_fuzzer", "expected_and_unexpected", expected_and_not.Bytes());
+  ProviderInput truncated = in;
+  truncated.Rest(EncodeRingHello(3, job) + frame(1, four_floats).substr(0, 20));
+  Write("ring_wire_fuzzer", "truncated", truncated.Bytes());
+  ProviderInput oversized = in;
+  oversized.Rest(EncodeRingHello(2, job) + frame(1, std::string(80, 'x')));
+  Write("ring_wire_fuzzer", "oversized", oversized.Bytes());
+}
+
+}  // namespace
+}  // namespace dptrain
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: make_seeds CORPUS_DIR (with one existing folder per fuzz target)\n";
+    return 2;
+  }
+  dptrain::root = argv[1];
+  dptrain::TensorFrameSeeds();
+  dptrain::IdxSeeds();
+  dptrain::SafetensorsSeeds();
+  dptrain::ModelDescriptionSeeds();
+  dptrain::InitRequestSeeds();
+  dptrain::RingWireSeeds();
+  return 0;
+}
