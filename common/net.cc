@@ -10,20 +10,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace dptrain {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const Credentials& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // A connection of its own: gRPC would otherwise share one TCP connection between the
   // channels of a process to the same address (e.g. several ranks in one test process).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, credentials.ChannelCredentials(), args);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return MakeChannel(address, *Credentials::Plaintext());
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
