@@ -428,8 +428,8 @@ absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer) {
   Challenge challenge;
   if (!ReadFullBy(fd, &challenge, sizeof(challenge), deadline)) {
     return absl::UnavailableError(absl::StrCat(
-        "rank ", peer, " at ", address, " sent no job-token challenge within ",
-        absl::FormatDuration(options_.handshake_timeout),
+        "rank ", peer, " at ", address, " closed the connection or sent no job-token challenge "
+        "within ", absl::FormatDuration(options_.handshake_timeout),
         " (does it run without --job_token_file? its log says why it dropped the connection)"));
   }
   if (challenge.magic != ring_auth::kChallengeMagic ||
