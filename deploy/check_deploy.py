@@ -420,6 +420,22 @@ def check_compose(a):
 SECURITY_FLAGS = ("tls_cert", "tls_key", "tls_ca", "job_token_file")
 
 
+def expected_files(cert_stem):
+    """The file each security flag names: the process's own certificate and key (as
+    tools/make_certs.sh names them), the job's CA and token."""
+    return {"tls_cert": f"{cert_stem}.crt", "tls_key": f"{cert_stem}.key", "tls_ca": "ca.crt",
+            "job_token_file": "job_token"}
+
+
+def given_security_flags(where, flags):
+    """(flag, value) of every security flag given; a failure for each one missing."""
+    for flag in SECURITY_FLAGS:
+        if flags.get(flag):
+            yield flag, flags[flag]
+        else:
+            fail(f"{where}: no --{flag} (security is on in the deploy files)")
+
+
 def check_compose_security(where, svc, flags, secrets, process):
     """The four security flags of a compose service, each a file under /run/secrets that one
     of its secrets provides; its own certificate and key are `process`'s (ps-I, worker-R) and
@@ -430,13 +446,8 @@ def check_compose_security(where, svc, flags, secrets, process):
         if isinstance(entry, str):
             entry = {"source": entry}
         mounted[entry.get("target") or entry["source"]] = entry["source"]
-    want_file = {"tls_cert": f"{process}.crt", "tls_key": f"{process}.key",
-                 "tls_ca": "ca.crt", "job_token_file": "job_token"}
-    for flag in SECURITY_FLAGS:
-        value = flags.get(flag)
-        if not value:
-            fail(f"{where}: no --{flag} (security is on in the deploy files)")
-            continue
+    want_file = expected_files(process)
+    for flag, value in given_security_flags(where, flags):
         if not value.startswith("/run/secrets/"):
             fail(f"{where}: --{flag}={value} is not a mounted secret (/run/secrets/...)")
             continue
@@ -648,13 +659,8 @@ def check_k8s_security(kind, pod, c, flags, role, index, probes):
         secret = (volumes.get(m.get("name")) or {}).get("secret")
         if secret:
             mounts[m.get("mountPath", "").rstrip("/")] = (secret, m)
-    want = {"tls_cert": f"{role}-$({index}).crt", "tls_key": f"{role}-$({index}).key",
-            "tls_ca": "ca.crt", "job_token_file": "job_token"}
-    for flag in SECURITY_FLAGS:
-        value = flags.get(flag)
-        if not value:
-            fail(f"{where}: no --{flag} (security is on in the deploy files)")
-            continue
+    want = expected_files(f"{role}-$({index})")
+    for flag, value in given_security_flags(where, flags):
         directory, _, name = value.rpartition("/")
         if directory not in mounts:
             fail(f"{where}: --{flag}={value} is not in a mounted Secret")
