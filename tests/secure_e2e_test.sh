@@ -25,6 +25,17 @@ for f in ca.crt job_token ps-0.crt ps-0.key worker-0.crt worker-0.key worker-1.c
   [[ -s "$CERTS/$f" ]] || die "make_certs.sh made no $f"
 done
 echo "certificates: $(ls "$CERTS" | tr '\n' ' ')"
+[[ $(stat -c %a "$CERTS") == 700 ]] || die "the certificate folder is not private"
+grep -qxE '[0-9a-f]{64}' "$CERTS/job_token" || die "the job token is not 64 hex digits"
+for want in DNS:ps-0 DNS:ps-gpu-0 DNS:dptrain-ps-0.dptrain-ps \
+  DNS:dptrain-ps-0.dptrain-ps.default.svc.cluster.local DNS:localhost "IP Address:127.0.0.1"; do
+  openssl x509 -in "$CERTS/ps-0.crt" -noout -ext subjectAltName | grep -qF "$want" ||
+    die "ps-0.crt does not name $want"
+done
+openssl x509 -in "$CERTS/worker-1.crt" -noout -ext subjectAltName | grep -qF "DNS:worker-1" ||
+  die "worker-1.crt does not name worker-1"
+openssl verify -CAfile "$CERTS/ca.crt" "$CERTS"/ps-0.crt "$CERTS"/worker-*.crt >/dev/null ||
+  die "a certificate does not verify against ca.crt"
 
 # security NAME [TOKEN_FILE]: the security flags of process NAME.
 security() {

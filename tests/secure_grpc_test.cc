@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "common/health_client.h"
+#include "common/health_server.h"
 #include "common/net.h"
 #include "common/ring_allreduce.h"
 #include "common/small_file.h"
@@ -19,6 +20,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
 #include "server/ps_server.h"
 #include "tests/test_cluster.h"
 #include "worker/comm/allreduce_group.h"
@@ -227,16 +229,47 @@ TEST_F(SecureGrpcTest, TlsTurnsAwayPlaintextAndForeignCertificates) {
                 s.error_code() == StatusCode::DEADLINE_EXCEEDED)
         << what << ": " << s.error_code() << " " << s.error_message();
   }
-  // The worker's side: a server whose certificate another CA signed is not trusted.
-  PsServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.shard.num_shards = 1;
-  o.credentials = Load(TestSecurity("other/ps-0"));
-  auto impostor = PsServer::Start(o);
-  ASSERT_TRUE(impostor.ok()) << impostor.status();
-  auto channel = MakeChannel(absl::StrCat("127.0.0.1:", (*impostor)->port()), *right_);
-  EXPECT_FALSE(
-      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2)));
+  // The worker's side: a server is trusted under the names its certificate gives
+  // (127.0.0.1, localhost, ...), not under another address of the same machine, and not
+  // at all when another CA signed its certificate.
+  const auto connects = [&](const std::string& host, const PsServer& server) {
+    return MakeChannel(absl::StrCat(host, ":", server.port()), *right_)
+        ->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  };
+  const auto start = [](const std::string& address, const std::string& process) {
+    PsServerOptions o;
+    o.listen_address = address;
+    o.shard.num_shards = 1;
+    o.credentials = Load(TestSecurity(process));
+    auto server = PsServer::Start(o);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? *std::move(server) : nullptr;
+  };
+  std::unique_ptr<PsServer> named = start("0.0.0.0:0", "ps-1");
+  ASSERT_NE(named, nullptr);
+  EXPECT_TRUE(connects("127.0.0.1", *named));
+  EXPECT_TRUE(connects("localhost", *named));
+  EXPECT_FALSE(connects("127.0.0.2", *named));
+  std::unique_ptr<PsServer> impostor = start("127.0.0.1:0", "other/ps-0");
+  ASSERT_NE(impostor, nullptr);
+  EXPECT_FALSE(connects("127.0.0.1", *impostor));
+}
+
+// A worker's health server (gpu_worker --health_port) takes the same credentials.
+TEST(SecureHealthServerTest, AnswersOnlyTheJobsProcesses) {
+  proto::Worker::Service service;  // Any service: gRPC needs one besides health.
+  auto server = StartHealthServer(0, &service, "127.0.0.1", *Load(TestSecurity("worker-1")));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", server->port);
+  auto serving = CheckHealth(address, absl::Seconds(5), *Load(TestSecurity("ps-0")));
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_EQ(*serving, ServingStatus::kServing);
+  const std::string wrong = WrongTokenFile();
+  EXPECT_EQ(CheckHealth(address, absl::Seconds(5), *Load(TestSecurity("ps-0", &wrong)))
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_FALSE(CheckHealth(address, absl::Seconds(2)).ok());  // Plaintext.
 }
 
 // All-reduce mode: rank 0's rendezvous (gRPC) and the ring (TCP, keyed handshake) with the
@@ -257,7 +290,16 @@ TEST(SecureAllReduceTest, RendezvousAndRingWorkWithTheTokenAndRefuseAWrongOne) {
   o1.master_port = (*group0)->master_port();
   o1.credentials = Load(TestSecurity("worker-1"));
 
-  // A rank 1 with the wrong token first: refused, and it takes no place in the rendezvous.
+  // A plaintext rank 1 cannot reach rank 0's TLS rendezvous.
+  AllReduceGroupOptions plaintext = o1;
+  plaintext.credentials = Credentials::Plaintext();
+  plaintext.connect_timeout = absl::Seconds(2);
+  auto unreachable = AllReduceGroup::Listen(plaintext);
+  ASSERT_TRUE(unreachable.ok()) << unreachable.status();
+  const absl::Status plain_join = (*unreachable)->Join();
+  EXPECT_EQ(plain_join.code(), absl::StatusCode::kUnavailable) << plain_join;
+
+  // A rank 1 with the wrong token: refused, and it takes no place in the rendezvous.
   const std::string wrong = WrongTokenFile();
   AllReduceGroupOptions stranger = o1;
   stranger.credentials = Load(TestSecurity("worker-1", &wrong));
