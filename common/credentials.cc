@@ -101,8 +101,8 @@ class JobTokenCheck final : public grpc::AuthMetadataProcessor {
 
   bool IsBlocking() const override { return false; }  // A hash and a compare.
 
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*,
-                       OutputMetadata* consumed, OutputMetadata*) override {
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata* consumed,
+                       OutputMetadata*) override {
     const auto found = metadata.find(kTokenHeader);
     // Hashing both sides makes the comparison's time independent of the lengths too.
     if (found == metadata.end() ||
@@ -142,9 +142,9 @@ class JobTokenPlugin final : public grpc::MetadataCredentialsPlugin {
 absl::StatusOr<std::shared_ptr<const Credentials>> Credentials::Load(const SecurityOptions& o) {
   const bool cert = !o.tls_cert.empty(), key = !o.tls_key.empty(), ca = !o.tls_ca.empty();
   if ((cert || key || ca) && !(cert && key && ca)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tls_cert, --tls_key and --tls_ca go together (mutual TLS); missing:",
-        cert ? "" : " --tls_cert", key ? "" : " --tls_key", ca ? "" : " --tls_ca"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_cert, --tls_key and --tls_ca go together (mutual TLS); missing:",
+                     cert ? "" : " --tls_cert", key ? "" : " --tls_key", ca ? "" : " --tls_ca"));
   }
   if (!o.job_token_file.empty() && !cert) {
     return absl::InvalidArgumentError(

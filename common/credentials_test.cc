@@ -61,8 +61,7 @@ TEST(CredentialsTest, EveryMistakeIsOneLineNamingTheFlag) {
   ExpectError(o, absl::StatusCode::kNotFound, "--tls_ca: cannot read '/nonexistent/ca.crt'");
   o = TestSecurity("ps-0");
   o.job_token_file = "/nonexistent/token";
-  ExpectError(o, absl::StatusCode::kNotFound,
-              "--job_token_file: cannot read '/nonexistent/token'");
+  ExpectError(o, absl::StatusCode::kNotFound, "--job_token_file: cannot read '/nonexistent/token'");
   o = TestSecurity("ps-0");
   o.job_token_file = TestFile("empty_token", "\n");
   ExpectError(o, absl::StatusCode::kInvalidArgument, "--job_token_file: '");

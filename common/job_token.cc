@@ -21,20 +21,19 @@ absl::StatusOr<std::string> ReadJobTokenFile(const std::string& path) {
   if (!text.ok()) return text.status();
   const std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", path, "' is empty (tools/make_certs.sh writes a random job token)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is empty (tools/make_certs.sh writes a random job token)"));
   }
   if (token.size() < kMinJobTokenChars) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the job token in '", path, "' has ", token.size(),
-                     " characters, fewer than ", kMinJobTokenChars,
-                     " (tools/make_certs.sh writes 64 hex digits)"));
+        absl::StrCat("the job token in '", path, "' has ", token.size(), " characters, fewer than ",
+                     kMinJobTokenChars, " (tools/make_certs.sh writes 64 hex digits)"));
   }
   for (unsigned char c : token) {
     if (c <= ' ' || c > '~') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the job token in '", path,
-          "' must be printable ASCII without spaces (it travels in a gRPC header)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the job token in '", path,
+                       "' must be printable ASCII without spaces (it travels in a gRPC header)"));
     }
   }
   return token;

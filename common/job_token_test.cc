@@ -22,8 +22,7 @@ TEST(JobTokenTest, Rfc4231AndFips180Vectors) {
   EXPECT_EQ(Hex(HmacSha256(std::string(131, '\xaa'),
                            "Test Using Larger Than Block-Size Key - Hash Key First")),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
-  EXPECT_EQ(Hex(Sha256("abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Hex(Sha256("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(JobTokenTest, DigestsEqualComparesEveryByte) {

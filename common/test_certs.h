@@ -17,8 +17,8 @@ namespace dptrain {
 inline std::string TestCertPath(const std::string& file) {
   const char* root = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(root != nullptr ? root : ".", "/", workspace != nullptr ? workspace : "dptrain",
-                      "/tools/test_certs/", file);
+  return absl::StrCat(root != nullptr ? root : ".", "/",
+                      workspace != nullptr ? workspace : "dptrain", "/tools/test_certs/", file);
 }
 
 // Mutual TLS as `process` ("ps-0", "worker-1", "other/worker-0", ...) with the CA and the

@@ -265,10 +265,9 @@ TEST(SecureHealthServerTest, AnswersOnlyTheJobsProcesses) {
   ASSERT_TRUE(serving.ok()) << serving.status();
   EXPECT_EQ(*serving, ServingStatus::kServing);
   const std::string wrong = WrongTokenFile();
-  EXPECT_EQ(CheckHealth(address, absl::Seconds(5), *Load(TestSecurity("ps-0", &wrong)))
-                .status()
-                .code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(
+      CheckHealth(address, absl::Seconds(5), *Load(TestSecurity("ps-0", &wrong))).status().code(),
+      absl::StatusCode::kUnauthenticated);
   EXPECT_FALSE(CheckHealth(address, absl::Seconds(2)).ok());  // Plaintext.
 }
 

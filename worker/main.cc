@@ -406,8 +406,8 @@ absl::Status Run() {
   std::optional<HealthServer> health;
   StatusService status_service(*rank, *world_size, mode, absl::GetFlag(FLAGS_model));
   if (const int port = absl::GetFlag(FLAGS_health_port); port >= 0) {
-    auto started = StartHealthServer(port, &status_service, absl::GetFlag(FLAGS_bind_address),
-                                     **credentials);
+    auto started =
+        StartHealthServer(port, &status_service, absl::GetFlag(FLAGS_bind_address), **credentials);
     if (!started.ok()) return started.status();
     health = *std::move(started);
     std::cout << who << ": health service on port " << health->port << std::endl;

@@ -16,9 +16,8 @@ Digest Proof(absl::string_view label, absl::string_view token, const Session& s)
     return absl::string_view(reinterpret_cast<const char*>(n.data()), n.size());
   };
   // The label ends with a NUL byte, so that no label is a prefix of another message.
-  return HmacSha256(token, absl::StrCat(label, absl::string_view("\0", 1),
-                                        bytes(s.acceptor_nonce), bytes(s.connector_nonce),
-                                        LittleEndian(s.connector_rank),
+  return HmacSha256(token, absl::StrCat(label, absl::string_view("\0", 1), bytes(s.acceptor_nonce),
+                                        bytes(s.connector_nonce), LittleEndian(s.connector_rank),
                                         LittleEndian(s.acceptor_rank), s.job_id));
 }
 

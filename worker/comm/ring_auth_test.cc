@@ -77,8 +77,9 @@ TEST(KeyedRingTest, StrangersWithoutTheTokenNeverTouchTheRing) {
   EXPECT_FALSE(second.KeyedHello(2, 0, kToken));
   second.Frame(first_tag, garbage, /*dropped=*/true);
 
-  ASSERT_TRUE(log.WaitFor("dropped: a hello without a job-token proof (this ring requires the "
-                          "job token)"));
+  ASSERT_TRUE(
+      log.WaitFor("dropped: a hello without a job-token proof (this ring requires the "
+                  "job token)"));
   ASSERT_TRUE(log.WaitFor("dropped: claimed rank 2 with a wrong job-token proof"));
   ASSERT_TRUE(log.WaitFor("dropped: not a hello of this job"));
   ASSERT_TRUE(log.WaitFor("which is already connected (one live connection per rank)"));
@@ -180,8 +181,9 @@ TEST(KeyedRingTest, TheConnectorSendsNothingToAListenerWithoutTheToken) {
     auto link = LinkTo(wrong.address(), Keyed());
     const absl::Status s = link->Send(1, 5, secret);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
-    EXPECT_TRUE(absl::StrContains(s.message(), "failed the job-token check as rank 1: nothing "
-                                               "was sent to it"))
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "failed the job-token check as rank 1: nothing "
+                                  "was sent to it"))
         << s;
   }
   EXPECT_EQ(wrong.TotalReceived(), 0);  // Beyond the 80 handshake bytes read in `serve`.
@@ -220,8 +222,9 @@ TEST(KeyedRingTest, HandshakeWaitsAreBounded) {
   EXPECT_TRUE(silent.ClosedByLink());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   ASSERT_TRUE(log.WaitFor("refused: 2 connections are already awaiting their handshake"));
-  ASSERT_TRUE(log.WaitFor("dropped: claimed rank 1 but closed or timed out before its "
-                          "job-token proof"));
+  ASSERT_TRUE(
+      log.WaitFor("dropped: claimed rank 1 but closed or timed out before its "
+                  "job-token proof"));
   ASSERT_TRUE(log.WaitFor("dropped: closed or timed out before a whole hello"));
   // The real peer gets in afterwards.
   const std::vector<float> message = {4, 5};
@@ -263,8 +266,9 @@ TEST(KeyedRingTest, ATokenOnSomeRanksOnlyFailsClearly) {
   ASSERT_TRUE(rank0.ok() && rank1.ok());
   const absl::Status s = (*rank0)->Send(1, 1, {1.0f});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "closed the connection or sent no job-token "
-                                             "challenge"))
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "closed the connection or sent no job-token "
+                                "challenge"))
       << s;
   EXPECT_TRUE(log.WaitFor("tcp link rank 1: connection from 127.0.0.1:"));
   EXPECT_TRUE(log.WaitFor("dropped: a job-token hello, but this rank has no job token"));

@@ -57,8 +57,8 @@ bool ReadFullBy(int fd, void* buffer, size_t n, absl::Time deadline) {
     if (left <= absl::ZeroDuration()) return false;
     pollfd ready{fd, POLLIN, 0};
     const int polled =
-        poll(&ready, 1, static_cast<int>(std::min<int64_t>(
-                            absl::ToInt64Milliseconds(left) + 1, 1 << 30)));
+        poll(&ready, 1,
+             static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30)));
     if (polled < 0 && errno == EINTR) continue;
     if (polled <= 0) return false;
     const ssize_t r = read(fd, p + done, n - done);
@@ -303,8 +303,7 @@ absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
     session.acceptor_rank = static_cast<uint32_t>(options_.rank);
     session.acceptor_nonce = challenge.nonce;
     Digest proof;
-    if (!ReadFullBy(fd, session.connector_nonce.data(), session.connector_nonce.size(),
-                    deadline) ||
+    if (!ReadFullBy(fd, session.connector_nonce.data(), session.connector_nonce.size(), deadline) ||
         !ReadFullBy(fd, proof.data(), proof.size(), deadline)) {
       return absl::UnavailableError(absl::StrCat(
           "claimed rank ", rank, " but closed or timed out before its job-token proof"));
@@ -428,8 +427,10 @@ absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer) {
   Challenge challenge;
   if (!ReadFullBy(fd, &challenge, sizeof(challenge), deadline)) {
     return absl::UnavailableError(absl::StrCat(
-        "rank ", peer, " at ", address, " closed the connection or sent no job-token challenge "
-        "within ", absl::FormatDuration(options_.handshake_timeout),
+        "rank ", peer, " at ", address,
+        " closed the connection or sent no job-token challenge "
+        "within ",
+        absl::FormatDuration(options_.handshake_timeout),
         " (does it run without --job_token_file? its log says why it dropped the connection)"));
   }
   if (challenge.magic != ring_auth::kChallengeMagic ||
@@ -452,9 +453,9 @@ absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer) {
         "log says why)"));
   }
   if (!DigestsEqual(answer, ring_auth::AcceptorProof(token, session))) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("the process at ", address, " failed the job-token check as rank ", peer,
-                     ": nothing was sent to it"));
+    return absl::UnauthenticatedError(absl::StrCat("the process at ", address,
+                                                   " failed the job-token check as rank ", peer,
+                                                   ": nothing was sent to it"));
   }
   return absl::OkStatus();
 }

@@ -12,10 +12,10 @@
 // handshake (Handshake(), the one place that decides) proved the job token, when the link
 // has one, and claimed a rank that had no live connection; a second claim of a connected
 // rank is refused and logged, never merged. A connecting rank sends no frame before the
-// accepting rank proved the token in turn. A connection that fails before its handshake completes, or before it delivered
-// any frame, is logged and dropped and never marks a rank closed. Every frame length is
-// bounded by max_message_bytes before anything is allocated, and a large unexpected
-// payload is allocated as its bytes arrive. At most max_pending_handshakes connections
+// accepting rank proved the token in turn. A connection that fails before its handshake
+// completes, or before it delivered any frame, is logged and dropped and never marks a rank
+// closed. Every frame length is bounded by max_message_bytes before anything is allocated,
+// and a large unexpected payload is allocated as its bytes arrive. At most max_pending_handshakes connections
 // may be in their handshake, each for at most handshake_timeout.
 #ifndef DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
 #define DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
@@ -61,7 +61,7 @@ struct TcpPeerLinkOptions {
   // The largest frame payload a peer may declare: the largest message the caller sends
   // (the ring's chunk). A larger declaration drops the connection.
   uint64_t max_message_bytes = uint64_t{64} << 20;
-  int max_pending_handshakes = 16;                       // Accepted, handshake not done.
+  int max_pending_handshakes = 16;  // Accepted, handshake not done.
   // The whole handshake, on either side (a connector waits this long for the proof).
   absl::Duration handshake_timeout = absl::Seconds(10);
   // The job's secret (--job_token_file): every connection proves it (ring_auth.h). Empty:

@@ -30,8 +30,8 @@ namespace dptrain {
 
 // Links of ranks 0..n-1 over loopback; `ports`, if set, receives each rank's listening port.
 inline std::vector<std::unique_ptr<TcpPeerLink>> MakeLinks(int n, absl::Duration timeout,
-                                                    TcpPeerLinkOptions o = {},
-                                                    std::vector<int>* ports = nullptr) {
+                                                           TcpPeerLinkOptions o = {},
+                                                           std::vector<int>* ports = nullptr) {
   std::vector<std::unique_ptr<TcpListener>> listeners;
   o.timeout = timeout;
   for (int r = 0; r < n; ++r) {
@@ -62,7 +62,7 @@ inline std::vector<float> Input(int rank, int64_t n) {
 // The ring all-reduce of Input(r, size) over `links`, checked bit for bit against the same
 // collective over the in-memory link.
 inline void ExpectCleanAllReduce(std::vector<std::unique_ptr<TcpPeerLink>>& links, int64_t size,
-                          const RingOptions& o) {
+                                 const RingOptions& o) {
   const int n = static_cast<int>(links.size());
   std::vector<std::vector<float>> tcp(n), memory(n);
   for (int r = 0; r < n; ++r) tcp[r] = memory[r] = Input(r, size);
