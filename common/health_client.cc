@@ -12,7 +12,12 @@
 namespace dptrain {
 
 absl::StatusOr<ServingStatus> CheckHealth(const std::string& address, absl::Duration timeout) {
-  grpc::GenericStub stub(MakeChannel(address));
+  return CheckHealth(address, timeout, *Credentials::Plaintext());
+}
+
+absl::StatusOr<ServingStatus> CheckHealth(const std::string& address, absl::Duration timeout,
+                                          const Credentials& credentials) {
+  grpc::GenericStub stub(MakeChannel(address, credentials));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::Slice empty("");

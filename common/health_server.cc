@@ -2,17 +2,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
 namespace dptrain {
 
 absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service,
-                                               const std::string& host) {
+                                               const std::string& host,
+                                               const Credentials& credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   HealthServer out;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrCat(host, ":", port), credentials.ServerCredentials(),
                            &out.port);
   builder.RegisterService(service);
   out.server = builder.BuildAndStart();

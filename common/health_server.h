@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/credentials.h"
 #include "grpcpp/server.h"
 
 namespace dptrain {
@@ -16,10 +17,12 @@ struct HealthServer {
   int port = 0;
 };
 
-// Listens on 0.0.0.0:`port` (0: a free port) with `service` (gRPC needs at least one of
-// its own; it must outlive the server) and the health service. Unavailable if it cannot bind.
+// Listens on `host`:`port` (0: a free port) with `credentials` (TLS and the job token
+// when on), `service` (gRPC needs at least one of its own; it must outlive the server) and
+// the health service. Unavailable if it cannot bind.
 absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service,
-                                               const std::string& host = "0.0.0.0");
+                                               const std::string& host,
+                                               const Credentials& credentials);
 
 }  // namespace dptrain
 

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/credentials.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server_builder.h"
 
@@ -15,8 +16,11 @@ namespace dptrain {
 // Largest gRPC message either side accepts: a whole shard's weights travel in one message.
 inline constexpr int kMaxMessageBytes = 1 << 30;
 
-// A channel to `address` ("host:port") with the message limits above. Plaintext for now;
-// credentials get plugged in here.
+// A channel to `address` ("host:port") with the message limits above and `credentials`
+// (TLS and the job token when they are on).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const Credentials& credentials);
+// The same in plaintext without a token (tests and benchmarks).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Applies the message limits to a server under construction.

@@ -4,7 +4,11 @@
   check_deploy.py dockerfile --dockerfile=deploy/Dockerfile --cuda=deploy/Dockerfile.cuda \
       --setup=tools/setup.sh --readme=README.md --deploy_build=deploy/BUILD BIN...
   check_deploy.py compose RENDERED.yml      # output of `docker-compose config`
+      (security: every process gets --tls_cert/--tls_key/--tls_ca/--job_token_file from
+      its own secrets, made by tools/make_certs.sh; the health checks present them too)
   check_deploy.py k8s --overlay=cpu|gpu RENDERED.yaml   # output of `kubectl kustomize`
+      (security: the same flags from a mounted Secret, the pod's own certificate by index,
+      exec probes that run health_probe with them)
   check_deploy.py flags FILE...             # prints "binary --flag" for every flag passed
 
 Every problem is printed as "FAIL: ..." and the exit status is 1 if there was any.
@@ -410,10 +414,62 @@ def check_compose(a):
         profile = ",".join(svc.get("profiles") or []) or "default"
         groups.setdefault(profile, {})[name] = svc
     for profile, svcs in sorted(groups.items()):
-        check_compose_job(profile, svcs)
+        check_compose_job(profile, svcs, doc.get("secrets") or {})
 
 
-def check_compose_job(profile, svcs):
+SECURITY_FLAGS = ("tls_cert", "tls_key", "tls_ca", "job_token_file")
+
+
+def expected_files(cert_stem):
+    """The file each security flag names: the process's own certificate and key (as
+    tools/make_certs.sh names them), the job's CA and token."""
+    return {"tls_cert": f"{cert_stem}.crt", "tls_key": f"{cert_stem}.key", "tls_ca": "ca.crt",
+            "job_token_file": "job_token"}
+
+
+def given_security_flags(where, flags):
+    """(flag, value) of every security flag given; a failure for each one missing."""
+    for flag in SECURITY_FLAGS:
+        if flags.get(flag):
+            yield flag, flags[flag]
+        else:
+            fail(f"{where}: no --{flag} (security is on in the deploy files)")
+
+
+def check_compose_security(where, svc, flags, secrets, process):
+    """The four security flags of a compose service, each a file under /run/secrets that one
+    of its secrets provides; its own certificate and key are `process`'s (ps-I, worker-R) and
+    every secret is a file that tools/make_certs.sh writes; the health check presents the
+    same flags."""
+    mounted = {}
+    for entry in svc.get("secrets") or []:
+        if isinstance(entry, str):
+            entry = {"source": entry}
+        mounted[entry.get("target") or entry["source"]] = entry["source"]
+    want_file = expected_files(process)
+    for flag, value in given_security_flags(where, flags):
+        if not value.startswith("/run/secrets/"):
+            fail(f"{where}: --{flag}={value} is not a mounted secret (/run/secrets/...)")
+            continue
+        source = mounted.get(value[len("/run/secrets/"):])
+        if source is None:
+            fail(f"{where}: --{flag}={value}, but no secret is mounted there")
+            continue
+        path = str((secrets.get(source) or {}).get("file") or "")
+        if os.path.basename(path) != want_file[flag] or os.path.basename(
+                os.path.dirname(path)) != "certs":
+            fail(f"{where}: --{flag} reads secret {source} = {path or '(no file)'}, expected "
+                 f"certs/{want_file[flag]} (tools/make_certs.sh)")
+    test = (svc.get("healthcheck") or {}).get("test")
+    if test and "health_probe" in " ".join(test):
+        probe = parse_flags(test)
+        for flag in SECURITY_FLAGS:
+            if probe.get(flag) != flags.get(flag):
+                fail(f"{where}: the health check's --{flag}={probe.get(flag)} is not the "
+                     f"process's {flags.get(flag)}")
+
+
+def check_compose_job(profile, svcs, secrets):
     ps, workers = {}, {}
     for name, svc in svcs.items():
         cmd = svc.get("command") or []
@@ -442,6 +498,7 @@ def check_compose_job(profile, svcs):
         if not f.get("port") or f.get("port") == "0":
             fail(f"{where}: {name} needs a fixed --port inside the compose network")
         shard_addr[int(f.get("shard", -1))] = f"{name}:{f.get('port')}"
+        check_compose_security(f"{where}: {name}", svc, f, secrets, f"ps-{f.get('shard')}")
         lrs.add(f.get("lr"))
         test = (svc.get("healthcheck") or {}).get("test") or []
         if "health_probe" not in " ".join(test) or f"127.0.0.1:{f.get('port')}" not in " ".join(test):
@@ -470,6 +527,7 @@ def check_compose_job(profile, svcs):
         if f.get("world_size") != str(n_workers):
             fail(f"{where}: {name} --world_size={f.get('world_size')}, the file has {n_workers}")
         ranks.append(int(f.get("rank", -1)))
+        check_compose_security(f"{where}: {name}", svc, f, secrets, f"worker-{f.get('rank')}")
         lrs.add(f.get("lr"))
         restart = str(svc.get("restart", "no"))
         if restart not in ("no", "False") and not re.match(r"on-failure:[1-3]$", restart):
@@ -488,7 +546,8 @@ def check_compose_job(profile, svcs):
         fail(f"{where}: ranks {sorted(ranks)} are not 0..{n_workers - 1}")
     if len(lrs - {None}) > 1:
         fail(f"{where}: learning rates differ: {sorted(lrs - {None})}")
-    ok(f"{where}: {n_shards} shards, {n_workers} workers, --ps={ps_list}, ranks 0..{n_workers - 1}")
+    ok(f"{where}: {n_shards} shards, {n_workers} workers, --ps={ps_list}, ranks 0..{n_workers - 1}, "
+       "mutual TLS + job token from secrets")
 
 
 # ----------------------------------------------------------------------------- Kubernetes
@@ -570,10 +629,11 @@ def check_k8s(a):
     svc_ports = svc["spec"].get("ports") or []
     if not any(str(p.get("port")) == port for p in svc_ports):
         fail(f"the Service does not expose {port}")
-    for probe in ("readinessProbe", "livenessProbe"):
-        g = (ps_c.get(probe) or {}).get("grpc") or {}
-        if str(g.get("port")) != port:
-            fail(f"ps container {probe} is not a grpc probe on port {port}")
+    pod_security = sts["spec"]["template"]["spec"], job["spec"]["template"]["spec"]
+    check_k8s_security("StatefulSet", pod_security[0], ps_c, ps_flags, "ps", "SHARD",
+                       {"readinessProbe": port, "livenessProbe": port})
+    check_k8s_security("Job", pod_security[1], wk_c, wk_flags, "worker", "JOB_COMPLETION_INDEX",
+                       {"livenessProbe": wk_flags.get("health_port")})
     shard_env = {e["name"]: e for e in ps_c.get("env") or []}.get("SHARD", {})
     field = ((shard_env.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
     if ps_flags.get("shard") == "$(SHARD)" and field != "metadata.labels['apps.kubernetes.io/pod-index']":
@@ -608,8 +668,52 @@ def check_k8s(a):
             fail(f"gpu overlay: the worker image {wk_c.get('image')} is not the CUDA image")
     elif "nvidia.com/gpu" in str(wk_c.get("resources")):
         fail("cpu overlay asks for a GPU")
-    ok(f"[{a.overlay}] {n_shards} shards ({sts_name}, headless {svc_name}:{port}, grpc probes), "
+    ok(f"[{a.overlay}] {n_shards} shards ({sts_name}, headless {svc_name}:{port}, mutual TLS + "
+       "job token from Secrets, health_probe probes), "
        f"{n_workers} workers (Indexed Job), --ps={want}")
+
+
+def check_k8s_security(kind, pod, c, flags, role, index, probes):
+    """The four security flags from a mounted Secret, the pod's own certificate chosen by
+    $(index); files the container's user can read; `probes` ({probe: port}) exec health_probe
+    on 127.0.0.1:port with the same files (${index}: the probe runs in a shell)."""
+    where = f"{kind} container {c.get('name')}"
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    mounts = {}
+    for m in c.get("volumeMounts") or []:
+        secret = (volumes.get(m.get("name")) or {}).get("secret")
+        if secret:
+            mounts[m.get("mountPath", "").rstrip("/")] = (secret, m)
+    want = expected_files(f"{role}-$({index})")
+    for flag, value in given_security_flags(where, flags):
+        directory, _, name = value.rpartition("/")
+        if directory not in mounts:
+            fail(f"{where}: --{flag}={value} is not in a mounted Secret")
+            continue
+        secret, mount = mounts[directory]
+        if not mount.get("readOnly") and not mount.get("_reported"):
+            mount["_reported"] = True
+            fail(f"{where}: the Secret at {directory} is not mounted readOnly")
+        if name != want[flag]:
+            fail(f"{where}: --{flag} names {name}, expected {want[flag]} (this pod's own)")
+        mode = secret.get("defaultMode", 0o644)
+        group = (pod.get("securityContext") or {}).get("fsGroup")
+        user = (pod.get("securityContext") or {}).get("runAsUser")
+        if user not in (None, 0) and not (group is not None and mode & 0o040) and not mode & 0o004:
+            fail(f"{where}: uid {user} cannot read Secret {secret.get('secretName')} "
+                 f"(defaultMode {oct(mode)}, fsGroup {group})")
+    for probe, port in probes.items():
+        ex = ((c.get(probe) or {}).get("exec") or {}).get("command") or []
+        binary, rest = binary_of(ex)
+        got = parse_flags(rest)
+        if binary != "health_probe" or got.get("addr") != f"127.0.0.1:{port}":
+            fail(f"{where}: {probe} does not run health_probe --addr=127.0.0.1:{port} "
+                 "(Kubernetes' grpc probes cannot speak mutual TLS)")
+            continue
+        for flag in SECURITY_FLAGS:
+            mine = (flags.get(flag) or "").replace(f"$({index})", f"${{{index}}}")
+            if got.get(flag) != mine:
+                fail(f"{where}: {probe} --{flag}={got.get(flag)}, expected {mine}")
 
 
 def expand(value, data):

@@ -1,6 +1,8 @@
 // health_probe: asks a dptrain server (ps_server) for its grpc.health.v1.Health status, for
 // docker-compose healthchecks and Kubernetes exec probes (Kubernetes >= 1.24 can also probe
-// gRPC natively). Exit status: 0 iff the server answers SERVING, 1 otherwise, 2 for bad usage.
+// gRPC natively, but not over mutual TLS). Exit status: 0 iff the server answers SERVING, 1
+// otherwise, 2 for bad usage. A server with TLS and a job token wants the same security
+// flags as the process it probes (--tls_cert, --tls_key, --tls_ca, --job_token_file).
 //
 //   health_probe --addr=127.0.0.1:50051 --timeout=2s
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "common/health_client.h"
+#include "common/security_flags.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "host:port of the server to probe.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(2), "Deadline of the health call, e.g. 2s.");
@@ -48,7 +51,12 @@ int main(int argc, char** argv) {
     std::cerr << "health_probe: need --addr=host:port and a positive --timeout\n";
     return 2;
   }
-  auto status = dptrain::CheckHealth(addr, timeout);
+  auto credentials = dptrain::CredentialsFromFlags();
+  if (!credentials.ok()) {
+    std::cerr << "health_probe: " << credentials.status().message() << "\n";
+    return 2;
+  }
+  auto status = dptrain::CheckHealth(addr, timeout, **credentials);
   if (!status.ok()) {
     std::cerr << "health_probe: " << status.status().message() << "\n";
     return 1;

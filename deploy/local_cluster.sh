@@ -5,18 +5,21 @@
 #
 # usage: deploy/local_cluster.sh [--mode=ps|master|allreduce] [--shards=2] [--workers=2]
 #          [--lr=0.1] [--momentum=0] [--weight_decay=0] [--step_timeout=60s]
-#          [--sync=bsp|ssp|async] [--staleness=0] [--logs=DIR]
+#          [--sync=bsp|ssp|async] [--staleness=0] [--logs=DIR] [--certs=DIR]
 #          [--checkpoint_every=0] [--restart_shards] [--bin=DIR] [-- WORKER_FLAGS...]
 # ps mode starts the shards; master and allreduce modes start workers only (rank 0 hosts the
 # reducer or the rendezvous on a free port). WORKER_FLAGS go to every worker
-# (e.g. --model=lenet --epochs=5 --batch_size=128). --checkpoint_every=N: each shard writes a
-# checkpoint every N steps into LOGS/ckpt<s>. --restart_shards: a shard that dies is started
-# again on its port (up to 5 times each); it restores its newest checkpoint and the workers
-# ride it out (gpu_worker --reconnect_timeout).
+# (e.g. --model=lenet --epochs=5 --batch_size=128). --certs=DIR (made by
+# tools/make_certs.sh --shards=S --workers=N DIR): every process runs with mutual TLS and
+# the job token (shard s: ps-s.crt/.key, worker r: worker-r.crt/.key, ca.crt, job_token);
+# without it everything is plaintext on loopback, and each process warns once.
+# --checkpoint_every=N: each shard writes a checkpoint every N steps into LOGS/ckpt<s>.
+# --restart_shards: a shard that dies is started again on its port (up to 5 times each); it
+# restores its newest checkpoint and the workers ride it out (gpu_worker --reconnect_timeout).
 set -euo pipefail
 
 mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s sync=bsp staleness=0
-logs="" bin="" checkpoint_every=0 restart_shards=0
+logs="" bin="" certs="" checkpoint_every=0 restart_shards=0
 worker_flags=()
 while (($#)); do
   case "$1" in
@@ -31,10 +34,11 @@ while (($#)); do
     --staleness=*) staleness="${1#*=}" ;;
     --logs=*) logs="${1#*=}" ;;
     --bin=*) bin="${1#*=}" ;;
+    --certs=*) certs="${1#*=}" ;;
     --checkpoint_every=*) checkpoint_every="${1#*=}" ;;
     --restart_shards) restart_shards=1 ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -52,6 +56,20 @@ gpu_worker="$bin/worker/gpu_worker"
 for b in "$ps_server" "$gpu_worker"; do
   [[ -x "$b" ]] || { echo "local_cluster: $b not found; build first (bazel build //...)" >&2; exit 2; }
 done
+# security NAME: the flags of process NAME (ps-0, worker-1, ...) under --certs.
+security() {
+  [[ -n "$certs" ]] || return 0
+  echo "--tls_cert=$certs/$1.crt" "--tls_key=$certs/$1.key" "--tls_ca=$certs/ca.crt" \
+    "--job_token_file=$certs/job_token"
+}
+if [[ -n "$certs" ]]; then
+  names=()
+  for ((s = 0; s < shards; s++)); do names+=("ps-$s"); done
+  for ((r = 0; r < workers; r++)); do names+=("worker-$r"); done
+  for f in ca.crt job_token "${names[@]/%/.crt}" "${names[@]/%/.key}"; do
+    [[ -r "$certs/$f" ]] || { echo "local_cluster: $certs/$f missing (tools/make_certs.sh --shards=$shards --workers=$workers $certs)" >&2; exit 2; }
+  done
+fi
 logs="${logs:-$(mktemp -d -t dptrain-cluster.XXXXXX)}"
 mkdir -p "$logs"
 
@@ -81,7 +99,7 @@ fail() {
   exit 1
 }
 
-echo "local_cluster: $mode mode, $shards shard(s), $workers worker(s), logs in $logs"
+echo "local_cluster: $mode mode, $shards shard(s), $workers worker(s), logs in $logs$([[ -n "$certs" ]] && echo ", mutual TLS + job token from $certs")"
 # start_shard S [PORT]: on a free port (reported in LOGS/shardS.port), or on PORT (a restart).
 declare -A restarts=()
 start_shard() {
@@ -92,7 +110,7 @@ start_shard() {
   "$ps_server" --shard="$s" --num_shards="$shards" --num_workers="$workers" --port="$port" \
     --host=127.0.0.1 --port_file="$logs/shard$s.port" --lr="$lr" --momentum="$momentum" \
     --weight_decay="$weight_decay" --step_timeout="$step_timeout" --sync="$sync" \
-    --staleness="$staleness" "${ckpt[@]}" >>"$logs/shard$s.log" 2>&1 &
+    --staleness="$staleness" $(security "ps-$s") "${ckpt[@]}" >>"$logs/shard$s.log" 2>&1 &
   pids+=($!)
   role_of[$!]="shard $s"
 }
@@ -127,7 +145,7 @@ start_worker() {
   local r=$1
   shift
   "$gpu_worker" "${mode_flags[@]}" --rank="$r" --world_size="$workers" --lr="$lr" \
-    --metrics_out="$logs/worker$r.jsonl" "$@" "${worker_flags[@]}" \
+    --metrics_out="$logs/worker$r.jsonl" $(security "worker-$r") "$@" "${worker_flags[@]}" \
     > >(tee "$logs/worker$r.log" | sed -u "s/^/[worker $r] /") 2>&1 &
   pids+=($!)
   role_of[$!]="worker $r"

@@ -12,6 +12,7 @@
 #include "common/malloc_tuning.h"
 #include "common/net.h"
 #include "common/optimizer_flags.h"
+#include "common/security_flags.h"
 #include "server/ps_server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -65,7 +66,17 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  auto credentials = dptrain::CredentialsFromFlags();
+  if (!credentials.ok()) {
+    std::cerr << "ps_server: " << credentials.status().message() << "\n";
+    return 2;
+  }
+  if (const std::string warning = (*credentials)->Warning(); !warning.empty()) {
+    std::cerr << "ps_server: warning: " << warning << std::endl;
+  }
+
   dptrain::PsServerOptions options;
+  options.credentials = *credentials;
   options.listen_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
   options.shard.shard = absl::GetFlag(FLAGS_shard);
   options.shard.num_shards = absl::GetFlag(FLAGS_num_shards);
@@ -122,7 +133,8 @@ int main(int argc, char** argv) {
   const int chosen = (*server)->port();
   std::cout << "ps_server: shard " << options.shard.shard << "/" << options.shard.num_shards
             << " for " << options.shard.num_workers << " workers listening on port " << chosen
-            << std::endl;
+            << ((*credentials)->tls() ? " (mutual TLS" : " (plaintext")
+            << ((*credentials)->job_token().empty() ? ")" : ", job token)") << std::endl;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     if (auto s = dptrain::WritePortFile(port_file, chosen); !s.ok()) {

@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   ConfigureServerBuilder(builder);
   builder.SetMaxReceiveMessageSize(
       std::max(1, std::min(options.max_receive_message_bytes, kMaxMessageBytes)));
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(options.listen_address, options.credentials->ServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
   builder.RegisterCallbackGenericService(server->stream_service_.get());

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/credentials.h"
 #include "common/net.h"
 #include "grpcpp/server.h"
 #include "server/parameter_shard.h"
@@ -21,6 +22,8 @@ struct PsServerOptions {
   TensorStreamOptions stream;
   // "host:port"; port 0 picks a free port (see port()).
   std::string listen_address = "0.0.0.0:0";
+  // TLS and the job-token check of the port (default: plaintext).
+  std::shared_ptr<const Credentials> credentials = Credentials::Plaintext();
   // The largest gRPC message accepted (at most kMaxMessageBytes); gRPC answers
   // RESOURCE_EXHAUSTED for a larger one. ps_server derives it from --max_model_bytes.
   int max_receive_message_bytes = kMaxMessageBytes;

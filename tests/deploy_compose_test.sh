@@ -7,8 +7,12 @@
 #   --shard are 0..S-1, --num_shards/--num_workers match the services, workers' --ps lists
 #   the shards in order with their ports, ranks are 0..N-1, --world_size = N, one learning
 #   rate, health_probe healthchecks, workers wait for healthy shards, no restart that masks
-#   failures, GPU reservations in the gpu profile;
-# - a mutated copy (--num_shards=3 on one shard) fails.
+#   failures, GPU reservations in the gpu profile; security on: every process has
+#   --tls_cert/--tls_key/--tls_ca/--job_token_file, each a secret under /run/secrets that is
+#   the file tools/make_certs.sh writes for that process (ps-I, worker-R, ca.crt,
+#   job_token), and every health check presents the same;
+# - mutated copies fail: --num_shards=3 on one shard, a token that is not a mounted secret,
+#   a worker that mounts another rank's certificate.
 source "$(dirname "$0")/testlib.sh"
 CHECK="$ROOT/deploy/check_deploy.py"
 COMPOSE="$ROOT/deploy/docker-compose.yml"
@@ -56,4 +60,17 @@ if python3 "$CHECK" compose "$SCRATCH/bad2.yml" >"$SCRATCH/bad2.txt"; then
 fi
 grep -q "ps-1 restart .* without --checkpoint_dir" "$SCRATCH/bad2.txt" || die "$(cat "$SCRATCH/bad2.txt")"
 echo "mutation caught: a restarting shard without checkpoints"
+
+# mutate PATTERN SED_SCRIPT DESCRIPTION: the checker must fail on the mutated copy, saying PATTERN.
+mutate() {
+  sed "$2" "$SCRATCH/rendered.yml" >"$SCRATCH/bad.yml"
+  if python3 "$CHECK" compose "$SCRATCH/bad.yml" >"$SCRATCH/bad.txt"; then die "$3 passed"; fi
+  grep -qF -- "$1" "$SCRATCH/bad.txt" || die "$3: $(cat "$SCRATCH/bad.txt")"
+  echo "mutation caught: $3"
+}
+mutate "--job_token_file=/tmp/token is not a mounted secret" \
+  '0,/--job_token_file=\/run\/secrets\/job_token/s//--job_token_file=\/tmp\/token/' \
+  "a job token outside the secrets"
+mutate "worker-1: --tls_cert reads secret worker-0-crt" \
+  '0,/source: worker-1-crt/s//source: worker-0-crt/' "rank 1 with rank 0's certificate"
 echo PASS

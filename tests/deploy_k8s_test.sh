@@ -9,9 +9,13 @@
 #   pod-index label, Indexed Job (rank = completion index, no --rank, at most 3 retries),
 #   replicas = NUM_SHARDS, completions = parallelism = NUM_WORKERS, --ps expands to every
 #   shard's DNS name in order, every $(VAR) in args is defined, fixed port = containerPort =
-#   Service port = grpc readiness/liveness probe port, cpu/memory requests <= limits,
-#   nvidia.com/gpu and the CUDA image only in the gpu overlay;
-# - a mutated rendering (3 replicas for 2 shards) fails.
+#   Service port, cpu/memory requests <= limits, nvidia.com/gpu and the CUDA image only in
+#   the gpu overlay; security on: --tls_cert/--tls_key/--tls_ca/--job_token_file from a
+#   Secret mounted read-only and readable by the pod's user, the pod's own certificate
+#   (ps-$(SHARD), worker-$(JOB_COMPLETION_INDEX)), readiness/liveness probes that exec
+#   health_probe on the served port with the same files;
+# - mutated renderings fail: 3 replicas for 2 shards, every shard with shard 0's
+#   certificate, a Secret only its owner (root) can read.
 # Not checked: field names and types against the Kubernetes OpenAPI schema, admission.
 source "$(dirname "$0")/testlib.sh"
 CHECK="$ROOT/deploy/check_deploy.py"
@@ -72,4 +76,16 @@ if python3 "$CHECK" k8s --overlay=cpu "$SCRATCH/bad2.yaml" >"$SCRATCH/bad2.txt";
 fi
 grep -q "not a volumeClaimTemplate" "$SCRATCH/bad2.txt" || die "$(cat "$SCRATCH/bad2.txt")"
 echo "mutation caught: checkpoints on a volume that dies with the pod"
+
+# mutate PATTERN SED_SCRIPT DESCRIPTION: the checker must fail on the mutated copy, saying PATTERN.
+mutate() {
+  sed "$2" "$SCRATCH/cpu.yaml" >"$SCRATCH/bad.yaml"
+  if python3 "$CHECK" k8s --overlay=cpu "$SCRATCH/bad.yaml" >"$SCRATCH/bad.txt"; then die "$3 passed"; fi
+  grep -qF -- "$1" "$SCRATCH/bad.txt" || die "$3: $(cat "$SCRATCH/bad.txt")"
+  echo "mutation caught: $3"
+}
+mutate 'expected ps-$(SHARD).crt (this pod'"'"'s own)' 's/ps-\$(SHARD)\.crt/ps-0.crt/' \
+  "every shard presents shard 0's certificate"
+mutate "cannot read Secret dptrain-ps-tls" 's/defaultMode: \(288\|0440\)$/defaultMode: 0400/' \
+  "a Secret the pod's user cannot read"
 echo PASS

@@ -11,6 +11,8 @@ packages=(
   zlib1g-dev                                     # gzip IDX files, CRC32 of shard checkpoints
   nlohmann-json3-dev                             # shard checkpoint manifests (server/checkpoint)
   libopenblas-dev                                # CPU GEMMs
+  libssl-dev                                     # libcrypto: job token, ring HMAC, PEM checks
+  openssl                                        # tools/make_certs.sh (and the tests' certificates)
   dataset-fashion-mnist                          # /usr/share/datasets/fashion-mnist
   bc procps                                      # used by the shell tests
   iproute2                                       # tests/netns_test.sh: ip netns, veth, tc

@@ -30,6 +30,7 @@
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
 #include "common/optimizer_flags.h"
+#include "common/security_flags.h"
 #include "worker/comm/ps_client.h"
 #include "worker/comm/sharded_ring_store.h"
 #include "worker/data/idx_reader.h"
@@ -146,6 +147,20 @@ absl::Status WithFlag(absl::string_view flag, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("--", flag, ": ", status.message()));
 }
 
+// A peer that cannot be reached may be one whose TLS does not match this worker's: say so.
+absl::Status WithTlsHint(const absl::Status& s, const Credentials& credentials) {
+  if (!absl::IsUnavailable(s) || !absl::StrContains(s.message(), "cannot reach")) return s;
+  return absl::Status(
+      s.code(),
+      absl::StrCat(s.message(),
+                   credentials.tls()
+                       ? " (or its TLS refused this worker: is it plaintext, or are both "
+                         "certificates from the same --tls_ca, and does its certificate name "
+                         "the address dialled?)"
+                       : " (or it runs with TLS: then this worker needs --tls_cert, "
+                         "--tls_key and --tls_ca too)"));
+}
+
 // What looking for a GPU found: the CUDA backend (loaded, and a kernel ran on the GPU), or
 // why not.
 struct GpuProbe {
@@ -204,6 +219,7 @@ struct SyncSetup {
   int rank = 0;
   int world_size = 1;
   std::vector<TensorInfo> tensors;
+  std::shared_ptr<const Credentials> credentials;  // Of every server and channel.
 };
 
 struct Sync {
@@ -268,6 +284,7 @@ PsClientOptions ClientOptions(const SyncSetup& setup, std::vector<std::string> a
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   o.expected_learning_rate = absl::GetFlag(FLAGS_lr);
   o.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
+  o.credentials = setup.credentials;
   return o;
 }
 
@@ -304,6 +321,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
       // The DataParallel model: one unsharded reducer inside rank 0, the PS code itself.
       PsServerOptions server;
       server.listen_address = absl::StrCat(absl::GetFlag(FLAGS_bind_address), ":", port);
+      server.credentials = setup.credentials;
       server.shard.num_shards = 1;
       server.shard.num_workers = setup.world_size;
       server.shard.step_timeout = absl::GetFlag(FLAGS_step_timeout);
@@ -341,6 +359,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   group.timeout = absl::GetFlag(FLAGS_step_timeout);
   // Every ring message is at most one chunk of the ring.
   group.max_message_bytes = AllReduceSyncOptions().chunk_elements * sizeof(float);
+  group.credentials = setup.credentials;
   auto listening = AllReduceGroup::Listen(group);
   if (!listening.ok()) return listening.status();
   out.group = *std::move(listening);
@@ -375,6 +394,11 @@ absl::Status Run() {
   if (*world_size < 1 || *rank >= *world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", *rank, " is not in [0, world_size=", *world_size, ")"));
+  }
+  auto credentials = CredentialsFromFlags();
+  if (!credentials.ok()) return credentials.status();
+  if (const std::string warning = (*credentials)->Warning(); !warning.empty()) {
+    std::cerr << "gpu_worker: warning: " << warning << std::endl;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cpu" && device != "cuda") {
@@ -436,7 +460,8 @@ absl::Status Run() {
   std::optional<HealthServer> health;
   StatusService status_service(*rank, *world_size, mode, absl::GetFlag(FLAGS_model));
   if (const int port = absl::GetFlag(FLAGS_health_port); port >= 0) {
-    auto started = StartHealthServer(port, &status_service, absl::GetFlag(FLAGS_bind_address));
+    auto started =
+        StartHealthServer(port, &status_service, absl::GetFlag(FLAGS_bind_address), **credentials);
     if (!started.ok()) return started.status();
     health = *std::move(started);
     std::cout << who << ": health service on port " << health->port << std::endl;
@@ -489,7 +514,8 @@ absl::Status Run() {
   setup.rank = *rank;
   setup.world_size = *world_size;
   setup.tensors = std::move(tensors);
-  if (auto s = MakeSync(setup, sync); !s.ok()) return s;
+  setup.credentials = *credentials;
+  if (auto s = MakeSync(setup, sync); !s.ok()) return WithTlsHint(s, **credentials);
   std::cout << who << ": " << sync.description << std::endl;
 
   TrainerOptions options;

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Listen(
     grpc::ServerBuilder builder;
     ConfigureServerBuilder(builder);
     builder.AddListeningPort(absl::StrCat(o.bind_address, ":", o.master_port),
-                             grpc::InsecureServerCredentials(), &group->port_);
+                             o.credentials->ServerCredentials(), &group->port_);
     builder.RegisterService(group->rendezvous_service_.get());
     group->server_ = builder.BuildAndStart();
     if (group->server_ == nullptr || group->port_ == 0) {
@@ -63,7 +63,7 @@ absl::Status AllReduceGroup::Join() {
     addresses = *std::move(all);
   } else {
     const std::string master = absl::StrCat(o.master_addr, ":", o.master_port);
-    auto channel = MakeChannel(master);
+    auto channel = MakeChannel(master, *o.credentials);
     if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
       return absl::UnavailableError(absl::StrCat("cannot reach rank 0 at ", master, " within ",
                                                  absl::FormatDuration(o.connect_timeout)));
@@ -90,6 +90,7 @@ absl::Status AllReduceGroup::Join() {
   link_options.addresses = std::move(addresses);
   link_options.timeout = o.timeout;
   link_options.max_message_bytes = o.max_message_bytes;
+  link_options.job_token = o.credentials->job_token();
   auto link = TcpPeerLink::Create(link_options, std::move(listener_));
   if (!link.ok()) return link.status();
   link_ = *std::move(link);

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/credentials.h"
 #include "common/rendezvous.h"
 #include "grpcpp/server.h"
 #include "worker/comm/rendezvous_service.h"
@@ -29,6 +30,9 @@ struct AllReduceGroupOptions {
   absl::Duration timeout = absl::Seconds(60);          // For one message.
   // The largest message a peer may send (the ring's chunk, in bytes); see TcpPeerLinkOptions.
   uint64_t max_message_bytes = uint64_t{64} << 20;
+  // TLS and the job token of the rendezvous (rank 0's server, the others' channels); the
+  // token also keys the ring's TCP handshake. Default: plaintext, a plain hello.
+  std::shared_ptr<const Credentials> credentials = Credentials::Plaintext();
 };
 
 class AllReduceGroup {

@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   for (int s = 0; s < num_shards; ++s) {
     const std::string& address = options.shard_addresses[s];
-    auto channel = MakeChannel(address);
+    auto channel = MakeChannel(address, *options.credentials);
     if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
       return absl::UnavailableError(absl::StrCat("cannot reach parameter-server shard ", s,
                                                  " at ", address, " within ",

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/log_sink.h"
+#include "common/credentials.h"
 #include "common/shard_map.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
@@ -34,6 +35,8 @@ struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Minutes(10);
   // If > 0, the learning rate the worker expects; a shard applying another one is an error.
   double expected_learning_rate = 0;
+  // TLS and the job token of every call (default: plaintext).
+  std::shared_ptr<const Credentials> credentials = Credentials::Plaintext();
   // Shards holding at least this many bytes of the model use the tensor stream.
   int64_t stream_min_bytes = int64_t{1} << 20;
   // How long a step that lost a shard (UNAVAILABLE), or found it gone back (ABORTED,

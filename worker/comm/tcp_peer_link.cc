@@ -18,9 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "worker/comm/ring_wire.h"
+#include "common/job_token.h"
+#include "worker/comm/ring_auth.h"
 
 namespace dptrain {
 namespace {
+
+using ring_auth::Challenge;
+using ring_auth::Hello;
 
 absl::Status Errno(absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -42,6 +47,29 @@ int ReadFull(int fd, void* buffer, size_t n) {
     }
   }
   return 1;
+}
+
+// Reads exactly n bytes before `deadline`: false on EOF, an error or the deadline.
+bool ReadFullBy(int fd, void* buffer, size_t n, absl::Time deadline) {
+  char* p = static_cast<char*>(buffer);
+  size_t done = 0;
+  while (done < n) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd ready{fd, POLLIN, 0};
+    const int polled =
+        poll(&ready, 1,
+             static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30)));
+    if (polled < 0 && errno == EINTR) continue;
+    if (polled <= 0) return false;
+    const ssize_t r = read(fd, p + done, n - done);
+    if (r > 0) {
+      done += static_cast<size_t>(r);
+    } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // An expected message's payload, read straight into its destination; an added one goes
@@ -148,7 +176,9 @@ TcpListener::~TcpListener() {
 }
 
 TcpPeerLink::TcpPeerLink(const TcpPeerLinkOptions& options, std::unique_ptr<TcpListener> listener)
-    : options_(options), job_hash_(HashRingJob(options.job_id)), listener_(std::move(listener)) {
+    : options_(options),
+      job_hash_(ring_auth::HashJob(options.job_id)),
+      listener_(std::move(listener)) {
   for (size_t i = 0; i < options.addresses.size(); ++i) {
     outgoing_.push_back(std::make_unique<Outgoing>());
   }
@@ -238,24 +268,70 @@ void TcpPeerLink::ReadLoop(int fd) {
 }
 
 absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
-  const timeval limit = absl::ToTimeval(options_.handshake_timeout);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  char hello[kRingHelloBytes];
-  if (ReadFull(fd, hello, sizeof(hello)) != 1) {
+  const absl::Time deadline = absl::Now() + options_.handshake_timeout;
+  const std::string& token = options_.job_token;
+  Challenge challenge{ring_auth::kChallengeMagic, static_cast<uint32_t>(options_.rank), {}};
+  if (!token.empty()) {
+    if (auto s = RandomBytes(absl::MakeSpan(challenge.nonce)); !s.ok()) return s;
+    iovec iov{&challenge, sizeof(challenge)};
+    if (!WriteFull(fd, &iov, 1)) return absl::UnavailableError("closed before the challenge");
+  }
+  Hello hello;
+  if (!ReadFullBy(fd, &hello, sizeof(hello), deadline)) {
     return absl::UnavailableError("closed or timed out before a whole hello");
   }
-  const timeval none{};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-  const absl::StatusOr<int> claimed =
-      ParseRingHello(absl::string_view(hello, sizeof(hello)), job_hash_, world_size());
-  if (!claimed.ok()) return claimed.status();
-  const int rank = *claimed;
-  absl::MutexLock lock(&readers_mu_);
-  if (holder_[rank] >= 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "claimed rank ", rank, ", which is already connected (one live connection per rank)"));
+  if (hello.magic == ring_auth::kPlainMagic && !token.empty()) {
+    return absl::UnauthenticatedError(
+        "a hello without a job-token proof (this ring requires the job token)");
   }
-  holder_[rank] = fd;
+  if (hello.magic == ring_auth::kKeyedMagic && token.empty()) {
+    return absl::UnauthenticatedError(
+        "a job-token hello, but this rank has no job token (--job_token_file on some ranks "
+        "only?)");
+  }
+  if ((hello.magic != ring_auth::kPlainMagic && hello.magic != ring_auth::kKeyedMagic) ||
+      hello.job != job_hash_) {
+    return absl::PermissionDeniedError("not a hello of this job");
+  }
+  if (hello.rank >= static_cast<uint32_t>(world_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("claimed rank ", hello.rank, ", not a peer"));
+  }
+  const int rank = static_cast<int>(hello.rank);
+  ring_auth::Session session;
+  if (!token.empty()) {
+    session.job_id = options_.job_id;
+    session.connector_rank = hello.rank;
+    session.acceptor_rank = static_cast<uint32_t>(options_.rank);
+    session.acceptor_nonce = challenge.nonce;
+    Digest proof;
+    if (!ReadFullBy(fd, session.connector_nonce.data(), session.connector_nonce.size(), deadline) ||
+        !ReadFullBy(fd, proof.data(), proof.size(), deadline)) {
+      return absl::UnavailableError(absl::StrCat(
+          "claimed rank ", rank, " but closed or timed out before its job-token proof"));
+    }
+    if (!DigestsEqual(proof, ring_auth::ConnectorProof(token, session))) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("claimed rank ", rank, " with a wrong job-token proof"));
+    }
+  }
+  {
+    absl::MutexLock lock(&readers_mu_);
+    if (holder_[rank] >= 0) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "claimed rank ", rank, ", which is already connected (one live connection per rank)"));
+    }
+    holder_[rank] = fd;
+  }
+  if (!token.empty()) {
+    Digest answer = ring_auth::AcceptorProof(token, session);
+    iovec iov{answer.data(), answer.size()};
+    if (!WriteFull(fd, &iov, 1)) {
+      absl::MutexLock lock(&readers_mu_);
+      holder_[rank] = -1;
+      return absl::UnavailableError(
+          absl::StrCat("proved rank ", rank, " but closed before this rank's proof"));
+    }
+  }
   return rank;
 }
 
@@ -325,13 +401,62 @@ absl::Status TcpPeerLink::Connect(int peer, Outgoing& out) {
   if (fd < 0) return Errno(absl::StrCat("cannot connect to rank ", peer, " at ", address));
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  std::string hello = EncodeRingHello(options_.rank, job_hash_);
-  iovec iov{hello.data(), hello.size()};
-  if (!WriteFull(fd, &iov, 1)) {
+  if (absl::Status s = ConnectorHandshake(fd, peer); !s.ok()) {
     close(fd);
-    return Errno(absl::StrCat("hello to rank ", peer));
+    return s;
   }
   out.fd = fd;
+  return absl::OkStatus();
+}
+
+absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer) {
+  const std::string& token = options_.job_token;
+  const std::string& address = options_.addresses[peer];
+  Hello hello{token.empty() ? ring_auth::kPlainMagic : ring_auth::kKeyedMagic,
+              static_cast<uint32_t>(options_.rank), job_hash_};
+  ring_auth::Session session;
+  iovec iov[2] = {{&hello, sizeof(hello)},
+                  {session.connector_nonce.data(), session.connector_nonce.size()}};
+  if (token.empty()) {
+    if (!WriteFull(fd, iov, 1)) return Errno(absl::StrCat("hello to rank ", peer));
+    return absl::OkStatus();
+  }
+  if (auto s = RandomBytes(absl::MakeSpan(session.connector_nonce)); !s.ok()) return s;
+  if (!WriteFull(fd, iov, 2)) return Errno(absl::StrCat("hello to rank ", peer));
+  const absl::Time deadline = absl::Now() + options_.handshake_timeout;
+  Challenge challenge;
+  if (!ReadFullBy(fd, &challenge, sizeof(challenge), deadline)) {
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", peer, " at ", address,
+        " closed the connection or sent no job-token challenge "
+        "within ",
+        absl::FormatDuration(options_.handshake_timeout),
+        " (does it run without --job_token_file? its log says why it dropped the connection)"));
+  }
+  if (challenge.magic != ring_auth::kChallengeMagic ||
+      challenge.rank != static_cast<uint32_t>(peer)) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the process at ", address, " is not rank ", peer, " of this ring"));
+  }
+  session.job_id = options_.job_id;
+  session.connector_rank = static_cast<uint32_t>(options_.rank);
+  session.acceptor_rank = static_cast<uint32_t>(peer);
+  session.acceptor_nonce = challenge.nonce;
+  Digest proof = ring_auth::ConnectorProof(token, session);
+  iovec proof_iov{proof.data(), proof.size()};
+  if (!WriteFull(fd, &proof_iov, 1)) return Errno(absl::StrCat("proof to rank ", peer));
+  Digest answer;
+  if (!ReadFullBy(fd, answer.data(), answer.size(), deadline)) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "rank ", peer, " at ", address,
+        " refused this rank's job-token proof or closed (a different --job_token_file? its "
+        "log says why)"));
+  }
+  if (!DigestsEqual(answer, ring_auth::AcceptorProof(token, session))) {
+    return absl::UnauthenticatedError(absl::StrCat("the process at ", address,
+                                                   " failed the job-token check as rank ", peer,
+                                                   ": nothing was sent to it"));
+  }
   return absl::OkStatus();
 }
 

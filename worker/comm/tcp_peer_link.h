@@ -3,18 +3,20 @@
 // reads each message straight into the receiver's memory when it was expected (Expect:
 // copied there, or added through a small buffer that stays in cache), else into this
 // rank's Mailbox; and a blocking write per Send.
-// Framing: [tag u64][length u64][payload] after a hello of [magic u32][rank u32][job hash u64]
-// (worker/comm/ring_wire.h).
-// Fewer copies and no HTTP/2 framing compared with a gRPC call per message.
+// Framing: [tag u64][length u64][payload] after the handshake (ring_auth.h): with a job
+// token an HMAC challenge-response in both directions, else a plain hello of
+// [magic u32][rank u32][job hash u64]. Fewer copies and no HTTP/2 framing compared with a
+// gRPC call per message.
 //
 // Trust (see docs/failure_and_security.md): a connection speaks for a rank only once its
-// handshake (Handshake(): the one place a job-token check belongs) claimed a rank that had
-// no live connection; a second claim of a connected rank is refused and logged, never
-// merged. A connection that fails before its handshake completes, or before it delivered
-// any frame, is logged and dropped and never marks a rank closed. Every frame length is
-// bounded by max_message_bytes before anything is allocated, and a large unexpected
-// payload is allocated as its bytes arrive. At most max_pending_handshakes connections
-// may await their hello (each for at most handshake_timeout).
+// handshake (Handshake(), the one place that decides) proved the job token, when the link
+// has one, and claimed a rank that had no live connection; a second claim of a connected
+// rank is refused and logged, never merged. A connecting rank sends no frame before the
+// accepting rank proved the token in turn. A connection that fails before its handshake
+// completes, or before it delivered any frame, is logged and dropped and never marks a rank
+// closed. Every frame length is bounded by max_message_bytes before anything is allocated,
+// and a large unexpected payload is allocated as its bytes arrive. At most max_pending_handshakes connections
+// may be in their handshake, each for at most handshake_timeout.
 #ifndef DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
 #define DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
 
@@ -59,8 +61,12 @@ struct TcpPeerLinkOptions {
   // The largest frame payload a peer may declare: the largest message the caller sends
   // (the ring's chunk). A larger declaration drops the connection.
   uint64_t max_message_bytes = uint64_t{64} << 20;
-  int max_pending_handshakes = 16;                       // Accepted, hello not yet read.
-  absl::Duration handshake_timeout = absl::Seconds(10);  // To send the hello.
+  int max_pending_handshakes = 16;  // Accepted, handshake not done.
+  // The whole handshake, on either side (a connector waits this long for the proof).
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // The job's secret (--job_token_file): every connection proves it (ring_auth.h). Empty:
+  // a plain hello, and anyone who knows the job id can claim a free rank.
+  std::string job_token;
   LogSink log = StderrLog();
 };
 
@@ -89,9 +95,13 @@ class TcpPeerLink : public PeerLink {
   TcpPeerLink(const TcpPeerLinkOptions& options, std::unique_ptr<TcpListener> listener);
   void AcceptLoop();
   void ReadLoop(int fd);
-  // Reads the hello and claims its rank for `fd`: the rank, or why the connection does not
-  // speak for one (it is then dropped). The place where a job-token check is to be added.
+  // The accepting side of the handshake: checks the hello (and with a token the proof,
+  // then answers with its own) and claims the rank for `fd`. The rank, or why the
+  // connection does not speak for one (it is then dropped).
   absl::StatusOr<int> Handshake(int fd);
+  // The connecting side, on a fresh connection to `peer`: OK once `peer` proved the token
+  // (or, without one, once the hello is sent).
+  absl::Status ConnectorHandshake(int fd, int peer);
   // Reads frames from `from` until the connection ends: OK at a clean end of stream.
   // `delivered` says whether any frame got through.
   absl::Status ReadFrames(int fd, int from, bool& delivered);
