@@ -7,7 +7,8 @@
 #   UNAUTHENTICATED at its first call, and the job after it trains (that a wrong-token Init
 #   or push changes nothing is tests/secure_grpc_test's);
 # - a plaintext worker against the TLS shard exits 1 saying that the shard may run with TLS
-#   and which flags it lacks, after exactly one warning line;
+#   and which flags it lacks, after exactly one warning line; a plaintext shard runs with
+#   exactly one warning line;
 # - health_probe answers SERVING with the process's credentials, fails without;
 # - a missing certificate, an empty token or a token without TLS: one error line, exit != 0;
 # - master and allreduce modes (the reducer and the rendezvous over gRPC at rank 0, the
@@ -109,6 +110,13 @@ for r in 0 1; do
   awk -v a="$acc" 'BEGIN { exit !(a >= 0.4) }' || die "worker $r test accuracy $acc < 0.4"
 done
 if grep -q "warning" "$SCRATCH/shard0.log"; then die "the shard warned: $(cat "$SCRATCH/shard0.log")"; fi
+
+# A plaintext shard runs, and says so in exactly one warning line.
+start_shard 1 2 2
+[[ $(grep -c "warning" "$SCRATCH/shard1.log") == 1 ]] || die "plaintext shard: $(cat "$SCRATCH/shard1.log")"
+grep -q "^ps_server: warning: security off: plaintext gRPC" "$SCRATCH/shard1.log" ||
+  die "plaintext shard: $(cat "$SCRATCH/shard1.log")"
+grep -q "listening on port $SHARD_PORT (plaintext)" "$SCRATCH/shard1.log" || die "plaintext shard line"
 
 # Flag mistakes: one error line each, non-zero exit, before anything starts.
 check_refused() {  # check_refused WHAT PATTERN COMMAND...
