@@ -128,8 +128,8 @@ TEST(OversizeMemoryTest, DeclaredAndSentOversizeDataStayWithinTheBound) {
   ASSERT_GT(server.pid(), 0);
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
-  auto stub = proto::ParameterServer::NewStub(grpc::CreateCustomChannel(
-      server.address(), grpc::InsecureChannelCredentials(), args));
+  auto stub = proto::ParameterServer::NewStub(
+      grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), args));
   auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(30); };
   {  // Warm up: the first call sets up the connection and gRPC's threads.
     grpc::ClientContext context;

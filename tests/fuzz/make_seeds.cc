@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "common/safetensors.h"
 #include "common/tensor_frame.h"
 #include "proto/ps.pb.h"
 #include "worker/comm/ring_wire.h"
-#include "common/safetensors.h"
 
 namespace dptrain {
 namespace {
@@ -94,8 +94,8 @@ void TensorFrameSeeds() {
   h.set_overflow(true);
   const float payload[4] = {1.5f, -2.0f, 0.0f, 3.25f};
   int i = 0;
-  for (const std::string& bytes : {std::string(reinterpret_cast<const char*>(payload), 16),
-                                   std::string()}) {
+  for (const std::string& bytes :
+       {std::string(reinterpret_cast<const char*>(payload), 16), std::string()}) {
     grpc::ByteBuffer frame = FrameReferencing(h, bytes);
     grpc::Slice whole;
     (void)frame.DumpToSingleSlice(&whole);
@@ -111,8 +111,9 @@ void TensorFrameSeeds() {
   grpc::ByteBuffer frame = FrameReferencing(reply, "abcd");
   grpc::Slice whole;
   (void)frame.DumpToSingleSlice(&whole);
-  Write("tensor_frame_fuzzer", "reply",
-        std::string(1, 3) + std::string(reinterpret_cast<const char*>(whole.begin()), whole.size()));
+  Write(
+      "tensor_frame_fuzzer", "reply",
+      std::string(1, 3) + std::string(reinterpret_cast<const char*>(whole.begin()), whole.size()));
 }
 
 void IdxSeeds() {
@@ -202,7 +203,7 @@ void InitRequestSeeds() {
       chunk(&init, index, 1.0f);
       chunk(&push, index, 0.25f);
     }
-    const uint8_t two = shards == 2 ? 6 : 0;  // config / 6 % 2 picks the shard count.
+    const uint8_t two = shards == 2 ? 6 : 0;             // config / 6 % 2 picks the shard count.
     for (uint8_t policy_and_optimizer : {0, 1, 2, 3}) {  // bsp, ssp, async; sgd / adam.
       Write("init_request_fuzzer",
             "shards" + std::to_string(shards) + "_config" + std::to_string(policy_and_optimizer),
@@ -230,8 +231,8 @@ void RingWireSeeds() {
   in.Integral<uint64_t>(2, 0, 3).Integral<size_t>(2, 0, 16).Bool(true);
   in.Integral<uint64_t>(3, 0, 3).Integral<size_t>(1, 0, 16).Bool(false);
   ProviderInput expected_and_not = in;
-  expected_and_not.Rest(EncodeRingHello(1, job, false) + frame(1, four_floats) + frame(2, two_floats) +
-                        frame(0, two_floats) + frame(3, four_floats));
+  expected_and_not.Rest(EncodeRingHello(1, job, false) + frame(1, four_floats) +
+                        frame(2, two_floats) + frame(0, two_floats) + frame(3, four_floats));
   Write("ring_wire_fuzzer", "expected_and_unexpected", expected_and_not.Bytes());
   ProviderInput truncated = in;
   truncated.Rest(EncodeRingHello(3, job, false) + frame(1, four_floats).substr(0, 20));

@@ -57,8 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(EncodeRingHello(*rank, job, keyed) == hello);
   } else {
     const absl::Status& s = rank.status();
-    FUZZ_CHECK(absl::IsDataLoss(s) || absl::IsPermissionDenied(s) ||
-               absl::IsInvalidArgument(s) || absl::IsUnauthenticated(s));
+    FUZZ_CHECK(absl::IsDataLoss(s) || absl::IsPermissionDenied(s) || absl::IsInvalidArgument(s) ||
+               absl::IsUnauthenticated(s));
     FUZZ_CHECK(!absl::IsDataLoss(s) || hello.size() != kRingHelloBytes);
     // Reads the frames anyway: the parse of frames must not depend on a valid hello.
   }

@@ -31,12 +31,13 @@ TEST(RingWireTest, HelloRoundTripsAndNamesWhatIsWrong) {
     EXPECT_TRUE(absl::IsDataLoss(ParseRingHello(hello + "x", job, 3, keyed).status()));
   }
   // A plain hello to a ring with a job token, and a keyed one to a ring without.
-  const absl::Status unproven = ParseRingHello(EncodeRingHello(1, job, false), job, 3, true).status();
+  const absl::Status unproven =
+      ParseRingHello(EncodeRingHello(1, job, false), job, 3, true).status();
   EXPECT_TRUE(absl::IsUnauthenticated(unproven)) << unproven;
   EXPECT_EQ(unproven.message(),
             "a hello without a job-token proof (this ring requires the job token)");
-  EXPECT_TRUE(
-      absl::IsUnauthenticated(ParseRingHello(EncodeRingHello(1, job, true), job, 3, false).status()));
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      ParseRingHello(EncodeRingHello(1, job, true), job, 3, false).status()));
 }
 
 TEST(RingWireTest, FrameHeaderRoundTripsAndIsBoundedBeforeAllocation) {
