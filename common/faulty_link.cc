@@ -49,16 +49,16 @@ absl::Status FaultyLink::Send(int peer, uint64_t tag, absl::Span<const float> da
   switch (f->kind) {
     case LinkFault::Kind::kFailSend:
       Note(absl::StrCat(who, " failed its send to", what));
-      return f->status.ok() ? absl::UnavailableError(absl::StrCat(
-                                  who, ": send to rank ", peer,
-                                  " failed: connection reset by peer (injected)"))
+      return f->status.ok() ? absl::UnavailableError(
+                                  absl::StrCat(who, ": send to rank ", peer,
+                                               " failed: connection reset by peer (injected)"))
                             : f->status;
     case LinkFault::Kind::kDrop:
       Note(absl::StrCat(who, " dropped its send to", what));
       return absl::OkStatus();
     case LinkFault::Kind::kTruncate:
-      Note(absl::StrCat(who, " truncated its send to", what, " to ", f->keep_elements,
-                        " of ", data.size(), " elements"));
+      Note(absl::StrCat(who, " truncated its send to", what, " to ", f->keep_elements, " of ",
+                        data.size(), " elements"));
       return base_.Send(peer, tag, data.subspan(0, f->keep_elements));
     case LinkFault::Kind::kDelay: {
       Note(absl::StrCat(who, " delayed its send to", what, " by ", absl::FormatDuration(f->delay)));

@@ -35,12 +35,12 @@ namespace dptrain {
 struct LinkFault {
   enum class Kind { kFailSend, kDrop, kDelay, kTruncate, kFailRecv };
   Kind kind = Kind::kDrop;
-  int peer = -1;        // The rank sent to (received from, for kFailRecv); -1: any.
+  int peer = -1;  // The rank sent to (received from, for kFailRecv); -1: any.
   // Only the n-th (0-based) message this rank sends to `peer` (receives from, kFailRecv);
   // -1: every one.
   int occurrence = -1;
   absl::Duration delay = absl::ZeroDuration();  // kDelay.
-  size_t keep_elements = 0;                      // kTruncate.
+  size_t keep_elements = 0;                     // kTruncate.
   absl::Status status;  // kFailSend, kFailRecv; OK means the default described above.
 
   static LinkFault FailSend(int peer, int occurrence = -1) {

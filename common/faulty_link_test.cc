@@ -46,8 +46,7 @@ std::vector<absl::Status> AllReduce(Ring& ring, int64_t n, const RingOptions& o,
   for (int r = 0; r < world; ++r) (*data)[r] = Input(r, n);
   return RunRanks(
       world, 4 * kTimeout + absl::Seconds(5),
-      [&](int r) { return RingAllReduce(*ring.links[r], absl::MakeSpan((*data)[r]), o); },
-      elapsed);
+      [&](int r) { return RingAllReduce(*ring.links[r], absl::MakeSpan((*data)[r]), o); }, elapsed);
 }
 
 bool Says(const absl::Status& s, absl::string_view text) {
@@ -118,8 +117,9 @@ TEST(FaultyLinkTest, FailedReceiveIsReturnedAsItIs) {
 }
 
 TEST(FaultyLinkTest, AnInjectedStatusIsPassedThroughUnchanged) {
-  Ring ring(2, {{}, {LinkFault{LinkFault::Kind::kFailSend, 0, 0, absl::ZeroDuration(), 0,
-                               absl::PermissionDeniedError("custom")}}});
+  Ring ring(2, {{},
+                {LinkFault{LinkFault::Kind::kFailSend, 0, 0, absl::ZeroDuration(), 0,
+                           absl::PermissionDeniedError("custom")}}});
   auto s = AllReduce(ring, 10, {});
   EXPECT_EQ(s[1], absl::PermissionDeniedError("custom"));
   EXPECT_TRUE(absl::IsDeadlineExceeded(s[0])) << s[0];

@@ -15,10 +15,10 @@
 #include <string>
 #include <utility>
 
+#include "google/protobuf/stubs/logging.h"
 #include "proto/ps.pb.h"
 #include "server/parameter_shard.h"
 #include "server/ps_requests.h"
-#include "google/protobuf/stubs/logging.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -26,8 +26,8 @@ namespace {
 using namespace dptrain;  // NOLINT: a fuzz target's one function.
 
 bool Documented(const absl::Status& s) {
-  return absl::IsInvalidArgument(s) || absl::IsFailedPrecondition(s) ||
-         absl::IsAlreadyExists(s) || absl::IsOutOfRange(s);
+  return absl::IsInvalidArgument(s) || absl::IsFailedPrecondition(s) || absl::IsAlreadyExists(s) ||
+         absl::IsOutOfRange(s);
 }
 
 }  // namespace
@@ -65,8 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ParameterShard& shard = **created;
 
   const std::vector<ChunkView> views = ViewsOf(init.chunks());
-  absl::StatusOr<int64_t> version = shard.Init(init.caller().job_id(), init.caller().rank(),
-                                               DescriptionOf(init), views);
+  absl::StatusOr<int64_t> version =
+      shard.Init(init.caller().job_id(), init.caller().rank(), DescriptionOf(init), views);
   if (!version.ok()) {
     FUZZ_CHECK(Documented(version.status()));
   } else {
@@ -74,14 +74,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::map<std::pair<int, int>, std::string> sent;
     for (const ChunkView& v : views) sent[{v.tensor_id, v.chunk_index}] = std::string(v.data);
     size_t pulled = 0;
-    absl::StatusOr<int64_t> pull_version = shard.Pull(
-        pull.caller().job_id(), pull.caller().rank(), DescriptionOf(pull), absl::Now(),
-        [&](const ChunkSpec& spec, absl::Span<const float> weights) {
-          const std::string& bytes = sent[{spec.tensor_id, spec.chunk_index}];
-          FUZZ_CHECK(bytes.size() == weights.size() * sizeof(float));
-          FUZZ_CHECK(weights.empty() || std::memcmp(bytes.data(), weights.data(), bytes.size()) == 0);
-          ++pulled;
-        });
+    absl::StatusOr<int64_t> pull_version =
+        shard.Pull(pull.caller().job_id(), pull.caller().rank(), DescriptionOf(pull), absl::Now(),
+                   [&](const ChunkSpec& spec, absl::Span<const float> weights) {
+                     const std::string& bytes = sent[{spec.tensor_id, spec.chunk_index}];
+                     FUZZ_CHECK(bytes.size() == weights.size() * sizeof(float));
+                     FUZZ_CHECK(weights.empty() ||
+                                std::memcmp(bytes.data(), weights.data(), bytes.size()) == 0);
+                     ++pulled;
+                   });
     FUZZ_CHECK(pull_version.ok() && *pull_version == 0);
     FUZZ_CHECK(pulled == views.size());
   }
@@ -90,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool skipped = false;
   absl::StatusOr<int64_t> stepped = shard.PushPull(
       push.caller().job_id(), push.caller().rank(), push.step(), ViewsOf(push.chunks()),
-      absl::Now(), [](const ChunkSpec&, absl::Span<const float>) {}, &staleness,
-      push.overflow(), &skipped);
+      absl::Now(), [](const ChunkSpec&, absl::Span<const float>) {}, &staleness, push.overflow(),
+      &skipped);
   if (!stepped.ok()) {
     FUZZ_CHECK(Documented(stepped.status()));
   } else {
@@ -105,8 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   if (version.ok()) {
-    absl::StatusOr<int64_t> again = shard.Init(init.caller().job_id(), init.caller().rank(),
-                                               DescriptionOf(init), views);
+    absl::StatusOr<int64_t> again =
+        shard.Init(init.caller().job_id(), init.caller().rank(), DescriptionOf(init), views);
     FUZZ_CHECK(again.ok());
   }
   return 0;

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "common/safetensors.h"
 #include "common/tensor_frame.h"
 #include "proto/ps.pb.h"
 #include "worker/comm/ring_wire.h"
-#include "worker/nn/safetensors.h"
 
 namespace dptrain {
 namespace {
@@ -94,8 +94,8 @@ void TensorFrameSeeds() {
   h.set_overflow(true);
   const float payload[4] = {1.5f, -2.0f, 0.0f, 3.25f};
   int i = 0;
-  for (const std::string& bytes : {std::string(reinterpret_cast<const char*>(payload), 16),
-                                   std::string()}) {
+  for (const std::string& bytes :
+       {std::string(reinterpret_cast<const char*>(payload), 16), std::string()}) {
     grpc::ByteBuffer frame = FrameReferencing(h, bytes);
     grpc::Slice whole;
     (void)frame.DumpToSingleSlice(&whole);
@@ -111,8 +111,9 @@ void TensorFrameSeeds() {
   grpc::ByteBuffer frame = FrameReferencing(reply, "abcd");
   grpc::Slice whole;
   (void)frame.DumpToSingleSlice(&whole);
-  Write("tensor_frame_fuzzer", "reply",
-        std::string(1, 3) + std::string(reinterpret_cast<const char*>(whole.begin()), whole.size()));
+  Write(
+      "tensor_frame_fuzzer", "reply",
+      std::string(1, 3) + std::string(reinterpret_cast<const char*>(whole.begin()), whole.size()));
 }
 
 void IdxSeeds() {
@@ -132,9 +133,9 @@ void IdxSeeds() {
 
 void SafetensorsSeeds() {
   const float w[6] = {1, 2, 3, 4, 5, 6}, b[2] = {-1, 0.5f}, scalar = 7;
-  auto write = [](const std::string& name, const std::vector<nn::NamedTensor>& tensors,
+  auto write = [](const std::string& name, const std::vector<NamedTensor>& tensors,
                   const std::map<std::string, std::string>& metadata) {
-    absl::StatusOr<std::string> bytes = nn::SerializeSafetensors(tensors, metadata);
+    absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);
     if (!bytes.ok()) {
       std::cerr << "make_seeds: " << bytes.status() << "\n";
       std::exit(1);
@@ -202,7 +203,7 @@ void InitRequestSeeds() {
       chunk(&init, index, 1.0f);
       chunk(&push, index, 0.25f);
     }
-    const uint8_t two = shards == 2 ? 6 : 0;  // config / 6 % 2 picks the shard count.
+    const uint8_t two = shards == 2 ? 6 : 0;             // config / 6 % 2 picks the shard count.
     for (uint8_t policy_and_optimizer : {0, 1, 2, 3}) {  // bsp, ssp, async; sgd / adam.
       Write("init_request_fuzzer",
             "shards" + std::to_string(shards) + "_config" + std::to_string(policy_and_optimizer),
@@ -215,29 +216,38 @@ void InitRequestSeeds() {
 }
 
 void RingWireSeeds() {
-  const uint64_t job = HashRingJob("fuzz");
+  const uint64_t job = ring_auth::HashJob("fuzz");
   auto frame = [](uint64_t tag, const std::string& payload) {
     char header[kRingFrameHeaderBytes];
     EncodeRingFrameHeader({tag, payload.size()}, header);
     return std::string(header, sizeof(header)) + payload;
   };
   const std::string four_floats(16, '\x3f'), two_floats(8, '\x40');
-  // world 4, max payload 64; expect tag 1 (4 floats, copied), tag 2 (2 floats, added), tag 3.
+  // world 4, max payload 64, no job token; expect tag 1 (4 floats, copied), tag 2 (2 floats,
+  // added), tag 3.
   ProviderInput in;
-  in.Integral<int>(4, 0, 8).Integral<uint64_t>(64, 0, 1024);
+  in.Integral<int>(4, 0, 8).Integral<uint64_t>(64, 0, 1024).Bool(false);
   in.Integral<uint64_t>(1, 0, 3).Integral<size_t>(4, 0, 16).Bool(false);
   in.Integral<uint64_t>(2, 0, 3).Integral<size_t>(2, 0, 16).Bool(true);
   in.Integral<uint64_t>(3, 0, 3).Integral<size_t>(1, 0, 16).Bool(false);
   ProviderInput expected_and_not = in;
-  expected_and_not.Rest(EncodeRingHello(1, job) + frame(1, four_floats) + frame(2, two_floats) +
-                        frame(0, two_floats) + frame(3, four_floats));
+  expected_and_not.Rest(EncodeRingHello(1, job, false) + frame(1, four_floats) +
+                        frame(2, two_floats) + frame(0, two_floats) + frame(3, four_floats));
   Write("ring_wire_fuzzer", "expected_and_unexpected", expected_and_not.Bytes());
   ProviderInput truncated = in;
-  truncated.Rest(EncodeRingHello(3, job) + frame(1, four_floats).substr(0, 20));
+  truncated.Rest(EncodeRingHello(3, job, false) + frame(1, four_floats).substr(0, 20));
   Write("ring_wire_fuzzer", "truncated", truncated.Bytes());
   ProviderInput oversized = in;
-  oversized.Rest(EncodeRingHello(2, job) + frame(1, std::string(80, 'x')));
+  oversized.Rest(EncodeRingHello(2, job, false) + frame(1, std::string(80, 'x')));
   Write("ring_wire_fuzzer", "oversized", oversized.Bytes());
+  // The same, read by a rank with a job token (a keyed hello; the proof is not fuzzed).
+  ProviderInput keyed;
+  keyed.Integral<int>(4, 0, 8).Integral<uint64_t>(64, 0, 1024).Bool(true);
+  keyed.Integral<uint64_t>(1, 0, 3).Integral<size_t>(4, 0, 16).Bool(false);
+  keyed.Integral<uint64_t>(2, 0, 3).Integral<size_t>(2, 0, 16).Bool(true);
+  keyed.Integral<uint64_t>(3, 0, 3).Integral<size_t>(1, 0, 16).Bool(false);
+  keyed.Rest(EncodeRingHello(1, job, true) + frame(1, four_floats) + frame(2, two_floats));
+  Write("ring_wire_fuzzer", "keyed", keyed.Bytes());
 }
 
 }  // namespace

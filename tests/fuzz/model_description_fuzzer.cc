@@ -46,8 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(model.num_shards >= 1 && !model.tensors.empty());
   if (model.num_shards > kMaxServerShards) return 0;
-  absl::StatusOr<dptrain::ShardMap> map = dptrain::ShardMap::Build(
-      model.tensors, {model.num_shards, model.max_chunk_elements});
+  absl::StatusOr<dptrain::ShardMap> map =
+      dptrain::ShardMap::Build(model.tensors, {model.num_shards, model.max_chunk_elements});
   FUZZ_CHECK(map.ok());
   FUZZ_CHECK(static_cast<int64_t>(map->chunks().size()) <= limits.max_chunks);
   FUZZ_CHECK(map->total_elements() <= limits.max_model_bytes / 4);

@@ -1,8 +1,10 @@
 // Fuzzes what a ring link's reader does with the bytes of one connection
-// (worker/comm/tcp_peer_link.cc ReadLoop, without the socket): ParseRingHello, then frame
-// after frame ParseRingFrameHeader and the Mailbox (Claim of an expected message and a
-// write into place, or Deposit), then the collective's TakeInto/TakeAdd of what it expected.
-// Input: [world size][max payload][3 expectations: tag, floats, add][hello][frames...].
+// (worker/comm/tcp_peer_link.cc Handshake and ReadFrames, without the socket): ParseRingHello
+// (as a rank with or without a job token; the HMAC proof after a keyed hello is not fuzzed),
+// then frame after frame ParseRingFrameHeader and the Mailbox (Claim of an expected message
+// and a write into place, or Deposit), then the collective's TakeInto/TakeAdd of what it
+// expected.
+// Input: [world size][max payload][keyed][3 expectations: tag, floats, add][hello][frames...].
 // Checks: what parses re-encodes to the same bytes and is within the bounds; only the
 // documented statuses; a message is never delivered beyond the memory that expected it
 // (ASan); nothing waits (every Take has a deadline in the past).
@@ -33,6 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   const int world_size = in.ConsumeIntegralInRange<int>(0, 8);
   const uint64_t max_payload = in.ConsumeIntegralInRange<uint64_t>(0, 1024);
+  const bool keyed = in.ConsumeBool();
   const int from = 1;
   Mailbox inbox;
   std::vector<Expected> expected(3);
@@ -43,18 +46,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     inbox.Post(from, e.tag, {absl::MakeSpan(e.dest), e.add, 0.5f});
   }
   const std::string stream = in.ConsumeRemainingBytesAsString();
-  const uint64_t job = HashRingJob("fuzz");
+  const uint64_t job = ring_auth::HashJob("fuzz");
 
   absl::string_view rest = stream;
   const absl::string_view hello = rest.substr(0, kRingHelloBytes);
   rest.remove_prefix(hello.size());
-  absl::StatusOr<int> rank = ParseRingHello(hello, job, world_size);
+  absl::StatusOr<int> rank = ParseRingHello(hello, job, world_size, keyed);
   if (rank.ok()) {
     FUZZ_CHECK(*rank >= 0 && *rank < world_size);
-    FUZZ_CHECK(EncodeRingHello(*rank, job) == hello);
+    FUZZ_CHECK(EncodeRingHello(*rank, job, keyed) == hello);
   } else {
     const absl::Status& s = rank.status();
-    FUZZ_CHECK(absl::IsDataLoss(s) || absl::IsPermissionDenied(s) || absl::IsInvalidArgument(s));
+    FUZZ_CHECK(absl::IsDataLoss(s) || absl::IsPermissionDenied(s) || absl::IsInvalidArgument(s) ||
+               absl::IsUnauthenticated(s));
     FUZZ_CHECK(!absl::IsDataLoss(s) || hello.size() != kRingHelloBytes);
     // Reads the frames anyway: the parse of frames must not depend on a valid hello.
   }

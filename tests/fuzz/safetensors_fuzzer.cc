@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/fuzz/fuzz_check.h"
 #include "common/safetensors.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace nn = dptrain;  // The format lives in common/safetensors.h.
 

@@ -5,37 +5,32 @@
 #include "absl/strings/str_cat.h"
 
 namespace dptrain {
-namespace {
 
-constexpr uint32_t kMagic = 0x44505452;  // "DPTR"
-
-struct Hello {
-  uint32_t magic, rank;
-  uint64_t job;
-};
-static_assert(sizeof(Hello) == kRingHelloBytes, "hello layout");
-
-}  // namespace
-
-uint64_t HashRingJob(absl::string_view job_id) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : job_id) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string EncodeRingHello(int rank, uint64_t job_hash) {
-  const Hello hello{kMagic, static_cast<uint32_t>(rank), job_hash};
+std::string EncodeRingHello(int rank, uint64_t job_hash, bool keyed) {
+  const ring_auth::Hello hello{keyed ? ring_auth::kKeyedMagic : ring_auth::kPlainMagic,
+                               static_cast<uint32_t>(rank), job_hash};
   return std::string(reinterpret_cast<const char*>(&hello), sizeof(hello));
 }
 
-absl::StatusOr<int> ParseRingHello(absl::string_view bytes, uint64_t job_hash, int world_size) {
+absl::StatusOr<int> ParseRingHello(absl::string_view bytes, uint64_t job_hash, int world_size,
+                                   bool keyed) {
   if (bytes.size() != kRingHelloBytes) {
     return absl::DataLossError(
         absl::StrCat("a hello has ", kRingHelloBytes, " bytes, not ", bytes.size()));
   }
-  Hello hello;
+  ring_auth::Hello hello;
   std::memcpy(&hello, bytes.data(), sizeof(hello));
-  if (hello.magic != kMagic || hello.job != job_hash) {
+  if (hello.magic == ring_auth::kPlainMagic && keyed) {
+    return absl::UnauthenticatedError(
+        "a hello without a job-token proof (this ring requires the job token)");
+  }
+  if (hello.magic == ring_auth::kKeyedMagic && !keyed) {
+    return absl::UnauthenticatedError(
+        "a job-token hello, but this rank has no job token (--job_token_file on some ranks "
+        "only?)");
+  }
+  if ((hello.magic != ring_auth::kPlainMagic && hello.magic != ring_auth::kKeyedMagic) ||
+      hello.job != job_hash) {
     return absl::PermissionDeniedError("not a hello of this job");
   }
   if (world_size < 0 || hello.rank >= static_cast<uint32_t>(world_size)) {

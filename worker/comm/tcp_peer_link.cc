@@ -276,31 +276,18 @@ absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
     iovec iov{&challenge, sizeof(challenge)};
     if (!WriteFull(fd, &iov, 1)) return absl::UnavailableError("closed before the challenge");
   }
-  Hello hello;
-  if (!ReadFullBy(fd, &hello, sizeof(hello), deadline)) {
+  char hello[kRingHelloBytes];
+  if (!ReadFullBy(fd, hello, sizeof(hello), deadline)) {
     return absl::UnavailableError("closed or timed out before a whole hello");
   }
-  if (hello.magic == ring_auth::kPlainMagic && !token.empty()) {
-    return absl::UnauthenticatedError(
-        "a hello without a job-token proof (this ring requires the job token)");
-  }
-  if (hello.magic == ring_auth::kKeyedMagic && token.empty()) {
-    return absl::UnauthenticatedError(
-        "a job-token hello, but this rank has no job token (--job_token_file on some ranks "
-        "only?)");
-  }
-  if ((hello.magic != ring_auth::kPlainMagic && hello.magic != ring_auth::kKeyedMagic) ||
-      hello.job != job_hash_) {
-    return absl::PermissionDeniedError("not a hello of this job");
-  }
-  if (hello.rank >= static_cast<uint32_t>(world_size())) {
-    return absl::InvalidArgumentError(absl::StrCat("claimed rank ", hello.rank, ", not a peer"));
-  }
-  const int rank = static_cast<int>(hello.rank);
+  const absl::StatusOr<int> claimed = ParseRingHello(absl::string_view(hello, sizeof(hello)),
+                                                     job_hash_, world_size(), !token.empty());
+  if (!claimed.ok()) return claimed.status();
+  const int rank = *claimed;
   ring_auth::Session session;
   if (!token.empty()) {
     session.job_id = options_.job_id;
-    session.connector_rank = hello.rank;
+    session.connector_rank = static_cast<uint32_t>(rank);
     session.acceptor_rank = static_cast<uint32_t>(options_.rank);
     session.acceptor_nonce = challenge.nonce;
     Digest proof;
