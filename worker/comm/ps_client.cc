@@ -79,15 +79,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
     client->stubs_.push_back(proto::ParameterServer::NewStub(channel));
     client->stream_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
-  proto::ShardInfoRequest info_request;
-  std::vector<const proto::ShardInfoRequest*> info_requests(num_shards, &info_request);
-  std::vector<proto::ShardInfoResponse> infos;
-  if (auto s = CallAllShards(client->stubs_, options.shard_addresses, info_requests, infos,
-                             std::mem_fn(&proto::ParameterServer::Stub::AsyncGetShardInfo),
-                             options.connect_timeout, "GetShardInfo");
-      !s.ok()) {
-    return s;
-  }
+  auto fetched = client->Infos(options.connect_timeout);
+  if (!fetched.ok()) return fetched.status();
+  const std::vector<proto::ShardInfoResponse>& infos = *fetched;
   for (int s = 0; s < num_shards; ++s) {
     const proto::ShardInfoResponse& info = infos[s];
     const std::string& address = options.shard_addresses[s];
