@@ -9,7 +9,10 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libgtest-dev
   zlib1g-dev                                     # gzip IDX files, CRC32 of shard checkpoints
-  nlohmann-json3-dev                             # shard checkpoint manifests (server/checkpoint)
+  nlohmann-json3-dev                             # shard checkpoint manifests, traces, /status
+  libcivetweb-dev                                # the /metrics and /status HTTP endpoint
+  prometheus                                     # promtool + a real server in tests/metrics_test
+  python3-matplotlib                             # tools/plot_curves.py (training curves)
   libopenblas-dev                                # CPU GEMMs
   libssl-dev                                     # libcrypto: job token, ring HMAC, PEM checks
   openssl                                        # tools/make_certs.sh (and the tests' certificates)
