@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace dptrain {
 
@@ -61,6 +62,7 @@ void AggregationPolicy::CountStaleness(int64_t s) {
   ++c_.stats->pushes;
   c_.stats->sum_staleness += s;
   c_.stats->max_staleness = std::max(c_.stats->max_staleness, s);
+  c_.observer->OnPush(s);
 }
 
 namespace {
@@ -160,8 +162,11 @@ class BspPolicy final : public AggregationPolicy {
     // chunk of this step); nobody's counts.
     bool skip = p.overflow || o.version == c_.stats->nonfinite_step;
     const float* g = nullptr;
+    const absl::Time sum_start = absl::Now();
+    absl::Time apply_start = sum_start;
     if (!skip) {
       g = AverageGradients(slot);
+      apply_start = absl::Now();
       if (!AllFinite(g, o.spec.count)) {
         NoteNonFinite(o.version, o.spec, /*dropped_push=*/false);
         skip = true;
@@ -169,6 +174,7 @@ class BspPolicy final : public AggregationPolicy {
     }
     // Under BSP a chunk's version is the step it completes (skipped steps count too).
     if (!skip) c_.store->Apply(slot, g, c_.rate_at(o.version));
+    c_.observer->OnApply(o.version, sum_start, apply_start, absl::Now());
     p.last_skipped = skip;
     p.overflow = false;
     std::fill(p.grads.begin(), p.grads.end(), nullptr);
@@ -244,6 +250,7 @@ class SspPolicy : public AggregationPolicy {
     const int64_t n = o.spec.count;
     const float scale = 1.0f / static_cast<float>(c_.num_workers);
     float* scaled = scaled_.data();
+    const absl::Time sum_start = absl::Now();
     for (int64_t i = 0; i < n; ++i) {
       float g;
       std::memcpy(&g, data.data() + i * sizeof(float), sizeof(float));
@@ -254,7 +261,9 @@ class SspPolicy : public AggregationPolicy {
       r.skipped[rank] = true;
       return;
     }
+    const absl::Time apply_start = absl::Now();
     c_.store->Apply(slot, scaled, c_.rate_at(step));
+    c_.observer->OnApply(step, sum_start, apply_start, absl::Now());
     ++o.version;
   }
 

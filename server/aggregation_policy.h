@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/log_sink.h"
+#include "server/shard_observer.h"
 #include "server/shard_store.h"
 
 namespace dptrain {
@@ -61,6 +62,7 @@ struct PolicyContext {
   ShardStore* store = nullptr;              // Not owned.
   ShardStats* stats = nullptr;              // Not owned.
   std::function<float(int64_t)> rate_at;    // The learning rate of a step.
+  ShardObserver* observer = nullptr;        // Not owned; never null.
   LogSink log;
 };
 

@@ -357,7 +357,8 @@ TEST(ShardCheckpointTest, RollbackNeedsBspAndACheckpointDirectory) {
   auto async = ParameterShard::Create(o);
   ASSERT_TRUE(async.ok());
   ASSERT_TRUE((*async)->Init("job", 0, Model(), Views(kInitial, storage)).ok());
-  ASSERT_TRUE(Train(**async, 0, 1, kInitial).ok());
+  auto trained = Train(**async, 0, 1, kInitial);
+  ASSERT_TRUE(trained.ok()) << trained.status();
   EXPECT_EQ((*async)->Rollback("job", 0, 0).status().code(), StatusCode::kFailedPrecondition);
 }
 

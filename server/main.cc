@@ -13,7 +13,9 @@
 #include "common/net.h"
 #include "common/optimizer_flags.h"
 #include "common/security_flags.h"
+#include "common/telemetry_flags.h"
 #include "server/ps_server.h"
+#include "server/shard_status.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free port (printed, see --port_file).");
@@ -125,6 +127,15 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  auto telemetry =
+      dptrain::TelemetryFromFlags(absl::StrCat("ps_server shard ", options.shard.shard));
+  if (!telemetry.ok()) {
+    std::cerr << "ps_server: " << telemetry.status().message() << "\n";
+    return 2;
+  }
+  options.metrics = &(*telemetry)->registry;
+  options.trace = (*telemetry)->trace.get();
+
   auto server = dptrain::PsServer::Start(options);
   if (!server.ok()) {
     std::cerr << "ps_server: " << server.status().message() << "\n";
@@ -141,6 +152,18 @@ int main(int argc, char** argv) {
       std::cerr << "ps_server: " << s.message() << "\n";
       return 1;
     }
+  }
+  dptrain::PsServer* running = server->get();
+  if (auto s = dptrain::ServeMetrics(
+          **telemetry, absl::StrCat("ps_server: shard ", options.shard.shard),
+          [running] {
+            dptrain::proto::ShardInfoResponse info;
+            dptrain::FillShardInfo(running->shard(), &info);
+            return dptrain::ShardInfoJson(info);
+          });
+      !s.ok()) {
+    std::cerr << "ps_server: " << s.message() << "\n";
+    return 1;
   }
   int signal = 0;
   const absl::Duration trim_interval = absl::GetFlag(FLAGS_malloc_trim_interval);
@@ -170,5 +193,10 @@ int main(int argc, char** argv) {
   }
   std::cout << std::endl;
   (*server)->Shutdown();
+  if ((*telemetry)->trace != nullptr) {
+    if (auto s = (*telemetry)->trace->Flush(); !s.ok()) {
+      std::cerr << "ps_server: " << s.message() << "\n";
+    }
+  }
   return 0;
 }

@@ -73,7 +73,10 @@ ParameterShard::ParameterShard(const ParameterShardOptions& options,
                                std::unique_ptr<Optimizer> optimizer)
     : options_(options),
       optimizer_(std::move(optimizer)),
-      store_(options.shard, options.num_shards, optimizer_.get()) {
+      store_(options.shard, options.num_shards, optimizer_.get()),
+      observer_(options.observer != nullptr ? options.observer : &no_observer_),
+      rank_steps_(options.num_workers, -1),
+      rank_seen_(options.num_workers, absl::InfinitePast()) {
   PolicyContext context;
   context.shard = options.shard;
   context.num_workers = options.num_workers;
@@ -82,6 +85,7 @@ ParameterShard::ParameterShard(const ParameterShardOptions& options,
   context.stats = &stats_;
   context.rate_at = [this](int64_t step) { return RateAt(step); };
   context.log = options.log;
+  context.observer = observer_;
   policy_ = AggregationPolicy::Create(options.policy, context);
 }
 
@@ -157,6 +161,7 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
   if (auto s = store_.CheckModel(model); !s.ok()) return s;
   policy_->Rejoin(rank);
+  rank_seen_[rank] = absl::Now();
   store_.Emit(sink);
   return store_.MinVersion();
 }
@@ -186,9 +191,11 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
         policy_->NoteNonFinitePush(step, store_.chunk(slot).spec);
       }
     }
+    NotePush(rank, step);
     for (int slot = 0; slot < store_.num_chunks(); ++slot) {
       policy_->Push(slot, rank, step, chunks[order[slot]].data, nullptr, overflow);
     }
+    NoteCompleted();
     due = DueCheckpoint();
   }
   WriteCheckpoint(std::move(due));
@@ -220,7 +227,9 @@ absl::StatusOr<int> ParameterShard::PushChunk(absl::string_view job_id, int rank
     if (!found.ok()) return found.status();
     slot = *found;
     if (auto s = policy_->CheckStep(slot, rank, step); !s.ok()) return s;
+    NotePush(rank, step);
     policy_->Push(slot, rank, step, chunk.data, std::move(hold), overflow);
+    NoteCompleted();
     due = DueCheckpoint();
   }
   WriteCheckpoint(std::move(due));
@@ -238,6 +247,7 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
   }
   if (auto s = policy_->CheckPull(slot, rank, step); !s.ok()) return s;
   const int64_t generation = generation_;
+  const absl::Time wait_start = absl::Now();
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || gave_up() || generation_ != generation ||
            policy_->Ready(slot, rank, step);
@@ -255,8 +265,30 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
   if (!woke) return policy_->TimedOut(slot, rank, step);
   if (!ready || shutdown_) return absl::UnavailableError("parameter server is shutting down");
   PulledChunk result = policy_->Pulled(slot, rank);
+  const absl::Time send_start = absl::Now();
+  observer_->OnWait(rank, step, wait_start, send_start);
   sink(store_.chunk(slot).spec, store_.weights(slot));
+  observer_->OnSend(rank, step, send_start, absl::Now());
   return result;
+}
+
+void ParameterShard::NotePush(int rank, int64_t step) {
+  const absl::Time now = absl::Now();
+  rank_steps_[rank] = step;
+  rank_seen_[rank] = now;
+  if (options_.policy == SyncPolicy::kBsp && step >= policy_->CompletedStep()) {
+    first_push_.emplace(step, now);  // Kept if the step has an earlier push.
+  }
+}
+
+void ParameterShard::NoteCompleted() {
+  if (options_.policy != SyncPolicy::kBsp) return;
+  const int64_t completed = policy_->CompletedStep();  // Steps every chunk completed.
+  const absl::Time now = absl::Now();
+  while (!first_push_.empty() && first_push_.begin()->first < completed) {
+    observer_->OnStepComplete(first_push_.begin()->first, first_push_.begin()->second, now);
+    first_push_.erase(first_push_.begin());
+  }
 }
 
 std::optional<ShardCheckpoint> ParameterShard::DueCheckpoint() {
@@ -320,6 +352,7 @@ absl::StatusOr<int64_t> ParameterShard::Rollback(absl::string_view job_id, int r
   if (auto s = RestoreLocked(*checkpoint); !s.ok()) return s;
   ++generation_;
   ++checkpoint_info_.rollbacks;
+  first_push_.clear();
   last_snapshot_step_ = step;
   options_.log(absl::StrCat("ps shard ", options_.shard, ": went back to the checkpoint of step ",
                             step, " (asked by rank ", rank, ")"));
@@ -352,6 +385,9 @@ ParameterShard::Info ParameterShard::GetInfo() const {
       stats_.pushes > 0 ? static_cast<double>(stats_.sum_staleness) / stats_.pushes : 0;
   info.nonfinite_steps = stats_.nonfinite_steps;
   info.nonfinite_pushes = stats_.nonfinite_pushes;
+  info.rank_steps = rank_steps_;
+  info.rank_seen = rank_seen_;
+  info.learning_rate = RateAt(info.version);
   return info;
 }
 

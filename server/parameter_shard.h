@@ -43,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +63,7 @@
 #include "server/aggregation_policy.h"
 #include "server/checkpoint.h"
 #include "server/model_limits.h"
+#include "server/shard_observer.h"
 #include "server/shard_store.h"
 
 namespace dptrain {
@@ -82,6 +84,9 @@ struct ParameterShardOptions {
   ModelLimits limits;
   // Where the shard reports what it decided on its own (e.g. a non-finite gradient).
   LogSink log = StderrLog();
+  // Told about pushes, optimizer runs, completed steps and waits (metrics, trace); not
+  // owned, must outlive the shard. Null: nobody.
+  ShardObserver* observer = nullptr;
   struct Checkpoints {
     std::string dir;           // Empty: no checkpoints (and no restore, no Rollback).
     int64_t every = 0;         // Steps between checkpoints (0: none written, restore only).
@@ -168,6 +173,11 @@ class ParameterShard {
     double checkpoint_seconds_total = 0;  // Of every write that succeeded.
     int64_t checkpoint_bytes = 0;   // The newest checkpoint's file size.
     int64_t rollbacks = 0;
+    // Per rank: the newest step it pushed (-1: none yet) and when it was last heard from
+    // (a push or a pull; absl::InfinitePast() if never).
+    std::vector<int64_t> rank_steps;
+    std::vector<absl::Time> rank_seen;
+    double learning_rate = 0;  // Of the next step (the schedule's, if any).
   };
   Info GetInfo() const;
   const ParameterShardOptions& options() const { return options_; }
@@ -181,6 +191,10 @@ class ParameterShard {
   float RateAt(int64_t step) const;
   // Replaces the store's state with `checkpoint`'s (validated against options.limits).
   absl::Status RestoreLocked(const ShardCheckpoint& checkpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before recording rank's push of `step`: its position and the step's first push.
+  void NotePush(int rank, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a push: tells the observer about every step it completed.
+  void NoteCompleted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a push: the snapshot to write if a checkpoint step completed.
   std::optional<ShardCheckpoint> DueCheckpoint() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes it (without holding mu_), one write at a time; failures are logged and counted.
@@ -201,6 +215,12 @@ class ParameterShard {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_snapshot_step_ ABSL_GUARDED_BY(mu_) = -1;
   Info checkpoint_info_ ABSL_GUARDED_BY(mu_);  // The checkpoint and rollback fields.
+  ShardObserver no_observer_;
+  ShardObserver* const observer_;  // options.observer or no_observer_.
+  std::vector<int64_t> rank_steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> rank_seen_ ABSL_GUARDED_BY(mu_);
+  // The first push of each step not yet completed on every chunk (BSP; OnStepComplete).
+  std::map<int64_t, absl::Time> first_push_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dptrain

@@ -10,13 +10,20 @@
 namespace dptrain {
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options) {
-  auto shard = ParameterShard::Create(options.shard);
-  if (!shard.ok()) return shard.status();
   std::unique_ptr<PsServer> server(new PsServer());
+  ParameterShardOptions shard_options = options.shard;
+  if (options.metrics != nullptr || options.trace != nullptr) {
+    server->telemetry_ = std::make_unique<ShardTelemetry>(options.metrics, options.trace,
+                                                          options.shard.num_workers);
+    shard_options.observer = server->telemetry_.get();
+  }
+  auto shard = ParameterShard::Create(shard_options);
+  if (!shard.ok()) return shard.status();
   server->shard_ = *std::move(shard);
-  server->service_ = std::make_unique<PsService>(server->shard_.get());
-  server->stream_service_ =
-      std::make_unique<TensorStreamService>(server->shard_.get(), options.stream);
+  server->service_ = std::make_unique<PsService>(server->shard_.get(), server->telemetry_.get());
+  server->stream_service_ = std::make_unique<TensorStreamService>(
+      server->shard_.get(), options.stream, server->telemetry_.get());
+  if (options.metrics != nullptr) server->RegisterGauges(*options.metrics);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -33,6 +40,53 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   return server;
+}
+
+void PsServer::RegisterGauges(MetricsRegistry& registry) {
+  ParameterShard* shard = shard_.get();
+  registry.AddGaugeFunction("dptrain_ps_version",
+                            "Steps (BSP) or pushes (SSP, async) every chunk of this shard has "
+                            "applied.",
+                            [shard] { return static_cast<double>(shard->GetInfo().version); });
+  registry.AddGaugeFunction(
+      "dptrain_ps_waiting_workers",
+      "Workers that have not yet pushed the newest step any worker pushed (0: nobody is waited "
+      "for).",
+      [shard] {
+        const ParameterShard::Info info = shard->GetInfo();
+        int64_t newest = -1;
+        for (int64_t s : info.rank_steps) newest = std::max(newest, s);
+        int waiting = 0;
+        for (int64_t s : info.rank_steps) waiting += s < newest ? 1 : 0;
+        return static_cast<double>(waiting);
+      });
+  registry.AddGaugeFunction("dptrain_ps_learning_rate", "The rate of the next step.",
+                            [shard] { return shard->GetInfo().learning_rate; });
+  TensorStreamService* streams = stream_service_.get();
+  registry.AddGaugeFunction("dptrain_ps_active_streams", "Tensor streams open now.",
+                            [streams] { return static_cast<double>(streams->active_streams()); });
+  registry.AddCounterFunction("dptrain_ps_received_bytes_total",
+                              "Request bytes received (unary and stream).",
+                              [this] { return static_cast<double>(bytes_received()); });
+  registry.AddCounterFunction("dptrain_ps_sent_bytes_total", "Answer bytes sent.",
+                              [this] { return static_cast<double>(bytes_sent()); });
+  registry.AddCounterFunction("dptrain_ps_pushes_total", "Chunk pushes counted.", [shard] {
+    return static_cast<double>(shard->GetInfo().pushes);
+  });
+  registry.AddCounterFunction(
+      "dptrain_ps_nonfinite_skips_total",
+      "Steps (BSP) or pushes (SSP, async) skipped for an unflagged inf/NaN gradient.", [shard] {
+        const ParameterShard::Info info = shard->GetInfo();
+        return static_cast<double>(info.nonfinite_steps + info.nonfinite_pushes);
+      });
+  registry.AddCounterFunction("dptrain_ps_checkpoints_written_total", "Checkpoints written.",
+                              [shard] {
+                                return static_cast<double>(shard->GetInfo().checkpoints_written);
+                              });
+  registry.AddCounterFunction("dptrain_ps_checkpoint_failures_total", "Checkpoint writes failed.",
+                              [shard] {
+                                return static_cast<double>(shard->GetInfo().checkpoint_failures);
+                              });
 }
 
 void PsServer::Shutdown(absl::Duration grace) {

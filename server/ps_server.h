@@ -11,7 +11,10 @@
 #include "common/credentials.h"
 #include "common/net.h"
 #include "grpcpp/server.h"
+#include "common/metrics.h"
+#include "common/trace.h"
 #include "server/parameter_shard.h"
+#include "server/shard_telemetry.h"
 #include "server/ps_service.h"
 #include "server/tensor_stream_service.h"
 
@@ -27,6 +30,10 @@ struct PsServerOptions {
   // The largest gRPC message accepted (at most kMaxMessageBytes); gRPC answers
   // RESOURCE_EXHAUSTED for a larger one. ps_server derives it from --max_model_bytes.
   int max_receive_message_bytes = kMaxMessageBytes;
+  // Where the shard's metrics are registered and its steps traced (either may be null: none).
+  // Not owned; both must outlive the server.
+  MetricsRegistry* metrics = nullptr;
+  TraceRecorder* trace = nullptr;
 };
 
 class PsServer {
@@ -52,6 +59,10 @@ class PsServer {
  private:
   PsServer() = default;
 
+  // Registers the metrics read at scrape time (version, waiting workers, streams, bytes).
+  void RegisterGauges(MetricsRegistry& registry);
+
+  std::unique_ptr<ShardTelemetry> telemetry_;  // Before shard_: the shard reports to it.
   std::unique_ptr<ParameterShard> shard_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<TensorStreamService> stream_service_;

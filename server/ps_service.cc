@@ -4,6 +4,7 @@
 
 #include "common/grpc_status.h"
 #include "server/ps_requests.h"
+#include "server/shard_status.h"
 
 namespace dptrain {
 namespace {
@@ -26,7 +27,7 @@ absl::Time PsService::Deadline(const grpc::ServerContext& context) const {
   return std::min(ours, theirs);
 }
 
-grpc::Status PsService::Init(grpc::ServerContext*, const proto::InitRequest* request,
+grpc::Status PsService::DoInit(grpc::ServerContext*, const proto::InitRequest* request,
                              proto::InitResponse* response) {
   auto version = shard_->Init(request->caller().job_id(), request->caller().rank(),
                               DescriptionOf(*request), ViewsOf(request->chunks()));
@@ -35,7 +36,7 @@ grpc::Status PsService::Init(grpc::ServerContext*, const proto::InitRequest* req
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::Pull(grpc::ServerContext* context, const proto::PullRequest* request,
+grpc::Status PsService::DoPull(grpc::ServerContext* context, const proto::PullRequest* request,
                              proto::PullResponse* response) {
   auto version = shard_->Pull(request->caller().job_id(), request->caller().rank(),
                               DescriptionOf(*request), Deadline(*context), SinkInto(response));
@@ -44,7 +45,7 @@ grpc::Status PsService::Pull(grpc::ServerContext* context, const proto::PullRequ
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::PushPull(grpc::ServerContext* context,
+grpc::Status PsService::DoPushPull(grpc::ServerContext* context,
                                  const proto::PushPullRequest* request,
                                  proto::PullResponse* response) {
   int64_t staleness = 0;
@@ -62,7 +63,7 @@ grpc::Status PsService::PushPull(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::AverageBuffers(grpc::ServerContext* context,
+grpc::Status PsService::DoAverageBuffers(grpc::ServerContext* context,
                                        const proto::AverageBuffersRequest* request,
                                        proto::AverageBuffersResponse* response) {
   const ParameterShard::Info info = shard_->GetInfo();
@@ -84,42 +85,54 @@ grpc::Status PsService::AverageBuffers(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::GetShardInfo(grpc::ServerContext*, const proto::ShardInfoRequest*,
+grpc::Status PsService::DoGetShardInfo(grpc::ServerContext*, const proto::ShardInfoRequest*,
                                      proto::ShardInfoResponse* response) {
-  const ParameterShardOptions& o = shard_->options();
-  const ParameterShard::Info info = shard_->GetInfo();
-  response->set_shard(o.shard);
-  response->set_num_shards(o.num_shards);
-  response->set_num_workers(o.num_workers);
-  response->set_job_id(info.job_id);
-  response->set_initialized(info.initialized);
-  response->set_version(info.version);
-  response->set_optimizer(o.optimizer.name);
-  response->set_learning_rate(o.optimizer.learning_rate);
-  response->set_sync_policy(SyncPolicyName(o.policy));
-  response->set_staleness_bound(o.staleness);
-  response->set_max_staleness(info.max_staleness);
-  response->set_mean_staleness(info.mean_staleness);
-  response->set_nonfinite_steps(info.nonfinite_steps);
-  response->set_nonfinite_pushes(info.nonfinite_pushes);
-  response->set_checkpoint_every(o.checkpoints.every);
-  response->set_restored_step(info.restored_step);
-  response->set_checkpoint_step(info.checkpoint_step);
-  response->set_checkpoints_written(info.checkpoints_written);
-  response->set_checkpoint_failures(info.checkpoint_failures);
-  response->set_checkpoint_seconds(info.checkpoint_seconds);
-  response->set_checkpoint_bytes(info.checkpoint_bytes);
-  response->set_rollbacks(info.rollbacks);
+  FillShardInfo(*shard_, response);
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::Rollback(grpc::ServerContext*, const proto::RollbackRequest* request,
+grpc::Status PsService::DoRollback(grpc::ServerContext*, const proto::RollbackRequest* request,
                                  proto::RollbackResponse* response) {
   auto step =
       shard_->Rollback(request->caller().job_id(), request->caller().rank(), request->step());
   if (!step.ok()) return ToGrpcStatus(step.status());
   response->set_step(*step);
   return grpc::Status::OK;
+}
+
+grpc::Status PsService::Counted(const char* method, grpc::Status status) {
+  if (telemetry_ != nullptr) telemetry_->CountRequest(method, status);
+  return status;
+}
+
+grpc::Status PsService::Init(grpc::ServerContext* context, const proto::InitRequest* request,
+                         proto::InitResponse* response) {
+  return Counted("init", DoInit(context, request, response));
+}
+
+grpc::Status PsService::Pull(grpc::ServerContext* context, const proto::PullRequest* request,
+                         proto::PullResponse* response) {
+  return Counted("pull", DoPull(context, request, response));
+}
+
+grpc::Status PsService::PushPull(grpc::ServerContext* context, const proto::PushPullRequest* request,
+                         proto::PullResponse* response) {
+  return Counted("push_pull", DoPushPull(context, request, response));
+}
+
+grpc::Status PsService::AverageBuffers(grpc::ServerContext* context, const proto::AverageBuffersRequest* request,
+                         proto::AverageBuffersResponse* response) {
+  return Counted("average_buffers", DoAverageBuffers(context, request, response));
+}
+
+grpc::Status PsService::GetShardInfo(grpc::ServerContext* context, const proto::ShardInfoRequest* request,
+                         proto::ShardInfoResponse* response) {
+  return Counted("shard_info", DoGetShardInfo(context, request, response));
+}
+
+grpc::Status PsService::Rollback(grpc::ServerContext* context, const proto::RollbackRequest* request,
+                         proto::RollbackResponse* response) {
+  return Counted("rollback", DoRollback(context, request, response));
 }
 
 }  // namespace dptrain

@@ -8,14 +8,16 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/buffer_averager.h"
 #include "server/parameter_shard.h"
+#include "server/shard_telemetry.h"
 
 namespace dptrain {
 
 class PsService final : public proto::ParameterServer::Service {
  public:
   // `shard` must outlive the service.
-  explicit PsService(ParameterShard* shard)
-      : shard_(shard), buffers_(shard->options().num_workers) {}
+  // `telemetry` (may be null) counts the calls; both must outlive the service.
+  explicit PsService(ParameterShard* shard, ShardTelemetry* telemetry = nullptr)
+      : shard_(shard), telemetry_(telemetry), buffers_(shard->options().num_workers) {}
 
   grpc::Status Init(grpc::ServerContext* context, const proto::InitRequest* request,
                     proto::InitResponse* response) override;
@@ -37,10 +39,26 @@ class PsService final : public proto::ParameterServer::Service {
   int64_t bytes_sent() const { return bytes_sent_.load(); }
 
  private:
+  grpc::Status DoInit(grpc::ServerContext* context, const proto::InitRequest* request,
+                      proto::InitResponse* response);
+  grpc::Status DoPull(grpc::ServerContext* context, const proto::PullRequest* request,
+                      proto::PullResponse* response);
+  grpc::Status DoPushPull(grpc::ServerContext* context, const proto::PushPullRequest* request,
+                          proto::PullResponse* response);
+  grpc::Status DoAverageBuffers(grpc::ServerContext* context,
+                                const proto::AverageBuffersRequest* request,
+                                proto::AverageBuffersResponse* response);
+  grpc::Status DoGetShardInfo(grpc::ServerContext* context, const proto::ShardInfoRequest* request,
+                              proto::ShardInfoResponse* response);
+  grpc::Status DoRollback(grpc::ServerContext* context, const proto::RollbackRequest* request,
+                          proto::RollbackResponse* response);
+  // Counts the call's outcome; returns `status`.
+  grpc::Status Counted(const char* method, grpc::Status status);
   // The earlier of the client's deadline and now + step_timeout.
   absl::Time Deadline(const grpc::ServerContext& context) const;
 
   ParameterShard* const shard_;
+  ShardTelemetry* const telemetry_;
   BufferAverager buffers_;
   std::atomic<int64_t> bytes_received_{0}, bytes_sent_{0};
 };

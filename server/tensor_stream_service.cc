@@ -217,6 +217,7 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
+    if (service_->telemetry_ != nullptr) service_->telemetry_->CountRequest("stream", status);
     Finish(status);
   }
 

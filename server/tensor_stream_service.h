@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "server/parameter_shard.h"
+#include "server/shard_telemetry.h"
 
 namespace dptrain {
 
@@ -28,9 +29,11 @@ struct TensorStreamOptions {
 class TensorStreamService final : public grpc::CallbackGenericService {
  public:
   // `shard` must outlive the service.
+  // `telemetry` (may be null) counts the calls; both must outlive the service.
   explicit TensorStreamService(ParameterShard* shard,
-                               const TensorStreamOptions& options = TensorStreamOptions())
-      : shard_(shard), options_(options) {}
+                               const TensorStreamOptions& options = TensorStreamOptions(),
+                               ShardTelemetry* telemetry = nullptr)
+      : shard_(shard), options_(options), telemetry_(telemetry) {}
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override;
@@ -49,6 +52,7 @@ class TensorStreamService final : public grpc::CallbackGenericService {
 
   ParameterShard* const shard_;
   const TensorStreamOptions options_;
+  ShardTelemetry* const telemetry_;
   std::atomic<int64_t> bytes_received_{0}, bytes_sent_{0};
   mutable absl::Mutex mu_;
   std::map<int, int> streams_by_rank_ ABSL_GUARDED_BY(mu_);

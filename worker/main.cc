@@ -14,6 +14,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -30,6 +31,7 @@
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
 #include "common/optimizer_flags.h"
+#include "common/telemetry_flags.h"
 #include "common/security_flags.h"
 #include "worker/comm/ps_client.h"
 #include "worker/comm/sharded_ring_store.h"
@@ -38,6 +40,7 @@
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
 #include "worker/trainer.h"
+#include "worker/worker_telemetry.h"
 
 ABSL_FLAG(std::string, mode, "ps",
           "How gradients are synchronised: ps (sharded parameter servers, --ps), master (rank 0 "
@@ -86,6 +89,12 @@ ABSL_FLAG(int, threads, 0,
           "Math threads of this worker: > 1 splits every layer over that many threads (BLAS "
           "single-threaded inside); 1 one thread; 0 leaves OpenBLAS at its default.");
 ABSL_FLAG(std::string, metrics_out, "", "If set, JSON lines (one per epoch and a final one).");
+ABSL_FLAG(int64_t, stream_min_bytes, int64_t{1} << 20,
+          "ps mode: a shard holding at least this many bytes of the model gets each step over "
+          "the tensor stream (chunk-pipelined), a smaller one in one unary call.");
+ABSL_FLAG(absl::Duration, log_every, absl::Seconds(10),
+          "A progress line (step, images/s, phase split, ETA) at most this often within an "
+          "epoch; 0: one line per epoch only.");
 ABSL_FLAG(int64_t, max_steps_per_epoch, 0, "If > 0, cut every epoch to this many steps.");
 ABSL_FLAG(int64_t, train_subset, 0, "If > 0, train on the first N training images only.");
 ABSL_FLAG(int64_t, test_subset, 0, "If > 0, evaluate on the first N test images only.");
@@ -220,6 +229,8 @@ struct SyncSetup {
   int world_size = 1;
   std::vector<TensorInfo> tensors;
   std::shared_ptr<const Credentials> credentials;  // Of every server and channel.
+  TraceRecorder* trace = nullptr;                  // --trace_out; not owned.
+  MetricsRegistry* metrics = nullptr;              // The worker's; not owned.
 };
 
 struct Sync {
@@ -283,6 +294,29 @@ PsClientOptions ClientOptions(const SyncSetup& setup, std::vector<std::string> a
   o.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   o.expected_learning_rate = absl::GetFlag(FLAGS_lr);
+  // The optimizer flags a user set on a ps-mode worker must be the shards' (the shards apply
+  // them): those whose value is not the default are checked at Connect.
+  auto set = [](const char* name) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+  };
+  if (set("optimizer")) o.expected_optimizer = setup.optimizer.name;
+  if (set("lr_schedule")) {
+    o.expected_lr_schedule = absl::FindCommandLineFlag("lr_schedule")->CurrentValue();
+  }
+  if (set("momentum")) o.expected_optimizer_values["momentum"] = setup.optimizer.momentum;
+  if (set("weight_decay")) {
+    o.expected_optimizer_values["weight_decay"] = setup.optimizer.weight_decay;
+  }
+  if (set("beta1")) o.expected_optimizer_values["beta1"] = setup.optimizer.beta1;
+  if (set("beta2")) o.expected_optimizer_values["beta2"] = setup.optimizer.beta2;
+  if (set("eps")) o.expected_optimizer_values["eps"] = setup.optimizer.eps;
+  if (set("warmup_steps") && setup.lr_schedule.has_value()) {
+    o.expected_optimizer_values["warmup_steps"] =
+        static_cast<double>(setup.lr_schedule->warmup_steps);
+  }
+  o.trace = setup.trace;
+  o.stream_min_bytes = absl::GetFlag(FLAGS_stream_min_bytes);
   o.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
   o.credentials = setup.credentials;
   return o;
@@ -332,6 +366,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
       server.shard.policy = *policy;
       server.shard.staleness = absl::GetFlag(FLAGS_staleness);
       if (auto s = ConfigureSaves(server.shard); !s.ok()) return s;
+      server.metrics = setup.metrics;  // The reducer's dptrain_ps_* beside the worker's.
       auto reducer = PsServer::Start(server);
       if (!reducer.ok()) return reducer.status();
       out.master = *std::move(reducer);
@@ -400,6 +435,11 @@ absl::Status Run() {
   if (const std::string warning = (*credentials)->Warning(); !warning.empty()) {
     std::cerr << "gpu_worker: warning: " << warning << std::endl;
   }
+  auto telemetry = TelemetryFromFlags(absl::StrCat("gpu_worker rank ", *rank));
+  if (!telemetry.ok()) return telemetry.status();
+  if (absl::GetFlag(FLAGS_log_every) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--log_every must be >= 0");
+  }
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
@@ -466,6 +506,7 @@ absl::Status Run() {
     health = *std::move(started);
     std::cout << who << ": health service on port " << health->port << std::endl;
   }
+  if (auto s = ServeMetrics(**telemetry, who); !s.ok()) return s;
   Sync sync;
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   auto train = LoadFashionMnist(data_dir, /*train=*/true);
@@ -515,6 +556,8 @@ absl::Status Run() {
   setup.world_size = *world_size;
   setup.tensors = std::move(tensors);
   setup.credentials = *credentials;
+  setup.trace = (*telemetry)->trace.get();
+  setup.metrics = &(*telemetry)->registry;
   if (auto s = MakeSync(setup, sync); !s.ok()) return WithTlsHint(s, **credentials);
   std::cout << who << ": " << sync.description << std::endl;
 
@@ -526,6 +569,9 @@ absl::Status Run() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.max_steps_per_epoch = absl::GetFlag(FLAGS_max_steps_per_epoch);
   options.progress = &std::cout;
+  options.log_every = absl::GetFlag(FLAGS_log_every);
+  WorkerTelemetry observer(&(*telemetry)->registry, (*telemetry)->trace.get());
+  options.observer = &observer;
   options.lr_schedule.base_lr = absl::GetFlag(FLAGS_lr);
   if (lr_schedule.has_value()) options.lr_schedule = *lr_schedule;
   std::ofstream metrics;
@@ -551,6 +597,11 @@ absl::Status Run() {
       return WithFlag("save_model", s);
     }
     std::cout << who << ": saved the final weights to " << save_path << std::endl;
+  }
+  if ((*telemetry)->trace != nullptr) {
+    if (auto s = (*telemetry)->trace->Flush(); !s.ok()) return WithFlag("trace_out", s);
+    std::cout << who << ": trace of " << (*telemetry)->trace->num_spans() << " spans in "
+              << (*telemetry)->trace->path() << std::endl;
   }
   return absl::OkStatus();
 }

@@ -1,10 +1,12 @@
 #include "worker/trainer.h"
 
+#include <cmath>
 #include <cstring>
 #include <variant>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
 #include "worker/data/sampler.h"
 
 namespace dptrain {
@@ -23,15 +25,15 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
                 << std::endl;
   }
   if (o.metrics != nullptr) {
-    *o.metrics << absl::StrFormat(
-                      "{\"event\":\"epoch\",\"rank\":%d,\"world_size\":%d,\"epoch\":%d,"
-                      "\"steps\":%d,\"skipped_steps\":%d,\"loss\":%.6f,\"train_acc\":%.6f,"
-                      "\"test_acc\":%.6f,\"images_per_s\":%.1f,\"seconds\":%.3f,"
-                      "\"bytes_pushed\":%d,\"bytes_pulled\":%d,\"learning_rate\":%.6g}",
-                      o.rank, o.world_size, m.epoch, m.steps, m.skipped_steps, m.loss,
-                      m.train_acc, m.test_acc, m.images_per_s, m.seconds,
-                      m.comm.bytes_pushed, m.comm.bytes_pulled, m.learning_rate)
-               << std::endl;
+    const nlohmann::ordered_json line = {
+        {"event", "epoch"},       {"rank", o.rank},
+        {"world_size", o.world_size}, {"epoch", m.epoch},
+        {"steps", m.steps},       {"skipped_steps", m.skipped_steps},
+        {"loss", m.loss},         {"train_acc", m.train_acc},
+        {"test_acc", m.test_acc}, {"images_per_s", m.images_per_s},
+        {"seconds", m.seconds},   {"bytes_pushed", m.comm.bytes_pushed},
+        {"bytes_pulled", m.comm.bytes_pulled}, {"learning_rate", m.learning_rate}};
+    *o.metrics << line.dump() << std::endl;
   }
 }
 
@@ -57,27 +59,82 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
                 << std::endl;
   }
   if (o.metrics != nullptr) {
-    *o.metrics << absl::StrFormat(
-                      "{\"event\":\"final\",\"rank\":%d,\"world_size\":%d,\"epochs\":%d,"
-                      "\"steps\":%d,\"loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,"
-                      "\"images_per_s\":%.1f,\"seconds\":%.3f,\"bytes_pushed\":%d,"
-                      "\"bytes_pulled\":%d,\"max_staleness\":%d,\"mean_staleness\":%.3f}",
-                      o.rank, o.world_size, static_cast<int>(h.size()), steps, last.loss,
-                      last.train_acc, last.test_acc, images_per_s, seconds,
-                      last.comm.bytes_pushed, last.comm.bytes_pulled, last.comm.max_staleness,
-                      last.comm.staleness_count > 0
-                          ? static_cast<double>(last.comm.staleness_sum) /
-                                last.comm.staleness_count
-                          : 0.0)
-               << std::endl;
+    const CommStats& c = last.comm;
+    const nlohmann::ordered_json line = {
+        {"event", "final"},
+        {"rank", o.rank},
+        {"world_size", o.world_size},
+        {"epochs", static_cast<int>(h.size())},
+        {"steps", steps},
+        {"loss", last.loss},
+        {"train_acc", last.train_acc},
+        {"test_acc", last.test_acc},
+        {"images_per_s", images_per_s},
+        {"seconds", seconds},
+        {"bytes_pushed", c.bytes_pushed},
+        {"bytes_pulled", c.bytes_pulled},
+        {"max_staleness", c.max_staleness},
+        {"mean_staleness", c.staleness_count > 0 ? static_cast<double>(c.staleness_sum) /
+                                                       c.staleness_count
+                                                 : 0.0}};
+    *o.metrics << line.dump() << std::endl;
   }
 }
 
+// The progress line within an epoch (TrainerOptions::log_every): over the steps since the
+// last line, images/s and where the time went; an ETA from that pace.
+class ProgressLine {
+ public:
+  explicit ProgressLine(const TrainerOptions& o) : o_(o), last_(absl::Now()) {}
+
+  void Add(const StepReport& r, int64_t steps_per_epoch, int64_t total_steps) {
+    if (o_.progress == nullptr || o_.log_every <= absl::ZeroDuration()) return;
+    images_ += r.images;
+    ++steps_;
+    data_ += r.data_end - r.start;
+    compute_ += r.compute_end - r.data_end;
+    sync_ += r.sync_end - r.compute_end;
+    apply_ += r.end - r.sync_end;
+    const absl::Duration window = r.end - last_;
+    if (window < o_.log_every) return;
+    const double seconds = absl::ToDoubleSeconds(window);
+    const double total = std::max(absl::ToDoubleSeconds(data_ + compute_ + sync_ + apply_), 1e-9);
+    auto pct = [total](absl::Duration d) { return 100.0 * absl::ToDoubleSeconds(d) / total; };
+    const double step_seconds = seconds / steps_;
+    const int64_t left = total_steps - (r.step + 1);
+    *o_.progress << absl::StrFormat(
+                        "rank %d epoch %d/%d step %d/%d  loss %.4f  images/s %.0f  data %.0f%% "
+                        "compute %.0f%% sync %.0f%% apply %.0f%%  ETA %s",
+                        o_.rank, r.epoch + 1, o_.epochs, r.step % steps_per_epoch + 1,
+                        steps_per_epoch, r.loss, images_ / seconds, pct(data_), pct(compute_),
+                        pct(sync_), pct(apply_),
+                        absl::FormatDuration(absl::Seconds(std::round(step_seconds * left))))
+                 << std::endl;
+    Reset(r.end);
+  }
+
+ private:
+  void Reset(absl::Time now) {
+    last_ = now;
+    images_ = steps_ = 0;
+    data_ = compute_ = sync_ = apply_ = absl::ZeroDuration();
+  }
+
+  const TrainerOptions& o_;
+  absl::Time last_;
+  int64_t images_ = 0, steps_ = 0;
+  absl::Duration data_, compute_, sync_, apply_;
+};
+
 // One step's synchronisation and update, after model.TrainStep reported `overflow`.
+// `sync_end` receives the end of the exchange (before this process's optimizer update).
 absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, float learning_rate,
-                                        nn::Model& model, StepSync sync) {
+                                        nn::Model& model, StepSync sync, absl::Time* sync_end) {
   if (auto* store = std::get_if<ParameterStore*>(&sync)) {
-    return (*store)->PushPull(step, model.gradient_exchange(), absl::MakeSpan(model.weights()));
+    auto outcome =
+        (*store)->PushPull(step, model.gradient_exchange(), absl::MakeSpan(model.weights()));
+    *sync_end = absl::Now();
+    return outcome;
   }
   GradientReducer& reducer = *std::get<GradientReducer*>(sync);
   StepOutcome outcome;
@@ -87,6 +144,7 @@ absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, float learn
     if (!reduced.ok()) return reduced.status();
     outcome = *reduced;
   }
+  *sync_end = absl::Now();
   if (!outcome.skipped) {
     if (absl::Status s = model.ApplyUpdate(learning_rate); !s.ok()) return s;
   }
@@ -150,6 +208,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   std::vector<StepRecord> records;
   absl::Time epoch_start = absl::Now();
   bool warned_buffers = false;
+  ProgressLine progress(o);
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t b = step % steps_per_epoch;
@@ -160,6 +219,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       epoch_start = absl::Now();
     }
     records.resize(b);  // Steps before b of this epoch were taken (a rewind may drop some).
+    StepReport report;
+    report.start = absl::Now();
     const int64_t begin = b * o.batch_size;
     const int n = static_cast<int>(
         std::min<int64_t>(o.batch_size, static_cast<int64_t>(indices.size()) - begin));
@@ -168,14 +229,17 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       std::memcpy(batch_images.data() + i * pixels, train.image(idx), pixels * sizeof(float));
       batch_labels[i] = train.labels[idx];
     }
+    report.data_end = absl::Now();
     auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
     if (!result.ok()) return result.status();
+    report.compute_end = absl::Now();
     // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
     // loss scale hears the global outcome.
     const float learning_rate = LearningRateAt(o.lr_schedule, step);
     absl::StatusOr<StepOutcome> outcome =
-        Synchronise(step, result->overflow, learning_rate, model, step_sync);
+        Synchronise(step, result->overflow, learning_rate, model, step_sync, &report.sync_end);
     if (!outcome.ok()) return outcome.status();
+    report.end = absl::Now();
     if (outcome->rewind_to >= 0) {
       // The job went back (a shard restarted from an older checkpoint); the weights of that
       // step are in place. Epochs after it are undone too.
@@ -198,6 +262,20 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     }
     model.RecordStepOutcome(outcome->skipped);
     records.push_back({result->loss * n, result->correct, n, outcome->skipped});
+    report.step = step;
+    report.epoch = epoch;
+    report.images = n;
+    report.loss = result->loss;
+    report.correct = result->correct;
+    report.skipped = outcome->skipped;
+    report.learning_rate = o.lr_schedule.base_lr > 0 ? learning_rate : 0;
+    report.forward_seconds = result->forward_seconds;
+    report.backward_seconds = result->backward_seconds;
+    if (o.observer != nullptr) {
+      report.comm = sync.stats();
+      o.observer->OnStep(report);
+    }
+    progress.Add(report, steps_per_epoch, total_steps);
     ++step;
     if (step % steps_per_epoch != 0) continue;
 
@@ -237,6 +315,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     m.comm = sync.stats();
     h.push_back(m);
     WriteEpochLine(o, m);
+    if (o.observer != nullptr) o.observer->OnEpoch(m);
   }
   WriteFinalLine(o, h, absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();

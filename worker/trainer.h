@@ -9,12 +9,40 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/lr_schedule.h"
 #include "worker/comm/step_sync.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
+
+struct EpochMetrics;
+
+// One training step as the trainer saw it: its phases back to back, [start, data_end) the
+// batch gather, [data_end, compute_end) forward + backward, [compute_end, sync_end) the
+// synchronisation (push/pull or all-reduce, waiting for the others included),
+// [sync_end, end) the optimizer's update in this process (none in ps mode).
+struct StepReport {
+  int64_t step = 0;
+  int epoch = 0;  // 0-based.
+  int images = 0;
+  double loss = 0;
+  int64_t correct = 0;
+  bool skipped = false;
+  float learning_rate = 0;  // 0 if unknown (ps mode without --lr).
+  double forward_seconds = -1, backward_seconds = -1;  // Of compute, if the model measured.
+  absl::Time start, data_end, compute_end, sync_end, end;
+  CommStats comm;  // Cumulative.
+};
+
+// Told about every step and epoch (metrics, traces); called on the training thread.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void OnStep(const StepReport& step) = 0;
+  virtual void OnEpoch(const EpochMetrics& epoch) = 0;
+};
 
 struct TrainerOptions {
   int rank = 0;
@@ -27,6 +55,10 @@ struct TrainerOptions {
   int eval_batch_size = 500;
   std::ostream* progress = nullptr;  // One human-readable line per epoch, if set.
   std::ostream* metrics = nullptr;   // One JSON line per epoch and a final one, if set.
+  // A progress line on `progress` at most this often within an epoch: step / steps, images/s,
+  // the phase split and an ETA. Zero: none.
+  absl::Duration log_every = absl::Seconds(10);
+  StepObserver* observer = nullptr;  // Not owned; may be null.
   // The learning rate of each step (a pure function of it): what the model's ApplyUpdate
   // gets through a reducer, and what the metrics report (a parameter store computes the
   // same itself). base_lr <= 0: unknown here (ps mode without --lr), not reported.

@@ -56,6 +56,44 @@ absl::Status CallAllShards(const std::vector<std::unique_ptr<proto::ParameterSer
 PsClient::PsClient(const PsClientOptions& options, ShardMap map)
     : options_(options), map_(std::move(map)) {}
 
+namespace {
+
+// FailedPrecondition naming both when the shard's optimizer is not the one the worker was
+// explicitly given (PsClientOptions::expected_optimizer...).
+absl::Status CheckOptimizer(const PsClientOptions& options, const proto::ShardInfoResponse& info,
+                            const std::string& address) {
+  const std::string where = absl::StrCat("shard ", info.shard(), " at ", address);
+  const char* const hint = " (in ps mode the servers' optimizer flags are the ones used)";
+  if (!options.expected_optimizer.empty() && options.expected_optimizer != info.optimizer()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("optimizer mismatch: this worker has --optimizer=", options.expected_optimizer,
+                     " but ", where, " applies ", info.optimizer(), hint));
+  }
+  if (!options.expected_lr_schedule.empty() &&
+      options.expected_lr_schedule != info.lr_schedule()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "optimizer mismatch: this worker has --lr_schedule=", options.expected_lr_schedule,
+        " but ", where, " uses ", info.lr_schedule(), hint));
+  }
+  const std::map<std::string, double> theirs = {
+      {"momentum", info.momentum()}, {"weight_decay", info.weight_decay()},
+      {"beta1", info.beta1()},       {"beta2", info.beta2()},
+      {"eps", info.eps()},           {"warmup_steps", static_cast<double>(info.warmup_steps())}};
+  for (const auto& [name, mine] : options.expected_optimizer_values) {
+    auto it = theirs.find(name);
+    if (it == theirs.end()) continue;
+    // The shard keeps momentum and weight decay as float32: compare at that precision.
+    if (std::abs(it->second - mine) > 1e-6 * std::max(1.0, std::abs(mine))) {
+      return absl::FailedPreconditionError(absl::StrCat("optimizer mismatch: this worker has --",
+                                                        name, "=", mine, " but ", where,
+                                                        " applies ", name, " ", it->second, hint));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOptions& options) {
   const int num_shards = static_cast<int>(options.shard_addresses.size());
   if (num_shards == 0) return absl::InvalidArgumentError("no parameter-server address given");
@@ -108,9 +146,16 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
           " at ", address, " applies ", info.learning_rate(),
           " (in ps mode the server's --lr is the one used)"));
     }
+    if (auto s = CheckOptimizer(options, info, address); !s.ok()) return s;
   }
 
   client->bsp_ = infos[0].sync_policy() == "bsp";
+  if (options.trace != nullptr) {
+    for (int s = 0; s < num_shards; ++s) {
+      options.trace->NameTrack(1 + 2 * s, absl::StrCat("shard ", s, " push"));
+      options.trace->NameTrack(2 + 2 * s, absl::StrCat("shard ", s, " wait, pull"));
+    }
+  }
   client->push_requests_.resize(num_shards);
   for (int s = 0; s < num_shards; ++s) {
     proto::PushPullRequest& request = client->push_requests_[s];
@@ -341,7 +386,8 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   const absl::Span<const float> grads = gradient_and_flag.first(total);
   const bool overflow = gradient_and_flag.back() != 0.0f;
   const int num_shards = static_cast<int>(stubs_.size());
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time push_start = absl::Now();
+  const absl::Time deadline = push_start + options_.rpc_timeout;
   std::vector<std::unique_ptr<ShardStepCall>> calls;
   std::vector<const proto::PushPullRequest*> unary(num_shards, nullptr);
   for (int s = 0; s < num_shards; ++s) {
@@ -395,8 +441,24 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     outcome.skipped = outcome.skipped || responses_[s].skipped();
     first = Unpack(s, responses_[s], weights);
   }
+  const absl::Time unary_end = absl::Now();
+  TraceRecorder* trace = options_.trace;
+  if (trace != nullptr && trace->Recording(step)) {
+    for (int s = 0; s < num_shards; ++s) {
+      if (unary[s] != nullptr) trace->Span(1 + 2 * s, "push_pull (unary)", step, push_start, unary_end);
+    }
+  }
   for (auto& call : calls) {  // Every call must end before `grads` may change.
     absl::Status s = call->Wait();
+    if (trace != nullptr && trace->Recording(step)) {
+      const ShardStepCall::Timeline& t = call->timeline();
+      const int track = 1 + 2 * call->shard();
+      if (t.pushed != absl::InfinitePast()) trace->Span(track, "push", step, t.start, t.pushed);
+      if (t.first_answer != absl::InfinitePast()) {
+        trace->Span(track + 1, "wait", step, t.start, t.first_answer);
+        trace->Span(track + 1, "pull", step, t.first_answer, t.done);
+      }
+    }
     if (first.ok()) first = s;
     stats_.bytes_pushed += call->bytes_sent();
     stats_.bytes_pulled += call->bytes_received();

@@ -7,6 +7,7 @@
 #ifndef DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 #define DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/log_sink.h"
 #include "common/credentials.h"
+#include "common/trace.h"
 #include "common/shard_map.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
@@ -35,6 +37,15 @@ struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Minutes(10);
   // If > 0, the learning rate the worker expects; a shard applying another one is an error.
   double expected_learning_rate = 0;
+  // The optimizer settings this worker was given explicitly: a shard applying others is
+  // refused (FailedPrecondition naming both). The name ("" : any) and, by the flag's name,
+  // "momentum", "weight_decay", "beta1", "beta2", "eps", "warmup_steps" values; and the
+  // schedule's name ("": any).
+  std::string expected_optimizer;
+  std::map<std::string, double> expected_optimizer_values;
+  std::string expected_lr_schedule;
+  // Where the steps' calls are traced, one track pair per shard (push; wait, pull). Not owned.
+  TraceRecorder* trace = nullptr;
   // TLS and the job token of every call (default: plaintext).
   std::shared_ptr<const Credentials> credentials = Credentials::Plaintext();
   // Shards holding at least this many bytes of the model use the tensor stream.

@@ -28,6 +28,7 @@ ShardStepCall::ShardStepCall(const ShardStep& step)
 }
 
 void ShardStepCall::Start() {
+  timeline_.start = absl::Now();
   step_.stub->PrepareBidiStreamingCall(&context_, kTensorStreamMethod, grpc::StubOptions(), this);
   if (out_.size() == 1) {
     StartWriteLast(&out_[0], grpc::WriteOptions());
@@ -40,7 +41,10 @@ void ShardStepCall::Start() {
 
 void ShardStepCall::OnWriteDone(bool ok) {
   if (!ok) return;  // The call failed; OnDone says why.
-  if (++next_write_ >= out_.size()) return;
+  if (++next_write_ >= out_.size()) {
+    timeline_.pushed = absl::Now();
+    return;
+  }
   if (next_write_ + 1 == out_.size()) {
     StartWriteLast(&out_[next_write_], grpc::WriteOptions());
   } else {
@@ -51,6 +55,7 @@ void ShardStepCall::OnWriteDone(bool ok) {
 void ShardStepCall::OnReadDone(bool ok) {
   if (!ok) return;  // End of the answer, or the call failed; OnDone follows.
   bytes_received_ += static_cast<int64_t>(in_.Length());
+  if (received_ == 0) timeline_.first_answer = absl::Now();
   if (absl::Status s = Accept(); !s.ok()) {
     error_ = s;
     context_.TryCancel();
@@ -85,6 +90,7 @@ absl::Status ShardStepCall::Accept() {
 
 void ShardStepCall::OnDone(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
+  timeline_.done = absl::Now();
   status_ = status;
   done_ = true;
 }

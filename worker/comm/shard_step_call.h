@@ -44,12 +44,20 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   // status, or DataLoss for an answer that does not match the request.
   absl::Status Wait();
 
+  int shard() const { return step_.shard; }
   int64_t bytes_sent() const { return bytes_sent_; }
   int64_t bytes_received() const { return bytes_received_; }
   // The most staleness any chunk reported.
   int64_t staleness() const { return staleness_; }
   // Whether the shard skipped the step (any chunk's answer said so).
   bool skipped() const { return skipped_; }
+  // When the call started, its last gradient frame was written, its first answer frame
+  // arrived and it ended (after Wait; InfinitePast for what did not happen).
+  struct Timeline {
+    absl::Time start = absl::InfinitePast(), pushed = absl::InfinitePast(),
+               first_answer = absl::InfinitePast(), done = absl::InfinitePast();
+  };
+  const Timeline& timeline() const { return timeline_; }
 
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
@@ -70,6 +78,7 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   int64_t bytes_received_ = 0;
   int64_t staleness_ = 0;
   bool skipped_ = false;
+  Timeline timeline_;
   absl::Status error_;  // Set by Accept; then the call is cancelled.
 
   absl::Mutex mu_;

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "worker/nn/architectures.h"
 #include "worker/nn/gemm.h"
 #include "worker/nn/sequential.h"
@@ -56,13 +57,18 @@ class CpuModel final : public Model {
   absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
                                         int batch) override {
     if (absl::Status s = Prepare(images, labels, batch); !s.ok()) return s;
+    const absl::Time start = absl::Now();
     TensorRef<float> logits = net_.Forward(images, batch, /*training=*/true);
     float* grad_logits = EnsureSize(grad_logits_, logits.size());
     const LossOutput loss =
         SoftmaxCrossEntropy(logits.data, labels, batch, kNumClasses, grad_logits);
+    const absl::Time forward_end = absl::Now();
     net_.Backward({grad_logits, batch, logits.dims});
     grads_.back() = 0.0f;
-    return BatchResult{loss.loss, loss.correct};
+    BatchResult result{loss.loss, loss.correct};
+    result.forward_seconds = absl::ToDoubleSeconds(forward_end - start);
+    result.backward_seconds = absl::ToDoubleSeconds(absl::Now() - forward_end);
+    return result;
   }
 
   absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,

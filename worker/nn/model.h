@@ -37,6 +37,10 @@ struct BatchResult {
   // Mixed precision: grads() has inf/NaN at the current loss scale; the step must not be
   // applied (by anyone: the flag travels in gradient_exchange()). Always false in fp32.
   bool overflow = false;
+  // TrainStep: the forward pass (with the loss) and the backward pass, where the backend
+  // measured them (the CPU model; -1 elsewhere, e.g. a GPU's asynchronous launches).
+  double forward_seconds = -1;
+  double backward_seconds = -1;
 };
 
 class Model {

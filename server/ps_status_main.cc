@@ -1,0 +1,65 @@
+// ps_status: one line per shard of a running job (GetShardInfo): its version, each rank's
+// newest step, the slowest rank, staleness, optimizer and rate, the newest checkpoint.
+// With --json, the same as JSON lines (the document /status serves on a metrics port).
+// Exit status: 0 if every shard answered, 1 otherwise, 2 for bad usage. A server with TLS
+// and a job token wants the same security flags as the workers.
+//
+//   ps_status --ps=127.0.0.1:50051,127.0.0.1:50052
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/net.h"
+#include "common/security_flags.h"
+#include "grpcpp/client_context.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/shard_status.h"
+
+ABSL_FLAG(std::string, ps, "", "Comma-separated host:port of every shard, in shard order.");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(3), "Deadline of each shard's answer.");
+ABSL_FLAG(bool, json, false, "Print each shard's status as one JSON object per line.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Prints the status of every shard of a dptrain job.");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "ps_status: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
+    return 2;
+  }
+  const std::vector<std::string> addresses =
+      absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipWhitespace());
+  const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  if (addresses.empty() || timeout <= absl::ZeroDuration()) {
+    std::cerr << "ps_status: need --ps=host:port[,host:port...] and a positive --timeout\n";
+    return 2;
+  }
+  auto credentials = dptrain::CredentialsFromFlags();
+  if (!credentials.ok()) {
+    std::cerr << "ps_status: " << credentials.status().message() << "\n";
+    return 2;
+  }
+  int failed = 0;
+  for (const std::string& address : addresses) {
+    auto stub = dptrain::proto::ParameterServer::NewStub(
+        dptrain::MakeChannel(address, **credentials));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    dptrain::proto::ShardInfoResponse info;
+    const grpc::Status status = stub->GetShardInfo(&context, {}, &info);
+    if (!status.ok()) {
+      std::cout << address << ": no answer (" << status.error_message() << ")" << std::endl;
+      ++failed;
+      continue;
+    }
+    std::cout << (absl::GetFlag(FLAGS_json) ? dptrain::ShardInfoJson(info)
+                                            : address + "  " + dptrain::ShardStatusLine(info))
+              << std::endl;
+  }
+  return failed == 0 ? 0 : 1;
+}
