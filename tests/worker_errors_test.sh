@@ -78,6 +78,19 @@ expect_error "world size mismatch" "world size mismatch" --ps=127.0.0.1:$p0,127.
   --world_size=2 --data_dir="$DATA_DIR"
 expect_error "lr mismatch" "learning-rate mismatch" --ps=127.0.0.1:$p0,127.0.0.1:$p1 \
   --lr=0.5 --data_dir="$DATA_DIR"
+# Optimizer settings given to a ps-mode worker must be the shards' (sgd, momentum 0 here).
+expect_error "optimizer mismatch" \
+  "optimizer mismatch: this worker has --optimizer=adam but shard 0 at 127.0.0.1:$p0 applies sgd" \
+  --ps=127.0.0.1:$p0,127.0.0.1:$p1 --optimizer=adam --data_dir="$DATA_DIR"
+expect_error "momentum mismatch" \
+  "optimizer mismatch: this worker has --momentum=0.9 but shard 0 at 127.0.0.1:$p0 applies momentum 0" \
+  --ps=127.0.0.1:$p0,127.0.0.1:$p1 --momentum=0.9 --data_dir="$DATA_DIR"
+expect_error "schedule mismatch" "this worker has --lr_schedule=cosine but shard 0 .* uses constant" \
+  --ps=127.0.0.1:$p0,127.0.0.1:$p1 --lr=0.1 --lr_schedule=cosine --lr_total_steps=100 \
+  --data_dir="$DATA_DIR"
+expect_error "bad --log_every" "log_every must be >= 0" --ps=127.0.0.1:$p0 --log_every=-1s
+expect_error "bad --metrics_port" "metrics_port must be -1 (off) or in \[0, 65535\]" \
+  --ps=127.0.0.1:$p0 --metrics_port=70000
 # Rank 0 initialises with mlp; a worker that brings lenet is told the model differs.
 "$GPU_WORKER" --ps=127.0.0.1:$p0,127.0.0.1:$p1 --model=mlp --epochs=1 --max_steps_per_epoch=1 \
   --data_dir="$DATA_DIR" >"$SCRATCH/init.txt" 2>&1 || die "mlp run failed: $(cat "$SCRATCH/init.txt")"
