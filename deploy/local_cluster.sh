@@ -205,3 +205,17 @@ done
 echo "local_cluster: all $workers worker(s) finished; summary:"
 for ((r = 0; r < workers; r++)); do grep -h ' done:' "$logs/worker$r.log" | sed "s/^/  /" || true; done
 echo "local_cluster: metrics (JSON lines) in $logs/worker*.jsonl"
+# Training curves beside the logs (tools/plot_curves.py with Debian's python3-matplotlib, so
+# /usr/bin/python3 first: a python3 earlier on the PATH may lack it).
+python=$(command -v /usr/bin/python3 || command -v python3 || true)
+plot=""
+for candidate in "$(dirname "$0")/../tools" "$(dirname "$(readlink -f "$0")")/../tools" \
+  "$0.runfiles/dptrain/tools" "$PWD/tools"; do
+  [[ -f "$candidate/plot_curves.py" ]] && { plot="$candidate/plot_curves.py"; break; }
+done
+if [[ -n "$plot" && -n "$python" ]] && "$python" -c 'import matplotlib' 2>/dev/null; then
+  "$python" "$plot" --out="$logs/curves.png" --title="$mode mode, $workers worker(s)" \
+    "$logs"/worker*.jsonl | sed 's/^/local_cluster: /' || echo "local_cluster: no curves (see above)" >&2
+else
+  echo "local_cluster: no curves drawn (tools/plot_curves.py needs python3-matplotlib)"
+fi

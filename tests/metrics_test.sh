@@ -158,4 +158,14 @@ done
 grep -q "rank 0 epoch 1/3 step [0-9]*/469 .*images/s .*compute [0-9]*% sync [0-9]*% .*ETA" "$SCRATCH/worker0.log" ||
   die "no progress line: $(head -20 "$SCRATCH/worker0.log")"
 grep -q "rank 0 epoch 3/3  loss" "$SCRATCH/worker0.log" || die "no epoch line"
+# Curves from the metrics files (Debian's matplotlib, so the system python).
+PLOT="$ROOT/tools/plot_curves.py"
+/usr/bin/python3 "$PLOT" --out="$SCRATCH/curves.png" "$SCRATCH"/worker*.jsonl || die "plot_curves failed"
+[[ $(head -c 8 "$SCRATCH/curves.png" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] || die "curves.png is not a PNG"
+echo '{"event":"final"}' >"$SCRATCH/noepoch.jsonl"
+set +e
+/usr/bin/python3 "$PLOT" --out="$SCRATCH/x.png" "$SCRATCH/noepoch.jsonl" 2>"$SCRATCH/plot_err.txt"
+rc=$?
+set -e
+((rc == 1)) && grep -q "noepoch.jsonl: no epoch line" "$SCRATCH/plot_err.txt" || die "plot_curves on a file without epochs: rc=$rc"
 echo PASS
