@@ -81,6 +81,14 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
   }
 }
 
+// "17s", "3m05s", "2h04m".
+std::string FormatEta(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
+  if (s < 60) return absl::StrFormat("%ds", s);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+}
+
 // The progress line within an epoch (TrainerOptions::log_every): over the steps since the
 // last line, images/s and where the time went; an ETA from that pace.
 class ProgressLine {
@@ -108,7 +116,7 @@ class ProgressLine {
                         o_.rank, r.epoch + 1, o_.epochs, r.step % steps_per_epoch + 1,
                         steps_per_epoch, r.loss, images_ / seconds, pct(data_), pct(compute_),
                         pct(sync_), pct(apply_),
-                        absl::FormatDuration(absl::Seconds(std::round(step_seconds * left))))
+                        FormatEta(step_seconds * left))
                  << std::endl;
     Reset(r.end);
   }
