@@ -43,6 +43,8 @@ ABSL_FLAG(absl::Duration, malloc_trim_interval, absl::Seconds(10),
           "burst such as a rejected over-limit message does not stay resident.");
 ABSL_FLAG(int, max_streams_per_rank, 4,
           "Tensor streams one rank may have open at once; more are RESOURCE_EXHAUSTED.");
+ABSL_FLAG(absl::Duration, stream_first_frame_timeout, absl::Seconds(10),
+          "A tensor stream that sends no frame this long after it opened is cancelled.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "If set, the shard restores the newest valid checkpoint found there at start and "
           "writes checkpoints there (see --checkpoint_every); workers can then ride out a "
@@ -115,6 +117,11 @@ int main(int argc, char** argv) {
   options.max_receive_message_bytes = static_cast<int>(std::min<int64_t>(
       dptrain::kMaxMessageBytes, options.shard.limits.max_model_bytes + (int64_t{1} << 20)));
   options.stream.max_streams_per_rank = absl::GetFlag(FLAGS_max_streams_per_rank);
+  options.stream.first_frame_timeout = absl::GetFlag(FLAGS_stream_first_frame_timeout);
+  if (options.stream.first_frame_timeout <= absl::ZeroDuration()) {
+    std::cerr << "ps_server: --stream_first_frame_timeout must be positive\n";
+    return 2;
+  }
   options.shard.checkpoints.dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.shard.checkpoints.every = absl::GetFlag(FLAGS_checkpoint_every);
   options.shard.checkpoints.keep = absl::GetFlag(FLAGS_checkpoint_keep);

@@ -19,8 +19,9 @@ namespace dptrain {
 // with it (OnDone) and the writer thread has returned.
 class PushPullReactor final : public grpc::ServerGenericBidiReactor {
  public:
+  friend class TensorStreamService;  // Its reaper: Ref, CancelForNoFrame, Unref.
   PushPullReactor(TensorStreamService* service, grpc::GenericCallbackServerContext* context)
-      : service_(service), shard_(service->shard_) {
+      : service_(service), shard_(service->shard_), context_(context) {
     const absl::Time theirs = absl::FromChrono(context->deadline());
     deadline_ = std::min(theirs, absl::Now() + shard_->options().step_timeout);
     if (context->method() != kTensorStreamMethod) {
@@ -29,10 +30,15 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
                           absl::StrCat("unknown method ", context->method())));
       return;
     }
+    service_->Watch(this);
     StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
+    if (!first_read_done_) {
+      first_read_done_ = true;
+      service_->Unwatch(this);
+    }
     absl::Status status;
     if (ok) {
       service_->bytes_received_ += static_cast<int64_t>(in_.Length());
@@ -221,12 +227,17 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
     Finish(status);
   }
 
+  void Ref() { refs_.fetch_add(1); }
+  // The service's reaper: no first frame in time.
+  void CancelForNoFrame() { context_->TryCancel(); }
   void Unref() {
     if (refs_.fetch_sub(1) == 1) delete this;
   }
 
   TensorStreamService* const service_;
   ParameterShard* const shard_;
+  grpc::GenericCallbackServerContext* const context_;
+  bool first_read_done_ = false;  // Reads are sequential: only OnReadDone touches it.
   absl::Time deadline_;
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
@@ -249,6 +260,67 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+TensorStreamService::TensorStreamService(ParameterShard* shard, const TensorStreamOptions& options,
+                                         ShardTelemetry* telemetry)
+    : shard_(shard), options_(options), telemetry_(telemetry) {
+  reaper_ = std::thread([this] { Reap(); });
+}
+
+TensorStreamService::~TensorStreamService() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  reaper_.join();
+}
+
+void TensorStreamService::Watch(PushPullReactor* call) {
+  absl::MutexLock lock(&mu_);
+  no_frame_yet_[call] = absl::Now();
+}
+
+void TensorStreamService::Unwatch(PushPullReactor* call) {
+  absl::MutexLock lock(&mu_);
+  no_frame_yet_.erase(call);
+}
+
+void TensorStreamService::Reap() {
+  const absl::Duration period = std::min(
+      absl::Milliseconds(500), std::max(absl::Milliseconds(10), options_.first_frame_timeout / 4));
+  for (;;) {
+    std::vector<PushPullReactor*> expired;
+    {
+      absl::MutexLock lock(&mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stop), period);
+      if (stopping_) return;
+      const absl::Time now = absl::Now();
+      for (auto it = no_frame_yet_.begin(); it != no_frame_yet_.end();) {
+        if (now - it->second < options_.first_frame_timeout) {
+          ++it;
+          continue;
+        }
+        // The call is alive while it is here (its first read's end removes it, and nothing
+        // can end the call before that); the reference keeps it alive after the lock.
+        it->first->Ref();
+        expired.push_back(it->first);
+        ++reaped_;
+        it = no_frame_yet_.erase(it);
+      }
+    }
+    // Without the lock: cancelling may run the call's callbacks on this thread.
+    for (PushPullReactor* call : expired) {
+      call->CancelForNoFrame();
+      call->Unref();
+    }
+  }
+}
+
+int64_t TensorStreamService::reaped_streams() const {
+  absl::MutexLock lock(&mu_);
+  return reaped_;
+}
 
 bool TensorStreamService::AdmitStream(int rank) {
   absl::MutexLock lock(&mu_);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -18,10 +19,16 @@
 
 namespace dptrain {
 
+class PushPullReactor;
+
 struct TensorStreamOptions {
   // Streams one rank may have open at once (ps_server --max_streams_per_rank); one more is
   // answered RESOURCE_EXHAUSTED. A worker uses one per step, so a few allow for overlap.
   int max_streams_per_rank = 4;
+  // A stream that has not sent its first frame this long after it opened is cancelled (it
+  // names no rank yet, so max_streams_per_rank cannot bound it). A worker sends its first
+  // frame at once.
+  absl::Duration first_frame_timeout = absl::Seconds(10);
 };
 
 // A call whose worker cancels or vanishes, or whose stream turns out bad, releases its
@@ -32,8 +39,8 @@ class TensorStreamService final : public grpc::CallbackGenericService {
   // `telemetry` (may be null) counts the calls; both must outlive the service.
   explicit TensorStreamService(ParameterShard* shard,
                                const TensorStreamOptions& options = TensorStreamOptions(),
-                               ShardTelemetry* telemetry = nullptr)
-      : shard_(shard), options_(options), telemetry_(telemetry) {}
+                               ShardTelemetry* telemetry = nullptr);
+  ~TensorStreamService() override;  // Stops the reaper thread.
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override;
@@ -43,12 +50,19 @@ class TensorStreamService final : public grpc::CallbackGenericService {
   int64_t bytes_sent() const { return bytes_sent_.load(); }
   // Streams admitted (their first frame named a rank) and not yet finished.
   int active_streams() const;
+  // Streams cancelled for not sending a first frame in time.
+  int64_t reaped_streams() const;
 
  private:
   friend class PushPullReactor;
   // Counts a stream of `rank`; false (counting nothing) if it has the most allowed.
   bool AdmitStream(int rank);
   void ReleaseStream(int rank);
+  // A call waits for its first frame until Unwatch (at its first read's end); the reaper
+  // cancels it after first_frame_timeout.
+  void Watch(PushPullReactor* call);
+  void Unwatch(PushPullReactor* call);
+  void Reap();  // The reaper thread's loop.
 
   ParameterShard* const shard_;
   const TensorStreamOptions options_;
@@ -56,6 +70,11 @@ class TensorStreamService final : public grpc::CallbackGenericService {
   std::atomic<int64_t> bytes_received_{0}, bytes_sent_{0};
   mutable absl::Mutex mu_;
   std::map<int, int> streams_by_rank_ ABSL_GUARDED_BY(mu_);
+  // Calls without a first frame yet, with when they opened.
+  std::map<PushPullReactor*, absl::Time> no_frame_yet_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t reaped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread reaper_;
 };
 
 }  // namespace dptrain

@@ -297,6 +297,8 @@ class OpenStream {
     context_.TryCancel();
     return Finish();
   }
+  // Waits for the server's status without half-closing (bounded by the call's deadline).
+  grpc::Status AwaitFinish() { return Finish(); }
   // Half-closes and waits for the server's status (bounded by the call's deadline).
   grpc::Status HalfCloseAndFinish() {
     call_->WritesDone(Tag(4));
@@ -365,6 +367,36 @@ TEST(TensorStreamCancelTest, StreamsPerRankAreBounded) {
             "--max_streams_per_rank)");
   first.Cancel();
   ASSERT_TRUE(AwaitActiveStreams(**server, 0, absl::Seconds(20)));
+}
+
+// A stream that never sends its first frame names no rank, so max_streams_per_rank cannot
+// bound it: the shard cancels it after first_frame_timeout, and serves others meanwhile.
+TEST(TensorStreamCancelTest, AStreamWithoutAFirstFrameIsCancelled) {
+  PsServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.shard.num_shards = 2;
+  o.shard.num_workers = 1;
+  o.stream.first_frame_timeout = absl::Milliseconds(300);
+  auto server = PsServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  TensorStreamTest::InitTinyModel(address);
+  auto channel = MakeChannel(address);
+  const absl::Time start = absl::Now();
+  std::vector<std::unique_ptr<OpenStream>> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(std::make_unique<OpenStream>(channel, std::vector<grpc::ByteBuffer>{}));
+  for (auto& stream : idle) {
+    const grpc::Status status = stream->AwaitFinish();
+    EXPECT_EQ(status.error_code(), StatusCode::CANCELLED) << status.error_message();
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));  // Not the call's 120 s deadline.
+  EXPECT_EQ((*server)->stream_service().reaped_streams(), 3);
+  // The shard still answers.
+  auto stub = proto::ParameterServer::NewStub(channel);
+  grpc::ClientContext context;
+  proto::ShardInfoResponse info;
+  EXPECT_TRUE(stub->GetShardInfo(&context, {}, &info).ok());
+  EXPECT_TRUE(info.initialized());
 }
 
 }  // namespace
