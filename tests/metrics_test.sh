@@ -90,6 +90,8 @@ for r in 0 1; do
   grep -q '^dptrain_worker_step_phase_seconds_bucket{phase="compute",le="+Inf"} [1-9]' "$SCRATCH/w$r.prom" ||
     die "worker $r: no compute phase histogram"
   grep -q '^dptrain_worker_pushed_bytes_total [1-9]' "$SCRATCH/w$r.prom" || die "worker $r: no bytes pushed"
+  grep -q '^dptrain_worker_loss_scale 1$' "$SCRATCH/w$r.prom" || die "worker $r: no loss scale 1 (fp32)"
+  ! grep -q '^dptrain_worker_gpu_memory_bytes' "$SCRATCH/w$r.prom" || die "worker $r: GPU memory on the CPU"
 done
 for s in 0 1; do
   curl -sf "http://127.0.0.1:${mports[$s]}/metrics" >"$SCRATCH/s$s.prom" || die "shard $s: no /metrics"

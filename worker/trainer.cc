@@ -281,6 +281,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     report.backward_seconds = result->backward_seconds;
     if (o.observer != nullptr) {
       report.comm = sync.stats();
+      report.loss_scale = model.loss_scale();
+      report.device_memory_bytes = model.device_memory_bytes();
       o.observer->OnStep(report);
     }
     progress.Add(report, steps_per_epoch, total_steps);

@@ -32,6 +32,8 @@ struct StepReport {
   bool skipped = false;
   float learning_rate = 0;  // 0 if unknown (ps mode without --lr).
   double forward_seconds = -1, backward_seconds = -1;  // Of compute, if the model measured.
+  float loss_scale = 1;               // Of the next step (mixed precision).
+  int64_t device_memory_bytes = -1;   // The model's device memory in use (-1: none).
   absl::Time start, data_end, compute_end, sync_end, end;
   CommStats comm;  // Cumulative.
 };

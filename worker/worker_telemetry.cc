@@ -3,7 +3,7 @@
 namespace dptrain {
 
 WorkerTelemetry::WorkerTelemetry(MetricsRegistry* registry, TraceRecorder* trace)
-    : trace_(trace) {
+    : trace_(trace), registry_(registry) {
   if (registry != nullptr) {
     steps_ = &registry->AddCounter("dptrain_worker_steps_total", "Training steps taken.").Get();
     images_ = &registry->AddCounter("dptrain_worker_images_total", "Training images processed.")
@@ -41,6 +41,10 @@ WorkerTelemetry::WorkerTelemetry(MetricsRegistry* registry, TraceRecorder* trace
                                      "The last step's learning rate (0 if the servers apply it "
                                      "and this worker has no --lr).")
                           .Get();
+    loss_scale_ = &registry
+                       ->AddGauge("dptrain_worker_loss_scale",
+                                  "The loss scale of the next step (1 without mixed precision).")
+                       .Get();
     test_accuracy_->Set(-1);
   }
   if (trace_ != nullptr) trace_->NameTrack(0, "step");
@@ -61,6 +65,16 @@ void WorkerTelemetry::OnStep(const StepReport& r) {
     loss_->Set(r.loss);
     train_accuracy_->Set(r.images > 0 ? static_cast<double>(r.correct) / r.images : 0);
     learning_rate_->Set(r.learning_rate);
+    loss_scale_->Set(r.loss_scale);
+    if (r.device_memory_bytes >= 0) {
+      if (gpu_memory_ == nullptr) {
+        gpu_memory_ = &registry_
+                           ->AddGauge("dptrain_worker_gpu_memory_bytes",
+                                      "Device memory the model's allocator handed out.")
+                           .Get();
+      }
+      gpu_memory_->Set(static_cast<double>(r.device_memory_bytes));
+    }
   }
   if (trace_ != nullptr && trace_->Recording(r.step)) {
     trace_->Span(0, "data", r.step, r.start, r.data_end);

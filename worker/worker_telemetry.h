@@ -6,7 +6,8 @@
 //   dptrain_worker_loss, dptrain_worker_train_accuracy (the last step's batch),
 //   dptrain_worker_test_accuracy, dptrain_worker_epoch (the last epoch's),
 //   dptrain_worker_learning_rate, dptrain_worker_pushed_bytes_total,
-//   dptrain_worker_pulled_bytes_total
+//   dptrain_worker_pulled_bytes_total, dptrain_worker_loss_scale, and on a GPU
+//   dptrain_worker_gpu_memory_bytes (what the model's caching allocator handed out)
 // Trace track "step": data, forward, backward (or forward+backward where the model does not
 // split them), sync, apply.
 #ifndef DPTRAIN_WORKER_WORKER_TELEMETRY_H_
@@ -42,6 +43,9 @@ class WorkerTelemetry final : public StepObserver {
   Gauge* test_accuracy_ = nullptr;
   Gauge* epoch_ = nullptr;
   Gauge* learning_rate_ = nullptr;
+  Gauge* loss_scale_ = nullptr;
+  MetricsRegistry* const registry_;
+  Gauge* gpu_memory_ = nullptr;  // Registered at the first step that reports device memory.
   CommStats last_comm_;  // The cumulative counts already added to pushed_/pulled_.
 };
 

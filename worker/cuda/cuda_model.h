@@ -75,7 +75,11 @@ class CudaModel final : public nn::Model {
   absl::Status ApplySgd(float lr);
 
   // The loss scale of the next step (1 in fp32).
-  float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
+  float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
+  // What the caching allocator handed out (blocks in use; the cache is not counted).
+  int64_t device_memory_bytes() const override {
+    return static_cast<int64_t>(ctx_->allocator().stats().in_use_bytes);
+  }
 
   // See the top of the file: whether each step copies its gradients down during backward
   // (default: from the first gradient_exchange() on).

@@ -105,6 +105,11 @@ class Model {
   // "mlp", "lenet" or "resnet18".
   virtual std::string name() const = 0;
 
+  // For the metrics: the loss scale of the next step (1 without mixed precision), and the
+  // device memory the model's allocator has handed out (-1: none, e.g. the CPU).
+  virtual float loss_scale() const { return 1.0f; }
+  virtual int64_t device_memory_bytes() const { return -1; }
+
  protected:
   // The FailedPrecondition of ApplyUpdate without an optimizer.
   static absl::Status NoOptimizer(const std::string& model);
