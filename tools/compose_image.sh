@@ -23,7 +23,9 @@ for b in ps_server gpu_worker health_probe; do
 done
 printf 'FROM scratch\nCOPY . /out/\n' >"$ctx/Dockerfile.bin"
 docker_build -f "$ctx/Dockerfile.bin" -t "$bin_image" "$ctx/bin"
-# An empty context: the runtime stage copies from images only.
-docker_build -f deploy/Dockerfile --build-arg BINARIES="$bin_image" --target=runtime \
+# An empty context: the runtime stage copies from images only. The Dockerfile is copied
+# (a Bazel runfiles symlink would not reach BuildKit).
+cp -L deploy/Dockerfile "$ctx/Dockerfile"
+docker_build -f "$ctx/Dockerfile" --build-arg BINARIES="$bin_image" --target=runtime \
   -t "$tag" "$ctx/empty"
 echo "compose image: $tag ($("$DOCKER" image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
