@@ -264,7 +264,11 @@ def check_dockerfile(a):
         fail("the runtime stage does not install dataset-fashion-mnist")
     ok(f"{len(libs)} shared libraries of {len(a.binaries)} binaries come from "
        f"{len(needed)} packages, all installed by the runtime stage: {' '.join(sorted(needed))}")
-    copies = " ".join(r for w, r in runtime[2] if w == "COPY" and "--from=build" in r)
+    # From the build stage, or from a stage `FROM ${BINARIES}` whose default is the build
+    # stage (a prebuilt-binaries image may replace it).
+    sources = {"build"} | {s[1] for s in stages if s[0] == "build" and s[1]}
+    copies = " ".join(r for w, r in runtime[2]
+                      if w == "COPY" and any(f"--from={n} " in r + " " for n in sources))
     for b in BINARIES:
         if b not in copies or "/usr/local/bin" not in copies:
             fail(f"the runtime stage does not copy {b} to /usr/local/bin")

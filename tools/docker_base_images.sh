@@ -2,16 +2,12 @@
 # Makes the base images deploy/Dockerfile names when the engine lacks them and no registry
 # can be reached: debian:bookworm and debian:bookworm-slim from one `debootstrap
 # --variant=minbase bookworm` root (on a networked machine `docker pull` gives the real ones;
-# this script leaves images that exist alone). With --cuda, also a stand-in for
-# deploy/Dockerfile.cuda's build base: that root with this machine's /usr/local/cuda copied
-# in, tagged as the nvidia/cuda devel image the Dockerfile names.
+# this script leaves images that exist alone).
 # Needs a reachable engine (tools/docker_engine.sh) and, to debootstrap, root. The minbase
 # root is cached as a tarball in $DPTRAIN_DOCKER_CACHE (default /var/cache/dptrain-docker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cuda=0
-[[ "${1:-}" == "--cuda" ]] && cuda=1
 DOCKER=${DOCKER:-docker}
 cache=${DPTRAIN_DOCKER_CACHE:-/var/cache/dptrain-docker}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -53,30 +49,4 @@ for tag in debian:bookworm debian:bookworm-slim; do
   "$DOCKER" import --change "$env_path" --change 'CMD ["bash"]' "$tar" "$tag" >/dev/null
 done
 
-if ((cuda)); then
-  tag=$(sed -n 's/^ARG CUDA_DEVEL_IMAGE=//p' deploy/Dockerfile.cuda)
-  [[ -n "$tag" ]] || { echo "base images: no ARG CUDA_DEVEL_IMAGE in deploy/Dockerfile.cuda" >&2; exit 1; }
-  if ! have "$tag"; then
-    cuda_dir=$(readlink -f "${CUDA_PATH:-/usr/local/cuda}")
-    [[ -x "$cuda_dir/bin/nvcc" ]] || { echo "base images: no CUDA toolkit at $cuda_dir for the $tag stand-in" >&2; exit 1; }
-    echo "base images: $tag missing: a stand-in from the minbase root + $cuda_dir (this machine's toolkit)"
-    ctx=$(mktemp -d)
-    trap 'rm -rf "$ctx"' EXIT
-    # Only what building needs: compiler, headers, libraries (no docs, samples, Nsight).
-    mkdir -p "$ctx/cuda"
-    for d in bin include lib64 nvvm targets; do
-      [[ -e "$cuda_dir/$d" ]] && cp -a "$cuda_dir/$d" "$ctx/cuda/"
-    done
-    cat >"$ctx/Dockerfile" <<EOF
-FROM debian:bookworm
-COPY cuda /usr/local/cuda-stand-in
-RUN mv /usr/local/cuda-stand-in /usr/local/cuda
-ENV PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-ENV CUDA_PATH=/usr/local/cuda
-EOF
-    "$DOCKER" build -q -t "$tag" "$ctx" >/dev/null
-    rm -rf "$ctx"
-    trap - EXIT
-  fi
-fi
 echo "base images: ready"
