@@ -2,11 +2,17 @@
 # Makes the base images deploy/Dockerfile names when the engine lacks them and no registry
 # can be reached: debian:bookworm and debian:bookworm-slim from one `debootstrap
 # --variant=minbase bookworm` root (on a networked machine `docker pull` gives the real ones;
-# this script leaves images that exist alone).
+# this script leaves images that exist alone). With --cuda, also stand-ins for
+# deploy/Dockerfile.cuda's NVIDIA bases (its ARGs CUDA_DEVEL_IMAGE, CUDA_RUNTIME_IMAGE): the
+# minbase root with this machine's CUDA toolkit (${CUDA_PATH:-/usr/local/cuda}: nvcc, cuBLAS,
+# cuDNN) at /usr/local/cuda, tagged with both names. Enough to build the image and inspect
+# it; a GPU machine uses NVIDIA's real images.
 # Needs a reachable engine (tools/docker_engine.sh) and, to debootstrap, root. The minbase
 # root is cached as a tarball in $DPTRAIN_DOCKER_CACHE (default /var/cache/dptrain-docker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cuda=0
+[[ "${1:-}" == "--cuda" ]] && cuda=1
 
 DOCKER=${DOCKER:-docker}
 cache=${DPTRAIN_DOCKER_CACHE:-/var/cache/dptrain-docker}
@@ -49,4 +55,33 @@ for tag in debian:bookworm debian:bookworm-slim; do
   "$DOCKER" import --change "$env_path" --change 'CMD ["bash"]' "$tar" "$tag" >/dev/null
 done
 
+if ((cuda)); then
+  for arg in CUDA_DEVEL_IMAGE CUDA_RUNTIME_IMAGE; do
+    tag=$(sed -n "s/^ARG $arg=//p" deploy/Dockerfile.cuda)
+    [[ -n "$tag" ]] || { echo "base images: no ARG $arg in deploy/Dockerfile.cuda" >&2; exit 1; }
+    have "$tag" && continue
+    cuda_dir=$(readlink -f "${CUDA_PATH:-/usr/local/cuda}")
+    [[ -x "$cuda_dir/bin/nvcc" ]] ||
+      { echo "base images: $tag missing and no CUDA toolkit at $cuda_dir for a stand-in" >&2; exit 1; }
+    stand_in=$(sed -n 's/^ARG CUDA_DEVEL_IMAGE=//p' deploy/Dockerfile.cuda)
+    if [[ "$tag" != "$stand_in" ]] && have "$stand_in" &&
+      [[ "$("$DOCKER" image inspect -f '{{index .Config.Labels "dptrain.stand-in"}}' "$stand_in")" == yes ]]; then
+      "$DOCKER" tag "$stand_in" "$tag"
+      echo "base images: $tag missing: tagged the stand-in $stand_in as $tag"
+      continue
+    fi
+    echo "base images: $tag missing and no registry here: a stand-in from the minbase root +" \
+      "$cuda_dir (this machine's toolkit)"
+    tar=$(minbase_tar | tail -n 1)
+    cuda_tar="$cache/cuda-stand-in.tar"
+    cp "$tar" "$cuda_tar"
+    tar -C / -rf "$cuda_tar" --transform "s,^${cuda_dir#/},usr/local/cuda," \
+      "${cuda_dir#/}/bin" "${cuda_dir#/}/include" "${cuda_dir#/}/lib" "${cuda_dir#/}/lib64" \
+      "${cuda_dir#/}/nvvm" "${cuda_dir#/}/targets"
+    "$DOCKER" import --change "$env_path:/usr/local/cuda/bin" --change 'CMD ["bash"]' \
+      --change 'LABEL dptrain.stand-in=yes' --change 'ENV CUDA_PATH=/usr/local/cuda' \
+      "$cuda_tar" "$tag" >/dev/null
+    rm -f "$cuda_tar"
+  done
+fi
 echo "base images: ready"
