@@ -4,14 +4,9 @@
 # of the file with fresh certificates), all removed at exit, also on failure or interrupt.
 source "$(dirname "$0")/testlib.sh"
 source "$ROOT/tools/docker_engine.sh"
+source "$ROOT/tools/compose_project.sh"
 
-PROJECT="dpt$(date +%s)$$"
-PROJECT_DIR="$SCRATCH/compose"
-IMAGE="dptrain-test:$PROJECT"
-export DPTRAIN_IMAGE="$IMAGE"
 _compose_made=0
-
-compose() { docker-compose -p "$PROJECT" -f "$PROJECT_DIR/docker-compose.yml" "$@"; }
 
 compose_cleanup() {
   local rc=$?
@@ -22,10 +17,7 @@ compose_cleanup() {
       echo "--- compose logs (last lines) ---"
       compose logs --no-color --tail=15 2>/dev/null || true
     fi
-    compose down -v --remove-orphans -t 2 >/dev/null 2>&1 || true
-    "$DOCKER" rmi -f "$IMAGE" >/dev/null 2>&1 || true
-    left=$("$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT")
-    [[ -z "$left" ]] || { echo "FAIL: containers left: $left" >&2; rc=1; }
+    project_remove || rc=1
   fi
   engine_down
   exit "$rc"
@@ -48,11 +40,10 @@ compose_setup() {
   "$ROOT/tools/docker_base_images.sh" || die "base images"
   mkdir -p "$SCRATCH/bin"
   cp -L "$PS_SERVER" "$GPU_WORKER" "$ROOT/deploy/health_probe" "$SCRATCH/bin/"
+  project_init dptrain-test "$SCRATCH/compose"
+  IMAGE=$DPTRAIN_IMAGE
   _compose_made=1
   "$ROOT/tools/compose_image.sh" "$SCRATCH/bin" "$IMAGE" || die "image build"
-  mkdir -p "$PROJECT_DIR"
-  cp "$ROOT/deploy/docker-compose.yml" "$PROJECT_DIR/"
-  "$ROOT/tools/make_certs.sh" "$PROJECT_DIR/certs" >/dev/null
   echo "project $PROJECT, image $IMAGE"
 }
 

@@ -12,21 +12,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/docker_engine.sh
+source tools/compose_project.sh
 
 from_source=0
 [[ "${1:-}" == "--from-source" ]] && from_source=1
-project="dptrain$(date +%s)"
 dir=$(mktemp -d)
-export DPTRAIN_IMAGE="dptrain-demo:$project"
 made=0
-compose() { docker-compose -p "$project" -f "$dir/docker-compose.yml" "$@"; }
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   if ((made)); then
-    compose down -v --remove-orphans -t 2 2>&1 | grep -v '^Removing\|^Stopping' || true
-    "$DOCKER" rmi -f "$DPTRAIN_IMAGE" >/dev/null 2>&1 || true
-    echo "compose demo: removed project $project (containers, network, volumes) and $DPTRAIN_IMAGE"
+    project_remove || rc=1
+    echo "compose demo: removed project $PROJECT (containers, network, volumes) and $DPTRAIN_IMAGE"
   fi
   rm -rf "$dir"
   engine_down
@@ -40,6 +37,7 @@ rc=0
 engine_up || rc=$?
 ((rc == 0)) || exit 1
 tools/docker_base_images.sh
+project_init dptrain-demo "$dir/project"
 made=1
 t0=$(date +%s)
 if ((from_source)); then
@@ -52,8 +50,6 @@ else
   tools/compose_image.sh "$dir/bin" "$DPTRAIN_IMAGE"
 fi
 echo "compose demo: image $DPTRAIN_IMAGE in $(($(date +%s) - t0)) s"
-cp deploy/docker-compose.yml "$dir/"
-tools/make_certs.sh "$dir/certs" >/dev/null
 t0=$(date +%s)
 compose up -d 2>&1 | grep -v '^Creating.*\.\.\. $' || true
 for w in worker-0 worker-1; do "$DOCKER" wait "$(compose ps -q "$w")" >/dev/null; done
