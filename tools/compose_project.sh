@@ -6,7 +6,7 @@
 #   the file's services.
 # compose ARGS...: docker-compose on that project.
 # project_remove: down -v (containers, network, volumes) and the image; returns 1 if a
-#   container of the project is still there.
+#   container, volume or network of the project is still there.
 
 _project_tools=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -24,7 +24,8 @@ compose() { docker-compose -p "$PROJECT" -f "$PROJECT_DIR/docker-compose.yml" "$
 project_remove() {
   compose down -v --remove-orphans -t 2 >/dev/null 2>&1 || true
   "$DOCKER" rmi -f "$DPTRAIN_IMAGE" >/dev/null 2>&1 || true
-  local left
-  left=$("$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT")
-  [[ -z "$left" ]] || { echo "containers left of project $PROJECT: $left" >&2; return 1; }
+  local label="label=com.docker.compose.project=$PROJECT" left
+  left="$("$DOCKER" ps -aq --filter "$label") $("$DOCKER" volume ls -q --filter "$label")"
+  left+=" $("$DOCKER" network ls -q --filter "$label")"
+  [[ -z "${left// /}" ]] || { echo "left of project $PROJECT: $left" >&2; return 1; }
 }
