@@ -57,7 +57,7 @@ for r in 0 1; do
   read -r _ code ns < <(grep -m1 "_worker-${r}_" "$SCRATCH/die.txt") ||
     die "worker-$r still running $((step_timeout + 30))s after the kill (a hang)"
   first=$(compose logs --no-color worker-$r | grep -m1 -E 'error|FAIL|failed')
-  secs=$(echo "scale=1; ($ns - $kill_ns) / 1000000000" | bc)
+  secs=$(printf '%.1f' "$(echo "scale=3; ($ns - $kill_ns) / 1000000000" | bc)")
   echo "worker-$r exited $code ${secs}s after the kill (shards' --step_timeout=${step_timeout}s): $first"
   [[ "$code" != 0 ]] || die "worker-$r exited 0 after its shard was killed"
   echo "$first" | grep -q -E "ps-1|shard 1" || die "worker-$r does not name ps-1: $first"
