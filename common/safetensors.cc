@@ -11,10 +11,9 @@
 #include <set>
 #include <sstream>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; this code copies it as is");
@@ -28,108 +27,62 @@ absl::Status Corrupt(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("corrupt safetensors: ", what));
 }
 
-// A strict parser for the subset of JSON that a safetensors header uses. Methods return false
-// after recording the first error in status().
-class JsonParser {
- public:
-  explicit JsonParser(absl::string_view s) : s_(s) {}
+using Json = nlohmann::json;
 
-  const absl::Status& status() const { return status_; }
-  bool Fail(absl::string_view what) {
-    if (status_.ok()) status_ = Corrupt(absl::StrCat("header JSON: ", what, " at byte ", pos_));
-    return false;
-  }
-  void SkipSpace() {
-    while (pos_ < s_.size() && absl::string_view(" \t\n\r").find(s_[pos_]) != s_.npos) ++pos_;
-  }
-  bool Consume(char c) {
-    SkipSpace();
-    return pos_ < s_.size() && s_[pos_] == c ? (++pos_, true) : false;
-  }
-  bool Expect(char c) {
-    return Consume(c) || Fail(absl::StrCat("expected '", std::string(1, c), "'"));
-  }
-  bool AtEnd() { return SkipSpace(), pos_ == s_.size(); }
-
-  // Parses an object, calling `member(key)` to parse each member's value.
-  template <typename F>
-  bool Object(F member) {
-    if (!Expect('{')) return false;
-    if (Consume('}')) return true;
-    do {
-      std::string key;
-      if (!String(key) || !Expect(':') || !member(key)) return false;
-    } while (Consume(','));
-    return Expect('}');
-  }
-
-  bool String(std::string& out) {
-    if (!Expect('"')) return false;
-    while (pos_ < s_.size()) {
-      const char c = s_[pos_++];
-      if (c == '"') return true;
-      if (static_cast<unsigned char>(c) < 0x20) return Fail("control character in string");
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
+// Parses `header` with nlohmann::json. JSON objects keep one value per key, so a key that
+// repeats within one object is caught while parsing (the parser callback sees every key) and
+// reported by where it is: a tensor name, a tensor's key, a metadata key.
+absl::StatusOr<Json> ParseHeaderJson(absl::string_view header) {
+  struct Level {
+    std::set<std::string> keys;
+    std::string owner;  // The key of this object in its parent ("" at the top).
+  };
+  std::vector<Level> levels;
+  std::string last_key, duplicate;
+  auto on_event = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      levels.push_back({{}, levels.empty() ? "" : last_key});
+    } else if (event == Json::parse_event_t::object_end) {
+      levels.pop_back();
+    } else if (event == Json::parse_event_t::key) {
+      last_key = parsed.get<std::string>();
+      if (!levels.back().keys.insert(last_key).second && duplicate.empty()) {
+        const std::string& owner = levels.back().owner;
+        duplicate = levels.size() == 1           ? absl::StrCat("duplicate name '", last_key, "'")
+                    : owner == "__metadata__" ? absl::StrCat("duplicate metadata key '", last_key, "'")
+                                              : absl::StrCat("tensor '", owner, "': duplicate key '",
+                                                             last_key, "'");
       }
-      const char e = pos_ < s_.size() ? s_[pos_++] : '\0';
-      static constexpr absl::string_view kEscaped = "\"\\/bfnrt", kMeaning = "\"\\/\b\f\n\r\t";
-      if (const size_t i = kEscaped.find(e); i != absl::string_view::npos) {
-        out.push_back(kMeaning[i]);
-        continue;
-      }
-      uint32_t code, low;
-      if (e != 'u' || !Hex4(code)) return Fail("bad escape in string");
-      if (code >= 0xDC00 && code <= 0xDFFF) return Fail("lone low surrogate");
-      if (code >= 0xD800 && code <= 0xDBFF) {
-        if (s_.substr(pos_, 2) != "\\u") return Fail("lone high surrogate");
-        pos_ += 2;
-        if (!Hex4(low) || low < 0xDC00 || low > 0xDFFF) return Fail("bad surrogate pair");
-        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-      }
-      AppendUtf8(code, out);
     }
-    return Fail("unterminated string");
+    return true;
+  };
+  Json j;
+  try {
+    j = Json::parse(header.begin(), header.end(), on_event);
+  } catch (const Json::exception& e) {
+    return Corrupt(absl::StrCat("header JSON: ", e.what()));
   }
+  if (!duplicate.empty()) return Corrupt(absl::StrCat("header JSON: ", duplicate));
+  if (!j.is_object()) return Corrupt("header JSON: not an object");
+  return j;
+}
 
-  // [int, ...] of non-negative integers.
-  bool IntArray(std::vector<int64_t>& out) {
-    if (!Expect('[')) return false;
-    if (Consume(']')) return true;
-    do {
-      SkipSpace();
-      const size_t start = pos_;
-      int64_t v = 0;
-      while (pos_ < s_.size() && absl::ascii_isdigit(s_[pos_])) {
-        if (v > kMaxInt / 10) return Fail("integer too large");
-        v = v * 10 + (s_[pos_++] - '0');
-      }
-      if (pos_ == start) return Fail("expected a non-negative integer");
-      if (s_[start] == '0' && pos_ - start > 1) return Fail("integer with a leading zero");
-      out.push_back(v);
-    } while (Consume(','));
-    return Expect(']');
+// [int, ...] of integers in [0, kMaxInt].
+absl::Status IntArray(const Json& j, const std::string& what, std::vector<int64_t>& out) {
+  if (!j.is_array()) return Corrupt(absl::StrCat("header JSON: ", what, " is not an array"));
+  for (const Json& v : j) {
+    if (!v.is_number_unsigned()) {
+      return Corrupt(absl::StrCat("header JSON: ", what, " holds ", v.dump(),
+                                  ", not a non-negative integer"));
+    }
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(kMaxInt)) {
+      return Corrupt(absl::StrCat("header JSON: ", what, ": integer too large"));
+    }
+    out.push_back(static_cast<int64_t>(u));
   }
-
- private:
-  bool Hex4(uint32_t& v) {
-    const absl::string_view h = s_.substr(pos_, 4);
-    if (h.size() < 4 || !std::all_of(h.begin(), h.end(), absl::ascii_isxdigit)) return false;
-    return absl::SimpleHexAtoi(h, &v) && (pos_ += 4, true);
-  }
-  static void AppendUtf8(uint32_t c, std::string& out) {
-    const int extra = c < 0x80 ? 0 : c < 0x800 ? 1 : c < 0x10000 ? 2 : 3;
-    static constexpr unsigned char kLead[] = {0x00, 0xC0, 0xE0, 0xF0};
-    out.push_back(static_cast<char>(kLead[extra] | (c >> (6 * extra))));
-    for (int i = extra - 1; i >= 0; --i)
-      out.push_back(static_cast<char>(0x80 | ((c >> (6 * i)) & 0x3F)));
-  }
-
-  absl::string_view s_;
-  size_t pos_ = 0;
-  absl::Status status_;
-};
+  return absl::OkStatus();
+}
 
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
@@ -148,21 +101,25 @@ struct Entry {
   std::vector<int64_t> shape, offsets;
 };
 
-// Parses {"dtype": .., "shape": [..], "data_offsets": [..]}, each key exactly once.
-bool ParseEntry(JsonParser& p, Entry& e) {
-  bool has_dtype = false, has_shape = false, has_offsets = false;
+// Reads {"dtype": .., "shape": [..], "data_offsets": [..]}: these keys and no others.
+absl::Status ParseEntry(const Json& j, Entry& e) {
   const std::string t = absl::StrCat("tensor '", e.name, "'");
-  return p.Object([&](const std::string& key) {
-    bool* seen = key == "dtype"          ? &has_dtype
-                 : key == "shape"        ? &has_shape
-                 : key == "data_offsets" ? &has_offsets
-                                         : nullptr;
-    if (seen == nullptr) return p.Fail(absl::StrCat(t, ": unknown key '", key, "'"));
-    if (*seen) return p.Fail(absl::StrCat(t, ": duplicate key '", key, "'"));
-    *seen = true;
-    return key == "dtype" ? p.String(e.dtype) : p.IntArray(key == "shape" ? e.shape : e.offsets);
-  }) && ((has_dtype && has_shape && has_offsets) ||
-         p.Fail(absl::StrCat(t, " lacks dtype, shape or data_offsets")));
+  if (!j.is_object()) return Corrupt(absl::StrCat("header JSON: ", t, " is not an object"));
+  for (const auto& [key, value] : j.items()) {
+    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+      return Corrupt(absl::StrCat("header JSON: ", t, ": unknown key '", key, "'"));
+    }
+  }
+  if (!j.contains("dtype") || !j.contains("shape") || !j.contains("data_offsets")) {
+    return Corrupt(absl::StrCat("header JSON: ", t, " lacks dtype, shape or data_offsets"));
+  }
+  if (!j["dtype"].is_string()) {
+    return Corrupt(absl::StrCat("header JSON: ", t, ": dtype is not a string"));
+  }
+  e.dtype = j["dtype"].get<std::string>();
+  absl::Status s = IntArray(j["shape"], t + " shape", e.shape);
+  if (s.ok()) s = IntArray(j["data_offsets"], t + " data_offsets", e.offsets);
+  return s;
 }
 
 }  // namespace
@@ -256,22 +213,22 @@ absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
 
   SafetensorsContents contents;
   std::vector<Entry> entries;
-  std::set<std::string> names;
-  JsonParser p(header);
-  const bool parsed = p.Object([&](const std::string& key) {
-    if (!names.insert(key).second) return p.Fail(absl::StrCat("duplicate name '", key, "'"));
+  auto json = ParseHeaderJson(header);
+  if (!json.ok()) return json.status();
+  for (const auto& [key, value] : json->items()) {
     if (key != "__metadata__") {
       entries.emplace_back().name = key;
-      return ParseEntry(p, entries.back());
+      if (absl::Status s = ParseEntry(value, entries.back()); !s.ok()) return s;
+      continue;
     }
-    return p.Object([&](const std::string& k) {
-      std::string v;
-      return p.String(v) && (contents.metadata.emplace(k, v).second ||
-                             p.Fail(absl::StrCat("duplicate metadata key '", k, "'")));
-    });
-  });
-  if (parsed && !p.AtEnd()) p.Fail("trailing characters after the header object");
-  if (!p.status().ok()) return p.status();
+    if (!value.is_object()) return Corrupt("header JSON: __metadata__ is not an object");
+    for (const auto& [k, v] : value.items()) {
+      if (!v.is_string()) {
+        return Corrupt(absl::StrCat("header JSON: metadata '", k, "' is not a string"));
+      }
+      contents.metadata.emplace(k, v.get<std::string>());
+    }
+  }
 
   for (const Entry& e : entries) {
     const std::string t = absl::StrCat("tensor '", e.name, "'");

@@ -264,7 +264,11 @@ def check_dockerfile(a):
         fail("the runtime stage does not install dataset-fashion-mnist")
     ok(f"{len(libs)} shared libraries of {len(a.binaries)} binaries come from "
        f"{len(needed)} packages, all installed by the runtime stage: {' '.join(sorted(needed))}")
-    copies = " ".join(r for w, r in runtime[2] if w == "COPY" and "--from=build" in r)
+    # From the build stage, or from a stage `FROM ${BINARIES}` whose default is the build
+    # stage (a prebuilt-binaries image may replace it).
+    sources = {"build"} | {s[1] for s in stages if s[0] == "build" and s[1]}
+    copies = " ".join(r for w, r in runtime[2]
+                      if w == "COPY" and any(f"--from={n} " in r + " " for n in sources))
     for b in BINARIES:
         if b not in copies or "/usr/local/bin" not in copies:
             fail(f"the runtime stage does not copy {b} to /usr/local/bin")
@@ -301,18 +305,28 @@ def check_ignore(dockerfile):
             fail(f"{path} does not exclude {e}")
 
 
+CUDA_PLUGIN = "//worker/cuda:libdptrain_cuda.so"
+
+
 def check_cuda(full_path, main_builds):
     path = os.path.basename(full_path)
     stages = dockerfile_stages(full_path)
     print(f"{path}: stages {[s[1] for s in stages]} from {[s[0] for s in stages]}")
-    if not stages or stages[0][0] != "debian:bookworm":
+    build = next((s for s in stages if s[1] == "build"), None)
+    if build is None or build[0] != "debian:bookworm":
         fail(f"{path}: the build stage must be the same Debian 12 build as deploy/Dockerfile")
         return
-    runs = " ".join(r for w, r in stages[0][2] if w == "RUN")
+    runs = " ".join(r for w, r in build[2] if w == "RUN")
     if not re.search(r"tools/setup\.sh", runs):
         fail(f"{path}: the build stage does not run tools/setup.sh")
-    if bazel_builds(stages[0][2]) != main_builds:
-        fail(f"{path}: its bazel build differs from deploy/Dockerfile's")
+    # deploy/Dockerfile's targets plus the CUDA backend plugin, with CUDA (no --config=nocuda).
+    want = [([f for f in flags if f != "--config=nocuda"], targets + [CUDA_PLUGIN])
+            for flags, targets in main_builds]
+    if bazel_builds(build[2]) != want:
+        fail(f"{path}: its bazel build is not deploy/Dockerfile's plus {CUDA_PLUGIN} with CUDA: "
+             f"{bazel_builds(build[2])}")
+    if not any(w == "COPY" and "/usr/local/cuda" in r for w, r in build[2]):
+        fail(f"{path}: the build stage does not get the CUDA toolkit into /usr/local/cuda")
     runtime = stages[-1]
     if not re.match(r"nvidia/cuda:13\.[0-9.]+-cudnn-runtime-ubuntu", runtime[0]):
         fail(f"{path}: runtime base {runtime[0]} is not a CUDA 13 cuDNN runtime image")
@@ -320,7 +334,8 @@ def check_cuda(full_path, main_builds):
     for needle, what in (("/opt/dptrain/lib", "the bundled libraries"),
                          ("LD_LIBRARY_PATH", "LD_LIBRARY_PATH"),
                          ("/usr/share/datasets/fashion-mnist", "the data set"),
-                         ("STATUS:", "the status note (the image's CPU-only build)")):
+                         ("STATUS:", "the status note"),
+                         ("libdptrain_cuda.so", "the CUDA backend plugin")):
         if needle not in text:
             fail(f"{path}: no {what}")
     users = [r for w, r in runtime[2] if w == "USER"]

@@ -131,6 +131,12 @@ TEST(SafetensorsTest, RejectsBadEntries) {
   };
   const std::string w = "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}";
   EXPECT_HAS(error(w + "," + w, 4), "duplicate name 'w'");
+  EXPECT_HAS(error("\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"dtype\":\"F32\",\"data_offsets\":[0,4]}",
+                   4),
+             "tensor 'w': duplicate key 'dtype'");
+  EXPECT_HAS(error("\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}," + w, 4),
+             "duplicate metadata key 'k'");
+  EXPECT_HAS(error(w + " x", 4), "parse error at line 1");
   EXPECT_HAS(error("\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}", 4),
              "tensor 'w' has dtype F16: only F32 is supported");
   EXPECT_HAS(error("\"w\":{\"dtype\":\"F32\",\"shape\":[1]}", 4),
