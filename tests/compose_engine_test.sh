@@ -35,10 +35,10 @@ compose down -v -t 2 >/dev/null 2>&1
 echo "== 2. a shard container killed mid-training"
 DPTRAIN_EPOCHS=3 DPTRAIN_RECONNECT_TIMEOUT=0s compose up -d --quiet-pull >/dev/null 2>&1
 for _ in $(seq 600); do
-  compose logs --no-color worker-0 2>/dev/null | grep -q "epoch 1/3" && break
+  compose logs --no-color worker-0 2>/dev/null | grep -c "epoch 1/3" >/dev/null && break
   sleep 0.5
 done
-compose logs --no-color worker-0 | grep -q "epoch 1/3" || die "worker-0 never finished epoch 1"
+compose logs --no-color worker-0 | grep -c "epoch 1/3" >/dev/null || die "worker-0 never finished epoch 1"
 step_timeout=$(grep -o -- '--step_timeout=[0-9]*s' "$PROJECT_DIR/docker-compose.yml" | head -n 1 | tr -dc 0-9)
 # The workers' first exits (the file restarts a failed worker up to 3 times; each retry
 # then fails to connect within --connect_timeout, so the last exit comes minutes later).
@@ -56,7 +56,8 @@ done
 for r in 0 1; do
   read -r _ code ns < <(grep -m1 "_worker-${r}_" "$SCRATCH/die.txt") ||
     die "worker-$r still running $((step_timeout + 30))s after the kill (a hang)"
-  first=$(compose logs --no-color worker-$r | grep -m1 -E 'error|FAIL|failed')
+  # grep reads the whole log (a -m1 would close the pipe early: SIGPIPE fails it under pipefail).
+  first=$(compose logs --no-color worker-$r | grep -E 'error|FAIL|failed' | sed -n 1p || true)
   secs=$(printf '%.1f' "$(echo "scale=3; ($ns - $kill_ns) / 1000000000" | bc)")
   echo "worker-$r exited $code ${secs}s after the kill (shards' --step_timeout=${step_timeout}s): $first"
   [[ "$code" != 0 ]] || die "worker-$r exited 0 after its shard was killed"

@@ -22,10 +22,10 @@ run_job() {
     vol=$("$DOCKER" volume inspect -f '{{.Mountpoint}}' "${PROJECT}_ckpt-1")
     checkpoints() { if [[ -d "$vol" ]]; then ls "$vol"; else "$DOCKER" exec "$(cid ps-1)" ls /checkpoints; fi; }
     for _ in $(seq 1200); do
-      checkpoints 2>/dev/null | grep -q "$want" && break
+      checkpoints 2>/dev/null | grep -c "$want" >/dev/null && break
       sleep 0.05
     done
-    checkpoints | grep -q "$want" || die "no checkpoint $want"
+    checkpoints | grep -c "$want" >/dev/null || die "no checkpoint $want"
     sleep 0.3  # Into the next steps, so that the workers must go back.
     kill -KILL "$("$DOCKER" inspect -f '{{.State.Pid}}' "$(cid ps-1)")"
     echo "killed ps-1's processes once its checkpoint of step 100 was written"
@@ -44,9 +44,9 @@ run_job reference
 compose down -v -t 2 >/dev/null 2>&1
 run_job crashed kill
 restarts=$("$DOCKER" inspect -f '{{.RestartCount}}' "$(cid ps-1)")
-echo "ps-1 restarts: $restarts; $(compose logs --no-color ps-1 | grep -m1 'restored step' || true)"
+echo "ps-1 restarts: $restarts; $(compose logs --no-color ps-1 | grep 'restored step' | sed -n 1p || true)"
 ((restarts == 1)) || die "ps-1 restarted $restarts times, expected 1"
-compose logs --no-color ps-1 | grep -q "restored step" || die "ps-1 did not restore a checkpoint"
+compose logs --no-color ps-1 | grep -c "restored step" >/dev/null || die "ps-1 did not restore a checkpoint"
 compose logs --no-color worker-0 worker-1 | grep "recovered by going back to step" ||
   die "no worker went back to the restored step: $(compose logs --no-color --tail=5 worker-0)"
 cmp "$SCRATCH/reference.safetensors" "$SCRATCH/crashed.safetensors" ||
