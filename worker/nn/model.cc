@@ -198,7 +198,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
   if (options.threads > 1) {
     // The layers split the batch over the pool's threads, each running single-threaded GEMMs
     // (BLAS threads on top would oversubscribe the cores).
-    pool = std::make_unique<ThreadPool>(options.threads);
+    pool = std::make_unique<ThreadPool>(options.threads, options.dense_gemm);
     SetBlasThreads(1);
   } else if (options.threads == 1) {
     SetBlasThreads(1);

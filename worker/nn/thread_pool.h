@@ -29,15 +29,23 @@
 namespace dptrain {
 namespace nn {
 
+// How a layer whose work is a few large GEMMs (Linear) uses the pool's threads: split each GEMM
+// into per-thread pieces run on the pool, each single-threaded in BLAS (kPoolSplit), or run it
+// whole on the calling thread with BLAS's own threads, num_threads() of them for the call
+// (kBlasThreads; the model keeps BLAS at 1 thread otherwise). Which is faster depends on the
+// shapes and the BLAS: worker/thread_plan.h picks per layer kind from a measurement.
+enum class DenseGemm { kPoolSplit, kBlasThreads };
+
 class ThreadPool {
  public:
   // `num_threads` >= 1 in all, the calling thread included (num_threads - 1 are started).
-  explicit ThreadPool(int num_threads);
+  explicit ThreadPool(int num_threads, DenseGemm dense_gemm = DenseGemm::kPoolSplit);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  DenseGemm dense_gemm() const { return dense_gemm_; }
 
   // Runs fn(chunk, thread) once for every chunk in [0, chunks), each on some thread of the pool
   // (`thread` in [0, num_threads()) names it; the caller is thread 0), and returns when all
@@ -63,6 +71,7 @@ class ThreadPool {
   void RunChunks(int thread);
 
   const int num_threads_;
+  const DenseGemm dense_gemm_;
   std::vector<std::thread> workers_;
   std::vector<std::vector<double>> scratch_;
   std::mutex mu_;
