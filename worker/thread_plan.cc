@@ -44,10 +44,12 @@ absl::StatusOr<ThreadPlan> PlanThreads(const ThreadPlanInputs& in) {
                                     in.local_workers == 0 ? ", none said otherwise" : "", ")");
   }
   if (plan.threads > 1) {
-    plan.dense_gemm = nn::DenseGemm::kBlasThreads;
-    absl::StrAppend(&plan.description,
-                    "; convolutions, batch norm, pooling, activations split over the pool, "
-                    "Linear on BLAS threads");
+    // Measured (tools/compute_bench.sh --dense_gemm=split,blas; README): with one GEMM piece
+    // per thread, Linear split over the pool ties BLAS threading on mlp and beats it on LeNet,
+    // where OpenBLAS's idle threads spin beside the pool's convolutions. So every layer kind
+    // splits over the pool and BLAS stays single-threaded.
+    plan.dense_gemm = nn::DenseGemm::kPoolSplit;
+    absl::StrAppend(&plan.description, "; every layer split over the model's pool, BLAS 1 thread");
   }
   return plan;
 }

@@ -32,11 +32,10 @@ struct ThreadPlan {
 };
 
 // The plan. "auto": threads = max(1, cores / local workers), cores = the affinity count capped
-// by the cgroup quota; with more than one thread, convolutions, batch norm, pooling and
-// activations split over the model's pool and Linear layers run each GEMM whole on BLAS's
-// threads (the faster of the two per layer kind on the 2-core machine:
-// tools/compute_bench.sh --dense=split,blas, see README). An explicit count keeps that split
-// rule. InvalidArgument for a flag that is neither "auto" nor an integer >= 0, or for
+// by the cgroup quota. With more than one thread every layer kind splits over the model's pool
+// (Linear too: measured faster than, or level with, BLAS threading on the 2-core machine,
+// tools/compute_bench.sh --dense_gemm=split,blas, see README). An explicit count wins over
+// auto. InvalidArgument for a flag that is neither "auto" nor an integer >= 0, or for
 // local_workers < 0.
 absl::StatusOr<ThreadPlan> PlanThreads(const ThreadPlanInputs& in);
 

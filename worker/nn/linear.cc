@@ -45,6 +45,8 @@ namespace {
 
 // Below this many multiply-adds per GEMM a parallel region costs more than it saves.
 constexpr int64_t kMinParallelFlops = int64_t{1} << 17;
+// Pieces per pool thread of a split GEMM: each piece packs the shared operand again.
+constexpr int kGemmChunksPerThread = 1;
 
 }  // namespace
 
@@ -70,7 +72,7 @@ TensorRef<T> Linear<T>::Forward(TensorRef<T> input, bool /*training*/) {
         Gemm(false, true, static_cast<int>(r1 - r0), out_, in_, T(1), input.data + r0 * in_, in_,
              weight_, in_, T(1), y + r0 * out_, out_);
       },
-      min_rows);
+      min_rows, kGemmChunksPerThread);
   return {y, n, Dims{out_, 1, 1}};
 }
 
@@ -93,7 +95,7 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
           for (int64_t o = o0; o < o1; ++o) grad_bias_[o] += row[o];
         }
       },
-      parallel ? 2 : int64_t{out_} + 1);
+      parallel ? 2 : int64_t{out_} + 1, kGemmChunksPerThread);
   if (!need_input_grad) return {};
   // dX = dY W; split over rows.
   T* dx = this->GradInputBuffer(grad_output.data, int64_t{n} * in_);
@@ -103,7 +105,7 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
         Gemm(false, false, static_cast<int>(r1 - r0), in_, out_, T(1), dy + r0 * out_, out_,
              weight_, in_, T(0), dx + r0 * in_, in_);
       },
-      parallel ? 2 : int64_t{n} + 1);
+      parallel ? 2 : int64_t{n} + 1, kGemmChunksPerThread);
   return {dx, n, input_.dims};
 }
 

@@ -95,15 +95,18 @@ inline int NumThreads(const ThreadPool* pool) { return pool == nullptr ? 1 : poo
 // fn(begin, end, thread) over contiguous pieces of [0, n) (about kChunksPerThread per thread,
 // never empty), on the pool's threads; or fn(0, n, 0) on the caller when pool is null, has one
 // thread or n < min_parallel. For work without sums across pieces: which thread runs which
-// piece varies from call to call.
+// piece varies from call to call. `chunks_per_thread` trades load balance (more pieces: a
+// thread the OS runs late holds up less) against per-piece overhead (a GEMM piece packs its
+// shared operand again).
 inline constexpr int kChunksPerThread = 4;
 template <typename Fn>
-void ParallelFor(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min_parallel = 2) {
+void ParallelFor(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min_parallel = 2,
+                 int chunks_per_thread = kChunksPerThread) {
   if (pool == nullptr || pool->num_threads() == 1 || n < min_parallel) {
     if (n > 0) fn(int64_t{0}, n, 0);
     return;
   }
-  const int64_t chunks = std::min<int64_t>(n, int64_t{pool->num_threads()} * kChunksPerThread);
+  const int64_t chunks = std::min<int64_t>(n, int64_t{pool->num_threads()} * chunks_per_thread);
   pool->Run(chunks, [&](int64_t c, int t) {
     fn(ChunkBegin(n, chunks, c), ChunkBegin(n, chunks, c + 1), t);
   });
