@@ -123,15 +123,15 @@ struct ModelOptions {
   // thread count (the per-thread partial weight gradients are summed in thread order) but not
   // on scheduling: the same threads give bit-identical results.
   int threads = 0;
-  // With threads > 1: how Linear layers use those threads (thread_pool.h's DenseGemm: split over
-  // the pool, or each GEMM whole on BLAS's threads); every other layer splits over the pool.
-  DenseGemm dense_gemm = DenseGemm::kPoolSplit;
   // Weight initialisation: "default" (the model's d2l choice) | "normal" | "xavier" | "kaiming";
   // see InitializeParams in architectures.h. Biases 0, batch-norm weights 1 in every case.
   std::string init = "default";
   // The update rule of ApplyUpdate (all-reduce mode); none where a parameter server
   // applies it (ps, master).
   std::optional<OptimizerOptions> optimizer;
+  // With threads > 1: how Linear layers use those threads (thread_pool.h's DenseGemm: split over
+  // the pool, or each GEMM whole on BLAS's threads); every other layer splits over the pool.
+  DenseGemm dense_gemm = DenseGemm::kPoolSplit;
 };
 
 // What the backends share when they build a model: the CPU network (layers, dims, layout)
