@@ -62,7 +62,8 @@ def kv(line):
 
 
 def results(out):
-    return [kv(l) for l in out.splitlines() if l.startswith("result ")]
+    # Split on the marker, not on lines: DDP ranks share one pipe and their lines can merge.
+    return [kv("result " + chunk) for chunk in out.split("result ")[1:]]
 
 
 def torch_env(config, threads):
@@ -159,12 +160,14 @@ def main():
     p.add_argument("--resnet18_rounds", type=int, default=1)
     p.add_argument("--models", default="mlp,lenet,resnet18")
     p.add_argument("--two_worker_models", default="mlp,lenet")
+    p.add_argument("--report_only", action="store_true",
+                   help="measure nothing: rebuild compute.md from OUT/raw.jsonl")
     p.add_argument("--dense_models", default="mlp,lenet",
                    help="models on which to time Linear split over the pool vs BLAS threads")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
-    raw = open(os.path.join(args.out, "raw.jsonl"), "a")
+    raw = open(os.path.join(args.out, "raw.jsonl"), "a")  # Closed unused with --report_only.
     data = {}  # (section, model, config) -> list of (images/s, rss)
     loads = []
 
@@ -182,7 +185,17 @@ def main():
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     plan = "?"
     models = [m for m in args.models.split(",") if m]
-    for rnd in range(1, args.rounds + 1):
+    if args.report_only:
+        raw.close()
+        rows = [json.loads(l) for l in open(os.path.join(args.out, "raw.jsonl"))]
+        for r in rows:
+            data.setdefault((r["section"], r["model"], r["config"]), []).append(
+                (r["images_per_s"], r["maxrss_mib"]))
+            plan = r.get("plan", plan)
+        started = f"{rows[0]['time']}–{rows[-1]['time']} UTC" if rows else "?"
+        loads = [f"{rows[0]['loadavg']} (first point)", f"{rows[-1]['loadavg']} (last)"] if rows else []
+        args.rounds = max(len(v) for k, v in data.items() if k[1] != "resnet18")
+    for rnd in range(1, 0 if args.report_only else args.rounds + 1):
         loads.append(loadavg())
         for model in models:
             if model == "resnet18" and rnd > args.resnet18_rounds:
@@ -213,7 +226,8 @@ def main():
                 record("two", model, f"ours_{mode}", v, rss)
             v, rss = e2e_torch(model, "best", 1, world=2, batch=128)
             record("two", model, "ddp_gloo", v, rss)
-    loads.append(loadavg())
+    if not args.report_only:
+        loads.append(loadavg())
 
     def cell(section, model, config):
         xs = [v for v, _ in data.get((section, model, config), [])]
@@ -227,26 +241,31 @@ def main():
         xs = [r for _, r in data.get((section, model, config), [])]
         return f"{max(xs):.0f}" if xs else "–"
 
+    resnet_rounds = len(data.get(("step", "resnet18", "ours"), []))
+    load_note = ("at the first and the last point (every point's in raw.jsonl)" if args.report_only
+                 else "at the start of each round and at the end")
     lines = [f"# CPU training head to head: ours vs PyTorch {torch_version()}", "",
              f"Measured {started} on {cores} cores, {args.rounds} interleaved round(s) "
-             f"(resnet18: {min(args.rounds, args.resnet18_rounds)}); load average (1, 5, 15 min) "
-             f"at the start of each round and at the end: {' | '.join(loads)}. "
+             f"(resnet18: {resnet_rounds}); load average (1, 5, 15 min) {load_note}: "
+             f"{' | '.join(loads)}. "
              f"Ours at default flags: {plan}. images/s: median of the rounds (lowest–highest). "
              "PyTorch best = OpenMP OpenBLAS with set_num_threads(cores); 1 thread = the same "
-             "at set_num_threads(1); default env = nothing set. Ratio = ours / the faster of "
-             "PyTorch's two tuned configurations.", ""]
+             "at set_num_threads(1); default env = nothing set. Ratio = ours / the fastest of "
+             "PyTorch's three configurations (medians).", ""]
     for section, title in [("e2e", "End to end (one worker, the last epoch's training images/s)"),
                            ("step", "Step alone (forward, loss, backward, SGD; fixed batch)")]:
         lines += [f"## {title}", "",
                   "| model | ours | PyTorch best | PyTorch 1 thread | PyTorch default env | "
-                  "ours / best PyTorch | peak MiB ours / PyTorch best |",
+                  "ours / fastest PyTorch | peak MiB ours / PyTorch best |",
                   "|---|---|---|---|---|---|---|"]
         for model in models:
             o, om = cell(section, model, "ours")
             b, bm = cell(section, model, "best")
             b1, b1m = cell(section, model, "best_1thread")
             d, _ = cell(section, model, "default")
-            best = max(x for x in [bm, b1m] if x == x) if (bm == bm or b1m == b1m) else float("nan")
+            d_m = cell(section, model, "default")[1]
+            tuned = [x for x in [bm, b1m, d_m] if x == x]
+            best = max(tuned) if tuned else float("nan")
             lines.append(f"| {model} | {o} | {b} | {b1} | {d} | **{om / best:.2f}** | "
                          f"{peak(section, model, 'ours')} / {peak(section, model, 'best')} |")
         lines.append("")
