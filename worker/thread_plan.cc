@@ -44,12 +44,15 @@ absl::StatusOr<ThreadPlan> PlanThreads(const ThreadPlanInputs& in) {
                                     in.local_workers == 0 ? ", none said otherwise" : "", ")");
   }
   if (plan.threads > 1) {
-    // Measured (tools/compute_bench.sh --dense_gemm=split,blas; README): with one GEMM piece
-    // per thread, Linear split over the pool ties BLAS threading on mlp and beats it on LeNet,
-    // where OpenBLAS's idle threads spin beside the pool's convolutions. So every layer kind
-    // splits over the pool and BLAS stays single-threaded.
-    plan.dense_gemm = nn::DenseGemm::kPoolSplit;
-    absl::StrAppend(&plan.description, "; every layer split over the model's pool, BLAS 1 thread");
+    // Measured (tools/compute_bench.sh's thread-plan table, README): with one GEMM piece per
+    // thread, Linear on BLAS's threads beats the split over the pool on mlp (8 interleaved
+    // rounds: median 134k vs 89k images/s) and loses on LeNet (10.7k vs 15.6k), where
+    // OpenBLAS's idle threads spin beside the pool's convolutions. So: BLAS threads for Linear
+    // in a model without convolutions, the pool for everything else.
+    plan.dense_gemm = nn::DenseGemm::kByModel;
+    absl::StrAppend(&plan.description,
+                    "; layers split over the model's pool, Linear on BLAS threads in a model "
+                    "without convolutions");
   }
   return plan;
 }

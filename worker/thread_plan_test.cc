@@ -19,7 +19,7 @@ ThreadPlan Plan(const std::string& flag, int cores, int local_workers, int cgrou
 TEST(ThreadPlanTest, AutoUsesEveryCoreOfALoneWorker) {
   ThreadPlan p = Plan("auto", 2, 0);
   EXPECT_EQ(p.threads, 2);
-  EXPECT_EQ(p.dense_gemm, nn::DenseGemm::kPoolSplit);
+  EXPECT_EQ(p.dense_gemm, nn::DenseGemm::kByModel);
   EXPECT_NE(p.description.find("auto"), std::string::npos) << p.description;
   EXPECT_EQ(Plan("auto", 16, 1).threads, 16);
 }
@@ -29,6 +29,7 @@ TEST(ThreadPlanTest, AutoDividesTheCoresAmongTheHostsWorkers) {
   EXPECT_EQ(Plan("auto", 16, 4).threads, 4);
   EXPECT_EQ(Plan("auto", 16, 3).threads, 5);  // Rounded down: never oversubscribe.
   EXPECT_EQ(Plan("auto", 2, 8).threads, 1);   // More workers than cores: one each.
+  EXPECT_EQ(Plan("auto", 2, 2).dense_gemm, nn::DenseGemm::kPoolSplit);  // 1 thread: no pool.
 }
 
 TEST(ThreadPlanTest, CgroupQuotaCapsTheAffinityMask) {

@@ -214,7 +214,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
   if (options.threads > 1) {
     // The layers split the batch over the pool's threads, each running single-threaded GEMMs
     // (BLAS threads on top would oversubscribe the cores).
-    pool = std::make_unique<ThreadPool>(options.threads, options.dense_gemm);
+    DenseGemm dense = options.dense_gemm;
+    if (dense == DenseGemm::kByModel) {
+      // The measured rule (thread_pool.h): BLAS threads for a model of Linear layers only.
+      bool convolutions = false;
+      for (const ParamInfo& p : DescribeParams(initial->net)) convolutions |= p.shape.size() == 4;
+      dense = convolutions ? DenseGemm::kPoolSplit : DenseGemm::kBlasThreads;
+    }
+    pool = std::make_unique<ThreadPool>(options.threads, dense);
     SetBlasThreads(1);
   } else if (options.threads == 1) {
     SetBlasThreads(1);

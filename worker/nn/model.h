@@ -130,7 +130,8 @@ struct ModelOptions {
   // applies it (ps, master).
   std::optional<OptimizerOptions> optimizer;
   // With threads > 1: how Linear layers use those threads (thread_pool.h's DenseGemm: split over
-  // the pool, or each GEMM whole on BLAS's threads); every other layer splits over the pool.
+  // the pool, each GEMM whole on BLAS's threads, or by the measured rule: BLAS threads in a
+  // model without convolutions); every other layer splits over the pool.
   DenseGemm dense_gemm = DenseGemm::kPoolSplit;
 };
 

@@ -32,9 +32,11 @@ namespace nn {
 // How a layer whose work is a few large GEMMs (Linear) uses the pool's threads: split each GEMM
 // into per-thread pieces run on the pool, each single-threaded in BLAS (kPoolSplit), or run it
 // whole on the calling thread with BLAS's own threads, num_threads() of them for the call
-// (kBlasThreads; the model keeps BLAS at 1 thread otherwise). Which is faster depends on the
-// shapes and the BLAS: worker/thread_plan.h picks per layer kind from a measurement.
-enum class DenseGemm { kPoolSplit, kBlasThreads };
+// (kBlasThreads; the model keeps BLAS at 1 thread otherwise). Measured on 2 cores
+// (tools/compute_bench.sh, README): BLAS threads win on a model of Linear layers only (mlp,
+// 1.5x), and lose where the pool also runs convolutions (LeNet, 1.5x: OpenBLAS's idle threads
+// spin beside them). kByModel picks by that rule (model.h's CreateModel).
+enum class DenseGemm { kPoolSplit, kBlasThreads, kByModel };
 
 class ThreadPool {
  public:
