@@ -144,6 +144,8 @@ fi
 start_worker() {
   local r=$1
   shift
+  # All the workers share this host: each takes its share of the cores (--threads=auto).
+  LOCAL_WORLD_SIZE="$workers" LOCAL_RANK="$r" \
   "$gpu_worker" "${mode_flags[@]}" --rank="$r" --world_size="$workers" --lr="$lr" \
     --metrics_out="$logs/worker$r.jsonl" $(security "worker-$r") "$@" "${worker_flags[@]}" \
     > >(tee "$logs/worker$r.log" | sed -u "s/^/[worker $r] /") 2>&1 &

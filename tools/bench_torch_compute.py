@@ -88,7 +88,8 @@ def run_one(args, name, threads):
     import torch
     from torch import nn
 
-    torch.set_num_threads(threads)
+    if threads > 0:  # 0: --default_env, PyTorch's own choice.
+        torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
     net = build_model(name)
     if net is None:
@@ -120,7 +121,7 @@ def run_one(args, name, threads):
     step = statistics.median(step_s)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     params = sum(p.numel() for p in net.parameters())
-    print(f"result model={name} threads={threads} batch={batch} warmup={warmup} steps={steps} "
+    print(f"result model={name} threads={torch.get_num_threads()} batch={batch} warmup={warmup} steps={steps} "
           f"step_ms={1e3 * step:.3f} train_ms={1e3 * statistics.median(train_s):.3f} "
           f"sgd_ms={1e3 * statistics.median(sgd_s):.3f} images_per_s={batch / step:.1f} "
           f"maxrss_mib={rss:.1f} params={params} last_loss={loss.item():.4f} "
@@ -153,6 +154,8 @@ def run_all(args):
             # pthread pool torch.set_num_threads does not reach: without this a "1 thread"
             # point ran every GEMM on 2 threads (mlp: 3.3 ms per step vs 3.6-4.1 ms on one).
             env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+            if args.default_env:  # What a user gets without tuning anything.
+                env, cmd[2] = dict(os.environ), f"--one={model}:0"
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
             if proc.returncode == UNKNOWN_MODEL_EXIT:
                 notes.append(f"skipped {model}: {proc.stdout.strip()}")
@@ -186,6 +189,8 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--csv", default="", help="append one CSV row per point (header if new)")
+    p.add_argument("--default_env", action="store_true",
+                   help="leave the thread settings alone: no set_num_threads, no *_NUM_THREADS")
     p.add_argument("--one", default="", help="internal: model:threads in this process")
     args = p.parse_args()
     if args.one:

@@ -39,6 +39,7 @@
 #include "worker/gpu_backend.h"
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
+#include "worker/thread_plan.h"
 #include "worker/trainer.h"
 #include "worker/worker_telemetry.h"
 
@@ -85,9 +86,17 @@ ABSL_FLAG(bool, tf32, false,
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32, or fp16 / bf16: half-precision compute with fp32 master weights and dynamic "
           "loss scaling (CUDA backend only).");
-ABSL_FLAG(int, threads, 0,
-          "Math threads of this worker: > 1 splits every layer over that many threads (BLAS "
-          "single-threaded inside); 1 one thread; 0 leaves OpenBLAS at its default.");
+ABSL_FLAG(std::string, threads, "auto",
+          "Math threads of this worker (CPU). auto: the cores this process may use (affinity "
+          "mask, capped by a cgroup CPU quota) divided by the workers on this host "
+          "(--local_world_size). N > 1: that many threads. With more than one, every layer "
+          "splits its work over the model's pool (BLAS single-threaded inside), except the "
+          "Linear layers of a model without convolutions, which run on BLAS's threads (the "
+          "faster way, measured); 1: one thread; 0: no pool, OpenBLAS at its own default. "
+          "The startup line says what was chosen.");
+ABSL_FLAG(int, local_world_size, -1,
+          "Workers sharing this host's cores, for --threads=auto; default: $LOCAL_WORLD_SIZE "
+          "(torchrun and deploy/local_cluster.sh set it), else 1 (one worker per container).");
 ABSL_FLAG(std::string, metrics_out, "", "If set, JSON lines (one per epoch and a final one).");
 ABSL_FLAG(int64_t, stream_min_bytes, int64_t{1} << 20,
           "ps mode: a shard holding at least this many bytes of the model gets each step over "
@@ -519,7 +528,26 @@ absl::Status Run() {
   nn::ModelOptions model_options;
   model_options.name = absl::GetFlag(FLAGS_model);
   model_options.seed = absl::GetFlag(FLAGS_seed);
-  model_options.threads = absl::GetFlag(FLAGS_threads);
+  if (!on_gpu) {
+    ThreadPlanInputs plan_inputs;
+    plan_inputs.flag = absl::GetFlag(FLAGS_threads);
+    plan_inputs.affinity_cores = AffinityCores();
+    plan_inputs.cgroup_cores = CgroupCpuLimit();
+    plan_inputs.local_workers = absl::GetFlag(FLAGS_local_world_size);
+    if (plan_inputs.local_workers < 0) {
+      const char* env = std::getenv("LOCAL_WORLD_SIZE");
+      plan_inputs.local_workers = 0;
+      if (env != nullptr && !absl::SimpleAtoi(env, &plan_inputs.local_workers)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LOCAL_WORLD_SIZE must be an integer, got '", env, "'"));
+      }
+    }
+    absl::StatusOr<ThreadPlan> plan = PlanThreads(plan_inputs);
+    if (!plan.ok()) return plan.status();
+    model_options.threads = plan->threads;
+    model_options.dense_gemm = plan->dense_gemm;
+    std::cout << who << ": " << plan->description << std::endl;
+  }
   // All-reduce mode on a GPU: every replica applies the averaged gradient itself, where its
   // weights are; on the CPU the ring shards the optimizer unless told otherwise. ps and
   // master: the server applies it.

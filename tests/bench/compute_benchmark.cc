@@ -37,10 +37,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "worker/nn/model.h"
+#include "worker/thread_plan.h"
 
 ABSL_FLAG(std::string, models, "mlp,lenet,resnet18",
           "Models to measure; one CreateModel does not know is skipped with a note.");
-ABSL_FLAG(std::string, threads, "1,2", "Math-thread counts; each point in a fresh process.");
+ABSL_FLAG(std::string, threads, "1,2",
+          "Math-thread counts (or auto, gpu_worker's default plan for this machine); each point "
+          "in a fresh process.");
+ABSL_FLAG(std::string, dense_gemm, "plan",
+          "How Linear layers use more than one thread: plan (what --threads picks, as "
+          "gpu_worker), split (over the model's pool) or blas (each GEMM on BLAS's threads).");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the timed ones.");
 ABSL_FLAG(int, steps, 20, "Timed steps; the median step time is reported.");
@@ -67,9 +73,23 @@ double Median(std::vector<double> v) {
 // "skip model=... reason=..." and returns the exit code.
 int RunOne(const std::string& spec) {
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
-  int threads = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &threads) || threads < 1) {
-    std::cerr << "--one wants model:threads, got '" << spec << "'\n";
+  ThreadPlanInputs plan_inputs;
+  plan_inputs.flag = parts.size() == 2 ? parts[1] : "";
+  plan_inputs.affinity_cores = AffinityCores();
+  plan_inputs.cgroup_cores = CgroupCpuLimit();
+  absl::StatusOr<ThreadPlan> plan = PlanThreads(plan_inputs);
+  if (!plan.ok() || plan->threads < 1) {
+    std::cerr << "--one wants model:threads (threads >= 1 or auto), got '" << spec << "'\n";
+    return 2;
+  }
+  const int threads = plan->threads;
+  const std::string dense = absl::GetFlag(FLAGS_dense_gemm);
+  if (dense == "split") {
+    plan->dense_gemm = nn::DenseGemm::kPoolSplit;
+  } else if (dense == "blas") {
+    plan->dense_gemm = nn::DenseGemm::kBlasThreads;
+  } else if (dense != "plan") {
+    std::cerr << "--dense_gemm must be plan, split or blas, got '" << dense << "'\n";
     return 2;
   }
   const std::string& name = parts[0];
@@ -84,6 +104,7 @@ int RunOne(const std::string& spec) {
   options.name = name;
   options.seed = absl::GetFlag(FLAGS_seed);
   options.threads = threads;
+  options.dense_gemm = plan->dense_gemm;
   absl::StatusOr<std::unique_ptr<nn::Model>> created = nn::CreateModel(options);
   if (!created.ok()) {
     const bool unknown = absl::StrContains(created.status().message(), "unknown model");
@@ -132,10 +153,10 @@ int RunOne(const std::string& spec) {
   getrusage(RUSAGE_SELF, &usage);
   const double step = Median(step_s);
   std::cout << absl::StrFormat(
-                   "result model=%s threads=%d batch=%d warmup=%d steps=%d step_ms=%.3f "
+                   "result model=%s threads=%s batch=%d warmup=%d steps=%d step_ms=%.3f "
                    "train_ms=%.3f sgd_ms=%.3f images_per_s=%.1f maxrss_mib=%.1f params=%d "
                    "last_loss=%.4f best_images_per_s=%.1f",
-                   name, threads, batch, warmup, steps, 1e3 * step, 1e3 * Median(train_s),
+                   name, parts[1], batch, warmup, steps, 1e3 * step, 1e3 * Median(train_s),
                    1e3 * Median(sgd_s), batch / step, usage.ru_maxrss / 1024.0,
                    model.weights().size(), loss,
                    batch / *std::min_element(step_s.begin(), step_s.end()))
@@ -226,7 +247,8 @@ int RunAll(const char* argv0) {
           absl::StrCat("--resnet18_warmup=", absl::GetFlag(FLAGS_resnet18_warmup)),
           absl::StrCat("--resnet18_steps=", absl::GetFlag(FLAGS_resnet18_steps)),
           absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
-          absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed))};
+          absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+          absl::StrCat("--dense_gemm=", absl::GetFlag(FLAGS_dense_gemm))};
       std::string out;
       const int code = RunChild(args, out);
       if (code == kUnknownModelExit) {

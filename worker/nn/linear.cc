@@ -1,6 +1,7 @@
 #include "worker/nn/linear.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -44,8 +45,17 @@ namespace {
 
 // Below this many multiply-adds per GEMM a parallel region costs more than it saves.
 constexpr int64_t kMinParallelFlops = int64_t{1} << 17;
+// Pieces per pool thread of a split GEMM: each piece packs the shared operand again.
+constexpr int kGemmChunksPerThread = 1;
 
 }  // namespace
+
+template <typename T>
+ThreadPool* Linear<T>::SplitPool(int64_t flops, std::optional<ScopedBlasThreads>& blas) const {
+  if (pool_ == nullptr || pool_->dense_gemm() != DenseGemm::kBlasThreads) return pool_;
+  if (flops >= kMinParallelFlops) blas.emplace(pool_->num_threads());
+  return nullptr;
+}
 
 template <typename T>
 TensorRef<T> Linear<T>::Forward(TensorRef<T> input, bool /*training*/) {
@@ -53,14 +63,16 @@ TensorRef<T> Linear<T>::Forward(TensorRef<T> input, bool /*training*/) {
   const int n = input.batch;
   T* y = EnsureSize(output_, int64_t{n} * out_);
   const int64_t min_rows = int64_t{n} * in_ * out_ >= kMinParallelFlops ? 2 : int64_t{n} + 1;
+  std::optional<ScopedBlasThreads> blas;
+  ThreadPool* split = SplitPool(int64_t{n} * in_ * out_, blas);
   ParallelFor(
-      pool_, n,
+      split, n,
       [&](int64_t r0, int64_t r1, int) {
         for (int64_t i = r0; i < r1; ++i) std::copy(bias_, bias_ + out_, y + i * out_);
         Gemm(false, true, static_cast<int>(r1 - r0), out_, in_, T(1), input.data + r0 * in_, in_,
              weight_, in_, T(1), y + r0 * out_, out_);
       },
-      min_rows);
+      min_rows, kGemmChunksPerThread);
   return {y, n, Dims{out_, 1, 1}};
 }
 
@@ -69,9 +81,11 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
   const int n = grad_output.batch;
   const T* dy = grad_output.data;
   const bool parallel = int64_t{n} * in_ * out_ >= kMinParallelFlops;
+  std::optional<ScopedBlasThreads> blas;
+  ThreadPool* split = SplitPool(int64_t{n} * in_ * out_, blas);
   // dW = dY^T X, db = column sums of dY; split over output rows.
   ParallelFor(
-      pool_, out_,
+      split, out_,
       [&](int64_t o0, int64_t o1, int) {
         Gemm(true, false, static_cast<int>(o1 - o0), in_, n, T(1), dy + o0, out_, input_.data, in_,
              T(0), grad_weight_ + o0 * in_, in_);
@@ -81,17 +95,17 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
           for (int64_t o = o0; o < o1; ++o) grad_bias_[o] += row[o];
         }
       },
-      parallel ? 2 : int64_t{out_} + 1);
+      parallel ? 2 : int64_t{out_} + 1, kGemmChunksPerThread);
   if (!need_input_grad) return {};
   // dX = dY W; split over rows.
   T* dx = this->GradInputBuffer(grad_output.data, int64_t{n} * in_);
   ParallelFor(
-      pool_, n,
+      split, n,
       [&](int64_t r0, int64_t r1, int) {
         Gemm(false, false, static_cast<int>(r1 - r0), in_, out_, T(1), dy + r0 * out_, out_,
              weight_, in_, T(0), dx + r0 * in_, in_);
       },
-      parallel ? 2 : int64_t{n} + 1);
+      parallel ? 2 : int64_t{n} + 1, kGemmChunksPerThread);
   return {dx, n, input_.dims};
 }
 

@@ -1,5 +1,6 @@
 #include "worker/nn/model.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -57,6 +58,7 @@ class CpuModel final : public Model {
   absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
                                         int batch) override {
     if (absl::Status s = Prepare(images, labels, batch); !s.ok()) return s;
+    largest_train_batch_ = std::max(largest_train_batch_, batch);
     const absl::Time start = absl::Now();
     TensorRef<float> logits = net_.Forward(images, batch, /*training=*/true);
     float* grad_logits = EnsureSize(grad_logits_, logits.size());
@@ -71,13 +73,25 @@ class CpuModel final : public Model {
     return result;
   }
 
+  // A batch larger than the largest training batch so far is evaluated in pieces of that size:
+  // the layers' buffers grow to the largest batch they see and never shrink, so one 500-image
+  // evaluation batch would have doubled ResNet-18's activation memory for the whole run.
   absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,
                                        int batch) override {
     if (absl::Status s = Prepare(images, labels, batch); !s.ok()) return s;
-    TensorRef<float> logits = net_.Forward(images, batch, /*training=*/false);
-    const LossOutput loss =
-        SoftmaxCrossEntropy<float>(logits.data, labels, batch, kNumClasses, nullptr);
-    return BatchResult{loss.loss, loss.correct};
+    const int piece = largest_train_batch_ > 0 ? std::min(batch, largest_train_batch_) : batch;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (int begin = 0; begin < batch; begin += piece) {
+      const int n = std::min(piece, batch - begin);
+      TensorRef<float> logits =
+          net_.Forward(images + begin * net_.input_dims().size(), n, /*training=*/false);
+      const LossOutput loss =
+          SoftmaxCrossEntropy<float>(logits.data, labels + begin, n, kNumClasses, nullptr);
+      loss_sum += static_cast<double>(loss.loss) * n;
+      correct += loss.correct;
+    }
+    return BatchResult{loss_sum / batch, correct};
   }
 
  private:
@@ -117,6 +131,7 @@ class CpuModel final : public Model {
   std::vector<ParamInfo> buffers_;
   std::vector<float> buffer_values_;
   std::vector<float> grad_logits_;
+  int largest_train_batch_ = 0;
   const float* bound_weights_ = nullptr;
   const float* bound_buffers_ = nullptr;
 };
@@ -124,9 +139,10 @@ class CpuModel final : public Model {
 }  // namespace
 
 absl::Status Model::NoOptimizer(const std::string& model) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      model, ": ApplyUpdate needs an update rule (ModelOptions::optimizer); in ps and master "
-             "mode the parameter server applies it"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(model,
+                   ": ApplyUpdate needs an update rule (ModelOptions::optimizer); in ps and master "
+                   "mode the parameter server applies it"));
 }
 
 absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch) {
@@ -204,7 +220,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
   if (options.threads > 1) {
     // The layers split the batch over the pool's threads, each running single-threaded GEMMs
     // (BLAS threads on top would oversubscribe the cores).
-    pool = std::make_unique<ThreadPool>(options.threads);
+    DenseGemm dense = options.dense_gemm;
+    if (dense == DenseGemm::kByModel) {
+      // The measured rule (thread_pool.h): BLAS threads for a model of Linear layers only.
+      bool convolutions = false;
+      for (const ParamInfo& p : DescribeParams(initial->net)) convolutions |= p.shape.size() == 4;
+      dense = convolutions ? DenseGemm::kPoolSplit : DenseGemm::kBlasThreads;
+    }
+    pool = std::make_unique<ThreadPool>(options.threads, dense);
     SetBlasThreads(1);
   } else if (options.threads == 1) {
     SetBlasThreads(1);

@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "common/optimizer.h"
 #include "worker/nn/sequential.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -137,6 +138,10 @@ struct ModelOptions {
   // The update rule of ApplyUpdate (all-reduce mode); none where a parameter server
   // applies it (ps, master).
   std::optional<OptimizerOptions> optimizer;
+  // With threads > 1: how Linear layers use those threads (thread_pool.h's DenseGemm: split over
+  // the pool, each GEMM whole on BLAS's threads, or by the measured rule: BLAS threads in a
+  // model without convolutions); every other layer splits over the pool.
+  DenseGemm dense_gemm = DenseGemm::kPoolSplit;
 };
 
 // What the backends share when they build a model: the CPU network (layers, dims, layout)

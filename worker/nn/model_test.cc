@@ -180,6 +180,28 @@ TEST(ModelTest, UsesReplacedWeights) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// A batch larger than the training batches is evaluated in pieces of their size (so that the
+// layers' buffers do not grow for it): the same correct count and, to rounding, the same loss
+// as in one piece.
+TEST(ModelTest, EvaluatesLargeBatchesInPiecesOfTheTrainingBatch) {
+  for (const std::string name : {"mlp", "lenet"}) {
+    SCOPED_TRACE(name);
+    const int kEval = 11;
+    std::vector<float> images(kEval * kImage);
+    std::vector<uint8_t> labels(kEval);
+    for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>((i * 37) % 101) / 101;
+    for (int i = 0; i < kEval; ++i) labels[i] = static_cast<uint8_t>((i * 3) % 10);
+    auto whole = MustCreate(name, 3);
+    auto pieces = MustCreate(name, 3);
+    ASSERT_TRUE(pieces->TrainStep(images.data(), labels.data(), 4).ok());  // Pieces of 4.
+    absl::StatusOr<BatchResult> a = whole->Evaluate(images.data(), labels.data(), kEval);
+    absl::StatusOr<BatchResult> b = pieces->Evaluate(images.data(), labels.data(), kEval);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->correct, b->correct);
+    EXPECT_NEAR(a->loss, b->loss, 1e-6 * std::max(1.0, std::fabs(a->loss)));
+  }
+}
+
 }  // namespace
 }  // namespace nn
 }  // namespace dptrain

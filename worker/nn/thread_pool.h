@@ -29,15 +29,25 @@
 namespace dptrain {
 namespace nn {
 
+// How a layer whose work is a few large GEMMs (Linear) uses the pool's threads: split each GEMM
+// into per-thread pieces run on the pool, each single-threaded in BLAS (kPoolSplit), or run it
+// whole on the calling thread with BLAS's own threads, num_threads() of them for the call
+// (kBlasThreads; the model keeps BLAS at 1 thread otherwise). Measured on 2 cores
+// (tools/compute_bench.sh, README): BLAS threads win on a model of Linear layers only (mlp,
+// 1.5x), and lose where the pool also runs convolutions (LeNet, 1.5x: OpenBLAS's idle threads
+// spin beside them). kByModel picks by that rule (model.h's CreateModel).
+enum class DenseGemm { kPoolSplit, kBlasThreads, kByModel };
+
 class ThreadPool {
  public:
   // `num_threads` >= 1 in all, the calling thread included (num_threads - 1 are started).
-  explicit ThreadPool(int num_threads);
+  explicit ThreadPool(int num_threads, DenseGemm dense_gemm = DenseGemm::kPoolSplit);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  DenseGemm dense_gemm() const { return dense_gemm_; }
 
   // Runs fn(chunk, thread) once for every chunk in [0, chunks), each on some thread of the pool
   // (`thread` in [0, num_threads()) names it; the caller is thread 0), and returns when all
@@ -63,6 +73,7 @@ class ThreadPool {
   void RunChunks(int thread);
 
   const int num_threads_;
+  const DenseGemm dense_gemm_;
   std::vector<std::thread> workers_;
   std::vector<std::vector<double>> scratch_;
   std::mutex mu_;
@@ -86,15 +97,18 @@ inline int NumThreads(const ThreadPool* pool) { return pool == nullptr ? 1 : poo
 // fn(begin, end, thread) over contiguous pieces of [0, n) (about kChunksPerThread per thread,
 // never empty), on the pool's threads; or fn(0, n, 0) on the caller when pool is null, has one
 // thread or n < min_parallel. For work without sums across pieces: which thread runs which
-// piece varies from call to call.
+// piece varies from call to call. `chunks_per_thread` trades load balance (more pieces: a
+// thread the OS runs late holds up less) against per-piece overhead (a GEMM piece packs its
+// shared operand again).
 inline constexpr int kChunksPerThread = 4;
 template <typename Fn>
-void ParallelFor(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min_parallel = 2) {
+void ParallelFor(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min_parallel = 2,
+                 int chunks_per_thread = kChunksPerThread) {
   if (pool == nullptr || pool->num_threads() == 1 || n < min_parallel) {
     if (n > 0) fn(int64_t{0}, n, 0);
     return;
   }
-  const int64_t chunks = std::min<int64_t>(n, int64_t{pool->num_threads()} * kChunksPerThread);
+  const int64_t chunks = std::min<int64_t>(n, int64_t{pool->num_threads()} * chunks_per_thread);
   pool->Run(chunks, [&](int64_t c, int t) {
     fn(ChunkBegin(n, chunks, c), ChunkBegin(n, chunks, c + 1), t);
   });

@@ -1,5 +1,5 @@
-// ModelOptions.threads > 1 (the intra-op pool): the same loss and gradients as one thread, up to
-// float rounding, and bit-identical from run to run.
+// ModelOptions.threads > 1 (the intra-op pool, Linear split over it or on BLAS's threads): the
+// same loss and gradients as one thread, up to float rounding, and bit-identical from run to run.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,11 +16,13 @@ namespace {
 
 constexpr int kImage = 28 * 28;
 
-std::unique_ptr<Model> MustCreate(const std::string& name, int threads) {
+std::unique_ptr<Model> MustCreate(const std::string& name, int threads,
+                                  DenseGemm dense_gemm = DenseGemm::kPoolSplit) {
   ModelOptions options;
   options.name = name;
   options.seed = 7;
   options.threads = threads;
+  options.dense_gemm = dense_gemm;
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(options);
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
@@ -54,8 +56,8 @@ StepResult Step(Model& model, const Batch& b) {
   absl::StatusOr<BatchResult> r =
       model.TrainStep(b.images.data(), b.labels.data(), static_cast<int>(b.labels.size()));
   EXPECT_TRUE(r.ok()) << r.status();
-  return {r.ok() ? r->loss : 0.0, {model.grads().begin(), model.grads().end()},
-          model.buffer_values()};
+  return {
+      r.ok() ? r->loss : 0.0, {model.grads().begin(), model.grads().end()}, model.buffer_values()};
 }
 
 void CheckModel(const std::string& name, int batch) {
@@ -63,31 +65,34 @@ void CheckModel(const std::string& name, int batch) {
   auto one = MustCreate(name, 1);
   const StepResult ref = Step(*one, b);
   for (int threads : {2, 3}) {
-    SCOPED_TRACE(name + ", threads " + std::to_string(threads));
-    auto model = MustCreate(name, threads);
-    const StepResult first = Step(*model, b);
-    const StepResult second = Step(*model, b);  // Same weights: must repeat exactly.
-    EXPECT_NEAR(first.loss, ref.loss, 1e-5 * std::max(1.0, std::fabs(ref.loss)));
-    ASSERT_EQ(first.grads.size(), ref.grads.size());
-    double scale = 1e-12, worst = 0;
-    for (float g : ref.grads) scale = std::max(scale, static_cast<double>(std::fabs(g)));
-    for (size_t i = 0; i < ref.grads.size(); ++i) {
-      worst = std::max(worst, std::fabs(static_cast<double>(first.grads[i]) - ref.grads[i]));
+    for (DenseGemm dense : {DenseGemm::kPoolSplit, DenseGemm::kBlasThreads}) {
+      SCOPED_TRACE(name + ", threads " + std::to_string(threads) +
+                   (dense == DenseGemm::kBlasThreads ? ", Linear on BLAS threads" : ""));
+      auto model = MustCreate(name, threads, dense);
+      const StepResult first = Step(*model, b);
+      const StepResult second = Step(*model, b);  // Same weights: must repeat exactly.
+      EXPECT_NEAR(first.loss, ref.loss, 1e-5 * std::max(1.0, std::fabs(ref.loss)));
+      ASSERT_EQ(first.grads.size(), ref.grads.size());
+      double scale = 1e-12, worst = 0;
+      for (float g : ref.grads) scale = std::max(scale, static_cast<double>(std::fabs(g)));
+      for (size_t i = 0; i < ref.grads.size(); ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(first.grads[i]) - ref.grads[i]));
+      }
+      EXPECT_LE(worst, 1e-4 * scale) << "largest |grad| " << scale;
+      EXPECT_EQ(first.loss, second.loss);
+      EXPECT_TRUE(first.grads == second.grads) << "gradients differ between identical steps";
+      // Batch-norm running statistics (resnet18): channel-split, so as with one thread.
+      ASSERT_EQ(first.buffers.size(), ref.buffers.size());
+      for (size_t i = 0; i < ref.buffers.size(); ++i) {
+        EXPECT_NEAR(first.buffers[i], ref.buffers[i],
+                    1e-5 * std::max(1.0f, std::fabs(ref.buffers[i])))
+            << i;
+      }
+      absl::StatusOr<BatchResult> eval_one = one->Evaluate(b.images.data(), b.labels.data(), batch);
+      absl::StatusOr<BatchResult> eval = model->Evaluate(b.images.data(), b.labels.data(), batch);
+      ASSERT_TRUE(eval.ok() && eval_one.ok());
+      EXPECT_EQ(eval->correct, eval_one->correct);
     }
-    EXPECT_LE(worst, 1e-4 * scale) << "largest |grad| " << scale;
-    EXPECT_EQ(first.loss, second.loss);
-    EXPECT_TRUE(first.grads == second.grads) << "gradients differ between identical steps";
-    // Batch-norm running statistics (resnet18): channel-split, so as with one thread.
-    ASSERT_EQ(first.buffers.size(), ref.buffers.size());
-    for (size_t i = 0; i < ref.buffers.size(); ++i) {
-      EXPECT_NEAR(first.buffers[i], ref.buffers[i],
-                  1e-5 * std::max(1.0f, std::fabs(ref.buffers[i])))
-          << i;
-    }
-    absl::StatusOr<BatchResult> eval_one = one->Evaluate(b.images.data(), b.labels.data(), batch);
-    absl::StatusOr<BatchResult> eval = model->Evaluate(b.images.data(), b.labels.data(), batch);
-    ASSERT_TRUE(eval.ok() && eval_one.ok());
-    EXPECT_EQ(eval->correct, eval_one->correct);
   }
 }
 
