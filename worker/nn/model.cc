@@ -139,10 +139,9 @@ class CpuModel final : public Model {
 }  // namespace
 
 absl::Status Model::NoOptimizer(const std::string& model) {
-  return absl::FailedPreconditionError(
-      absl::StrCat(model,
-                   ": ApplyUpdate needs an update rule (ModelOptions::optimizer); in ps and master "
-                   "mode the parameter server applies it"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      model, ": ApplyUpdate needs an update rule (ModelOptions::optimizer); in ps and master "
+             "mode the parameter server applies it"));
 }
 
 absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch) {
