@@ -72,6 +72,8 @@ void ShardTelemetry::CountRequest(const char* method, const grpc::Status& status
   if (requests_ != nullptr) {
     requests_->WithLabels({method, GrpcCodeName(status.error_code())}).Increment();
   }
+  // The trace file is written here, outside the shard's lock, once its last step completed.
+  if (flush_due_.exchange(false)) trace_->Flush().IgnoreError();  // Flushed again at exit.
 }
 
 void ShardTelemetry::OnPush(int64_t staleness) {
@@ -94,7 +96,8 @@ void ShardTelemetry::OnStepComplete(int64_t step, absl::Time first_push, absl::T
   if (step_seconds_ != nullptr) step_seconds_->ObserveDuration(end - first_push);
   if (trace_ != nullptr) {
     trace_->Span(0, absl::StrCat("step ", step), step, first_push, end);
-    trace_->MarkStepDone(step);
+    // Not MarkStepDone: that writes the file, and this runs under the shard's lock.
+    if (step == trace_->max_steps() - 1) flush_due_ = true;
   }
 }
 

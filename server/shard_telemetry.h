@@ -13,6 +13,7 @@
 #ifndef DPTRAIN_SERVER_SHARD_TELEMETRY_H_
 #define DPTRAIN_SERVER_SHARD_TELEMETRY_H_
 
+#include <atomic>
 #include <string>
 
 #include "common/metrics.h"
@@ -27,7 +28,8 @@ class ShardTelemetry final : public ShardObserver {
   // Either may be null (nothing recorded there); both must outlive this.
   ShardTelemetry(MetricsRegistry* registry, TraceRecorder* trace, int num_workers);
 
-  // A gRPC call of `method` (e.g. "push_pull") ended with `status`.
+  // A gRPC call of `method` (e.g. "push_pull") ended with `status`. Also writes the trace
+  // once its last step completed (the observer calls run under the shard's lock).
   void CountRequest(const char* method, const grpc::Status& status);
 
   void OnPush(int64_t staleness) override;
@@ -39,6 +41,7 @@ class ShardTelemetry final : public ShardObserver {
 
  private:
   TraceRecorder* const trace_;
+  std::atomic<bool> flush_due_{false};  // The last traced step completed; not written yet.
   MetricFamily<Counter>* requests_ = nullptr;
   Histogram* step_seconds_ = nullptr;
   Histogram* staleness_ = nullptr;
