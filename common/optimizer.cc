@@ -49,42 +49,30 @@ class Sgd : public Optimizer {
 // The scalars are computed in double and rounded to float once, like PyTorch's Python floats.
 class Adam : public Optimizer {
  public:
-  Adam(const OptimizerOptions& o, bool decoupled) : Optimizer(o), decoupled_(decoupled) {}
+  explicit Adam(const OptimizerOptions& o) : Optimizer(o) {}
 
  private:
   void Step(absl::Span<float> w, absl::Span<const float> g, OptimizerState& state,
             float lr) const override {
-    const OptimizerOptions& o = options();
     const size_t n = w.size();
     if (state.exp_avg.size() != n) {
       state.exp_avg.assign(n, 0.0f);
       state.exp_avg_sq.assign(n, 0.0f);
     }
-    const int64_t t = ++state.steps;
-    const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
-    const double bias_correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
-    const float step_size = static_cast<float>(lr / bias_correction1);
-    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-    const float beta1 = static_cast<float>(o.beta1), one_minus_beta1 = 1.0 - o.beta1;
-    const float beta2 = static_cast<float>(o.beta2), one_minus_beta2 = 1.0 - o.beta2;
-    const float eps = static_cast<float>(o.eps);
-    const float l2 = decoupled_ ? 0.0f : o.weight_decay;
-    if (decoupled_ && o.weight_decay != 0.0f) {
-      const float decay = 1.0 - static_cast<double>(lr) * o.weight_decay;
-      for (size_t i = 0; i < n; ++i) w[i] *= decay;
+    const AdamScalars s = AdamScalarsAt(options(), ++state.steps, lr);
+    if (s.decay != 1.0f) {
+      for (size_t i = 0; i < n; ++i) w[i] *= s.decay;
     }
     float* m = state.exp_avg.data();
     float* v = state.exp_avg_sq.data();
     for (size_t i = 0; i < n; ++i) {
-      const float grad = g[i] + l2 * w[i];
-      m[i] = m[i] * beta1 + one_minus_beta1 * grad;
-      v[i] = v[i] * beta2 + one_minus_beta2 * grad * grad;
-      const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-      w[i] -= step_size * m[i] / denom;
+      const float grad = g[i] + s.l2 * w[i];
+      m[i] = m[i] * s.beta1 + s.one_minus_beta1 * grad;
+      v[i] = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+      const float denom = std::sqrt(v[i]) / s.bias_correction2_sqrt + s.eps;
+      w[i] -= s.step_size * m[i] / denom;
     }
   }
-
-  const bool decoupled_;
 };
 
 absl::Status CheckNonNegative(const char* field, double value) {
@@ -111,6 +99,25 @@ absl::Status CheckAdamOptions(const OptimizerOptions& o) {
 
 }  // namespace
 
+AdamScalars AdamScalarsAt(const OptimizerOptions& o, int64_t t, float lr) {
+  const bool decoupled = o.name == "adamw";
+  const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
+  const double bias_correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
+  AdamScalars s;
+  s.step_size = static_cast<float>(lr / bias_correction1);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.beta1 = static_cast<float>(o.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+  s.beta2 = static_cast<float>(o.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+  s.eps = static_cast<float>(o.eps);
+  s.l2 = decoupled ? 0.0f : o.weight_decay;
+  s.decay = decoupled && o.weight_decay != 0.0f
+                ? static_cast<float>(1.0 - static_cast<double>(lr) * o.weight_decay)
+                : 1.0f;
+  return s;
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerOptions& options) {
   if (auto s = CheckNonNegative("learning_rate", options.learning_rate); !s.ok()) return s;
   if (auto s = CheckNonNegative("momentum", options.momentum); !s.ok()) return s;
@@ -118,7 +125,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerOption
   if (options.name == "sgd") return std::make_unique<Sgd>(options);
   if (options.name == "adam" || options.name == "adamw") {
     if (auto s = CheckAdamOptions(options); !s.ok()) return s;
-    return std::make_unique<Adam>(options, /*decoupled=*/options.name == "adamw");
+    return std::make_unique<Adam>(options);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown optimizer '", options.name, "' (expected one of: sgd, adam, adamw)"));

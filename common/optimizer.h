@@ -71,6 +71,20 @@ class Optimizer {
   const OptimizerOptions options_;
 };
 
+// The per-step scalars of Adam/AdamW at step t (1-based), computed in double and rounded to
+// float once, like PyTorch's Python floats. Shared by the CPU loop and the CUDA kernel, so that
+// both apply the same rounded numbers:
+//   adamw: w *= decay (decay = 1 - lr * wd; 1 without decay)    adam: g += l2 * w (l2 = wd)
+//   m = beta1 m + one_minus_beta1 g;   v = beta2 v + one_minus_beta2 g g
+//   w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps)
+struct AdamScalars {
+  float step_size, bias_correction2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+  float l2;     // adam's L2 coefficient (0 for adamw)
+  float decay;  // adamw's decoupled decay factor (1 for adam)
+};
+// `options.name` is "adam" or "adamw".
+AdamScalars AdamScalarsAt(const OptimizerOptions& options, int64_t t, float learning_rate);
+
 // InvalidArgument, with one message naming the field, for: an unknown name (the message lists
 // the valid ones); learning_rate, momentum or weight_decay negative or not finite; for adam and
 // adamw also beta1 or beta2 outside [0, 1) and eps not finite or <= 0.

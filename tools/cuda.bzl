@@ -11,13 +11,15 @@ load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "CUDA_PATH")
 _GENCODE = ("-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 " +
             "-gencode arch=compute_90,code=compute_90")
 
-def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
+def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_hdrs = [], **kwargs):
+    """nvcc_hdrs: headers of other packages that the .cu files include (nvcc sees only these
+    and hdrs, plus system headers)."""
     objects = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".pic.o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + nvcc_hdrs,
             outs = [obj],
             cmd = ("%s/bin/nvcc -c -O3 -std=c++17 -Xcompiler -fPIC %s -I. -I$(GENDIR) " +
                    "-o $@ $(location %s)") % (CUDA_PATH, _GENCODE, src),

@@ -43,7 +43,7 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$stage/gpu/lib/" ;;
   esac
 done
-cp tools/gpu/torch_resnet.py "$stage/gpu/"
+cp tools/gpu/torch_resnet.py tools/gpu/torch_e2e.py tools/gpu/e2e_table.py "$stage/gpu/"
 data=/usr/share/datasets/fashion-mnist  # Debian's dataset-fashion-mnist (tools/setup.sh)
 [[ -s "$data/train-images-idx3-ubyte.gz" ]] || { echo "gpu/bundle: no Fashion-MNIST in $data" >&2; exit 1; }
 mkdir -p "$stage/gpu/data"

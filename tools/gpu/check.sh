@@ -16,11 +16,15 @@
 # reported as not run. The table grows in
 # $OUT/summary.md as stages finish (a call cut short still returns it) and is printed last;
 # every log goes into $OUT/gpu-logs.tar.gz (the tool brings back at most 8 files).
-# usage: [STAGES=tests,auto,train,bench] [EPOCHS=10] [BUDGET=560] tools/gpu/check.sh
+#   e2e:   ResNet-18 end to end (EPOCHS epochs), PyTorch's d2l loop with the data on the GPU
+#          beside gpu_worker, fp32 and bf16: images/s, seconds per epoch, accuracy, memory;
+#   observe: adam and adamw on the device (LeNet, fp16, 2 epochs) against the same run on the
+#          CPU, with /metrics scraped while it trains: GPU memory and loss scale must be there;
+# usage: [STAGES=tests,auto,observe,train,e2e,bench] [EPOCHS=10] [BUDGET=560] tools/gpu/check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 results="${OUT:-/tmp/gpu-out}"
-stages=",${STAGES:-tests,auto,train,bench},"
+stages=",${STAGES:-tests,auto,observe,train,e2e,bench},"
 epochs="${EPOCHS:-10}"
 mkdir -p "$results"
 root=$(mktemp -d)
@@ -109,6 +113,52 @@ train_row() {
   row "$what" "test_acc ${acc:-none} (target >= 0.92), ${speed:-no speed}; $(basename "$log")"
   awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.92) }' || fail=1
 }
+# Issue 13 on a GPU: the device optimizers (adam, adamw) train as the CPU's do, and a
+# worker's /metrics carries its GPU memory and (fp16) loss scale while it trains. LeNet,
+# fp16, 2 epochs on the GPU; the same run on this machine's CPU (fp32) is the reference:
+# the final loss within 2% and the test accuracy within 0.02.
+final_loss() {
+  grep -o "rank 0 done: .*final loss [0-9.]*" "$1" 2>/dev/null | grep -o "loss [0-9.]*" |
+    cut -d' ' -f2 || true
+}
+if [[ "$stages" == *,observe,* ]]; then
+  for opt in adam adamw; do
+    run=(--mode=allreduce --world_size=1 --rank=0 --model=lenet --optimizer="$opt" --lr=0.002
+         --weight_decay=0.01 --epochs=2 --batch_size=256 --data_dir="$root/gpu/data")
+    limited 60 "$bin/gpu_worker" --device=cpu "${run[@]}" >"$out/observe_${opt}_cpu.log" 2>&1
+    limited 60 "$bin/gpu_worker" --device=cuda --precision=fp16 "${run[@]}" --log_every=1s \
+      --metrics_port=0 --metrics_port_file="$out/observe_$opt.port" \
+      --trace_out="$out/observe_$opt.trace.json" >"$out/observe_$opt.log" 2>&1 &
+    pid=$!
+    scrape="$out/observe_$opt.metrics"
+    while kill -0 "$pid" 2>/dev/null; do  # The newest scrape that saw a GPU memory figure.
+      if [[ -s "$out/observe_$opt.port" ]]; then
+        python3 -c 'import sys, urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % open(sys.argv[1]).read().strip(),
+                             timeout=2).read().decode())' "$out/observe_$opt.port" \
+          >"$scrape.new" 2>/dev/null && grep -q "^dptrain_worker_gpu_memory_bytes" "$scrape.new" &&
+          mv "$scrape.new" "$scrape"
+      fi
+      sleep 0.2
+    done
+    wait "$pid"
+    rc=$?
+    acc=$(final_accuracy "$out/observe_$opt.log")
+    loss=$(final_loss "$out/observe_$opt.log")
+    cpu_acc=$(final_accuracy "$out/observe_${opt}_cpu.log")
+    cpu_loss=$(final_loss "$out/observe_${opt}_cpu.log")
+    memory=$(awk '/^dptrain_worker_gpu_memory_bytes/ { printf "%.0f MiB", $2 / 1048576 }' "$scrape" 2>/dev/null)
+    scale=$(awk '/^dptrain_worker_loss_scale/ { print $2 }' "$scrape" 2>/dev/null)
+    row "LeNet --optimizer=$opt, 2 epochs: GPU fp16 vs CPU fp32; GPU /metrics" \
+      "rc $rc, loss ${loss:-none} vs ${cpu_loss:-none}, test_acc ${acc:-none} vs ${cpu_acc:-none}; gpu_memory_bytes ${memory:-MISSING}, loss_scale ${scale:-MISSING}"
+    if ((rc != 0)) || [[ -z "$memory" || -z "$scale" || -z "$loss" || -z "$cpu_loss" ]] ||
+       ! awk -v l="$loss" -v c="$cpu_loss" -v a="${acc:-0}" -v b="${cpu_acc:-1}" \
+           'BEGIN { d = l - c; e = a - b; exit !((d < 0 ? -d : d) <= 0.02 * c && (e < 0 ? -e : e) <= 0.02) }'; then
+      fail=1
+    fi
+  done
+fi
+
 if [[ "$stages" == *,train,* ]]; then
   data="$root/gpu/data"
   limited 150 "$bin/gpu_worker" --device=cuda --mode=allreduce --world_size=1 --rank=0 \
@@ -119,6 +169,38 @@ if [[ "$stages" == *,train,* ]]; then
     --lr=0.1 --logs="$out/cluster" -- --device=cuda --model=resnet18 --epochs="$epochs" \
     --batch_size=256 --data_dir="$data" >"$out/train_2x2.log" 2>&1
   train_row "ResNet-18, 2 shards x 2 workers on one GPU, $epochs epochs" "$out/cluster/worker0.log"
+fi
+
+# The end-to-end comparison: PyTorch's d2l loop with the data on the GPU (torch_e2e.py) and
+# gpu_worker, ResNet-18, EPOCHS epochs each, fp32 and bf16, one after the other; nvidia-smi
+# samples the GPU's memory in use during each run (the first sample is taken before it).
+# with_memory BASE CMD...: runs CMD with the samples in BASE.mem.
+with_memory() {
+  local base=$1 sampler rc
+  shift
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 >"$base.mem"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >>"$base.mem" &
+  sampler=$!
+  "$@"
+  rc=$?
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  return $rc
+}
+if [[ "$stages" == *,e2e,* ]]; then
+  data="$root/gpu/data"
+  for p in fp32 bf16; do
+    PYTHONUNBUFFERED=1 with_memory "$out/e2e_torch_$p" limited 150 python3 "$root/gpu/torch_e2e.py" \
+      --data_dir="$data" --precision="$p" --epochs="$epochs" \
+      --metrics_out="$out/e2e_torch_$p.jsonl" >"$out/e2e_torch_$p.log" 2>&1 ||
+      { row "PyTorch e2e $p" "FAIL (see e2e_torch_$p.log)"; fail=1; }
+    with_memory "$out/e2e_ours_$p" limited 150 "$bin/gpu_worker" --device=cuda --mode=allreduce \
+      --world_size=1 --rank=0 --model=resnet18 --lr=0.1 --epochs="$epochs" --batch_size=256 \
+      --precision="$p" --data_dir="$data" --metrics_out="$out/e2e_ours_$p.jsonl" \
+      >"$out/e2e_ours_$p.log" 2>&1 || { row "gpu_worker e2e $p" "FAIL (see e2e_ours_$p.log)"; fail=1; }
+  done
+  { echo; echo "ResNet-18 end to end, $epochs epochs, batch 256, lr 0.1, one process on this GPU:"
+    echo; python3 "$root/gpu/e2e_table.py" "$out"; } >>"$summary" 2>&1
 fi
 
 if [[ "$stages" == *,bench,* ]]; then

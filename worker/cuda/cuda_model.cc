@@ -31,10 +31,6 @@ absl::Status SameLayout(const char* what, const std::vector<nn::ParamInfo>& cpu,
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOptions& options,
                                                              const DeviceOptions& device) {
   if (options.optimizer.has_value()) {
-    if (options.optimizer->name != "sgd") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the CUDA backend applies sgd only, not '", options.optimizer->name, "'"));
-    }
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
   }
   absl::StatusOr<nn::InitialNetwork> initial = nn::BuildInitialNetwork(options);
@@ -317,13 +313,28 @@ absl::Status CudaModel::ApplyUpdate(float learning_rate) {
                                                  n * sizeof(float), cudaMemcpyHostToDevice,
                                                  ctx_->stream()));
   }
-  float* momentum = nullptr;
-  if (o.momentum != 0) {
-    DPTRAIN_ASSIGN_OR_RETURN(momentum, d_momentum_.Ensure(*ctx_, n));
+  if (o.name == "sgd") {
+    float* momentum = nullptr;
+    if (o.momentum != 0) {
+      DPTRAIN_ASSIGN_OR_RETURN(momentum, d_momentum_.Ensure(*ctx_, n));
+    }
+    DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), momentum, n,
+                                      learning_rate, o.momentum, o.weight_decay,
+                                      /*first=*/optimizer_steps_ == 0, ctx_->stream()));
+  } else {  // adam, adamw (CreateOptimizer accepted the name).
+    if (optimizer_steps_ == 0) {
+      DPTRAIN_RETURN_IF_ERROR(d_exp_avg_.Ensure(*ctx_, n).status());
+      DPTRAIN_RETURN_IF_ERROR(d_exp_avg_sq_.Ensure(*ctx_, n).status());
+      DPTRAIN_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(d_exp_avg_.data(), 0, n * sizeof(float), ctx_->stream()));
+      DPTRAIN_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(d_exp_avg_sq_.data(), 0, n * sizeof(float), ctx_->stream()));
+    }
+    DPTRAIN_RETURN_IF_ERROR(AdamUpdate(d_weights_.data(), d_grads_.data(), d_exp_avg_.data(),
+                                       d_exp_avg_sq_.data(), n,
+                                       AdamScalarsAt(o, optimizer_steps_ + 1, learning_rate),
+                                       ctx_->stream()));
   }
-  DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), momentum, n,
-                                    learning_rate, o.momentum, o.weight_decay,
-                                    /*first=*/optimizer_steps_ == 0, ctx_->stream()));
   ++optimizer_steps_;
   weights_newer_on_device_ = true;
   if (!exchanged_) return absl::OkStatus();

@@ -43,8 +43,7 @@ namespace cuda {
 
 class CudaModel final : public nn::Model {
  public:
-  // InvalidArgument as nn::CreateModel for a bad name, init or optimizer (this backend
-  // applies sgd only); Unavailable (naming the CUDA call) without a working GPU.
+  // InvalidArgument as nn::CreateModel for a bad name, init or optimizer; Unavailable (naming the CUDA call) without a working GPU.
   // options.threads is ignored.
   static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const nn::ModelOptions& options,
                                                            const DeviceOptions& device);
@@ -54,8 +53,8 @@ class CudaModel final : public nn::Model {
   std::vector<float>& weights() override;
   absl::Span<const float> grads() const override;
   absl::Span<float> gradient_exchange() override;
-  // The update rule of ModelOptions::optimizer (sgd: torch.optim.SGD with momentum and
-  // weight decay, the momentum buffer on the device) where the weights are. The gradient:
+  // The update rule of ModelOptions::optimizer (torch.optim.SGD with momentum and weight
+  // decay, Adam, AdamW; their state on the device) where the weights are. The gradient:
   // what the caller left in gradient_exchange() if it asked for it since the last
   // TrainStep (the replicas' average goes up), else the device's own. The weights never
   // cross the bus.
@@ -133,7 +132,9 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_loss_;    // [0]: summed loss
   DeviceBuffer<int> d_correct_;
   DeviceBuffer<int> d_non_finite_;  // inf/NaN gradients seen while unscaling
-  DeviceBuffer<float> d_momentum_;   // ApplyUpdate's momentum buffer
+  DeviceBuffer<float> d_momentum_;   // ApplyUpdate's momentum buffer (sgd)
+  DeviceBuffer<float> d_exp_avg_;    // ApplyUpdate's moments (adam, adamw)
+  DeviceBuffer<float> d_exp_avg_sq_;
   int64_t optimizer_steps_ = 0;
 
   std::optional<LossScaler> scaler_;  // fp16/bf16 only

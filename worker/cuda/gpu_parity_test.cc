@@ -336,19 +336,22 @@ TEST(MixedPrecisionTest, OverflowSkipsTheStepAndBacksOff) {
 }
 
 // All-reduce mode's update on the device = the host optimizer (torch.optim.SGD with
-// momentum and weight decay), step after step: with the replicas' average written into
-// gradient_exchange(), and (a lone replica) with the device's own gradient.
-TEST(ApplyUpdateTest, SameAsTheCpuModel) {
+// momentum and weight decay, Adam, AdamW), step after step: with the replicas' average
+// written into gradient_exchange(), and (a lone replica) with the device's own gradient.
+class ApplyUpdateTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ApplyUpdateTest, SameAsTheCpuModel) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
-  OptimizerOptions sgd;
-  sgd.learning_rate = 0.05f;
-  sgd.momentum = 0.9f;
-  sgd.weight_decay = 1e-3f;
+  OptimizerOptions optimizer;
+  optimizer.name = GetParam();
+  optimizer.learning_rate = optimizer.name == "sgd" ? 0.05f : 0.002f;
+  optimizer.momentum = 0.9f;
+  optimizer.weight_decay = 1e-3f;
   nn::ModelOptions options;
   options.name = "mlp";
   options.threads = 1;
-  options.optimizer = sgd;
+  options.optimizer = optimizer;
   absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, {});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
@@ -357,7 +360,7 @@ TEST(ApplyUpdateTest, SameAsTheCpuModel) {
   std::vector<float> images = Random(16 * 784, gen);
   std::vector<uint8_t> labels(16);
   for (int i = 0; i < 16; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
-  for (int step = 0; step < 4; ++step) {
+  for (int step = 0; step < 6; ++step) {
     SCOPED_TRACE(step);
     ASSERT_TRUE((*gpu)->TrainStep(images.data(), labels.data(), 16).ok());
     ASSERT_TRUE((*cpu)->TrainStep(images.data(), labels.data(), 16).ok());
@@ -370,16 +373,26 @@ TEST(ApplyUpdateTest, SameAsTheCpuModel) {
       std::copy(averaged.begin(), averaged.end(), g.begin());
       std::copy(averaged.begin(), averaged.end(), c.begin());
     }
-    ASSERT_TRUE((*gpu)->ApplyUpdate(sgd.learning_rate).ok());
-    ASSERT_TRUE((*cpu)->ApplyUpdate(sgd.learning_rate).ok());
+    const float rate = optimizer.learning_rate * (1 + 0.5f * step);  // As a schedule would.
+    ASSERT_TRUE((*gpu)->ApplyUpdate(rate).ok());
+    ASSERT_TRUE((*cpu)->ApplyUpdate(rate).ok());
     EXPECT_LE(RelativeError((*gpu)->weights(), (*cpu)->weights()), 1e-5);
   }
-  options.optimizer->name = "adam";
-  EXPECT_EQ(CudaModel::Create(options, {}).status().code(), absl::StatusCode::kInvalidArgument);
-  options.optimizer.reset();
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, ApplyUpdateTest, ::testing::Values("sgd", "adam", "adamw"));
+
+TEST(ApplyUpdateWithoutAnOptimizerTest, IsAFailedPrecondition) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+  nn::ModelOptions options;
+  options.name = "mlp";
   absl::StatusOr<std::unique_ptr<CudaModel>> bare = CudaModel::Create(options, {});
   ASSERT_TRUE(bare.ok()) << bare.status();
   EXPECT_EQ((*bare)->ApplyUpdate(0.1f).code(), absl::StatusCode::kFailedPrecondition);
+  options.optimizer = OptimizerOptions{};
+  options.optimizer->name = "lamb";
+  EXPECT_EQ(CudaModel::Create(options, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Maths, ParityTest,

@@ -72,6 +72,20 @@ __global__ void SgdKernel(float* w, const float* g, float* buf, int64_t n, float
   }
 }
 
+__global__ void AdamKernel(float* w, const float* g, float* m, float* v, int64_t n,
+                           AdamScalars s) {
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const float weight = w[i] * s.decay;
+    const float grad = g[i] + s.l2 * weight;
+    const float mi = m[i] * s.beta1 + s.one_minus_beta1 * grad;
+    const float vi = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    // IEEE sqrt and division (no --use_fast_math here), as the CPU loop computes them.
+    w[i] = weight - s.step_size * mi / (sqrtf(vi) / s.bias_correction2_sqrt + s.eps);
+  }
+}
+
 __global__ void ToHalfKernel(const float* x, uint16_t* y, int64_t n) {
   DPTRAIN_GRID_STRIDE(i, n) { y[i] = __half_as_ushort(__float2half_rn(x[i])); }
 }
@@ -133,6 +147,16 @@ absl::Status SgdUpdate(float* w, const float* g, float* buf, int64_t n, float lr
   }
   SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(w, g, buf, n, lr, mu, wd, first);
   return Launched("SgdKernel<<<>>>");
+}
+
+absl::Status AdamUpdate(float* w, const float* g, float* m, float* v, int64_t n,
+                        const AdamScalars& s, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  if (m == nullptr || v == nullptr) {
+    return absl::InvalidArgumentError("AdamUpdate: needs both moment buffers");
+  }
+  AdamKernel<<<Blocks(n), kThreads, 0, stream>>>(w, g, m, v, n, s);
+  return Launched("AdamKernel<<<>>>");
 }
 
 absl::Status FloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {

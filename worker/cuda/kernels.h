@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/optimizer.h"
 
 namespace dptrain {
 namespace cuda {
@@ -31,6 +32,12 @@ absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int
 // `first`); w -= lr buf (lr d when mu = 0; buf may then be null).
 absl::Status SgdUpdate(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
                        float wd, bool first, cudaStream_t stream);
+
+// torch.optim.Adam / AdamW (amsgrad off), one step with the scalars of AdamScalarsAt
+// (common/optimizer.h), the same rounded numbers as the CPU optimizer: `m` and `v` are the
+// moments (zero before the first step).
+absl::Status AdamUpdate(float* w, const float* g, float* m, float* v, int64_t n,
+                        const AdamScalars& s, cudaStream_t stream);
 
 // Round to nearest even, as __float2half / __float2bfloat16 and torch's .half() /
 // .bfloat16(); values are raw 16-bit patterns.

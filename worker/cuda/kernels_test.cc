@@ -141,6 +141,42 @@ TEST_F(KernelsTest, SgdMatchesTheCpuOptimizer) {
   EXPECT_FALSE(SgdUpdate(dw.get(), dw.get(), nullptr, n, 0.1f, 0.9f, 0, true, nullptr).ok());
 }
 
+// Adam and AdamW with weight decay, 5 steps, against the CPU optimizer (the same rounded
+// scalars; the kernel may fuse multiply-adds, so a few ulps apart).
+TEST_F(KernelsTest, AdamMatchesTheCpuOptimizer) {
+  for (const char* name : {"adam", "adamw"}) {
+    SCOPED_TRACE(name);
+    const int64_t n = 5000;
+    OptimizerOptions o;
+    o.name = name;
+    o.learning_rate = 0.01f;
+    o.weight_decay = 0.05f;
+    o.beta1 = 0.8;
+    o.beta2 = 0.99;
+    auto cpu = CreateOptimizer(o);
+    ASSERT_TRUE(cpu.ok());
+    std::vector<float> w = Random(n), w_cpu = w;
+    Device<float> dw(w), m(std::vector<float>(n, 0.0f)), v(std::vector<float>(n, 0.0f));
+    OptimizerState state;
+    for (int step = 0; step < 5; ++step) {
+      std::vector<float> g = Random(n);
+      Device<float> dg(g);
+      const float lr = o.learning_rate * (step + 1);  // As a schedule changes it.
+      ASSERT_TRUE(AdamUpdate(dw.get(), dg.get(), m.get(), v.get(), n,
+                             AdamScalarsAt(o, step + 1, lr), nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      (*cpu)->Apply(absl::MakeSpan(w_cpu), g, state, lr);
+    }
+    const std::vector<float> got = dw.Read(), m_got = m.Read(), v_got = v.Read();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(got[i], w_cpu[i], 1e-5f * (1 + std::fabs(w_cpu[i]))) << i;
+      ASSERT_NEAR(m_got[i], state.exp_avg[i], 1e-5f * (1e-3f + std::fabs(state.exp_avg[i]))) << i;
+      ASSERT_NEAR(v_got[i], state.exp_avg_sq[i], 1e-5f * (1e-3f + state.exp_avg_sq[i])) << i;
+    }
+  }
+  EXPECT_FALSE(AdamUpdate(nullptr, nullptr, nullptr, nullptr, 10, AdamScalars{}, nullptr).ok());
+}
+
 TEST_F(KernelsTest, CastsRoundToNearestEven) {
   std::vector<float> x = Random(4099, -70000, 70000);
   x[0] = 1.0f + 1.0f / 2048;  // A tie for fp16.
