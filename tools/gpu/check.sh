@@ -79,8 +79,10 @@ if [[ "$stages" == *,tests,* ]]; then
   for t in device_probe_test kernels_test cuda_raw_allocator_test gpu_network_test \
            gpu_parity_test; do
     limited 150 "$bin/$t" >"$out/$t.log" 2>&1
-    if grep -q "SKIPPED" "$out/$t.log" || ! grep -q "PASSED" "$out/$t.log"; then
-      row "$t" "FAIL (see $t.log): $(grep -m1 -E 'Failure|error|SKIPPED|FAILED' "$out/$t.log" | head -c 150)"
+    rc=$?
+    # gtest prints PASSED for the passing tests even when others failed: the exit code decides.
+    if ((rc != 0)) || grep -q -E "SKIPPED|FAILED" "$out/$t.log" || ! grep -q "PASSED" "$out/$t.log"; then
+      row "$t" "FAIL (rc $rc, see $t.log): $(grep -m1 -E 'Failure|error|SKIPPED|FAILED' "$out/$t.log" | head -c 150)"
       grep -E "^\[  FAILED  \]" "$out/$t.log" | head -20 | sed 's/^/    /' >>"$summary"
       fail=1
     else

@@ -142,7 +142,7 @@ TEST_F(KernelsTest, SgdMatchesTheCpuOptimizer) {
 }
 
 // Adam and AdamW with weight decay, 5 steps, against the CPU optimizer (the same rounded
-// scalars; the kernel may fuse multiply-adds, so a few ulps apart).
+// scalars; nvcc fuses multiply-adds, so a few ulps apart).
 TEST_F(KernelsTest, AdamMatchesTheCpuOptimizer) {
   for (const char* name : {"adam", "adamw"}) {
     SCOPED_TRACE(name);
@@ -170,7 +170,8 @@ TEST_F(KernelsTest, AdamMatchesTheCpuOptimizer) {
     const std::vector<float> got = dw.Read(), m_got = m.Read(), v_got = v.Read();
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_NEAR(got[i], w_cpu[i], 1e-5f * (1 + std::fabs(w_cpu[i]))) << i;
-      ASSERT_NEAR(m_got[i], state.exp_avg[i], 1e-5f * (1e-3f + std::fabs(state.exp_avg[i]))) << i;
+      // m sums terms of either sign (|g| up to 3): absolute error at the scale of the terms.
+      ASSERT_NEAR(m_got[i], state.exp_avg[i], 1e-6f * (1 + std::fabs(state.exp_avg[i]))) << i;
       ASSERT_NEAR(v_got[i], state.exp_avg_sq[i], 1e-5f * (1e-3f + state.exp_avg_sq[i])) << i;
     }
   }
