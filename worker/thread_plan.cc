@@ -44,15 +44,13 @@ absl::StatusOr<ThreadPlan> PlanThreads(const ThreadPlanInputs& in) {
                                     in.local_workers == 0 ? ", none said otherwise" : "", ")");
   }
   if (plan.threads > 1) {
-    // Measured (tools/compute_bench.sh's thread-plan table, README): with one GEMM piece per
-    // thread, Linear on BLAS's threads beats the split over the pool on mlp (8 interleaved
-    // rounds: median 134k vs 89k images/s) and loses on LeNet (10.7k vs 15.6k), where
-    // OpenBLAS's idle threads spin beside the pool's convolutions. So: BLAS threads for Linear
-    // in a model without convolutions, the pool for everything else.
+    // Measured (tools/compute_bench.sh's thread-plan table, README): a model of Linear layers
+    // only (mlp) is fastest on BLAS's threads with no pool beside them, a model with
+    // convolutions (LeNet, ResNet-18) with its layers split over the pool.
     plan.dense_gemm = nn::DenseGemm::kByModel;
     absl::StrAppend(&plan.description,
-                    "; layers split over the model's pool, Linear on BLAS threads in a model "
-                    "without convolutions");
+                    "; layers split over the model's pool, or, in a model without "
+                    "convolutions, every GEMM on BLAS's threads and no pool");
   }
   return plan;
 }

@@ -45,8 +45,9 @@ ABSL_FLAG(std::string, threads, "1,2",
           "Math-thread counts (or auto, gpu_worker's default plan for this machine); each point "
           "in a fresh process.");
 ABSL_FLAG(std::string, dense_gemm, "plan",
-          "How Linear layers use more than one thread: plan (what --threads picks, as "
-          "gpu_worker), split (over the model's pool) or blas (each GEMM on BLAS's threads).");
+          "How the model uses more than one thread: plan (what --threads picks, as gpu_worker), "
+          "split (its layers split over the model's pool) or blas (no pool: every GEMM on "
+          "BLAS's threads).");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the timed ones.");
 ABSL_FLAG(int, steps, 20, "Timed steps; the median step time is reported.");

@@ -17,18 +17,6 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const d
 // Sets the number of OpenBLAS threads. Process-wide: affects every BLAS call in the process.
 void SetBlasThreads(int threads);
 
-// Runs BLAS on `threads` threads for the scope's lifetime and on 1 thread after: for a layer
-// that hands a whole GEMM to BLAS's threads in a model that otherwise keeps BLAS at 1
-// (DenseGemm::kBlasThreads). Process-wide, like SetBlasThreads; no BLAS call may be running
-// on another thread meanwhile (the layers run one at a time, regions return before the next).
-class ScopedBlasThreads {
- public:
-  explicit ScopedBlasThreads(int threads) { SetBlasThreads(threads); }
-  ~ScopedBlasThreads() { SetBlasThreads(1); }
-  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
-  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
-};
-
 }  // namespace nn
 }  // namespace dptrain
 

@@ -1,7 +1,6 @@
 #include "worker/nn/linear.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -51,22 +50,13 @@ constexpr int kGemmChunksPerThread = 1;
 }  // namespace
 
 template <typename T>
-ThreadPool* Linear<T>::SplitPool(int64_t flops, std::optional<ScopedBlasThreads>& blas) const {
-  if (pool_ == nullptr || pool_->dense_gemm() != DenseGemm::kBlasThreads) return pool_;
-  if (flops >= kMinParallelFlops) blas.emplace(pool_->num_threads());
-  return nullptr;
-}
-
-template <typename T>
 TensorRef<T> Linear<T>::Forward(TensorRef<T> input, bool /*training*/) {
   input_ = input;
   const int n = input.batch;
   T* y = EnsureSize(output_, int64_t{n} * out_);
   const int64_t min_rows = int64_t{n} * in_ * out_ >= kMinParallelFlops ? 2 : int64_t{n} + 1;
-  std::optional<ScopedBlasThreads> blas;
-  ThreadPool* split = SplitPool(int64_t{n} * in_ * out_, blas);
   ParallelFor(
-      split, n,
+      pool_, n,
       [&](int64_t r0, int64_t r1, int) {
         for (int64_t i = r0; i < r1; ++i) std::copy(bias_, bias_ + out_, y + i * out_);
         Gemm(false, true, static_cast<int>(r1 - r0), out_, in_, T(1), input.data + r0 * in_, in_,
@@ -81,11 +71,9 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
   const int n = grad_output.batch;
   const T* dy = grad_output.data;
   const bool parallel = int64_t{n} * in_ * out_ >= kMinParallelFlops;
-  std::optional<ScopedBlasThreads> blas;
-  ThreadPool* split = SplitPool(int64_t{n} * in_ * out_, blas);
   // dW = dY^T X, db = column sums of dY; split over output rows.
   ParallelFor(
-      split, out_,
+      pool_, out_,
       [&](int64_t o0, int64_t o1, int) {
         Gemm(true, false, static_cast<int>(o1 - o0), in_, n, T(1), dy + o0, out_, input_.data, in_,
              T(0), grad_weight_ + o0 * in_, in_);
@@ -100,7 +88,7 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
   // dX = dY W; split over rows.
   T* dx = this->GradInputBuffer(grad_output.data, int64_t{n} * in_);
   ParallelFor(
-      split, n,
+      pool_, n,
       [&](int64_t r0, int64_t r1, int) {
         Gemm(false, false, static_cast<int>(r1 - r0), in_, out_, T(1), dy + r0 * out_, out_,
              weight_, in_, T(0), dx + r0 * in_, in_);

@@ -3,11 +3,9 @@
 #ifndef DPTRAIN_WORKER_NN_LINEAR_H_
 #define DPTRAIN_WORKER_NN_LINEAR_H_
 
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "worker/nn/gemm.h"
 #include "worker/nn/layer.h"
 
 namespace dptrain {
@@ -27,17 +25,13 @@ class Linear final : public Layer<T> {
   void BindParams(const T* params, T* grads) override;
   // With a pool: the forward and the input gradient split the batch's rows over its threads, the
   // weight and bias gradients their output rows (no cross-thread sums, so the same results as
-  // without). Small layers stay on one thread. A pool whose dense_gemm() is kBlasThreads
-  // instead runs each GEMM whole on the calling thread with BLAS on the pool's thread count.
+  // without). Small layers stay on one thread. Without a pool each GEMM runs whole, on as many
+  // threads as BLAS is set to.
   void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
 
  private:
-  // The pool to split this layer's GEMMs over (null: run them whole); under kBlasThreads, sets
-  // `blas` to the pool's thread count for a GEMM of `flops` multiply-adds worth threading.
-  ThreadPool* SplitPool(int64_t flops, std::optional<ScopedBlasThreads>& blas) const;
-
   const int in_;
   const int out_;
   const T* weight_ = nullptr;

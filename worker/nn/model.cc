@@ -217,8 +217,6 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
   }
   std::unique_ptr<ThreadPool> pool;
   if (options.threads > 1) {
-    // The layers split the batch over the pool's threads, each running single-threaded GEMMs
-    // (BLAS threads on top would oversubscribe the cores).
     DenseGemm dense = options.dense_gemm;
     if (dense == DenseGemm::kByModel) {
       // The measured rule (thread_pool.h): BLAS threads for a model of Linear layers only.
@@ -226,8 +224,16 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
       for (const ParamInfo& p : DescribeParams(initial->net)) convolutions |= p.shape.size() == 4;
       dense = convolutions ? DenseGemm::kPoolSplit : DenseGemm::kBlasThreads;
     }
-    pool = std::make_unique<ThreadPool>(options.threads, dense);
-    SetBlasThreads(1);
+    if (dense == DenseGemm::kBlasThreads) {
+      // No pool: BLAS's threads are the model's (a pool's threads beside them would
+      // oversubscribe the cores).
+      SetBlasThreads(options.threads);
+    } else {
+      // The layers split the batch over the pool's threads, each running single-threaded GEMMs
+      // (BLAS threads on top would oversubscribe the cores).
+      pool = std::make_unique<ThreadPool>(options.threads);
+      SetBlasThreads(1);
+    }
   } else if (options.threads == 1) {
     SetBlasThreads(1);
   }

@@ -124,13 +124,15 @@ struct ModelOptions {
   std::string name;  // "mlp" | "lenet" | "resnet18"
   // Seeds the deterministic initialisation: the same seed gives bit-identical weights.
   uint64_t seed = 0;
-  // Math threads. > 1: the model owns an intra-op pool of this many threads (the caller's
-  // included) over which the layers split each batch (samples for convolutions and Linear's
-  // forward, channels for batch norm, element ranges for activations), and sets OpenBLAS to 1
-  // thread (process-wide!), each pool thread running its own single-threaded GEMMs. 1: no pool,
-  // OpenBLAS set to 1 thread. 0: no pool, the BLAS default left alone. Results depend on the
-  // thread count (the per-thread partial weight gradients are summed in thread order) but not
-  // on scheduling: the same threads give bit-identical results.
+  // Math threads. > 1: under DenseGemm::kPoolSplit the model owns an intra-op pool of this many
+  // threads (the caller's included) over which the layers split each batch (samples for
+  // convolutions and Linear's forward, channels for batch norm, element ranges for
+  // activations), and sets OpenBLAS to 1 thread (process-wide!), each pool thread running its
+  // own single-threaded GEMMs; under kBlasThreads there is no pool and OpenBLAS is set to this
+  // many threads (process-wide). 1: no pool, OpenBLAS set to 1 thread. 0: no pool, the BLAS
+  // default left alone. Results depend on the thread count (the per-thread partial weight
+  // gradients are summed in thread order) but not on scheduling: the same threads give
+  // bit-identical results.
   int threads = 0;
   // Weight initialisation: "default" (the model's d2l choice) | "normal" | "xavier" | "kaiming";
   // see InitializeParams in architectures.h. Biases 0, batch-norm weights 1 in every case.
@@ -138,9 +140,9 @@ struct ModelOptions {
   // The update rule of ApplyUpdate (all-reduce mode); none where a parameter server
   // applies it (ps, master).
   std::optional<OptimizerOptions> optimizer;
-  // With threads > 1: how Linear layers use those threads (thread_pool.h's DenseGemm: split over
-  // the pool, each GEMM whole on BLAS's threads, or by the measured rule: BLAS threads in a
-  // model without convolutions); every other layer splits over the pool.
+  // With threads > 1: how the model uses those threads (thread_pool.h's DenseGemm: a pool the
+  // layers split over, BLAS's own threads for whole GEMMs and no pool, or by the measured
+  // rule: BLAS threads for a model without convolutions).
   DenseGemm dense_gemm = DenseGemm::kPoolSplit;
 };
 

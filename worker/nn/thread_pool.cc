@@ -19,9 +19,8 @@ inline void CpuRelax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads, DenseGemm dense_gemm)
+ThreadPool::ThreadPool(int num_threads)
     : num_threads_(num_threads < 1 ? 1 : num_threads),
-      dense_gemm_(dense_gemm),
       scratch_(num_threads_ * kSlots) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }

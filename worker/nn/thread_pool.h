@@ -29,25 +29,25 @@
 namespace dptrain {
 namespace nn {
 
-// How a layer whose work is a few large GEMMs (Linear) uses the pool's threads: split each GEMM
-// into per-thread pieces run on the pool, each single-threaded in BLAS (kPoolSplit), or run it
-// whole on the calling thread with BLAS's own threads, num_threads() of them for the call
-// (kBlasThreads; the model keeps BLAS at 1 thread otherwise). Measured on 2 cores
-// (tools/compute_bench.sh, README): BLAS threads win on a model of Linear layers only (mlp,
-// 1.5x), and lose where the pool also runs convolutions (LeNet, 1.5x: OpenBLAS's idle threads
-// spin beside them). kByModel picks by that rule (model.h's CreateModel).
+// How a model uses its math threads (ModelOptions::threads > 1). kPoolSplit: the model owns a
+// pool; every layer splits its batch over it (each GEMM piece single-threaded in BLAS, BLAS
+// set to 1 thread). kBlasThreads: no pool; every GEMM runs whole on the calling thread with
+// BLAS's own threads, the rest of the step on the caller. Measured on 2 cores
+// (tools/compute_bench.sh, README): BLAS threads win on a model of Linear layers only (mlp:
+// the step is a few large GEMMs, and a pool's idle threads beside BLAS's spinning ones
+// oversubscribe the cores), the pool wins where there are convolutions (LeNet: many small
+// im2col GEMMs). kByModel picks by that rule (model.h's CreateModel).
 enum class DenseGemm { kPoolSplit, kBlasThreads, kByModel };
 
 class ThreadPool {
  public:
   // `num_threads` >= 1 in all, the calling thread included (num_threads - 1 are started).
-  explicit ThreadPool(int num_threads, DenseGemm dense_gemm = DenseGemm::kPoolSplit);
+  explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
-  DenseGemm dense_gemm() const { return dense_gemm_; }
 
   // Runs fn(chunk, thread) once for every chunk in [0, chunks), each on some thread of the pool
   // (`thread` in [0, num_threads()) names it; the caller is thread 0), and returns when all
@@ -73,7 +73,6 @@ class ThreadPool {
   void RunChunks(int thread);
 
   const int num_threads_;
-  const DenseGemm dense_gemm_;
   std::vector<std::thread> workers_;
   std::vector<std::vector<double>> scratch_;
   std::mutex mu_;

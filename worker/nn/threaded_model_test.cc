@@ -1,4 +1,4 @@
-// ModelOptions.threads > 1 (the intra-op pool, Linear split over it or on BLAS's threads): the
+// ModelOptions.threads > 1 (the intra-op pool, or no pool and BLAS's threads): the
 // same loss and gradients as one thread, up to float rounding, and bit-identical from run to run.
 #include <algorithm>
 #include <cmath>
@@ -67,7 +67,7 @@ void CheckModel(const std::string& name, int batch) {
   for (int threads : {2, 3}) {
     for (DenseGemm dense : {DenseGemm::kPoolSplit, DenseGemm::kBlasThreads}) {
       SCOPED_TRACE(name + ", threads " + std::to_string(threads) +
-                   (dense == DenseGemm::kBlasThreads ? ", Linear on BLAS threads" : ""));
+                   (dense == DenseGemm::kBlasThreads ? ", on BLAS threads, no pool" : ""));
       auto model = MustCreate(name, threads, dense);
       const StepResult first = Step(*model, b);
       const StepResult second = Step(*model, b);  // Same weights: must repeat exactly.
