@@ -50,9 +50,17 @@ struct ShardCheckpoint {
 };
 
 absl::StatusOr<std::string> SerializeCheckpoint(const ShardCheckpoint& checkpoint);
+
+struct ParseCheckpointOptions {
+  // false skips the CRC comparison (leveldb's ReadOptions::verify_checksums): for the fuzzer,
+  // so that its mutations reach the manifest and tensor checks behind the checksum. Every
+  // reader of a file on disk keeps it true.
+  bool verify_checksum = true;
+};
 // DataLoss for a checksum mismatch or a truncated file; InvalidArgument for content that is
 // not a shard checkpoint of this format. Never crashes on any input.
-absl::StatusOr<ShardCheckpoint> ParseCheckpoint(absl::string_view bytes);
+absl::StatusOr<ShardCheckpoint> ParseCheckpoint(absl::string_view bytes,
+                                                const ParseCheckpointOptions& options = {});
 
 struct CheckpointDirOptions {
   std::string dir;

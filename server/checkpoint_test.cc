@@ -111,6 +111,36 @@ TEST(CheckpointFormatTest, AnyFlippedByteIsDetected) {
   EXPECT_EQ(ParseCheckpoint(bad).status().code(), StatusCode::kDataLoss);
 }
 
+// verify_checksum = false (the fuzzer's way past the CRC) reads the bytes as they are: a
+// flipped data byte then parses, with the flipped value; the default refuses the same file.
+TEST(CheckpointFormatTest, WithoutChecksumVerificationTheDataIsReadAsItIs) {
+  auto bytes = SerializeCheckpoint(Sample(3));
+  ASSERT_TRUE(bytes.ok());
+  std::string bad = *bytes;
+  bad[bad.size() - 1] ^= 0x40;  // The last data byte: the last float's sign bit.
+  EXPECT_EQ(ParseCheckpoint(bad).status().code(), StatusCode::kDataLoss);
+  ParseCheckpointOptions unverified;
+  unverified.verify_checksum = false;
+  auto parsed = ParseCheckpoint(bad, unverified);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ShardCheckpoint want = Sample(3);
+  ASSERT_EQ(parsed->chunks.size(), want.chunks.size());
+  EXPECT_EQ(parsed->step, want.step);
+  int differing = 0;
+  for (size_t c = 0; c < want.chunks.size(); ++c) {
+    const ChunkCheckpoint& got = parsed->chunks[c];
+    const ChunkCheckpoint& ref = want.chunks[c];
+    for (const auto& [a, b] : {std::pair{&got.weights, &ref.weights},
+                               std::pair{&got.state.momentum_buffer, &ref.state.momentum_buffer},
+                               std::pair{&got.state.exp_avg, &ref.state.exp_avg},
+                               std::pair{&got.state.exp_avg_sq, &ref.state.exp_avg_sq}}) {
+      ASSERT_EQ(a->size(), b->size());
+      for (size_t i = 0; i < a->size(); ++i) differing += (*a)[i] != (*b)[i];
+    }
+  }
+  EXPECT_EQ(differing, 1);
+}
+
 // The fuzz target's seeds (tests/fuzz/corpus/checkpoint_fuzzer, written by hand in the
 // documented format, docs/checkpoints.md) are valid checkpoints: the format is what the
 // documentation says, and the fuzzer starts from inputs that reach Restore.

@@ -1,5 +1,6 @@
 // The parameter server over real gRPC: every bad request gets its precise status and
-// changes nothing, retries are idempotent, and grpc.health.v1.Health answers.
+// changes nothing, retries are idempotent, and grpc.health.v1.Health answers; a worker learns
+// the steps its job can be sent back to.
 #include <thread>
 
 #include "common/health_client.h"
@@ -8,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/test_cluster.h"
+#include "worker/comm/ps_client.h"
 
 namespace dptrain {
 namespace {
@@ -189,6 +191,36 @@ TEST_F(PsGrpcTest, HugeInitDeclarationsAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(s.error_message(),
             "tensors[0].num_elements = 4611686018427387904: its fp32 byte size overflows int64");
   ASSERT_TRUE(Init(GoodInit()).ok());  // Nothing was left half-initialised.
+}
+
+// A shard can only go back to a step it checkpointed, so under BSP the job can be sent back
+// to multiples of the gcd of the shards' intervals (4 and 6: 2) and the worker keeps batch
+// norm's statistics of those steps; under async nothing is ever sent back.
+TEST(PsClientTest, RewindIntervalIsTheGcdOfTheShardsCheckpointIntervals) {
+  for (SyncPolicy policy : {SyncPolicy::kBsp, SyncPolicy::kAsync}) {
+    std::vector<std::unique_ptr<PsServer>> servers;
+    std::vector<std::string> addresses;
+    for (int s = 0; s < 2; ++s) {
+      PsServerOptions o;
+      o.listen_address = "127.0.0.1:0";
+      o.shard.shard = s;
+      o.shard.num_shards = 2;
+      o.shard.policy = policy;
+      o.shard.checkpoints.dir = absl::StrCat(::testing::TempDir(), "/rewind-", s, "-",
+                                             policy == SyncPolicy::kBsp ? "bsp" : "async");
+      o.shard.checkpoints.every = s == 0 ? 4 : 6;
+      auto server = PsServer::Start(o);
+      ASSERT_TRUE(server.ok()) << server.status();
+      addresses.push_back(absl::StrCat("127.0.0.1:", (*server)->port()));
+      servers.push_back(*std::move(server));
+    }
+    PsClientOptions po;
+    po.shard_addresses = addresses;
+    po.tensors = {{"w", 6}, {"b", 2}};
+    auto client = PsClient::Connect(po);
+    ASSERT_TRUE(client.ok()) << client.status();
+    EXPECT_EQ((*client)->rewind_interval(), policy == SyncPolicy::kBsp ? 2 : 0);
+  }
 }
 
 }  // namespace

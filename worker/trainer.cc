@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_format.h"
@@ -134,6 +136,43 @@ class ProgressLine {
   absl::Duration data_, compute_, sync_, apply_;
 };
 
+// Batch norm's running statistics at the steps the job may be sent back to (multiples of
+// ReplicaSync::rewind_interval()). A parameter server's checkpoint holds the weights but not
+// these (every worker has its own until the epoch's average), so going back restores them
+// from here: a worker that goes back then ends with the statistics of an uninterrupted run.
+class BufferHistory {
+ public:
+  explicit BufferHistory(int64_t interval) : interval_(interval) {}
+
+  // Called before step `step` is computed. Reads the model's statistics only at a multiple of
+  // the interval (on a GPU each read is a copy from the device).
+  void Record(int64_t step, nn::Model& model) {
+    if (interval_ <= 0 || model.buffers().empty() || step % interval_ != 0) return;
+    while (!kept_.empty() && kept_.back().first >= step) kept_.pop_back();
+    kept_.emplace_back(step, model.buffer_values());
+    if (kept_.size() > kKept) kept_.pop_front();
+  }
+
+  // Puts back the statistics of `step` and forgets later ones; false if there are none (a
+  // worker that joined after it, or a step that is no multiple of the interval).
+  bool Restore(int64_t step, std::vector<float>& values) {
+    while (!kept_.empty() && kept_.back().first > step) kept_.pop_back();
+    if (kept_.empty() || kept_.back().first != step ||
+        kept_.back().second.size() != values.size()) {
+      return false;
+    }
+    values = kept_.back().second;
+    return true;
+  }
+
+ private:
+  // A shard keeps its newest 3 checkpoints by default; the job goes back to the newest
+  // valid one of the shard that restarted, so a few more than that is plenty.
+  static constexpr size_t kKept = 8;
+  const int64_t interval_;
+  std::deque<std::pair<int64_t, std::vector<float>>> kept_;
+};
+
 // One step's synchronisation and update, after model.TrainStep reported `overflow`.
 // `sync_end` receives the end of the exchange (before this process's optimizer update).
 absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, float learning_rate,
@@ -215,7 +254,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   };
   std::vector<StepRecord> records;
   absl::Time epoch_start = absl::Now();
-  bool warned_buffers = false;
+  BufferHistory buffer_history(sync.rewind_interval());
   ProgressLine progress(o);
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
@@ -227,6 +266,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       epoch_start = absl::Now();
     }
     records.resize(b);  // Steps before b of this epoch were taken (a rewind may drop some).
+    buffer_history.Record(step, model);
     StepReport report;
     report.start = absl::Now();
     const int64_t begin = b * o.batch_size;
@@ -259,11 +299,12 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       const int back_to = static_cast<int>(step / steps_per_epoch);
       while (!h.empty() && h.back().epoch > back_to) h.pop_back();
       if (back_to != current_epoch) current_epoch = -1;
-      if (!model.buffer_values().empty() && !warned_buffers && o.progress != nullptr) {
-        warned_buffers = true;
+      if (!model.buffers().empty() && !buffer_history.Restore(step, model.buffer_values()) &&
+          o.progress != nullptr) {
         *o.progress << "rank " << o.rank << ": went back to step " << step
-                    << "; batch-norm running statistics are not rewound (evaluation may differ "
-                       "slightly from an uninterrupted run)"
+                    << "; this worker has no batch-norm running statistics of that step (it "
+                       "joined later), so they are not rewound: evaluation may differ "
+                       "slightly from an uninterrupted run"
                     << std::endl;
       }
       continue;

@@ -1,9 +1,11 @@
 // The trainer's step contract, with a fake model and fake synchronisers: a step whose
 // gradient overflowed travels flagged in the model's exchange slot, is applied by nobody,
 // counted in the epoch's skipped_steps, and the model hears every step's global outcome
-// (RecordStepOutcome) in order; a lone replica exchanges nothing.
+// (RecordStepOutcome) in order; a lone replica exchanges nothing; a store that sends the job
+// back also brings back batch norm's running statistics.
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -16,7 +18,14 @@ namespace {
 // listed in `overflow_steps` (counted from 0). ApplyUpdate is w -= g.
 class FakeModel final : public nn::Model {
  public:
-  explicit FakeModel(std::vector<int> overflow_steps) : overflow_steps_(overflow_steps) {}
+  // with_buffer: one batch-norm-like buffer that counts the TrainSteps it has seen.
+  explicit FakeModel(std::vector<int> overflow_steps, bool with_buffer = false)
+      : overflow_steps_(overflow_steps) {
+    if (with_buffer) {
+      buffers_ = {{"seen", {1}, 0, 1}};
+      buffer_values_ = {0};
+    }
+  }
   const std::vector<nn::ParamInfo>& params() const override { return params_; }
   std::vector<float>& weights() override { return weights_; }
   absl::Span<const float> grads() const override { return absl::MakeConstSpan(grads_).first(2); }
@@ -33,6 +42,7 @@ class FakeModel final : public nn::Model {
     bool overflow = false;
     for (int s : overflow_steps_) overflow = overflow || s == steps_;
     ++steps_;
+    if (!buffer_values_.empty()) buffer_values_[0] += 1;
     grads_ = {1, 1, overflow ? 1.0f : 0.0f};
     return nn::BatchResult{1.0, 0, overflow};
   }
@@ -41,6 +51,8 @@ class FakeModel final : public nn::Model {
   }
   void RecordStepOutcome(bool skipped) override { outcomes.push_back(skipped); }
   std::string name() const override { return "fake"; }
+  const std::vector<nn::ParamInfo>& buffers() const override { return buffers_; }
+  std::vector<float>& buffer_values() override { return buffer_values_; }
 
   std::vector<bool> outcomes;
   int exchanges = 0;
@@ -52,6 +64,8 @@ class FakeModel final : public nn::Model {
   std::vector<nn::ParamInfo> params_ = {{"w", {2}, 0, 2}};
   std::vector<float> weights_ = {0, 0};
   std::vector<float> grads_ = {0, 0, 0};
+  std::vector<nn::ParamInfo> buffers_;
+  std::vector<float> buffer_values_;
 };
 
 // A reducer of `world` replicas that all computed the same gradient: the average is the
@@ -87,6 +101,41 @@ class FakeStore final : public ParameterStore {
   }
   absl::Status AverageBuffers(int64_t, absl::Span<float>) override { return absl::OkStatus(); }
   CommStats stats() const override { return {}; }
+};
+
+// A one-rank BSP store (w -= g) whose checkpoints are every `interval` steps and which, the
+// first time step `fail_at` is pushed, goes back to step `back_to` as a shard restarted from
+// that checkpoint would: that step's weights, rewind_to = back_to.
+class RewindingStore final : public ParameterStore {
+ public:
+  RewindingStore(int64_t interval, int64_t fail_at, int64_t back_to)
+      : interval_(interval), fail_at_(fail_at), back_to_(back_to) {}
+  absl::Status Start(absl::Span<float> w) override {
+    history_.assign(1, std::vector<float>(w.begin(), w.end()));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> g,
+                                       absl::Span<float> w) override {
+    if (step == fail_at_ && !failed_) {
+      failed_ = true;
+      std::copy(history_[back_to_].begin(), history_[back_to_].end(), w.begin());
+      history_.resize(back_to_ + 1);
+      StepOutcome outcome;
+      outcome.rewind_to = back_to_;
+      return outcome;
+    }
+    for (size_t i = 0; i < w.size(); ++i) w[i] -= g[i];
+    history_.emplace_back(w.begin(), w.end());
+    return StepOutcome{};
+  }
+  absl::Status AverageBuffers(int64_t, absl::Span<float>) override { return absl::OkStatus(); }
+  CommStats stats() const override { return {}; }
+  int64_t rewind_interval() const override { return interval_; }
+
+ private:
+  const int64_t interval_, fail_at_, back_to_;
+  bool failed_ = false;
+  std::vector<std::vector<float>> history_;  // Index: the step whose weights these are.
 };
 
 // `n` grey 28x28 images, all labelled 1.
@@ -157,6 +206,39 @@ TEST(TrainerTest, LoneReplicaExchangesNothing) {
   ExpectThreeOfEightSkipped(model, history, metrics);
   EXPECT_EQ(reducer.reduces, 0);
   EXPECT_EQ(model.exchanges, 0);
+}
+
+// Going back from step 5 to the checkpoint of step 4 redoes steps 4 and 5: 10 TrainSteps for
+// an 8-step job. The weights come from the store; the running statistics from the trainer's
+// own record of step 4, so they too are those of 8 steps.
+TEST(TrainerTest, GoingBackRestoresTheRunningStatisticsOfThatStep) {
+  const Dataset data = GreyImages(8);
+  std::ostringstream metrics, progress;
+  FakeModel model({}, /*with_buffer=*/true);
+  RewindingStore store(/*interval=*/2, /*fail_at=*/5, /*back_to=*/4);
+  TrainerOptions options = EightSteps(&metrics);
+  options.progress = &progress;
+  std::vector<EpochMetrics> history;
+  ASSERT_TRUE(Train(options, model, &store, data, nullptr, &history).ok());
+  EXPECT_EQ(model.weights(), (std::vector<float>{-8, -8}));
+  EXPECT_EQ(model.buffer_values(), (std::vector<float>{8})) << progress.str();
+  EXPECT_EQ(progress.str().find("not rewound"), std::string::npos) << progress.str();
+}
+
+// A step the trainer holds no statistics of (here: not a multiple of the interval it was
+// told) cannot be restored: the job goes on, and the worker says so.
+TEST(TrainerTest, GoingBackWithoutARecordOfThatStepSaysSo) {
+  const Dataset data = GreyImages(8);
+  std::ostringstream metrics, progress;
+  FakeModel model({}, /*with_buffer=*/true);
+  RewindingStore store(/*interval=*/3, /*fail_at=*/5, /*back_to=*/4);
+  TrainerOptions options = EightSteps(&metrics);
+  options.progress = &progress;
+  std::vector<EpochMetrics> history;
+  ASSERT_TRUE(Train(options, model, &store, data, nullptr, &history).ok());
+  EXPECT_EQ(model.weights(), (std::vector<float>{-8, -8}));
+  EXPECT_EQ(model.buffer_values(), (std::vector<float>{10}));
+  EXPECT_NE(progress.str().find("not rewound"), std::string::npos) << progress.str();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -150,6 +151,13 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
   }
 
   client->bsp_ = infos[0].sync_policy() == "bsp";
+  if (client->bsp_) {
+    for (const proto::ShardInfoResponse& info : infos) {
+      if (info.checkpoint_every() > 0) {
+        client->rewind_interval_ = std::gcd(client->rewind_interval_, info.checkpoint_every());
+      }
+    }
+  }
   if (options.trace != nullptr) {
     for (int s = 0; s < num_shards; ++s) {
       options.trace->NameTrack(1 + 2 * s, absl::StrCat("shard ", s, " push"));

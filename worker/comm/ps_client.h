@@ -68,6 +68,9 @@ class PsClient final : public ParameterStore {
   // the shards are at (resume_step()).
   absl::Status Start(absl::Span<float> weights) override;
   int64_t resume_step() const override { return resume_step_; }
+  // BSP: the greatest common divisor of the shards' checkpoint intervals (each can only go
+  // back to a step it checkpointed); 0 without checkpoints or under SSP/async.
+  int64_t rewind_interval() const override { return rewind_interval_; }
   // The step is skipped when any shard says so (BSP: some rank flagged it).
   // Recovery (reconnect_timeout > 0): a step that failed because a shard went away or went
   // back is retried with backoff until every shard answers again. If every shard is still at
@@ -113,6 +116,7 @@ class PsClient final : public ParameterStore {
   CommStats stats_;
   bool bsp_ = true;  // The shards' sync policy is BSP (versions are steps).
   int64_t resume_step_ = 0;
+  int64_t rewind_interval_ = 0;
 };
 
 }  // namespace dptrain

@@ -63,6 +63,11 @@ class ReplicaSync {
   // The step the job was at when Start returned: 0 for a new job; for a worker that rejoins
   // a running one (restarted with the same rank), the step to compute next.
   virtual int64_t resume_step() const { return 0; }
+
+  // A StepOutcome::rewind_to is always a multiple of this many steps (a parameter server's
+  // checkpoint interval); 0: the job is never sent back. The trainer keeps batch norm's
+  // running statistics of those steps, which no checkpoint holds, to go back with them.
+  virtual int64_t rewind_interval() const { return 0; }
 };
 
 class GradientReducer : public ReplicaSync {
