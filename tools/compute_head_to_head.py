@@ -100,7 +100,7 @@ def step_torch(model, config, threads):
 
 
 def step_dense(model, dense):
-    """Step alone with 2+ threads, Linear split over the pool or on BLAS's threads."""
+    """Step alone with 2+ threads: layers split over the pool, or no pool and BLAS's threads."""
     out, rc, _ = rss_of(["bazel-bin/tests/bench/compute_benchmark", f"--models={model}",
                          "--threads=auto", f"--dense_gemm={dense}"] + STEP[model])
     m = re.search(r"^\| %s \| auto \| [^|]+\| [^|]+\| [^|]+\| ([\d.]+) \|" % model, out, re.M)
@@ -163,7 +163,7 @@ def main():
     p.add_argument("--report_only", action="store_true",
                    help="measure nothing: rebuild compute.md from OUT/raw.jsonl")
     p.add_argument("--dense_models", default="mlp,lenet",
-                   help="models on which to time Linear split over the pool vs BLAS threads")
+                   help="models on which to time the pool split vs BLAS's threads and no pool")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
@@ -282,9 +282,10 @@ def main():
         lines.append("")
     dense = [m for m in args.dense_models.split(",") if m and ("dense", m, "split") in data]
     if dense:
-        lines += ["## Thread plan: Linear layers split over the pool or on BLAS threads", "",
-                  "Step alone, --threads=auto, every other layer on the pool either way "
-                  "(compute_benchmark --dense_gemm=split|blas).", "",
+        lines += ["## Thread plan: layers split over the pool, or BLAS's threads and no pool", "",
+                  "Step alone, --threads=auto (compute_benchmark --dense_gemm=split|blas): "
+                  "every layer splits its batch over the model's pool (BLAS at 1 thread), or "
+                  "there is no pool and every GEMM runs on BLAS's threads.", "",
                   "| model | split over the pool | BLAS threads | split / BLAS |", "|---|---|---|---|"]
         for model in dense:
             a, am = cell("dense", model, "split")
