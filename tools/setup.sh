@@ -14,6 +14,7 @@ packages=(
   prometheus                                     # promtool + a real server in tests/metrics_test
   python3-matplotlib                             # tools/plot_curves.py (training curves)
   libopenblas-dev                                # CPU GEMMs
+  libdnnl-dev                                    # oneDNN convolutions where they win (onednn_conv.h)
   libssl-dev                                     # libcrypto: job token, ring HMAC, PEM checks
   openssl                                        # tools/make_certs.sh (and the tests' certificates)
   dataset-fashion-mnist                          # /usr/share/datasets/fashion-mnist

@@ -94,6 +94,10 @@ ABSL_FLAG(std::string, threads, "auto",
           "Linear layers of a model without convolutions, which run on BLAS's threads (the "
           "faster way, measured); 1: one thread; 0: no pool, OpenBLAS at its own default. "
           "The startup line says what was chosen.");
+ABSL_FLAG(std::string, conv, "auto",
+          "How the CPU convolutions compute: auto (oneDNN's convolution for the layers where "
+          "it was measured faster, im2col + OpenBLAS elsewhere), im2col, or onednn (every "
+          "convolution on oneDNN).");
 ABSL_FLAG(int, local_world_size, -1,
           "Workers sharing this host's cores, for --threads=auto; default: $LOCAL_WORLD_SIZE "
           "(torchrun and deploy/local_cluster.sh set it), else 1 (one worker per container).");
@@ -546,7 +550,18 @@ absl::Status Run() {
     if (!plan.ok()) return plan.status();
     model_options.threads = plan->threads;
     model_options.dense_gemm = plan->dense_gemm;
-    std::cout << who << ": " << plan->description << std::endl;
+    const std::string conv = absl::GetFlag(FLAGS_conv);
+    if (conv == "im2col") {
+      model_options.conv_algorithm = nn::ConvAlgorithm::kIm2col;
+    } else if (conv == "onednn") {
+      model_options.conv_algorithm = nn::ConvAlgorithm::kOneDnn;
+    } else if (conv != "auto") {
+      return WithFlag("conv", absl::InvalidArgumentError(absl::StrCat(
+                                  "must be auto, im2col or onednn, got '", conv, "'")));
+    }
+    std::cout << who << ": " << plan->description << "; convolutions: "
+              << (conv == "auto" ? "oneDNN where measured faster, else im2col" : conv)
+              << std::endl;
   }
   // All-reduce mode on a GPU: every replica applies the averaged gradient itself, where its
   // weights are; on the CPU the ring shards the optimizer unless told otherwise. ps and

@@ -1,6 +1,8 @@
 #include "worker/nn/conv2d.h"
 
 #include <algorithm>
+#include <iostream>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -203,10 +205,57 @@ const T* Conv2d<T>::Columns(int n0, int count, int thread) {
 }
 
 template <typename T>
+OneDnnConv* Conv2d<T>::OneDnnFor(const TensorRef<T>& input) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return nullptr;
+  } else {
+    if (onednn_refused_ || algorithm_ == ConvAlgorithm::kIm2col) return nullptr;
+    if (algorithm_ == ConvAlgorithm::kAuto &&
+        (pool_ == nullptr || !PreferOneDnn(o_, input.dims, pool_->num_threads()))) {
+      return nullptr;
+    }
+    if (input.dims != onednn_dims_) {
+      onednn_.clear();
+      onednn_dims_ = input.dims;
+    }
+    std::unique_ptr<OneDnnConv>& conv = onednn_[input.batch];
+    if (conv == nullptr) {
+      auto made = OneDnnConv::Create(o_, input.dims, input.batch, NumThreads(pool_));
+      if (!made.ok()) {
+        std::cerr << ToString() << ": " << made.status().message() << "; im2col from now on"
+                  << std::endl;
+        onednn_refused_ = true;
+        onednn_.clear();
+        return nullptr;
+      }
+      conv = *std::move(made);
+    }
+    return conv.get();
+  }
+}
+
+template <typename T>
+OneDnnConv::Scratch Conv2d<T>::OneDnnScratch() {
+  return [this](int slot, int64_t floats) {
+    if (pool_ != nullptr) return pool_->Scratch<float>(0, slot, floats);
+    return EnsureSize(onednn_scratch_[slot], floats);
+  };
+}
+
+template <typename T>
 TensorRef<T> Conv2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
   input_ = input;
   out_dims_ = Dims{o_.out_channels, (input.dims.h + 2 * o_.pad_h - o_.kernel_h) / o_.stride_h + 1,
                    (input.dims.w + 2 * o_.pad_w - o_.kernel_w) / o_.stride_w + 1};
+  if constexpr (std::is_same_v<T, float>) {
+    OneDnnConv* onednn = OneDnnFor(input);
+    use_onednn_ = onednn != nullptr;
+    if (use_onednn_) {
+      float* y = EnsureSize(output_, input.batch * out_dims_.size());
+      onednn->Forward(input.data, weight_, bias_, y, OneDnnScratch());
+      return {y, input.batch, out_dims_};
+    }
+  }
   const int group = GroupSize(input.batch);
   const int groups = (input.batch + group - 1) / group;
   T* y = EnsureSize(output_, input.batch * out_dims_.size());
@@ -258,6 +307,13 @@ TensorRef<T> Conv2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
 
 template <typename T>
 void Conv2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_onednn_) {
+      onednn_[input_.batch]->Backward(input_.data, weight_, grad_output.data, grad_weight_,
+                                      grad_bias_, dx, OneDnnScratch());
+      return;
+    }
+  }
   const int oc = o_.out_channels, k = patch_size(), p = out_dims_.h * out_dims_.w;
   const int batch = grad_output.batch;
   const int group = GroupSize(batch);

@@ -8,13 +8,21 @@
 // 10x10: three, measured neither faster nor slower than one; ResNet-18 at batch 32: about 10%
 // less CPU time than one sample per GEMM). The group's im2col matrix is what is kept, never
 // the whole batch's.
+//
+// A float layer may instead run oneDNN's convolution on the whole batch (onednn_conv.h), where
+// the measured rule says it is faster (ConvAlgorithm::kAuto, with a pool) or when told to
+// (kOneDnn). Its batch-sized scratch then comes from the pool's thread 0 (shared by the layers),
+// or from the layer without a pool.
 #ifndef DPTRAIN_WORKER_NN_CONV2D_H_
 #define DPTRAIN_WORKER_NN_CONV2D_H_
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "worker/nn/layer.h"
+#include "worker/nn/onednn_conv.h"
 #include "worker/nn/thread_pool.h"
 
 namespace dptrain {
@@ -54,6 +62,9 @@ class Conv2d final : public Layer<T> {
   // each part's weight gradient on its own and then the parts in order, so the result depends
   // on the number of threads but not on scheduling. Scratch comes from the pool then.
   void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
+  void SetConvAlgorithm(ConvAlgorithm algorithm) override { algorithm_ = algorithm; }
+  // Whether the last Forward ran on oneDNN.
+  bool last_used_onednn() const { return use_onednn_; }
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
   // Backward that writes d(loss)/d(input) to `grad_input` (input-sized, caller-owned, not aliasing
@@ -83,6 +94,12 @@ class Conv2d final : public Layer<T> {
   void ForwardGroup(int n0, int count, int thread, T* y);
   void BackwardGroup(const T* grad_output, int n0, int count, int thread, T* dw, bool first, T* dx);
 
+  // The oneDNN convolution for this batch of `input` if the algorithm and the rule choose
+  // oneDNN (made on first use, one per batch size), else null (always for double, and after
+  // oneDNN refused the shape, which is said once on stderr).
+  OneDnnConv* OneDnnFor(const TensorRef<T>& input);
+  OneDnnConv::Scratch OneDnnScratch();
+
   const Conv2dOptions o_;
   const T* weight_ = nullptr;
   const T* bias_ = nullptr;
@@ -97,6 +114,12 @@ class Conv2d final : public Layer<T> {
   std::vector<T> grad_padded_;   // The gradient of padded_.
   std::vector<T> output_;
   ThreadPool* pool_ = nullptr;
+  ConvAlgorithm algorithm_ = ConvAlgorithm::kAuto;
+  std::map<int, std::unique_ptr<OneDnnConv>> onednn_;  // By batch size, for onednn_dims_.
+  Dims onednn_dims_;
+  bool onednn_refused_ = false;
+  bool use_onednn_ = false;  // The last Forward ran on onednn_[input_.batch].
+  std::vector<float> onednn_scratch_[OneDnnConv::kScratchSlots];  // Without a pool.
 };
 
 }  // namespace nn

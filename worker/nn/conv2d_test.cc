@@ -1,9 +1,13 @@
 #include "worker/nn/conv2d.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/nn/layer_check.h"
+#include "worker/nn/onednn_conv.h"
+#include "worker/nn/thread_pool.h"
 
 namespace dptrain {
 namespace nn {
@@ -41,43 +45,139 @@ ReferenceForward DirectConv(const Conv2dOptions& o, const Dims& in) {
   };
 }
 
-void Check(const Conv2dOptions& o, const Dims& in, int batch) {
-  Conv2d<double> d(o);
-  Conv2d<float> f(o);
-  LayerCheckOptions options;
-  options.batch = batch;
-  options.input = in;
-  SCOPED_TRACE(d.ToString() + " on " + in.ToString());
-  CheckLayer(d, f, options, DirectConv(o, in));
-}
+// Every shape runs on both algorithms of the float layer (the double one, checked against
+// finite differences and the direct convolution, is always im2col).
+class Conv2dTest : public ::testing::TestWithParam<ConvAlgorithm> {
+ protected:
+  void Check(const Conv2dOptions& o, const Dims& in, int batch) {
+    Conv2d<double> d(o);
+    Conv2d<float> f(o);
+    f.SetConvAlgorithm(GetParam());
+    LayerCheckOptions options;
+    options.batch = batch;
+    options.input = in;
+    SCOPED_TRACE(d.ToString() + " on " + in.ToString());
+    CheckLayer(d, f, options, DirectConv(o, in));
+    EXPECT_EQ(f.last_used_onednn(), GetParam() == ConvAlgorithm::kOneDnn);
+  }
+};
 
-TEST(Conv2dTest, LeNetFirstLayerShape) {
+INSTANTIATE_TEST_SUITE_P(Algorithms, Conv2dTest,
+                         ::testing::Values(ConvAlgorithm::kIm2col, ConvAlgorithm::kOneDnn),
+                         [](const auto& info) {
+                           return info.param == ConvAlgorithm::kOneDnn ? "OneDnn" : "Im2col";
+                         });
+
+TEST_P(Conv2dTest, LeNetFirstLayerShape) {
   Check(Conv2dOptions::Square(1, 6, 5, 1, 2), {1, 12, 12}, 2);
 }
 
-TEST(Conv2dTest, LeNetSecondLayerShape) { Check(Conv2dOptions::Square(6, 16, 5), {6, 14, 14}, 1); }
+TEST_P(Conv2dTest, LeNetSecondLayerShape) { Check(Conv2dOptions::Square(6, 16, 5), {6, 14, 14}, 1); }
 
-TEST(Conv2dTest, OddSizesRectangularKernelMixedStrideAndPadding) {
+TEST_P(Conv2dTest, ResNetFirstStageShape) {
+  Check(Conv2dOptions::Square(16, 16, 3, 1, 1), {16, 6, 6}, 2);
+}
+
+TEST_P(Conv2dTest, OddSizesRectangularKernelMixedStrideAndPadding) {
   Check({3, 4, 3, 2, 2, 1, 1, 0}, {3, 7, 6}, 3);
 }
 
-TEST(Conv2dTest, StrideTwoWithPadding) {
+TEST_P(Conv2dTest, StrideTwoWithPadding) {
   Check(Conv2dOptions::Square(2, 3, 5, 2, 2), {2, 9, 9}, 1);
 }
 
-TEST(Conv2dTest, StrideLargerThanKernel) {
+TEST_P(Conv2dTest, StrideLargerThanKernel) {
   Check(Conv2dOptions::Square(1, 2, 2, 3, 0), {1, 8, 7}, 2);
 }
 
-TEST(Conv2dTest, PaddingAsLargeAsKernel) {
+TEST_P(Conv2dTest, PaddingAsLargeAsKernel) {
   Check(Conv2dOptions::Square(2, 2, 3, 1, 3), {2, 4, 5}, 2);
 }
 
-TEST(Conv2dTest, KernelCoversPaddedInput) {
+TEST_P(Conv2dTest, KernelCoversPaddedInput) {
   Check(Conv2dOptions::Square(2, 3, 5, 1, 1), {2, 3, 3}, 2);
 }
 
-TEST(Conv2dTest, Pointwise) { Check(Conv2dOptions::Square(5, 3, 1), {5, 4, 3}, 2); }
+TEST_P(Conv2dTest, Pointwise) { Check(Conv2dOptions::Square(5, 3, 1), {5, 4, 3}, 2); }
+
+// One forward and backward of `conv` on fixed data: the output, the input gradient and the
+// parameter gradients, back to back.
+std::vector<float> Step(Conv2d<float>& conv, const Dims& in, int batch,
+                        const std::vector<float>& params) {
+  const Dims out = *conv.OutputDims(in);
+  std::vector<float> grads(params.size());
+  conv.BindParams(params.data(), grads.data());
+  std::vector<float> x(batch * in.size()), dy(batch * out.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 113) / 113 - 0.5f;
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>((i * 104729) % 97) / 97 - 0.5f;
+  TensorRef<float> y = conv.Forward({x.data(), batch, in}, true);
+  std::vector<float> result(y.data, y.data + y.size());
+  TensorRef<float> dx = conv.Backward({dy.data(), batch, out}, true);
+  result.insert(result.end(), dx.data, dx.data + dx.size());
+  result.insert(result.end(), grads.begin(), grads.end());
+  return result;
+}
+
+// On a pool of 2 (oneDNN on 2 OpenMP threads, the scratch the pool's): the same as im2col
+// within float rounding, bit-identical when repeated, and a batch of another size (an epoch's
+// last) gets primitives of its own.
+TEST(Conv2dOneDnnTest, OnAPoolMatchesIm2colAndRepeatsBitIdentically) {
+  const Conv2dOptions o = Conv2dOptions::Square(64, 64, 3, 1, 1);
+  const Dims in{64, 10, 10};
+  std::vector<float> params(64 * 64 * 9 + 64);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i] = static_cast<float>((i * 31) % 101) / 101 * 0.1f - 0.05f;
+  }
+  ThreadPool pool(2);
+  for (int batch : {5, 3}) {
+    Conv2d<float> reference(o), onednn(o);
+    reference.SetThreadPool(&pool);
+    reference.SetConvAlgorithm(ConvAlgorithm::kIm2col);
+    onednn.SetThreadPool(&pool);
+    onednn.SetConvAlgorithm(ConvAlgorithm::kOneDnn);
+    const std::vector<float> expected = Step(reference, in, batch, params);
+    const std::vector<float> first = Step(onednn, in, batch, params);
+    EXPECT_TRUE(onednn.last_used_onednn());
+    EXPECT_FALSE(reference.last_used_onednn());
+    ASSERT_EQ(first.size(), expected.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < first.size(); ++i) {
+      worst = std::max(worst, std::abs(double{first[i]} - expected[i]));
+      scale = std::max(scale, std::abs(double{expected[i]}));
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << "batch " << batch;
+    EXPECT_EQ(Step(onednn, in, batch, params), first) << "batch " << batch;
+  }
+}
+
+// The measured rule (tests/bench:conv_dnnl_probe): oneDNN for ResNet-18's first stage on 1 and
+// 2 threads and for LeNet's second layer on 1; im2col for one input channel, the deeper stages
+// and strided layers.
+TEST(Conv2dOneDnnTest, PreferOneDnnFollowsTheMeasuredRule) {
+  const Conv2dOptions stage1 = Conv2dOptions::Square(64, 64, 3, 1, 1);
+  EXPECT_TRUE(PreferOneDnn(stage1, {64, 28, 28}, 1));
+  EXPECT_TRUE(PreferOneDnn(stage1, {64, 28, 28}, 2));
+  const Conv2dOptions lenet2 = Conv2dOptions::Square(6, 16, 5);
+  EXPECT_TRUE(PreferOneDnn(lenet2, {6, 14, 14}, 1));
+  EXPECT_FALSE(PreferOneDnn(lenet2, {6, 14, 14}, 2));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 6, 5, 1, 2), {1, 28, 28}, 1));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 64, 3, 1, 1), {1, 28, 28}, 2));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(128, 128, 3, 1, 1), {128, 14, 14}, 2));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(64, 128, 3, 2, 1), {64, 28, 28}, 2));
+}
+
+// Without a pool, kAuto stays on im2col (oneDNN's scratch would be the layer's own).
+TEST(Conv2dOneDnnTest, AutoWithoutAPoolIsIm2col) {
+  const Conv2dOptions o = Conv2dOptions::Square(64, 64, 3, 1, 1);
+  std::vector<float> params(64 * 64 * 9 + 64, 0.01f);
+  Conv2d<float> conv(o);
+  Step(conv, {64, 28, 28}, 1, params);
+  EXPECT_FALSE(conv.last_used_onednn());
+  ThreadPool pool(1);
+  conv.SetThreadPool(&pool);
+  Step(conv, {64, 28, 28}, 1, params);
+  EXPECT_TRUE(conv.last_used_onednn());
+}
 
 TEST(Conv2dTest, OutputDims) {
   Conv2d<float> conv(Conv2dOptions::Square(1, 6, 5, 1, 2));

@@ -25,6 +25,11 @@ namespace nn {
 
 class ThreadPool;  // thread_pool.h
 
+// How a float Conv2d computes: kIm2col (im2col + OpenBLAS, split over the pool), kOneDnn
+// (oneDNN's convolution, onednn_conv.h), or kAuto (onednn_conv.h's measured PreferOneDnn).
+// Double layers (gradient checks) always use im2col.
+enum class ConvAlgorithm { kAuto, kIm2col, kOneDnn };
+
 // Two buffers that the layers of one network take turns writing their input gradients to:
 // each Backward writes to the one that does not hold its grad_output, which is all a
 // back-propagation step needs alive at once.
@@ -80,6 +85,10 @@ class Layer {
   // Forward/Backward), or null to run on the calling thread only. Layers with sub-layers pass it
   // on. The default ignores it.
   virtual void SetThreadPool(ThreadPool* pool) {}
+
+  // How convolutions compute (ConvAlgorithm); layers with sub-layers pass it on. The default
+  // ignores it.
+  virtual void SetConvAlgorithm(ConvAlgorithm algorithm) {}
 
   // The network's shared input-gradient buffers (not owned; must outlive every later
   // Backward), or null for a buffer of the layer's own. Layers whose sub-layers return input

@@ -24,7 +24,8 @@ class CpuModel final : public Model {
   // `weights` holds net.num_params() initial values. `pool` (may be null) is handed to the layers.
   // `optimizer` (may be null) is ApplyUpdate's rule.
   CpuModel(std::string name, Sequential<float> net, std::vector<float> weights,
-           std::unique_ptr<ThreadPool> pool, std::unique_ptr<Optimizer> optimizer)
+           std::unique_ptr<ThreadPool> pool, ConvAlgorithm conv_algorithm,
+           std::unique_ptr<Optimizer> optimizer)
       : name_(std::move(name)),
         pool_(std::move(pool)),
         net_(std::move(net)),
@@ -34,6 +35,7 @@ class CpuModel final : public Model {
         buffer_values_(net_.num_buffers()) {
     net_.InitBuffers(buffer_values_.data());
     net_.SetThreadPool(pool_.get());
+    net_.SetConvAlgorithm(conv_algorithm);
     params_ = DescribeParams(net_);
     buffers_ = DescribeBuffers(net_);
   }
@@ -216,12 +218,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
     optimizer = *std::move(made);
   }
   std::unique_ptr<ThreadPool> pool;
+  bool convolutions = false;
+  for (const ParamInfo& p : DescribeParams(initial->net)) convolutions |= p.shape.size() == 4;
   if (options.threads > 1) {
     DenseGemm dense = options.dense_gemm;
     if (dense == DenseGemm::kByModel) {
       // The measured rule (thread_pool.h): BLAS threads for a model of Linear layers only.
-      bool convolutions = false;
-      for (const ParamInfo& p : DescribeParams(initial->net)) convolutions |= p.shape.size() == 4;
       dense = convolutions ? DenseGemm::kPoolSplit : DenseGemm::kBlasThreads;
     }
     if (dense == DenseGemm::kBlasThreads) {
@@ -236,10 +238,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) 
     }
   } else if (options.threads == 1) {
     SetBlasThreads(1);
+    // Runs everything on the caller; it lends oneDNN's convolutions their shared scratch.
+    if (convolutions) pool = std::make_unique<ThreadPool>(1);
   }
   return std::make_unique<CpuModel>(options.name, std::move(initial->net),
                                     std::move(initial->weights), std::move(pool),
-                                    std::move(optimizer));
+                                    options.conv_algorithm, std::move(optimizer));
 }
 
 }  // namespace nn

@@ -144,6 +144,11 @@ struct ModelOptions {
   // layers split over, BLAS's own threads for whole GEMMs and no pool, or by the measured
   // rule: BLAS threads for a model without convolutions).
   DenseGemm dense_gemm = DenseGemm::kPoolSplit;
+  // How the float convolutions compute (layer.h's ConvAlgorithm). kAuto: oneDNN where the
+  // measured rule (onednn_conv.h's PreferOneDnn) says it is faster, for a model with a pool
+  // (threads >= 1: at threads == 1 a model with convolutions gets a pool of one thread, which
+  // runs everything on the caller, so that the layers share oneDNN's batch-sized scratch).
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kAuto;
 };
 
 // What the backends share when they build a model: the CPU network (layers, dims, layout)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,13 +36,27 @@ double RelativeL2Error(const float* a, const std::vector<float>& b) {
   return std::sqrt(diff / norm);
 }
 
-class PyTorchParityTest : public ::testing::TestWithParam<std::string> {};
+// A model on one thread computing its convolutions by `algorithm`.
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFor(const std::string& name,
+                                                      ConvAlgorithm algorithm) {
+  ModelOptions options{name, /*seed=*/0, /*threads=*/1};
+  options.conv_algorithm = algorithm;
+  return CreateModel(options);
+}
+
+std::string AlgorithmName(ConvAlgorithm a) {
+  return a == ConvAlgorithm::kOneDnn ? "OneDnn" : a == ConvAlgorithm::kIm2col ? "Im2col" : "Auto";
+}
+
+// Every fixture on both convolution algorithms (mlp has none).
+class PyTorchParityTest
+    : public ::testing::TestWithParam<std::tuple<std::string, ConvAlgorithm>> {};
 
 TEST_P(PyTorchParityTest, LossAndGradientsMatchPyTorch) {
-  const std::string name = GetParam();
+  const std::string name = std::get<0>(GetParam());
   auto contents = LoadSafetensors(FixturePath(name));
   ASSERT_TRUE(contents.ok()) << contents.status();
-  auto created = CreateModel({name, /*seed=*/0, /*threads=*/1});
+  auto created = CreateModelFor(name, std::get<1>(GetParam()));
   ASSERT_TRUE(created.ok()) << created.status();
   Model& model = **created;
   absl::Status loaded = LoadModel(FixturePath(name), model);
@@ -90,8 +105,14 @@ TEST_P(PyTorchParityTest, LossAndGradientsMatchPyTorch) {
   EXPECT_EQ(eval->correct, expected_correct) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PyTorchParityTest, ::testing::Values("mlp", "lenet"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(
+    Models, PyTorchParityTest,
+    ::testing::Values(std::make_tuple("mlp", ConvAlgorithm::kAuto),
+                      std::make_tuple("lenet", ConvAlgorithm::kIm2col),
+                      std::make_tuple("lenet", ConvAlgorithm::kOneDnn)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + AlgorithmName(std::get<1>(info.param));
+    });
 
 // splitmix64 of (k << 32) + i as a double in [0, 1): the closed-form weights of
 // tools/make_resnet18_fixture.py (exact integer arithmetic, identical in numpy).
@@ -116,10 +137,12 @@ float ClosedFormValue(const ParamInfo& p, size_t k, int64_t i) {
 // The whole ResNet-18 against PyTorch (tools/make_resnet18_fixture.py): weights from the
 // script's closed form, one train-mode step (loss, every gradient's norm and first values,
 // every batch-norm buffer afterwards), then evaluation with the updated running statistics.
-TEST(PyTorchParityTest, ResNet18WholeModelMatchesPyTorch) {
+class ResNet18ParityTest : public ::testing::TestWithParam<ConvAlgorithm> {};
+
+TEST_P(ResNet18ParityTest, WholeModelMatchesPyTorch) {
   auto contents = LoadSafetensors(FixturePath("resnet18"));
   ASSERT_TRUE(contents.ok()) << contents.status();
-  auto created = CreateModel({"resnet18", /*seed=*/0, /*threads=*/1});
+  auto created = CreateModelFor("resnet18", GetParam());
   ASSERT_TRUE(created.ok()) << created.status();
   Model& model = **created;
   std::vector<float>& w = model.weights();
@@ -210,6 +233,10 @@ TEST(PyTorchParityTest, ResNet18WholeModelMatchesPyTorch) {
   const double eval_loss = contents->Find("eval_loss")->data[0];
   EXPECT_NEAR(eval->loss, eval_loss, 1e-5 * eval_loss);
 }
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ResNet18ParityTest,
+                         ::testing::Values(ConvAlgorithm::kIm2col, ConvAlgorithm::kOneDnn),
+                         [](const auto& info) { return AlgorithmName(info.param); });
 
 }  // namespace
 }  // namespace nn

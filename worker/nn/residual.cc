@@ -108,6 +108,11 @@ void Residual<T>::SetThreadPool(ThreadPool* pool) {
 }
 
 template <typename T>
+void Residual<T>::SetConvAlgorithm(ConvAlgorithm algorithm) {
+  for (Layer<T>* layer : ParamLayers()) layer->SetConvAlgorithm(algorithm);
+}
+
+template <typename T>
 TensorRef<T> Residual<T>::Forward(TensorRef<T> input, bool training) {
   input_ = input;
   const TensorRef<T> y1 = conv1_.Forward(input, training);

@@ -62,6 +62,7 @@ class Residual final : public Layer<T> {
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
   void SetThreadPool(ThreadPool* pool) override;
+  void SetConvAlgorithm(ConvAlgorithm algorithm) override;
   TensorRef<T> Forward(TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
 

@@ -66,6 +66,11 @@ void Sequential<T>::SetThreadPool(ThreadPool* pool) {
 }
 
 template <typename T>
+void Sequential<T>::SetConvAlgorithm(ConvAlgorithm algorithm) {
+  for (auto& layer : layers_) layer->SetConvAlgorithm(algorithm);
+}
+
+template <typename T>
 TensorRef<T> Sequential<T>::Forward(const T* input, int batch, bool training) {
   TensorRef<T> x{input, batch, input_dims()};
   for (auto& layer : layers_) x = layer->Forward(x, training);

@@ -53,6 +53,8 @@ class Sequential {
 
   // Hands every layer the intra-op thread pool (Layer::SetThreadPool); null: single-threaded.
   void SetThreadPool(ThreadPool* pool);
+  // Hands every layer the convolution algorithm (Layer::SetConvAlgorithm).
+  void SetConvAlgorithm(ConvAlgorithm algorithm);
 
   // Runs `batch` >= 1 samples of input_dims() each. The result (batch x output_dims()) is owned by
   // the last layer and valid until the next Forward. `input` must stay valid until Backward.

@@ -97,6 +97,11 @@ void SequentialBlock<T>::SetThreadPool(ThreadPool* pool) {
 }
 
 template <typename T>
+void SequentialBlock<T>::SetConvAlgorithm(ConvAlgorithm algorithm) {
+  for (auto& layer : layers_) layer->SetConvAlgorithm(algorithm);
+}
+
+template <typename T>
 void SequentialBlock<T>::SetGradBuffers(GradBufferPair<T>* pair) {
   for (auto& layer : layers_) layer->SetGradBuffers(pair);
 }

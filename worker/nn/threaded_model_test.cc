@@ -1,5 +1,7 @@
 // ModelOptions.threads > 1 (the intra-op pool, or no pool and BLAS's threads): the
-// same loss and gradients as one thread, up to float rounding, and bit-identical from run to run.
+// same loss and gradients as one thread, up to float rounding, and bit-identical from run to run,
+// for each convolution algorithm (the two differ by more than rounding on random data, where a
+// ReLU input near 0 can change sign; pytorch_parity_test checks each against PyTorch).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,13 +18,14 @@ namespace {
 
 constexpr int kImage = 28 * 28;
 
-std::unique_ptr<Model> MustCreate(const std::string& name, int threads,
-                                  DenseGemm dense_gemm = DenseGemm::kPoolSplit) {
+std::unique_ptr<Model> MustCreate(const std::string& name, int threads, DenseGemm dense_gemm,
+                                  ConvAlgorithm conv) {
   ModelOptions options;
   options.name = name;
   options.seed = 7;
   options.threads = threads;
   options.dense_gemm = dense_gemm;
+  options.conv_algorithm = conv;
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(options);
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
@@ -60,15 +63,17 @@ StepResult Step(Model& model, const Batch& b) {
       r.ok() ? r->loss : 0.0, {model.grads().begin(), model.grads().end()}, model.buffer_values()};
 }
 
-void CheckModel(const std::string& name, int batch) {
+void CheckModel(const std::string& name, int batch,
+                ConvAlgorithm conv = ConvAlgorithm::kIm2col) {
   const Batch b = MakeBatch(batch);
-  auto one = MustCreate(name, 1);
+  auto one = MustCreate(name, 1, DenseGemm::kPoolSplit, conv);
   const StepResult ref = Step(*one, b);
   for (int threads : {2, 3}) {
     for (DenseGemm dense : {DenseGemm::kPoolSplit, DenseGemm::kBlasThreads}) {
       SCOPED_TRACE(name + ", threads " + std::to_string(threads) +
-                   (dense == DenseGemm::kBlasThreads ? ", on BLAS threads, no pool" : ""));
-      auto model = MustCreate(name, threads, dense);
+                   (dense == DenseGemm::kBlasThreads ? ", on BLAS threads, no pool" : "") +
+                   (conv == ConvAlgorithm::kOneDnn ? ", oneDNN convolutions" : ""));
+      auto model = MustCreate(name, threads, dense, conv);
       const StepResult first = Step(*model, b);
       const StepResult second = Step(*model, b);  // Same weights: must repeat exactly.
       EXPECT_NEAR(first.loss, ref.loss, 1e-5 * std::max(1.0, std::fabs(ref.loss)));
@@ -98,8 +103,14 @@ void CheckModel(const std::string& name, int batch) {
 
 TEST(ThreadedModelTest, MlpMatchesOneThread) { CheckModel("mlp", 67); }
 TEST(ThreadedModelTest, LeNetMatchesOneThread) { CheckModel("lenet", 67); }
+TEST(ThreadedModelTest, LeNetOnOneDnnMatchesOneThread) {
+  CheckModel("lenet", 67, ConvAlgorithm::kOneDnn);
+}
 TEST(ThreadedModelTest, LeNetBatchOfOne) { CheckModel("lenet", 1); }
 TEST(ThreadedModelTest, ResNet18MatchesOneThread) { CheckModel("resnet18", 11); }
+TEST(ThreadedModelTest, ResNet18OnOneDnnMatchesOneThread) {
+  CheckModel("resnet18", 11, ConvAlgorithm::kOneDnn);
+}
 
 }  // namespace
 }  // namespace nn
