@@ -22,11 +22,6 @@ RingOptions SaveRing(int64_t chunk_elements, int64_t step, int i) {
   return o;
 }
 
-// The optimizer state's vectors, in a fixed order.
-std::vector<std::vector<float>*> StateVectors(OptimizerState& s) {
-  return {&s.momentum_buffer, &s.exp_avg, &s.exp_avg_sq};
-}
-
 // An integer below 2^44 as two floats, each exact (< 2^24), for a broadcast header.
 void PutInt(std::vector<float>& header, int64_t v) {
   header.push_back(static_cast<float>(v >> 20));
@@ -112,7 +107,7 @@ absl::StatusOr<RingSnapshot> ShardedRingStore::Snapshot(int64_t step,
   const int world = link_->world_size();
   const Range mine = SegmentRange(model_size_, world, RingOwnedSegment(link_->rank(), world));
   // A rank whose segment is empty has no state vectors: the ranks agree on which exist.
-  std::vector<std::vector<float>*> own = StateVectors(state_);
+  const auto own = state_.vectors();
   std::vector<float> present;
   for (const std::vector<float>* v : own) present.push_back(v->empty() ? 0.0f : 1.0f);
   const int64_t c = options_.chunk_elements;
@@ -122,7 +117,7 @@ absl::StatusOr<RingSnapshot> ShardedRingStore::Snapshot(int64_t step,
   RingSnapshot snapshot;
   snapshot.step = step;
   snapshot.optimizer.steps = state_.steps;
-  std::vector<std::vector<float>*> full = StateVectors(snapshot.optimizer);
+  const auto full = snapshot.optimizer.vectors();
   for (size_t i = 0; i < own.size(); ++i) {
     if (present[i] == 0.0f) continue;
     if (!own[i]->empty() && static_cast<int64_t>(own[i]->size()) != mine.size()) {
@@ -149,7 +144,7 @@ absl::Status ShardedRingStore::Resume(const RingSnapshot& snapshot, int64_t mode
   const int world = link_->world_size();
   const bool root = link_->rank() == 0;
   RingSnapshot got = root ? snapshot : RingSnapshot{};
-  std::vector<std::vector<float>*> vectors = StateVectors(got.optimizer);
+  const auto vectors = got.optimizer.vectors();
   std::vector<float> header;
   PutInt(header, got.step);
   PutInt(header, got.optimizer.steps);
@@ -176,7 +171,7 @@ absl::Status ShardedRingStore::Resume(const RingSnapshot& snapshot, int64_t mode
   const Range mine = SegmentRange(model_size, world, RingOwnedSegment(link_->rank(), world));
   state_ = OptimizerState{};
   state_.steps = got.optimizer.steps;
-  std::vector<std::vector<float>*> own = StateVectors(state_);
+  const auto own = state_.vectors();
   for (size_t i = 0; i < vectors.size(); ++i) {
     if (GetInt(header, 4 + static_cast<int>(i)) == 0) continue;
     if (!root) vectors[i]->assign(model_size, 0.0f);
