@@ -1,7 +1,5 @@
 #include "worker/ring_checkpoints.h"
 
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
 #include "common/in_memory_link.h"
 #include "gtest/gtest.h"
@@ -11,10 +9,7 @@ namespace {
 
 using absl::StatusCode;
 
-std::string TempDir(absl::string_view name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(base != nullptr ? base : "/tmp", "/", name);
-}
+std::string TempDir(absl::string_view name) { return absl::StrCat(::testing::TempDir(), name); }
 
 // One rank's model, ring store and checkpointer over a ring of one.
 struct Rank {
