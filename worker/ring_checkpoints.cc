@@ -15,18 +15,19 @@ constexpr char kPolicy[] = "allreduce";  // ShardCheckpoint::policy of a ring ch
 absl::Status CheckFits(const ShardCheckpoint& cp, const RingCheckpointOptions& o) {
   auto unfit = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the checkpoint of step ", cp.step, " is ", why, ": start this job with "
+        absl::StrCat("the checkpoint of step ", cp.step, " is ", why,
+                     ": start this job with "
                      "another --save_dir, or resume it with the flags it was started with"));
   };
   if (cp.policy != kPolicy) return unfit(absl::StrCat("a ", cp.policy, " shard's, not a ring's"));
   if (cp.job_id != o.job_id) return unfit(absl::StrCat("of job '", cp.job_id, "'"));
   if (cp.world_size != o.world_size) {
-    return unfit(absl::StrCat("of a world size of ", cp.world_size, ", this job has ",
-                              o.world_size));
+    return unfit(
+        absl::StrCat("of a world size of ", cp.world_size, ", this job has ", o.world_size));
   }
   if (cp.optimizer != o.optimizer) return unfit(absl::StrCat("of optimizer ", cp.optimizer));
-  bool same_model = cp.model.tensors.size() == o.tensors.size() &&
-                    cp.chunks.size() == o.tensors.size();
+  bool same_model =
+      cp.model.tensors.size() == o.tensors.size() && cp.chunks.size() == o.tensors.size();
   for (size_t i = 0; same_model && i < o.tensors.size(); ++i) {
     const TensorInfo& t = cp.model.tensors[i];
     same_model = t.name == o.tensors[i].name && t.num_elements == o.tensors[i].num_elements &&
@@ -117,7 +118,8 @@ absl::Status RingCheckpointer::AfterStep(int64_t next_step, nn::Model& model) {
     c.weights.assign(weights.begin() + offset, weights.begin() + offset + n);
     const auto part = c.state.vectors();
     for (size_t i = 0; i < full.size(); ++i) {
-      if (!full[i]->empty()) part[i]->assign(full[i]->begin() + offset, full[i]->begin() + offset + n);
+      if (!full[i]->empty())
+        part[i]->assign(full[i]->begin() + offset, full[i]->begin() + offset + n);
     }
     c.state.steps = snapshot->optimizer.steps;
     offset += n;

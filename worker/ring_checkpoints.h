@@ -27,8 +27,8 @@
 namespace dptrain {
 
 struct RingCheckpointOptions {
-  std::string dir;     // Where rank 0 keeps the checkpoints (the other ranks never look).
-  int64_t every = 0;   // Steps between checkpoints; 0: none.
+  std::string dir;    // Where rank 0 keeps the checkpoints (the other ranks never look).
+  int64_t every = 0;  // Steps between checkpoints; 0: none.
   std::string job_id;
   int rank = 0;
   int world_size = 1;

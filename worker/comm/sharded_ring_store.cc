@@ -28,7 +28,8 @@ void PutInt(std::vector<float>& header, int64_t v) {
   header.push_back(static_cast<float>(v & 0xFFFFF));
 }
 int64_t GetInt(const std::vector<float>& header, int field) {
-  return (static_cast<int64_t>(header[2 * field]) << 20) + static_cast<int64_t>(header[2 * field + 1]);
+  return (static_cast<int64_t>(header[2 * field]) << 20) +
+         static_cast<int64_t>(header[2 * field + 1]);
 }
 
 }  // namespace

@@ -80,10 +80,10 @@ class ShardedRingStore final : public ParameterStore {
   PeerLink* const link_;
   const ShardedRingStoreOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
-  OptimizerState state_;       // Of the owned segment only.
-  int64_t model_size_ = -1;    // Set by the first step (or Resume).
+  OptimizerState state_;     // Of the owned segment only.
+  int64_t model_size_ = -1;  // Set by the first step (or Resume).
   int64_t resume_step_ = 0;
-  AllReduceSync ring_;         // Start, AverageBuffers and the byte counts.
+  AllReduceSync ring_;  // Start, AverageBuffers and the byte counts.
 };
 
 }  // namespace dptrain

@@ -95,8 +95,7 @@ TEST_P(ShardedRingStoreResumeTest, ASnapshotResumesBitIdentically) {
   EXPECT_NE(stateless, uninterrupted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, ShardedRingStoreResumeTest,
-                         ::testing::Values("sgd", "adam"));
+INSTANTIATE_TEST_SUITE_P(Optimizers, ShardedRingStoreResumeTest, ::testing::Values("sgd", "adam"));
 
 TEST(ShardedRingStoreTest, SnapshotBeforeTheFirstStepIsRefused) {
   InMemoryHub hub(1, absl::Seconds(1));
