@@ -8,6 +8,7 @@
 #ifndef DPTRAIN_COMMON_OPTIMIZER_H_
 #define DPTRAIN_COMMON_OPTIMIZER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,6 +40,9 @@ struct OptimizerState {
   std::vector<float> exp_avg;          // adam/adamw: first moment m.
   std::vector<float> exp_avg_sq;       // adam/adamw: second moment v.
   int64_t steps = 0;                   // Apply calls on this state (Adam's bias correction t).
+
+  // The vectors above, in that order.
+  std::array<std::vector<float>*, 3> vectors() { return {&momentum_buffer, &exp_avg, &exp_avg_sq}; }
 };
 
 class Optimizer {

@@ -22,6 +22,7 @@ namespace {
 constexpr int kFormatVersion = 1;
 constexpr const char* kManifestKey = "dptrain_manifest";
 constexpr const char* kCrcKey = "dptrain_crc32";
+constexpr const char* kBuffersKey = "buffers";  // All-reduce mode: every rank's.
 
 std::string TensorName(const ChunkCheckpoint& c, absl::string_view what) {
   return absl::StrCat("chunk/", c.tensor_id, "/", c.chunk_index, "/", what);
@@ -95,6 +96,12 @@ absl::StatusOr<std::string> SerializeCheckpoint(const ShardCheckpoint& cp) {
                       {"state", std::move(state)}});
   }
   m["chunks"] = std::move(chunks);
+  if (cp.world_size > 0) m["world_size"] = cp.world_size;
+  if (!cp.buffers.empty()) {
+    m["buffers"] = cp.buffers.size();
+    named.push_back({kBuffersKey, {static_cast<int64_t>(cp.buffers.size())}, cp.buffers.data()});
+    data.push_back(&cp.buffers);
+  }
   const std::string manifest = m.dump();
   return SerializeSafetensors(
       named, {{kManifestKey, manifest}, {kCrcKey, absl::StrCat(ChecksumOf(manifest, data))}});
@@ -169,6 +176,14 @@ absl::StatusOr<ShardCheckpoint> ParseCheckpoint(absl::string_view bytes,
         }
         *it->second = t->data;
       }
+    }
+    if (m.contains("world_size")) cp.world_size = m.at("world_size").get<int>();
+    if (m.contains("buffers")) {
+      const LoadedTensor* b = contents->Find(kBuffersKey);
+      if (b == nullptr || static_cast<int64_t>(b->data.size()) != m.at("buffers").get<int64_t>()) {
+        return absl::InvalidArgumentError("buffers missing or of the wrong size");
+      }
+      cp.buffers = b->data;
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", e.what()));

@@ -47,6 +47,11 @@ struct ShardCheckpoint {
   // version).
   int64_t step = 0;
   std::vector<ChunkCheckpoint> chunks;  // In the shard's chunk order.
+  // All-reduce mode (gpu_worker --save_dir, rank 0's checkpoint of the ring): the job's world
+  // size, and every rank's batch-norm running statistics (world_size equal parts, in the order
+  // of the ring's segments, common/ring_allreduce.h). 0 and empty in a shard's checkpoint.
+  int world_size = 0;
+  std::vector<float> buffers;
 };
 
 absl::StatusOr<std::string> SerializeCheckpoint(const ShardCheckpoint& checkpoint);

@@ -61,6 +61,8 @@ void ExpectEqual(const ShardCheckpoint& x, const ShardCheckpoint& y) {
   EXPECT_EQ(x.optimizer, y.optimizer);
   EXPECT_EQ(x.policy, y.policy);
   EXPECT_EQ(x.step, y.step);
+  EXPECT_EQ(x.world_size, y.world_size);
+  EXPECT_EQ(x.buffers, y.buffers);
   ASSERT_EQ(x.chunks.size(), y.chunks.size());
   for (size_t i = 0; i < x.chunks.size(); ++i) {
     const ChunkCheckpoint &a = x.chunks[i], &b = y.chunks[i];
@@ -81,6 +83,22 @@ TEST(CheckpointFormatTest, RoundTripsEveryField) {
   auto back = ParseCheckpoint(*bytes);
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectEqual(*back, Sample(40));
+}
+
+TEST(CheckpointFormatTest, RoundTripsARingCheckpointWithBuffers) {
+  ShardCheckpoint ring = Sample(60);
+  ring.policy = "allreduce";
+  ring.world_size = 2;
+  ring.buffers = {0.5f, 1.5f, -0.25f, 4.0f};
+  auto bytes = SerializeCheckpoint(ring);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto back = ParseCheckpoint(*bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectEqual(*back, ring);
+  // The buffers are under the checksum too.
+  std::string flipped = *bytes;
+  flipped[flipped.size() - 2] ^= 0x40;
+  EXPECT_EQ(ParseCheckpoint(flipped).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(CheckpointFormatTest, EveryTruncationIsAnErrorNotACrash) {

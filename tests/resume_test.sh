@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# master mode: rank 0's reducer saves a checkpoint every --save_every steps; after every
-# worker is killed (kill -9), the job restarted with --resume continues from the newest one
-# and ends with weights bit-identical to the uninterrupted run (the data order is a function
-# of the step). Without --resume, a --save_dir holding checkpoints is refused.
+# resume_test.sh [MODE]: MODE master (default) or allreduce. Rank 0 saves a checkpoint every
+# --save_every steps (master: its reducer's shard; allreduce: the weights, the ring's sharded
+# optimizer state gathered from every rank, and the step); after every worker is killed
+# (kill -9), the job restarted with --resume continues from the newest one and ends with
+# weights bit-identical to the uninterrupted run (the data order is a function of the step).
+# Without --resume, a --save_dir holding checkpoints is refused; with it, an empty one is.
 source "$(dirname "$0")/testlib.sh"
 need_data
+mode=${1:-master}
+case $mode in
+  master) subdir=master ;;
+  allreduce) subdir=ring ;;
+  *) die "unknown mode '$mode'" ;;
+esac
 
-flags=(--mode=master --world_size=2 --model=lenet --epochs=2 --batch_size=32 --threads=1
-       --max_steps_per_epoch=50 --test_subset=300 --seed=5 --lr=0.05 --momentum=0.9
-       --master_addr=127.0.0.1 --advertise_host=127.0.0.1 --bind_address=127.0.0.1
-       --step_timeout=20s --data_dir="$DATA_DIR")
+common=(--mode="$mode" --world_size=2 --epochs=2 --threads=1 --seed=5 --lr=0.05 --momentum=0.9
+        --master_addr=127.0.0.1 --advertise_host=127.0.0.1 --bind_address=127.0.0.1
+        --step_timeout=20s --data_dir="$DATA_DIR")
+flags=("${common[@]}" --model=lenet --batch_size=32 --max_steps_per_epoch=50 --test_subset=300)
 
 # run NAME [EXTRA FLAGS...]: starts ranks 0 and 1; sets W0 W1.
 run() {
@@ -34,10 +42,9 @@ wait $W1 || die "reference rank 1 failed"
 
 save=(--save_dir="$SCRATCH/saves" --save_every=10 --save_model="$SCRATCH/resumed.safetensors")
 run resumed "${save[@]}"
-want="$SCRATCH/saves/master/shard-0-step-000000000060.safetensors"
+want="$SCRATCH/saves/$subdir/shard-0-step-000000000060.safetensors"
 for _ in $(seq 1200); do [[ -f "$want" ]] && break; sleep 0.05; done
-[[ -f "$want" ]] || die "no checkpoint of step 60: $(ls "$SCRATCH/saves/master" 2>&1)"
-sleep 0.2
+[[ -f "$want" ]] || die "no checkpoint of step 60: $(ls "$SCRATCH/saves/$subdir" 2>&1)"
 kill -KILL $W0 $W1
 wait $W0 $W1 2>/dev/null || true
 echo "killed both workers after the checkpoint of step 60 (epoch 2)"
@@ -48,13 +55,42 @@ rc=$?
 set -e
 ((rc != 0)) || die "a --save_dir with checkpoints was reused without --resume"
 grep -q "pass --resume" "$SCRATCH/refused.w0.log" || die "unclear: $(tail -n 2 "$SCRATCH/refused.w0.log")"
+set +e
+"$GPU_WORKER" --rank=0 --master_port=0 "${flags[@]}" --save_dir="$SCRATCH/empty" --resume \
+  >"$SCRATCH/empty.w0.log" 2>&1
+rc=$?
+set -e
+((rc != 0)) || die "--resume with no checkpoint was accepted"
+grep -q "holds no checkpoint" "$SCRATCH/empty.w0.log" || die "unclear: $(tail -n 2 "$SCRATCH/empty.w0.log")"
 
 run resumed "${save[@]}" --resume
 wait $W0 || die "resumed rank 0 failed: $(tail -n 3 "$SCRATCH/resumed.w0.log")"
 wait $W1 || die "resumed rank 1 failed: $(tail -n 3 "$SCRATCH/resumed.w1.log")"
 grep -h "joins the job at step\|restored step" "$SCRATCH"/resumed.w*.log
-grep -q "rank 1 joins the job at step [1-9]" "$SCRATCH/resumed.w1.log" || die "rank 1 did not resume mid-job"
+grep -q "rank 1 joins the job at step [1-9][0-9] (" "$SCRATCH/resumed.w1.log" ||
+  die "rank 1 did not resume mid-job (steps 10-99 of 100)"
 cmp "$SCRATCH/reference.safetensors" "$SCRATCH/resumed.safetensors" ||
   die "the resumed job's weights differ from the uninterrupted run"
 echo "final weights bit-identical after a kill of every worker and --resume"
+
+if [[ $mode == allreduce ]]; then
+  # Batch norm (resnet18, tiny): the checkpoint holds every rank's running statistics. Resume
+  # from step 2 of a 3-step epoch (the ranks' statistics differ until the epoch's average),
+  # from a folder holding that checkpoint alone; final weights and statistics must match.
+  flags=("${common[@]}" --model=resnet18 --batch_size=4 --max_steps_per_epoch=3 --test_subset=8)
+  run bn_reference --save_dir="$SCRATCH/bn_saves" --save_every=2 \
+    --save_model="$SCRATCH/bn_reference.safetensors"
+  wait $W0 || die "bn reference rank 0 failed: $(tail -n 3 "$SCRATCH/bn_reference.w0.log")"
+  wait $W1 || die "bn reference rank 1 failed"
+  mkdir -p "$SCRATCH/bn_resume/ring"
+  cp "$SCRATCH/bn_saves/ring/shard-0-step-000000000002.safetensors" "$SCRATCH/bn_resume/ring/"
+  run bn_resumed --save_dir="$SCRATCH/bn_resume" --save_every=2 --resume \
+    --save_model="$SCRATCH/bn_resumed.safetensors"
+  wait $W0 || die "bn resumed rank 0 failed: $(tail -n 3 "$SCRATCH/bn_resumed.w0.log")"
+  wait $W1 || die "bn resumed rank 1 failed: $(tail -n 3 "$SCRATCH/bn_resumed.w1.log")"
+  grep -q "rank 1 joins the job at step 2" "$SCRATCH/bn_resumed.w1.log" || die "bn: no resume at step 2"
+  cmp "$SCRATCH/bn_reference.safetensors" "$SCRATCH/bn_resumed.safetensors" ||
+    die "resnet18 resumed mid-epoch differs from the uninterrupted run (batch-norm statistics?)"
+  echo "resnet18 resumed mid-epoch: weights and batch-norm statistics bit-identical"
+fi
 echo PASS

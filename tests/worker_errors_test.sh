@@ -64,6 +64,14 @@ expect_error "unreachable rank 0 (allreduce)" "cannot reach rank 0" --mode=allre
   --connect_timeout=2s --data_dir="$DATA_DIR"
 expect_error "bind address not numeric" "bind address 'localhost' is not a numeric IPv4 address" \
   --mode=allreduce --lr=0.1 --bind_address=localhost --data_dir="$DATA_DIR"
+expect_error "--save_every without --save_dir (allreduce)" "--save_every and --resume need a --save_dir" \
+  --mode=allreduce --lr=0.1 --save_every=5 --data_dir="$DATA_DIR"
+expect_error "--resume with no checkpoint (allreduce)" "--resume: .* holds no checkpoint to resume from" \
+  --mode=allreduce --lr=0.1 --save_dir="$SCRATCH/no_saves" --resume --data_dir="$DATA_DIR"
+expect_error "--save_dir with the replicas' optimizer" "--save_dir: in allreduce mode needs the ring's sharded optimizer" \
+  --mode=allreduce --lr=0.1 --sharded_optimizer=false --save_dir="$SCRATCH/saves" --data_dir="$DATA_DIR"
+expect_error "--save_dir in ps mode" "--save_dir: is for master and allreduce mode" \
+  --ps=127.0.0.1:1 --save_dir="$SCRATCH/saves" --data_dir="$DATA_DIR"
 MASTER_PORT=$dead_port expect_error "unreachable master (env)" "cannot reach parameter-server" \
   --mode=master --rank=1 --world_size=2 --lr=0.1 --connect_timeout=2s --data_dir="$DATA_DIR"
 

@@ -39,6 +39,7 @@
 #include "worker/gpu_backend.h"
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
+#include "worker/ring_checkpoints.h"
 #include "worker/thread_plan.h"
 #include "worker/trainer.h"
 #include "worker/worker_telemetry.h"
@@ -135,14 +136,17 @@ ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Seconds(60),
           "checkpoint (ps_server --checkpoint_dir) is then rejoined: every worker goes back to "
           "the step it resumed at. 0: fail at once.");
 ABSL_FLAG(std::string, save_dir, "",
-          "master mode: rank 0's reducer writes a checkpoint (weights, optimizer state, step) "
-          "there every --save_every steps; a job restarted with --resume continues from the "
-          "newest one with the data order of the uninterrupted run. (ps mode: ps_server "
-          "--checkpoint_dir.)");
-ABSL_FLAG(int64_t, save_every, 0, "master mode: steps between checkpoints in --save_dir.");
+          "master mode, and allreduce mode with the sharded optimizer (the CPU default): rank "
+          "0 writes a checkpoint (weights, the whole optimizer state, step; batch-norm "
+          "statistics of every rank in allreduce mode) to DIR/master or DIR/ring every "
+          "--save_every steps; a job restarted with --resume continues from the newest one "
+          "with the data order of the uninterrupted run. Pass the same --save_dir, "
+          "--save_every and --resume to every rank. (ps mode: ps_server --checkpoint_dir.)");
+ABSL_FLAG(int64_t, save_every, 0, "master/allreduce: steps between checkpoints in --save_dir.");
 ABSL_FLAG(bool, resume, false,
-          "master mode: continue from the newest checkpoint in --save_dir (without it, a "
-          "--save_dir that holds checkpoints is refused, so two jobs never mix).");
+          "master/allreduce: continue from the newest checkpoint in --save_dir (without it, a "
+          "--save_dir that holds checkpoints is refused, so two jobs never mix; with it, one "
+          "that holds none is refused).");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Minutes(10),
           "Client deadline of one push-pull; keep it above the servers' --step_timeout.");
 
@@ -251,6 +255,9 @@ struct Sync {
   std::unique_ptr<AllReduceGroup> group;     // allreduce mode: peers and rendezvous.
   OwnedStepSync sync;
   std::string description;
+  PosixFileSystem fs;                        // Of `saves`.
+  std::unique_ptr<RingCheckpointer> saves;   // allreduce mode with --save_dir.
+  bool resume = false;                       // --resume, with `saves`.
 };
 
 // --lr, --momentum, --weight_decay and common/optimizer_flags.h's flags, validated.
@@ -268,32 +275,54 @@ absl::Status ReportMasterPort(int port) {
   return path.empty() ? absl::OkStatus() : WritePortFile(path, port);
 }
 
-// master mode: the reducer's checkpoints (--save_dir, --save_every, --resume).
-absl::Status ConfigureSaves(ParameterShardOptions& shard) {
+// --save_dir, --save_every and --resume, validated: where rank 0 keeps the checkpoints
+// (--save_dir/`subdir`) and how often; none without --save_dir. On rank 0 (`check_dir`), a
+// directory that holds checkpoints is refused without --resume, one that holds none with it.
+struct SavePlan {
+  std::string dir;
+  int64_t every = 0;
+  bool resume = false;
+};
+absl::StatusOr<std::optional<SavePlan>> SavesFromFlags(absl::string_view subdir, bool check_dir) {
   const std::string dir = absl::GetFlag(FLAGS_save_dir);
-  const int64_t every = absl::GetFlag(FLAGS_save_every);
+  SavePlan plan;
+  plan.every = absl::GetFlag(FLAGS_save_every);
+  plan.resume = absl::GetFlag(FLAGS_resume);
   if (dir.empty()) {
-    if (every != 0 || absl::GetFlag(FLAGS_resume)) {
+    if (plan.every != 0 || plan.resume) {
       return WithFlag("save_dir", absl::InvalidArgumentError(
                                       "--save_every and --resume need a --save_dir"));
     }
-    return absl::OkStatus();
+    return std::nullopt;
   }
-  if (every < 0) return WithFlag("save_every", absl::InvalidArgumentError("must be >= 0"));
-  shard.checkpoints.dir = dir + "/master";
-  shard.checkpoints.every = every;
-  if (!absl::GetFlag(FLAGS_resume)) {
-    PosixFileSystem fs;
-    auto names = fs.ListDir(shard.checkpoints.dir);
-    if (names.ok() && std::any_of(names->begin(), names->end(), [](const std::string& n) {
-          return absl::EndsWith(n, ".safetensors");
-        })) {
-      return WithFlag("save_dir", absl::FailedPreconditionError(absl::StrCat(
-                                      "'", shard.checkpoints.dir,
-                                      "' holds checkpoints of an earlier run: pass --resume to "
-                                      "continue it, or choose another --save_dir")));
-    }
+  if (plan.every < 0) return WithFlag("save_every", absl::InvalidArgumentError("must be >= 0"));
+  plan.dir = absl::StrCat(dir, "/", subdir);
+  if (!check_dir) return plan;
+  PosixFileSystem fs;
+  auto names = fs.ListDir(plan.dir);
+  const bool used = names.ok() && std::any_of(names->begin(), names->end(), [](const auto& n) {
+                      return absl::EndsWith(n, ".safetensors");
+                    });
+  if (used && !plan.resume) {
+    return WithFlag("save_dir", absl::FailedPreconditionError(absl::StrCat(
+                                    "'", plan.dir,
+                                    "' holds checkpoints of an earlier run: pass --resume to "
+                                    "continue it, or choose another --save_dir")));
   }
+  if (!used && plan.resume) {
+    return WithFlag("resume", absl::NotFoundError(absl::StrCat(
+                                  "'", plan.dir, "' holds no checkpoint to resume from")));
+  }
+  return plan;
+}
+
+// master mode: the reducer's checkpoints.
+absl::Status ConfigureSaves(ParameterShardOptions& shard) {
+  auto plan = SavesFromFlags("master", /*check_dir=*/true);
+  if (!plan.ok()) return plan.status();
+  if (!plan->has_value()) return absl::OkStatus();
+  shard.checkpoints.dir = (*plan)->dir;
+  shard.checkpoints.every = (*plan)->every;
   return absl::OkStatus();
 }
 
@@ -336,9 +365,10 @@ PsClientOptions ClientOptions(const SyncSetup& setup, std::vector<std::string> a
 }
 
 absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
-  if (setup.mode != "master" && !absl::GetFlag(FLAGS_save_dir).empty()) {
+  if (setup.mode == "ps" && !absl::GetFlag(FLAGS_save_dir).empty()) {
     return WithFlag("save_dir", absl::InvalidArgumentError(
-                                    "is for master mode (ps mode: ps_server --checkpoint_dir)"));
+                                    "is for master and allreduce mode (ps mode: ps_server "
+                                    "--checkpoint_dir)"));
   }
   std::string master_addr = absl::GetFlag(FLAGS_master_addr);
   if (master_addr.empty()) {
@@ -395,6 +425,15 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     out.sync = std::unique_ptr<ParameterStore>(*std::move(client));
     return absl::OkStatus();
   }
+  // Before the ring forms, so that bad flags fail at once.
+  auto plan = SavesFromFlags("ring", /*check_dir=*/setup.rank == 0);
+  if (!plan.ok()) return plan.status();
+  if (setup.replicas_apply && plan->has_value()) {
+    return WithFlag("save_dir", absl::UnimplementedError(
+                                    "in allreduce mode needs the ring's sharded optimizer (the "
+                                    "CPU path, --sharded_optimizer): the replicas' own "
+                                    "optimizer state is not saved yet"));
+  }
   AllReduceGroupOptions group;
   group.job_id = absl::GetFlag(FLAGS_job_id);
   group.rank = setup.rank;
@@ -427,6 +466,21 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   store.lr_schedule = setup.lr_schedule;
   auto sharded = ShardedRingStore::Create(&out.group->link(), store);
   if (!sharded.ok()) return sharded.status();
+  if (plan->has_value()) {
+    RingCheckpointOptions saves;
+    saves.dir = (*plan)->dir;
+    saves.every = (*plan)->every;
+    saves.job_id = absl::GetFlag(FLAGS_job_id);
+    saves.rank = setup.rank;
+    saves.world_size = setup.world_size;
+    saves.tensors = setup.tensors;
+    saves.optimizer = setup.optimizer.name;
+    saves.fs = &out.fs;
+    auto checkpointer = RingCheckpointer::Create(saves, sharded->get());
+    if (!checkpointer.ok()) return WithFlag("save_dir", checkpointer.status());
+    out.saves = *std::move(checkpointer);
+    out.resume = (*plan)->resume;
+  }
   out.sync = std::unique_ptr<ParameterStore>(*std::move(sharded));
   out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size,
                                  ", optimizer sharded over the ring (each rank updates 1/",
@@ -603,6 +657,11 @@ absl::Status Run() {
   setup.metrics = &(*telemetry)->registry;
   if (auto s = MakeSync(setup, sync); !s.ok()) return WithTlsHint(s, **credentials);
   std::cout << who << ": " << sync.description << std::endl;
+  if (sync.saves != nullptr && sync.resume) {
+    std::string restored;
+    if (auto s = sync.saves->Resume(**model, &restored); !s.ok()) return WithFlag("resume", s);
+    std::cout << who << ": " << restored << std::endl;
+  }
 
   TrainerOptions options;
   options.rank = *rank;
@@ -615,6 +674,7 @@ absl::Status Run() {
   options.log_every = absl::GetFlag(FLAGS_log_every);
   WorkerTelemetry observer(&(*telemetry)->registry, (*telemetry)->trace.get());
   options.observer = &observer;
+  options.checkpointer = sync.saves.get();
   options.lr_schedule.base_lr = absl::GetFlag(FLAGS_lr);
   if (lr_schedule.has_value()) options.lr_schedule = *lr_schedule;
   std::ofstream metrics;

@@ -198,6 +198,10 @@ absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, float learn
   return outcome;
 }
 
+absl::Status AfterStep(const TrainerOptions& o, int64_t next_step, nn::Model& model) {
+  return o.checkpointer == nullptr ? absl::OkStatus() : o.checkpointer->AfterStep(next_step, model);
+}
+
 }  // namespace
 
 absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size) {
@@ -328,7 +332,10 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     }
     progress.Add(report, steps_per_epoch, total_steps);
     ++step;
-    if (step % steps_per_epoch != 0) continue;
+    if (step % steps_per_epoch != 0) {
+      if (auto s = AfterStep(o, step, model); !s.ok()) return s;
+      continue;
+    }
 
     // The end of an epoch.
     EpochMetrics m;
@@ -367,6 +374,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     h.push_back(m);
     WriteEpochLine(o, m);
     if (o.observer != nullptr) o.observer->OnEpoch(m);
+    if (auto s = AfterStep(o, step, model); !s.ok()) return s;
   }
   WriteFinalLine(o, h, absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();

@@ -46,6 +46,17 @@ class StepObserver {
   virtual void OnEpoch(const EpochMetrics& epoch) = 0;
 };
 
+// Told, on every rank, when a step is complete: after the step's update or, for the last step
+// of an epoch, after the epoch's end (batch-norm averaging, evaluation). For checkpoints
+// (gpu_worker --save_dir in all-reduce mode); called on the training thread.
+class StepCheckpointer {
+ public:
+  virtual ~StepCheckpointer() = default;
+  // `next_step`: the step to compute next (steps [0, next_step) are done). An error stops
+  // training with it.
+  virtual absl::Status AfterStep(int64_t next_step, nn::Model& model) = 0;
+};
+
 struct TrainerOptions {
   int rank = 0;
   int world_size = 1;
@@ -61,6 +72,7 @@ struct TrainerOptions {
   // the phase split and an ETA. Zero: none.
   absl::Duration log_every = absl::Seconds(10);
   StepObserver* observer = nullptr;  // Not owned; may be null.
+  StepCheckpointer* checkpointer = nullptr;  // Not owned; may be null.
   // The learning rate of each step (a pure function of it): what the model's ApplyUpdate
   // gets through a reducer, and what the metrics report (a parameter store computes the
   // same itself). base_lr <= 0: unknown here (ps mode without --lr), not reported.

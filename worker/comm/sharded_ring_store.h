@@ -32,6 +32,16 @@ struct ShardedRingStoreOptions {
   std::optional<LrScheduleOptions> lr_schedule;
 };
 
+// What a checkpoint of the ring holds beyond the weights (gpu_worker --save_dir).
+struct RingSnapshot {
+  int64_t step = 0;  // The step to compute next.
+  // Of the whole model: every rank's segment in place (momentum, Adam's moments and t).
+  OptimizerState optimizer;
+  // Every rank's batch-norm running statistics: world_size equal parts, rank r's at part
+  // RingOwnedSegment(r, world_size) (common/ring_allreduce.h). Empty for a model without any.
+  std::vector<float> rank_buffers;
+};
+
 class ShardedRingStore final : public ParameterStore {
  public:
   // `link` must outlive the store. InvalidArgument for bad optimizer or schedule options.
@@ -47,6 +57,21 @@ class ShardedRingStore final : public ParameterStore {
                                        absl::Span<float> weights) override;
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override { return ring_.stats(); }
+  int64_t resume_step() const override { return resume_step_; }
+
+  // A collective for a checkpoint: every rank calls it between the same two steps (`step`
+  // the one to compute next, >= 1, after at least one PushPull) with its own batch-norm
+  // `buffers` (equal sizes on every rank). Every rank's optimizer state and buffers are
+  // all-gathered over the ring, so every rank returns the same snapshot. Fails with the link's
+  // error, or FailedPrecondition before the first step.
+  absl::StatusOr<RingSnapshot> Snapshot(int64_t step, absl::Span<const float> buffers);
+
+  // A collective before Start, for a job resumed from a checkpoint: rank 0's `snapshot` (the
+  // other ranks' is ignored) reaches every rank, each keeps its segment's optimizer state and
+  // its own part of the buffers, and resume_step() becomes the snapshot's step. `model_size`
+  // is the number of weights, `buffers` this rank's batch-norm statistics (overwritten).
+  // InvalidArgument when rank 0's snapshot does not fit this rank's model.
+  absl::Status Resume(const RingSnapshot& snapshot, int64_t model_size, absl::Span<float> buffers);
 
  private:
   ShardedRingStore(PeerLink* link, const ShardedRingStoreOptions& options,
@@ -55,9 +80,10 @@ class ShardedRingStore final : public ParameterStore {
   PeerLink* const link_;
   const ShardedRingStoreOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
-  OptimizerState state_;       // Of the owned segment only.
-  int64_t model_size_ = -1;    // Set by the first step.
-  AllReduceSync ring_;         // Start, AverageBuffers and the byte counts.
+  OptimizerState state_;     // Of the owned segment only.
+  int64_t model_size_ = -1;  // Set by the first step (or Resume).
+  int64_t resume_step_ = 0;
+  AllReduceSync ring_;  // Start, AverageBuffers and the byte counts.
 };
 
 }  // namespace dptrain
