@@ -99,13 +99,15 @@ def step_torch(model, config, threads):
     return float(m.group(2)), float(m.group(3))
 
 
-def step_dense(model, dense):
-    """Step alone with 2+ threads: layers split over the pool, or no pool and BLAS's threads."""
+def step_variant(model, flags, threads="auto"):
+    """Step alone of ours with extra compute_benchmark flags (e.g. --dense_gemm=blas: no pool and
+    BLAS's threads; --conv=im2col: no oneDNN)."""
     out, rc, _ = rss_of(["bazel-bin/tests/bench/compute_benchmark", f"--models={model}",
-                         "--threads=auto", f"--dense_gemm={dense}"] + STEP[model])
-    m = re.search(r"^\| %s \| auto \| [^|]+\| [^|]+\| [^|]+\| ([\d.]+) \|" % model, out, re.M)
+                         f"--threads={threads}"] + flags + STEP[model])
+    m = re.search(r"^\| %s \| %s \| [^|]+\| [^|]+\| [^|]+\| ([\d.]+) \|" % (model, threads),
+                  out, re.M)
     if rc != 0 or not m:
-        raise RuntimeError(f"compute_benchmark {model} {dense}: rc {rc}\n{out[-2000:]}")
+        raise RuntimeError(f"compute_benchmark {model} {flags}: rc {rc}\n{out[-2000:]}")
     return float(m.group(1))
 
 
@@ -164,6 +166,8 @@ def main():
                    help="measure nothing: rebuild compute.md from OUT/raw.jsonl")
     p.add_argument("--dense_models", default="mlp,lenet",
                    help="models on which to time the pool split vs BLAS's threads and no pool")
+    p.add_argument("--conv_models", default="lenet,resnet18",
+                   help="models on which to time oneDNN where the rule says (auto) vs im2col only")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
@@ -218,7 +222,14 @@ def main():
         if cores > 1:
             for model in [m for m in args.dense_models.split(",") if m]:
                 for dense in ["split", "blas"]:
-                    record("dense", model, dense, step_dense(model, dense), 0)
+                    record("dense", model, dense, step_variant(model, [f"--dense_gemm={dense}"]), 0)
+        for model in [m for m in args.conv_models.split(",") if m]:
+            if model == "resnet18" and rnd > args.resnet18_rounds:
+                continue
+            for threads in ["auto", "1"]:
+                for conv in ["auto", "im2col"]:
+                    record("conv", model, f"{conv}_{threads}",
+                           step_variant(model, [f"--conv={conv}"], threads), 0)
         for model in [m for m in args.two_worker_models.split(",") if m]:
             print(f"== round {rnd}/{args.rounds}: 2 workers, {model}", file=sys.stderr)
             for mode in ["allreduce", "ps"]:
@@ -291,6 +302,19 @@ def main():
             a, am = cell("dense", model, "split")
             b, bm = cell("dense", model, "blas")
             lines.append(f"| {model} | {a} | {b} | {am / bm:.2f} |")
+        lines.append("")
+    conv = [m for m in args.conv_models.split(",") if m and ("conv", m, "auto_auto") in data]
+    if conv:
+        lines += ["## Convolutions: oneDNN where the measured rule says, or im2col + OpenBLAS only",
+                  "", "Step alone (compute_benchmark --conv=auto|im2col), images/s: auto runs "
+                  "the layers PreferOneDnn picks (worker/nn/onednn_conv.h) on oneDNN.", "",
+                  "| model | threads | auto (oneDNN where picked) | im2col only | auto / im2col |",
+                  "|---|---|---|---|---|"]
+        for model in conv:
+            for threads in ["auto", "1"]:
+                a, am = cell("conv", model, f"auto_{threads}")
+                b, bm = cell("conv", model, f"im2col_{threads}")
+                lines.append(f"| {model} | {threads} | {a} | {b} | **{am / bm:.2f}** |")
         lines.append("")
     lines.append("Raw points (with the load average at each): raw.jsonl.")
     report = "\n".join(lines) + "\n"

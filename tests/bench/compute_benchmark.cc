@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, dense_gemm, "plan",
           "How the model uses more than one thread: plan (what --threads picks, as gpu_worker), "
           "split (its layers split over the model's pool) or blas (no pool: every GEMM on "
           "BLAS's threads).");
+ABSL_FLAG(std::string, conv, "auto",
+          "How convolutions compute: auto (oneDNN where the measured rule picks it, as "
+          "gpu_worker), im2col, or onednn.");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the timed ones.");
 ABSL_FLAG(int, steps, 20, "Timed steps; the median step time is reported.");
@@ -93,6 +96,16 @@ int RunOne(const std::string& spec) {
     std::cerr << "--dense_gemm must be plan, split or blas, got '" << dense << "'\n";
     return 2;
   }
+  const std::string conv = absl::GetFlag(FLAGS_conv);
+  nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
+  if (conv == "im2col") {
+    conv_algorithm = nn::ConvAlgorithm::kIm2col;
+  } else if (conv == "onednn") {
+    conv_algorithm = nn::ConvAlgorithm::kOneDnn;
+  } else if (conv != "auto") {
+    std::cerr << "--conv must be auto, im2col or onednn, got '" << conv << "'\n";
+    return 2;
+  }
   const std::string& name = parts[0];
   const bool resnet = name == "resnet18";
   const int batch = absl::GetFlag(FLAGS_batch_size);
@@ -106,6 +119,7 @@ int RunOne(const std::string& spec) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.threads = threads;
   options.dense_gemm = plan->dense_gemm;
+  options.conv_algorithm = conv_algorithm;
   absl::StatusOr<std::unique_ptr<nn::Model>> created = nn::CreateModel(options);
   if (!created.ok()) {
     const bool unknown = absl::StrContains(created.status().message(), "unknown model");
@@ -249,7 +263,8 @@ int RunAll(const char* argv0) {
           absl::StrCat("--resnet18_steps=", absl::GetFlag(FLAGS_resnet18_steps)),
           absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
           absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-          absl::StrCat("--dense_gemm=", absl::GetFlag(FLAGS_dense_gemm))};
+          absl::StrCat("--dense_gemm=", absl::GetFlag(FLAGS_dense_gemm)),
+          absl::StrCat("--conv=", absl::GetFlag(FLAGS_conv))};
       std::string out;
       const int code = RunChild(args, out);
       if (code == kUnknownModelExit) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dnnl.hpp"
@@ -118,15 +119,20 @@ double Dnnl(const Shape& sh, int threads, int reps) {
   return best * 1e3;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // Optional argument: only the shapes whose name contains it.
+  const std::string only = argc > 1 ? argv[1] : "";
   const Shape shapes[] = {{"lenet conv1 1->6 5x5 p2 @28", 256, 1, 28, 6, 5, 1, 2},
                           {"lenet conv2 6->16 5x5 @14", 256, 6, 14, 16, 5, 1, 0},
                           {"resnet 1->64 3x3 @28", 256, 1, 28, 64, 3, 1, 1},
                           {"resnet 64->64 3x3 @28", 256, 64, 28, 64, 3, 1, 1},
+                          {"resnet 64->128 3x3 s2 @28", 256, 64, 28, 128, 3, 2, 1},
+                          {"resnet 64->128 1x1 s2 @28", 256, 64, 28, 128, 1, 2, 0},
                           {"resnet 128->128 3x3 @14", 256, 128, 14, 128, 3, 1, 1},
                           {"resnet 256->256 3x3 @7", 256, 256, 7, 256, 3, 1, 1},
                           {"resnet 512->512 3x3 @4", 256, 512, 4, 512, 3, 1, 1}};
   for (const Shape& s : shapes) {
+    if (std::string(s.name).find(only) == std::string::npos) continue;
     const int reps = s.c >= 64 ? 2 : 5;
     for (int t : {1, 2}) {
       const double a = Ours(s, t, reps), b = Dnnl(s, t, reps);

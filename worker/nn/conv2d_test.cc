@@ -150,20 +150,21 @@ TEST(Conv2dOneDnnTest, OnAPoolMatchesIm2colAndRepeatsBitIdentically) {
   }
 }
 
-// The measured rule (tests/bench:conv_dnnl_probe): oneDNN for ResNet-18's first stage on 1 and
-// 2 threads and for LeNet's second layer on 1; im2col for one input channel, the deeper stages
-// and strided layers.
+// The measured rule (tests/bench:conv_dnnl_probe): oneDNN for kernels larger than 1x1 on 6+
+// input channels (but not the 4x4 stage on one thread); im2col for one input channel and 1x1.
 TEST(Conv2dOneDnnTest, PreferOneDnnFollowsTheMeasuredRule) {
-  const Conv2dOptions stage1 = Conv2dOptions::Square(64, 64, 3, 1, 1);
-  EXPECT_TRUE(PreferOneDnn(stage1, {64, 28, 28}, 1));
-  EXPECT_TRUE(PreferOneDnn(stage1, {64, 28, 28}, 2));
-  const Conv2dOptions lenet2 = Conv2dOptions::Square(6, 16, 5);
-  EXPECT_TRUE(PreferOneDnn(lenet2, {6, 14, 14}, 1));
-  EXPECT_FALSE(PreferOneDnn(lenet2, {6, 14, 14}, 2));
-  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 6, 5, 1, 2), {1, 28, 28}, 1));
-  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 64, 3, 1, 1), {1, 28, 28}, 2));
-  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(128, 128, 3, 1, 1), {128, 14, 14}, 2));
-  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(64, 128, 3, 2, 1), {64, 28, 28}, 2));
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(64, 64, 3, 1, 1), {64, 28, 28}, threads));
+    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(64, 128, 3, 2, 1), {64, 28, 28}, threads));
+    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(6, 16, 5), {6, 14, 14}, threads));
+    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(256, 256, 3, 1, 1), {256, 7, 7}, threads));
+    EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 6, 5, 1, 2), {1, 28, 28}, threads));
+    EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 64, 3, 1, 1), {1, 28, 28}, threads));
+    EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(64, 128, 1, 2), {64, 28, 28}, threads));
+  }
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(512, 512, 3, 1, 1), {512, 4, 4}, 1));
+  EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(512, 512, 3, 1, 1), {512, 4, 4}, 2));
 }
 
 // Without a pool, kAuto stays on im2col (oneDNN's scratch would be the layer's own).

@@ -23,12 +23,12 @@ namespace nn {
 
 struct Conv2dOptions;  // conv2d.h
 
-// The measured rule for kAuto, for a layer with a pool of `threads` threads: oneDNN for layers
-// with 6 to 64 input channels, an output of at least 10x10 and stride 1 (ResNet-18's first
-// stage, 64->64 3x3 at 28x28: 1.3x on 1 and 2 threads; LeNet's second layer, 6->16 5x5 at
-// 14x14: 1.3x on 1 thread); im2col + OpenBLAS elsewhere (a single input channel, and the deeper
-// stages with 128+ channels on small images, where oneDNN was level or slower). LeNet's second
-// layer on 2 threads only if the probe says so (see the .cc).
+// The measured rule for kAuto, for a layer with a pool of `threads` threads
+// (tests/bench:conv_dnnl_probe on 2 cores, batch 256, forward + both backward passes, the
+// reorders counted; README): oneDNN for kernels larger than 1x1 with 6 or more input channels
+// (LeNet's second layer 1.3-1.4x; ResNet-18's 3x3 layers 0.98-1.19x on 2 threads, 1.05-1.10x
+// on 1 except the 4x4 stage, 0.90x); im2col + OpenBLAS for a single input channel (the first
+// layers, 0.3-0.5x), for 1x1 kernels (0.75x) and for outputs smaller than 7x7 on one thread.
 bool PreferOneDnn(const Conv2dOptions& o, const Dims& in, int threads);
 
 class OneDnnConv {
