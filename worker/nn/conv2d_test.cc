@@ -150,21 +150,19 @@ TEST(Conv2dOneDnnTest, OnAPoolMatchesIm2colAndRepeatsBitIdentically) {
   }
 }
 
-// The measured rule (tests/bench:conv_dnnl_probe): oneDNN for kernels larger than 1x1 on 6+
-// input channels (but not the 4x4 stage on one thread); im2col for one input channel and 1x1.
+// The measured rule (onednn_conv.h): on one thread oneDNN for kernels larger than 1x1 on 6+
+// input channels and outputs of 7x7 or more; im2col for the rest and on more threads.
 TEST(Conv2dOneDnnTest, PreferOneDnnFollowsTheMeasuredRule) {
-  for (int threads : {1, 2}) {
-    SCOPED_TRACE(threads);
-    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(64, 64, 3, 1, 1), {64, 28, 28}, threads));
-    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(64, 128, 3, 2, 1), {64, 28, 28}, threads));
-    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(6, 16, 5), {6, 14, 14}, threads));
-    EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(256, 256, 3, 1, 1), {256, 7, 7}, threads));
-    EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 6, 5, 1, 2), {1, 28, 28}, threads));
-    EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 64, 3, 1, 1), {1, 28, 28}, threads));
-    EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(64, 128, 1, 2), {64, 28, 28}, threads));
-  }
+  EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(64, 64, 3, 1, 1), {64, 28, 28}, 1));
+  EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(64, 128, 3, 2, 1), {64, 28, 28}, 1));
+  EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(6, 16, 5), {6, 14, 14}, 1));
+  EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(256, 256, 3, 1, 1), {256, 7, 7}, 1));
   EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(512, 512, 3, 1, 1), {512, 4, 4}, 1));
-  EXPECT_TRUE(PreferOneDnn(Conv2dOptions::Square(512, 512, 3, 1, 1), {512, 4, 4}, 2));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 6, 5, 1, 2), {1, 28, 28}, 1));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(1, 64, 3, 1, 1), {1, 28, 28}, 1));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(64, 128, 1, 2), {64, 28, 28}, 1));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(64, 64, 3, 1, 1), {64, 28, 28}, 2));
+  EXPECT_FALSE(PreferOneDnn(Conv2dOptions::Square(6, 16, 5), {6, 14, 14}, 2));
 }
 
 // Without a pool, kAuto stays on im2col (oneDNN's scratch would be the layer's own).

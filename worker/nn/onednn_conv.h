@@ -24,11 +24,14 @@ namespace nn {
 struct Conv2dOptions;  // conv2d.h
 
 // The measured rule for kAuto, for a layer with a pool of `threads` threads
-// (tests/bench:conv_dnnl_probe on 2 cores, batch 256, forward + both backward passes, the
-// reorders counted; README): oneDNN for kernels larger than 1x1 with 6 or more input channels
-// (LeNet's second layer 1.3-1.4x; ResNet-18's 3x3 layers 0.98-1.19x on 2 threads, 1.05-1.10x
-// on 1 except the 4x4 stage, 0.90x); im2col + OpenBLAS for a single input channel (the first
-// layers, 0.3-0.5x), for 1x1 kernels (0.75x) and for outputs smaller than 7x7 on one thread.
+// (tests/bench:conv_dnnl_probe per layer, batch 256, forward + both backward passes, reorders
+// counted; compute_head_to_head.py's auto-vs-im2col step for the whole model; README): on one
+// thread, oneDNN for kernels larger than 1x1 with 6 or more input channels and outputs of 7x7
+// or more (LeNet's second layer 1.4x, ResNet-18's 3x3 layers 1.05-1.10x; the models' steps
+// 1.05-1.25x); im2col + OpenBLAS for a single input channel (0.3-0.5x), 1x1 kernels (0.75x),
+// the 4x4 stage (0.90x), and for every layer on more than one thread (per layer oneDNN was
+// level or ahead, but the whole step was level on ResNet-18 and 0.77-0.94x on LeNet: its
+// OpenMP team spins after each call while the pool's threads run the next layer).
 bool PreferOneDnn(const Conv2dOptions& o, const Dims& in, int threads);
 
 class OneDnnConv {
