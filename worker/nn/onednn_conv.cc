@@ -16,8 +16,7 @@ namespace nn {
 bool PreferOneDnn(const Conv2dOptions& o, const Dims& in, int threads) {
   const int oh = (in.h + 2 * o.pad_h - o.kernel_h) / o.stride_h + 1;
   const int ow = (in.w + 2 * o.pad_w - o.kernel_w) / o.stride_w + 1;
-  // On more than one thread the whole model was level (ResNet-18) or slower (LeNet): oneDNN's
-  // OpenMP team spins after each call while the pool's threads run the next layer.
+  // On more than one thread the whole step was not ahead (see the header).
   if (threads > 1) return false;
   // One input channel (LeNet's and ResNet-18's first layers: 0.3-0.5x), 1x1 kernels
   // (ResNet-18's strided shortcuts: 0.75x) and the 4x4 stage (0.90x) stay on im2col.

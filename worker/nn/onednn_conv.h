@@ -30,8 +30,9 @@ struct Conv2dOptions;  // conv2d.h
 // or more (LeNet's second layer 1.4x, ResNet-18's 3x3 layers 1.05-1.10x; the models' steps
 // 1.05-1.25x); im2col + OpenBLAS for a single input channel (0.3-0.5x), 1x1 kernels (0.75x),
 // the 4x4 stage (0.90x), and for every layer on more than one thread (per layer oneDNN was
-// level or ahead, but the whole step was level on ResNet-18 and 0.77-0.94x on LeNet: its
-// OpenMP team spins after each call while the pool's threads run the next layer).
+// level or ahead, but the whole step was not ahead, within the machine's noise: ResNet-18
+// 0.89-1.12x, LeNet 0.77-1.00x; likely oneDNN's OpenMP team spinning after each call while the
+// pool's threads run the next layer).
 bool PreferOneDnn(const Conv2dOptions& o, const Dims& in, int threads);
 
 class OneDnnConv {
