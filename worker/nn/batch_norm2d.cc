@@ -52,6 +52,27 @@ void CenteredSums(const T* x, const T* dy, int64_t n, T mean, T* sq, T* dot) {
 
 }  // namespace
 
+// Runs fn(c0, c1) over blocks of channels that cover [0, c_), split over the pool. A block holds
+// as many channels as fit kBlockBytes of input (`count` = N*H*W elements per channel; at least
+// one): each pass then reads one contiguous run per sample instead of one short plane per
+// channel (ResNet-18's 512@4x4 stage: 64-byte planes 32 KiB apart), and the block stays in cache
+// between the passes.
+template <typename T>
+template <typename Fn>
+void BatchNorm2d<T>::ForEachChannelBlock(int64_t count, Fn&& fn) {
+  constexpr int64_t kBlockBytes = int64_t{256} << 10;
+  const int64_t per_block =
+      std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, count * int64_t{sizeof(T)}));
+  ParallelFor(
+      pool_, c_,
+      [&](int64_t c0, int64_t c1, int) {
+        for (int64_t b = c0; b < c1; b += per_block) {
+          fn(static_cast<int>(b), static_cast<int>(std::min(c1, b + per_block)));
+        }
+      },
+      count * c_ >= kMinParallelElements ? 2 : c_ + 1);
+}
+
 template <typename T>
 std::string BatchNorm2d<T>::ToString() const {
   return absl::StrCat("BatchNorm2d(", c_, ", eps=1e-05, momentum=0.1, affine=True, ",
@@ -116,43 +137,52 @@ void BatchNorm2d<T>::ForwardInto(TensorRef<T> input, bool training, T* y) {
   const int64_t count = batch * plane;
   mean_.resize(c_);
   inv_std_.resize(c_);
-  auto channel = [&](int c) {
-    double mean, var;
+  // One block of channels [c0, c1): the statistics, then the output, sample by sample (each
+  // channel's sums in the order of one channel at a time: results do not depend on the block).
+  auto block = [&](int c0, int c1) {
+    const int nc = c1 - c0;
+    auto at = [&](int n, int c) { return (int64_t{n} * c_ + c) * plane; };
     if (training) {
-      double sum = 0;
-      for (int n = 0; n < batch; ++n) sum += Sum(input.data + (int64_t{n} * c_ + c) * plane, plane);
-      mean = sum / count;
-      double sq = 0;
+      std::vector<double> sum(nc, 0.0), sq(nc, 0.0);
       for (int n = 0; n < batch; ++n) {
-        T s, unused;
-        CenteredSums<T>(input.data + (int64_t{n} * c_ + c) * plane, nullptr, plane, T(mean), &s,
-                        &unused);
-        sq += s;
+        for (int c = c0; c < c1; ++c) sum[c - c0] += Sum(input.data + at(n, c), plane);
       }
-      var = sq / count;
-      const double unbiased = count > 1 ? sq / (count - 1) : var;
-      running_mean_[c] = T((1 - kMomentum) * running_mean_[c] + kMomentum * mean);
-      running_var_[c] = T((1 - kMomentum) * running_var_[c] + kMomentum * unbiased);
+      for (int c = c0; c < c1; ++c) mean_[c] = sum[c - c0] / count;
+      for (int n = 0; n < batch; ++n) {
+        for (int c = c0; c < c1; ++c) {
+          T s, unused;
+          CenteredSums<T>(input.data + at(n, c), nullptr, plane, T(mean_[c]), &s, &unused);
+          sq[c - c0] += s;
+        }
+      }
+      for (int c = c0; c < c1; ++c) {
+        const double var = sq[c - c0] / count;
+        const double unbiased = count > 1 ? sq[c - c0] / (count - 1) : var;
+        running_mean_[c] = T((1 - kMomentum) * running_mean_[c] + kMomentum * mean_[c]);
+        running_var_[c] = T((1 - kMomentum) * running_var_[c] + kMomentum * unbiased);
+        inv_std_[c] = 1.0 / std::sqrt(var + kEps);
+      }
     } else {
-      mean = running_mean_[c];
-      var = running_var_[c];
+      for (int c = c0; c < c1; ++c) {
+        mean_[c] = running_mean_[c];
+        inv_std_[c] = 1.0 / std::sqrt(double{running_var_[c]} + kEps);
+      }
     }
-    mean_[c] = mean;
-    inv_std_[c] = 1.0 / std::sqrt(var + kEps);
-    const T scale = T(weight_[c] * inv_std_[c]);
-    const T shift = T(bias_[c] - mean * weight_[c] * inv_std_[c]);
+    std::vector<T> scale(nc), shift(nc);
+    for (int c = c0; c < c1; ++c) {
+      scale[c - c0] = T(weight_[c] * inv_std_[c]);
+      shift[c - c0] = T(bias_[c] - mean_[c] * weight_[c] * inv_std_[c]);
+    }
     for (int n = 0; n < batch; ++n) {
-      const T* __restrict x = input.data + (int64_t{n} * c_ + c) * plane;
-      T* __restrict out = y + (int64_t{n} * c_ + c) * plane;
-      for (int64_t i = 0; i < plane; ++i) out[i] = x[i] * scale + shift;
+      for (int c = c0; c < c1; ++c) {
+        const T* __restrict x = input.data + at(n, c);
+        T* __restrict out = y + at(n, c);
+        const T a = scale[c - c0], b = shift[c - c0];
+        for (int64_t i = 0; i < plane; ++i) out[i] = x[i] * a + b;
+      }
     }
   };
-  ParallelFor(
-      pool_, c_,
-      [&](int64_t c0, int64_t c1, int) {
-        for (int64_t c = c0; c < c1; ++c) channel(static_cast<int>(c));
-      },
-      count * c_ >= kMinParallelElements ? 2 : c_ + 1);
+  ForEachChannelBlock(count, [&](int c0, int c1) { block(c0, c1); });
   if (training) *num_batches_tracked_ += T(1);
 }
 
@@ -172,41 +202,45 @@ void BatchNorm2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
   const int batch = grad_output.batch;
   const int64_t plane = int64_t{input_.dims.h} * input_.dims.w;
   const int64_t count = batch * plane;
-  auto channel = [&](int c) {
+  // One block of channels [c0, c1), as in ForwardInto.
+  auto block = [&](int c0, int c1) {
+    const int nc = c1 - c0;
+    auto at = [&](int n, int c) { return (int64_t{n} * c_ + c) * plane; };
     // d(bias) = sum(dy); d(weight) = sum(dy * xhat) with xhat = (x - mean) * inv_std.
-    double sum_dy = 0, sum_dy_xc = 0;
+    std::vector<double> sum_dy(nc, 0.0), sum_dy_xc(nc, 0.0);
     for (int n = 0; n < batch; ++n) {
-      const int64_t at = (int64_t{n} * c_ + c) * plane;
-      sum_dy += Sum(grad_output.data + at, plane);
-      T unused, dot;
-      CenteredSums<T>(input_.data + at, grad_output.data + at, plane, T(mean_[c]), &unused, &dot);
-      sum_dy_xc += dot;
+      for (int c = c0; c < c1; ++c) {
+        sum_dy[c - c0] += Sum(grad_output.data + at(n, c), plane);
+        T unused, dot;
+        CenteredSums<T>(input_.data + at(n, c), grad_output.data + at(n, c), plane, T(mean_[c]),
+                        &unused, &dot);
+        sum_dy_xc[c - c0] += dot;
+      }
     }
-    const double inv_std = inv_std_[c];
-    grad_bias_[c] = T(sum_dy);
-    grad_weight_[c] = T(sum_dy_xc * inv_std);
-    if (dx == nullptr) return;
     // Training: dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)); the batch
     // statistics depend on x. Evaluation: dx = gamma * inv_std * dy.
-    const double k = weight_[c] * inv_std;
-    const T a = T(k);
-    const T b = training_ ? T(-k * inv_std * inv_std * sum_dy_xc / count) : T(0);
-    const T mean = T(mean_[c]);
-    const T shift = training_ ? T(-k * sum_dy / count) : T(0);
+    std::vector<T> a(nc), b(nc), shift(nc);
+    for (int c = c0; c < c1; ++c) {
+      const double inv_std = inv_std_[c];
+      grad_bias_[c] = T(sum_dy[c - c0]);
+      grad_weight_[c] = T(sum_dy_xc[c - c0] * inv_std);
+      const double k = weight_[c] * inv_std;
+      a[c - c0] = T(k);
+      b[c - c0] = training_ ? T(-k * inv_std * inv_std * sum_dy_xc[c - c0] / count) : T(0);
+      shift[c - c0] = training_ ? T(-k * sum_dy[c - c0] / count) : T(0);
+    }
+    if (dx == nullptr) return;
     for (int n = 0; n < batch; ++n) {
-      const int64_t at = (int64_t{n} * c_ + c) * plane;
-      const T* __restrict dy = grad_output.data + at;
-      const T* __restrict x = input_.data + at;
-      T* __restrict out = dx + at;
-      for (int64_t i = 0; i < plane; ++i) out[i] = a * dy[i] + b * (x[i] - mean) + shift;
+      for (int c = c0; c < c1; ++c) {
+        const T* __restrict dy = grad_output.data + at(n, c);
+        const T* __restrict x = input_.data + at(n, c);
+        T* __restrict out = dx + at(n, c);
+        const T ac = a[c - c0], bc = b[c - c0], sc = shift[c - c0], mean = T(mean_[c]);
+        for (int64_t i = 0; i < plane; ++i) out[i] = ac * dy[i] + bc * (x[i] - mean) + sc;
+      }
     }
   };
-  ParallelFor(
-      pool_, c_,
-      [&](int64_t c0, int64_t c1, int) {
-        for (int64_t c = c0; c < c1; ++c) channel(static_cast<int>(c));
-      },
-      count * c_ >= kMinParallelElements ? 2 : c_ + 1);
+  ForEachChannelBlock(count, [&](int c0, int c1) { block(c0, c1); });
 }
 
 template class BatchNorm2d<float>;

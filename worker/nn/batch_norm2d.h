@@ -53,6 +53,9 @@ class BatchNorm2d final : public Layer<T> {
   void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
 
  private:
+  template <typename Fn>
+  void ForEachChannelBlock(int64_t count, Fn&& fn);
+
   const int c_;
   const T* weight_ = nullptr;
   const T* bias_ = nullptr;
