@@ -31,8 +31,8 @@ struct Conv2dOptions;  // conv2d.h
 // 1.05-1.25x); im2col + OpenBLAS for a single input channel (0.3-0.5x), 1x1 kernels (0.75x),
 // the 4x4 stage (0.90x), and for every layer on more than one thread (per layer oneDNN was
 // level or ahead, but the whole step was not ahead, within the machine's noise: ResNet-18
-// 0.89-1.12x, LeNet 0.77-1.00x; likely oneDNN's OpenMP team spinning after each call while the
-// pool's threads run the next layer).
+// 0.89-1.12x, LeNet 0.77-1.00x; not OpenMP's spin-wait: OMP_WAIT_POLICY=passive made it no
+// faster, tools/omp_wait_probe.sh).
 bool PreferOneDnn(const Conv2dOptions& o, const Dims& in, int threads);
 
 class OneDnnConv {
