@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# resume_test.sh [MODE]: MODE master (default) or allreduce. Rank 0 saves a checkpoint every
-# --save_every steps (master: its reducer's shard; allreduce: the weights, the ring's sharded
-# optimizer state gathered from every rank, and the step); after every worker is killed
+# resume_test.sh [MODE]: MODE master (default), allreduce or allreduce_replicas. Rank 0 saves a
+# checkpoint every --save_every steps (master: its reducer's shard; allreduce: the weights, the
+# ring's sharded optimizer state gathered from every rank, and the step; allreduce_replicas,
+# --sharded_optimizer=false: the optimizer state rank 0's replica applied itself, the same on
+# every rank); after every worker is killed
 # (kill -9), the job restarted with --resume continues from the newest one and ends with
 # weights bit-identical to the uninterrupted run (the data order is a function of the step).
 # Without --resume, a --save_dir holding checkpoints is refused; with it, an empty one is.
 source "$(dirname "$0")/testlib.sh"
 need_data
 mode=${1:-master}
+extra=()
 case $mode in
   master) subdir=master ;;
   allreduce) subdir=ring ;;
+  allreduce_replicas) subdir=ring; mode=allreduce; extra=(--sharded_optimizer=false) ;;
   *) die "unknown mode '$mode'" ;;
 esac
 
-common=(--mode="$mode" --world_size=2 --epochs=2 --threads=1 --seed=5 --lr=0.05 --momentum=0.9
+common=("${extra[@]}" --mode="$mode" --world_size=2 --epochs=2 --threads=1 --seed=5 --lr=0.05 --momentum=0.9
         --master_addr=127.0.0.1 --advertise_host=127.0.0.1 --bind_address=127.0.0.1
         --step_timeout=20s --data_dir="$DATA_DIR")
 flags=("${common[@]}" --model=lenet --batch_size=32 --max_steps_per_epoch=50 --test_subset=300)

@@ -68,8 +68,6 @@ expect_error "--save_every without --save_dir (allreduce)" "--save_every and --r
   --mode=allreduce --lr=0.1 --save_every=5 --data_dir="$DATA_DIR"
 expect_error "--resume with no checkpoint (allreduce)" "--resume: .* holds no checkpoint to resume from" \
   --mode=allreduce --lr=0.1 --save_dir="$SCRATCH/no_saves" --resume --data_dir="$DATA_DIR"
-expect_error "--save_dir with the replicas' optimizer" "--save_dir: in allreduce mode needs the ring's sharded optimizer" \
-  --mode=allreduce --lr=0.1 --sharded_optimizer=false --save_dir="$SCRATCH/saves" --data_dir="$DATA_DIR"
 expect_error "--save_dir in ps mode" "--save_dir: is for master and allreduce mode" \
   --ps=127.0.0.1:1 --save_dir="$SCRATCH/saves" --data_dir="$DATA_DIR"
 MASTER_PORT=$dead_port expect_error "unreachable master (env)" "cannot reach parameter-server" \

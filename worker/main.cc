@@ -136,8 +136,8 @@ ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Seconds(60),
           "checkpoint (ps_server --checkpoint_dir) is then rejoined: every worker goes back to "
           "the step it resumed at. 0: fail at once.");
 ABSL_FLAG(std::string, save_dir, "",
-          "master mode, and allreduce mode with the sharded optimizer (the CPU default): rank "
-          "0 writes a checkpoint (weights, the whole optimizer state, step; batch-norm "
+          "master mode, and allreduce mode on the CPU (with or without --sharded_optimizer): "
+          "rank 0 writes a checkpoint (weights, the whole optimizer state, step; batch-norm "
           "statistics of every rank in allreduce mode) to DIR/master or DIR/ring every "
           "--save_every steps; a job restarted with --resume continues from the newest one "
           "with the data order of the uninterrupted run. Pass the same --save_dir, "
@@ -240,6 +240,7 @@ struct SyncSetup {
   // allreduce mode: the replicas apply the averaged gradient themselves (a GradientReducer
   // and Model::ApplyUpdate), else the ring shards the optimizer (ShardedRingStore).
   bool replicas_apply = false;
+  bool on_gpu = false;                           // The model's weights are on a GPU.
   OptimizerOptions optimizer;                    // Where the workers apply it.
   std::optional<LrScheduleOptions> lr_schedule;  // None: optimizer.learning_rate.
   int rank = 0;
@@ -428,11 +429,11 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   // Before the ring forms, so that bad flags fail at once.
   auto plan = SavesFromFlags("ring", /*check_dir=*/setup.rank == 0);
   if (!plan.ok()) return plan.status();
-  if (setup.replicas_apply && plan->has_value()) {
+  if (setup.on_gpu && plan->has_value()) {
     return WithFlag("save_dir", absl::UnimplementedError(
-                                    "in allreduce mode needs the ring's sharded optimizer (the "
-                                    "CPU path, --sharded_optimizer): the replicas' own "
-                                    "optimizer state is not saved yet"));
+                                    "in allreduce mode is not available on the GPU yet: the "
+                                    "model's optimizer state on the device is not exported; "
+                                    "use --device=cpu"));
   }
   AllReduceGroupOptions group;
   group.job_id = absl::GetFlag(FLAGS_job_id);
@@ -454,9 +455,30 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
     if (auto s = ReportMasterPort(out.group->master_port()); !s.ok()) return s;
   }
   if (auto s = out.group->Join(); !s.ok()) return s;
+  RingCheckpointOptions saves;
+  if (plan->has_value()) {
+    saves.dir = (*plan)->dir;
+    saves.every = (*plan)->every;
+    saves.job_id = absl::GetFlag(FLAGS_job_id);
+    saves.rank = setup.rank;
+    saves.world_size = setup.world_size;
+    saves.tensors = setup.tensors;
+    saves.optimizer = setup.optimizer.name;
+    saves.fs = &out.fs;
+    out.resume = (*plan)->resume;
+  }
+  // The checkpointer of `ring` (a ShardedRingStore or an AllReduceSync), with --save_dir.
+  auto save_with = [&](auto* ring) -> absl::Status {
+    if (!plan->has_value()) return absl::OkStatus();
+    auto checkpointer = RingCheckpointer::Create(saves, ring);
+    if (!checkpointer.ok()) return WithFlag("save_dir", checkpointer.status());
+    out.saves = *std::move(checkpointer);
+    return absl::OkStatus();
+  };
   if (setup.replicas_apply) {
-    out.sync = std::unique_ptr<GradientReducer>(
-        std::make_unique<AllReduceSync>(&out.group->link(), AllReduceSyncOptions{}));
+    auto reducer = std::make_unique<AllReduceSync>(&out.group->link(), AllReduceSyncOptions{});
+    if (auto s = save_with(reducer.get()); !s.ok()) return s;
+    out.sync = std::unique_ptr<GradientReducer>(std::move(reducer));
     out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size,
                                    ", every replica applies the averaged gradient");
     return absl::OkStatus();
@@ -466,21 +488,7 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   store.lr_schedule = setup.lr_schedule;
   auto sharded = ShardedRingStore::Create(&out.group->link(), store);
   if (!sharded.ok()) return sharded.status();
-  if (plan->has_value()) {
-    RingCheckpointOptions saves;
-    saves.dir = (*plan)->dir;
-    saves.every = (*plan)->every;
-    saves.job_id = absl::GetFlag(FLAGS_job_id);
-    saves.rank = setup.rank;
-    saves.world_size = setup.world_size;
-    saves.tensors = setup.tensors;
-    saves.optimizer = setup.optimizer.name;
-    saves.fs = &out.fs;
-    auto checkpointer = RingCheckpointer::Create(saves, sharded->get());
-    if (!checkpointer.ok()) return WithFlag("save_dir", checkpointer.status());
-    out.saves = *std::move(checkpointer);
-    out.resume = (*plan)->resume;
-  }
+  if (auto s = save_with(sharded->get()); !s.ok()) return s;
   out.sync = std::unique_ptr<ParameterStore>(*std::move(sharded));
   out.description = absl::StrCat("allreduce mode, ring of ", setup.world_size,
                                  ", optimizer sharded over the ring (each rank updates 1/",
@@ -647,6 +655,7 @@ absl::Status Run() {
   SyncSetup setup;
   setup.mode = mode;
   setup.replicas_apply = replicas_apply;
+  setup.on_gpu = on_gpu;
   setup.optimizer = *optimizer;
   setup.lr_schedule = lr_schedule;
   setup.rank = *rank;

@@ -42,6 +42,50 @@ absl::Status CheckFits(const ShardCheckpoint& cp, const RingCheckpointOptions& o
 
 absl::StatusOr<std::unique_ptr<RingCheckpointer>> RingCheckpointer::Create(
     const RingCheckpointOptions& options, ShardedRingStore* store) {
+  Collectives c;
+  c.snapshot = [store](int64_t step, nn::Model& model) {
+    return store->Snapshot(step, model.buffer_values());
+  };
+  c.resume = [store](const RingSnapshot& snapshot, nn::Model& model) {
+    return store->Resume(snapshot, static_cast<int64_t>(model.weights().size()),
+                         absl::MakeSpan(model.buffer_values()));
+  };
+  c.resume_step = [store] { return store->resume_step(); };
+  return Create(options, std::move(c));
+}
+
+absl::StatusOr<std::unique_ptr<RingCheckpointer>> RingCheckpointer::Create(
+    const RingCheckpointOptions& options, AllReduceSync* sync) {
+  const bool root = options.rank == 0;
+  Collectives c;
+  c.snapshot = [sync, root](int64_t step, nn::Model& model) -> absl::StatusOr<RingSnapshot> {
+    RingSnapshot snapshot;
+    snapshot.step = step;
+    if (root) {  // Every replica holds the same state; rank 0 writes it.
+      auto state = model.ExportOptimizerState();
+      if (!state.ok()) return state.status();
+      snapshot.optimizer = *std::move(state);
+    }
+    auto rank_buffers = sync->GatherRankBuffers(step, model.buffer_values());
+    if (!rank_buffers.ok()) return rank_buffers.status();
+    snapshot.rank_buffers = *std::move(rank_buffers);
+    return snapshot;
+  };
+  c.resume = [sync](const RingSnapshot& snapshot, nn::Model& model) {
+    RingSnapshot got = snapshot;
+    if (auto s = sync->BroadcastSnapshot(got, static_cast<int64_t>(model.weights().size()),
+                                         absl::MakeSpan(model.buffer_values()));
+        !s.ok()) {
+      return s;
+    }
+    return model.ImportOptimizerState(std::move(got.optimizer));
+  };
+  c.resume_step = [sync] { return sync->resume_step(); };
+  return Create(options, std::move(c));
+}
+
+absl::StatusOr<std::unique_ptr<RingCheckpointer>> RingCheckpointer::Create(
+    const RingCheckpointOptions& options, Collectives collectives) {
   if (options.every < 0) return absl::InvalidArgumentError("--save_every must be >= 0");
   std::optional<CheckpointDir> dir;
   if (options.rank == 0) {
@@ -52,7 +96,8 @@ absl::StatusOr<std::unique_ptr<RingCheckpointer>> RingCheckpointer::Create(
     if (!opened.ok()) return opened.status();
     dir = *std::move(opened);
   }
-  return std::unique_ptr<RingCheckpointer>(new RingCheckpointer(options, store, std::move(dir)));
+  return std::unique_ptr<RingCheckpointer>(
+      new RingCheckpointer(options, std::move(collectives), std::move(dir)));
 }
 
 absl::Status RingCheckpointer::Resume(nn::Model& model, std::string* description) {
@@ -83,20 +128,17 @@ absl::Status RingCheckpointer::Resume(nn::Model& model, std::string* description
     snapshot.rank_buffers = std::move(cp->buffers);
     *description = absl::StrCat("restored step ", cp->step, " from ", dir_->PathOf(cp->step));
   }
-  const int64_t model_size = static_cast<int64_t>(model.weights().size());
-  if (auto s = store_->Resume(snapshot, model_size, absl::MakeSpan(model.buffer_values()));
-      !s.ok()) {
-    return s;
-  }
+  if (auto s = collectives_.resume(snapshot, model); !s.ok()) return s;
   if (!dir_.has_value()) {
-    *description = absl::StrCat("resumes at rank 0's checkpoint of step ", store_->resume_step());
+    *description =
+        absl::StrCat("resumes at rank 0's checkpoint of step ", collectives_.resume_step());
   }
   return absl::OkStatus();
 }
 
 absl::Status RingCheckpointer::AfterStep(int64_t next_step, nn::Model& model) {
   if (options_.every <= 0 || next_step % options_.every != 0) return absl::OkStatus();
-  auto snapshot = store_->Snapshot(next_step, model.buffer_values());
+  auto snapshot = collectives_.snapshot(next_step, model);
   if (!snapshot.ok()) return snapshot.status();
   if (!dir_.has_value()) return absl::OkStatus();
   ShardCheckpoint cp;

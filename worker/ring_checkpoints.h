@@ -1,9 +1,10 @@
-// All-reduce mode's checkpoints (gpu_worker --mode=allreduce --save_dir, the CPU path whose
-// ring shards the optimizer): every --save_every steps the ranks all-gather their optimizer
-// segments and batch-norm statistics (ShardedRingStore::Snapshot) and rank 0 writes them with
-// the weights and the step in the shard checkpoint format (server/checkpoint.h); --resume
-// gives every rank rank 0's newest valid one (ShardedRingStore::Resume, then the weights by
-// the trainer's Start).
+// All-reduce mode's checkpoints (gpu_worker --mode=allreduce --save_dir): every --save_every
+// steps the ranks all-gather their batch-norm statistics and, where the ring shards the
+// optimizer (ShardedRingStore), their optimizer segments; where every replica applies the
+// update itself (AllReduceSync + Model::ApplyUpdate) they hold the same state and rank 0's is
+// taken from its model. Rank 0 writes them with the weights and the step in the shard
+// checkpoint format (server/checkpoint.h); --resume gives every rank rank 0's newest valid one
+// (then the weights by the trainer's Start).
 //
 // Like main.cc, part of gpu_worker's composition root: the one worker library that uses
 // server/'s checkpoint format, so that both modes write the same files.
@@ -11,6 +12,7 @@
 #define DPTRAIN_WORKER_RING_CHECKPOINTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +22,7 @@
 #include "common/file_system.h"
 #include "common/shard_map.h"
 #include "server/checkpoint.h"
+#include "worker/comm/allreduce_sync.h"
 #include "worker/comm/sharded_ring_store.h"
 #include "worker/nn/model.h"
 #include "worker/trainer.h"
@@ -39,9 +42,15 @@ struct RingCheckpointOptions {
 
 class RingCheckpointer final : public StepCheckpointer {
  public:
-  // `store` must outlive the checkpointer. Rank 0 opens (creates) the directory.
+  // The ring's sharded optimizer. `store` must outlive the checkpointer. Rank 0 opens (creates)
+  // the directory.
   static absl::StatusOr<std::unique_ptr<RingCheckpointer>> Create(
       const RingCheckpointOptions& options, ShardedRingStore* store);
+  // The replicas' own optimizer (the model's ExportOptimizerState / ImportOptimizerState, which
+  // a device model refuses with Unimplemented at the first save or the resume). `sync` must
+  // outlive the checkpointer.
+  static absl::StatusOr<std::unique_ptr<RingCheckpointer>> Create(
+      const RingCheckpointOptions& options, AllReduceSync* sync);
 
   // A collective before training: rank 0 loads the newest valid checkpoint into `model`'s
   // weights, and every rank takes its optimizer state, batch-norm statistics and step from it.
@@ -54,12 +63,21 @@ class RingCheckpointer final : public StepCheckpointer {
   absl::Status AfterStep(int64_t next_step, nn::Model& model) override;
 
  private:
-  RingCheckpointer(const RingCheckpointOptions& options, ShardedRingStore* store,
+  // The collectives of one kind of ring: a snapshot at `step`, and rank 0's snapshot to every
+  // rank's model and sync.
+  struct Collectives {
+    std::function<absl::StatusOr<RingSnapshot>(int64_t step, nn::Model& model)> snapshot;
+    std::function<absl::Status(const RingSnapshot& snapshot, nn::Model& model)> resume;
+    std::function<int64_t()> resume_step;
+  };
+  static absl::StatusOr<std::unique_ptr<RingCheckpointer>> Create(
+      const RingCheckpointOptions& options, Collectives collectives);
+  RingCheckpointer(const RingCheckpointOptions& options, Collectives collectives,
                    std::optional<CheckpointDir> dir)
-      : options_(options), store_(store), dir_(std::move(dir)) {}
+      : options_(options), collectives_(std::move(collectives)), dir_(std::move(dir)) {}
 
   const RingCheckpointOptions options_;
-  ShardedRingStore* const store_;
+  const Collectives collectives_;
   std::optional<CheckpointDir> dir_;  // Rank 0's.
 };
 

@@ -6,14 +6,28 @@
 #define DPTRAIN_WORKER_COMM_ALLREDUCE_SYNC_H_
 
 #include <cstdint>
+#include <vector>
 
+#include "absl/status/statusor.h"
+#include "common/optimizer.h"
 #include "common/peer_link.h"
+#include "common/ring_allreduce.h"
 #include "worker/comm/step_sync.h"
 
 namespace dptrain {
 
 struct AllReduceSyncOptions {
   int64_t chunk_elements = int64_t{1} << 18;  // Elements per ring message.
+};
+
+// What a checkpoint of the ring holds beyond the weights (gpu_worker --save_dir).
+struct RingSnapshot {
+  int64_t step = 0;  // The step to compute next.
+  // Of the whole model (momentum, Adam's moments and t).
+  OptimizerState optimizer;
+  // Every rank's batch-norm running statistics: world_size equal parts, rank r's at part
+  // RingOwnedSegment(r, world_size) (common/ring_allreduce.h). Empty for a model without any.
+  std::vector<float> rank_buffers;
 };
 
 class AllReduceSync final : public GradientReducer {
@@ -36,10 +50,28 @@ class AllReduceSync final : public GradientReducer {
   absl::StatusOr<StepOutcome> Reduce(int64_t step, absl::Span<float> gradient_and_flag) override;
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   CommStats stats() const override;
+  int64_t resume_step() const override { return resume_step_; }
+
+  // Checkpoint collectives (gpu_worker --save_dir), every rank between the same two steps.
+  // The ring options of a checkpoint's message `i` (0..7) at `step` (>= 1; 0: Resume's), on
+  // tag bases of their own above the steps' and the buffer rounds'.
+  RingOptions SaveRing(int64_t step, int i) const;
+  // Every rank's `buffers` (equal sizes on every rank) in RingSnapshot::rank_buffers' layout;
+  // every rank returns the same. Fails with the link's error.
+  absl::StatusOr<std::vector<float>> GatherRankBuffers(int64_t step,
+                                                       absl::Span<const float> buffers);
+  // Before Start, for a job resumed from a checkpoint: rank 0's `snapshot` (the others' is
+  // overwritten) reaches every rank with its optimizer vectors of `model_size` values each,
+  // `buffers` (this rank's batch-norm statistics) is overwritten with this rank's part of its
+  // rank buffers, and resume_step() becomes its step. InvalidArgument when rank 0's does not fit
+  // these sizes on some rank; OutOfRange for a step outside [0, kMaxSteps).
+  absl::Status BroadcastSnapshot(RingSnapshot& snapshot, int64_t model_size,
+                                 absl::Span<float> buffers);
 
  private:
   PeerLink* const link_;
   const AllReduceSyncOptions options_;
+  int64_t resume_step_ = 0;
 };
 
 }  // namespace dptrain

@@ -8,31 +8,6 @@
 #include "common/ring_allreduce.h"
 
 namespace dptrain {
-namespace {
-
-// Checkpoint collectives use tag bases [kSaveTagBase, 2^24), above AllReduceSync's: 8 per
-// step (wrapping; two of them are never in flight 2^19 steps apart). Resume uses step 0's,
-// which no Snapshot does (it follows a step).
-constexpr uint64_t kSaveTagBase = AllReduceSync::kBufferTagBase + (uint64_t{1} << 22);
-RingOptions SaveRing(int64_t chunk_elements, int64_t step, int i) {
-  RingOptions o;
-  o.chunk_elements = chunk_elements;
-  o.average = false;
-  o.tag_base = kSaveTagBase + (8 * static_cast<uint64_t>(step) + i) % (uint64_t{1} << 22);
-  return o;
-}
-
-// An integer below 2^44 as two floats, each exact (< 2^24), for a broadcast header.
-void PutInt(std::vector<float>& header, int64_t v) {
-  header.push_back(static_cast<float>(v >> 20));
-  header.push_back(static_cast<float>(v & 0xFFFFF));
-}
-int64_t GetInt(const std::vector<float>& header, int field) {
-  return (static_cast<int64_t>(header[2 * field]) << 20) +
-         static_cast<int64_t>(header[2 * field + 1]);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardedRingStore>> ShardedRingStore::Create(
     PeerLink* link, const ShardedRingStoreOptions& options) {
@@ -111,8 +86,7 @@ absl::StatusOr<RingSnapshot> ShardedRingStore::Snapshot(int64_t step,
   const auto own = state_.vectors();
   std::vector<float> present;
   for (const std::vector<float>* v : own) present.push_back(v->empty() ? 0.0f : 1.0f);
-  const int64_t c = options_.chunk_elements;
-  if (auto s = RingAllReduce(*link_, absl::MakeSpan(present), SaveRing(c, step, 0)); !s.ok()) {
+  if (auto s = RingAllReduce(*link_, absl::MakeSpan(present), ring_.SaveRing(step, 0)); !s.ok()) {
     return s;
   }
   RingSnapshot snapshot;
@@ -126,72 +100,29 @@ absl::StatusOr<RingSnapshot> ShardedRingStore::Snapshot(int64_t step,
     }
     full[i]->assign(model_size_, 0.0f);
     std::copy(own[i]->begin(), own[i]->end(), full[i]->begin() + mine.begin);
-    auto s = RingAllGather(*link_, absl::MakeSpan(*full[i]), SaveRing(c, step, 1 + i));
+    auto s = RingAllGather(*link_, absl::MakeSpan(*full[i]), ring_.SaveRing(step, 1 + i));
     if (!s.ok()) return s;
   }
-  if (!buffers.empty()) {
-    const int64_t b = static_cast<int64_t>(buffers.size());
-    snapshot.rank_buffers.assign(b * world, 0.0f);
-    std::copy(buffers.begin(), buffers.end(),
-              snapshot.rank_buffers.begin() + b * RingOwnedSegment(link_->rank(), world));
-    auto s = RingAllGather(*link_, absl::MakeSpan(snapshot.rank_buffers), SaveRing(c, step, 4));
-    if (!s.ok()) return s;
-  }
+  auto rank_buffers = ring_.GatherRankBuffers(step, buffers);
+  if (!rank_buffers.ok()) return rank_buffers.status();
+  snapshot.rank_buffers = *std::move(rank_buffers);
   return snapshot;
 }
 
 absl::Status ShardedRingStore::Resume(const RingSnapshot& snapshot, int64_t model_size,
                                       absl::Span<float> buffers) {
   const int world = link_->world_size();
-  const bool root = link_->rank() == 0;
-  RingSnapshot got = root ? snapshot : RingSnapshot{};
-  const auto vectors = got.optimizer.vectors();
-  std::vector<float> header;
-  PutInt(header, got.step);
-  PutInt(header, got.optimizer.steps);
-  PutInt(header, model_size);
-  PutInt(header, static_cast<int64_t>(got.rank_buffers.size()));
-  for (const std::vector<float>* v : vectors) PutInt(header, v->empty() ? 0 : 1);
-  const int64_t c = options_.chunk_elements;
-  if (auto s = RingBroadcast(*link_, absl::MakeSpan(header), 0, SaveRing(c, 0, 0)); !s.ok()) {
-    return s;
-  }
-  const int64_t rank_buffers = GetInt(header, 3);
-  if (GetInt(header, 2) != model_size ||
-      rank_buffers != static_cast<int64_t>(buffers.size()) * world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", link_->rank(), " has ", model_size, " weights and ", buffers.size(),
-        " buffer values; rank 0 resumes ", GetInt(header, 2), " and ", rank_buffers, " for ",
-        world, " ranks"));
-  }
-  got.step = GetInt(header, 0);
-  got.optimizer.steps = GetInt(header, 1);
-  if (got.step < 0 || got.step >= AllReduceSync::kMaxSteps) {
-    return absl::OutOfRangeError(absl::StrCat("resume step ", got.step));
-  }
+  RingSnapshot got = snapshot;
+  if (auto s = ring_.BroadcastSnapshot(got, model_size, buffers); !s.ok()) return s;
   const Range mine = SegmentRange(model_size, world, RingOwnedSegment(link_->rank(), world));
   state_ = OptimizerState{};
   state_.steps = got.optimizer.steps;
+  const auto full = got.optimizer.vectors();
   const auto own = state_.vectors();
-  for (size_t i = 0; i < vectors.size(); ++i) {
-    if (GetInt(header, 4 + static_cast<int>(i)) == 0) continue;
-    if (!root) vectors[i]->assign(model_size, 0.0f);
-    if (static_cast<int64_t>(vectors[i]->size()) != model_size) {
-      return absl::InvalidArgumentError("optimizer state of the wrong size");
+  for (size_t i = 0; i < full.size(); ++i) {
+    if (!full[i]->empty() && mine.size() > 0) {
+      own[i]->assign(full[i]->begin() + mine.begin, full[i]->begin() + mine.end);
     }
-    auto s = RingBroadcast(*link_, absl::MakeSpan(*vectors[i]), 0, SaveRing(c, 0, 1 + i));
-    if (!s.ok()) return s;
-    if (mine.size() > 0) {
-      own[i]->assign(vectors[i]->begin() + mine.begin, vectors[i]->begin() + mine.end);
-    }
-  }
-  if (rank_buffers > 0) {
-    if (!root) got.rank_buffers.assign(rank_buffers, 0.0f);
-    auto s = RingBroadcast(*link_, absl::MakeSpan(got.rank_buffers), 0, SaveRing(c, 0, 4));
-    if (!s.ok()) return s;
-    const int64_t b = static_cast<int64_t>(buffers.size());
-    const auto part = got.rank_buffers.begin() + b * RingOwnedSegment(link_->rank(), world);
-    std::copy(part, part + b, buffers.begin());
   }
   model_size_ = model_size;
   resume_step_ = got.step;

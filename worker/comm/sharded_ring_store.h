@@ -32,16 +32,6 @@ struct ShardedRingStoreOptions {
   std::optional<LrScheduleOptions> lr_schedule;
 };
 
-// What a checkpoint of the ring holds beyond the weights (gpu_worker --save_dir).
-struct RingSnapshot {
-  int64_t step = 0;  // The step to compute next.
-  // Of the whole model: every rank's segment in place (momentum, Adam's moments and t).
-  OptimizerState optimizer;
-  // Every rank's batch-norm running statistics: world_size equal parts, rank r's at part
-  // RingOwnedSegment(r, world_size) (common/ring_allreduce.h). Empty for a model without any.
-  std::vector<float> rank_buffers;
-};
-
 class ShardedRingStore final : public ParameterStore {
  public:
   // `link` must outlive the store. InvalidArgument for bad optimizer or schedule options.

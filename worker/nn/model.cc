@@ -18,6 +18,20 @@ namespace dptrain {
 namespace nn {
 namespace {
 
+// Why `state` cannot be the optimizer state of `num_params` weights, or OK.
+absl::Status CheckOptimizerState(OptimizerState& state, int64_t num_params) {
+  for (const std::vector<float>* v : state.vectors()) {
+    if (!v->empty() && static_cast<int64_t>(v->size()) != num_params) {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer state of ", v->size(),
+                                                     " values for ", num_params, " weights"));
+    }
+  }
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer state after ", state.steps, " steps"));
+  }
+  return absl::OkStatus();
+}
+
 // A Sequential<float> run on the CPU, parameters and gradients in flat buffers owned here.
 class CpuModel final : public Model {
  public:
@@ -51,6 +65,16 @@ class CpuModel final : public Model {
     if (optimizer_ == nullptr) return NoOptimizer(name_);
     if (static_cast<int64_t>(weights_.size()) != net_.num_params()) return WrongWeights();
     optimizer_->Apply(absl::MakeSpan(weights_), grads(), optimizer_state_, learning_rate);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<OptimizerState> ExportOptimizerState() const override {
+    if (optimizer_ == nullptr) return NoOptimizer(name_);
+    return optimizer_state_;
+  }
+  absl::Status ImportOptimizerState(OptimizerState state) override {
+    if (optimizer_ == nullptr) return NoOptimizer(name_);
+    if (absl::Status s = CheckOptimizerState(state, net_.num_params()); !s.ok()) return s;
+    optimizer_state_ = std::move(state);
     return absl::OkStatus();
   }
   const std::vector<ParamInfo>& buffers() const override { return buffers_; }
@@ -139,6 +163,16 @@ class CpuModel final : public Model {
 };
 
 }  // namespace
+
+absl::StatusOr<OptimizerState> Model::ExportOptimizerState() const {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " on this device cannot export its optimizer state"));
+}
+
+absl::Status Model::ImportOptimizerState(OptimizerState) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " on this device cannot import an optimizer state"));
+}
 
 absl::Status Model::NoOptimizer(const std::string& model) {
   return absl::FailedPreconditionError(absl::StrCat(

@@ -75,6 +75,15 @@ class Model {
   // FailedPrecondition for a model made without an optimizer.
   virtual absl::Status ApplyUpdate(float learning_rate) = 0;
 
+  // ApplyUpdate's optimizer state, whole-model vectors in the layout of weights() (empty until
+  // the optimizer first needs one), for all-reduce mode's checkpoints: every replica holds the
+  // same. FailedPrecondition without an optimizer; Unimplemented where the model cannot export
+  // it (the default: a device model).
+  virtual absl::StatusOr<OptimizerState> ExportOptimizerState() const;
+  // Replaces that state (from a checkpoint). InvalidArgument for a vector that is neither empty
+  // nor of weights()'s size, or a negative step count; the state is unchanged then.
+  virtual absl::Status ImportOptimizerState(OptimizerState state);
+
   // Buffers: non-learnt state (batch norm's running_mean, running_var and num_batches_tracked),
   // named and shaped as in PyTorch's state_dict ("0.1.running_mean", a scalar [] for
   // num_batches_tracked, which PyTorch stores as int64 and this model as a float count). They are
