@@ -17,6 +17,11 @@ run_job() {
   compose up -d --quiet-pull >/dev/null 2>&1 || die "$name: compose up failed"
   if [[ -n "$kill_shard" ]]; then
     local want=shard-1-step-000000000100.safetensors
+    # The shard's PID first: docker-compose's own start-up takes a second or more on a loaded
+    # machine, and looking the PID up after the checkpoint let a CI run kill the shard only
+    # after its next checkpoint (step 200, where the workers already were: nothing to go back to).
+    local pid
+    pid=$("$DOCKER" inspect -f '{{.State.Pid}}' "$(cid ps-1)")
     # The volume's folder on this host when the engine runs here (fast to poll), else exec.
     local vol
     vol=$("$DOCKER" volume inspect -f '{{.Mountpoint}}' "${PROJECT}_ckpt-1")
@@ -27,7 +32,7 @@ run_job() {
     done
     checkpoints | grep -c "$want" >/dev/null || die "no checkpoint $want"
     sleep 0.3  # Into the next steps, so that the workers must go back.
-    kill -KILL "$("$DOCKER" inspect -f '{{.State.Pid}}' "$(cid ps-1)")"
+    kill -KILL "$pid"
     echo "killed ps-1's processes once its checkpoint of step 100 was written"
   fi
   wait_exit 600 worker-0 worker-1
