@@ -5,6 +5,16 @@
 
 namespace dptrain {
 
+std::vector<float> MeanInRankOrder(const std::vector<std::vector<float>>& parts) {
+  if (parts.empty()) return {};
+  std::vector<float> mean = parts[0];
+  for (size_t r = 1; r < parts.size(); ++r) {
+    for (size_t i = 0; i < mean.size(); ++i) mean[i] += parts[r][i];
+  }
+  for (float& v : mean) v /= static_cast<float>(parts.size());
+  return mean;
+}
+
 BufferAverager::BufferAverager(int num_workers)
     : num_workers_(num_workers), pending_(num_workers), arrived_(num_workers, false) {}
 
@@ -36,11 +46,7 @@ absl::StatusOr<std::vector<float>> BufferAverager::Average(int rank, int64_t rou
     pending_[rank].assign(values.begin(), values.end());
     arrived_[rank] = true;
     if (++count_ == num_workers_) {
-      result_ = pending_[0];
-      for (int r = 1; r < num_workers_; ++r) {
-        for (size_t i = 0; i < result_.size(); ++i) result_[i] += pending_[r][i];
-      }
-      for (float& v : result_) v /= static_cast<float>(num_workers_);
+      result_ = MeanInRankOrder(pending_);
       arrived_.assign(num_workers_, false);
       count_ = 0;
       ++round_;

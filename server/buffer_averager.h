@@ -15,6 +15,11 @@
 
 namespace dptrain {
 
+// The mean of equal-size `parts` (one per rank), summed in rank order and divided by their
+// count: the arithmetic of every average of batch-norm statistics, so that one kept with a
+// checkpoint (rank_buffers.h) is bit-identical to the one the workers got.
+std::vector<float> MeanInRankOrder(const std::vector<std::vector<float>>& parts);
+
 class BufferAverager {
  public:
   explicit BufferAverager(int num_workers);

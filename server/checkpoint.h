@@ -47,9 +47,10 @@ struct ShardCheckpoint {
   // version).
   int64_t step = 0;
   std::vector<ChunkCheckpoint> chunks;  // In the shard's chunk order.
-  // All-reduce mode (gpu_worker --save_dir, rank 0's checkpoint of the ring): the job's world
-  // size, and every rank's batch-norm running statistics (world_size equal parts, in the order
-  // of the ring's segments, common/ring_allreduce.h). 0 and empty in a shard's checkpoint.
+  // The job's world size and every rank's batch-norm running statistics (world_size equal
+  // parts): in all-reduce mode (gpu_worker --save_dir, rank 0's checkpoint of the ring) in the
+  // order of the ring's segments (common/ring_allreduce.h); in a BSP shard's, in rank order,
+  // as the workers handed them in (rank_buffers.h). 0 and empty when there are none.
   int world_size = 0;
   std::vector<float> buffers;
 };

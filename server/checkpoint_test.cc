@@ -1,5 +1,6 @@
 #include "server/checkpoint.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/captured_log.h"
 #include "gtest/gtest.h"
+#include "server/buffer_averager.h"
 #include "server/parameter_shard.h"
 
 namespace dptrain {
@@ -411,6 +413,107 @@ TEST(ShardCheckpointTest, RollbackNeedsBspAndACheckpointDirectory) {
                                    absl::Now() + absl::Seconds(10), [](const ChunkSpec&, auto) {});
   ASSERT_TRUE(pushed.ok()) << pushed.status();
   EXPECT_EQ((*async)->Rollback("job", 0, 0).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardCheckpointTest, EveryRanksBatchNormStatisticsTravelWithTheCheckpoint) {
+  const std::string dir = TempDir("buffers");
+  const std::vector<float> rank0 = {1, 2, 3}, rank1 = {4, 5, 6};
+  std::vector<std::string> storage;
+  {
+    auto shard = ParameterShard::Create(Options(dir));
+    ASSERT_TRUE(shard.ok());
+    ParameterShard& s = **shard;
+    ASSERT_TRUE(s.Init("job", 0, Model(), Views(kInitial, storage)).ok());
+    auto w1 = Train(s, 0, 1, kInitial);  // At step 1: the next checkpoint step is 2.
+    ASSERT_TRUE(w1.ok());
+    EXPECT_EQ(s.KeepBuffers("job", 0, 3, rank0).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.KeepBuffers("job", 0, 4, rank0).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.KeepBuffers("other", 0, 2, rank0).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.KeepBuffers("job", 2, 2, rank0).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(s.KeepBuffers("job", 0, 2, {9, 9, 9}).ok());
+    ASSERT_TRUE(s.KeepBuffers("job", 0, 2, rank0).ok());  // A repeat replaces.
+    EXPECT_EQ(s.KeepBuffers("job", 1, 2, {4, 5}).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(s.KeepBuffers("job", 1, 2, rank1).ok());
+    EXPECT_EQ(s.Buffers("job", 0, 2).status().code(), StatusCode::kNotFound);  // Not yet taken.
+    auto w3 = Train(s, 1, 2, *w1);  // Completes step 2 (its checkpoint) and step 3.
+    ASSERT_TRUE(w3.ok()) << w3.status();
+    auto held = s.Buffers("job", 1, 2);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(*held, rank1);
+    EXPECT_EQ(s.KeepBuffers("job", 0, 2, rank0).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.Buffers("job", 0, 4).status().code(), StatusCode::kNotFound);
+  }
+  // A restarted shard gives each rank its own back.
+  auto restarted = ParameterShard::Create(Options(dir));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  ParameterShard& s = **restarted;
+  ASSERT_EQ(s.GetInfo().restored_step, 2);
+  auto held0 = s.Buffers("job", 0, 2);
+  ASSERT_TRUE(held0.ok()) << held0.status();
+  EXPECT_EQ(*held0, rank0);
+  // A checkpoint that not every rank handed statistics in for holds none...
+  ASSERT_TRUE(Train(s, 2, 1, kInitial).ok());
+  ASSERT_TRUE(s.KeepBuffers("job", 0, 4, rank0).ok());
+  ASSERT_TRUE(Train(s, 3, 1, kInitial).ok());
+  EXPECT_EQ(s.GetInfo().checkpoint_step, 4);
+  EXPECT_EQ(s.Buffers("job", 0, 4).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.Buffers("job", 0, 2).status().code(), StatusCode::kNotFound);
+  // ...and going back to step 2 brings its statistics back from the file.
+  ASSERT_TRUE(s.Rollback("job", 1, 2).ok());
+  auto held1 = s.Buffers("job", 1, 2);
+  ASSERT_TRUE(held1.ok()) << held1.status();
+  EXPECT_EQ(*held1, rank1);
+
+  // A shard of another world size does not take them (from the newest checkpoint: step 2's).
+  ASSERT_EQ(std::remove(absl::StrCat(dir, "/shard-0-step-000000000004.safetensors").c_str()), 0);
+  CapturedLog log;
+  ParameterShardOptions three = Options(dir);
+  three.num_workers = 3;
+  three.log = log.sink();
+  auto other = ParameterShard::Create(three);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(log.Count("not restored"), 1);
+  EXPECT_EQ((*other)->Buffers("job", 0, 2).status().code(), StatusCode::kNotFound);
+}
+
+TEST(ShardCheckpointTest, AtAnEpochsStartTheCheckpointKeepsTheRanksMean) {
+  auto shard = ParameterShard::Create(Options(TempDir("epoch_buffers")));
+  ASSERT_TRUE(shard.ok());
+  ParameterShard& s = **shard;
+  std::vector<std::string> storage;
+  ASSERT_TRUE(s.Init("job", 0, Model(), Views(kInitial, storage)).ok());
+  auto w1 = Train(s, 0, 1, kInitial);
+  ASSERT_TRUE(w1.ok());
+  const std::vector<float> rank0 = {1, 2, 0.1f}, rank1 = {4, 6, 0.2f};
+  ASSERT_TRUE(s.KeepBuffers("job", 0, 2, rank0, /*epoch_end=*/true).ok());
+  EXPECT_EQ(s.KeepBuffers("job", 1, 2, rank1, /*epoch_end=*/false).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.KeepBuffers("job", 1, 2, rank1, /*epoch_end=*/true).ok());
+  ASSERT_TRUE(Train(s, 1, 1, *w1).ok());
+  // What every replica held after the epoch's average: BufferAverager's arithmetic.
+  const std::vector<float> mean = MeanInRankOrder({rank0, rank1});
+  EXPECT_EQ(mean[0], 2.5f);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto held = s.Buffers("job", rank, 2);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(*held, mean);
+  }
+}
+
+TEST(ShardCheckpointTest, StatisticsAreKeptOnlyWithBspCheckpoints) {
+  std::vector<std::string> storage;
+  auto plain = ParameterShard::Create(Options(""));
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE((*plain)->Init("job", 0, Model(), Views(kInitial, storage)).ok());
+  absl::Status no_interval = (*plain)->KeepBuffers("job", 0, 1, {1});
+  EXPECT_EQ(no_interval.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(no_interval.message(), "--checkpoint_every")) << no_interval;
+  ParameterShardOptions o = Options(TempDir("ssp_buffers"));
+  o.policy = SyncPolicy::kSsp;
+  auto ssp = ParameterShard::Create(o);
+  ASSERT_TRUE(ssp.ok());
+  ASSERT_TRUE((*ssp)->Init("job", 0, Model(), Views(kInitial, storage)).ok());
+  EXPECT_EQ((*ssp)->KeepBuffers("job", 0, 2, {1}).code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(ShardCheckpointTest, ACheckpointOfAnotherLayoutIsRefusedAtStart) {

@@ -74,6 +74,8 @@ ParameterShard::ParameterShard(const ParameterShardOptions& options,
     : options_(options),
       optimizer_(std::move(optimizer)),
       store_(options.shard, options.num_shards, optimizer_.get()),
+      rank_buffers_(options.num_workers,
+                    options.limits.max_model_bytes / static_cast<int64_t>(sizeof(float))),
       observer_(options.observer != nullptr ? options.observer : &no_observer_),
       rank_steps_(options.num_workers, -1),
       rank_seen_(options.num_workers, absl::InfinitePast()) {
@@ -125,6 +127,13 @@ absl::Status ParameterShard::RestoreLocked(const ShardCheckpoint& checkpoint) {
   if (auto s = ValidateModel(checkpoint.model, options_.limits); !s.ok()) return s;
   if (auto s = store_.Restore(checkpoint); !s.ok()) return s;
   policy_->Reset(/*restored=*/true);
+  if (!rank_buffers_.Restore(checkpoint.step, checkpoint.world_size, checkpoint.buffers) &&
+      !checkpoint.buffers.empty()) {
+    options_.log(absl::StrCat("ps shard ", options_.shard, ": the checkpoint of step ",
+                              checkpoint.step, " holds batch-norm statistics of ",
+                              checkpoint.world_size, " workers, this shard serves ",
+                              options_.num_workers, ": they are not restored"));
+  }
   return absl::OkStatus();
 }
 
@@ -297,7 +306,10 @@ std::optional<ShardCheckpoint> ParameterShard::DueCheckpoint() {
   const int64_t completed = policy_->CompletedStep();
   if (completed <= last_snapshot_step_ || completed % every != 0) return std::nullopt;
   last_snapshot_step_ = completed;
-  return store_.Snapshot(completed, SyncPolicyName(options_.policy));
+  ShardCheckpoint checkpoint = store_.Snapshot(completed, SyncPolicyName(options_.policy));
+  checkpoint.buffers = rank_buffers_.TakeForCheckpoint(completed);
+  checkpoint.world_size = checkpoint.buffers.empty() ? 0 : options_.num_workers;
+  return checkpoint;
 }
 
 void ParameterShard::WriteCheckpoint(std::optional<ShardCheckpoint> checkpoint) {
@@ -312,6 +324,7 @@ void ParameterShard::WriteCheckpoint(std::optional<ShardCheckpoint> checkpoint) 
                                   c.state.exp_avg.size() + c.state.exp_avg_sq.size()) *
              static_cast<int64_t>(sizeof(float));
   }
+  bytes += static_cast<int64_t>(checkpoint->buffers.size() * sizeof(float));
   absl::MutexLock lock(&mu_);
   if (!written.ok()) {
     if (++checkpoint_info_.checkpoint_failures == 1 || checkpoint_info_.checkpoint_failures % 100 == 0) {
@@ -357,6 +370,35 @@ absl::StatusOr<int64_t> ParameterShard::Rollback(absl::string_view job_id, int r
   options_.log(absl::StrCat("ps shard ", options_.shard, ": went back to the checkpoint of step ",
                             step, " (asked by rank ", rank, ")"));
   return step;
+}
+
+absl::Status ParameterShard::KeepBuffers(absl::string_view job_id, int rank, int64_t step,
+                                         absl::Span<const float> values, bool epoch_end) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
+  if (auto s = CheckReady(); !s.ok()) return s;
+  const int64_t every = options_.checkpoints.every;
+  if (options_.policy != SyncPolicy::kBsp || every <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", options_.shard, " keeps no batch-norm statistics: it ",
+        every <= 0 ? "takes no checkpoints (--checkpoint_every)"
+                   : absl::StrCat("runs ", SyncPolicyName(options_.policy), ", not bsp")));
+  }
+  const int64_t version = store_.MinVersion();
+  if (step % every != 0 || step <= last_snapshot_step_ || step > version + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, " is not the next checkpoint step of shard ", options_.shard, " (at step ",
+        version, ", a checkpoint every ", every, " steps)"));
+  }
+  return rank_buffers_.Keep(rank, step, values, epoch_end);
+}
+
+absl::StatusOr<std::vector<float>> ParameterShard::Buffers(absl::string_view job_id, int rank,
+                                                           int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
+  if (auto s = CheckReady(); !s.ok()) return s;
+  return rank_buffers_.Held(rank, step);
 }
 
 int ParameterShard::num_chunks() const {

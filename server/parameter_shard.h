@@ -34,7 +34,9 @@
 // (checkpoint.h). Create restores the newest valid checkpoint of the directory, so a
 // restarted shard resumes at that step. Rollback(step) goes back to the checkpoint of
 // `step` (BSP): the way workers bring every shard back to the step a restarted shard
-// resumed at; calls waiting on the shard then end with Aborted.
+// resumed at; calls waiting on the shard then end with Aborted. With checkpoints under BSP,
+// workers hand in their batch-norm running statistics of each checkpoint step (KeepBuffers,
+// rank_buffers.h); the checkpoint holds them and Buffers gives each rank its own back.
 //
 // Thread-safe: every method may be called concurrently from any thread.
 #ifndef DPTRAIN_SERVER_PARAMETER_SHARD_H_
@@ -63,6 +65,7 @@
 #include "server/aggregation_policy.h"
 #include "server/checkpoint.h"
 #include "server/model_limits.h"
+#include "server/rank_buffers.h"
 #include "server/shard_observer.h"
 #include "server/shard_store.h"
 
@@ -151,6 +154,18 @@ class ParameterShard {
   // checkpoint of that step.
   absl::StatusOr<int64_t> Rollback(absl::string_view job_id, int rank, int64_t step);
 
+  // Keeps rank's batch-norm running statistics as they are before it computes `step`, for
+  // the checkpoint of `step`: the next checkpoint step, at most one ahead of the shard's
+  // version (a worker calls it before pushing step - 1). FailedPrecondition without a
+  // checkpoint interval, under SSP/async or for another step; InvalidArgument for values
+  // that do not fit (rank_buffers.h). `epoch_end`: step begins an epoch, and the workers
+  // average their statistics before it; the checkpoint keeps that mean.
+  absl::Status KeepBuffers(absl::string_view job_id, int rank, int64_t step,
+                           absl::Span<const float> values, bool epoch_end = false);
+  // rank's statistics of `step` from the checkpoint of that step (the newest one taken or
+  // restored). NotFound if it holds none of that step.
+  absl::StatusOr<std::vector<float>> Buffers(absl::string_view job_id, int rank, int64_t step);
+
   // Wakes every waiting call with Unavailable; later calls fail the same way.
   void Shutdown();
 
@@ -210,6 +225,7 @@ class ParameterShard {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   ShardStore store_ ABSL_GUARDED_BY(mu_);
   ShardStats stats_ ABSL_GUARDED_BY(mu_);
+  RankBuffers rank_buffers_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<AggregationPolicy> policy_ ABSL_GUARDED_BY(mu_);
   // Changes when the store is replaced (Rollback): waiting calls then end with Aborted.
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

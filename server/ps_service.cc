@@ -100,6 +100,27 @@ grpc::Status PsService::DoRollback(grpc::ServerContext*, const proto::RollbackRe
   return grpc::Status::OK;
 }
 
+grpc::Status PsService::DoKeepBuffers(const proto::KeepBuffersRequest* request) {
+  const std::string& data = request->data();
+  if (data.size() % sizeof(float) != 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "KeepBuffers: data is not a whole number of fp32");
+  }
+  return ToGrpcStatus(shard_->KeepBuffers(
+      request->caller().job_id(), request->caller().rank(), request->step(),
+      absl::MakeConstSpan(reinterpret_cast<const float*>(data.data()), data.size() / 4),
+      request->epoch_end()));
+}
+
+grpc::Status PsService::DoGetBuffers(const proto::GetBuffersRequest* request,
+                                     proto::GetBuffersResponse* response) {
+  auto values =
+      shard_->Buffers(request->caller().job_id(), request->caller().rank(), request->step());
+  if (!values.ok()) return ToGrpcStatus(values.status());
+  response->set_data(reinterpret_cast<const char*>(values->data()), values->size() * sizeof(float));
+  return grpc::Status::OK;
+}
+
 grpc::Status PsService::Counted(const char* method, grpc::Status status) {
   if (telemetry_ != nullptr) telemetry_->CountRequest(method, status);
   return status;
@@ -133,6 +154,16 @@ grpc::Status PsService::GetShardInfo(grpc::ServerContext* context, const proto::
 grpc::Status PsService::Rollback(grpc::ServerContext* context, const proto::RollbackRequest* request,
                          proto::RollbackResponse* response) {
   return Counted("rollback", DoRollback(context, request, response));
+}
+
+grpc::Status PsService::KeepBuffers(grpc::ServerContext*, const proto::KeepBuffersRequest* request,
+                                    proto::KeepBuffersResponse*) {
+  return Counted("keep_buffers", DoKeepBuffers(request));
+}
+
+grpc::Status PsService::GetBuffers(grpc::ServerContext*, const proto::GetBuffersRequest* request,
+                                   proto::GetBuffersResponse* response) {
+  return Counted("get_buffers", DoGetBuffers(request, response));
 }
 
 }  // namespace dptrain

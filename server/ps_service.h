@@ -32,6 +32,10 @@ class PsService final : public proto::ParameterServer::Service {
                             proto::ShardInfoResponse* response) override;
   grpc::Status Rollback(grpc::ServerContext* context, const proto::RollbackRequest* request,
                         proto::RollbackResponse* response) override;
+  grpc::Status KeepBuffers(grpc::ServerContext* context, const proto::KeepBuffersRequest* request,
+                           proto::KeepBuffersResponse* response) override;
+  grpc::Status GetBuffers(grpc::ServerContext* context, const proto::GetBuffersRequest* request,
+                          proto::GetBuffersResponse* response) override;
 
   // Message bytes of Init/Pull/PushPull requests received and answers sent: what this
   // shard's link carried.
@@ -52,6 +56,9 @@ class PsService final : public proto::ParameterServer::Service {
                               proto::ShardInfoResponse* response);
   grpc::Status DoRollback(grpc::ServerContext* context, const proto::RollbackRequest* request,
                           proto::RollbackResponse* response);
+  grpc::Status DoKeepBuffers(const proto::KeepBuffersRequest* request);
+  grpc::Status DoGetBuffers(const proto::GetBuffersRequest* request,
+                            proto::GetBuffersResponse* response);
   // Counts the call's outcome; returns `status`.
   grpc::Status Counted(const char* method, grpc::Status status);
   // The earlier of the client's deadline and now + step_timeout.

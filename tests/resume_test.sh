@@ -77,24 +77,29 @@ cmp "$SCRATCH/reference.safetensors" "$SCRATCH/resumed.safetensors" ||
   die "the resumed job's weights differ from the uninterrupted run"
 echo "final weights bit-identical after a kill of every worker and --resume"
 
-if [[ $mode == allreduce ]]; then
-  # Batch norm (resnet18, tiny): the checkpoint holds every rank's running statistics. Resume
-  # from step 2 of a 3-step epoch (the ranks' statistics differ until the epoch's average),
-  # from a folder holding that checkpoint alone; final weights and statistics must match.
-  flags=("${common[@]}" --model=resnet18 --batch_size=4 --max_steps_per_epoch=3 --test_subset=8)
-  run bn_reference --save_dir="$SCRATCH/bn_saves" --save_every=2 \
-    --save_model="$SCRATCH/bn_reference.safetensors"
-  wait $W0 || die "bn reference rank 0 failed: $(tail -n 3 "$SCRATCH/bn_reference.w0.log")"
-  wait $W1 || die "bn reference rank 1 failed"
-  mkdir -p "$SCRATCH/bn_resume/ring"
-  cp "$SCRATCH/bn_saves/ring/shard-0-step-000000000002.safetensors" "$SCRATCH/bn_resume/ring/"
-  run bn_resumed --save_dir="$SCRATCH/bn_resume" --save_every=2 --resume \
-    --save_model="$SCRATCH/bn_resumed.safetensors"
-  wait $W0 || die "bn resumed rank 0 failed: $(tail -n 3 "$SCRATCH/bn_resumed.w0.log")"
-  wait $W1 || die "bn resumed rank 1 failed: $(tail -n 3 "$SCRATCH/bn_resumed.w1.log")"
-  grep -q "rank 1 joins the job at step 2" "$SCRATCH/bn_resumed.w1.log" || die "bn: no resume at step 2"
-  cmp "$SCRATCH/bn_reference.safetensors" "$SCRATCH/bn_resumed.safetensors" ||
-    die "resnet18 resumed mid-epoch differs from the uninterrupted run (batch-norm statistics?)"
-  echo "resnet18 resumed mid-epoch: weights and batch-norm statistics bit-identical"
-fi
+# Batch norm (resnet18, tiny): the checkpoint holds every rank's running statistics (master:
+# each worker hands its own to the reducer at a checkpoint step; allreduce: rank 0 gathers
+# them). 3 epochs of 2 steps with a checkpoint every step (the newest 3 kept: steps 4, 5, 6).
+# Resumed from step 5 (mid-epoch: the ranks' statistics differ until the epoch's average)
+# and from step 4 (the start of epoch 3: the average of epoch 2's), each time from a folder
+# holding that checkpoint alone: final weights and statistics must match the uninterrupted
+# run. Without the statistics both fail (checked by hand).
+flags=("${common[@]}" --epochs=3 --model=resnet18 --batch_size=4 --max_steps_per_epoch=2 --test_subset=8)
+run bn_reference --save_dir="$SCRATCH/bn_saves" --save_every=1 \
+  --save_model="$SCRATCH/bn_reference.safetensors"
+wait $W0 || die "bn reference rank 0 failed: $(tail -n 3 "$SCRATCH/bn_reference.w0.log")"
+wait $W1 || die "bn reference rank 1 failed"
+for from in 5 4; do
+  mkdir -p "$SCRATCH/bn_resume$from/$subdir"
+  cp "$SCRATCH/bn_saves/$subdir/shard-0-step-00000000000$from.safetensors" "$SCRATCH/bn_resume$from/$subdir/"
+  run "bn_resumed$from" --save_dir="$SCRATCH/bn_resume$from" --save_every=1 --resume \
+    --save_model="$SCRATCH/bn_resumed$from.safetensors"
+  wait $W0 || die "bn resumed rank 0 failed: $(tail -n 3 "$SCRATCH/bn_resumed$from.w0.log")"
+  wait $W1 || die "bn resumed rank 1 failed: $(tail -n 3 "$SCRATCH/bn_resumed$from.w1.log")"
+  grep -q "rank 1 joins the job at step $from" "$SCRATCH/bn_resumed$from.w1.log" ||
+    die "bn: no resume at step $from: $(tail -n 3 "$SCRATCH/bn_resumed$from.w1.log")"
+  cmp "$SCRATCH/bn_reference.safetensors" "$SCRATCH/bn_resumed$from.safetensors" ||
+    die "resnet18 resumed at step $from differs from the uninterrupted run (batch-norm statistics?)"
+  echo "resnet18 resumed at step $from: weights and batch-norm statistics bit-identical"
+done
 echo PASS

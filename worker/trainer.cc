@@ -198,6 +198,20 @@ absl::StatusOr<StepOutcome> Synchronise(int64_t step, bool overflow, float learn
   return outcome;
 }
 
+// Before the push of step - 1: hands this replica's batch-norm statistics as they are before
+// `step` to a store that checkpoints `step` (a multiple of `interval`), so the checkpoint
+// holds them. `epoch_end`: `step` begins an epoch, whose statistics are the replicas' mean.
+// A failure costs that checkpoint its statistics only: it is reported, training goes on.
+void KeepBuffersFor(const TrainerOptions& o, int64_t step, bool epoch_end, int64_t interval,
+                    nn::Model& model, ParameterStore* store) {
+  if (store == nullptr || interval <= 0 || step % interval != 0 || model.buffers().empty()) return;
+  const absl::Status kept = store->KeepBuffers(step, model.buffer_values(), epoch_end);
+  if (!kept.ok() && o.progress != nullptr) {
+    *o.progress << "rank " << o.rank << ": batch-norm running statistics of step " << step
+                << " not kept with its checkpoint: " << kept << std::endl;
+  }
+}
+
 absl::Status AfterStep(const TrainerOptions& o, int64_t next_step, nn::Model& model) {
   return o.checkpointer == nullptr ? absl::OkStatus() : o.checkpointer->AfterStep(next_step, model);
 }
@@ -247,6 +261,26 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     *o.progress << "rank " << o.rank << " joins the job at step " << step << " (epoch "
                 << step / std::max<int64_t>(steps_per_epoch, 1) + 1 << ")" << std::endl;
   }
+  ParameterStore* const store =
+      std::holds_alternative<ParameterStore*>(step_sync) ? std::get<ParameterStore*>(step_sync)
+                                                         : nullptr;
+  if (step > 0 && store != nullptr && !model.buffers().empty()) {
+    // A job resumed from a checkpoint of this step (master mode --resume) continues with
+    // each replica's own batch-norm statistics of it.
+    const absl::Status restored = store->RestoreBuffers(step, absl::MakeSpan(model.buffer_values()));
+    if (o.progress != nullptr) {
+      if (restored.ok()) {
+        *o.progress << "rank " << o.rank << ": batch-norm running statistics of step " << step
+                    << " restored" << std::endl;
+      } else {
+        *o.progress << "rank " << o.rank << ": no batch-norm running statistics of step " << step
+                    << " (" << restored.message()
+                    << "): they start afresh, so evaluation may differ slightly from an "
+                       "uninterrupted run"
+                    << std::endl;
+      }
+    }
+  }
   // The current epoch's indices and, per step taken in it, its loss sum, correct count and
   // images, so that going back drops exactly the steps undone.
   int current_epoch = -1;
@@ -288,6 +322,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
     // loss scale hears the global outcome.
     const float learning_rate = LearningRateAt(o.lr_schedule, step);
+    KeepBuffersFor(o, step + 1, (step + 1) % steps_per_epoch == 0, sync.rewind_interval(), model,
+                   store);
     absl::StatusOr<StepOutcome> outcome =
         Synchronise(step, result->overflow, learning_rate, model, step_sync, &report.sync_end);
     if (!outcome.ok()) return outcome.status();
@@ -304,11 +340,13 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       while (!h.empty() && h.back().epoch > back_to) h.pop_back();
       if (back_to != current_epoch) current_epoch = -1;
       if (!model.buffers().empty() && !buffer_history.Restore(step, model.buffer_values()) &&
+          (store == nullptr ||
+           !store->RestoreBuffers(step, absl::MakeSpan(model.buffer_values())).ok()) &&
           o.progress != nullptr) {
         *o.progress << "rank " << o.rank << ": went back to step " << step
-                    << "; this worker has no batch-norm running statistics of that step (it "
-                       "joined later), so they are not rewound: evaluation may differ "
-                       "slightly from an uninterrupted run"
+                    << "; neither this worker (it joined later) nor the store has its "
+                       "batch-norm running statistics of that step, so they are not rewound: "
+                       "evaluation may differ slightly from an uninterrupted run"
                     << std::endl;
       }
       continue;

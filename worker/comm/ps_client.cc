@@ -157,6 +157,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
         client->rewind_interval_ = std::gcd(client->rewind_interval_, info.checkpoint_every());
       }
     }
+    client->buffer_interval_ = infos[0].checkpoint_every();
   }
   if (options.trace != nullptr) {
     for (int s = 0; s < num_shards; ++s) {
@@ -479,6 +480,22 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   return outcome;
 }
 
+absl::Status PsClient::CallShard0(
+    absl::string_view method, const std::function<grpc::Status(grpc::ClientContext&)>& call) {
+  const absl::Time give_up = absl::Now() + options_.reconnect_timeout;
+  for (absl::Duration backoff = absl::Milliseconds(50);; backoff = std::min(backoff * 2, absl::Seconds(1))) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    const grpc::Status status = call(context);
+    if (status.ok()) return absl::OkStatus();
+    const absl::Status failed = FromGrpcStatus(
+        status, absl::StrCat(method, " to shard 0 at ", options_.shard_addresses[0]));
+    // Shard 0 away (restarting): wait for it like a step does.
+    if (!absl::IsUnavailable(failed) || absl::Now() + backoff > give_up) return failed;
+    absl::SleepFor(backoff);
+  }
+}
+
 absl::Status PsClient::AverageBuffers(int64_t round, absl::Span<float> buffers) {
   if (round < 0) return absl::OutOfRangeError(absl::StrCat("buffer round ", round, " < 0"));
   proto::AverageBuffersRequest request;
@@ -487,22 +504,61 @@ absl::Status PsClient::AverageBuffers(int64_t round, absl::Span<float> buffers) 
   request.set_round(round);
   request.set_data(reinterpret_cast<const char*>(buffers.data()), buffers.size() * sizeof(float));
   proto::AverageBuffersResponse response;
-  const absl::Time give_up = absl::Now() + options_.reconnect_timeout;
-  for (absl::Duration backoff = absl::Milliseconds(50);; backoff = std::min(backoff * 2, absl::Seconds(1))) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    const grpc::Status status = stubs_[0]->AverageBuffers(&context, request, &response);
-    stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
-    if (status.ok()) break;
-    const absl::Status failed = FromGrpcStatus(
-        status, absl::StrCat("AverageBuffers to shard 0 at ", options_.shard_addresses[0]));
-    // Shard 0 away (restarting): wait for it like a step does.
-    if (!absl::IsUnavailable(failed) || absl::Now() + backoff > give_up) return failed;
-    absl::SleepFor(backoff);
+  if (auto s = CallShard0("AverageBuffers",
+                          [&](grpc::ClientContext& context) {
+                            stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
+                            return stubs_[0]->AverageBuffers(&context, request, &response);
+                          });
+      !s.ok()) {
+    return s;
   }
   stats_.bytes_pulled += static_cast<int64_t>(response.ByteSizeLong());
   if (response.data().size() != buffers.size() * sizeof(float)) {
     return absl::DataLossError("AverageBuffers: shard 0 answered with a different size");
+  }
+  std::memcpy(buffers.data(), response.data().data(), response.data().size());
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::KeepBuffers(int64_t step, absl::Span<const float> buffers,
+                                   bool epoch_end) {
+  if (buffer_interval_ <= 0 || step <= 0 || step % buffer_interval_ != 0) return absl::OkStatus();
+  proto::KeepBuffersRequest request;
+  request.mutable_caller()->set_job_id(options_.job_id);
+  request.mutable_caller()->set_rank(options_.rank);
+  request.set_step(step);
+  request.set_data(reinterpret_cast<const char*>(buffers.data()), buffers.size() * sizeof(float));
+  request.set_epoch_end(epoch_end);
+  proto::KeepBuffersResponse response;
+  stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
+  return CallShard0("KeepBuffers", [&](grpc::ClientContext& context) {
+    return stubs_[0]->KeepBuffers(&context, request, &response);
+  });
+}
+
+absl::Status PsClient::RestoreBuffers(int64_t step, absl::Span<float> buffers) {
+  if (buffer_interval_ <= 0) {
+    return absl::NotFoundError(
+        "shard 0 keeps no batch-norm statistics (no --checkpoint_every, or not bsp)");
+  }
+  proto::GetBuffersRequest request;
+  request.mutable_caller()->set_job_id(options_.job_id);
+  request.mutable_caller()->set_rank(options_.rank);
+  request.set_step(step);
+  proto::GetBuffersResponse response;
+  if (auto s = CallShard0("GetBuffers",
+                          [&](grpc::ClientContext& context) {
+                            return stubs_[0]->GetBuffers(&context, request, &response);
+                          });
+      !s.ok()) {
+    return s;
+  }
+  stats_.bytes_pulled += static_cast<int64_t>(response.ByteSizeLong());
+  if (response.data().size() != buffers.size() * sizeof(float)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard 0 holds ", response.data().size() / sizeof(float),
+        " batch-norm statistics of step ", step, " for rank ", options_.rank, ", the model has ",
+        buffers.size()));
   }
   std::memcpy(buffers.data(), response.data().data(), response.data().size());
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #ifndef DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 #define DPTRAIN_WORKER_COMM_PS_CLIENT_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -84,6 +85,11 @@ class PsClient final : public ParameterStore {
                                        absl::Span<float> weights) override;
   // Through shard 0 (retried like a step while shard 0 is away).
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
+  // Through shard 0 as well, which keeps every rank's statistics with its checkpoints:
+  // KeepBuffers sends only at shard 0's checkpoint steps (BSP), and does nothing otherwise.
+  absl::Status KeepBuffers(int64_t step, absl::Span<const float> buffers,
+                           bool epoch_end) override;
+  absl::Status RestoreBuffers(int64_t step, absl::Span<float> buffers) override;
   CommStats stats() const override { return stats_; }
 
   const ShardMap& shard_map() const { return map_; }
@@ -103,6 +109,10 @@ class PsClient final : public ParameterStore {
   absl::StatusOr<int64_t> PullAll(absl::Span<float> weights, absl::Duration timeout);
   // Every shard's info (GetShardInfo), within `timeout`.
   absl::StatusOr<std::vector<proto::ShardInfoResponse>> Infos(absl::Duration timeout);
+  // Calls shard 0 through `call`, retried with backoff while it is away (UNAVAILABLE) for up
+  // to reconnect_timeout; the error names `method` and the address.
+  absl::Status CallShard0(absl::string_view method,
+                          const std::function<grpc::Status(grpc::ClientContext&)>& call);
   // Rolls every shard back to `step`, then pulls its weights.
   absl::Status Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout);
 
@@ -117,6 +127,7 @@ class PsClient final : public ParameterStore {
   bool bsp_ = true;  // The shards' sync policy is BSP (versions are steps).
   int64_t resume_step_ = 0;
   int64_t rewind_interval_ = 0;
+  int64_t buffer_interval_ = 0;  // Shard 0's checkpoint interval under BSP; 0: none.
 };
 
 }  // namespace dptrain

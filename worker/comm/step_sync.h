@@ -91,6 +91,20 @@ class ParameterStore : public ReplicaSync {
   // `rewind_to` (see StepOutcome).
   virtual absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                                absl::Span<float> weights) = 0;
+
+  // Batch norm's running statistics, which live in the replicas, at the steps the store
+  // checkpoints (multiples of rewind_interval()). KeepBuffers hands this rank's `buffers` as
+  // they are before it computes `step` to the store, before its push of step - 1, so that
+  // the checkpoint of `step` holds them; RestoreBuffers puts back this rank's of `step` (a
+  // job resumed or sent back there). `epoch_end`: `step` begins an epoch, so the replicas
+  // average their statistics (AverageBuffers) before it and the store keeps that mean of the
+  // `buffers` the ranks send. Defaults: a store that keeps none (RestoreBuffers is NotFound).
+  virtual absl::Status KeepBuffers(int64_t step, absl::Span<const float> buffers, bool epoch_end) {
+    return absl::OkStatus();
+  }
+  virtual absl::Status RestoreBuffers(int64_t step, absl::Span<float> buffers) {
+    return absl::NotFoundError("this store keeps no batch-norm statistics");
+  }
 };
 
 // The synchroniser a trainer steps with: one of the two roles (not owned).
