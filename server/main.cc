@@ -41,6 +41,12 @@ ABSL_FLAG(int64_t, max_model_bytes, int64_t{8} << 30,
 ABSL_FLAG(absl::Duration, malloc_trim_interval, absl::Seconds(10),
           "How often free heap memory is returned to the kernel (0: never), so that a "
           "burst such as a rejected over-limit message does not stay resident.");
+ABSL_FLAG(int64_t, max_receive_memory, 0,
+          "Bytes that the read buffers of all connections together may hold (gRPC's memory "
+          "quota), so that many over-limit messages at once cannot add up: past it gRPC "
+          "resets streams with RESOURCE_EXHAUSTED. 0: automatic, 64 MiB + 2 x (workers + 1) x "
+          "the largest message (this shard's part of the model once known, the receive limit "
+          "before); -1: no bound.");
 ABSL_FLAG(int, max_streams_per_rank, 4,
           "Tensor streams one rank may have open at once; more are RESOURCE_EXHAUSTED.");
 ABSL_FLAG(absl::Duration, stream_first_frame_timeout, absl::Seconds(10),
@@ -116,6 +122,12 @@ int main(int argc, char** argv) {
   // One message carries at most this shard's part of the model, plus framing.
   options.max_receive_message_bytes = static_cast<int>(std::min<int64_t>(
       dptrain::kMaxMessageBytes, options.shard.limits.max_model_bytes + (int64_t{1} << 20)));
+  options.max_receive_memory_bytes = absl::GetFlag(FLAGS_max_receive_memory);
+  if (options.max_receive_memory_bytes < -1) {
+    std::cerr << "ps_server: --max_receive_memory must be -1 (no bound), 0 (automatic) or a "
+                 "size in bytes\n";
+    return 2;
+  }
   options.stream.max_streams_per_rank = absl::GetFlag(FLAGS_max_streams_per_rank);
   options.stream.first_frame_timeout = absl::GetFlag(FLAGS_stream_first_frame_timeout);
   if (options.stream.first_frame_timeout <= absl::ZeroDuration()) {

@@ -421,6 +421,7 @@ ParameterShard::Info ParameterShard::GetInfo() const {
   info.initialized = store_.initialized();
   info.job_id = store_.job_id();
   info.version = store_.MinVersion();
+  info.weight_bytes = store_.num_elements() * static_cast<int64_t>(sizeof(float));
   info.pushes = stats_.pushes;
   info.max_staleness = stats_.max_staleness;
   info.mean_staleness =

@@ -173,6 +173,7 @@ class ParameterShard {
     bool initialized = false;
     std::string job_id;
     int64_t version = 0;
+    int64_t weight_bytes = 0;   // fp32 bytes of the chunks this shard owns (0 before Init).
     int64_t pushes = 0;         // Chunk pushes counted (all ranks, all chunks).
     int64_t max_staleness = 0;  // Over all chunk pushes.
     double mean_staleness = 0;

@@ -5,11 +5,22 @@
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 
 namespace dptrain {
 
+int64_t ReceiveMemoryFor(int num_workers, int64_t message_bytes) {
+  constexpr int64_t kBase = int64_t{64} << 20;
+  return kBase + 2 * (static_cast<int64_t>(num_workers) + 1) * message_bytes;
+}
+
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options) {
+  if (options.max_receive_memory_bytes < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "receive memory must be -1 (no bound), 0 (automatic) or a size in bytes, got ",
+        options.max_receive_memory_bytes));
+  }
   std::unique_ptr<PsServer> server(new PsServer());
   ParameterShardOptions shard_options = options.shard;
   if (options.metrics != nullptr || options.trace != nullptr) {
@@ -20,7 +31,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   auto shard = ParameterShard::Create(shard_options);
   if (!shard.ok()) return shard.status();
   server->shard_ = *std::move(shard);
-  server->service_ = std::make_unique<PsService>(server->shard_.get(), server->telemetry_.get());
+  PsServer* self = server.get();
+  server->service_ = std::make_unique<PsService>(server->shard_.get(), server->telemetry_.get(),
+                                                 [self] { self->SizeReceiveMemory(); });
   server->stream_service_ = std::make_unique<TensorStreamService>(
       server->shard_.get(), options.stream, server->telemetry_.get());
   if (options.metrics != nullptr) server->RegisterGauges(*options.metrics);
@@ -28,8 +41,19 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder);
-  builder.SetMaxReceiveMessageSize(
-      std::max(1, std::min(options.max_receive_message_bytes, kMaxMessageBytes)));
+  server->max_receive_message_bytes_ =
+      std::max(1, std::min(options.max_receive_message_bytes, kMaxMessageBytes));
+  builder.SetMaxReceiveMessageSize(server->max_receive_message_bytes_);
+  if (options.max_receive_memory_bytes != -1) {
+    server->auto_quota_ = options.max_receive_memory_bytes == 0;
+    if (server->auto_quota_) {
+      server->SizeReceiveMemory();  // A shard restored from a checkpoint knows its model.
+    } else {
+      server->quota_.Resize(static_cast<size_t>(options.max_receive_memory_bytes));
+      server->receive_memory_bytes_ = options.max_receive_memory_bytes;
+    }
+    builder.SetResourceQuota(server->quota_);
+  }
   builder.AddListeningPort(options.listen_address, options.credentials->ServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
@@ -40,6 +64,19 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   return server;
+}
+
+void PsServer::SizeReceiveMemory() {
+  if (!auto_quota_) return;
+  const int64_t model_bytes = shard_->GetInfo().weight_bytes;
+  // One message carries at most the shard's chunks plus framing.
+  const int64_t message_bytes = model_bytes > 0
+                                    ? std::min<int64_t>(model_bytes + (int64_t{1} << 20),
+                                                        max_receive_message_bytes_)
+                                    : max_receive_message_bytes_;
+  const int64_t bytes = ReceiveMemoryFor(shard_->options().num_workers, message_bytes);
+  if (bytes == receive_memory_bytes_.exchange(bytes)) return;
+  quota_.Resize(static_cast<size_t>(bytes));
 }
 
 void PsServer::RegisterGauges(MetricsRegistry& registry) {
@@ -62,6 +99,10 @@ void PsServer::RegisterGauges(MetricsRegistry& registry) {
       });
   registry.AddGaugeFunction("dptrain_ps_learning_rate", "The rate of the next step.",
                             [shard] { return shard->GetInfo().learning_rate; });
+  registry.AddGaugeFunction(
+      "dptrain_ps_receive_memory_bytes",
+      "gRPC's memory quota for this shard's read buffers (0: none; --max_receive_memory).",
+      [this] { return static_cast<double>(receive_memory_bytes()); });
   TensorStreamService* streams = stream_service_.get();
   registry.AddGaugeFunction("dptrain_ps_active_streams", "Tensor streams open now.",
                             [streams] { return static_cast<double>(streams->active_streams()); });

@@ -4,12 +4,14 @@
 #ifndef DPTRAIN_SERVER_PS_SERVER_H_
 #define DPTRAIN_SERVER_PS_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "common/credentials.h"
 #include "common/net.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
 #include "common/metrics.h"
 #include "common/trace.h"
@@ -30,14 +32,26 @@ struct PsServerOptions {
   // The largest gRPC message accepted (at most kMaxMessageBytes); gRPC answers
   // RESOURCE_EXHAUSTED for a larger one. ps_server derives it from --max_model_bytes.
   int max_receive_message_bytes = kMaxMessageBytes;
+  // gRPC's memory quota for this server (grpc::ResourceQuota): what the read buffers of all
+  // connections together may hold, so that many over-limit messages at once (gRPC 1.51
+  // buffers each whole before its size check) cannot add up; past it gRPC resets streams
+  // (RESOURCE_EXHAUSTED). 0: automatic (ReceiveMemoryFor, resized once the model is known);
+  // -1: none (gRPC's default).
+  int64_t max_receive_memory_bytes = 0;
   // Where the shard's metrics are registered and its steps traced (either may be null: none).
   // Not owned; both must outlive the server.
   MetricsRegistry* metrics = nullptr;
   TraceRecorder* trace = nullptr;
 };
 
+// The automatic receive-memory quota: 64 MiB, plus twice the room for one message of
+// `message_bytes` from every worker and one more (a late retry, an Init).
+int64_t ReceiveMemoryFor(int num_workers, int64_t message_bytes);
+
 class PsServer {
  public:
+  // The receive-memory quota in force (0: none).
+  int64_t receive_memory_bytes() const { return receive_memory_bytes_.load(); }
   // Unavailable if the address cannot be bound; InvalidArgument for bad shard options.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options);
   ~PsServer();  // Shuts down if still running.
@@ -61,6 +75,9 @@ class PsServer {
 
   // Registers the metrics read at scrape time (version, waiting workers, streams, bytes).
   void RegisterGauges(MetricsRegistry& registry);
+  // With the automatic quota: sizes it for the largest message this shard now expects (its
+  // chunks, once it holds a model; the receive limit before).
+  void SizeReceiveMemory();
 
   std::unique_ptr<ShardTelemetry> telemetry_;  // Before shard_: the shard reports to it.
   std::unique_ptr<ParameterShard> shard_;
@@ -68,6 +85,10 @@ class PsServer {
   std::unique_ptr<TensorStreamService> stream_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  grpc::ResourceQuota quota_{"ps_server"};
+  bool auto_quota_ = false;
+  int max_receive_message_bytes_ = kMaxMessageBytes;
+  std::atomic<int64_t> receive_memory_bytes_{0};  // The quota now (0: none).
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

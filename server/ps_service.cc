@@ -33,6 +33,7 @@ grpc::Status PsService::DoInit(grpc::ServerContext*, const proto::InitRequest* r
                               DescriptionOf(*request), ViewsOf(request->chunks()));
   if (!version.ok()) return ToGrpcStatus(version.status());
   response->set_version(*version);
+  if (after_init_) after_init_();
   return grpc::Status::OK;
 }
 

@@ -4,6 +4,8 @@
 #define DPTRAIN_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <functional>
+#include <utility>
 
 #include "proto/ps.grpc.pb.h"
 #include "server/buffer_averager.h"
@@ -16,8 +18,13 @@ class PsService final : public proto::ParameterServer::Service {
  public:
   // `shard` must outlive the service.
   // `telemetry` (may be null) counts the calls; both must outlive the service.
-  explicit PsService(ParameterShard* shard, ShardTelemetry* telemetry = nullptr)
-      : shard_(shard), telemetry_(telemetry), buffers_(shard->options().num_workers) {}
+  // `after_init` (may be empty) runs after every Init that succeeded.
+  explicit PsService(ParameterShard* shard, ShardTelemetry* telemetry = nullptr,
+                     std::function<void()> after_init = {})
+      : shard_(shard),
+        telemetry_(telemetry),
+        after_init_(std::move(after_init)),
+        buffers_(shard->options().num_workers) {}
 
   grpc::Status Init(grpc::ServerContext* context, const proto::InitRequest* request,
                     proto::InitResponse* response) override;
@@ -66,6 +73,7 @@ class PsService final : public proto::ParameterServer::Service {
 
   ParameterShard* const shard_;
   ShardTelemetry* const telemetry_;
+  const std::function<void()> after_init_;
   BufferAverager buffers_;
   std::atomic<int64_t> bytes_received_{0}, bytes_sent_{0};
 };

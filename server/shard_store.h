@@ -57,6 +57,7 @@ class ShardStore {
   StoredChunk& chunk(int slot) { return chunks_[slot]; }
   const StoredChunk& chunk(int slot) const { return chunks_[slot]; }
   int64_t largest_chunk() const { return largest_; }
+  int64_t num_elements() const { return static_cast<int64_t>(weights_.size()); }
   // The lowest chunk version (0 before Init).
   int64_t MinVersion() const;
 

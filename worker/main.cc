@@ -431,9 +431,9 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   if (!plan.ok()) return plan.status();
   if (setup.on_gpu && plan->has_value()) {
     return WithFlag("save_dir", absl::UnimplementedError(
-                                    "in allreduce mode is not available on the GPU yet: the "
-                                    "model's optimizer state on the device is not exported; "
-                                    "use --device=cpu"));
+                                    "in allreduce mode is not available on the GPU yet: "
+                                    "saving the optimizer state from the device has not run "
+                                    "on a GPU; use --device=cpu"));
   }
   AllReduceGroupOptions group;
   group.job_id = absl::GetFlag(FLAGS_job_id);

@@ -342,6 +342,61 @@ absl::Status CudaModel::ApplyUpdate(float learning_rate) {
   return ctx_->Synchronize();
 }
 
+absl::StatusOr<OptimizerState> CudaModel::ExportOptimizerState() const {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  if (!optimizer_.has_value()) return NoOptimizer(name_);
+  OptimizerState state;
+  state.steps = optimizer_steps_;
+  if (optimizer_steps_ == 0) return state;  // No state yet, as on the CPU.
+  const int64_t n = static_cast<int64_t>(weights_.size());
+  auto down = [&](const DeviceBuffer<float>& from, std::vector<float>& to) -> absl::Status {
+    to.resize(n);
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to.data(), from.data(), n * sizeof(float),
+                                                 cudaMemcpyDeviceToHost, ctx_->stream()));
+    return absl::OkStatus();
+  };
+  if (optimizer_->name == "sgd") {
+    if (optimizer_->momentum != 0) DPTRAIN_RETURN_IF_ERROR(down(d_momentum_, state.momentum_buffer));
+  } else {
+    DPTRAIN_RETURN_IF_ERROR(down(d_exp_avg_, state.exp_avg));
+    DPTRAIN_RETURN_IF_ERROR(down(d_exp_avg_sq_, state.exp_avg_sq));
+  }
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  return state;
+}
+
+absl::Status CudaModel::ImportOptimizerState(OptimizerState state) {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  if (!optimizer_.has_value()) return NoOptimizer(name_);
+  const int64_t n = static_cast<int64_t>(weights_.size());
+  DPTRAIN_RETURN_IF_ERROR(CheckOptimizerState(state, n));
+  const bool sgd = optimizer_->name == "sgd";
+  // What the device's update reads after `steps` steps (the first one creates it).
+  std::vector<std::pair<std::vector<float>*, DeviceBuffer<float>*>> needed;
+  if (state.steps > 0 && sgd && optimizer_->momentum != 0) {
+    needed.push_back({&state.momentum_buffer, &d_momentum_});
+  } else if (state.steps > 0 && !sgd) {
+    needed.push_back({&state.exp_avg, &d_exp_avg_});
+    needed.push_back({&state.exp_avg_sq, &d_exp_avg_sq_});
+  }
+  for (const auto& [values, buffer] : needed) {
+    if (values->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state after ", state.steps, " steps of ", optimizer_->name,
+          " lacks a vector its update needs"));
+    }
+  }
+  for (const auto& [values, buffer] : needed) {
+    DPTRAIN_ASSIGN_OR_RETURN(float* device, buffer->Ensure(*ctx_, n));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, values->data(), n * sizeof(float),
+                                                 cudaMemcpyHostToDevice, ctx_->stream()));
+  }
+  // The host vectors go away with `state`: wait for the copies.
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  optimizer_steps_ = state.steps;
+  return absl::OkStatus();
+}
+
 void CudaModel::RecordStepOutcome(bool skipped) {
   if (scaler_) scaler_->Update(skipped);
 }

@@ -59,6 +59,10 @@ class CudaModel final : public nn::Model {
   // TrainStep (the replicas' average goes up), else the device's own. The weights never
   // cross the bus.
   absl::Status ApplyUpdate(float learning_rate) override;
+  // ApplyUpdate's state copied down from / up to the device (momentum, Adam's moments, the
+  // step count), in the CPU model's layout: a checkpoint of either can resume on the other.
+  absl::StatusOr<OptimizerState> ExportOptimizerState() const override;
+  absl::Status ImportOptimizerState(OptimizerState state) override;
   const std::vector<nn::ParamInfo>& buffers() const override { return buffer_infos_; }
   std::vector<float>& buffer_values() override;
   absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,

@@ -18,20 +18,6 @@ namespace dptrain {
 namespace nn {
 namespace {
 
-// Why `state` cannot be the optimizer state of `num_params` weights, or OK.
-absl::Status CheckOptimizerState(OptimizerState& state, int64_t num_params) {
-  for (const std::vector<float>* v : state.vectors()) {
-    if (!v->empty() && static_cast<int64_t>(v->size()) != num_params) {
-      return absl::InvalidArgumentError(absl::StrCat("optimizer state of ", v->size(),
-                                                     " values for ", num_params, " weights"));
-    }
-  }
-  if (state.steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer state after ", state.steps, " steps"));
-  }
-  return absl::OkStatus();
-}
-
 // A Sequential<float> run on the CPU, parameters and gradients in flat buffers owned here.
 class CpuModel final : public Model {
  public:
@@ -172,6 +158,19 @@ absl::StatusOr<OptimizerState> Model::ExportOptimizerState() const {
 absl::Status Model::ImportOptimizerState(OptimizerState) {
   return absl::UnimplementedError(
       absl::StrCat(name(), " on this device cannot import an optimizer state"));
+}
+
+absl::Status Model::CheckOptimizerState(const OptimizerState& state, int64_t num_params) {
+  for (const std::vector<float>* v : {&state.momentum_buffer, &state.exp_avg, &state.exp_avg_sq}) {
+    if (!v->empty() && static_cast<int64_t>(v->size()) != num_params) {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer state of ", v->size(),
+                                                     " values for ", num_params, " weights"));
+    }
+  }
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer state after ", state.steps, " steps"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Model::NoOptimizer(const std::string& model) {

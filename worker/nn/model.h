@@ -78,7 +78,7 @@ class Model {
   // ApplyUpdate's optimizer state, whole-model vectors in the layout of weights() (empty until
   // the optimizer first needs one), for all-reduce mode's checkpoints: every replica holds the
   // same. FailedPrecondition without an optimizer; Unimplemented where the model cannot export
-  // it (the default: a device model).
+  // it (the default).
   virtual absl::StatusOr<OptimizerState> ExportOptimizerState() const;
   // Replaces that state (from a checkpoint). InvalidArgument for a vector that is neither empty
   // nor of weights()'s size, or a negative step count; the state is unchanged then.
@@ -123,6 +123,9 @@ class Model {
  protected:
   // The FailedPrecondition of ApplyUpdate without an optimizer.
   static absl::Status NoOptimizer(const std::string& model);
+  // ImportOptimizerState's InvalidArgument: why `state` cannot be the optimizer state of
+  // `num_params` weights, or OK.
+  static absl::Status CheckOptimizerState(const OptimizerState& state, int64_t num_params);
 
  private:
   const std::vector<ParamInfo> no_buffers_;
