@@ -235,9 +235,19 @@ TEST(OversizeMemoryTest, ConcurrentOversizeMessagesDoNotAddUp) {
     });
   }
   for (std::thread& t : senders) t.join();
+  // Past the quota gRPC answers in one of two ways: it resets a stream that holds
+  // memory (RESOURCE_EXHAUSTED), or it reclaims a connection that is idle at that
+  // moment with a GOAWAY, which the call on it sees as UNAVAILABLE (and a worker's
+  // client retries). Either way no call may go through.
+  int reset = 0;
   for (const grpc::Status& s : statuses) {
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_TRUE(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+                s.error_code() == grpc::StatusCode::UNAVAILABLE)
+        << s.error_code() << ": " << s.error_message();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++reset;
   }
+  std::cout << reset << " of " << kConcurrent << " RESOURCE_EXHAUSTED, the others "
+            << "UNAVAILABLE (connection reclaimed)" << std::endl;
   const int64_t peak = StatusBytes(server.pid(), "VmHWM");
   std::cout << kConcurrent << " PushPulls of " << Mb(kSentBytes)
             << " at once: VmHWM baseline + " << Mb(peak - baseline) << std::endl;
