@@ -256,9 +256,10 @@ TEST(OversizeMemoryTest, ConcurrentOversizeMessagesDoNotAddUp) {
   std::cout << kConcurrent << " PushPulls of " << Mb(kSentBytes)
             << " at once: VmHWM baseline + " << Mb(peak - baseline) << std::endl;
   EXPECT_LT(peak - baseline, kBound) << "over-limit messages sent at once add up";
-  // The server still serves.
+  // The server still serves (on a connection it may have reclaimed: wait for the new one).
   grpc::ClientContext context;
   context.set_deadline(Deadline());
+  context.set_wait_for_ready(true);
   proto::ShardInfoRequest request;
   proto::ShardInfoResponse response;
   EXPECT_TRUE(stubs[0]->GetShardInfo(&context, request, &response).ok());
