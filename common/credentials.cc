@@ -5,7 +5,9 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <sys/stat.h>
 
+#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -23,6 +25,16 @@ constexpr char kBearer[] = "Bearer ";
 
 absl::Status Named(absl::string_view flag, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat("--", flag, ": ", s.message()));
+}
+
+// The warning for a private file that everyone may read, or "".
+std::string ReadableByOthers(absl::string_view flag, const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || (st.st_mode & S_IROTH) == 0) return "";
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return absl::StrCat("--", flag, "=", path, " is readable by every user (mode ", mode,
+                      "): chmod 600 it (tools/make_certs.sh writes keys and tokens so)");
 }
 
 absl::Status Invalid(absl::string_view flag, const std::string& path, absl::string_view what) {
@@ -167,6 +179,14 @@ absl::StatusOr<std::shared_ptr<const Credentials>> Credentials::Load(const Secur
     absl::StatusOr<std::string> token = ReadJobTokenFile(o.job_token_file);
     if (!token.ok()) return Named("job_token_file", token.status());
     c->job_token_ = *std::move(token);
+  }
+  const std::pair<const char*, const std::string*> secrets[] = {
+      {"tls_key", &o.tls_key}, {"job_token_file", &o.job_token_file}};
+  for (const auto& [flag, path] : secrets) {
+    if (path->empty()) continue;
+    if (std::string warning = ReadableByOthers(flag, *path); !warning.empty()) {
+      c->file_warnings_.push_back(std::move(warning));
+    }
   }
   return std::shared_ptr<const Credentials>(std::move(c));
 }

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/credentials.h"
@@ -47,6 +48,9 @@ class Credentials {
 
   // One line saying what is not protected (no TLS, no token), or "" when both are on.
   std::string Warning() const;
+  // One line per private file (--tls_key, --job_token_file) that users other than its owner
+  // and group can read (as ssh warns): a copied folder would leak it. Empty when none.
+  const std::vector<std::string>& FileWarnings() const { return file_warnings_; }
 
   // A fresh object per call (each server sets its own token check on it).
   std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
@@ -57,6 +61,7 @@ class Credentials {
 
   std::string cert_, key_, ca_;  // PEM text; all empty without TLS.
   std::string job_token_;
+  std::vector<std::string> file_warnings_;
 };
 
 }  // namespace dptrain

@@ -3,6 +3,11 @@
 // (The credentials at work, over real gRPC: tests/secure_grpc_test.)
 #include "common/credentials.h"
 
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/match.h"
 #include "common/test_certs.h"
 #include "gtest/gtest.h"
@@ -40,6 +45,35 @@ TEST(CredentialsTest, WarningSaysWhatIsOff) {
   for (const auto& c : {*none, *tls_only}) {
     EXPECT_FALSE(absl::StrContains(c->Warning(), "\n"));
   }
+}
+
+// Issue 30 item 6: a private key or token that every user can read is warned about, one line
+// naming the flag, the file and its mode; 0600 (what tools/make_certs.sh writes) is not.
+TEST(CredentialsTest, WarnsAboutPrivateFilesEveryoneCanRead) {
+  std::ifstream key_in(TestCertPath("ps-0.key")), token_in(TestCertPath("job_token"));
+  std::stringstream key, token;
+  key << key_in.rdbuf();
+  token << token_in.rdbuf();
+  SecurityOptions o = TestSecurity("ps-0");
+  o.tls_key = TestFile("open.key", key.str());
+  o.job_token_file = TestFile("open_token", token.str());
+  ASSERT_EQ(chmod(o.tls_key.c_str(), 0644), 0);
+  ASSERT_EQ(chmod(o.job_token_file.c_str(), 0604), 0);
+  auto open = Credentials::Load(o);
+  ASSERT_TRUE(open.ok()) << open.status();
+  ASSERT_EQ((*open)->FileWarnings().size(), 2u);
+  EXPECT_EQ((*open)->FileWarnings()[0],
+            absl::StrCat("--tls_key=", o.tls_key,
+                         " is readable by every user (mode 0644): chmod 600 it "
+                         "(tools/make_certs.sh writes keys and tokens so)"));
+  EXPECT_TRUE(absl::StrContains((*open)->FileWarnings()[1], "--job_token_file="))
+      << (*open)->FileWarnings()[1];
+  EXPECT_TRUE(absl::StrContains((*open)->FileWarnings()[1], "(mode 0604)"));
+  ASSERT_EQ(chmod(o.tls_key.c_str(), 0600), 0);
+  ASSERT_EQ(chmod(o.job_token_file.c_str(), 0640), 0);  // Group-readable: k8s Secrets (0440).
+  auto closed = Credentials::Load(o);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_TRUE((*closed)->FileWarnings().empty());
 }
 
 TEST(CredentialsTest, EveryMistakeIsOneLineNamingTheFlag) {

@@ -17,6 +17,10 @@ namespace dptrain {
 
 // The full method name of the tensor stream.
 inline constexpr char kTensorStreamMethod[] = "/dptrain.proto.TensorStream/PushPull";
+// The trailing metadata of a stream that a shard refused because its rank already had as many
+// open as allowed (RESOURCE_EXHAUSTED): nothing of it was counted, and the client may send the
+// step again after backing off this many milliseconds (the value).
+inline constexpr char kStreamBusyKey[] = "dptrain-busy-retry-ms";
 
 // A frame whose payload is `payload` itself, not a copy: the memory must stay valid and
 // unchanged until the call that writes the frame has finished.

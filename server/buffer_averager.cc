@@ -19,11 +19,18 @@ BufferAverager::BufferAverager(int num_workers)
     : num_workers_(num_workers), pending_(num_workers), arrived_(num_workers, false) {}
 
 absl::StatusOr<std::vector<float>> BufferAverager::Average(int rank, int64_t round,
+                                                           int64_t latest_round,
                                                            absl::Span<const float> values,
                                                            absl::Time deadline) {
   if (rank < 0 || rank >= num_workers_) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " not in [0, ", num_workers_, ")"));
+  }
+  if (round > latest_round) {
+    return absl::OutOfRangeError(absl::StrCat("buffer round ", round,
+                                              " is ahead of the job: this shard has seen no "
+                                              "step past ",
+                                              latest_round));
   }
   absl::MutexLock lock(&mu_);
   // A retry of a completed round; before the first round completes there is none.

@@ -28,9 +28,12 @@ class BufferAverager {
   // a negative round, before any completed, is OutOfRange). Before any round
   // completed and any rank arrived, a later round becomes the current one (a restarted
   // shard joins a job in progress).
+  // `latest_round` bounds the rounds that can have ended (a round is an epoch, and the shard
+  // has seen a step of every epoch that ended: ps_service passes the newest step it knows);
+  // a round past it is OutOfRange at once, never a wait for ranks that are not there.
   // InvalidArgument for a bad rank or a size that differs from the round's first vector;
   // OutOfRange for another round; DeadlineExceeded naming the ranks that did not come.
-  absl::StatusOr<std::vector<float>> Average(int rank, int64_t round,
+  absl::StatusOr<std::vector<float>> Average(int rank, int64_t round, int64_t latest_round,
                                              absl::Span<const float> values, absl::Time deadline);
 
  private:

@@ -84,6 +84,9 @@ int main(int argc, char** argv) {
   if (const std::string warning = (*credentials)->Warning(); !warning.empty()) {
     std::cerr << "ps_server: warning: " << warning << std::endl;
   }
+  for (const std::string& warning : (*credentials)->FileWarnings()) {
+    std::cerr << "ps_server: warning: " << warning << std::endl;
+  }
 
   dptrain::PsServerOptions options;
   options.credentials = *credentials;
@@ -102,8 +105,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.shard.optimizer = *with_flags;
-  auto schedule =
-      dptrain::LrScheduleFromFlags(absl::GetFlag(FLAGS_lr), options.shard.num_workers);
+  auto schedule = dptrain::LrScheduleFromFlags(absl::GetFlag(FLAGS_lr), options.shard.num_workers);
   if (!schedule.ok()) {
     std::cerr << "ps_server: " << schedule.status().message() << "\n";
     return 2;
@@ -173,13 +175,13 @@ int main(int argc, char** argv) {
     }
   }
   dptrain::PsServer* running = server->get();
-  if (auto s = dptrain::ServeMetrics(
-          **telemetry, absl::StrCat("ps_server: shard ", options.shard.shard),
-          [running] {
-            dptrain::proto::ShardInfoResponse info;
-            dptrain::FillShardInfo(running->shard(), &info);
-            return dptrain::ShardInfoJson(info);
-          });
+  if (auto s =
+          dptrain::ServeMetrics(**telemetry, absl::StrCat("ps_server: shard ", options.shard.shard),
+                                [running] {
+                                  dptrain::proto::ShardInfoResponse info;
+                                  dptrain::FillShardInfo(running->shard(), &info);
+                                  return dptrain::ShardInfoJson(info);
+                                });
       !s.ok()) {
     std::cerr << "ps_server: " << s.message() << "\n";
     return 1;

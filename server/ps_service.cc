@@ -1,5 +1,6 @@
 #include "server/ps_service.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/grpc_status.h"
@@ -28,7 +29,7 @@ absl::Time PsService::Deadline(const grpc::ServerContext& context) const {
 }
 
 grpc::Status PsService::DoInit(grpc::ServerContext*, const proto::InitRequest* request,
-                             proto::InitResponse* response) {
+                               proto::InitResponse* response) {
   auto version = shard_->Init(request->caller().job_id(), request->caller().rank(),
                               DescriptionOf(*request), ViewsOf(request->chunks()));
   if (!version.ok()) return ToGrpcStatus(version.status());
@@ -38,7 +39,7 @@ grpc::Status PsService::DoInit(grpc::ServerContext*, const proto::InitRequest* r
 }
 
 grpc::Status PsService::DoPull(grpc::ServerContext* context, const proto::PullRequest* request,
-                             proto::PullResponse* response) {
+                               proto::PullResponse* response) {
   auto version = shard_->Pull(request->caller().job_id(), request->caller().rank(),
                               DescriptionOf(*request), Deadline(*context), SinkInto(response));
   if (!version.ok()) return ToGrpcStatus(version.status());
@@ -47,14 +48,13 @@ grpc::Status PsService::DoPull(grpc::ServerContext* context, const proto::PullRe
 }
 
 grpc::Status PsService::DoPushPull(grpc::ServerContext* context,
-                                 const proto::PushPullRequest* request,
-                                 proto::PullResponse* response) {
+                                   const proto::PushPullRequest* request,
+                                   proto::PullResponse* response) {
   int64_t staleness = 0;
   bool skipped = false;
   auto version = shard_->PushPull(request->caller().job_id(), request->caller().rank(),
-                                  request->step(), ViewsOf(request->chunks()),
-                                  Deadline(*context), SinkInto(response), &staleness,
-                                  request->overflow(), &skipped);
+                                  request->step(), ViewsOf(request->chunks()), Deadline(*context),
+                                  SinkInto(response), &staleness, request->overflow(), &skipped);
   bytes_received_ += static_cast<int64_t>(request->ByteSizeLong());
   if (!version.ok()) return ToGrpcStatus(version.status());
   response->set_version(*version);
@@ -65,8 +65,8 @@ grpc::Status PsService::DoPushPull(grpc::ServerContext* context,
 }
 
 grpc::Status PsService::DoAverageBuffers(grpc::ServerContext* context,
-                                       const proto::AverageBuffersRequest* request,
-                                       proto::AverageBuffersResponse* response) {
+                                         const proto::AverageBuffersRequest* request,
+                                         proto::AverageBuffersResponse* response) {
   const ParameterShard::Info info = shard_->GetInfo();
   if (info.initialized && request->caller().job_id() != info.job_id) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -77,8 +77,12 @@ grpc::Status PsService::DoAverageBuffers(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "AverageBuffers: data is not a whole number of fp32");
   }
+  // A round is an epoch that ended: this shard saw a step of it (the newest step any rank
+  // pushed, or its version).
+  int64_t latest_round = info.version;
+  for (int64_t step : info.rank_steps) latest_round = std::max(latest_round, step);
   auto mean = buffers_.Average(
-      request->caller().rank(), request->round(),
+      request->caller().rank(), request->round(), latest_round,
       absl::MakeConstSpan(reinterpret_cast<const float*>(data.data()), data.size() / 4),
       Deadline(*context));
   if (!mean.ok()) return ToGrpcStatus(mean.status());
@@ -87,13 +91,13 @@ grpc::Status PsService::DoAverageBuffers(grpc::ServerContext* context,
 }
 
 grpc::Status PsService::DoGetShardInfo(grpc::ServerContext*, const proto::ShardInfoRequest*,
-                                     proto::ShardInfoResponse* response) {
+                                       proto::ShardInfoResponse* response) {
   FillShardInfo(*shard_, response);
   return grpc::Status::OK;
 }
 
 grpc::Status PsService::DoRollback(grpc::ServerContext*, const proto::RollbackRequest* request,
-                                 proto::RollbackResponse* response) {
+                                   proto::RollbackResponse* response) {
   auto step =
       shard_->Rollback(request->caller().job_id(), request->caller().rank(), request->step());
   if (!step.ok()) return ToGrpcStatus(step.status());
@@ -128,32 +132,36 @@ grpc::Status PsService::Counted(const char* method, grpc::Status status) {
 }
 
 grpc::Status PsService::Init(grpc::ServerContext* context, const proto::InitRequest* request,
-                         proto::InitResponse* response) {
+                             proto::InitResponse* response) {
   return Counted("init", DoInit(context, request, response));
 }
 
 grpc::Status PsService::Pull(grpc::ServerContext* context, const proto::PullRequest* request,
-                         proto::PullResponse* response) {
+                             proto::PullResponse* response) {
   return Counted("pull", DoPull(context, request, response));
 }
 
-grpc::Status PsService::PushPull(grpc::ServerContext* context, const proto::PushPullRequest* request,
-                         proto::PullResponse* response) {
+grpc::Status PsService::PushPull(grpc::ServerContext* context,
+                                 const proto::PushPullRequest* request,
+                                 proto::PullResponse* response) {
   return Counted("push_pull", DoPushPull(context, request, response));
 }
 
-grpc::Status PsService::AverageBuffers(grpc::ServerContext* context, const proto::AverageBuffersRequest* request,
-                         proto::AverageBuffersResponse* response) {
+grpc::Status PsService::AverageBuffers(grpc::ServerContext* context,
+                                       const proto::AverageBuffersRequest* request,
+                                       proto::AverageBuffersResponse* response) {
   return Counted("average_buffers", DoAverageBuffers(context, request, response));
 }
 
-grpc::Status PsService::GetShardInfo(grpc::ServerContext* context, const proto::ShardInfoRequest* request,
-                         proto::ShardInfoResponse* response) {
+grpc::Status PsService::GetShardInfo(grpc::ServerContext* context,
+                                     const proto::ShardInfoRequest* request,
+                                     proto::ShardInfoResponse* response) {
   return Counted("shard_info", DoGetShardInfo(context, request, response));
 }
 
-grpc::Status PsService::Rollback(grpc::ServerContext* context, const proto::RollbackRequest* request,
-                         proto::RollbackResponse* response) {
+grpc::Status PsService::Rollback(grpc::ServerContext* context,
+                                 const proto::RollbackRequest* request,
+                                 proto::RollbackResponse* response) {
   return Counted("rollback", DoRollback(context, request, response));
 }
 

@@ -77,17 +77,30 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     AbandonLocked();  // The worker cancelled or went away: nobody waits for its answer.
+    ReleaseSlotLocked();
   }
 
   // After Finish, which the writer calls only once it stopped waiting; the server's
   // shutdown waits for every OnDone, so the service is still alive here (unlike in the
   // destructor, which the writer thread may run after the server is gone).
   void OnDone() override {
-    if (admitted_) service_->ReleaseStream(rank_);
+    if (service_->options_.on_done_for_test) service_->options_.on_done_for_test();
+    {
+      absl::MutexLock lock(&mu_);
+      ReleaseSlotLocked();  // Already done at Finish or OnCancel, unless neither came.
+    }
     Unref();
   }
 
  private:
+  // Gives this call's slot of max_streams_per_rank back, once. Lock order: this call's mu_,
+  // then the service's.
+  void ReleaseSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!admitted_) return;
+    admitted_ = false;
+    service_->ReleaseStream(rank_);
+  }
+
   // Ends the writer's wait in the shard now. Lock order: this call's mu_, then the shard's.
   void AbandonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     abandoned_ = true;
@@ -109,6 +122,7 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
               "rank ", h.caller().rank(), " is not in [0, ", shard_->options().num_workers, ")"));
         }
         if (!service_->AdmitStream(h.caller().rank())) {
+          busy_ = true;
           return absl::ResourceExhaustedError(absl::StrCat(
               "rank ", h.caller().rank(), " already has ", service_->options_.max_streams_per_rank,
               " tensor streams open on this shard (ps_server --max_streams_per_rank)"));
@@ -224,6 +238,10 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
     if (finished_) return;
     finished_ = true;
     if (service_->telemetry_ != nullptr) service_->telemetry_->CountRequest("stream", status);
+    // A slot is free as soon as the answer is on its way: the worker may open its next
+    // stream the moment it reads this status.
+    ReleaseSlotLocked();
+    if (busy_) context_->AddTrailingMetadata(kStreamBusyKey, "50");
     Finish(status);
   }
 
@@ -244,7 +262,6 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   // OnDone and the writer thread each hold one.
   std::atomic<int> refs_{2};
   std::atomic<bool> abandoned_{false};  // Set before the shard's waiters are woken.
-  bool admitted_ = false;  // Counted in the service's streams (set by the first frame).
 
   absl::Mutex mu_;
   // Set from the first frame (reads are sequential), before the writer starts; then constant.
@@ -259,6 +276,9 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
   bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Holds a slot of the service's streams (from the first frame until Finish or OnCancel).
+  bool admitted_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // Refused by max_streams_per_rank.
 };
 
 TensorStreamService::TensorStreamService(ParameterShard* shard, const TensorStreamOptions& options,

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -23,12 +24,18 @@ class PushPullReactor;
 
 struct TensorStreamOptions {
   // Streams one rank may have open at once (ps_server --max_streams_per_rank); one more is
-  // answered RESOURCE_EXHAUSTED. A worker uses one per step, so a few allow for overlap.
+  // answered RESOURCE_EXHAUSTED with kStreamBusyKey, before any of its chunks is counted. A
+  // stream holds its slot until its answer is written or it is cancelled (not until gRPC has
+  // finished closing it, which under load comes after the worker opened the next one). A
+  // worker uses one per step, so a few allow for overlap.
   int max_streams_per_rank = 4;
   // A stream that has not sent its first frame this long after it opened is cancelled (it
   // names no rank yet, so max_streams_per_rank cannot bound it). A worker sends its first
   // frame at once.
   absl::Duration first_frame_timeout = absl::Seconds(10);
+  // Fault injection for tests: runs at the start of every call's OnDone (a sleep there is
+  // gRPC finishing a call late, as under load). Null: nothing.
+  std::function<void()> on_done_for_test;
 };
 
 // A call whose worker cancels or vanishes, or whose stream turns out bad, releases its

@@ -161,6 +161,26 @@ TEST_F(PsGrpcTest, MissingWorkerTimesOutNamingIt) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// Issue 30 item 7: a batch-norm round far ahead of the job is OUT_OF_RANGE at once, like a
+// step outside the window, not DEADLINE_EXCEEDED after the step timeout.
+TEST_F(PsGrpcTest, AverageBuffersRoundAheadOfTheJobIsOutOfRangeAtOnce) {
+  ASSERT_TRUE(Init(GoodInit()).ok());
+  proto::AverageBuffersRequest request;
+  request.mutable_caller()->set_job_id("job");
+  request.mutable_caller()->set_rank(0);
+  request.set_round(1000);
+  const float values[2] = {1, 2};
+  request.set_data(reinterpret_cast<const char*>(values), sizeof(values));
+  grpc::ClientContext context;
+  proto::AverageBuffersResponse response;
+  const absl::Time start = absl::Now();
+  const grpc::Status s = stub_->AverageBuffers(&context, request, &response);
+  EXPECT_EQ(s.error_code(), StatusCode::OUT_OF_RANGE) << s.error_message();
+  EXPECT_NE(s.error_message().find("buffer round 1000 is ahead of the job"), std::string::npos)
+      << s.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));  // The step timeout is 2 s.
+}
+
 // grpc.health.v1.Health answers SERVING while the server runs, NOT_SERVING once it stops.
 TEST_F(PsGrpcTest, HealthServiceAnswers) {
   auto health = CheckHealth(shards_.addresses[1], absl::Seconds(5));

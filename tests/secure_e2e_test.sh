@@ -27,6 +27,9 @@ for f in ca.crt job_token ps-0.crt ps-0.key worker-0.crt worker-0.key worker-1.c
 done
 echo "certificates: $(ls "$CERTS" | tr '\n' ' ')"
 [[ $(stat -c %a "$CERTS") == 700 ]] || die "the certificate folder is not private"
+for f in ca.key job_token ps-0.key worker-0.key worker-1.key; do
+  [[ $(stat -c %a "$CERTS/$f") == 600 ]] || die "$f is mode $(stat -c %a "$CERTS/$f"), not 600"
+done
 grep -qxE '[0-9a-f]{64}' "$CERTS/job_token" || die "the job token is not 64 hex digits"
 for want in DNS:ps-0 DNS:ps-gpu-0 DNS:dptrain-ps-0.dptrain-ps \
   DNS:dptrain-ps-0.dptrain-ps.default.svc.cluster.local DNS:localhost "IP Address:127.0.0.1"; do

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/test_cluster.h"
+#include "worker/comm/ps_client.h"
 
 namespace dptrain {
 namespace {
@@ -369,6 +370,105 @@ TEST(TensorStreamCancelTest, StreamsPerRankAreBounded) {
   ASSERT_TRUE(AwaitActiveStreams(**server, 0, absl::Seconds(20)));
 }
 
+// Shards of the tiny model allowing one stream per rank, each call's end (OnDone) delayed by
+// `late_done` as gRPC's would be on a loaded machine.
+std::vector<std::unique_ptr<PsServer>> OneStreamShards(int num_workers, absl::Duration late_done,
+                                                       std::vector<std::string>& addresses) {
+  std::vector<std::unique_ptr<PsServer>> servers;
+  for (int s = 0; s < 2; ++s) {
+    PsServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.shard.shard = s;
+    o.shard.num_shards = 2;
+    o.shard.num_workers = num_workers;
+    o.shard.optimizer.learning_rate = 1.0f;
+    o.stream.max_streams_per_rank = 1;
+    o.stream.on_done_for_test = [late_done] { absl::SleepFor(late_done); };
+    auto server = PsServer::Start(o);
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return {};
+    addresses.push_back(absl::StrCat("127.0.0.1:", (*server)->port()));
+    servers.push_back(*std::move(server));
+  }
+  return servers;
+}
+
+// A PS client of the tiny model (w: 6, b: 2 in chunks of <= 4) that streams every shard's
+// part and never goes through recovery.
+std::unique_ptr<PsClient> TinyStreamClient(const std::vector<std::string>& addresses, int rank,
+                                           int world_size) {
+  PsClientOptions po;
+  po.shard_addresses = addresses;
+  po.job_id = "job";
+  po.rank = rank;
+  po.world_size = world_size;
+  po.tensors = {{"w", 6}, {"b", 2}};
+  po.max_chunk_elements = 4;
+  po.stream_min_bytes = 0;
+  po.reconnect_timeout = absl::ZeroDuration();
+  po.rpc_timeout = absl::Seconds(20);
+  auto client = PsClient::Connect(po);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+// Issue 30 item 1: a shard used to free a stream's slot only in OnDone, which under load comes
+// after the worker opened its next stream: a legitimate job failed on the limit meant for
+// hostile peers. With every OnDone 100 ms late and one stream per rank, 30 short steps in a
+// row all pass, and none even needs a retry (the slot is free once the answer is written).
+TEST(TensorStreamCancelTest, LateCallEndsNeverFailALegitimateJob) {
+  std::vector<std::string> addresses;
+  auto servers = OneStreamShards(1, absl::Milliseconds(100), addresses);
+  ASSERT_EQ(servers.size(), 2u);
+  std::unique_ptr<PsClient> client = TinyStreamClient(addresses, 0, 1);
+  ASSERT_NE(client, nullptr);
+  std::vector<float> weights(8, 1.0f), gradient(9, 0.0f);
+  ASSERT_TRUE(client->Start(absl::MakeSpan(weights)).ok());
+  for (int64_t step = 0; step < 30; ++step) {
+    for (int i = 0; i < 8; ++i) gradient[i] = 0.01f * static_cast<float>(i);
+    auto outcome = client->PushPull(step, absl::MakeSpan(gradient), absl::MakeSpan(weights));
+    ASSERT_TRUE(outcome.ok()) << "step " << step << ": " << outcome.status();
+  }
+  EXPECT_EQ(client->stats().busy_retries, 0);
+  EXPECT_FLOAT_EQ(weights[7], 1.0f - 30 * 0.07f);  // w - lr * g, 30 times.
+}
+
+// A stream refused as one too many (here: an abandoned attempt of the same step still holds
+// the rank's only slot) is something the client backs off from and sends again within the
+// step's deadline; the step then completes with both ranks' gradients.
+TEST(TensorStreamCancelTest, ARefusedStreamIsSentAgainWithinTheDeadline) {
+  std::vector<std::string> addresses;
+  auto servers = OneStreamShards(2, absl::ZeroDuration(), addresses);
+  ASSERT_EQ(servers.size(), 2u);
+  std::unique_ptr<PsClient> rank0 = TinyStreamClient(addresses, 0, 2);
+  std::unique_ptr<PsClient> rank1 = TinyStreamClient(addresses, 1, 2);
+  ASSERT_NE(rank0, nullptr);
+  ASSERT_NE(rank1, nullptr);
+  std::vector<float> w0(8, 0.0f), w1(8, 0.0f);
+  for (int i = 0; i < 8; ++i) w0[i] = static_cast<float>(i);
+  ASSERT_TRUE(rank0->Start(absl::MakeSpan(w0)).ok());
+  ASSERT_TRUE(rank1->Start(absl::MakeSpan(w1)).ok());
+  // Rank 0's earlier attempt at step 0 on shard 0 (chunks (0,0) = w[0:3], (1,0) = b), still
+  // open and waiting for rank 1: it holds rank 0's slot there.
+  auto channel = MakeChannel(addresses[0]);
+  auto abandoned =
+      std::make_unique<OpenStream>(channel, TensorStreamTest::StepFrames(0, 0, {1, 1, 1}, {1, 1}));
+  ASSERT_TRUE(AwaitActiveStreams(*servers[0], 1, absl::Seconds(20)));
+  std::vector<float> g0(9, 1.0f), g1(9, 3.0f);
+  g0[8] = g1[8] = 0.0f;  // No overflow.
+  absl::StatusOr<StepOutcome> r0;
+  std::thread t([&] { r0 = rank0->PushPull(0, absl::MakeSpan(g0), absl::MakeSpan(w0)); });
+  absl::SleepFor(absl::Milliseconds(300));  // Rank 0's new stream is refused and retried.
+  EXPECT_EQ(abandoned->Cancel().error_code(), StatusCode::CANCELLED);
+  auto r1 = rank1->PushPull(0, absl::MakeSpan(g1), absl::MakeSpan(w1));
+  t.join();
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_GE(rank0->stats().busy_retries, 1);
+  EXPECT_EQ(w0, w1);
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w0[i], static_cast<float>(i) - 2.0f) << i;
+}
+
 // A stream that never sends its first frame names no rank, so max_streams_per_rank cannot
 // bound it: the shard cancels it after first_frame_timeout, and serves others meanwhile.
 TEST(TensorStreamCancelTest, AStreamWithoutAFirstFrameIsCancelled) {
@@ -384,7 +484,8 @@ TEST(TensorStreamCancelTest, AStreamWithoutAFirstFrameIsCancelled) {
   auto channel = MakeChannel(address);
   const absl::Time start = absl::Now();
   std::vector<std::unique_ptr<OpenStream>> idle;
-  for (int i = 0; i < 3; ++i) idle.push_back(std::make_unique<OpenStream>(channel, std::vector<grpc::ByteBuffer>{}));
+  for (int i = 0; i < 3; ++i)
+    idle.push_back(std::make_unique<OpenStream>(channel, std::vector<grpc::ByteBuffer>{}));
   for (auto& stream : idle) {
     const grpc::Status status = stream->AwaitFinish();
     EXPECT_EQ(status.error_code(), StatusCode::CANCELLED) << status.error_message();

@@ -16,7 +16,8 @@ project_init() {
   export DPTRAIN_IMAGE="$1:$PROJECT"
   mkdir -p "$PROJECT_DIR"
   cp "$_project_tools/../deploy/docker-compose.yml" "$PROJECT_DIR/"
-  "$_project_tools/make_certs.sh" "$PROJECT_DIR/certs" >/dev/null
+  # The containers run as uid 10001 and read their key and the token (mode 0600) as theirs.
+  "$_project_tools/make_certs.sh" --owner=10001:10001 "$PROJECT_DIR/certs" >/dev/null
 }
 
 compose() { docker-compose -p "$PROJECT" -f "$PROJECT_DIR/docker-compose.yml" "$@"; }

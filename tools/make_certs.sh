@@ -3,7 +3,7 @@
 # process signed by it (usable as server and as client: mutual TLS), and a random job token.
 #
 # usage: tools/make_certs.sh [--shards=2] [--workers=2] [--days=365] [--namespace=default]
-#          [--san=NAME_OR_IP]... [--force] OUT_DIR
+#          [--san=NAME_OR_IP]... [--owner=UID[:GID]] [--force] OUT_DIR
 #
 # OUT_DIR (created with mode 0700) then holds
 #   ca.crt              the job's CA: every process gets it as --tls_ca
@@ -16,11 +16,13 @@
 # dptrain-ps-I.dptrain-ps.NAMESPACE.svc[.cluster.local] (deploy/k8s), rank R: worker-R and
 # worker-gpu-R (rank 0 serves the master reducer or the rendezvous); every certificate also
 # names localhost and 127.0.0.1 (local runs, health probes inside a container) and each --san.
-# The certificates and keys are mode 0644 inside the private folder: the containers' user
-# (uid 10001) must read them through docker-compose's bind-mounted secrets.
+# Private keys and the job token are mode 0600 (the binaries warn about a key or token that
+# others can read, as ssh does); certificates 0644. --owner=UID[:GID] (as root) hands the
+# private files to that user: docker-compose bind-mounts them as secrets, and its containers
+# run as uid 10001 (sudo tools/make_certs.sh --owner=10001:10001 deploy/certs).
 set -euo pipefail
 
-shards=2 workers=2 days=365 namespace=default force=0 out=""
+shards=2 workers=2 days=365 namespace=default force=0 out="" owner=""
 extra_sans=()
 while (($#)); do
   case "$1" in
@@ -29,8 +31,9 @@ while (($#)); do
     --days=*) days="${1#*=}" ;;
     --namespace=*) namespace="${1#*=}" ;;
     --san=*) extra_sans+=("${1#*=}") ;;
+    --owner=*) owner="${1#*=}" ;;
     --force) force=1 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "make_certs: unknown flag '$1' (see --help)" >&2; exit 2 ;;
     *) [[ -z "$out" ]] || { echo "make_certs: one OUT_DIR only" >&2; exit 2; }; out="$1" ;;
   esac
@@ -77,7 +80,8 @@ EXT
   run openssl x509 -req -in "$work/$name.csr" -CA "$out/ca.crt" -CAkey "$out/ca.key" \
     -set_serial "0x$(openssl rand -hex 16)" -days "$days" -extfile "$work/$name.ext" \
     -out "$out/$name.crt"
-  chmod 0644 "$out/$name.crt" "$out/$name.key"
+  chmod 0644 "$out/$name.crt"
+  chmod 0600 "$out/$name.key"
 }
 
 for ((i = 0; i < shards; i++)); do
@@ -88,6 +92,11 @@ for ((r = 0; r < workers; r++)); do
   issue "worker-$r" "worker-$r" "worker-gpu-$r"
 done
 openssl rand -hex 32 >"$out/job_token"
-chmod 0644 "$out/ca.crt" "$out/job_token"
-chmod 0600 "$out/ca.key"
+chmod 0644 "$out/ca.crt"
+chmod 0600 "$out/ca.key" "$out/job_token"
+if [[ -n "$owner" ]]; then
+  # The processes' keys and the token; ca.key stays with whoever ran this.
+  chown "$owner" "$out"/ps-*.key "$out"/worker-*.key "$out/job_token" 2>/dev/null ||
+    { echo "make_certs: cannot chown the keys to '$owner' (run as root, UID[:GID])" >&2; exit 1; }
+fi
 echo "make_certs: CA, $shards shard and $workers worker certificate(s) and a job token in $out"

@@ -25,14 +25,14 @@
 #include "common/file_system.h"
 #include "common/health_server.h"
 #include "common/malloc_tuning.h"
-#include "proto/worker.grpc.pb.h"
 #include "common/net.h"
+#include "common/optimizer_flags.h"
+#include "common/security_flags.h"
+#include "common/telemetry_flags.h"
+#include "proto/worker.grpc.pb.h"
 #include "server/ps_server.h"
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
-#include "common/optimizer_flags.h"
-#include "common/telemetry_flags.h"
-#include "common/security_flags.h"
 #include "worker/comm/ps_client.h"
 #include "worker/comm/sharded_ring_store.h"
 #include "worker/data/idx_reader.h"
@@ -161,8 +161,8 @@ absl::StatusOr<int> FlagOrEnv(int flag, std::initializer_list<const char*> names
     if (value == nullptr || *value == '\0') continue;
     int parsed;
     if (!absl::SimpleAtoi(value, &parsed) || parsed < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("$", name, "='", value,
-                                                     "' is not a non-negative integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("$", name, "='", value, "' is not a non-negative integer"));
     }
     return parsed;
   }
@@ -252,13 +252,13 @@ struct SyncSetup {
 };
 
 struct Sync {
-  std::unique_ptr<PsServer> master;          // master mode, rank 0: the reducer.
-  std::unique_ptr<AllReduceGroup> group;     // allreduce mode: peers and rendezvous.
+  std::unique_ptr<PsServer> master;       // master mode, rank 0: the reducer.
+  std::unique_ptr<AllReduceGroup> group;  // allreduce mode: peers and rendezvous.
   OwnedStepSync sync;
   std::string description;
-  PosixFileSystem fs;                        // Of `saves`.
-  std::unique_ptr<RingCheckpointer> saves;   // allreduce mode with --save_dir.
-  bool resume = false;                       // --resume, with `saves`.
+  PosixFileSystem fs;                       // Of `saves`.
+  std::unique_ptr<RingCheckpointer> saves;  // allreduce mode with --save_dir.
+  bool resume = false;                      // --resume, with `saves`.
 };
 
 // --lr, --momentum, --weight_decay and common/optimizer_flags.h's flags, validated.
@@ -291,8 +291,8 @@ absl::StatusOr<std::optional<SavePlan>> SavesFromFlags(absl::string_view subdir,
   plan.resume = absl::GetFlag(FLAGS_resume);
   if (dir.empty()) {
     if (plan.every != 0 || plan.resume) {
-      return WithFlag("save_dir", absl::InvalidArgumentError(
-                                      "--save_every and --resume need a --save_dir"));
+      return WithFlag("save_dir",
+                      absl::InvalidArgumentError("--save_every and --resume need a --save_dir"));
     }
     return std::nullopt;
   }
@@ -380,13 +380,13 @@ absl::Status MakeSync(const SyncSetup& setup, Sync& out) {
   if (!master_port.ok()) return master_port.status();
   if (*master_port > 65535) return absl::InvalidArgumentError("--master_port must be <= 65535");
   if (setup.mode != "ps" && setup.rank != 0 && *master_port == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", setup.rank, " needs rank 0's port: --master_port or $MASTER_PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", setup.rank, " needs rank 0's port: --master_port or $MASTER_PORT"));
   }
 
   if (setup.mode == "ps") {
-    auto options = ClientOptions(setup, absl::StrSplit(absl::GetFlag(FLAGS_ps), ',',
-                                                       absl::SkipWhitespace()));
+    auto options =
+        ClientOptions(setup, absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipWhitespace()));
     auto client = PsClient::Connect(options);
     if (!client.ok()) return client.status();
     out.description = absl::StrCat("ps mode, ", options.shard_addresses.size(), " shard(s)");
@@ -510,6 +510,9 @@ absl::Status Run() {
   if (const std::string warning = (*credentials)->Warning(); !warning.empty()) {
     std::cerr << "gpu_worker: warning: " << warning << std::endl;
   }
+  for (const std::string& warning : (*credentials)->FileWarnings()) {
+    std::cerr << "gpu_worker: warning: " << warning << std::endl;
+  }
   auto telemetry = TelemetryFromFlags(absl::StrCat("gpu_worker rank ", *rank));
   if (!telemetry.ok()) return telemetry.status();
   if (absl::GetFlag(FLAGS_log_every) < absl::ZeroDuration()) {
@@ -563,13 +566,12 @@ absl::Status Run() {
   const std::string who = absl::StrCat("rank ", *rank, "/", *world_size);
   std::cout << who << ": device " << (on_gpu ? "cuda" : "cpu")
             << (device == "cpu" ? ""
-                : on_gpu ? absl::StrCat(" (", gpu.description, ", ",
-                                        precision != "fp32"        ? precision
-                                        : absl::GetFlag(FLAGS_tf32) ? "TF32"
-                                                                    : "strict fp32",
-                                        ")")
-                         : absl::StrCat(" (auto: ", gpu.description,
-                                        "; training runs on the CPU)"))
+                : on_gpu        ? absl::StrCat(" (", gpu.description, ", ",
+                                        precision != "fp32"         ? precision
+                                               : absl::GetFlag(FLAGS_tf32) ? "TF32"
+                                                                           : "strict fp32",
+                                               ")")
+                         : absl::StrCat(" (auto: ", gpu.description, "; training runs on the CPU)"))
             << std::endl;
 
   std::optional<HealthServer> health;
@@ -622,8 +624,7 @@ absl::Status Run() {
                                   "must be auto, im2col or onednn, got '", conv, "'")));
     }
     std::cout << who << ": " << plan->description << "; convolutions: "
-              << (conv == "auto" ? "oneDNN where measured faster, else im2col" : conv)
-              << std::endl;
+              << (conv == "auto" ? "oneDNN where measured faster, else im2col" : conv) << std::endl;
   }
   // All-reduce mode on a GPU: every replica applies the averaged gradient itself, where its
   // weights are; on the CPU the ring shards the optimizer unless told otherwise. ps and
@@ -701,7 +702,8 @@ absl::Status Run() {
   std::cout << who << ": " << model_options.name << " with " << (*model)->weights().size()
             << " parameters, " << train->size << " training images, " << test->size
             << " test images" << std::endl;
-  if (absl::Status s = Train(options, **model, Borrow(sync.sync), *train, &*test, nullptr); !s.ok()) {
+  if (absl::Status s = Train(options, **model, Borrow(sync.sync), *train, &*test, nullptr);
+      !s.ok()) {
     return s;
   }
   if (!save_path.empty()) {

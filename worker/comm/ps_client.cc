@@ -8,13 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
-#include "worker/comm/shard_step_call.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/completion_queue.h"
+#include "worker/comm/shard_step_call.h"
 
 namespace dptrain {
 namespace {
-
 
 // Sends requests[s] to every shard s at once and waits for all answers. Returns the first
 // failure (by shard order), prefixed with `what`, the shard and its address.
@@ -45,8 +44,7 @@ absl::Status CallAllShards(const std::vector<std::unique_ptr<proto::ParameterSer
   }
   for (size_t s = 0; s < n; ++s) {
     if (requests[s] != nullptr && !statuses[s].ok()) {
-      return FromGrpcStatus(statuses[s],
-                            absl::StrCat(what, " to shard ", s, " at ", addresses[s]));
+      return FromGrpcStatus(statuses[s], absl::StrCat(what, " to shard ", s, " at ", addresses[s]));
     }
   }
   return absl::OkStatus();
@@ -70,11 +68,10 @@ absl::Status CheckOptimizer(const PsClientOptions& options, const proto::ShardIn
         absl::StrCat("optimizer mismatch: this worker has --optimizer=", options.expected_optimizer,
                      " but ", where, " applies ", info.optimizer(), hint));
   }
-  if (!options.expected_lr_schedule.empty() &&
-      options.expected_lr_schedule != info.lr_schedule()) {
+  if (!options.expected_lr_schedule.empty() && options.expected_lr_schedule != info.lr_schedule()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "optimizer mismatch: this worker has --lr_schedule=", options.expected_lr_schedule,
-        " but ", where, " uses ", info.lr_schedule(), hint));
+        "optimizer mismatch: this worker has --lr_schedule=", options.expected_lr_schedule, " but ",
+        where, " uses ", info.lr_schedule(), hint));
   }
   const std::map<std::string, double> theirs = {
       {"momentum", info.momentum()}, {"weight_decay", info.weight_decay()},
@@ -99,8 +96,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
   const int num_shards = static_cast<int>(options.shard_addresses.size());
   if (num_shards == 0) return absl::InvalidArgumentError("no parameter-server address given");
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is not in [0, ",
-                                                   options.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is not in [0, ", options.world_size, ")"));
   }
   auto map = ShardMap::Build(options.tensors, {num_shards, options.max_chunk_elements});
   if (!map.ok()) return map.status();
@@ -111,8 +108,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
     const std::string& address = options.shard_addresses[s];
     auto channel = MakeChannel(address, *options.credentials);
     if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
-      return absl::UnavailableError(absl::StrCat("cannot reach parameter-server shard ", s,
-                                                 " at ", address, " within ",
+      return absl::UnavailableError(absl::StrCat("cannot reach parameter-server shard ", s, " at ",
+                                                 address, " within ",
                                                  absl::FormatDuration(options.connect_timeout)));
     }
     client->stubs_.push_back(proto::ParameterServer::NewStub(channel));
@@ -126,26 +123,26 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
     const std::string& address = options.shard_addresses[s];
     if (info.shard() != s || info.num_shards() != num_shards) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "shard mismatch: --ps lists ", num_shards, " shards with ", address, " at position ",
-          s, ", but that server is shard ", info.shard(), " of ", info.num_shards()));
+          "shard mismatch: --ps lists ", num_shards, " shards with ", address, " at position ", s,
+          ", but that server is shard ", info.shard(), " of ", info.num_shards()));
     }
     if (info.num_workers() != options.world_size) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "world size mismatch: this worker has world size ", options.world_size,
-          " but shard ", s, " at ", address, " expects ", info.num_workers(), " workers"));
+          "world size mismatch: this worker has world size ", options.world_size, " but shard ", s,
+          " at ", address, " expects ", info.num_workers(), " workers"));
     }
     if (info.sync_policy() != infos[0].sync_policy()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "sync policy mismatch: shard 0 runs ", infos[0].sync_policy(), ", shard ", s, " at ",
-          address, " runs ", info.sync_policy()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("sync policy mismatch: shard 0 runs ", infos[0].sync_policy(), ", shard ", s,
+                       " at ", address, " runs ", info.sync_policy()));
     }
     if (options.expected_learning_rate > 0 &&
         std::abs(info.learning_rate() - options.expected_learning_rate) >
             1e-6 * options.expected_learning_rate) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "learning-rate mismatch: --lr=", options.expected_learning_rate, " but shard ", s,
-          " at ", address, " applies ", info.learning_rate(),
-          " (in ps mode the server's --lr is the one used)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("learning-rate mismatch: --lr=", options.expected_learning_rate,
+                       " but shard ", s, " at ", address, " applies ", info.learning_rate(),
+                       " (in ps mode the server's --lr is the one used)"));
     }
     if (auto s = CheckOptimizer(options, info, address); !s.ok()) return s;
   }
@@ -198,9 +195,8 @@ absl::Status PsClient::Unpack(int s, const proto::PullResponse& response,
                               absl::Span<float> weights) {
   const std::vector<int>& mine = map_.ChunksOfShard(s);
   if (response.chunks_size() != static_cast<int>(mine.size())) {
-    return absl::DataLossError(absl::StrCat("shard ", s, " answered with ",
-                                            response.chunks_size(), " chunks, expected ",
-                                            mine.size()));
+    return absl::DataLossError(absl::StrCat("shard ", s, " answered with ", response.chunks_size(),
+                                            " chunks, expected ", mine.size()));
   }
   for (int i = 0; i < response.chunks_size(); ++i) {
     const proto::Chunk& chunk = response.chunks(i);
@@ -208,9 +204,9 @@ absl::Status PsClient::Unpack(int s, const proto::PullResponse& response,
     if (chunk.key().tensor_id() != spec.tensor_id ||
         chunk.key().chunk_index() != spec.chunk_index || chunk.dtype() != proto::FP32 ||
         chunk.data().size() != static_cast<size_t>(spec.count) * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat("shard ", s, " answered with an unexpected chunk ",
-                                              i, " (tensor ", chunk.key().tensor_id(),
-                                              ", chunk ", chunk.key().chunk_index(), ")"));
+      return absl::DataLossError(absl::StrCat("shard ", s, " answered with an unexpected chunk ", i,
+                                              " (tensor ", chunk.key().tensor_id(), ", chunk ",
+                                              chunk.key().chunk_index(), ")"));
     }
     std::memcpy(weights.data() + spec.flat_offset, chunk.data().data(), chunk.data().size());
   }
@@ -263,9 +259,9 @@ absl::StatusOr<int64_t> PsClient::PullAll(absl::Span<float> weights, absl::Durat
     Describe(r);
     pointers.push_back(&r);
   }
-  if (auto s = CallAllShards(stubs_, options_.shard_addresses, pointers, responses_,
-                             std::mem_fn(&proto::ParameterServer::Stub::AsyncPull), timeout,
-                             "Pull");
+  if (auto s =
+          CallAllShards(stubs_, options_.shard_addresses, pointers, responses_,
+                        std::mem_fn(&proto::ParameterServer::Stub::AsyncPull), timeout, "Pull");
       !s.ok()) {
     return s;
   }
@@ -282,8 +278,8 @@ absl::StatusOr<std::vector<proto::ShardInfoResponse>> PsClient::Infos(absl::Dura
   std::vector<const proto::ShardInfoRequest*> requests(stubs_.size(), &request);
   std::vector<proto::ShardInfoResponse> infos;
   if (auto s = CallAllShards(stubs_, options_.shard_addresses, requests, infos,
-                             std::mem_fn(&proto::ParameterServer::Stub::AsyncGetShardInfo),
-                             timeout, "GetShardInfo");
+                             std::mem_fn(&proto::ParameterServer::Stub::AsyncGetShardInfo), timeout,
+                             "GetShardInfo");
       !s.ok()) {
     return s;
   }
@@ -337,9 +333,9 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
   while (true) {
     const absl::Duration left = give_up - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      return absl::UnavailableError(absl::StrCat(
-          "step ", step, ": no recovery within ",
-          absl::FormatDuration(options_.reconnect_timeout), "; last error: ", last.message()));
+      return absl::UnavailableError(absl::StrCat("step ", step, ": no recovery within ",
+                                                 absl::FormatDuration(options_.reconnect_timeout),
+                                                 "; last error: ", last.message()));
     }
     absl::Status attempt;
     auto infos = Infos(std::min(left, absl::Seconds(5)));
@@ -437,10 +433,10 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   }
   StepOutcome outcome;
   // The unary calls run while the streams (started above) do.
-  absl::Status first = CallAllShards(
-      stubs_, options_.shard_addresses, unary, responses_,
-      std::mem_fn(&proto::ParameterServer::Stub::AsyncPushPull), options_.rpc_timeout,
-      absl::StrCat("PushPull of step ", step).c_str());
+  absl::Status first =
+      CallAllShards(stubs_, options_.shard_addresses, unary, responses_,
+                    std::mem_fn(&proto::ParameterServer::Stub::AsyncPushPull), options_.rpc_timeout,
+                    absl::StrCat("PushPull of step ", step).c_str());
   for (int s = 0; s < num_shards && first.ok(); ++s) {
     if (unary[s] == nullptr) continue;
     const int64_t staleness = responses_[s].staleness();
@@ -454,11 +450,25 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   TraceRecorder* trace = options_.trace;
   if (trace != nullptr && trace->Recording(step)) {
     for (int s = 0; s < num_shards; ++s) {
-      if (unary[s] != nullptr) trace->Span(1 + 2 * s, "push_pull (unary)", step, push_start, unary_end);
+      if (unary[s] != nullptr)
+        trace->Span(1 + 2 * s, "push_pull (unary)", step, push_start, unary_end);
     }
   }
   for (auto& call : calls) {  // Every call must end before `grads` may change.
     absl::Status s = call->Wait();
+    // A shard that still counted this rank's earlier streams as open (their ends not yet
+    // through under load) refused this one before counting any of it: send it again, backing
+    // off, within the step's deadline.
+    for (absl::Duration backoff = call->busy_retry_after();
+         backoff > absl::ZeroDuration() && absl::Now() + backoff < deadline;
+         backoff = std::min(std::max(backoff, call->busy_retry_after()) * 2, absl::Seconds(1))) {
+      ++stats_.busy_retries;
+      absl::SleepFor(backoff);
+      call = std::make_unique<ShardStepCall>(call->args());
+      call->Start();
+      s = call->Wait();
+      if (call->busy_retry_after() == absl::ZeroDuration()) break;
+    }
     if (trace != nullptr && trace->Recording(step)) {
       const ShardStepCall::Timeline& t = call->timeline();
       const int track = 1 + 2 * call->shard();
@@ -480,10 +490,11 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   return outcome;
 }
 
-absl::Status PsClient::CallShard0(
-    absl::string_view method, const std::function<grpc::Status(grpc::ClientContext&)>& call) {
+absl::Status PsClient::CallShard0(absl::string_view method,
+                                  const std::function<grpc::Status(grpc::ClientContext&)>& call) {
   const absl::Time give_up = absl::Now() + options_.reconnect_timeout;
-  for (absl::Duration backoff = absl::Milliseconds(50);; backoff = std::min(backoff * 2, absl::Seconds(1))) {
+  for (absl::Duration backoff = absl::Milliseconds(50);;
+       backoff = std::min(backoff * 2, absl::Seconds(1))) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
     const grpc::Status status = call(context);
@@ -520,8 +531,7 @@ absl::Status PsClient::AverageBuffers(int64_t round, absl::Span<float> buffers) 
   return absl::OkStatus();
 }
 
-absl::Status PsClient::KeepBuffers(int64_t step, absl::Span<const float> buffers,
-                                   bool epoch_end) {
+absl::Status PsClient::KeepBuffers(int64_t step, absl::Span<const float> buffers, bool epoch_end) {
   if (buffer_interval_ <= 0 || step <= 0 || step % buffer_interval_ != 0) return absl::OkStatus();
   proto::KeepBuffersRequest request;
   request.mutable_caller()->set_job_id(options_.job_id);
@@ -556,9 +566,8 @@ absl::Status PsClient::RestoreBuffers(int64_t step, absl::Span<float> buffers) {
   stats_.bytes_pulled += static_cast<int64_t>(response.ByteSizeLong());
   if (response.data().size() != buffers.size() * sizeof(float)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "shard 0 holds ", response.data().size() / sizeof(float),
-        " batch-norm statistics of step ", step, " for rank ", options_.rank, ", the model has ",
-        buffers.size()));
+        "shard 0 holds ", response.data().size() / sizeof(float), " batch-norm statistics of step ",
+        step, " for rank ", options_.rank, ", the model has ", buffers.size()));
   }
   std::memcpy(buffers.data(), response.data().data(), response.data().size());
   return absl::OkStatus();

@@ -7,12 +7,17 @@
 //   connector -> acceptor   Hello {"DPTA", connector rank, job hash}, nonce_c
 //   connector -> acceptor   ConnectorProof = HMAC-SHA256(token, "dptrain ring v1 connector"
 //                           || nonce_a || nonce_c || connector rank || acceptor rank || job id)
+//   acceptor  -> connector  Verdict {"DPTV", code}
 //   acceptor  -> connector  AcceptorProof  = the same with "... acceptor", once the rank is
-//                           claimed
+//                           claimed (after an accepting verdict only)
 // Nonces are 32 random bytes, fresh per connection, so a recorded proof answers no other
 // challenge; the labels keep one side's proof from serving as the other's. The token itself
 // never crosses the wire. Without a token the connector sends Hello {"DPTR", rank, job hash}
-// only (the hash of a job id is no secret).
+// only (the hash of a job id is no secret), and the acceptor answers with the Verdict.
+// Every hello gets a verdict, in both modes: accepted; the rank is busy (another connection
+// holds it: the connector retries until its deadline, since a stranger that claimed the rank
+// first is dropped when it delivers no frame); or refused (another job, a bad rank or proof:
+// no retry). A connector never sends a frame before it read an accepting verdict.
 #ifndef DPTRAIN_WORKER_COMM_RING_AUTH_H_
 #define DPTRAIN_WORKER_COMM_RING_AUTH_H_
 
@@ -30,7 +35,16 @@ inline constexpr uint32_t kPlainMagic = 0x44505452;      // "DPTR": a hello with
 inline constexpr uint32_t kKeyedMagic = 0x44505441;      // "DPTA": a hello, proof to follow.
 inline constexpr uint32_t kChallengeMagic = 0x44505443;  // "DPTC"
 
+inline constexpr uint32_t kVerdictMagic = 0x44505456;  // "DPTV"
+
 using Nonce = std::array<uint8_t, 32>;
+
+enum class VerdictCode : uint32_t { kAccepted = 0, kRankBusy = 1, kRefused = 2 };
+
+struct Verdict {
+  uint32_t magic, code;  // kVerdictMagic, a VerdictCode.
+};
+static_assert(sizeof(Verdict) == 8);
 
 struct Hello {
   uint32_t magic, rank;

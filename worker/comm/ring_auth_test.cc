@@ -174,6 +174,8 @@ TEST(KeyedRingTest, TheConnectorSendsNothingToAListenerWithoutTheToken) {
     recv(fd.fd, &hello, sizeof(hello), MSG_WAITALL);
     recv(fd.fd, s.connector_nonce.data(), s.connector_nonce.size(), MSG_WAITALL);
     recv(fd.fd, proof.data(), proof.size(), MSG_WAITALL);
+    const ring_auth::Verdict accepted{ring_auth::kVerdictMagic, 0};
+    send(fd.fd, &accepted, sizeof(accepted), MSG_NOSIGNAL);
     const Digest answer = ring_auth::AcceptorProof(kWrongToken, s);
     send(fd.fd, answer.data(), answer.size(), MSG_NOSIGNAL);
   });

@@ -1,5 +1,8 @@
 #include "worker/comm/shard_step_call.h"
 
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/tensor_frame.h"
@@ -20,9 +23,9 @@ ShardStepCall::ShardStepCall(const ShardStep& step)
     header.mutable_key()->set_tensor_id(spec.tensor_id);
     header.mutable_key()->set_chunk_index(spec.chunk_index);
     out_.push_back(FrameReferencing(
-        header, absl::string_view(reinterpret_cast<const char*>(step.grads.data() +
-                                                                spec.flat_offset),
-                                  spec.count * sizeof(float))));
+        header,
+        absl::string_view(reinterpret_cast<const char*>(step.grads.data() + spec.flat_offset),
+                          spec.count * sizeof(float))));
     bytes_sent_ += static_cast<int64_t>(out_.back().Length());
   }
 }
@@ -76,10 +79,10 @@ absl::Status ShardStepCall::Accept() {
   const proto::FrameHeader& h = frame->header();
   if (h.key().tensor_id() != spec.tensor_id || h.key().chunk_index() != spec.chunk_index ||
       h.dtype() != proto::FP32 || frame->payload_size() != spec.count * sizeof(float)) {
-    return absl::DataLossError(absl::StrCat(
-        "shard ", step_.shard, " answered with an unexpected chunk ", received_, " (tensor ",
-        h.key().tensor_id(), ", chunk ", h.key().chunk_index(), ", ", frame->payload_size(),
-        " bytes)"));
+    return absl::DataLossError(
+        absl::StrCat("shard ", step_.shard, " answered with an unexpected chunk ", received_,
+                     " (tensor ", h.key().tensor_id(), ", chunk ", h.key().chunk_index(), ", ",
+                     frame->payload_size(), " bytes)"));
   }
   frame->CopyPayload(reinterpret_cast<char*>(step_.weights.data() + spec.flat_offset));
   staleness_ = std::max<int64_t>(staleness_, h.staleness());
@@ -89,6 +92,15 @@ absl::Status ShardStepCall::Accept() {
 }
 
 void ShardStepCall::OnDone(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    const auto& trailers = context_.GetServerTrailingMetadata();
+    if (auto it = trailers.find(kStreamBusyKey); it != trailers.end()) {
+      int ms = 0;
+      if (absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms)) {
+        busy_retry_after_ = absl::Milliseconds(std::clamp(ms, 1, 1000));
+      }
+    }
+  }
   absl::MutexLock lock(&mu_);
   timeline_.done = absl::Now();
   status_ = status;
@@ -103,8 +115,8 @@ absl::Status ShardStepCall::Wait() {
   }
   if (!status_.ok()) return FromGrpcStatus(status_, step_.context);
   if (received_ != chunks_.size()) {
-    return absl::DataLossError(absl::StrCat(step_.context, ": the shard answered with ",
-                                            received_, " of ", chunks_.size(), " chunks"));
+    return absl::DataLossError(absl::StrCat(step_.context, ": the shard answered with ", received_,
+                                            " of ", chunks_.size(), " chunks"));
   }
   return absl::OkStatus();
 }

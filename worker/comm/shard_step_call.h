@@ -30,7 +30,7 @@ struct ShardStep {
   absl::Span<const float> grads;  // The whole model's; must not change until Wait returns.
   absl::Span<float> weights;      // The whole model's; this shard's chunks are written.
   absl::Time deadline;
-  std::string context;  // Prefixes errors, e.g. "PushPull of step 3 to shard 1 at host:port".
+  std::string context;    // Prefixes errors, e.g. "PushPull of step 3 to shard 1 at host:port".
   bool overflow = false;  // This worker's gradient has inf/NaN (FrameHeader.overflow).
 };
 
@@ -45,12 +45,17 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   absl::Status Wait();
 
   int shard() const { return step_.shard; }
+  const ShardStep& args() const { return step_; }
   int64_t bytes_sent() const { return bytes_sent_; }
   int64_t bytes_received() const { return bytes_received_; }
   // The most staleness any chunk reported.
   int64_t staleness() const { return staleness_; }
   // Whether the shard skipped the step (any chunk's answer said so).
   bool skipped() const { return skipped_; }
+  // After Wait: the shard refused the stream because this rank had as many open as it allows
+  // (ps_server --max_streams_per_rank) and counted none of it; the same step may be sent again
+  // after this long. Zero otherwise.
+  absl::Duration busy_retry_after() const { return busy_retry_after_; }
   // When the call started, its last gradient frame was written, its first answer frame
   // arrived and it ended (after Wait; InfinitePast for what did not happen).
   struct Timeline {
@@ -79,7 +84,8 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   int64_t staleness_ = 0;
   bool skipped_ = false;
   Timeline timeline_;
-  absl::Status error_;  // Set by Accept; then the call is cancelled.
+  absl::Status error_;               // Set by Accept; then the call is cancelled.
+  absl::Duration busy_retry_after_;  // Set by OnDone.
 
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

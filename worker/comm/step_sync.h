@@ -31,6 +31,9 @@ struct CommStats {
   int64_t max_staleness = 0;
   int64_t staleness_sum = 0;
   int64_t staleness_count = 0;
+  // Parameter-server streams sent again because a shard refused them as one too many open
+  // for this rank (ps_server --max_streams_per_rank), after a back-off.
+  int64_t busy_retries = 0;
 };
 
 // What a step's synchronisation decided, the same on every replica.

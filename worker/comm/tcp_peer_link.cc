@@ -17,9 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "worker/comm/ring_wire.h"
 #include "common/job_token.h"
 #include "worker/comm/ring_auth.h"
+#include "worker/comm/ring_wire.h"
 
 namespace dptrain {
 namespace {
@@ -70,6 +70,21 @@ bool ReadFullBy(int fd, void* buffer, size_t n, absl::Time deadline) {
     }
   }
   return true;
+}
+
+// Whether `fd` has bytes to read (or its end) within `timeout`.
+bool AwaitBytes(int fd, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd ready{fd, POLLIN, 0};
+    const int polled =
+        poll(&ready, 1,
+             static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30)));
+    if (polled > 0) return true;
+    if (polled == 0 || errno != EINTR) return false;
+  }
 }
 
 // An expected message's payload, read straight into its destination; an added one goes
@@ -227,8 +242,8 @@ void TcpPeerLink::AcceptLoop() {
     const int fd = accept4(listener_->fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     if (pending_handshakes_.load() >= options_.max_pending_handshakes) {
-      Log(fd, absl::StrCat("refused: ", options_.max_pending_handshakes,
-                           " connections are already awaiting their handshake"));
+      Log(PeerName(fd), absl::StrCat("refused: ", options_.max_pending_handshakes,
+                                     " connections are already awaiting their handshake"));
       close(fd);
       continue;
     }
@@ -242,19 +257,22 @@ void TcpPeerLink::AcceptLoop() {
 }
 
 void TcpPeerLink::ReadLoop(int fd) {
+  // Named now: once the peer closed (or reset, when a verdict met its closed socket) the
+  // address is gone.
+  const std::string peer = PeerName(fd);
   absl::StatusOr<int> from = Handshake(fd);
   --pending_handshakes_;
   if (!from.ok()) {  // A stranger: it never speaks for a rank.
-    Log(fd, absl::StrCat("dropped: ", from.status().message()));
+    Log(peer, absl::StrCat("dropped: ", from.status().message()));
     CloseReader(fd);
     return;
   }
-  bool delivered = false;
-  const absl::Status end = ReadFrames(fd, *from, delivered);
-  if (!delivered) {
-    // It proved nothing: free the rank for the real peer, which may still connect.
-    Log(fd, absl::StrCat("dropped: claimed rank ", *from, " but ended before any frame",
-                         end.ok() ? "" : absl::StrCat(" (", end.message(), ")")));
+  // A real peer connects to send: its first frame follows the handshake at once. A connection
+  // that claimed the rank and sends nothing (a stranger holding it against the real peer,
+  // which meanwhile retries) gives it back after handshake_timeout.
+  if (!AwaitBytes(fd, options_.handshake_timeout)) {
+    Log(peer, absl::StrCat("dropped: claimed rank ", *from, " but sent no frame within ",
+                           absl::FormatDuration(options_.handshake_timeout)));
     {
       absl::MutexLock lock(&readers_mu_);
       holder_[*from] = -1;
@@ -262,7 +280,20 @@ void TcpPeerLink::ReadLoop(int fd) {
     CloseReader(fd);
     return;
   }
-  if (!end.ok()) Log(fd, absl::StrCat("rank ", *from, " dropped: ", end.message()));
+  bool delivered = false;
+  const absl::Status end = ReadFrames(fd, *from, delivered);
+  if (!delivered) {
+    // It proved nothing: free the rank for the real peer, which may still connect.
+    Log(peer, absl::StrCat("dropped: claimed rank ", *from, " but ended before any frame",
+                           end.ok() ? "" : absl::StrCat(" (", end.message(), ")")));
+    {
+      absl::MutexLock lock(&readers_mu_);
+      holder_[*from] = -1;
+    }
+    CloseReader(fd);
+    return;
+  }
+  if (!end.ok()) Log(peer, absl::StrCat("rank ", *from, " dropped: ", end.message()));
   inbox_.MarkClosed(*from);  // Its one live connection ended: it will send nothing more.
   CloseReader(fd);
 }
@@ -280,9 +311,16 @@ absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
   if (!ReadFullBy(fd, hello, sizeof(hello), deadline)) {
     return absl::UnavailableError("closed or timed out before a whole hello");
   }
+  // Every whole hello gets a verdict (best effort: the peer may be gone).
+  auto refuse = [fd](ring_auth::VerdictCode code, absl::Status why) {
+    const ring_auth::Verdict verdict{ring_auth::kVerdictMagic, static_cast<uint32_t>(code)};
+    iovec iov{const_cast<ring_auth::Verdict*>(&verdict), sizeof(verdict)};
+    (void)WriteFull(fd, &iov, 1);
+    return why;
+  };
   const absl::StatusOr<int> claimed = ParseRingHello(absl::string_view(hello, sizeof(hello)),
                                                      job_hash_, world_size(), !token.empty());
-  if (!claimed.ok()) return claimed.status();
+  if (!claimed.ok()) return refuse(ring_auth::VerdictCode::kRefused, claimed.status());
   const int rank = *claimed;
   ring_auth::Session session;
   if (!token.empty()) {
@@ -293,31 +331,38 @@ absl::StatusOr<int> TcpPeerLink::Handshake(int fd) {
     Digest proof;
     if (!ReadFullBy(fd, session.connector_nonce.data(), session.connector_nonce.size(), deadline) ||
         !ReadFullBy(fd, proof.data(), proof.size(), deadline)) {
-      return absl::UnavailableError(absl::StrCat(
-          "claimed rank ", rank, " but closed or timed out before its job-token proof"));
+      return refuse(
+          ring_auth::VerdictCode::kRefused,
+          absl::UnavailableError(absl::StrCat(
+              "claimed rank ", rank, " but closed or timed out before its job-token proof")));
     }
     if (!DigestsEqual(proof, ring_auth::ConnectorProof(token, session))) {
-      return absl::UnauthenticatedError(
-          absl::StrCat("claimed rank ", rank, " with a wrong job-token proof"));
+      return refuse(ring_auth::VerdictCode::kRefused,
+                    absl::UnauthenticatedError(
+                        absl::StrCat("claimed rank ", rank, " with a wrong job-token proof")));
     }
   }
   {
     absl::MutexLock lock(&readers_mu_);
     if (holder_[rank] >= 0) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "claimed rank ", rank, ", which is already connected (one live connection per rank)"));
+      return refuse(ring_auth::VerdictCode::kRankBusy,
+                    absl::AlreadyExistsError(absl::StrCat(
+                        "claimed rank ", rank,
+                        ", which is already connected (one live connection per rank)")));
     }
     holder_[rank] = fd;
   }
-  if (!token.empty()) {
-    Digest answer = ring_auth::AcceptorProof(token, session);
-    iovec iov{answer.data(), answer.size()};
-    if (!WriteFull(fd, &iov, 1)) {
-      absl::MutexLock lock(&readers_mu_);
-      holder_[rank] = -1;
-      return absl::UnavailableError(
-          absl::StrCat("proved rank ", rank, " but closed before this rank's proof"));
-    }
+  const ring_auth::Verdict accepted{ring_auth::kVerdictMagic,
+                                    static_cast<uint32_t>(ring_auth::VerdictCode::kAccepted)};
+  Digest answer;
+  iovec iov[2] = {{const_cast<ring_auth::Verdict*>(&accepted), sizeof(accepted)},
+                  {answer.data(), answer.size()}};
+  if (!token.empty()) answer = ring_auth::AcceptorProof(token, session);
+  if (!WriteFull(fd, iov, token.empty() ? 1 : 2)) {
+    absl::MutexLock lock(&readers_mu_);
+    holder_[rank] = -1;
+    return absl::UnavailableError(
+        absl::StrCat("claimed rank ", rank, " but closed before this rank's answer"));
   }
   return rank;
 }
@@ -329,8 +374,8 @@ absl::Status TcpPeerLink::ReadFrames(int fd, int from, bool& delivered) {
     const int r = ReadFull(fd, bytes, sizeof(bytes));
     if (r == 0) return absl::OkStatus();
     if (r != 1) return absl::DataLossError("truncated frame header");
-    const absl::StatusOr<RingFrameHeader> header = ParseRingFrameHeader(
-        absl::string_view(bytes, sizeof(bytes)), options_.max_message_bytes);
+    const absl::StatusOr<RingFrameHeader> header =
+        ParseRingFrameHeader(absl::string_view(bytes, sizeof(bytes)), options_.max_message_bytes);
     if (!header.ok()) return header.status();
     const uint64_t tag = header->tag, length = header->payload_bytes;
     if (std::optional<Posting> posting = inbox_.Claim(from, tag, length)) {
@@ -355,9 +400,9 @@ void TcpPeerLink::CloseReader(int fd) {
   close(fd);
 }
 
-void TcpPeerLink::Log(int fd, absl::string_view what) const {
+void TcpPeerLink::Log(absl::string_view peer, absl::string_view what) const {
   options_.log(
-      absl::StrCat("tcp link rank ", options_.rank, ": connection from ", PeerName(fd), " ", what));
+      absl::StrCat("tcp link rank ", options_.rank, ": connection from ", peer, " ", what));
 }
 
 absl::Status TcpPeerLink::Connect(int peer, Outgoing& out) {
@@ -375,30 +420,92 @@ absl::Status TcpPeerLink::Connect(int peer, Outgoing& out) {
     return absl::UnavailableError(absl::StrCat("cannot resolve rank ", peer, " at ", address));
   }
   const absl::Time deadline = absl::Now() + options_.timeout;
-  int fd = -1;
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::Status result;
   while (true) {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) break;
-    if (fd >= 0) close(fd);
-    fd = -1;
-    if (absl::Now() > deadline) break;
-    absl::SleepFor(absl::Milliseconds(50));
+    int fd = -1;
+    while (true) {
+      fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) break;
+      if (fd >= 0) close(fd);
+      fd = -1;
+      if (absl::Now() > deadline) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (fd < 0) {
+      result = Errno(absl::StrCat("cannot connect to rank ", peer, " at ", address));
+      break;
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    bool busy = false;
+    result = ConnectorHandshake(fd, peer, busy);
+    if (result.ok()) {
+      out.fd = fd;
+      break;
+    }
+    close(fd);
+    // Another connection holds this rank at the peer: a stranger that claimed it first (it
+    // gives it back when it delivers no frame), or our own earlier one still closing.
+    if (!busy || absl::Now() + backoff > deadline) break;
+    options_.log(
+        absl::StrCat("tcp link rank ", options_.rank, ": ", result.message(), "; trying again"));
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
   freeaddrinfo(found);
-  if (fd < 0) return Errno(absl::StrCat("cannot connect to rank ", peer, " at ", address));
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (absl::Status s = ConnectorHandshake(fd, peer); !s.ok()) {
-    close(fd);
-    return s;
-  }
-  out.fd = fd;
-  return absl::OkStatus();
+  return result;
 }
 
-absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer) {
+absl::Status TcpPeerLink::ReadVerdict(int fd, int peer, absl::Time deadline, bool& busy) const {
+  const std::string& address = options_.addresses[peer];
+  const bool keyed = !options_.job_token.empty();
+  ring_auth::Verdict verdict;
+  if (!ReadFullBy(fd, &verdict, sizeof(verdict), deadline)) {
+    return keyed ? absl::UnauthenticatedError(
+                       absl::StrCat("rank ", peer, " at ", address,
+                                    " refused this rank's job-token proof or closed (a different "
+                                    "--job_token_file? its log says why)"))
+                 : absl::UnavailableError(absl::StrCat(
+                       "rank ", peer, " at ", address,
+                       " closed the connection or did not answer this rank's hello within ",
+                       absl::FormatDuration(options_.handshake_timeout), " (its log says why)"));
+  }
+  if (!keyed && verdict.magic == ring_auth::kChallengeMagic) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("rank ", peer, " at ", address,
+                     " runs with a job token (--job_token_file) and this rank without one"));
+  }
+  if (verdict.magic != ring_auth::kVerdictMagic) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the process at ", address, " is not rank ", peer, " of this ring"));
+  }
+  switch (static_cast<ring_auth::VerdictCode>(verdict.code)) {
+    case ring_auth::VerdictCode::kAccepted:
+      return absl::OkStatus();
+    case ring_auth::VerdictCode::kRankBusy:
+      busy = true;
+      return absl::UnavailableError(
+          absl::StrCat("rank ", peer, " at ", address, " already has a connection claiming rank ",
+                       options_.rank, " (a stranger's, or an earlier one of this rank)"));
+    case ring_auth::VerdictCode::kRefused:
+      return keyed ? absl::UnauthenticatedError(absl::StrCat(
+                         "rank ", peer, " at ", address,
+                         " refused this rank's job-token proof (a different --job_token_file? "
+                         "its log says why)"))
+                   : absl::FailedPreconditionError(absl::StrCat(
+                         "rank ", peer, " at ", address,
+                         " refused this rank's hello (another --job_id or world size? its log "
+                         "says why)"));
+  }
+  return absl::UnauthenticatedError(absl::StrCat(
+      "rank ", peer, " at ", address, " answered with an unknown verdict ", verdict.code));
+}
+
+absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer, bool& busy) {
   const std::string& token = options_.job_token;
   const std::string& address = options_.addresses[peer];
+  const absl::Time deadline = absl::Now() + options_.handshake_timeout;
   Hello hello{token.empty() ? ring_auth::kPlainMagic : ring_auth::kKeyedMagic,
               static_cast<uint32_t>(options_.rank), job_hash_};
   ring_auth::Session session;
@@ -406,11 +513,10 @@ absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer) {
                   {session.connector_nonce.data(), session.connector_nonce.size()}};
   if (token.empty()) {
     if (!WriteFull(fd, iov, 1)) return Errno(absl::StrCat("hello to rank ", peer));
-    return absl::OkStatus();
+    return ReadVerdict(fd, peer, deadline, busy);
   }
   if (auto s = RandomBytes(absl::MakeSpan(session.connector_nonce)); !s.ok()) return s;
   if (!WriteFull(fd, iov, 2)) return Errno(absl::StrCat("hello to rank ", peer));
-  const absl::Time deadline = absl::Now() + options_.handshake_timeout;
   Challenge challenge;
   if (!ReadFullBy(fd, &challenge, sizeof(challenge), deadline)) {
     return absl::UnavailableError(absl::StrCat(
@@ -432,14 +538,10 @@ absl::Status TcpPeerLink::ConnectorHandshake(int fd, int peer) {
   Digest proof = ring_auth::ConnectorProof(token, session);
   iovec proof_iov{proof.data(), proof.size()};
   if (!WriteFull(fd, &proof_iov, 1)) return Errno(absl::StrCat("proof to rank ", peer));
+  if (auto s = ReadVerdict(fd, peer, deadline, busy); !s.ok()) return s;
   Digest answer;
-  if (!ReadFullBy(fd, answer.data(), answer.size(), deadline)) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "rank ", peer, " at ", address,
-        " refused this rank's job-token proof or closed (a different --job_token_file? its "
-        "log says why)"));
-  }
-  if (!DigestsEqual(answer, ring_auth::AcceptorProof(token, session))) {
+  if (!ReadFullBy(fd, answer.data(), answer.size(), deadline) ||
+      !DigestsEqual(answer, ring_auth::AcceptorProof(token, session))) {
     return absl::UnauthenticatedError(absl::StrCat("the process at ", address,
                                                    " failed the job-token check as rank ", peer,
                                                    ": nothing was sent to it"));

@@ -14,9 +14,12 @@
 // rank is refused and logged, never merged. A connecting rank sends no frame before the
 // accepting rank proved the token in turn. A connection that fails before its handshake
 // completes, or before it delivered any frame, is logged and dropped and never marks a rank
-// closed. Every frame length is bounded by max_message_bytes before anything is allocated,
-// and a large unexpected payload is allocated as its bytes arrive. At most max_pending_handshakes connections
-// may be in their handshake, each for at most handshake_timeout.
+// closed; one that sends no frame within handshake_timeout of its handshake gives its rank
+// back. Every hello is answered (accepted, rank busy, refused); a connector refused because
+// its rank is busy retries until `timeout`. Every frame length is bounded by max_message_bytes
+// before anything is allocated, and a large unexpected payload is allocated as its bytes arrive. At
+// most max_pending_handshakes connections may be in their handshake, each for at most
+// handshake_timeout.
 #ifndef DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
 #define DPTRAIN_WORKER_COMM_TCP_PEER_LINK_H_
 
@@ -99,14 +102,18 @@ class TcpPeerLink : public PeerLink {
   // then answers with its own) and claims the rank for `fd`. The rank, or why the
   // connection does not speak for one (it is then dropped).
   absl::StatusOr<int> Handshake(int fd);
-  // The connecting side, on a fresh connection to `peer`: OK once `peer` proved the token
-  // (or, without one, once the hello is sent).
-  absl::Status ConnectorHandshake(int fd, int peer);
+  // The connecting side, on a fresh connection to `peer`: OK once `peer` accepted the hello
+  // (and, with a token, proved it). `busy`: refused because another connection holds this
+  // rank there (Unavailable; worth a retry).
+  absl::Status ConnectorHandshake(int fd, int peer, bool& busy);
+  // The acceptor's answer to this rank's hello (ring_auth.h), by `deadline`.
+  absl::Status ReadVerdict(int fd, int peer, absl::Time deadline, bool& busy) const;
   // Reads frames from `from` until the connection ends: OK at a clean end of stream.
   // `delivered` says whether any frame got through.
   absl::Status ReadFrames(int fd, int from, bool& delivered);
   void CloseReader(int fd);
-  void Log(int fd, absl::string_view what) const;
+  // A line about the connection from `peer` ("host:port").
+  void Log(absl::string_view peer, absl::string_view what) const;
   absl::Status Connect(int peer, Outgoing& out);
   // Says which rank gave up waiting, and after how long.
   absl::Status Explain(absl::Status s) const;

@@ -157,6 +157,49 @@ TEST(TcpPeerLinkTrustTest, StrangersAndSecondClaimsNeverTouchTheRing) {
   ExpectCleanAllReduce(links, 1000, o);
 }
 
+// Issue 30 item 3: in plaintext a stranger claims rank 1 before the real rank 1 arrives and
+// holds the claim until the real one connects, then closes. Rank 0 refuses the real rank 1
+// while the claim stands; the real one hears that its rank is busy (every hello gets an
+// answer), retries, and gets in once the stranger is gone: the job finishes with the clean
+// run's result. A stranger that holds the claim and sends nothing gives it back after
+// handshake_timeout.
+TEST(TcpPeerLinkTrustTest, AStrangerHoldingAFreeRankCannotStallThePlainRing) {
+  TcpPeerLinkOptions options;
+  options.handshake_timeout = absl::Seconds(2);
+  LoggedLinks pair(2, options);
+  auto& [log, ports, links] = pair;
+  auto stranger = std::make_unique<RawPeer>(ports[0]);
+  stranger->Hello(1);
+  ASSERT_EQ(stranger->PlainVerdict(), 0);  // Accepted: rank 1 was free.
+  RingOptions o;
+  o.chunk_elements = 64;
+  o.tag_base = 1;
+  std::thread closer([&] {
+    // Once rank 0 refused the real rank 1, the stranger lets go.
+    EXPECT_TRUE(log.WaitFor("claimed rank 1, which is already connected"));
+    stranger->Close();
+  });
+  ExpectCleanAllReduce(links, 1000, o);
+  closer.join();
+  EXPECT_TRUE(log.WaitFor("already has a connection claiming rank 1"));
+  EXPECT_TRUE(log.WaitFor("; trying again"));
+
+  // The same stranger that never lets go: it is dropped after handshake_timeout, and the
+  // real peer's retries get in.
+  LoggedLinks fresh(2, options);
+  RawPeer holder(fresh.ports[0]);
+  holder.Hello(1);
+  ASSERT_EQ(holder.PlainVerdict(), 0);
+  ExpectCleanAllReduce(fresh.links, 1000, o);
+  EXPECT_TRUE(fresh.log.WaitFor("dropped: claimed rank 1 but sent no frame within 2s"));
+  EXPECT_TRUE(holder.ClosedByLink());
+
+  // A hello of another job is answered with a refusal, not silence.
+  RawPeer other(fresh.ports[0]);
+  other.Hello(1, "some other job");
+  EXPECT_EQ(other.PlainVerdict(), static_cast<int>(ring_auth::VerdictCode::kRefused));
+}
+
 // Review item 4: a frame header is bounded by max_message_bytes before anything is
 // allocated. From a connection that delivered nothing yet (a stranger that claimed a free
 // rank) it is dropped without marking the rank dead, so the real peer still connects; from

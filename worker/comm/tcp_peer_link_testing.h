@@ -137,9 +137,22 @@ class RawPeer {
     SendAnyway(session.connector_nonce.data(), session.connector_nonce.size());
     const Digest proof = ring_auth::ConnectorProof(token, session);
     SendAnyway(proof.data(), proof.size());
+    ring_auth::Verdict verdict;
+    if (!Receive(&verdict, sizeof(verdict)) || verdict.magic != ring_auth::kVerdictMagic ||
+        verdict.code != static_cast<uint32_t>(ring_auth::VerdictCode::kAccepted)) {
+      return false;
+    }
     Digest answer;
     return Receive(answer.data(), answer.size()) &&
            DigestsEqual(answer, ring_auth::AcceptorProof(token, session));
+  }
+  // The link's verdict on a plain hello (ring_auth.h), or -1 if none came.
+  int PlainVerdict() {
+    ring_auth::Verdict verdict;
+    if (!Receive(&verdict, sizeof(verdict)) || verdict.magic != ring_auth::kVerdictMagic) {
+      return -1;
+    }
+    return static_cast<int>(verdict.code);
   }
   // `dropped`: the link may already have dropped this connection (no send is checked).
   void Frame(uint64_t tag, const std::vector<float>& payload, bool dropped = false) {
