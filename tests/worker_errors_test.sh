@@ -24,6 +24,25 @@ printf 'this is not gzip idx data' >"$SCRATCH/corrupt/train-images-idx3-ubyte.gz
 printf 'junk' >"$SCRATCH/corrupt/train-labels-idx1-ubyte.gz"
 expect_error "corrupt data" "train-images-idx3-ubyte.gz" --ps=127.0.0.1:1 \
   --data_dir="$SCRATCH/corrupt"
+# Images of another size than the model's 1x28x28 (issue 30 item 2: 8x8 used to be read past
+# the batch buffer, 32x32 trained misaligned, both exiting 0).
+for side in 8 32; do
+  mkdir -p "$SCRATCH/side$side"
+  python3 - "$SCRATCH/side$side" "$side" <<'PY'
+import gzip, struct, sys
+d, side, n = sys.argv[1], int(sys.argv[2]), 64
+for prefix in ("train", "t10k"):
+    with gzip.open(f"{d}/{prefix}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">iiii", 0x803, n, side, side) + bytes(n * side * side))
+    with gzip.open(f"{d}/{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">ii", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+  for model in mlp lenet; do
+    expect_error "$side x $side images for $model" \
+      "the training set holds 1x${side}x${side} images but model $model takes 1x28x28 inputs" \
+      --mode=allreduce --world_size=1 --lr=0.1 --model=$model --data_dir="$SCRATCH/side$side"
+  done
+done
 expect_error "no --ps" "--ps is required"
 expect_error "rank >= world size" "rank 3 is not in" --ps=127.0.0.1:1 --rank=3 --world_size=2
 expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu

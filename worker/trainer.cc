@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "worker/data/batch.h"
 #include "worker/data/sampler.h"
 
 namespace dptrain {
@@ -19,28 +20,34 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
     *o.progress << absl::StrFormat(
                        "rank %d epoch %d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  "
                        "images/s %.0f  time %.1fs%s",
-                       o.rank, m.epoch, o.epochs, m.loss, m.train_acc, m.test_acc,
-                       m.images_per_s, m.seconds,
+                       o.rank, m.epoch, o.epochs, m.loss, m.train_acc, m.test_acc, m.images_per_s,
+                       m.seconds,
                        m.skipped_steps > 0
-                           ? absl::StrFormat("  skipped %d steps (inf/NaN gradient)", m.skipped_steps)
+                           ? absl::StrFormat("  skipped %d steps (inf/NaN gradient)",
+                                             m.skipped_steps)
                            : "")
                 << std::endl;
   }
   if (o.metrics != nullptr) {
-    const nlohmann::ordered_json line = {
-        {"event", "epoch"},       {"rank", o.rank},
-        {"world_size", o.world_size}, {"epoch", m.epoch},
-        {"steps", m.steps},       {"skipped_steps", m.skipped_steps},
-        {"loss", m.loss},         {"train_acc", m.train_acc},
-        {"test_acc", m.test_acc}, {"images_per_s", m.images_per_s},
-        {"seconds", m.seconds},   {"bytes_pushed", m.comm.bytes_pushed},
-        {"bytes_pulled", m.comm.bytes_pulled}, {"learning_rate", m.learning_rate}};
+    const nlohmann::ordered_json line = {{"event", "epoch"},
+                                         {"rank", o.rank},
+                                         {"world_size", o.world_size},
+                                         {"epoch", m.epoch},
+                                         {"steps", m.steps},
+                                         {"skipped_steps", m.skipped_steps},
+                                         {"loss", m.loss},
+                                         {"train_acc", m.train_acc},
+                                         {"test_acc", m.test_acc},
+                                         {"images_per_s", m.images_per_s},
+                                         {"seconds", m.seconds},
+                                         {"bytes_pushed", m.comm.bytes_pushed},
+                                         {"bytes_pulled", m.comm.bytes_pulled},
+                                         {"learning_rate", m.learning_rate}};
     *o.metrics << line.dump() << std::endl;
   }
 }
 
-void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
-                    double seconds) {
+void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h, double seconds) {
   if (h.empty()) return;
   const EpochMetrics& last = h.back();
   int64_t steps = 0, images = 0;
@@ -76,9 +83,8 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
         {"bytes_pushed", c.bytes_pushed},
         {"bytes_pulled", c.bytes_pulled},
         {"max_staleness", c.max_staleness},
-        {"mean_staleness", c.staleness_count > 0 ? static_cast<double>(c.staleness_sum) /
-                                                       c.staleness_count
-                                                 : 0.0}};
+        {"mean_staleness",
+         c.staleness_count > 0 ? static_cast<double>(c.staleness_sum) / c.staleness_count : 0.0}};
     *o.metrics << line.dump() << std::endl;
   }
 }
@@ -117,8 +123,7 @@ class ProgressLine {
                         "compute %.0f%% sync %.0f%% apply %.0f%%  ETA %s",
                         o_.rank, r.epoch + 1, o_.epochs, r.step % steps_per_epoch + 1,
                         steps_per_epoch, r.loss, images_ / seconds, pct(data_), pct(compute_),
-                        pct(sync_), pct(apply_),
-                        FormatEta(step_seconds * left))
+                        pct(sync_), pct(apply_), FormatEta(step_seconds * left))
                  << std::endl;
     Reset(r.end);
   }
@@ -220,6 +225,12 @@ absl::Status AfterStep(const TrainerOptions& o, int64_t next_step, nn::Model& mo
 
 absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size) {
   if (data.size < 1) return absl::InvalidArgumentError("evaluation set is empty");
+  const nn::Dims input = model.input_dims();
+  if (auto s =
+          CheckImageShape(data, {input.c, input.h, input.w}, model.name(), "the evaluation set");
+      !s.ok()) {
+    return s;
+  }
   int64_t correct = 0;
   for (int64_t begin = 0; begin < data.size; begin += batch_size) {
     const int n = static_cast<int>(std::min<int64_t>(batch_size, data.size - begin));
@@ -238,6 +249,15 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   if (o.epochs < 0) return absl::InvalidArgumentError("epochs must be >= 0");
   auto sampler = DistributedSampler::Create({train.size, o.world_size, o.rank, o.seed, true});
   if (!sampler.ok()) return sampler.status();
+
+  // Images of another shape than the model's input would be read misaligned or past the
+  // batch buffer: one clear error before anything is sent.
+  const nn::Dims input = model.input_dims();
+  const ImageShape shape{input.c, input.h, input.w};
+  if (auto s = CheckImageShape(train, shape, model.name(), "the training set"); !s.ok()) return s;
+  if (test != nullptr) {
+    if (auto s = CheckImageShape(*test, shape, model.name(), "the test set"); !s.ok()) return s;
+  }
 
   ReplicaSync& sync = Common(step_sync);
   const absl::Time start = absl::Now();
@@ -261,13 +281,14 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     *o.progress << "rank " << o.rank << " joins the job at step " << step << " (epoch "
                 << step / std::max<int64_t>(steps_per_epoch, 1) + 1 << ")" << std::endl;
   }
-  ParameterStore* const store =
-      std::holds_alternative<ParameterStore*>(step_sync) ? std::get<ParameterStore*>(step_sync)
-                                                         : nullptr;
+  ParameterStore* const store = std::holds_alternative<ParameterStore*>(step_sync)
+                                    ? std::get<ParameterStore*>(step_sync)
+                                    : nullptr;
   if (step > 0 && store != nullptr && !model.buffers().empty()) {
     // A job resumed from a checkpoint of this step (master mode --resume) continues with
     // each replica's own batch-norm statistics of it.
-    const absl::Status restored = store->RestoreBuffers(step, absl::MakeSpan(model.buffer_values()));
+    const absl::Status restored =
+        store->RestoreBuffers(step, absl::MakeSpan(model.buffer_values()));
     if (o.progress != nullptr) {
       if (restored.ok()) {
         *o.progress << "rank " << o.rank << ": batch-norm running statistics of step " << step
@@ -310,10 +331,10 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     const int64_t begin = b * o.batch_size;
     const int n = static_cast<int>(
         std::min<int64_t>(o.batch_size, static_cast<int64_t>(indices.size()) - begin));
-    for (int i = 0; i < n; ++i) {
-      const int64_t idx = indices[begin + i];
-      std::memcpy(batch_images.data() + i * pixels, train.image(idx), pixels * sizeof(float));
-      batch_labels[i] = train.labels[idx];
+    if (auto s = GatherBatch(train, absl::MakeConstSpan(indices).subspan(begin, n),
+                             absl::MakeSpan(batch_images), absl::MakeSpan(batch_labels));
+        !s.ok()) {
+      return s;
     }
     report.data_end = absl::Now();
     auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
@@ -332,8 +353,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       // The job went back (a shard restarted from an older checkpoint); the weights of that
       // step are in place. Epochs after it are undone too.
       if (outcome->rewind_to > step) {
-        return absl::InternalError(absl::StrCat("step ", step, ": the store went forward to ",
-                                                outcome->rewind_to));
+        return absl::InternalError(
+            absl::StrCat("step ", step, ": the store went forward to ", outcome->rewind_to));
       }
       step = outcome->rewind_to;
       const int back_to = static_cast<int>(step / steps_per_epoch);

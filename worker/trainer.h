@@ -103,11 +103,13 @@ struct EpochMetrics {
 //     overflow flag decides, and a GPU model's gradient never leaves the device;
 //   - through a ParameterStore: PushPull(model.gradient_exchange()) into model.weights().
 // Then model.RecordStepOutcome with the global decision. Returns the first error of the
-// model, the sync or the data; `history` (if not null) receives one entry per epoch.
+// model, the sync or the data; `history` (if not null) receives one entry per epoch. Images of
+// another shape than model.input_dims() are InvalidArgument before Start (nothing is sent).
 absl::Status Train(const TrainerOptions& options, nn::Model& model, StepSync sync,
                    const Dataset& train, const Dataset* test, std::vector<EpochMetrics>* history);
 
-// Accuracy of `model` on `data` (forward only), or an error.
+// Accuracy of `model` on `data` (forward only), or an error (InvalidArgument for images of
+// another shape than the model's input).
 absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size);
 
 }  // namespace dptrain

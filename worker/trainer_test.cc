@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -51,6 +52,7 @@ class FakeModel final : public nn::Model {
   }
   void RecordStepOutcome(bool skipped) override { outcomes.push_back(skipped); }
   std::string name() const override { return "fake"; }
+  nn::Dims input_dims() const override { return {1, 28, 28}; }
   const std::vector<nn::ParamInfo>& buffers() const override { return buffers_; }
   std::vector<float>& buffer_values() override { return buffer_values_; }
 
@@ -90,9 +92,12 @@ class FakeReducer final : public GradientReducer {
 // A one-rank parameter store: w -= g unless the step was flagged.
 class FakeStore final : public ParameterStore {
  public:
-  absl::Status Start(absl::Span<float>) override { return absl::OkStatus(); }
-  absl::StatusOr<StepOutcome> PushPull(int64_t, absl::Span<float> g,
-                                       absl::Span<float> w) override {
+  absl::Status Start(absl::Span<float>) override {
+    ++starts;
+    return absl::OkStatus();
+  }
+  int starts = 0;
+  absl::StatusOr<StepOutcome> PushPull(int64_t, absl::Span<float> g, absl::Span<float> w) override {
     const bool skipped = g.back() != 0;
     if (!skipped) {
       for (size_t i = 0; i < w.size(); ++i) w[i] -= g[i];
@@ -165,8 +170,7 @@ void ExpectThreeOfEightSkipped(FakeModel& model, const std::vector<EpochMetrics>
   ASSERT_EQ(history.size(), 2u);
   EXPECT_EQ(history[0].skipped_steps, 1);
   EXPECT_EQ(history[1].skipped_steps, 2);
-  EXPECT_EQ(model.weights(), (std::vector<float>{-5, -5}))
-      << "8 steps, 3 skipped";
+  EXPECT_EQ(model.weights(), (std::vector<float>{-5, -5})) << "8 steps, 3 skipped";
   EXPECT_NE(metrics.str().find("\"skipped_steps\":2"), std::string::npos) << metrics.str();
 }
 
@@ -192,6 +196,34 @@ TEST(TrainerTest, StorePathSendsTheFlagAndTakesTheWeights) {
   ASSERT_TRUE(Train(EightSteps(&metrics), model, &store, data, nullptr, &history).ok());
   ExpectThreeOfEightSkipped(model, history, metrics);
   EXPECT_EQ(model.updates, 0) << "the store applies the optimizer, not the model";
+}
+
+// Issue 30 item 2: 8x8 or 32x32 images used to be read misaligned or past the batch buffer
+// (loss nan, exit 0). Now they are one clear error before anything is sent or trained.
+TEST(TrainerTest, ImagesOfAnotherShapeFailBeforeAnyStep) {
+  for (int side : {8, 32}) {
+    Dataset data = GreyImages(8);
+    data.rows = data.cols = side;
+    data.images.assign(8 * side * side, 0.5f);
+    std::ostringstream metrics;
+    FakeModel model({});
+    FakeStore store;
+    const absl::Status s = Train(EightSteps(&metrics), model, &store, data, nullptr, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(s.message(), absl::StrCat("the training set holds 1x", side, "x", side,
+                                        " images but model fake takes 1x28x28 inputs"));
+    EXPECT_EQ(model.exchanges, 0);
+    EXPECT_EQ(store.starts, 0) << "nothing was sent";
+  }
+  Dataset test = GreyImages(4);
+  test.rows = 8;
+  test.images.assign(4 * 8 * 28, 0.5f);
+  std::ostringstream metrics;
+  FakeModel model({});
+  FakeStore store;
+  const absl::Status s = Train(EightSteps(&metrics), model, &store, GreyImages(8), &test, nullptr);
+  EXPECT_EQ(s.message(), "the test set holds 1x8x28 images but model fake takes 1x28x28 inputs");
+  EXPECT_EQ(EvaluateAccuracy(model, test, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A lone replica needs no exchange: its gradient is never asked for (on a GPU it stays on

@@ -1,5 +1,9 @@
 // Fuzzes the IDX reader (worker/data/idx_reader) through its public entry, LoadIdxPair, with
-// an images file and a labels file made from the input (raw or gzip: zlib reads both).
+// an images file and a labels file made from the input (raw or gzip: zlib reads both), and the
+// rest of the worker's data path up to the first batch: the shape check against a 1x28x28
+// model input (worker/data/batch.h), the distributed sampler's first epoch and the gathering
+// of the first batch into a buffer sized for the model's input, as the trainer does (ASan
+// catches any read or write past a buffer; issue 30 item 2).
 // Input: FuzzedDataProvider's random-length string for the images file, the rest for the
 // labels file. Checks: a loaded data set holds exactly what its header promised (pixels in
 // [0, 1], labels < num_classes, as many labels as images); errors are InvalidArgument or
@@ -8,13 +12,17 @@
 #include <fuzzer/FuzzedDataProvider.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tests/fuzz/fuzz_check.h"
+#include "worker/data/batch.h"
 #include "worker/data/idx_reader.h"
+#include "worker/data/sampler.h"
 
 namespace {
 
@@ -62,5 +70,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(static_cast<int64_t>(d.images.size()) == d.size * d.rows * d.cols);
   for (float p : d.images) FUZZ_CHECK(p >= 0.0f && p <= 1.0f);
   for (uint8_t l : d.labels) FUZZ_CHECK(l < d.num_classes);
+
+  // Reader to first batch, as the trainer goes for a model that takes 1x28x28 images.
+  const dptrain::ImageShape model_input{1, 28, 28};
+  const absl::Status shape = dptrain::CheckImageShape(d, model_input, "mlp", "the data");
+  FUZZ_CHECK(shape.ok() == (d.rows == 28 && d.cols == 28));
+  if (!shape.ok() || d.size < 1) return 0;
+  auto sampler = dptrain::DistributedSampler::Create({d.size, 2, 0, /*seed=*/1, true});
+  FUZZ_CHECK(sampler.ok());
+  const std::vector<int64_t> indices = sampler->EpochIndices(0);
+  constexpr int kBatch = 4;
+  const size_t n = std::min<size_t>(kBatch, indices.size());
+  std::vector<float> batch_images(kBatch * 28 * 28);
+  std::vector<uint8_t> batch_labels(kBatch);
+  FUZZ_CHECK(dptrain::GatherBatch(d, absl::MakeConstSpan(indices).first(n),
+                                  absl::MakeSpan(batch_images), absl::MakeSpan(batch_labels))
+                 .ok());
+  for (size_t i = 0; i < n; ++i) FUZZ_CHECK(batch_labels[i] < d.num_classes);
   return 0;
 }

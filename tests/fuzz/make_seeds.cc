@@ -129,6 +129,17 @@ void IdxSeeds() {
   Write("idx_reader_fuzzer", "empty_set",
         pair(BigEndian(0x803) + BigEndian(0) + BigEndian(28) + BigEndian(28),
              BigEndian(0x801) + BigEndian(0)));
+  // Three images of the built-in models' 28x28 (the path reaches the first batch) and three
+  // of 8x8 (refused by the shape check).
+  for (int side : {28, 8}) {
+    std::string pixels(3 * side * side, '\0');
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<char>(i * 7);
+    const std::string images_n =
+        BigEndian(0x803) + BigEndian(3) + BigEndian(side) + BigEndian(side) + pixels;
+    const std::string labels_n = BigEndian(0x801) + BigEndian(3) + std::string("\x01\x02\x09", 3);
+    Write("idx_reader_fuzzer", "images_" + std::to_string(side),
+          pair(Gzip(images_n), Gzip(labels_n)));
+  }
 }
 
 void SafetensorsSeeds() {

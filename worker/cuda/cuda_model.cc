@@ -126,6 +126,9 @@ absl::Status CudaModel::Allocate() {
   return ctx_->Synchronize();
 }
 
+// The GPU networks are the built-in ones, which all take Fashion-MNIST's images.
+nn::Dims CudaModel::input_dims() const { return nn::kImageDims; }
+
 std::vector<float>& CudaModel::weights() {
   if (weights_newer_on_device_ && sticky_.ok()) sticky_ = DownloadWeights();
   weights_up_to_date_on_device_ = false;  // The caller may write them.

@@ -43,8 +43,8 @@ namespace cuda {
 
 class CudaModel final : public nn::Model {
  public:
-  // InvalidArgument as nn::CreateModel for a bad name, init or optimizer; Unavailable (naming the CUDA call) without a working GPU.
-  // options.threads is ignored.
+  // InvalidArgument as nn::CreateModel for a bad name, init or optimizer; Unavailable (naming the
+  // CUDA call) without a working GPU. options.threads is ignored.
   static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const nn::ModelOptions& options,
                                                            const DeviceOptions& device);
   ~CudaModel() override;
@@ -70,6 +70,7 @@ class CudaModel final : public nn::Model {
   absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const uint8_t* labels,
                                            int batch) override;
   std::string name() const override { return name_; }
+  nn::Dims input_dims() const override;
   void RecordStepOutcome(bool skipped) override;
 
   // Plain SGD on the device, w -= lr * grads(), nothing crossing the bus: the single-GPU
@@ -133,18 +134,18 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_images_;
   DeviceBuffer<uint8_t> d_labels_;
   DeviceBuffer<float> d_grad_logits_;
-  DeviceBuffer<float> d_loss_;    // [0]: summed loss
+  DeviceBuffer<float> d_loss_;  // [0]: summed loss
   DeviceBuffer<int> d_correct_;
   DeviceBuffer<int> d_non_finite_;  // inf/NaN gradients seen while unscaling
-  DeviceBuffer<float> d_momentum_;   // ApplyUpdate's momentum buffer (sgd)
-  DeviceBuffer<float> d_exp_avg_;    // ApplyUpdate's moments (adam, adamw)
+  DeviceBuffer<float> d_momentum_;  // ApplyUpdate's momentum buffer (sgd)
+  DeviceBuffer<float> d_exp_avg_;   // ApplyUpdate's moments (adam, adamw)
   DeviceBuffer<float> d_exp_avg_sq_;
   int64_t optimizer_steps_ = 0;
 
   std::optional<LossScaler> scaler_;  // fp16/bf16 only
   bool last_overflow_ = false;
 
-  cudaStream_t copy_stream_ = nullptr;  // Device-to-host gradient copies.
+  cudaStream_t copy_stream_ = nullptr;   // Device-to-host gradient copies.
   std::vector<cudaEvent_t> layer_done_;  // Per top-level layer: its backward was enqueued.
   bool grads_pinned_ = false;            // grads_ is page-locked (cudaHostRegister).
   bool copy_grads_during_backward_ = false;

@@ -66,6 +66,7 @@ class CpuModel final : public Model {
   const std::vector<ParamInfo>& buffers() const override { return buffers_; }
   std::vector<float>& buffer_values() override { return buffer_values_; }
   std::string name() const override { return name_; }
+  Dims input_dims() const override { return net_.input_dims(); }
 
   absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
                                         int batch) override {
@@ -163,20 +164,22 @@ absl::Status Model::ImportOptimizerState(OptimizerState) {
 absl::Status Model::CheckOptimizerState(const OptimizerState& state, int64_t num_params) {
   for (const std::vector<float>* v : {&state.momentum_buffer, &state.exp_avg, &state.exp_avg_sq}) {
     if (!v->empty() && static_cast<int64_t>(v->size()) != num_params) {
-      return absl::InvalidArgumentError(absl::StrCat("optimizer state of ", v->size(),
-                                                     " values for ", num_params, " weights"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer state of ", v->size(), " values for ", num_params, " weights"));
     }
   }
   if (state.steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer state after ", state.steps, " steps"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer state after ", state.steps, " steps"));
   }
   return absl::OkStatus();
 }
 
 absl::Status Model::NoOptimizer(const std::string& model) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      model, ": ApplyUpdate needs an update rule (ModelOptions::optimizer); in ps and master "
-             "mode the parameter server applies it"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(model,
+                   ": ApplyUpdate needs an update rule (ModelOptions::optimizer); in ps and master "
+                   "mode the parameter server applies it"));
 }
 
 absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch) {

@@ -114,6 +114,10 @@ class Model {
 
   // "mlp", "lenet" or "resnet18".
   virtual std::string name() const = 0;
+  // The shape of one input sample (1x28x28 for the built-in networks): TrainStep and
+  // Evaluate read batch * input_dims().size() floats, so the caller checks its data against
+  // it once, before any step (worker/data/batch.h).
+  virtual Dims input_dims() const = 0;
 
   // For the metrics: the loss scale of the next step (1 without mixed precision), and the
   // device memory the model's allocator has handed out (-1: none, e.g. the CPU).

@@ -260,6 +260,7 @@ class FakeModel : public Model {
     return absl::UnimplementedError("fake");
   }
   std::string name() const override { return "fake"; }
+  Dims input_dims() const override { return {1, 28, 28}; }
 
  private:
   std::vector<ParamInfo> params_ = {{"0.weight", {2, 2}, 0, 4}, {"0.bias", {1}, 4, 1}};

@@ -1,0 +1,37 @@
+// From a Dataset to a model's input: the one check that the data's images are the shape the
+// model takes (before any step, so that a mismatch is one clear error rather than a step that
+// reads past its batch buffer), and the gathering of a batch, bounded by its buffers.
+// Thread-compatible: the functions touch no shared state.
+#ifndef DPTRAIN_WORKER_DATA_BATCH_H_
+#define DPTRAIN_WORKER_DATA_BATCH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "worker/data/dataset.h"
+
+namespace dptrain {
+
+// The shape of one input sample: channels x height x width.
+struct ImageShape {
+  int channels = 1;
+  int height = 0;
+  int width = 0;
+};
+
+// OK if `data`'s images (one channel, rows x cols) are `model_input`; else InvalidArgument
+// naming `what` (e.g. "the training set"), both shapes and `model`.
+absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
+                             absl::string_view model, absl::string_view what);
+
+// Copies the images and labels of `indices` into the front of `images` and `labels`.
+// InvalidArgument (copying nothing) for an index outside the data set, or buffers too small
+// for indices.size() samples of data.image_size() values.
+absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
+                         absl::Span<float> images, absl::Span<uint8_t> labels);
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_DATA_BATCH_H_
