@@ -55,7 +55,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
 
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(options));
   const std::string ports = absl::StrCat(options.bind_address, ":", options.port);
-  const char* config[] = {"listening_ports", ports.c_str(), "num_threads", "2", nullptr};
+  const std::string threads = std::to_string(kMetricsHttpThreads);
+  const std::string timeout_ms =
+      std::to_string(absl::ToInt64Milliseconds(kMetricsHttpRequestTimeout));
+  const char* config[] = {
+      "listening_ports",  ports.c_str(),       "num_threads", threads.c_str(), "request_timeout_ms",
+      timeout_ms.c_str(), "enable_keep_alive", "no",          nullptr};
   struct mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = QuietLog;

@@ -2,8 +2,15 @@
 // embedded HTTP server that is well kept and small; not a hand-written one):
 //   GET /metrics  the registry in the Prometheus text format (text/plain; version=0.0.4)
 //   GET /status   a JSON document from `status` (404 when none is given)
-// Anything else is 404. Plain HTTP: the port carries counters and a status view, no model
-// data and no control, so it is meant for a scrape inside the cluster (see README).
+// Anything else is 404.
+//
+// Plain HTTP (Debian 12's civetweb 1.15 crashes serving HTTPS under OpenSSL 3: measured, every
+// request, with or without a client certificate), so a secured job keeps the port off the
+// network unless told otherwise (telemetry_flags.h: --metrics_bind_address).
+//
+// Idle and slow clients are bounded: kMetricsHttpThreads connections are served at once, and
+// one that has not sent its whole request within kMetricsHttpRequestTimeout is closed, so
+// connections held open without a request cannot keep a scrape waiting for long.
 #ifndef DPTRAIN_COMMON_METRICS_HTTP_H_
 #define DPTRAIN_COMMON_METRICS_HTTP_H_
 
@@ -12,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/metrics.h"
 
 struct mg_context;
@@ -19,9 +27,12 @@ struct mg_connection;
 
 namespace dptrain {
 
+inline constexpr int kMetricsHttpThreads = 16;
+inline constexpr absl::Duration kMetricsHttpRequestTimeout = absl::Seconds(1);
+
 struct MetricsHttpOptions {
-  int port = 0;                          // 0: a free port (see port()).
-  std::string bind_address = "0.0.0.0";  // Where to listen.
+  int port = 0;                               // 0: a free port (see port()).
+  std::string bind_address = "0.0.0.0";       // Where to listen.
   const MetricsRegistry* registry = nullptr;  // Not owned; must outlive the server.
   std::function<std::string()> status;        // The /status JSON, if set.
 };

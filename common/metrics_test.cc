@@ -5,11 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "common/metrics_http.h"
 #include "common/trace.h"
 #include "gtest/gtest.h"
@@ -129,6 +132,59 @@ TEST(MetricsHttpTest, ServesMetricsStatusAndNotFound) {
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(std::string(taken.status().message()).find(std::to_string(port)), std::string::npos)
       << taken.status();
+}
+
+// A TCP connection to 127.0.0.1:port that sends nothing.
+int IdleConnection(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+// Issue 30 item 4: civetweb ran 2 threads, so 2 connections held open without a request made
+// every scrape wait (30 s, civetweb's default request timeout) while gRPC health stayed
+// SERVING. Now fewer idle connections than kMetricsHttpThreads leave scrapes untouched, more
+// delay them by about kMetricsHttpRequestTimeout per wave at most, and the server closes an
+// idle connection after that timeout.
+TEST(MetricsHttpTest, IdleConnectionsCannotHoldScrapesBack) {
+  MetricsRegistry registry;
+  registry.AddCounter("dptrain_hits_total", "Hits.").Get().Increment(1);
+  MetricsHttpOptions options;
+  options.bind_address = "127.0.0.1";
+  options.registry = &registry;
+  auto server = MetricsHttpServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+
+  std::vector<int> idle;
+  for (int i = 0; i < kMetricsHttpThreads - 4; ++i) idle.push_back(IdleConnection(port));
+  absl::SleepFor(absl::Milliseconds(100));  // Each has a thread of the server by now.
+  absl::Time start = absl::Now();
+  std::string scraped = HttpGet(port, "/metrics");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "idle connections held the scrape back";
+  EXPECT_NE(scraped.find("dptrain_hits_total 1\n"), std::string::npos) << scraped;
+  // The server closes what sent no request within its timeout.
+  for (int fd : idle) {
+    timeval five{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof(five));
+    char byte;
+    const ssize_t r = read(fd, &byte, 1);
+    EXPECT_TRUE(r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+        << "an idle connection was left open 5 s";
+    close(fd);
+  }
+  // Many more than the server's threads: the scrape still answers, a wave or two later.
+  idle.clear();
+  for (int i = 0; i < 2 * kMetricsHttpThreads; ++i) idle.push_back(IdleConnection(port));
+  start = absl::Now();
+  scraped = HttpGet(port, "/metrics");
+  EXPECT_LT(absl::Now() - start, 4 * kMetricsHttpRequestTimeout);
+  EXPECT_NE(scraped.find("dptrain_hits_total 1\n"), std::string::npos) << scraped;
+  for (int fd : idle) close(fd);
 }
 
 TEST(MetricsHttpTest, RefusesABadPort) {

@@ -25,10 +25,14 @@ struct Telemetry {
 // name the flag. Call before any work, so that a bad flag stops the binary at once.
 absl::StatusOr<std::unique_ptr<Telemetry>> TelemetryFromFlags(const std::string& process);
 
-// With --metrics_port >= 0: serves /metrics (and /status from `status`, if set), prints
-// "<who>: metrics on port N" and writes --metrics_port_file. Unavailable naming the port if
-// it is taken.
-absl::Status ServeMetrics(Telemetry& telemetry, const std::string& who,
+// With --metrics_port >= 0: serves /metrics (and /status from `status`, if set) over plain
+// HTTP on --metrics_bind_address, prints "<who>: metrics on ADDRESS:PORT" and writes
+// --metrics_port_file. Without that flag a `secured` process (mutual TLS) listens on loopback
+// only: its job id and counters are not for everyone on the network (common/metrics_http.h);
+// a plaintext one on every interface. A secured process told to listen beyond loopback
+// warns once on stderr that the port is plain HTTP. Unavailable naming the port if it is
+// taken.
+absl::Status ServeMetrics(Telemetry& telemetry, const std::string& who, bool secured,
                           std::function<std::string()> status = nullptr);
 
 }  // namespace dptrain

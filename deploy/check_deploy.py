@@ -567,7 +567,8 @@ def check_compose_job(profile, svcs, secrets):
 
 # ----------------------------------------------------------------------------- Kubernetes
 
-KINDS = {("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "StatefulSet"), ("batch/v1", "Job")}
+KINDS = {("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "StatefulSet"), ("batch/v1", "Job"),
+         ("networking.k8s.io/v1", "NetworkPolicy")}
 QUANTITY = re.compile(r"^([0-9.]+)(m|Ki|Mi|Gi|Ti|k|M|G)?$")
 SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 2**10, "Mi": 2**20,
          "Gi": 2**30, "Ti": 2**40}
@@ -636,6 +637,29 @@ def check_k8s(a):
     ps_c, wk_c = ps_c[0], wk_c[0]
     ps_flags = check_container("StatefulSet", ps_c, data, "ps_server", job=False)
     wk_flags = check_container("Job", wk_c, data, "gpu_worker", job=True)
+    # A secured process serves its plain-HTTP metrics on loopback unless told otherwise: the
+    # pods Prometheus scrapes say 0.0.0.0, and a NetworkPolicy keeps that port to the
+    # monitoring namespace.
+    for what, obj, flags in (("StatefulSet", sts, ps_flags), ("Job", job, wk_flags)):
+        annotations = obj["spec"]["template"]["metadata"].get("annotations") or {}
+        if annotations.get("prometheus.io/scrape") != "true":
+            continue
+        if flags.get("metrics_bind_address") != "0.0.0.0":
+            fail(f"{what}: scraped by Prometheus but not --metrics_bind_address=0.0.0.0 (a "
+                 "secured process serves metrics on loopback only)")
+        port = annotations.get("prometheus.io/port")
+        guarded = False
+        for pol in by_kind.get("NetworkPolicy", []):
+            for rule in (pol.get("spec") or {}).get("ingress") or []:
+                ports = [str(p.get("port")) for p in rule.get("ports") or []]
+                if port in ports and rule.get("from"):
+                    guarded = True
+                if any(p.get("endPort") and int(p["port"]) <= int(port) <= int(p["endPort"])
+                       for p in rule.get("ports") or []):
+                    fail(f"NetworkPolicy {pol['metadata']['name']}: a port range opens the "
+                         f"metrics port {port}")
+        if not guarded:
+            fail(f"{what}: no NetworkPolicy keeps its metrics port {port} to a 'from' selector")
     port = ps_flags.get("port")
     if not port or port == "0":
         fail("ps_server needs a fixed --port")

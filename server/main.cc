@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
   dptrain::PsServer* running = server->get();
   if (auto s =
           dptrain::ServeMetrics(**telemetry, absl::StrCat("ps_server: shard ", options.shard.shard),
+                                (*credentials)->tls(),
                                 [running] {
                                   dptrain::proto::ShardInfoResponse info;
                                   dptrain::FillShardInfo(running->shard(), &info);

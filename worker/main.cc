@@ -583,7 +583,7 @@ absl::Status Run() {
     health = *std::move(started);
     std::cout << who << ": health service on port " << health->port << std::endl;
   }
-  if (auto s = ServeMetrics(**telemetry, who); !s.ok()) return s;
+  if (auto s = ServeMetrics(**telemetry, who, (*credentials)->tls()); !s.ok()) return s;
   Sync sync;
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   auto train = LoadFashionMnist(data_dir, /*train=*/true);
