@@ -1,5 +1,6 @@
 #include "common/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -118,17 +119,33 @@ AdamScalars AdamScalarsAt(const OptimizerOptions& o, int64_t t, float lr) {
   return s;
 }
 
+// "none": the weights become the averaged gradient itself. A parameter-server shard that
+// only averages (ps_server --optimizer=none, BytePS's servers): the workers' own optimizers
+// apply the average (dptrain.torch's DistributedOptimizer). Keeps no state.
+class AverageOnly : public Optimizer {
+ public:
+  explicit AverageOnly(const OptimizerOptions& o) : Optimizer(o) {}
+
+ private:
+  void Step(absl::Span<float> w, absl::Span<const float> g, OptimizerState& state,
+            float) const override {
+    std::copy(g.begin(), g.end(), w.begin());
+    ++state.steps;
+  }
+};
+
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerOptions& options) {
   if (auto s = CheckNonNegative("learning_rate", options.learning_rate); !s.ok()) return s;
   if (auto s = CheckNonNegative("momentum", options.momentum); !s.ok()) return s;
   if (auto s = CheckNonNegative("weight_decay", options.weight_decay); !s.ok()) return s;
   if (options.name == "sgd") return std::make_unique<Sgd>(options);
+  if (options.name == "none") return std::make_unique<AverageOnly>(options);
   if (options.name == "adam" || options.name == "adamw") {
     if (auto s = CheckAdamOptions(options); !s.ok()) return s;
     return std::make_unique<Adam>(options);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", options.name, "' (expected one of: sgd, adam, adamw)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", options.name,
+                                                 "' (expected one of: sgd, adam, adamw, none)"));
 }
 
 }  // namespace dptrain

@@ -20,7 +20,9 @@
 namespace dptrain {
 
 struct OptimizerOptions {
-  std::string name = "sgd";  // "sgd", "adam" or "adamw".
+  // "sgd", "adam", "adamw", or "none": the weights become the averaged gradient (a
+  // parameter-server shard that only averages; the workers' optimizers apply it).
+  std::string name = "sgd";
   // The rate of the Apply overload without one (a constant rate); the caller of a schedule
   // passes LearningRateAt(schedule, step) to Apply instead (common/lr_schedule.h).
   float learning_rate = 0.1f;

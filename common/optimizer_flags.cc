@@ -5,7 +5,9 @@
 
 ABSL_FLAG(std::string, optimizer, "sgd",
           "sgd (momentum, L2 weight decay), adam (L2 weight decay) or adamw (decoupled "
-          "weight decay), with torch.optim's update rules.");
+          "weight decay), with torch.optim's update rules; ps_server also takes none (the "
+          "shards only average: each push is answered with the mean gradient, which the "
+          "workers' own optimizers apply, as dptrain.torch's DistributedOptimizer does).");
 ABSL_FLAG(double, beta1, 0.9, "adam/adamw: decay of the first moment, in [0, 1).");
 ABSL_FLAG(double, beta2, 0.999, "adam/adamw: decay of the second moment, in [0, 1).");
 ABSL_FLAG(double, eps, 1e-8, "adam/adamw: added to the denominator, > 0.");

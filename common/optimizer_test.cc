@@ -189,7 +189,7 @@ TEST(OptimizerTest, RejectsBadOptionsNamingTheField) {
   const float nan = std::nanf(""), inf = INFINITY;
   const std::vector<BadOptions> cases = {
       {[](auto& o) { o.name = "adagrad"; },
-       "unknown optimizer 'adagrad' (expected one of: sgd, adam, adamw)"},
+       "unknown optimizer 'adagrad' (expected one of: sgd, adam, adamw, none)"},
       {[](auto& o) { o.learning_rate = -1; },
        "optimizer: learning_rate must be finite and >= 0, got -1"},
       {[&](auto& o) { o.learning_rate = inf; },
@@ -215,6 +215,27 @@ TEST(OptimizerTest, RejectsBadOptionsNamingTheField) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_EQ(status.message().substr(0, c.message.size()), c.message);
   }
+}
+
+// ps_server --optimizer=none: a shard's "weights" become the averaged gradient it was given,
+// whatever the rate, momentum or weight decay say (the workers' optimizers apply it).
+TEST(OptimizerTest, NoneReplacesTheWeightsWithTheAverage) {
+  OptimizerOptions o;
+  o.name = "none";
+  o.learning_rate = 0.5f;
+  o.momentum = 0.9f;
+  o.weight_decay = 0.1f;
+  auto none = CreateOptimizer(o);
+  ASSERT_TRUE(none.ok()) << none.status();
+  std::vector<float> w = {1, 2, 3};
+  OptimizerState state;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float> g = {0.25f * i, -1.0f, 1e30f};
+    (*none)->Apply(absl::MakeSpan(w), g, state);
+    EXPECT_EQ(w, g);
+  }
+  EXPECT_EQ(state.steps, 2);
+  EXPECT_TRUE(state.momentum_buffer.empty());
 }
 
 TEST(OptimizerTest, SgdIgnoresAdamOnlyFields) {

@@ -13,6 +13,7 @@ packages=(
   libcivetweb-dev                                # the /metrics and /status HTTP endpoint
   prometheus                                     # promtool + a real server in tests/metrics_test
   python3-matplotlib                             # tools/plot_curves.py (training curves)
+  python3-torch                                  # dptrain.torch's tests (tests/torch_workers_test)
   libopenblas-dev                                # CPU GEMMs
   libdnnl-dev                                    # oneDNN convolutions where they win (onednn_conv.h)
   libssl-dev                                     # libcrypto: job token, ring HMAC, PEM checks

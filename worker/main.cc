@@ -267,7 +267,13 @@ absl::StatusOr<OptimizerOptions> WorkerOptimizer() {
   o.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   o.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
-  return OptimizerFromFlags(o);
+  absl::StatusOr<OptimizerOptions> made = OptimizerFromFlags(o);
+  if (made.ok() && made->name == "none") {
+    return WithFlag("optimizer", absl::InvalidArgumentError(
+                                     "none is for ps_server (shards that only average, for "
+                                     "dptrain.torch); gpu_worker needs sgd, adam or adamw"));
+  }
+  return made;
 }
 
 absl::Status ReportMasterPort(int port) {

@@ -1,0 +1,512 @@
+"""PyTorch training scripts as workers of dptrain's parameter server, ring all-reduce or
+master reducer, with Horovod's API names, so that an existing script ports by renaming:
+
+    import dptrain.torch as dpt
+    dpt.init()                                    # RANK, WORLD_SIZE, DPTRAIN_MODE, ...
+    opt = dpt.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    dpt.broadcast_parameters(model.state_dict(), root_rank=0)
+    dpt.broadcast_optimizer_state(opt, root_rank=0)
+
+The environment is torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT) plus DPTRAIN_MODE=allreduce|ps|master (default allreduce), DPTRAIN_PS (the
+shards, host:port,...), DPTRAIN_JOB_ID, DPTRAIN_TIMEOUT (seconds) and the security files
+DPTRAIN_TLS_CERT, DPTRAIN_TLS_KEY, DPTRAIN_TLS_CA, DPTRAIN_JOB_TOKEN_FILE; init()'s keyword
+arguments win. Every call but the getters is collective: every rank makes it, in the same
+order, with tensors of the same names, shapes and dtypes (checked; a difference fails on
+every rank, naming the tensor and both ranks). A dead or stopped peer makes the others raise
+DptrainError within the timeout."""
+
+import contextlib
+import ctypes
+import io
+import os
+import pickle
+import queue
+import threading
+
+import torch
+
+from dptrain._native import DptrainError, Session
+
+__all__ = ["DptrainError", "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
+           "local_size", "mode", "allreduce", "allreduce_", "broadcast", "broadcast_",
+           "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state",
+           "DistributedOptimizer", "ServerOptimizer"]
+
+_state = None  # (session, local_rank, local_size, mode) after init().
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise DptrainError(f"{name}={value!r} is not an integer") from None
+
+
+def init(**overrides):
+    """Joins the job. Keyword arguments (mode, rank, size, local_rank, local_size, ps,
+    master_addr, master_port, job_id, timeout, connect_timeout, reconnect_timeout,
+    bind_address, advertise_host, tls_cert, tls_key, tls_ca, job_token_file) win over the
+    environment. In allreduce mode every rank waits here for the others (up to
+    connect_timeout)."""
+    global _state
+    if _state is not None:
+        raise DptrainError("dptrain.torch.init() was already called (shutdown() first)")
+    known = {"mode", "rank", "size", "local_rank", "local_size", "ps", "master_addr",
+             "master_port", "job_id", "timeout", "connect_timeout", "reconnect_timeout",
+             "bind_address", "advertise_host", "tls_cert", "tls_key", "tls_ca",
+             "job_token_file"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise DptrainError(f"init() got unknown arguments {unknown} (known: {sorted(known)})")
+    o = dict(overrides)
+    ps = o.get("ps", os.environ.get("DPTRAIN_PS", ""))
+    if isinstance(ps, str):
+        ps = [a.strip() for a in ps.split(",") if a.strip()]
+    options = {
+        "mode": o.get("mode", os.environ.get("DPTRAIN_MODE", "allreduce")),
+        "rank": int(o.get("rank", _env_int("RANK", 0))),
+        "world_size": int(o.get("size", _env_int("WORLD_SIZE", 1))),
+        "job_id": o.get("job_id", os.environ.get("DPTRAIN_JOB_ID", "dptrain")),
+        "ps": list(ps),
+        "master_addr": o.get("master_addr", os.environ.get("MASTER_ADDR", "127.0.0.1")),
+        "master_port": int(o.get("master_port", _env_int("MASTER_PORT", 0))),
+        "timeout_s": float(o.get("timeout", os.environ.get("DPTRAIN_TIMEOUT", 60))),
+    }
+    for key in ("connect_timeout", "reconnect_timeout"):
+        if key in o:
+            options[key + "_s"] = float(o[key])
+    for key in ("bind_address", "advertise_host"):
+        if key in o:
+            options[key] = o[key]
+    for key, var in (("tls_cert", "DPTRAIN_TLS_CERT"), ("tls_key", "DPTRAIN_TLS_KEY"),
+                     ("tls_ca", "DPTRAIN_TLS_CA"), ("job_token_file", "DPTRAIN_JOB_TOKEN_FILE")):
+        value = o.get(key, os.environ.get(var, ""))
+        if value:
+            options[key] = value
+    local_rank = int(o.get("local_rank", _env_int("LOCAL_RANK", 0)))
+    local_size = int(o.get("local_size", _env_int("LOCAL_WORLD_SIZE", 1)))
+    session = Session(options)
+    _state = (session, local_rank, local_size, options["mode"])
+
+
+def shutdown():
+    """Leaves the job (closes links and servers). init() may be called again."""
+    global _state
+    if _state is not None:
+        _state[0].close()
+        _state = None
+
+
+def is_initialized():
+    return _state is not None
+
+
+def _session():
+    if _state is None:
+        raise DptrainError("dptrain.torch is not initialised: call dptrain.torch.init() first")
+    return _state[0]
+
+
+def rank():
+    return _session().rank()
+
+
+def size():
+    return _session().world_size()
+
+
+def local_rank():
+    _session()
+    return _state[1]
+
+
+def local_size():
+    _session()
+    return _state[2]
+
+
+def mode():
+    _session()
+    return _state[3]
+
+
+# ---- Collectives on tensors. Device tensors are staged through host memory.
+
+def _describe(name, tensor):
+    return f"{name} {list(tensor.shape)} {str(tensor.dtype).replace('torch.', '')}"
+
+
+def _words(nbytes):
+    return torch.zeros((nbytes + 3) // 4, dtype=torch.float32)
+
+
+def _copy_bytes(dst_address, src_address, nbytes):
+    if nbytes:
+        ctypes.memmove(dst_address, src_address, nbytes)
+
+
+def allreduce(tensor, average=True, name=None):
+    """A new tensor: the sum over ranks of `tensor` (or the mean), computed in fp32."""
+    out = tensor.detach().clone()
+    allreduce_(out, average=average, name=name)
+    return out
+
+
+def allreduce_(tensor, average=True, name=None):
+    """In place: `tensor` becomes the sum (or mean) over ranks, computed in fp32."""
+    session = _session()
+    name = name or "allreduce"
+    session.check_same("allreduce's tensor", _describe(name, tensor))
+    buffer = tensor.detach().to("cpu", torch.float32).contiguous().clone()
+    session.allreduce(buffer.data_ptr(), buffer.numel(), average)
+    with torch.no_grad():
+        tensor.copy_(buffer.view_as(tensor))
+    return tensor
+
+
+def _broadcast_tensors(tensors, root_rank, what):
+    """Rank root_rank's values of `tensors` (a list of (name, tensor)) reach every rank, bit
+    for bit, in one message (any dtypes)."""
+    session = _session()
+    session.check_same(what, "\n".join(_describe(n, t) for n, t in tensors))
+    hosts = [t.detach().to("cpu").contiguous() for _, t in tensors]
+    sizes = [h.numel() * h.element_size() for h in hosts]
+    buffer = _words(sum(sizes))
+    at = buffer.data_ptr()
+    if session.rank() == root_rank:
+        for h, n in zip(hosts, sizes):
+            _copy_bytes(at, h.data_ptr(), n)
+            at += n
+    session.broadcast(buffer.data_ptr(), buffer.numel(), root_rank)
+    if session.rank() != root_rank:
+        at = buffer.data_ptr()
+        for (_, t), h, n in zip(tensors, hosts, sizes):
+            _copy_bytes(h.data_ptr(), at, n)
+            at += n
+            with torch.no_grad():
+                t.copy_(h.view_as(t))
+
+
+def broadcast_(tensor, root_rank, name=None):
+    """In place: rank root_rank's `tensor` on every rank."""
+    _broadcast_tensors([(name or "broadcast", tensor)], root_rank, "broadcast's tensor")
+    return tensor
+
+
+def broadcast(tensor, root_rank, name=None):
+    """A new tensor holding rank root_rank's `tensor`."""
+    out = tensor.detach().clone()
+    return broadcast_(out, root_rank, name)
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Rank root_rank's values of `params` (a state_dict, or an iterable of (name, tensor))
+    on every rank, in place."""
+    items = sorted(params.items()) if isinstance(params, dict) else list(params)
+    items = [(n, t) for n, t in items if torch.is_tensor(t)]
+    _broadcast_tensors(items, root_rank, "broadcast_parameters' tensors")
+
+
+def broadcast_object(obj, root_rank=0):
+    """Rank root_rank's `obj` (anything torch.save takes) on every rank."""
+    session = _session()
+    payload = b""
+    if session.rank() == root_rank:
+        stream = io.BytesIO()
+        torch.save(obj, stream)
+        payload = stream.getvalue()
+    length = torch.zeros(2, dtype=torch.float32)
+    ctypes.memmove(length.data_ptr(), ctypes.byref(ctypes.c_int64(len(payload))), 8)
+    session.broadcast(length.data_ptr(), 2, root_rank)
+    count = ctypes.c_int64()
+    ctypes.memmove(ctypes.byref(count), length.data_ptr(), 8)
+    buffer = _words(count.value)
+    if session.rank() == root_rank:
+        ctypes.memmove(buffer.data_ptr(), payload, len(payload))
+    session.broadcast(buffer.data_ptr(), buffer.numel(), root_rank)
+    if session.rank() == root_rank:
+        return obj
+    data = ctypes.string_at(buffer.data_ptr(), count.value)
+    return torch.load(io.BytesIO(data), map_location="cpu")
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Rank root_rank's optimizer state (momentum buffers, Adam's moments, step counts and
+    the hyper-parameters of every group) loaded into `optimizer` on every rank."""
+    state = broadcast_object(optimizer.state_dict(), root_rank)
+    if _session().rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+# ---- DistributedOptimizer.
+
+_BUCKET_BYTES = 25 << 20
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """The methods mixed into the wrapped optimizer's class (see DistributedOptimizer)."""
+
+    def __init__(self, params, named_parameters, backward_passes_per_step, bucket_bytes):
+        super(self.__class__, self).__init__(params)
+        session = _session()
+        if backward_passes_per_step < 1:
+            raise DptrainError("backward_passes_per_step must be >= 1")
+        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = {}
+            for n, p in named:
+                if id(p) in names:
+                    continue  # Tied weights: one name.
+                if n in names.values():
+                    raise DptrainError(f"named_parameters names '{n}' twice")
+                names[id(p)] = n
+            missing = [i for i, p in enumerate(params) if id(p) not in names]
+            if missing:
+                raise DptrainError(f"{len(missing)} parameter(s) of the optimizer are not in "
+                                   "named_parameters (pass model.named_parameters())")
+        else:
+            names = {id(p): f"param.{i}" for i, p in enumerate(params)}
+        # Backward produces the last layers' gradients first: lay them out first, in
+        # buckets of about bucket_bytes, so that the first buckets can travel while the
+        # earlier layers are still computing (allreduce mode).
+        self._order = list(reversed(params))
+        self._names = [names[id(p)] for p in self._order]
+        session.check_same("DistributedOptimizer's parameters",
+                           "\n".join(_describe(n, p) for n, p in zip(self._names, self._order)))
+        self._offsets, total = [], 0
+        self._buckets, self._bucket_of = [], {}
+        bucket_start, bucket_bytes_now = 0, 0
+        for i, p in enumerate(self._order):
+            self._offsets.append(total)
+            total += p.numel()
+            bucket_bytes_now += p.numel() * 4
+            if bucket_bytes_now >= bucket_bytes or i == len(self._order) - 1:
+                self._buckets.append((bucket_start, i + 1))
+                bucket_start, bucket_bytes_now = i + 1, 0
+        for b, (first, end) in enumerate(self._buckets):
+            for i in range(first, end):
+                self._bucket_of[i] = b
+        self._total = total
+        self._flat = torch.zeros(total + 1, dtype=torch.float32)
+        self._passes = backward_passes_per_step
+        self._mode = mode()
+        session.register_gradients(self._names, [p.numel() for p in self._order])
+        self._session = session
+        self._index = {id(p): i for i, p in enumerate(self._order)}
+        self._pass = 0  # Backward passes since the last synchronisation.
+        self._skipped = False
+        self._last_step_skipped = False
+        self._in_backward = False
+        self._overlap = self._mode == "allreduce" and size() > 1
+        self._error = None
+        self._hooks = []
+        self._queue = None
+        if size() > 1:
+            self._register_hooks()
+
+    # -- Hooks: a gradient is ready once its accumulator ran backward_passes_per_step times.
+
+    def _register_hooks(self):
+        self._accumulators = []  # Keep them alive.
+        for p in self._order:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append(acc.register_hook(self._make_hook(p)))
+            self._accumulators.append(acc)
+        if self._overlap:
+            self._queue = queue.Queue()
+            self._done = threading.Condition()
+            self._reduced = 0
+            worker = threading.Thread(target=self._communicate, daemon=True,
+                                      name="dptrain-buckets")
+            worker.start()
+
+    def _make_hook(self, p):
+        i = self._index[id(p)]
+
+        def hook(*_):
+            if not self._in_backward:
+                self._in_backward = True
+                self._ready = [False] * len(self._order)
+                self._bucket_pending = [end - first for first, end in self._buckets]
+                self._next_bucket = 0
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            if self._overlap and self._pass == self._passes - 1:
+                self._mark_ready(i)
+        return hook
+
+    def _pack(self, i):
+        p, at, n = self._order[i], self._offsets[i], self._order[i].numel()
+        target = self._flat[at:at + n]
+        if p.grad is None:
+            target.zero_()
+        else:
+            target.copy_(p.grad.detach().reshape(-1))
+
+    def _mark_ready(self, i):
+        if self._ready[i]:
+            return
+        self._ready[i] = True
+        self._pack(i)
+        b = self._bucket_of[i]
+        self._bucket_pending[b] -= 1
+        # Buckets leave in index order, the same on every rank.
+        while (self._next_bucket < len(self._buckets)
+               and self._bucket_pending[self._next_bucket] == 0):
+            self._queue.put(self._next_bucket)
+            self._next_bucket += 1
+
+    def _communicate(self):
+        while True:
+            b = self._queue.get()
+            first, end = self._buckets[b]
+            start = self._offsets[first]
+            stop = self._offsets[end - 1] + self._order[end - 1].numel()
+            try:
+                if self._error is None:
+                    self._session.allreduce(self._flat.data_ptr() + 4 * start, stop - start,
+                                            True)
+            except DptrainError as e:
+                self._error = e
+            with self._done:
+                self._reduced += 1
+                self._done.notify_all()
+
+    def _backward_done(self):
+        """At the end of every backward: once backward_passes_per_step passes are in, the
+        average of every rank's gradients replaces the local ones."""
+        self._in_backward = False
+        self._pass += 1
+        if self._pass < self._passes:
+            return  # Accumulating: no synchronisation this pass.
+        self._pass = 0
+        self._skipped = False
+        if self._overlap:
+            # Unused parameters (no gradient this pass) travel as they are, or as zeros.
+            for i in range(len(self._order)):
+                self._mark_ready(i)
+            with self._done:
+                self._done.wait_for(lambda: self._reduced == len(self._buckets))
+                self._reduced = 0
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            self._skipped = not bool(torch.isfinite(self._flat[:self._total]).all())
+        else:
+            for i in range(len(self._order)):
+                self._pack(i)
+            self._flat[self._total] = 0.0
+            self._skipped = self._session.reduce_gradients(self._flat.data_ptr(),
+                                                           self._flat.numel())
+            if self._skipped:
+                # Every rank skips: GradScaler (found_inf) and step() see it alike.
+                self._flat[:self._total] = float("nan")
+        for i, p in enumerate(self._order):
+            at, n = self._offsets[i], p.numel()
+            mean = self._flat[at:at + n].view_as(p)
+            if p.grad is None:
+                p.grad = mean.to(p.device, p.dtype).clone()
+            else:
+                p.grad.detach().copy_(mean)
+
+    # -- Horovod's API.
+
+    def synchronize(self):
+        """Averaged gradients are in place as soon as backward returns (the last pass of
+        backward_passes_per_step); kept for scripts written for Horovod."""
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For Horovod's `synchronize(); clip; with skip_synchronize(): step()` pattern."""
+        yield
+
+    @property
+    def skipped_last_step(self):
+        """Whether the last step() skipped: some rank's gradients had inf/NaN (every rank
+        skips it)."""
+        return self._last_step_skipped
+
+    def step(self, closure=None):
+        self._last_step_skipped = self._skipped
+        if self._skipped:
+            self._skipped = False
+            return None  # Global skip: no rank applies a step that overflowed somewhere.
+        return super(self.__class__, self).step(closure)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,
+                         bucket_cap_mb=_BUCKET_BYTES / (1 << 20)):
+    """`optimizer` (any torch.optim optimizer, LR schedulers work on the result) whose step()
+    applies gradients averaged over all ranks through the job's mode. Gradients leave in
+    buckets as backward produces them (allreduce mode: communication overlaps backward; ps
+    and master: one push of the whole gradient when backward ends), and the averages are in
+    p.grad when backward returns, so clipping and GradScaler (scaler.step(opt)) see them. A
+    step whose gradients had inf/NaN on any rank is skipped by every rank."""
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, backward_passes_per_step,
+               int(bucket_cap_mb * (1 << 20)))
+
+
+class ServerOptimizer:
+    """ps mode with the shards' own optimizer (ps_server --optimizer, --lr, schedules,
+    --sync=bsp|ssp|async, checkpoints): step() pushes this rank's gradients and loads the
+    weights the shards computed into the parameters. Rank 0's parameters initialise the
+    shards of a new job; every rank starts from the shards' current weights (a worker that
+    rejoins a running job resumes at its step, `self.steps`)."""
+
+    def __init__(self, named_parameters):
+        session = _session()
+        named = [(n, p) for n, p in named_parameters if p.requires_grad]
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        session.check_same("ServerOptimizer's parameters",
+                           "\n".join(_describe(n, p) for n, p in named))
+        self._total = sum(p.numel() for p in self._params)
+        self._weights = torch.cat([p.detach().to("cpu", torch.float32).reshape(-1)
+                                   for p in self._params])
+        self._gradient = torch.zeros(self._total + 1, dtype=torch.float32)
+        self._session = session
+        self.steps = session.start_server(self._names, [p.numel() for p in self._params],
+                                          self._weights.data_ptr(), self._total)
+        self._unpack()
+        self.skipped_steps = 0
+
+    def _unpack(self):
+        at = 0
+        with torch.no_grad():
+            for p in self._params:
+                n = p.numel()
+                p.copy_(self._weights[at:at + n].view_as(p))
+                at += n
+
+    def zero_grad(self, set_to_none=True):
+        for p in self._params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def step(self):
+        at = 0
+        for p in self._params:
+            n = p.numel()
+            if p.grad is None:
+                self._gradient[at:at + n].zero_()
+            else:
+                self._gradient[at:at + n].copy_(p.grad.detach().reshape(-1))
+            at += n
+        self._gradient[self._total] = 0.0
+        skipped, rewind = self._session.push_pull(self.steps, self._gradient.data_ptr(),
+                                                  self._weights.data_ptr(), self._total)
+        self._unpack()
+        if rewind >= 0:
+            self.steps = rewind  # A shard came back from an older checkpoint.
+        else:
+            self.steps += 1
+        self.skipped_steps += int(skipped)
+        return skipped

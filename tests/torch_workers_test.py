@@ -1,0 +1,260 @@
+"""dptrain.torch end to end, with the real ps_server and real PyTorch scripts (Debian's
+python3-torch on the CPU): tests/torch/worker.py trains a small CNN in 2 processes through
+each mode and is compared with the same script run as one process on the global batch.
+
+Run by tests/torch_workers_test.sh (which finds the binaries and the library); every case
+prints one line, and the first failure ends the run with a non-zero exit."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The built binaries (bazel-bin, or the test's runfiles); scripts beside this file.
+ROOT = os.environ.get("DPTRAIN_ROOT", os.path.join(HERE, "..", "bazel-bin"))
+PS_SERVER = os.path.join(ROOT, "server", "ps_server")
+WORKER = os.path.join(HERE, "torch", "worker.py")
+MAKE_CERTS = os.path.join(HERE, "..", "tools", "make_certs.sh")
+SCRATCH = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
+PYTHON = sys.executable
+_processes = []
+
+
+def fail(message):
+    print(f"FAIL: {message}", flush=True)
+    for p in _processes:
+        p.kill()
+    sys.exit(1)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_shards(n, workers, *flags):
+    addresses = []
+    for s in range(n):
+        port_file = os.path.join(SCRATCH, f"shard{s}.{time.time_ns()}.port")
+        log = open(os.path.join(SCRATCH, f"shard{s}.log"), "a")
+        p = subprocess.Popen([PS_SERVER, "--host=127.0.0.1", "--port=0",
+                              f"--port_file={port_file}", f"--shard={s}", f"--num_shards={n}",
+                              f"--num_workers={workers}", *flags], stdout=log, stderr=log)
+        _processes.append(p)
+        for _ in range(200):
+            if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
+                break
+            time.sleep(0.05)
+        else:
+            fail(f"shard {s} did not start: {open(log.name).read()}")
+        addresses.append(f"127.0.0.1:{open(port_file).read().strip()}")
+    return addresses
+
+
+def stop(processes):
+    for p in processes:
+        p.terminate()
+        p.wait()
+
+
+def run_workers(name, mode, flags=(), env=None, world=2, expect_ok=True, timeout=120):
+    """Runs worker.py in `world` processes; returns (outputs, their logs, exit codes)."""
+    port = free_port()
+    procs, outs, logs = [], [], []
+    for r in range(world):
+        out = os.path.join(SCRATCH, f"{name}.rank{r}.pt")
+        log = os.path.join(SCRATCH, f"{name}.rank{r}.log")
+        e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                 LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 DPTRAIN_MODE=mode, **(env or {}))
+        procs.append(subprocess.Popen([PYTHON, WORKER, out, f"--world={world}", *flags],
+                                      env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT))
+        outs.append(out)
+        logs.append(log)
+    _processes.extend(procs)
+    codes = []
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=max(1, deadline - time.time())))
+        except subprocess.TimeoutExpired:
+            fail(f"{name}: a worker hung: " + " | ".join(open(l).read()[-500:] for l in logs))
+    texts = [open(l).read() for l in logs]
+    if expect_ok and any(codes):
+        fail(f"{name}: exit codes {codes}: " + " | ".join(t[-800:] for t in texts))
+    return outs, texts, codes
+
+
+def reference(name, flags=()):
+    out = os.path.join(SCRATCH, f"{name}.reference.pt")
+    r = subprocess.run([PYTHON, WORKER, out, "--reference", *flags], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        fail(f"{name} reference: {r.stdout} {r.stderr}")
+    return out
+
+
+def compare(name, outs, ref, tolerance=1e-5):
+    states = [torch.load(o) for o in outs]
+    want = torch.load(ref)
+    worst = 0.0
+    for key in want:
+        for r, s in enumerate(states):
+            if not torch.equal(s[key], states[0][key]):
+                fail(f"{name}: rank {r}'s {key} differs from rank 0's")
+        diff = (states[0][key] - want[key]).abs().max().item()
+        scale = want[key].abs().max().item() or 1.0
+        worst = max(worst, diff / scale)
+    if worst > tolerance:
+        fail(f"{name}: weights differ from the single-process run by {worst:.2e} (relative)")
+    print(f"ok: {name}: both ranks identical, {worst:.1e} from one process on the global "
+          f"batch", flush=True)
+
+
+def summary(out):
+    with open(out + ".json") as f:
+        return json.load(f)
+
+
+def main():
+    cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
+                             "mismatch", "dead", "tls", "init"]
+    if "init" in cases:
+        r = subprocess.run([PYTHON, "-c", "import dptrain.torch as d\n"
+                            "try:\n d.rank()\nexcept d.DptrainError as e:\n print(e)\n"],
+                           capture_output=True, text=True)
+        if "call dptrain.torch.init() first" not in r.stdout:
+            fail(f"use before init: {r.stdout} {r.stderr}")
+        print(f"ok: use before init raises: {r.stdout.strip()}")
+    ref = reference("sgd")
+    # The comparisons mean something only if training moves the weights well beyond them.
+    start = torch.load(reference("start", ["--steps=0"]))
+    moved = max(((torch.load(ref)[k] - start[k]).abs().max() / start[k].abs().max()).item()
+                for k in start)
+    if moved < 1e-2:
+        fail(f"the reference run barely moved the weights ({moved:.1e})")
+    if "allreduce" in cases:
+        outs, _, _ = run_workers("allreduce", "allreduce")
+        compare("allreduce, 2 workers, SGD momentum", outs, ref)
+    if "ps" in cases:
+        shards = start_shards(2, 2, "--optimizer=none")
+        outs, _, _ = run_workers("ps", "ps", env={"DPTRAIN_PS": ",".join(shards)})
+        compare("ps, 2 shards --optimizer=none, 2 workers", outs, ref)
+    if "master" in cases:
+        outs, _, _ = run_workers("master", "master")
+        compare("master, 2 workers", outs, ref)
+    if "server" in cases:
+        shards = start_shards(2, 2, "--optimizer=sgd", "--lr=0.05", "--momentum=0.9")
+        outs, _, _ = run_workers("server", "ps", ["--server"],
+                                 env={"DPTRAIN_PS": ",".join(shards)})
+        compare("ServerOptimizer under BSP (shards: sgd, momentum 0.9)", outs, ref)
+    if "passes" in cases:
+        ref2 = reference("passes", ["--passes=2"])
+        outs, _, _ = run_workers("passes", "allreduce", ["--passes=2"])
+        compare("backward_passes_per_step=2", outs, ref2)
+    if "skip" in cases:
+        ref_skip = reference("skip", ["--inf_at=2:1"])
+        for mode in ("allreduce", "ps"):
+            env = {}
+            if mode == "ps":
+                env["DPTRAIN_PS"] = ",".join(start_shards(1, 2, "--optimizer=none"))
+            outs, _, _ = run_workers(f"skip_{mode}", mode, ["--inf_at=2:1"], env=env)
+            if [summary(o)["skipped"] for o in outs] != [1, 1]:
+                fail(f"global skip ({mode}): skipped steps {[summary(o) for o in outs]}")
+            compare(f"global skip ({mode}): rank 1 overflows at step 2, both skip it", outs,
+                    ref_skip)
+    if "mismatch" in cases:
+        _, texts, codes = run_mismatch()
+        if codes[0] == 0 or codes[1] == 0:
+            fail(f"mismatch: exit codes {codes}")
+        want = "DistributedOptimizer's parameters differ: at entry"
+        if want not in texts[1] or ("rank 1 has '6.weight [10, 160] float32', rank 0 has '6.weight [10, 128] "
+                "float32'") not in texts[1]:
+            fail(f"mismatch: rank 1 said: {texts[1][-600:]}")
+        if "of rank(s) 1 differ from rank 0's" not in texts[0]:
+            fail(f"mismatch: rank 0 said: {texts[0][-600:]}")
+        print("ok: mismatched tensors fail on both ranks: "
+              + next(l for l in texts[1].splitlines() if want in l))
+    if "dead" in cases:
+        start = time.time()
+        outs, texts, codes = run_workers("dead", "allreduce", ["--die_at=3", "--steps=8"],
+                                         env={"DPTRAIN_TIMEOUT": "10"}, expect_ok=False)
+        took = time.time() - start
+        if codes[1] != 3 or codes[0] == 0:
+            fail(f"dead worker: exit codes {codes}: {texts[0][-600:]}")
+        line = next((l for l in reversed(texts[0].splitlines()) if "DptrainError:" in l), "")
+        if "rank 1" not in line:
+            fail(f"dead worker: rank 0's error does not name rank 1: {texts[0][-800:]}")
+        print(f"ok: a dead worker: rank 0 raised within {took:.0f}s: {line.strip()}")
+    if "tls" in cases:
+        certs = os.path.join(SCRATCH, "certs")
+        subprocess.run([MAKE_CERTS, "--shards=1", "--workers=2", "--force", certs], check=True,
+                       capture_output=True)
+        for mode in ("allreduce", "ps"):
+            env = {"DPTRAIN_TLS_CA": f"{certs}/ca.crt",
+                   "DPTRAIN_JOB_TOKEN_FILE": f"{certs}/job_token"}
+            flags = ()
+            if mode == "ps":
+                env["DPTRAIN_PS"] = ",".join(start_shards(
+                    1, 2, "--optimizer=none", f"--tls_cert={certs}/ps-0.crt",
+                    f"--tls_key={certs}/ps-0.key", f"--tls_ca={certs}/ca.crt",
+                    f"--job_token_file={certs}/job_token"))
+            outs = run_tls(mode, env, certs)
+            compare(f"{mode} with mutual TLS and the job token", outs, ref)
+
+
+def run_mismatch():
+    """Rank 1's model has a wider second convolution."""
+    port = free_port()
+    procs, outs, logs = [], [], []
+    for r in range(2):
+        out = os.path.join(SCRATCH, f"mismatch.rank{r}.pt")
+        log = os.path.join(SCRATCH, f"mismatch.rank{r}.log")
+        e = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=str(port), DPTRAIN_MODE="allreduce", DPTRAIN_TIMEOUT="20")
+        flags = ["--wider"] if r == 1 else []
+        procs.append(subprocess.Popen([PYTHON, WORKER, out, *flags], env=e,
+                                      stdout=open(log, "w"), stderr=subprocess.STDOUT))
+        outs.append(out)
+        logs.append(log)
+    _processes.extend(procs)
+    codes = [p.wait(timeout=60) for p in procs]
+    return outs, [open(l).read() for l in logs], codes
+
+
+def run_tls(mode, env, certs):
+    """Each rank with its own certificate (worker-R)."""
+    port = free_port()
+    procs, outs, logs = [], [], []
+    for r in range(2):
+        out = os.path.join(SCRATCH, f"tls_{mode}.rank{r}.pt")
+        log = os.path.join(SCRATCH, f"tls_{mode}.rank{r}.log")
+        e = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=str(port), DPTRAIN_MODE=mode,
+                 DPTRAIN_TLS_CERT=f"{certs}/worker-{r}.crt",
+                 DPTRAIN_TLS_KEY=f"{certs}/worker-{r}.key", **env)
+        procs.append(subprocess.Popen([PYTHON, WORKER, out], env=e, stdout=open(log, "w"),
+                                      stderr=subprocess.STDOUT))
+        outs.append(out)
+        logs.append(log)
+    _processes.extend(procs)
+    codes = [p.wait(timeout=120) for p in procs]
+    if any(codes):
+        fail(f"tls {mode}: exit codes {codes}: " + " | ".join(open(l).read()[-600:] for l in logs))
+    return outs
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for p in _processes:
+            if p.poll() is None:
+                p.kill()
