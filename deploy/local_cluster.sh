@@ -6,10 +6,18 @@
 # usage: deploy/local_cluster.sh [--mode=ps|master|allreduce] [--shards=2] [--workers=2]
 #          [--lr=0.1] [--momentum=0] [--weight_decay=0] [--step_timeout=60s]
 #          [--sync=bsp|ssp|async] [--staleness=0] [--logs=DIR] [--certs=DIR]
-#          [--checkpoint_every=0] [--restart_shards] [--bin=DIR] [-- WORKER_FLAGS...]
+#          [--checkpoint_every=0] [--restart_shards] [--bin=DIR] [--shard_optimizer=NAME]
+#          [-- WORKER_FLAGS...]  |  [--run] -- COMMAND...
 # ps mode starts the shards; master and allreduce modes start workers only (rank 0 hosts the
 # reducer or the rendezvous on a free port). WORKER_FLAGS go to every worker
-# (e.g. --model=lenet --epochs=5 --batch_size=128). --certs=DIR (made by
+# (e.g. --model=lenet --epochs=5 --batch_size=128).
+# --run: each worker is COMMAND instead (a PyTorch script using dptrain.torch, e.g.
+# `--run -- python3 examples/torch/train_fashion_mnist.py --epochs=1`) with torchrun's
+# environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a
+# free port) plus DPTRAIN_MODE, DPTRAIN_PS, DPTRAIN_TLS_* and DPTRAIN_JOB_TOKEN_FILE (--certs),
+# PYTHONPATH and DPTRAIN_NATIVE_LIB (the built package). Its shards only average
+# (--optimizer=none, for DistributedOptimizer) unless --shard_optimizer says otherwise (sgd,
+# adam, adamw: for ServerOptimizer, with --lr, --momentum, --sync...). --certs=DIR (made by
 # tools/make_certs.sh --shards=S --workers=N DIR): every process runs with mutual TLS and
 # the job token (shard s: ps-s.crt/.key, worker r: worker-r.crt/.key, ca.crt, job_token);
 # without it everything is plaintext on loopback, and each process warns once.
@@ -19,7 +27,7 @@
 set -euo pipefail
 
 mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s sync=bsp staleness=0
-logs="" bin="" certs="" checkpoint_every=0 restart_shards=0
+logs="" bin="" certs="" checkpoint_every=0 restart_shards=0 run=0 shard_optimizer=""
 worker_flags=()
 while (($#)); do
   case "$1" in
@@ -37,8 +45,10 @@ while (($#)); do
     --certs=*) certs="${1#*=}" ;;
     --checkpoint_every=*) checkpoint_every="${1#*=}" ;;
     --restart_shards) restart_shards=1 ;;
+    --run) run=1 ;;
+    --shard_optimizer=*) shard_optimizer="${1#*=}" ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -48,13 +58,17 @@ done
 [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local_cluster: --checkpoint_every must be >= 0" >&2; exit 2; }
 case "$mode" in ps|master|allreduce) ;; *) echo "local_cluster: --mode must be ps, master or allreduce" >&2; exit 2 ;; esac
 [[ "$mode" == ps ]] || shards=0
+((run == 0 || ${#worker_flags[@]} > 0)) || { echo "local_cluster: --run needs a command after --" >&2; exit 2; }
+[[ -n "$shard_optimizer" ]] || { ((run)) && shard_optimizer=none || shard_optimizer=sgd; }
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${bin:-$here/bazel-bin}"
 ps_server="$bin/server/ps_server"
 gpu_worker="$bin/worker/gpu_worker"
-for b in "$ps_server" "$gpu_worker"; do
-  [[ -x "$b" ]] || { echo "local_cluster: $b not found; build first (bazel build //...)" >&2; exit 2; }
+needed=("$ps_server")
+((run)) && needed+=("$bin/python/native/libdptrain_c.so") || needed+=("$gpu_worker")
+for b in "${needed[@]}"; do
+  [[ -e "$b" ]] || { echo "local_cluster: $b not found; build first (bazel build //...)" >&2; exit 2; }
 done
 # security NAME: the flags of process NAME (ps-0, worker-1, ...) under --certs.
 security() {
@@ -110,6 +124,7 @@ start_shard() {
   "$ps_server" --shard="$s" --num_shards="$shards" --num_workers="$workers" --port="$port" \
     --host=127.0.0.1 --port_file="$logs/shard$s.port" --lr="$lr" --momentum="$momentum" \
     --weight_decay="$weight_decay" --step_timeout="$step_timeout" --sync="$sync" \
+    --optimizer="$shard_optimizer" \
     --staleness="$staleness" $(security "ps-$s") "${ckpt[@]}" >>"$logs/shard$s.log" 2>&1 &
   pids+=($!)
   role_of[$!]="shard $s"
@@ -153,7 +168,36 @@ start_worker() {
   role_of[$!]="worker $r"
 }
 
-if [[ "$mode" == ps ]]; then
+# run_command R: rank R of a --run job, with torchrun's environment and dptrain.torch's.
+run_command() {
+  local r=$1
+  local env=(RANK="$r" WORLD_SIZE="$workers" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$workers"
+             MASTER_ADDR=127.0.0.1 MASTER_PORT="$master_port" DPTRAIN_MODE="$mode"
+             PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
+             DPTRAIN_NATIVE_LIB="$bin/python/native/libdptrain_c.so")
+  [[ "$mode" == ps ]] && env+=(DPTRAIN_PS="$ps_list")
+  [[ -n "$certs" ]] && env+=(DPTRAIN_TLS_CERT="$certs/worker-$r.crt"
+                             DPTRAIN_TLS_KEY="$certs/worker-$r.key" DPTRAIN_TLS_CA="$certs/ca.crt"
+                             DPTRAIN_JOB_TOKEN_FILE="$certs/job_token")
+  env "${env[@]}" "${worker_flags[@]}" \
+    > >(tee "$logs/worker$r.log" | sed -u "s/^/[worker $r] /") 2>&1 &
+  pids+=($!)
+  role_of[$!]="worker $r"
+}
+
+if ((run)); then
+  # A free port whose successor is free too (master mode's reducer listens on MASTER_PORT+1).
+  master_port=$(python3 -c 'import socket
+for _ in range(100):
+    a, b = socket.socket(), socket.socket()
+    try:
+        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]; b.bind(("127.0.0.1", p + 1))
+        print(p); break
+    except OSError: pass
+    finally: a.close(); b.close()')
+  echo "local_cluster: running '${worker_flags[*]}' as each of $workers worker(s), MASTER_PORT=$master_port"
+  for ((r = 0; r < workers; r++)); do run_command "$r"; done
+elif [[ "$mode" == ps ]]; then
   for ((r = 0; r < workers; r++)); do start_worker "$r"; done
 else
   # Rank 0 picks a free port and reports it; the others are told.
@@ -206,7 +250,7 @@ done
 
 echo "local_cluster: all $workers worker(s) finished; summary:"
 for ((r = 0; r < workers; r++)); do grep -h ' done:' "$logs/worker$r.log" | sed "s/^/  /" || true; done
-echo "local_cluster: metrics (JSON lines) in $logs/worker*.jsonl"
+((run)) || echo "local_cluster: metrics (JSON lines) in $logs/worker*.jsonl"
 # Training curves beside the logs (tools/plot_curves.py with Debian's python3-matplotlib, so
 # /usr/bin/python3 first: a python3 earlier on the PATH may lack it).
 python=$(command -v /usr/bin/python3 || command -v python3 || true)
@@ -215,7 +259,9 @@ for candidate in "$(dirname "$0")/../tools" "$(dirname "$(readlink -f "$0")")/..
   "$0.runfiles/dptrain/tools" "$PWD/tools"; do
   [[ -f "$candidate/plot_curves.py" ]] && { plot="$candidate/plot_curves.py"; break; }
 done
-if [[ -n "$plot" && -n "$python" ]] && "$python" -c 'import matplotlib' 2>/dev/null; then
+if ((run)); then
+  :  # A script's own metrics are its own.
+elif [[ -n "$plot" && -n "$python" ]] && "$python" -c 'import matplotlib' 2>/dev/null; then
   "$python" "$plot" --out="$logs/curves.png" --title="$mode mode, $workers worker(s)" \
     "$logs"/worker*.jsonl | sed 's/^/local_cluster: /' || echo "local_cluster: no curves (see above)" >&2
 else

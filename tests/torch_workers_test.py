@@ -21,6 +21,8 @@ ROOT = os.environ.get("DPTRAIN_ROOT", os.path.join(HERE, "..", "bazel-bin"))
 PS_SERVER = os.path.join(ROOT, "server", "ps_server")
 WORKER = os.path.join(HERE, "torch", "worker.py")
 MAKE_CERTS = os.path.join(HERE, "..", "tools", "make_certs.sh")
+LAUNCHER = os.path.join(HERE, "..", "deploy", "local_cluster.sh")
+EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_fashion_mnist.py")
 SCRATCH = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
 PYTHON = sys.executable
 _processes = []
@@ -125,7 +127,7 @@ def summary(out):
 
 def main():
     cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
-                             "mismatch", "dead", "tls", "init"]
+                             "mismatch", "dead", "tls", "init", "example"]
     if "init" in cases:
         r = subprocess.run([PYTHON, "-c", "import dptrain.torch as d\n"
                             "try:\n d.rank()\nexcept d.DptrainError as e:\n print(e)\n"],
@@ -133,6 +135,8 @@ def main():
         if "call dptrain.torch.init() first" not in r.stdout:
             fail(f"use before init: {r.stdout} {r.stderr}")
         print(f"ok: use before init raises: {r.stdout.strip()}")
+    if "example" in cases:
+        example()
     ref = reference("sgd")
     # The comparisons mean something only if training moves the weights well beyond them.
     start = torch.load(reference("start", ["--steps=0"]))
@@ -208,6 +212,35 @@ def main():
                     f"--job_token_file={certs}/job_token"))
             outs = run_tls(mode, env, certs)
             compare(f"{mode} with mutual TLS and the job token", outs, ref)
+
+
+def example():
+    """The README's example: at most 5 code lines differ from the single-process script, and
+    deploy/local_cluster.sh --run trains it in every mode (ps also with --certs)."""
+    with open(EXAMPLE.replace(".py", "_single.py")) as f:
+        single = f.read().split('"""', 2)[2].splitlines()  # The code after the docstring.
+    with open(EXAMPLE) as f:
+        worker = f.read().split('"""', 2)[2].splitlines()
+    import difflib
+    changed = [l for l in difflib.unified_diff(single, worker, lineterm="", n=0)
+               if l.startswith("+") and not l.startswith("+++")]
+    if len(changed) > 5:
+        fail(f"the example changes {len(changed)} lines of the single-process script: {changed}")
+    certs = os.path.join(SCRATCH, "launcher_certs")
+    subprocess.run([MAKE_CERTS, "--shards=2", "--workers=2", "--force", certs], check=True,
+                   capture_output=True)
+    for mode, extra in (("allreduce", []), ("master", []), ("ps", [f"--certs={certs}"])):
+        r = subprocess.run([LAUNCHER, f"--mode={mode}", "--workers=2", f"--bin={ROOT}",
+                            f"--logs={SCRATCH}/launcher_{mode}", *extra, "--run", "--",
+                            PYTHON, EXAMPLE, "--epochs=1", "--max_steps=30"],
+                           capture_output=True, text=True, timeout=300)
+        accuracies = sorted(l.split("test accuracy ")[1].split(",")[0]
+                            for l in r.stdout.splitlines() if "test accuracy" in l)
+        if r.returncode != 0 or len(accuracies) != 2 or accuracies[0] != accuracies[1]:
+            fail(f"launcher --run ({mode}): {r.returncode} {r.stdout[-800:]} {r.stderr[-800:]}")
+    print(f"ok: the example differs from the single-process script in {len(changed)} lines and "
+          f"trains through deploy/local_cluster.sh --run in allreduce, master and ps (with "
+          f"--certs) mode: {accuracies[0]} test accuracy on both ranks after 30 steps")
 
 
 def run_mismatch():
