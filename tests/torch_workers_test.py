@@ -41,23 +41,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_shard(s, n, workers, flags, port=0):
+    """Shard s of n on `port` (0: a free one); returns (process, "127.0.0.1:port")."""
+    port_file = os.path.join(SCRATCH, f"shard{s}.{time.time_ns()}.port")
+    log = open(os.path.join(SCRATCH, f"shard{s}.log"), "a")
+    p = subprocess.Popen([PS_SERVER, "--host=127.0.0.1", f"--port={port}",
+                          f"--port_file={port_file}", f"--shard={s}", f"--num_shards={n}",
+                          f"--num_workers={workers}", *flags], stdout=log, stderr=log)
+    _processes.append(p)
+    for _ in range(200):
+        if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
+            break
+        time.sleep(0.05)
+    else:
+        fail(f"shard {s} did not start: {open(log.name).read()}")
+    return p, f"127.0.0.1:{open(port_file).read().strip()}"
+
+
 def start_shards(n, workers, *flags):
-    addresses = []
-    for s in range(n):
-        port_file = os.path.join(SCRATCH, f"shard{s}.{time.time_ns()}.port")
-        log = open(os.path.join(SCRATCH, f"shard{s}.log"), "a")
-        p = subprocess.Popen([PS_SERVER, "--host=127.0.0.1", "--port=0",
-                              f"--port_file={port_file}", f"--shard={s}", f"--num_shards={n}",
-                              f"--num_workers={workers}", *flags], stdout=log, stderr=log)
-        _processes.append(p)
-        for _ in range(200):
-            if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
-                break
-            time.sleep(0.05)
-        else:
-            fail(f"shard {s} did not start: {open(log.name).read()}")
-        addresses.append(f"127.0.0.1:{open(port_file).read().strip()}")
-    return addresses
+    return [start_shard(s, n, workers, flags)[1] for s in range(n)]
 
 
 def stop(processes):
@@ -66,8 +68,11 @@ def stop(processes):
         p.wait()
 
 
-def run_workers(name, mode, flags=(), env=None, world=2, expect_ok=True, timeout=120):
-    """Runs worker.py in `world` processes; returns (outputs, their logs, exit codes)."""
+def run_workers(name, mode, flags=(), env=None, world=2, expect_ok=True, timeout=120,
+                during=None, rank_flags=lambda r: [], rank_env=lambda r: {}):
+    """Runs worker.py in `world` processes; returns (outputs, their logs, exit codes).
+    `during(outputs)`, if given, runs while they train; rank r also gets rank_flags(r) and
+    rank_env(r)."""
     port = free_port()
     procs, outs, logs = [], [], []
     for r in range(world):
@@ -75,12 +80,15 @@ def run_workers(name, mode, flags=(), env=None, world=2, expect_ok=True, timeout
         log = os.path.join(SCRATCH, f"{name}.rank{r}.log")
         e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
                  LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                 DPTRAIN_MODE=mode, **(env or {}))
-        procs.append(subprocess.Popen([PYTHON, WORKER, out, f"--world={world}", *flags],
+                 DPTRAIN_MODE=mode, **(env or {}), **rank_env(r))
+        procs.append(subprocess.Popen([PYTHON, WORKER, out, f"--world={world}", *flags,
+                                       *rank_flags(r)],
                                       env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT))
         outs.append(out)
         logs.append(log)
     _processes.extend(procs)
+    if during is not None:
+        during(outs)
     codes = []
     deadline = time.time() + timeout
     for p in procs:
@@ -127,7 +135,7 @@ def summary(out):
 
 def main():
     cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
-                             "mismatch", "dead", "tls", "init", "example"]
+                             "mismatch", "dead", "tls", "init", "example", "restart", "async"]
     if "init" in cases:
         r = subprocess.run([PYTHON, "-c", "import dptrain.torch as d\n"
                             "try:\n d.rank()\nexcept d.DptrainError as e:\n print(e)\n"],
@@ -159,6 +167,20 @@ def main():
         outs, _, _ = run_workers("server", "ps", ["--server"],
                                  env={"DPTRAIN_PS": ",".join(shards)})
         compare("ServerOptimizer under BSP (shards: sgd, momentum 0.9)", outs, ref)
+    if "restart" in cases:
+        restart()
+    if "async" in cases:
+        r = subprocess.run([LAUNCHER, "--mode=ps", "--workers=2", "--shard_optimizer=sgd",
+                            "--lr=0.05", "--momentum=0.9", "--sync=async", f"--bin={ROOT}",
+                            f"--logs={SCRATCH}/launcher_async", "--run", "--", PYTHON,
+                            EXAMPLE.replace("train_fashion_mnist", "train_server_optimizer"),
+                            "--epochs=2"], capture_output=True, text=True, timeout=300)
+        last = [l for l in r.stdout.splitlines() if "epoch 2:" in l]
+        accuracies = [float(l.split("test accuracy ")[1].split(",")[0]) for l in last]
+        if r.returncode != 0 or len(accuracies) != 2 or min(accuracies) < 0.75:
+            fail(f"async ServerOptimizer: {r.returncode} {r.stdout[-800:]} {r.stderr[-500:]}")
+        print("ok: ServerOptimizer under --sync=async, 2 workers, LeNet on Fashion-MNIST, 2 "
+              f"epochs: test accuracy {accuracies[0]:.4f} and {accuracies[1]:.4f}")
     if "passes" in cases:
         ref2 = reference("passes", ["--passes=2"])
         outs, _, _ = run_workers("passes", "allreduce", ["--passes=2"])
@@ -175,7 +197,10 @@ def main():
             compare(f"global skip ({mode}): rank 1 overflows at step 2, both skip it", outs,
                     ref_skip)
     if "mismatch" in cases:
-        _, texts, codes = run_mismatch()
+        # Rank 1's model has a wider second convolution.
+        _, texts, codes = run_workers("mismatch", "allreduce", env={"DPTRAIN_TIMEOUT": "20"},
+                                      rank_flags=lambda r: ["--wider"] if r == 1 else [],
+                                      expect_ok=False, timeout=60)
         if codes[0] == 0 or codes[1] == 0:
             fail(f"mismatch: exit codes {codes}")
         want = "DistributedOptimizer's parameters differ: at entry"
@@ -210,7 +235,9 @@ def main():
                     1, 2, "--optimizer=none", f"--tls_cert={certs}/ps-0.crt",
                     f"--tls_key={certs}/ps-0.key", f"--tls_ca={certs}/ca.crt",
                     f"--job_token_file={certs}/job_token"))
-            outs = run_tls(mode, env, certs)
+            outs, _, _ = run_workers(f"tls_{mode}", mode, env=env, rank_env=lambda r: {
+                "DPTRAIN_TLS_CERT": f"{certs}/worker-{r}.crt",
+                "DPTRAIN_TLS_KEY": f"{certs}/worker-{r}.key"})
             compare(f"{mode} with mutual TLS and the job token", outs, ref)
 
 
@@ -243,45 +270,48 @@ def example():
           f"--certs) mode: {accuracies[0]} test accuracy on both ranks after 30 steps")
 
 
-def run_mismatch():
-    """Rank 1's model has a wider second convolution."""
-    port = free_port()
-    procs, outs, logs = [], [], []
-    for r in range(2):
-        out = os.path.join(SCRATCH, f"mismatch.rank{r}.pt")
-        log = os.path.join(SCRATCH, f"mismatch.rank{r}.log")
-        e = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                 MASTER_PORT=str(port), DPTRAIN_MODE="allreduce", DPTRAIN_TIMEOUT="20")
-        flags = ["--wider"] if r == 1 else []
-        procs.append(subprocess.Popen([PYTHON, WORKER, out, *flags], env=e,
-                                      stdout=open(log, "w"), stderr=subprocess.STDOUT))
-        outs.append(out)
-        logs.append(log)
-    _processes.extend(procs)
-    codes = [p.wait(timeout=60) for p in procs]
-    return outs, [open(l).read() for l in logs], codes
+def restart():
+    """ServerOptimizer rides out a shard killed (-9) and restarted from its checkpoint: the
+    job ends with weights byte-identical to an uninterrupted run."""
+    flags = ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--checkpoint_every=5",
+             "--step_timeout=20s"]
+    worker_flags = ["--server", "--steps=30", "--sleep=0.05"]
+    finals = {}
+    for kill in (False, True):
+        name = "restart_killed" if kill else "restart_clean"
+        shards = [start_shard(s, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt{s}"])
+                  for s in range(2)]
+        killed = {}
 
+        def kill_and_restart(outs, shards=shards, name=name):
+            step_file = outs[0] + ".step"
+            for _ in range(600):
+                if os.path.exists(step_file) and int(open(step_file).read() or 0) >= 12:
+                    break
+                time.sleep(0.05)
+            else:
+                fail("restart: the workers never reached step 12")
+            proc, address = shards[1]
+            proc.kill()
+            proc.wait()
+            killed["at"] = int(open(step_file).read())
+            time.sleep(0.5)
+            start_shard(1, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt1"],
+                        port=int(address.split(":")[1]))
 
-def run_tls(mode, env, certs):
-    """Each rank with its own certificate (worker-R)."""
-    port = free_port()
-    procs, outs, logs = [], [], []
-    for r in range(2):
-        out = os.path.join(SCRATCH, f"tls_{mode}.rank{r}.pt")
-        log = os.path.join(SCRATCH, f"tls_{mode}.rank{r}.log")
-        e = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                 MASTER_PORT=str(port), DPTRAIN_MODE=mode,
-                 DPTRAIN_TLS_CERT=f"{certs}/worker-{r}.crt",
-                 DPTRAIN_TLS_KEY=f"{certs}/worker-{r}.key", **env)
-        procs.append(subprocess.Popen([PYTHON, WORKER, out], env=e, stdout=open(log, "w"),
-                                      stderr=subprocess.STDOUT))
-        outs.append(out)
-        logs.append(log)
-    _processes.extend(procs)
-    codes = [p.wait(timeout=120) for p in procs]
-    if any(codes):
-        fail(f"tls {mode}: exit codes {codes}: " + " | ".join(open(l).read()[-600:] for l in logs))
-    return outs
+        outs, texts, _ = run_workers(name, "ps", worker_flags,
+                                     env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
+                                     during=kill_and_restart if kill else None)
+        finals[kill] = [torch.load(o) for o in outs]
+        stop([p for p, _ in shards])
+        if kill and "recovered" not in "".join(texts):
+            fail(f"restart: no recovery in the workers' logs: {texts[0][-800:]}")
+    for key in finals[False][0]:
+        for r in range(2):
+            if not torch.equal(finals[True][r][key], finals[False][0][key]):
+                fail(f"restart: rank {r}'s {key} differs from the uninterrupted run")
+    print(f"ok: ServerOptimizer: shard 1 killed (-9) at step {killed['at']} and restarted from "
+          "its checkpoint; final weights byte-identical to an uninterrupted run")
 
 
 if __name__ == "__main__":

@@ -1,46 +1,25 @@
-"""A plain PyTorch training loop (d2l style): LeNet (ReLU, max pooling) on Fashion-MNIST, one process.
+"""A plain PyTorch training loop (d2l style): LeNet (ReLU, max pooling) on Fashion-MNIST,
+one process.
 train_fashion_mnist.py is the same script as a dptrain worker; `diff` shows the 5 lines.
 
 usage: python3 train_fashion_mnist_single.py [--epochs=2] [--batch_size=128] [--lr=0.05]
 Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist) or $DATA_DIR."""
 
-import gzip
-import os
 import sys
 import time
 
-import numpy as np
 import torch
 from torch import nn
+
+from fashion_mnist import batches, lenet, load
 
 flags = {"epochs": 2, "batch_size": 128, "lr": 0.05, "max_steps": 0}
 for arg in sys.argv[1:]:
     key, _, value = arg.lstrip("-").partition("=")
     flags[key] = type(flags[key])(value)
 
-
-def load(kind):
-    root = os.environ.get("DATA_DIR", "/usr/share/datasets/fashion-mnist")
-    with gzip.open(f"{root}/{kind}-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
-    with gzip.open(f"{root}/{kind}-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    return torch.tensor(images, dtype=torch.float32) / 255, torch.tensor(labels, dtype=torch.long)
-
-
-def batches(data, batch_size, epoch, rank=0, world=1):
-    """Shuffled mini-batches of this rank's share of `data` (the same order on every rank)."""
-    order = torch.randperm(len(data[0]), generator=torch.Generator().manual_seed(epoch))
-    mine = order[rank::world]
-    for i in range(0, len(mine) - batch_size + 1, batch_size):
-        yield data[0][mine[i:i + batch_size]], data[1][mine[i:i + batch_size]]
-
-
 torch.manual_seed(0)
-net = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2),
-                    nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2, 2), nn.Flatten(),
-                    nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
-                    nn.Linear(84, 10))
+net = lenet()
 optimizer = torch.optim.SGD(net.parameters(), lr=flags["lr"], momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
 train, test = load("train"), load("t10k")

@@ -10,12 +10,14 @@ OUT receives the final state_dict (torch.save) and a summary (OUT.json)."""
 import json
 import os
 import sys
+import time
 
 import torch
 from torch import nn
 
 args = {"reference": False, "world": 2, "steps": 6, "optimizer": "sgd", "server": False,
-        "passes": 1, "inf_at": "", "die_at": -1, "wider": False, "seed": 0, "lr": 0.05}
+        "passes": 1, "inf_at": "", "die_at": -1, "wider": False, "seed": 0, "lr": 0.05,
+        "sleep": 0.0}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -77,7 +79,12 @@ else:
                                        backward_passes_per_step=args["passes"])
         dpt.broadcast_parameters(net.state_dict(), root_rank=0)
         dpt.broadcast_optimizer_state(opt, root_rank=0)
-    for step in range(args["steps"]):
+    step = 0
+    while step < args["steps"]:
+        if args["server"]:
+            step = opt.steps  # The shards' step: a shard that came back may send us back.
+            if step >= args["steps"]:
+                break
         if step == args["die_at"] and rank == 1:
             os._exit(3)  # A worker that dies mid-job.
         opt.zero_grad()
@@ -89,6 +96,10 @@ else:
             loss.backward()
         skipped = opt.step() if args["server"] else (opt.step(), opt.skipped_last_step)[1]
         summary["skipped"] += int(bool(skipped))
+        step += 1
+        with open(out + ".step", "w") as f:
+            f.write(str(step))
+        time.sleep(args["sleep"])
     summary["rank"] = rank
     dpt.shutdown()
 

@@ -49,32 +49,8 @@ int ReadFull(int fd, void* buffer, size_t n) {
   return 1;
 }
 
-// Reads exactly n bytes before `deadline`: false on EOF, an error or the deadline.
-bool ReadFullBy(int fd, void* buffer, size_t n, absl::Time deadline) {
-  char* p = static_cast<char*>(buffer);
-  size_t done = 0;
-  while (done < n) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return false;
-    pollfd ready{fd, POLLIN, 0};
-    const int polled =
-        poll(&ready, 1,
-             static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30)));
-    if (polled < 0 && errno == EINTR) continue;
-    if (polled <= 0) return false;
-    const ssize_t r = read(fd, p + done, n - done);
-    if (r > 0) {
-      done += static_cast<size_t>(r);
-    } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// Whether `fd` has bytes to read (or its end) within `timeout`.
-bool AwaitBytes(int fd, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+// Whether `fd` has bytes to read (or its end) before `deadline`.
+bool AwaitReadable(int fd, absl::Time deadline) {
   for (;;) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return false;
@@ -85,6 +61,22 @@ bool AwaitBytes(int fd, absl::Duration timeout) {
     if (polled > 0) return true;
     if (polled == 0 || errno != EINTR) return false;
   }
+}
+
+// Reads exactly n bytes before `deadline`: false on EOF, an error or the deadline.
+bool ReadFullBy(int fd, void* buffer, size_t n, absl::Time deadline) {
+  char* p = static_cast<char*>(buffer);
+  size_t done = 0;
+  while (done < n) {
+    if (!AwaitReadable(fd, deadline)) return false;
+    const ssize_t r = read(fd, p + done, n - done);
+    if (r > 0) {
+      done += static_cast<size_t>(r);
+    } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // An expected message's payload, read straight into its destination; an added one goes
@@ -270,7 +262,7 @@ void TcpPeerLink::ReadLoop(int fd) {
   // A real peer connects to send: its first frame follows the handshake at once. A connection
   // that claimed the rank and sends nothing (a stranger holding it against the real peer,
   // which meanwhile retries) gives it back after handshake_timeout.
-  if (!AwaitBytes(fd, options_.handshake_timeout)) {
+  if (!AwaitReadable(fd, absl::Now() + options_.handshake_timeout)) {
     Log(peer, absl::StrCat("dropped: claimed rank ", *from, " but sent no frame within ",
                            absl::FormatDuration(options_.handshake_timeout)));
     {
