@@ -245,6 +245,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 # ---- DistributedOptimizer.
 
 _BUCKET_BYTES = 25 << 20
+_FIRST_BUCKET_BYTES = 1 << 20  # Small, so that communication starts early (as DDP's).
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -285,7 +286,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._offsets.append(total)
             total += p.numel()
             bucket_bytes_now += p.numel() * 4
-            if bucket_bytes_now >= bucket_bytes or i == len(self._order) - 1:
+            cap = min(bucket_bytes, _FIRST_BUCKET_BYTES) if not self._buckets else bucket_bytes
+            if bucket_bytes_now >= cap or i == len(self._order) - 1:
                 self._buckets.append((bucket_start, i + 1))
                 bucket_start, bucket_bytes_now = i + 1, 0
         for b, (first, end) in enumerate(self._buckets):
@@ -293,6 +295,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._bucket_of[i] = b
         self._total = total
         self._flat = torch.zeros(total + 1, dtype=torch.float32)
+        # Host fp32 parameters keep their gradient inside the flat buffer (as DDP's
+        # gradient_as_bucket_view): backward accumulates in place and the average lands in
+        # p.grad without a copy. Others (devices, other dtypes) are copied in and out.
+        self._views = [self._flat[at:at + p.numel()].view_as(p)
+                       if p.device.type == "cpu" and p.dtype == torch.float32 else None
+                       for at, p in zip(self._offsets, self._order)]
         self._passes = backward_passes_per_step
         self._mode = mode()
         session.register_gradients(self._names, [p.numel() for p in self._order])
@@ -319,6 +327,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._accumulators.append(acc)
         if self._overlap:
             self._queue = queue.Queue()
+            self._nonfinite = False
             self._done = threading.Condition()
             self._reduced = 0
             worker = threading.Thread(target=self._communicate, daemon=True,
@@ -339,13 +348,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._mark_ready(i)
         return hook
 
+    def _in_place(self, i):
+        """Whether parameter i's gradient is its view of the flat buffer."""
+        grad, view = self._order[i].grad, self._views[i]
+        return grad is not None and view is not None and grad.data_ptr() == view.data_ptr()
+
     def _pack(self, i):
+        if self._in_place(i):
+            return
         p, at, n = self._order[i], self._offsets[i], self._order[i].numel()
         target = self._flat[at:at + n]
         if p.grad is None:
             target.zero_()
         else:
             target.copy_(p.grad.detach().reshape(-1))
+        if self._views[i] is not None:
+            p.grad = self._views[i]  # From now on backward accumulates in place.
 
     def _mark_ready(self, i):
         if self._ready[i]:
@@ -370,6 +388,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if self._error is None:
                     self._session.allreduce(self._flat.data_ptr() + 4 * start, stop - start,
                                             True)
+                    # inf/NaN anywhere on any rank is in the average: every rank skips.
+                    if not bool(torch.isfinite(self._flat[start:stop]).all()):
+                        self._nonfinite = True
             except DptrainError as e:
                 self._error = e
             with self._done:
@@ -395,7 +416,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            self._skipped = not bool(torch.isfinite(self._flat[:self._total]).all())
+            self._skipped, self._nonfinite = self._nonfinite, False
         else:
             for i in range(len(self._order)):
                 self._pack(i)
@@ -406,6 +427,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 # Every rank skips: GradScaler (found_inf) and step() see it alike.
                 self._flat[:self._total] = float("nan")
         for i, p in enumerate(self._order):
+            if self._in_place(i):
+                continue
             at, n = self._offsets[i], p.numel()
             mean = self._flat[at:at + n].view_as(p)
             if p.grad is None:
