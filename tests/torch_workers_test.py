@@ -80,7 +80,9 @@ def run_workers(name, mode, flags=(), env=None, world=2, expect_ok=True, timeout
         log = os.path.join(SCRATCH, f"{name}.rank{r}.log")
         e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
                  LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                 DPTRAIN_MODE=mode, **(env or {}), **rank_env(r))
+                 DPTRAIN_MODE=mode)
+        e.update(env or {})
+        e.update(rank_env(r))
         procs.append(subprocess.Popen([PYTHON, WORKER, out, f"--world={world}", *flags,
                                        *rank_flags(r)],
                                       env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT))
@@ -135,7 +137,7 @@ def summary(out):
 
 def main():
     cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
-                             "mismatch", "dead", "tls", "init", "example", "restart", "async"]
+                             "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun"]
     if "init" in cases:
         r = subprocess.run([PYTHON, "-c", "import dptrain.torch as d\n"
                             "try:\n d.rank()\nexcept d.DptrainError as e:\n print(e)\n"],
@@ -167,6 +169,17 @@ def main():
         outs, _, _ = run_workers("server", "ps", ["--server"],
                                  env={"DPTRAIN_PS": ",".join(shards)})
         compare("ServerOptimizer under BSP (shards: sgd, momentum 0.9)", outs, ref)
+    if "torchrun" in cases:
+        # Under torchrun (TORCHELASTIC_RUN_ID set) its own store holds MASTER_PORT: dptrain
+        # meets on the next port. A listener stands in for torchrun's store here.
+        store = socket.socket()
+        store.bind(("127.0.0.1", 0))
+        store.listen()
+        port = store.getsockname()[1]
+        outs, _, _ = run_workers("torchrun", "master", env={
+            "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "test"})
+        store.close()
+        compare("master mode under torchrun's environment (its store on MASTER_PORT)", outs, ref)
     if "restart" in cases:
         restart()
     if "async" in cases:

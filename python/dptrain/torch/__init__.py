@@ -8,7 +8,8 @@ master reducer, with Horovod's API names, so that an existing script ports by re
     dpt.broadcast_optimizer_state(opt, root_rank=0)
 
 The environment is torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT) plus DPTRAIN_MODE=allreduce|ps|master (default allreduce), DPTRAIN_PS (the
+MASTER_PORT; under torchrun, whose store holds MASTER_PORT, the port after it; DPTRAIN_PORT
+overrides) plus DPTRAIN_MODE=allreduce|ps|master (default allreduce), DPTRAIN_PS (the
 shards, host:port,...), DPTRAIN_JOB_ID, DPTRAIN_TIMEOUT (seconds) and the security files
 DPTRAIN_TLS_CERT, DPTRAIN_TLS_KEY, DPTRAIN_TLS_CA, DPTRAIN_JOB_TOKEN_FILE; init()'s keyword
 arguments win. Every call but the getters is collective: every rank makes it, in the same
@@ -46,6 +47,17 @@ def _env_int(name, default):
         raise DptrainError(f"{name}={value!r} is not an integer") from None
 
 
+def _port():
+    """Where rank 0 listens: DPTRAIN_PORT, else MASTER_PORT, except under torchrun
+    (TORCHELASTIC_RUN_ID set), whose own store holds MASTER_PORT: then the port after it.
+    Master mode's reducer takes the port after this one."""
+    explicit = _env_int("DPTRAIN_PORT", 0)
+    if explicit:
+        return explicit
+    port = _env_int("MASTER_PORT", 0)
+    return port + 1 if port and os.environ.get("TORCHELASTIC_RUN_ID") else port
+
+
 def init(**overrides):
     """Joins the job. Keyword arguments (mode, rank, size, local_rank, local_size, ps,
     master_addr, master_port, job_id, timeout, connect_timeout, reconnect_timeout,
@@ -73,7 +85,7 @@ def init(**overrides):
         "job_id": o.get("job_id", os.environ.get("DPTRAIN_JOB_ID", "dptrain")),
         "ps": list(ps),
         "master_addr": o.get("master_addr", os.environ.get("MASTER_ADDR", "127.0.0.1")),
-        "master_port": int(o.get("master_port", _env_int("MASTER_PORT", 0))),
+        "master_port": int(o.get("master_port", _port())),
         "timeout_s": float(o.get("timeout", os.environ.get("DPTRAIN_TIMEOUT", 60))),
     }
     for key in ("connect_timeout", "reconnect_timeout"):
