@@ -17,15 +17,15 @@ int64_t ReceiveMemoryFor(int num_workers, int64_t message_bytes) {
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options) {
   if (options.max_receive_memory_bytes < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "receive memory must be -1 (no bound), 0 (automatic) or a size in bytes, got ",
-        options.max_receive_memory_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("receive memory must be -1 (no bound), 0 (automatic) or a size in bytes, got ",
+                     options.max_receive_memory_bytes));
   }
   std::unique_ptr<PsServer> server(new PsServer());
   ParameterShardOptions shard_options = options.shard;
   if (options.metrics != nullptr || options.trace != nullptr) {
-    server->telemetry_ = std::make_unique<ShardTelemetry>(options.metrics, options.trace,
-                                                          options.shard.num_workers);
+    server->telemetry_ =
+        std::make_unique<ShardTelemetry>(options.metrics, options.trace, options.shard.num_workers);
     shard_options.observer = server->telemetry_.get();
   }
   auto shard = ParameterShard::Create(shard_options);
@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                                                  [self] { self->SizeReceiveMemory(); });
   server->stream_service_ = std::make_unique<TensorStreamService>(
       server->shard_.get(), options.stream, server->telemetry_.get());
+  server->sparse_service_ = std::make_unique<SparseService>(server->shard_->options());
   if (options.metrics != nullptr) server->RegisterGauges(*options.metrics);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -57,6 +58,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   builder.AddListeningPort(options.listen_address, options.credentials->ServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->sparse_service_.get());
   builder.RegisterCallbackGenericService(server->stream_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -70,10 +72,10 @@ void PsServer::SizeReceiveMemory() {
   if (!auto_quota_) return;
   const int64_t model_bytes = shard_->GetInfo().weight_bytes;
   // One message carries at most the shard's chunks plus framing.
-  const int64_t message_bytes = model_bytes > 0
-                                    ? std::min<int64_t>(model_bytes + (int64_t{1} << 20),
-                                                        max_receive_message_bytes_)
-                                    : max_receive_message_bytes_;
+  const int64_t message_bytes =
+      model_bytes > 0
+          ? std::min<int64_t>(model_bytes + (int64_t{1} << 20), max_receive_message_bytes_)
+          : max_receive_message_bytes_;
   const int64_t bytes = ReceiveMemoryFor(shard_->options().num_workers, message_bytes);
   if (bytes == receive_memory_bytes_.exchange(bytes)) return;
   quota_.Resize(static_cast<size_t>(bytes));
@@ -111,23 +113,20 @@ void PsServer::RegisterGauges(MetricsRegistry& registry) {
                               [this] { return static_cast<double>(bytes_received()); });
   registry.AddCounterFunction("dptrain_ps_sent_bytes_total", "Answer bytes sent.",
                               [this] { return static_cast<double>(bytes_sent()); });
-  registry.AddCounterFunction("dptrain_ps_pushes_total", "Chunk pushes counted.", [shard] {
-    return static_cast<double>(shard->GetInfo().pushes);
-  });
+  registry.AddCounterFunction("dptrain_ps_pushes_total", "Chunk pushes counted.",
+                              [shard] { return static_cast<double>(shard->GetInfo().pushes); });
   registry.AddCounterFunction(
       "dptrain_ps_nonfinite_skips_total",
       "Steps (BSP) or pushes (SSP, async) skipped for an unflagged inf/NaN gradient.", [shard] {
         const ParameterShard::Info info = shard->GetInfo();
         return static_cast<double>(info.nonfinite_steps + info.nonfinite_pushes);
       });
-  registry.AddCounterFunction("dptrain_ps_checkpoints_written_total", "Checkpoints written.",
-                              [shard] {
-                                return static_cast<double>(shard->GetInfo().checkpoints_written);
-                              });
-  registry.AddCounterFunction("dptrain_ps_checkpoint_failures_total", "Checkpoint writes failed.",
-                              [shard] {
-                                return static_cast<double>(shard->GetInfo().checkpoint_failures);
-                              });
+  registry.AddCounterFunction(
+      "dptrain_ps_checkpoints_written_total", "Checkpoints written.",
+      [shard] { return static_cast<double>(shard->GetInfo().checkpoints_written); });
+  registry.AddCounterFunction(
+      "dptrain_ps_checkpoint_failures_total", "Checkpoint writes failed.",
+      [shard] { return static_cast<double>(shard->GetInfo().checkpoint_failures); });
 }
 
 void PsServer::Shutdown(absl::Duration grace) {

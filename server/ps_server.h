@@ -10,14 +10,15 @@
 
 #include "absl/status/statusor.h"
 #include "common/credentials.h"
+#include "common/metrics.h"
 #include "common/net.h"
+#include "common/trace.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
-#include "common/metrics.h"
-#include "common/trace.h"
 #include "server/parameter_shard.h"
-#include "server/shard_telemetry.h"
 #include "server/ps_service.h"
+#include "server/shard_telemetry.h"
+#include "server/sparse_service.h"
 #include "server/tensor_stream_service.h"
 
 namespace dptrain {
@@ -60,6 +61,7 @@ class PsServer {
   ParameterShard& shard() { return *shard_; }
   const PsService& service() const { return *service_; }
   const TensorStreamService& stream_service() const { return *stream_service_; }
+  const SparseService& sparse_service() const { return *sparse_service_; }
   // Message bytes this shard's link carried, over both services.
   int64_t bytes_received() const {
     return service_->bytes_received() + stream_service_->bytes_received();
@@ -83,6 +85,7 @@ class PsServer {
   std::unique_ptr<ParameterShard> shard_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<TensorStreamService> stream_service_;
+  std::unique_ptr<SparseService> sparse_service_;  // Row-sparse embedding tables.
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   grpc::ResourceQuota quota_{"ps_server"};

@@ -15,11 +15,14 @@ import time
 
 import torch
 
+import dptrain.torch as dpt
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The built binaries (bazel-bin, or the test's runfiles); scripts beside this file.
 ROOT = os.environ.get("DPTRAIN_ROOT", os.path.join(HERE, "..", "bazel-bin"))
 PS_SERVER = os.path.join(ROOT, "server", "ps_server")
 WORKER = os.path.join(HERE, "torch", "worker.py")
+SPARSE_WORKER = os.path.join(HERE, "torch", "sparse_worker.py")
 MAKE_CERTS = os.path.join(HERE, "..", "tools", "make_certs.sh")
 LAUNCHER = os.path.join(HERE, "..", "deploy", "local_cluster.sh")
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_fashion_mnist.py")
@@ -69,7 +72,7 @@ def stop(processes):
 
 
 def run_workers(name, mode, flags=(), env=None, world=2, expect_ok=True, timeout=120,
-                during=None, rank_flags=lambda r: [], rank_env=lambda r: {}):
+                during=None, rank_flags=lambda r: [], rank_env=lambda r: {}, script=WORKER):
     """Runs worker.py in `world` processes; returns (outputs, their logs, exit codes).
     `during(outputs)`, if given, runs while they train; rank r also gets rank_flags(r) and
     rank_env(r)."""
@@ -83,7 +86,7 @@ def run_workers(name, mode, flags=(), env=None, world=2, expect_ok=True, timeout
                  DPTRAIN_MODE=mode)
         e.update(env or {})
         e.update(rank_env(r))
-        procs.append(subprocess.Popen([PYTHON, WORKER, out, f"--world={world}", *flags,
+        procs.append(subprocess.Popen([PYTHON, script, out, f"--world={world}", *flags,
                                        *rank_flags(r)],
                                       env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT))
         outs.append(out)
@@ -137,7 +140,8 @@ def summary(out):
 
 def main():
     cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
-                             "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun"]
+                             "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun",
+                             "sparse"]
     if "init" in cases:
         r = subprocess.run([PYTHON, "-c", "import dptrain.torch as d\n"
                             "try:\n d.rank()\nexcept d.DptrainError as e:\n print(e)\n"],
@@ -147,6 +151,8 @@ def main():
         print(f"ok: use before init raises: {r.stdout.strip()}")
     if "example" in cases:
         example()
+    if "sparse" in cases:
+        sparse()
     ref = reference("sgd")
     # The comparisons mean something only if training moves the weights well beyond them.
     start = torch.load(reference("start", ["--steps=0"]))
@@ -252,6 +258,63 @@ def main():
                 "DPTRAIN_TLS_CERT": f"{certs}/worker-{r}.crt",
                 "DPTRAIN_TLS_KEY": f"{certs}/worker-{r}.key"})
             compare(f"{mode} with mutual TLS and the job token", outs, ref)
+
+
+def sparse():
+    """SparseEmbedding: rows on 2 shards, the dense head through the ring, against
+    nn.Embedding in one process on the global batch, for each of the shards' rules; one
+    worker alone; a bad id and a table declared differently by two workers."""
+    for optimizer in ("sgd", "adagrad", "adam"):
+        ref_out = os.path.join(SCRATCH, f"sparse_{optimizer}.reference.pt")
+        r = subprocess.run([PYTHON, SPARSE_WORKER, ref_out, "--reference",
+                            f"--optimizer={optimizer}"], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"sparse reference: {r.stdout} {r.stderr}")
+        want = torch.load(ref_out)
+        for world in (2, 1):
+            shards = [start_shard(s, 2, world, ["--optimizer=none", "--step_timeout=30s"])
+                      for s in range(2)]
+            outs, _, _ = run_workers(f"sparse_{optimizer}_{world}", "allreduce",
+                                     [f"--optimizer={optimizer}"], world=world,
+                                     env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
+                                     script=SPARSE_WORKER)
+            stop([p for p, _ in shards])
+            got = [torch.load(o) for o in outs]
+            for g in got[1:]:
+                if not (torch.equal(g["table"], got[0]["table"])
+                        and all(torch.equal(g["head"][k], got[0]["head"][k]) for k in g["head"])):
+                    fail(f"sparse {optimizer}: the ranks differ")
+            worst = max((got[0]["table"] - want["table"]).abs().max().item(),
+                        max((got[0]["head"][k] - want["head"][k]).abs().max().item()
+                            for k in want["head"]))
+            moved = (want["table"] - dpt.sparse_initial_weight("clicks", *want["table"].shape)
+                     ).abs().max().item()
+            if worst > 2e-5 or moved < 1e-2:
+                fail(f"sparse {optimizer}, {world} worker(s): {worst:.1e} from nn.Embedding "
+                     f"(the reference moved the rows by {moved:.1e})")
+            print(f"ok: SparseEmbedding ({optimizer}), {world} worker(s) x 2 shards: "
+                  f"{worst:.1e} from nn.Embedding in one process on the global batch "
+                  f"(rows moved by up to {moved:.2f})", flush=True)
+    # A bad id, and a table declared differently: one clear error naming the table.
+    for name, flags, rank_flags, want_text in (
+            ("sparse_bad_id", ["--optimizer=sgd"], lambda r: ["--bad_id"],
+             "sparse table 'clicks': id 500 is not in [0, 500)"),
+            ("sparse_declared", ["--optimizer=sgd"],
+             lambda r: ["--declare_dim=9"] if r == 1 else [],
+             "sparse table 'clicks' is declared as 500 rows x 8")):
+        shards = [start_shard(s, 2, 2, ["--optimizer=none", "--step_timeout=5s"])
+                  for s in range(2)]
+        _, texts, codes = run_workers(name, "allreduce", flags, rank_flags=rank_flags,
+                                      env={"DPTRAIN_PS": ",".join(a for _, a in shards),
+                                           "DPTRAIN_TIMEOUT": "10"},
+                                      expect_ok=False, script=SPARSE_WORKER)
+        stop([p for p, _ in shards])
+        line = next((l for l in reversed(texts[1].splitlines()) if "DptrainError:" in l), "")
+        if codes[1] == 0 or want_text not in line:
+            fail(f"{name}: exit codes {codes}, rank 1 said: {texts[1][-700:]}")
+        if codes[0] == 0:
+            fail(f"{name}: rank 0 finished although rank 1 failed: {texts[0][-500:]}")
+        print(f"ok: {name}: {line.strip()}", flush=True)
 
 
 def example():

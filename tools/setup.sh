@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dptrain needs from Debian 12's archive. Idempotent and quiet when everything
 # is already there. Runs apt-get as root (directly, or through sudo).
+# --torch: also PyTorch (python3-torch) for dptrain.torch and its tests (tools/test.sh passes
+# it; the container images' build stage does not need it).
 set -euo pipefail
 
 packages=(
@@ -13,7 +15,6 @@ packages=(
   libcivetweb-dev                                # the /metrics and /status HTTP endpoint
   prometheus                                     # promtool + a real server in tests/metrics_test
   python3-matplotlib                             # tools/plot_curves.py (training curves)
-  python3-torch                                  # dptrain.torch's tests (tests/torch_workers_test)
   libopenblas-dev                                # CPU GEMMs
   libdnnl-dev                                    # oneDNN convolutions where they win (onednn_conv.h)
   libssl-dev                                     # libcrypto: job token, ring HMAC, PEM checks
@@ -24,6 +25,12 @@ packages=(
   python3-yaml docker-compose yamllint           # tests/deploy_*: compose/manifest checks
   clang-16 libfuzzer-16-dev libclang-rt-16-dev   # tests/fuzz: libFuzzer, ASan, UBSan runtimes
 )
+for arg in "$@"; do
+  case "$arg" in
+    --torch) packages+=(python3-torch) ;;      # dptrain.torch, tests/torch_workers_test
+    *) echo "setup: unknown argument '$arg' (known: --torch)" >&2; exit 2 ;;
+  esac
+done
 
 # `kubectl kustomize` for tests/deploy_k8s_test.sh, unless a kubectl is already installed.
 # Best effort: Debian's kubernetes-client conflicts with other packages that ship

@@ -3,7 +3,7 @@
 # server at the end. Extra arguments go to `bazel test` (e.g. a target pattern).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh
+tools/setup.sh --torch
 status=0
 bazel test //... "$@" || status=$?
 # Tests that skipped something (e.g. GPU tests without a GPU) say so, not silently pass.

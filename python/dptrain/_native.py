@@ -9,7 +9,7 @@ import ctypes
 import json
 import os
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # absl::StatusCode names, for messages.
 _CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
@@ -73,6 +73,13 @@ def lib():
                               ctypes.c_int64, i64p], ctypes.c_int),
         "dpt_push_pull": ([session, ctypes.c_int64, f32p, f32p, ctypes.c_int64, intp, i64p],
                           ctypes.c_int),
+        "dpt_sparse_declare": ([session, ctypes.c_char_p, i64p], ctypes.c_int),
+        "dpt_sparse_pull": ([session, ctypes.c_char_p, ctypes.c_int, i64p, ctypes.c_int64,
+                             f32p], ctypes.c_int),
+        "dpt_sparse_push": ([session, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, i64p,
+                             ctypes.c_int64, f32p], ctypes.c_int),
+        "dpt_sparse_initial_rows": ([ctypes.c_uint64, ctypes.c_char_p, i64p, ctypes.c_int64,
+                                     ctypes.c_int, f32p], ctypes.c_int),
     }
     for name, (args, result) in signatures.items():
         fn = getattr(handle, name)
@@ -94,6 +101,17 @@ def check(code):
 def floats(address):
     """A float* for ctypes from a raw address (a tensor's data_ptr())."""
     return ctypes.cast(ctypes.c_void_p(address), ctypes.POINTER(ctypes.c_float))
+
+
+def int64s(address):
+    """An int64_t* for ctypes from a raw address."""
+    return ctypes.cast(ctypes.c_void_p(address), ctypes.POINTER(ctypes.c_int64))
+
+
+def initial_rows(seed, table, ids_address, n, dim, out_address):
+    """Rows `ids` of a sparse table at its start (common/sparse_rows.h), no session needed."""
+    check(lib().dpt_sparse_initial_rows(seed, table.encode(), int64s(ids_address), n, dim,
+                                        floats(out_address)))
 
 
 class Session:
@@ -145,6 +163,20 @@ class Session:
         check(lib().dpt_start_server(self._handle, joined, array, len(sizes),
                                      floats(weights_address), n, ctypes.byref(step)))
         return step.value
+
+    def sparse_declare(self, spec):
+        step = ctypes.c_int64(0)
+        check(lib().dpt_sparse_declare(self._handle, json.dumps(spec).encode(),
+                                       ctypes.byref(step)))
+        return step.value
+
+    def sparse_pull(self, table, dim, ids_address, n, out_address):
+        check(lib().dpt_sparse_pull(self._handle, table.encode(), dim, int64s(ids_address), n,
+                                    floats(out_address)))
+
+    def sparse_push(self, table, dim, step, ids_address, n, grads_address):
+        check(lib().dpt_sparse_push(self._handle, table.encode(), dim, step, int64s(ids_address),
+                                    n, floats(grads_address)))
 
     def push_pull(self, step, gradient_address, weights_address, n):
         skipped, rewind = ctypes.c_int(0), ctypes.c_int64(-1)

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/sparse_rows.h"
 #include "nlohmann/json.hpp"
 #include "python/native/session.h"
 
@@ -97,7 +98,7 @@ absl::Status Usable(const dpt_session* s, const void* data, int64_t n) {
 
 extern "C" {
 
-int dpt_abi_version(void) { return 1; }
+int dpt_abi_version(void) { return 2; }
 const char* dpt_last_error(void) { return last_error.c_str(); }
 
 int dpt_create(const char* options_json, dpt_session** out) {
@@ -170,6 +171,63 @@ int dpt_push_pull(dpt_session* s, int64_t step, float* gradient_and_flag, float*
   if (!outcome.ok()) return Fail(outcome.status());
   if (skipped != nullptr) *skipped = outcome->skipped ? 1 : 0;
   if (rewind_to != nullptr) *rewind_to = outcome->rewind_to;
+  return 0;
+}
+
+int dpt_sparse_declare(dpt_session* s, const char* spec_json, int64_t* step) {
+  if (auto u = Usable(s, spec_json, 0); !u.ok()) return Fail(u);
+  nlohmann::json j = nlohmann::json::parse(spec_json != nullptr ? spec_json : "", nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Fail(absl::InvalidArgumentError("the sparse table spec is not a JSON object"));
+  }
+  dptrain::proto::SparseTableSpec spec;
+  try {
+    spec.set_name(j.value("name", ""));
+    spec.set_rows(j.value("rows", int64_t{0}));
+    spec.set_dim(j.value("dim", 0));
+    spec.set_optimizer(j.value("optimizer", "adagrad"));
+    spec.set_lr(j.value("lr", 0.01f));
+    spec.set_eps(j.value("eps", 1e-10));
+    spec.set_beta1(j.value("beta1", 0.9));
+    spec.set_beta2(j.value("beta2", 0.999));
+    spec.set_seed(j.value("seed", uint64_t{0}));
+  } catch (const nlohmann::json::exception& e) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("bad sparse table spec: ", e.what())));
+  }
+  auto declared = s->session->SparseDeclare(spec);
+  if (!declared.ok()) return Fail(declared.status());
+  if (step != nullptr) *step = *declared;
+  return 0;
+}
+
+int dpt_sparse_pull(dpt_session* s, const char* table, int dim, const int64_t* ids, int64_t n,
+                    float* out) {
+  if (auto u = Usable(s, ids, n); !u.ok()) return Fail(u);
+  if (table == nullptr || dim < 1 || (n > 0 && out == nullptr)) {
+    return Fail(absl::InvalidArgumentError("sparse pull: null table or output, or dim < 1"));
+  }
+  return Fail(s->session->SparsePull(table, dim, absl::MakeConstSpan(ids, n),
+                                     absl::MakeSpan(out, n * dim)));
+}
+
+int dpt_sparse_push(dpt_session* s, const char* table, int dim, int64_t step, const int64_t* ids,
+                    int64_t n, const float* grads) {
+  if (auto u = Usable(s, ids, n); !u.ok()) return Fail(u);
+  if (table == nullptr || dim < 1 || (n > 0 && grads == nullptr)) {
+    return Fail(absl::InvalidArgumentError("sparse push: null table or gradients, or dim < 1"));
+  }
+  return Fail(s->session->SparsePush(table, dim, step, absl::MakeConstSpan(ids, n),
+                                     absl::MakeConstSpan(grads, n * dim)));
+}
+
+int dpt_sparse_initial_rows(uint64_t seed, const char* table, const int64_t* ids, int64_t n,
+                            int dim, float* out) {
+  if (table == nullptr || n < 0 || dim < 1 || (n > 0 && (ids == nullptr || out == nullptr))) {
+    return Fail(absl::InvalidArgumentError("initial rows: bad arguments"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    dptrain::InitialRow(seed, table, ids[i], absl::MakeSpan(out + i * dim, dim));
+  }
   return 0;
 }
 

@@ -48,6 +48,17 @@ int dpt_start_server(dpt_session* session, const char* names, const int64_t* siz
 int dpt_push_pull(dpt_session* session, int64_t step, float* gradient_and_flag, float* weights,
                   int64_t n, int* skipped, int64_t* rewind_to);
 
+/* Row-sparse embedding tables (session.h). `spec_json`: {"name", "rows", "dim",
+ * "optimizer": "sgd"|"adagrad"|"adam", "lr", "eps", "beta1", "beta2", "seed"}. */
+int dpt_sparse_declare(dpt_session* session, const char* spec_json, int64_t* step);
+int dpt_sparse_pull(dpt_session* session, const char* table, int dim, const int64_t* ids, int64_t n,
+                    float* out);
+int dpt_sparse_push(dpt_session* session, const char* table, int dim, int64_t step,
+                    const int64_t* ids, int64_t n, const float* grads);
+/* A table's initial rows (common/sparse_rows.h), without a session: n x dim into `out`. */
+int dpt_sparse_initial_rows(uint64_t seed, const char* table, const int64_t* ids, int64_t n,
+                            int dim, float* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
 #include "worker/comm/ps_client.h"
+#include "worker/comm/sparse_client.h"
 
 namespace dptrain {
 namespace {
@@ -264,6 +265,38 @@ absl::StatusOr<StepOutcome> Session::PushPull(int64_t step, absl::Span<float> gr
     return absl::FailedPreconditionError("PushPull before StartServer");
   }
   return store_->PushPull(step, gradient_and_flag, weights);
+}
+
+absl::StatusOr<int64_t> Session::SparseDeclare(const proto::SparseTableSpec& table) {
+  if (sparse_ == nullptr) {
+    if (options_.ps.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sparse table '", table.name(),
+          "' lives on parameter-server shards: start them and set DPTRAIN_PS=host:port,..."));
+    }
+    SparseClientOptions o;
+    o.shard_addresses = options_.ps;
+    o.job_id = options_.job_id;
+    o.rank = options_.rank;
+    o.credentials = credentials_;
+    o.rpc_timeout = options_.timeout + absl::Seconds(30);
+    auto client = SparseClient::Create(o);
+    if (!client.ok()) return client.status();
+    sparse_ = *std::move(client);
+  }
+  return sparse_->Declare(table);
+}
+
+absl::Status Session::SparsePull(const std::string& table, int dim, absl::Span<const int64_t> ids,
+                                 absl::Span<float> out) {
+  if (sparse_ == nullptr) return absl::FailedPreconditionError("no sparse table declared");
+  return sparse_->Pull(table, dim, ids, out);
+}
+
+absl::Status Session::SparsePush(const std::string& table, int dim, int64_t step,
+                                 absl::Span<const int64_t> ids, absl::Span<const float> grads) {
+  if (sparse_ == nullptr) return absl::FailedPreconditionError("no sparse table declared");
+  return sparse_->Push(table, dim, step, ids, grads);
 }
 
 }  // namespace dptrain

@@ -31,6 +31,7 @@
 #include "absl/types/span.h"
 #include "common/credentials.h"
 #include "common/shard_map.h"
+#include "proto/ps.pb.h"
 #include "worker/comm/step_sync.h"
 
 namespace dptrain {
@@ -39,6 +40,7 @@ class AllReduceGroup;
 class AllReduceSync;
 class PsClient;
 class PsServer;
+class SparseClient;
 
 struct SessionOptions {
   std::string mode = "allreduce";  // "allreduce", "ps" or "master".
@@ -99,6 +101,15 @@ class Session {
   absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                        absl::Span<float> weights);
 
+  // Row-sparse embedding tables on the shards of DPTRAIN_PS (in any mode: the dense part
+  // keeps the job's mode), worker/comm/sparse_client.h; FailedPrecondition without shards.
+  // Declare returns the table's next step.
+  absl::StatusOr<int64_t> SparseDeclare(const proto::SparseTableSpec& table);
+  absl::Status SparsePull(const std::string& table, int dim, absl::Span<const int64_t> ids,
+                          absl::Span<float> out);
+  absl::Status SparsePush(const std::string& table, int dim, int64_t step,
+                          absl::Span<const int64_t> ids, absl::Span<const float> grads);
+
  private:
   explicit Session(const SessionOptions& options);
   absl::Status EnsureRing();
@@ -112,6 +123,7 @@ class Session {
   std::unique_ptr<PsServer> reducer_;             // master mode, rank 0.
   std::unique_ptr<AllReduceSync> gradient_ring_;  // allreduce mode, after RegisterGradients.
   std::unique_ptr<PsClient> store_;               // ps/master, after RegisterGradients/StartServer.
+  std::unique_ptr<SparseClient> sparse_;          // After the first SparseDeclare.
   int master_port_ = 0;
   uint64_t sequence_ = 0;       // Of the collectives on the ring.
   int64_t gradient_step_ = -1;  // -1: RegisterGradients not called.

@@ -27,12 +27,13 @@ import threading
 
 import torch
 
-from dptrain._native import DptrainError, Session
+from dptrain._native import DptrainError, Session, initial_rows
 
 __all__ = ["DptrainError", "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
            "local_size", "mode", "allreduce", "allreduce_", "broadcast", "broadcast_",
            "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state",
-           "DistributedOptimizer", "ServerOptimizer"]
+           "DistributedOptimizer", "ServerOptimizer", "SparseEmbedding",
+           "sparse_initial_weight"]
 
 _state = None  # (session, local_rank, local_size, mode) after init().
 
@@ -108,6 +109,7 @@ def init(**overrides):
 def shutdown():
     """Leaves the job (closes links and servers). init() may be called again."""
     global _state
+    _sparse_tables.clear()
     if _state is not None:
         _state[0].close()
         _state = None
@@ -466,11 +468,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._last_step_skipped
 
     def step(self, closure=None):
-        self._last_step_skipped = self._skipped
-        if self._skipped:
-            self._skipped = False
-            return None  # Global skip: no rank applies a step that overflowed somewhere.
-        return super(self.__class__, self).step(closure)
+        self._last_step_skipped = skipped = self._skipped
+        self._skipped = False
+        result = None if skipped else super(self.__class__, self).step(closure)
+        _push_sparse(skipped)  # Global skip: no rank applies a step that overflowed somewhere.
+        return result
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,
@@ -544,4 +546,82 @@ class ServerOptimizer:
         else:
             self.steps += 1
         self.skipped_steps += int(skipped)
+        _push_sparse()
         return skipped
+
+
+# ---- Row-sparse embedding tables on the parameter-server shards.
+
+_sparse_tables = []  # The SparseEmbedding modules of this session.
+
+
+def sparse_initial_weight(name, num_embeddings, embedding_dim, seed=0):
+    """The whole start of table `name` (what its rows are before any step), for tests and
+    references: num_embeddings x embedding_dim, N(0, 1) as nn.Embedding's."""
+    ids = torch.arange(num_embeddings, dtype=torch.int64)
+    out = torch.empty(num_embeddings, embedding_dim, dtype=torch.float32)
+    initial_rows(seed, name, ids.data_ptr(), num_embeddings, embedding_dim, out.data_ptr())
+    return out
+
+
+def _push_sparse(skipped=False):
+    for table in _sparse_tables:
+        table.push(skipped)
+
+
+class SparseEmbedding(torch.nn.Module):
+    """Drop-in for nn.Embedding whose table lives on the parameter-server shards (DPTRAIN_PS,
+    in any mode), split by row, so it may be larger than any worker: forward(ids) pulls only
+    the rows of the batch's unique ids; their gradients go to the shards when the
+    DistributedOptimizer or ServerOptimizer steps (or by push()), where the table's own
+    optimizer updates just those rows: sgd, adagrad (torch.optim.Adagrad's rule) or adam
+    (lazy: per-row step counts). Every worker declares the table identically; rows start as
+    sparse_initial_weight() says. The shards' --sync=bsp averages the workers' gradients of a
+    step (async: each applies at once)."""
+
+    def __init__(self, num_embeddings, embedding_dim, name, optimizer="adagrad", lr=0.01,
+                 eps=1e-10, betas=(0.9, 0.999), seed=0):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim, self.table = (num_embeddings, embedding_dim,
+                                                               name)
+        self._session = _session()
+        self.steps = self._session.sparse_declare({
+            "name": name, "rows": num_embeddings, "dim": embedding_dim, "optimizer": optimizer,
+            "lr": lr, "eps": eps, "beta1": betas[0], "beta2": betas[1], "seed": seed})
+        self._pending = []  # (unique ids, their rows as a leaf tensor) per forward.
+        _sparse_tables.append(self)
+
+    def forward(self, ids):
+        flat = ids.detach().reshape(-1).to("cpu", torch.int64).contiguous()
+        if flat.numel():
+            low, high = int(flat.min()), int(flat.max())
+            if low < 0 or high >= self.num_embeddings:
+                bad = low if low < 0 else high
+                raise DptrainError(f"sparse table '{self.table}': id {bad} is not in [0, "
+                                   f"{self.num_embeddings})")
+        unique, inverse = torch.unique(flat, return_inverse=True)
+        rows = torch.empty(len(unique), self.embedding_dim, dtype=torch.float32)
+        self._session.sparse_pull(self.table, self.embedding_dim, unique.data_ptr(),
+                                  len(unique), rows.data_ptr())
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            self._pending.append((unique, rows))
+        return rows[inverse].reshape(*ids.shape, self.embedding_dim).to(ids.device)
+
+    def push(self, skipped=False):
+        """This step's gradients of the rows used since the last push to the shards (every
+        worker pushes every step, an empty one included; `skipped`: the step is skipped
+        everywhere, nothing is applied)."""
+        pairs = [] if skipped else [(u, r) for u, r in self._pending if r.grad is not None]
+        self._pending = []
+        if pairs:
+            ids = torch.cat([u for u, _ in pairs])
+            grads = torch.cat([r.grad for _, r in pairs])
+            unique, inverse = torch.unique(ids, return_inverse=True)
+            summed = torch.zeros(len(unique), self.embedding_dim).index_add_(0, inverse, grads)
+        else:
+            unique = torch.zeros(0, dtype=torch.int64)
+            summed = torch.zeros(0, self.embedding_dim)
+        self._session.sparse_push(self.table, self.embedding_dim, self.steps, unique.data_ptr(),
+                                  len(unique), summed.contiguous().data_ptr())
+        self.steps += 1

@@ -1,0 +1,99 @@
+// One row-sparse embedding table's rows on one parameter-server shard: the rows this shard
+// owns (common/sparse_rows.h: row mod num_shards), created on first touch from the table's
+// seed, with their optimizer state, so that a table may be far larger than any worker and is
+// never sent whole. Workers pull the rows of their batch's unique ids and push only those
+// rows' gradients; the table applies its optimizer per row:
+//   sgd      w -= lr * g
+//   adagrad  s += g * g;  w -= lr * g / (sqrt(s) + eps)          (torch.optim.Adagrad's)
+//   adam     lazy Adam with per-row step counts t: m, v and the bias corrections move
+//            only when the row is touched
+// where g is the mean of the workers' gradients of the step (BSP) or one worker's (async).
+// Plain C++, thread-safe; no network.
+#ifndef DPTRAIN_SERVER_SPARSE_TABLE_H_
+#define DPTRAIN_SERVER_SPARSE_TABLE_H_
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace dptrain {
+
+struct SparseTableSpec {
+  std::string name;
+  int64_t rows = 0;  // Ids are in [0, rows).
+  int dim = 0;
+  std::string optimizer = "adagrad";  // sgd | adagrad | adam
+  float lr = 0.01f;
+  double eps = 1e-10;                 // adagrad, adam
+  double beta1 = 0.9, beta2 = 0.999;  // adam
+  uint64_t seed = 0;                  // Of the initial rows (common/sparse_rows.h).
+};
+
+// InvalidArgument naming the field for a spec no table can have.
+absl::Status ValidateSparseTableSpec(const SparseTableSpec& spec);
+// One line with every field, to compare two declarations and to print them.
+std::string DescribeSparseTable(const SparseTableSpec& spec);
+
+struct SparseTableOptions {
+  int shard = 0;
+  int num_shards = 1;
+  int num_workers = 1;
+  // BSP: a step's rows are applied once every worker pushed it (the mean, summed in rank
+  // order, so runs are bit-reproducible); otherwise each push is applied as it comes.
+  bool bsp = true;
+};
+
+class SparseTable {
+ public:
+  // `spec` must be valid (ValidateSparseTableSpec).
+  SparseTable(const SparseTableSpec& spec, const SparseTableOptions& options);
+
+  const SparseTableSpec& spec() const { return spec_; }
+  // BSP: the steps applied so far (the next push is of this step).
+  int64_t step() const;
+  int64_t rows_held() const;
+
+  // The current values of rows `ids` (each in [0, rows) and owned by this shard), back to
+  // back in `out` (ids.size() x dim). InvalidArgument naming the table and the first bad id
+  // (nothing is created then).
+  absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> out);
+
+  // `rank`'s gradients of rows `ids` (ids.size() x dim in `grads`) for `step`. BSP: `step`
+  // must be the current step (or the one before: a retry, answered at once); returns once
+  // every worker pushed it and the rows were updated, DeadlineExceeded naming the missing
+  // ranks at `deadline`, OutOfRange for another step. Async: applied at once. Bad ids or
+  // sizes are InvalidArgument and change nothing.
+  absl::Status Push(int rank, int64_t step, absl::Span<const int64_t> ids,
+                    absl::Span<const float> grads, absl::Time deadline);
+
+ private:
+  struct Row {
+    std::vector<float> w, a, b;  // a: adagrad's sum or adam's m; b: adam's v.
+    int64_t t = 0;               // adam: this row's steps.
+  };
+  absl::Status CheckIds(absl::Span<const int64_t> ids) const;
+  Row& RowLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One optimizer step on row `id` with gradient `g` (dim values) times `scale`.
+  void ApplyLocked(int64_t id, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SparseTableSpec spec_;
+  const SparseTableOptions options_;
+  mutable absl::Mutex mu_;
+  std::unordered_map<int64_t, Row> rows_ ABSL_GUARDED_BY(mu_);
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  // BSP: this step's pushes by rank (ids, grads); `arrived_` counts them.
+  std::vector<std::vector<int64_t>> pending_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<float>> pending_grads_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_SERVER_SPARSE_TABLE_H_

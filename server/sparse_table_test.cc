@@ -1,0 +1,153 @@
+#include "server/sparse_table.h"
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "common/sparse_rows.h"
+#include "gtest/gtest.h"
+
+namespace dptrain {
+namespace {
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+SparseTableSpec Spec(const std::string& optimizer, int64_t rows = 100, int dim = 3) {
+  SparseTableSpec s;
+  s.name = "emb";
+  s.rows = rows;
+  s.dim = dim;
+  s.optimizer = optimizer;
+  s.lr = 0.5f;
+  s.seed = 7;
+  return s;
+}
+
+std::vector<float> Initial(int64_t row, int dim = 3) {
+  std::vector<float> v(dim);
+  InitialRow(7, "emb", row, absl::MakeSpan(v));
+  return v;
+}
+
+TEST(SparseRowsTest, InitialRowsAreDeterministicAndNormal) {
+  std::vector<float> a(1001), b(1001);
+  InitialRow(7, "emb", 5, absl::MakeSpan(a));
+  InitialRow(7, "emb", 5, absl::MakeSpan(b));
+  EXPECT_EQ(a, b);
+  InitialRow(7, "emb", 6, absl::MakeSpan(b));
+  EXPECT_NE(a, b);
+  InitialRow(7, "other", 5, absl::MakeSpan(b));
+  EXPECT_NE(a, b);
+  double mean = 0, square = 0;
+  for (float x : a) mean += x / a.size(), square += double{x} * x / a.size();
+  EXPECT_NEAR(mean, 0.0, 0.1);
+  EXPECT_NEAR(square, 1.0, 0.15);
+  EXPECT_EQ(RowShard(7, 3), 1);
+}
+
+TEST(SparseTableTest, RowsAreCreatedOnFirstTouchAndBadIdsChangeNothing) {
+  SparseTableOptions o;
+  o.shard = 1;
+  o.num_shards = 2;
+  SparseTable table(Spec("sgd"), o);
+  std::vector<float> out(6);
+  const std::vector<int64_t> ids = {3, 99};
+  ASSERT_TRUE(table.Pull(ids, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 3), Initial(3));
+  EXPECT_EQ(table.rows_held(), 2);
+  const std::vector<int64_t> outside = {5, 100}, foreign = {4};
+  absl::Status s = table.Pull(outside, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "sparse table 'emb': id 100 is not in [0, 100)");
+  s = table.Push(0, 0, foreign, std::vector<float>(3, 1.0f), Soon());
+  EXPECT_EQ(s.message(), "sparse table 'emb': row 4 belongs to shard 0, not to shard 1");
+  EXPECT_EQ(table.Push(0, 0, ids, std::vector<float>(5), Soon()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.rows_held(), 2);  // Row 5 was never created.
+  EXPECT_EQ(table.step(), 0);
+}
+
+// One push of g on row 2 for each rule, against the rule written out in double.
+TEST(SparseTableTest, EachOptimizerUpdatesOnlyTheTouchedRows) {
+  const std::vector<float> g = {0.5f, -1.0f, 2.0f};
+  const std::vector<int64_t> ids = {2};
+  for (const std::string optimizer : {"sgd", "adagrad", "adam"}) {
+    SparseTable table(Spec(optimizer), SparseTableOptions());
+    for (int step = 0; step < 2; ++step) ASSERT_TRUE(table.Push(0, step, ids, g, Soon()).ok());
+    std::vector<float> row(3), untouched(3);
+    ASSERT_TRUE(table.Pull(ids, absl::MakeSpan(row)).ok());
+    const std::vector<int64_t> other = {9};
+    ASSERT_TRUE(table.Pull(other, absl::MakeSpan(untouched)).ok());
+    EXPECT_EQ(untouched, Initial(9)) << optimizer;
+    const std::vector<float> w0 = Initial(2);
+    for (int i = 0; i < 3; ++i) {
+      double w = w0[i], s = 0, m = 0, v = 0;
+      for (int t = 1; t <= 2; ++t) {
+        if (optimizer == "sgd") w -= 0.5 * g[i];
+        if (optimizer == "adagrad")
+          s += double{g[i]} * g[i], w -= 0.5 * g[i] / (std::sqrt(s) + 1e-10);
+        if (optimizer == "adam") {
+          m = 0.9 * m + 0.1 * g[i];
+          v = 0.999 * v + 0.001 * g[i] * g[i];
+          w -= 0.5 / (1 - std::pow(0.9, t)) * m / (std::sqrt(v / (1 - std::pow(0.999, t))) + 1e-10);
+        }
+      }
+      EXPECT_NEAR(row[i], w, 1e-5 * std::max(1.0, std::abs(w))) << optimizer << " " << i;
+    }
+  }
+}
+
+// BSP: the step is applied once both ranks pushed it, with the mean (rows only one rank
+// touched get half that rank's gradient); a retry is answered without applying again.
+TEST(SparseTableTest, BspAppliesTheMeanOnceEveryRankPushed) {
+  SparseTableOptions o;
+  o.num_workers = 2;
+  SparseTable table(Spec("sgd", 100, 1), o);
+  const std::vector<int64_t> ids0 = {1, 2}, ids1 = {2};
+  absl::Status s0;
+  std::thread t([&] { s0 = table.Push(0, 0, ids0, std::vector<float>{2, 4}, Soon()); });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(table.step(), 0);  // Rank 0 waits for rank 1.
+  ASSERT_TRUE(table.Push(1, 0, ids1, std::vector<float>{6}, Soon()).ok());
+  t.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  EXPECT_EQ(table.step(), 1);
+  std::vector<float> rows(2);
+  ASSERT_TRUE(table.Pull(ids0, absl::MakeSpan(rows)).ok());
+  EXPECT_FLOAT_EQ(rows[0], Initial(1, 1)[0] - 0.5f * 1.0f);                 // (2 + 0) / 2
+  EXPECT_FLOAT_EQ(rows[1], Initial(2, 1)[0] - 0.5f * 5.0f);                 // (4 + 6) / 2
+  ASSERT_TRUE(table.Push(1, 0, ids1, std::vector<float>{6}, Soon()).ok());  // A retry.
+  EXPECT_EQ(table.step(), 1);
+  EXPECT_EQ(table.Push(0, 5, ids1, std::vector<float>{1}, Soon()).code(),
+            absl::StatusCode::kOutOfRange);
+  const absl::Status late =
+      table.Push(0, 1, ids1, std::vector<float>{1}, absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late.message(), "sparse table 'emb': step 1 timed out waiting for rank(s) 1");
+}
+
+TEST(SparseTableTest, AsyncAppliesEachPushAtOnce) {
+  SparseTableOptions o;
+  o.num_workers = 2;
+  o.bsp = false;
+  SparseTable table(Spec("sgd", 10, 1), o);
+  const std::vector<int64_t> ids = {4};
+  ASSERT_TRUE(table.Push(1, 0, ids, std::vector<float>{2}, Soon()).ok());
+  std::vector<float> row(1);
+  ASSERT_TRUE(table.Pull(ids, absl::MakeSpan(row)).ok());
+  EXPECT_FLOAT_EQ(row[0], Initial(4, 1)[0] - 1.0f);
+}
+
+TEST(SparseTableTest, BadSpecsNameTheField) {
+  SparseTableSpec s = Spec("adagrad");
+  s.dim = 0;
+  EXPECT_EQ(ValidateSparseTableSpec(s).message(),
+            "sparse table 'emb': dim must be in [1, 2^20], got 0");
+  s = Spec("lamb");
+  EXPECT_EQ(ValidateSparseTableSpec(s).message(),
+            "sparse table 'emb': optimizer must be sgd, adagrad or adam, got 'lamb'");
+  EXPECT_TRUE(ValidateSparseTableSpec(Spec("adam")).ok());
+}
+
+}  // namespace
+}  // namespace dptrain

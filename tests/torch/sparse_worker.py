@@ -1,0 +1,104 @@
+"""A click-model-like PyTorch script with a row-sparse embedding table on the parameter-server
+shards (dptrain.torch.SparseEmbedding) and a dense head through the ring, run as 1 or 2
+workers, or as the single-process reference with nn.Embedding (tests/torch_workers_test.py).
+
+usage: sparse_worker.py OUT [--reference] [--world=N] [--optimizer=sgd|adagrad|adam]
+                            [--steps=S] [--dim=D] [--bad_id] [--declare_dim=D]"""
+
+import json
+import math
+import sys
+
+import torch
+from torch import nn
+
+args = {"reference": False, "world": 2, "optimizer": "adagrad", "steps": 8, "dim": 8,
+        "bad_id": False, "declare_dim": 0}
+out = sys.argv[1]
+for a in sys.argv[2:]:
+    key, _, value = a.lstrip("-").partition("=")
+    if key not in args:
+        sys.exit(f"sparse_worker.py: unknown flag {a}")
+    args[key] = type(args[key])(value) if value else True
+torch.set_num_threads(1)
+ROWS, FIELDS, GLOBAL, DIM = 500, 4, 32, args["dim"]
+LR = {"sgd": 0.5, "adagrad": 0.1, "adam": 0.05}[args["optimizer"]]
+generator = torch.Generator().manual_seed(3)
+# Zipf-like ids: a few hot rows, many cold ones, duplicates within a batch.
+weights = 1.0 / torch.arange(1, ROWS + 1, dtype=torch.float64)
+ids = torch.multinomial(weights, args["steps"] * GLOBAL * FIELDS, replacement=True,
+                        generator=generator).reshape(args["steps"], GLOBAL, FIELDS)
+labels = torch.randint(0, 2, (args["steps"], GLOBAL), generator=generator)
+torch.manual_seed(11)
+head = nn.Linear(DIM, 2)
+loss_fn = nn.CrossEntropyLoss()
+
+
+class LazyAdam:
+    """Adam on the rows a step touched only, each row with its own step count: the shards'
+    rule, written out on a dense table as the reference."""
+
+    def __init__(self, weight, lr, betas=(0.9, 0.999), eps=1e-10):
+        self.w, self.lr, self.b1, self.b2, self.eps = weight, lr, betas[0], betas[1], eps
+        self.m, self.v = torch.zeros_like(weight), torch.zeros_like(weight)
+        self.t = torch.zeros(weight.shape[0], dtype=torch.int64)
+
+    def step(self, touched):
+        with torch.no_grad():
+            for r in touched.tolist():
+                g = self.w.grad[r]
+                self.t[r] += 1
+                t = int(self.t[r])
+                self.m[r].mul_(self.b1).add_(g, alpha=1 - self.b1)
+                self.v[r].mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+                c1, c2 = 1 - self.b1 ** t, math.sqrt(1 - self.b2 ** t)
+                denom = (self.v[r].sqrt() / c2).add_(self.eps)
+                self.w[r].addcdiv_(self.m[r], denom, value=-self.lr / c1)
+
+
+if args["reference"]:
+    import dptrain.torch as dpt  # For the table's initial rows only.
+    emb = nn.Embedding(ROWS, DIM)
+    with torch.no_grad():
+        emb.weight.copy_(dpt.sparse_initial_weight("clicks", ROWS, DIM))
+    dense = torch.optim.SGD(head.parameters(), lr=0.1)
+    if args["optimizer"] == "sgd":
+        sparse = torch.optim.SGD(emb.parameters(), lr=LR)
+    elif args["optimizer"] == "adagrad":
+        sparse = torch.optim.Adagrad(emb.parameters(), lr=LR, eps=1e-10)
+    else:
+        sparse = LazyAdam(emb.weight, LR)
+    for step in range(args["steps"]):
+        dense.zero_grad()
+        emb.zero_grad()
+        loss = loss_fn(head(emb(ids[step]).mean(dim=1)), labels[step])
+        loss.backward()
+        dense.step()
+        sparse.step(torch.unique(ids[step])) if args["optimizer"] == "adam" else sparse.step()
+    table = emb.weight.detach().clone()
+else:
+    import dptrain.torch as dpt
+    dpt.init()
+    rank, world = dpt.rank(), dpt.size()
+    part = GLOBAL // world
+    mine = slice(rank * part, (rank + 1) * part)
+    emb = dpt.SparseEmbedding(ROWS, args["declare_dim"] or DIM, "clicks",
+                              optimizer=args["optimizer"], lr=LR)
+    opt = dpt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.1),
+                                   named_parameters=head.named_parameters())
+    for step in range(args["steps"]):
+        opt.zero_grad()
+        batch = ids[step][mine]
+        if args["bad_id"] and step == 2 and rank == 1:
+            batch = batch.clone()
+            batch[0, 0] = ROWS  # One past the table.
+        loss = loss_fn(head(emb(batch).mean(dim=1)), labels[step][mine])
+        loss.backward()
+        opt.step()  # The head through the ring, the rows through the shards.
+    with torch.no_grad():
+        table = emb(torch.arange(ROWS))
+    dpt.shutdown()
+
+torch.save({"table": table, "head": head.state_dict()}, out)
+with open(out + ".json", "w") as f:
+    json.dump({"touched": int(torch.unique(ids).numel())}, f)

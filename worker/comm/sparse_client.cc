@@ -1,0 +1,144 @@
+#include "worker/comm/sparse_client.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
+#include "common/sparse_rows.h"
+
+namespace dptrain {
+
+absl::StatusOr<std::unique_ptr<SparseClient>> SparseClient::Create(const SparseClientOptions& o) {
+  if (o.shard_addresses.empty()) {
+    return absl::InvalidArgumentError(
+        "sparse tables live on the parameter-server shards: give their addresses (DPTRAIN_PS)");
+  }
+  std::unique_ptr<SparseClient> client(new SparseClient(o));
+  for (const std::string& address : o.shard_addresses) {
+    client->stubs_.push_back(proto::SparseTables::NewStub(MakeChannel(address, *o.credentials)));
+  }
+  return client;
+}
+
+absl::Status SparseClient::ForShards(
+    const std::vector<bool>& work, const std::string& what,
+    const std::function<grpc::Status(int, grpc::ClientContext&)>& call) {
+  const int n = static_cast<int>(stubs_.size());
+  std::vector<grpc::Status> results(n);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < n; ++s) {
+    if (!work[s]) continue;
+    threads.emplace_back([&, s] {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+      results[s] = call(s, context);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int s = 0; s < n; ++s) {
+    if (!results[s].ok()) {
+      return FromGrpcStatus(
+          results[s], absl::StrCat(what, " on shard ", s, " at ", options_.shard_addresses[s]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SparseClient::Declare(const proto::SparseTableSpec& table) {
+  const int n = static_cast<int>(stubs_.size());
+  std::vector<proto::SparseDeclareResponse> responses(n);
+  proto::SparseDeclareRequest request;
+  request.mutable_caller()->set_job_id(options_.job_id);
+  request.mutable_caller()->set_rank(options_.rank);
+  *request.mutable_table() = table;
+  auto s = ForShards(std::vector<bool>(n, true),
+                     absl::StrCat("declaring sparse table '", table.name(), "'"),
+                     [&](int shard, grpc::ClientContext& context) {
+                       return stubs_[shard]->Declare(&context, request, &responses[shard]);
+                     });
+  if (!s.ok()) return s;
+  for (int shard = 1; shard < n; ++shard) {
+    if (responses[shard].step() != responses[0].step()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sparse table '", table.name(), "' is at step ", responses[0].step(),
+                       " on shard 0 and ", responses[shard].step(), " on shard ", shard));
+    }
+  }
+  return responses[0].step();
+}
+
+absl::Status SparseClient::Pull(const std::string& table, int dim, absl::Span<const int64_t> ids,
+                                absl::Span<float> out) {
+  const int n = static_cast<int>(stubs_.size());
+  if (out.size() != ids.size() * dim) {
+    return absl::InvalidArgumentError("sparse pull: the output does not hold ids x dim values");
+  }
+  std::vector<proto::SparsePullRequest> requests(n);
+  std::vector<std::vector<size_t>> positions(n);  // Where each shard's rows go in `out`.
+  std::vector<bool> work(n, false);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse table '", table, "': id ", ids[i], " is negative"));
+    }
+    const int s = RowShard(ids[i], n);
+    requests[s].add_ids(ids[i]);
+    positions[s].push_back(i);
+    work[s] = true;
+  }
+  std::vector<proto::SparsePullResponse> responses(n);
+  auto status = ForShards(work, absl::StrCat("sparse pull of table '", table, "'"),
+                          [&](int s, grpc::ClientContext& context) {
+                            requests[s].mutable_caller()->set_job_id(options_.job_id);
+                            requests[s].mutable_caller()->set_rank(options_.rank);
+                            requests[s].set_table(table);
+                            return stubs_[s]->Pull(&context, requests[s], &responses[s]);
+                          });
+  if (!status.ok()) return status;
+  const size_t row_bytes = dim * sizeof(float);
+  for (int s = 0; s < n; ++s) {
+    if (responses[s].rows().size() != positions[s].size() * row_bytes) {
+      return absl::DataLossError(absl::StrCat("sparse pull of table '", table, "': shard ", s,
+                                              " answered with ", responses[s].rows().size(),
+                                              " bytes for ", positions[s].size(), " rows"));
+    }
+    for (size_t k = 0; k < positions[s].size(); ++k) {
+      std::memcpy(out.data() + positions[s][k] * dim, responses[s].rows().data() + k * row_bytes,
+                  row_bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseClient::Push(const std::string& table, int dim, int64_t step,
+                                absl::Span<const int64_t> ids, absl::Span<const float> grads) {
+  const int n = static_cast<int>(stubs_.size());
+  if (grads.size() != ids.size() * dim) {
+    return absl::InvalidArgumentError("sparse push: the gradients are not ids x dim values");
+  }
+  std::vector<proto::SparsePushRequest> requests(n);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse table '", table, "': id ", ids[i], " is negative"));
+    }
+    proto::SparsePushRequest& r = requests[RowShard(ids[i], n)];
+    r.add_ids(ids[i]);
+    r.mutable_grads()->append(reinterpret_cast<const char*>(grads.data() + i * dim),
+                              dim * sizeof(float));
+  }
+  return ForShards(std::vector<bool>(n, true),
+                   absl::StrCat("sparse push of table '", table, "', step ", step),
+                   [&](int s, grpc::ClientContext& context) {
+                     requests[s].mutable_caller()->set_job_id(options_.job_id);
+                     requests[s].mutable_caller()->set_rank(options_.rank);
+                     requests[s].set_table(table);
+                     requests[s].set_step(step);
+                     proto::SparsePushResponse response;
+                     return stubs_[s]->Push(&context, requests[s], &response);
+                   });
+}
+
+}  // namespace dptrain
