@@ -295,6 +295,21 @@ def sparse():
             print(f"ok: SparseEmbedding ({optimizer}), {world} worker(s) x 2 shards: "
                   f"{worst:.1e} from nn.Embedding in one process on the global batch "
                   f"(rows moved by up to {moved:.2f})", flush=True)
+    # SparseEmbeddingBag (sum over 1-D ids and offsets) against nn.EmbeddingBag.
+    ref_out = os.path.join(SCRATCH, "sparse_bag.reference.pt")
+    subprocess.run([PYTHON, SPARSE_WORKER, ref_out, "--reference", "--bag",
+                    "--optimizer=adagrad"], check=True, capture_output=True)
+    shards = [start_shard(s, 2, 2, ["--optimizer=none"]) for s in range(2)]
+    outs, _, _ = run_workers("sparse_bag", "allreduce", ["--bag", "--optimizer=adagrad"],
+                             env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
+                             script=SPARSE_WORKER)
+    stop([p for p, _ in shards])
+    want, got = torch.load(ref_out), torch.load(outs[0])
+    worst = (got["table"] - want["table"]).abs().max().item()
+    if worst > 2e-5:
+        fail(f"SparseEmbeddingBag: {worst:.1e} from nn.EmbeddingBag")
+    print(f"ok: SparseEmbeddingBag (sum, offsets; adagrad), 2 workers x 2 shards: {worst:.1e} "
+          "from nn.EmbeddingBag in one process", flush=True)
     # A bad id, and a table declared differently: one clear error naming the table.
     for name, flags, rank_flags, want_text in (
             ("sparse_bad_id", ["--optimizer=sgd"], lambda r: ["--bad_id"],

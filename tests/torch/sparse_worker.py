@@ -3,7 +3,9 @@ shards (dptrain.torch.SparseEmbedding) and a dense head through the ring, run as
 workers, or as the single-process reference with nn.Embedding (tests/torch_workers_test.py).
 
 usage: sparse_worker.py OUT [--reference] [--world=N] [--optimizer=sgd|adagrad|adam]
-                            [--steps=S] [--dim=D] [--bad_id] [--declare_dim=D]"""
+                            [--steps=S] [--dim=D] [--bad_id] [--declare_dim=D] [--bag]
+--bag: the fields of a row are one bag of an (Sparse)EmbeddingBag (sum, through offsets)
+instead of the mean of Embedding rows."""
 
 import json
 import math
@@ -13,7 +15,7 @@ import torch
 from torch import nn
 
 args = {"reference": False, "world": 2, "optimizer": "adagrad", "steps": 8, "dim": 8,
-        "bad_id": False, "declare_dim": 0}
+        "bad_id": False, "declare_dim": 0, "bag": False}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -32,6 +34,13 @@ labels = torch.randint(0, 2, (args["steps"], GLOBAL), generator=generator)
 torch.manual_seed(11)
 head = nn.Linear(DIM, 2)
 loss_fn = nn.CrossEntropyLoss()
+
+
+def features(emb, batch):
+    """A row's features: the mean of its fields' rows, or one bag (1-D ids + offsets)."""
+    if not args["bag"]:
+        return emb(batch).mean(dim=1)
+    return emb(batch.reshape(-1), torch.arange(0, batch.numel(), FIELDS))
 
 
 class LazyAdam:
@@ -58,7 +67,7 @@ class LazyAdam:
 
 if args["reference"]:
     import dptrain.torch as dpt  # For the table's initial rows only.
-    emb = nn.Embedding(ROWS, DIM)
+    emb = nn.EmbeddingBag(ROWS, DIM, mode="sum") if args["bag"] else nn.Embedding(ROWS, DIM)
     with torch.no_grad():
         emb.weight.copy_(dpt.sparse_initial_weight("clicks", ROWS, DIM))
     dense = torch.optim.SGD(head.parameters(), lr=0.1)
@@ -71,7 +80,7 @@ if args["reference"]:
     for step in range(args["steps"]):
         dense.zero_grad()
         emb.zero_grad()
-        loss = loss_fn(head(emb(ids[step]).mean(dim=1)), labels[step])
+        loss = loss_fn(head(features(emb, ids[step])), labels[step])
         loss.backward()
         dense.step()
         sparse.step(torch.unique(ids[step])) if args["optimizer"] == "adam" else sparse.step()
@@ -82,8 +91,9 @@ else:
     rank, world = dpt.rank(), dpt.size()
     part = GLOBAL // world
     mine = slice(rank * part, (rank + 1) * part)
-    emb = dpt.SparseEmbedding(ROWS, args["declare_dim"] or DIM, "clicks",
-                              optimizer=args["optimizer"], lr=LR)
+    kind = dpt.SparseEmbeddingBag if args["bag"] else dpt.SparseEmbedding
+    emb = kind(ROWS, args["declare_dim"] or DIM, "clicks", optimizer=args["optimizer"], lr=LR,
+               **({"mode": "sum"} if args["bag"] else {}))
     opt = dpt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.1),
                                    named_parameters=head.named_parameters())
     for step in range(args["steps"]):
@@ -92,11 +102,11 @@ else:
         if args["bad_id"] and step == 2 and rank == 1:
             batch = batch.clone()
             batch[0, 0] = ROWS  # One past the table.
-        loss = loss_fn(head(emb(batch).mean(dim=1)), labels[step][mine])
+        loss = loss_fn(head(features(emb, batch)), labels[step][mine])
         loss.backward()
         opt.step()  # The head through the ring, the rows through the shards.
     with torch.no_grad():
-        table = emb(torch.arange(ROWS))
+        table = dpt.SparseEmbedding.forward(emb, torch.arange(ROWS))
     dpt.shutdown()
 
 torch.save({"table": table, "head": head.state_dict()}, out)

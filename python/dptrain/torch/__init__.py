@@ -32,7 +32,7 @@ from dptrain._native import DptrainError, Session, initial_rows
 __all__ = ["DptrainError", "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
            "local_size", "mode", "allreduce", "allreduce_", "broadcast", "broadcast_",
            "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state",
-           "DistributedOptimizer", "ServerOptimizer", "SparseEmbedding",
+           "DistributedOptimizer", "ServerOptimizer", "SparseEmbedding", "SparseEmbeddingBag",
            "sparse_initial_weight"]
 
 _state = None  # (session, local_rank, local_size, mode) after init().
@@ -625,3 +625,35 @@ class SparseEmbedding(torch.nn.Module):
         self._session.sparse_push(self.table, self.embedding_dim, self.steps, unique.data_ptr(),
                                   len(unique), summed.contiguous().data_ptr())
         self.steps += 1
+
+
+class SparseEmbeddingBag(SparseEmbedding):
+    """Drop-in for nn.EmbeddingBag (mode "sum" or "mean") over a SparseEmbedding's table:
+    forward(input) with a 2-D input (bags of equal size, one per row) or forward(input,
+    offsets) with a 1-D input and each bag's start."""
+
+    def __init__(self, num_embeddings, embedding_dim, name, mode="mean", **kwargs):
+        if mode not in ("sum", "mean"):
+            raise DptrainError(f"SparseEmbeddingBag mode must be sum or mean, got {mode!r}")
+        super().__init__(num_embeddings, embedding_dim, name, **kwargs)
+        self.mode = mode
+
+    def forward(self, input, offsets=None):
+        rows = super().forward(input)
+        if input.dim() == 2:
+            if offsets is not None:
+                raise DptrainError("SparseEmbeddingBag: offsets go with a 1-D input only")
+            return rows.sum(dim=1) if self.mode == "sum" else rows.mean(dim=1)
+        if input.dim() != 1 or offsets is None:
+            raise DptrainError("SparseEmbeddingBag: a 1-D input needs offsets")
+        offsets = offsets.to("cpu", torch.int64)
+        ends = torch.cat([offsets[1:], torch.tensor([input.numel()])])
+        lengths = ends - offsets
+        if bool((lengths < 0).any()) or (offsets.numel() and int(offsets[0]) != 0):
+            raise DptrainError("SparseEmbeddingBag: offsets must start at 0 and not decrease")
+        bag = torch.repeat_interleave(torch.arange(len(offsets)), lengths)
+        out = torch.zeros(len(offsets), self.embedding_dim, dtype=rows.dtype,
+                          device=rows.device).index_add(0, bag.to(rows.device), rows)
+        if self.mode == "mean":
+            out = out / lengths.clamp(min=1).to(out.device, out.dtype).unsqueeze(1)
+        return out
