@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The built binaries (bazel-bin, or the test's runfiles); scripts beside this file.
 ROOT = os.environ.get("DPTRAIN_ROOT", os.path.join(HERE, "..", "bazel-bin"))
 PS_SERVER = os.path.join(ROOT, "server", "ps_server")
+GPU_WORKER = os.path.join(ROOT, "worker", "gpu_worker")
 WORKER = os.path.join(HERE, "torch", "worker.py")
 SPARSE_WORKER = os.path.join(HERE, "torch", "sparse_worker.py")
 MAKE_CERTS = os.path.join(HERE, "..", "tools", "make_certs.sh")
@@ -141,7 +142,7 @@ def summary(out):
 def main():
     cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
                              "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun",
-                             "sparse"]
+                             "sparse", "load"]
     if "init" in cases:
         r = subprocess.run([PYTHON, "-c", "import dptrain.torch as d\n"
                             "try:\n d.rank()\nexcept d.DptrainError as e:\n print(e)\n"],
@@ -151,6 +152,8 @@ def main():
         print(f"ok: use before init raises: {r.stdout.strip()}")
     if "example" in cases:
         example()
+    if "load" in cases:
+        load_saved_models()
     if "sparse" in cases:
         sparse()
     ref = reference("sgd")
@@ -259,6 +262,39 @@ def main():
                 "DPTRAIN_TLS_CERT": f"{certs}/worker-{r}.crt",
                 "DPTRAIN_TLS_KEY": f"{certs}/worker-{r}.key"})
             compare(f"{mode} with mutual TLS and the job token", outs, ref)
+
+
+def load_saved_models():
+    """What gpu_worker --save_model writes loads into dptrain.models' networks with
+    dptrain.safetensors (PyTorch only), and evaluates as gpu_worker did."""
+    import dptrain.models
+    import dptrain.safetensors
+    sys.path.insert(0, os.path.join(HERE, "..", "examples", "torch"))
+    from fashion_mnist import load
+    images, labels = load("t10k")
+    for model, steps, batch, lr in (("mlp", 100, 64, 0.1), ("lenet", 100, 64, 0.9),
+                                    ("resnet18", 4, 16, 0.05)):
+        saved = os.path.join(SCRATCH, f"{model}.safetensors")
+        metrics = os.path.join(SCRATCH, f"{model}.jsonl")
+        r = subprocess.run([GPU_WORKER, "--mode=allreduce", "--world_size=1", f"--lr={lr}",
+                            f"--model={model}", "--epochs=1", f"--max_steps_per_epoch={steps}",
+                            f"--batch_size={batch}", "--test_subset=300", "--threads=1",
+                            "--device=cpu", f"--save_model={saved}", f"--metrics_out={metrics}"],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            fail(f"gpu_worker --save_model ({model}): {r.stdout[-500:]} {r.stderr[-500:]}")
+        theirs = [json.loads(l) for l in open(metrics) if '"test_acc"' in l][-1]["test_acc"]
+        net = getattr(dptrain.models, model)()
+        net.load_state_dict(dptrain.safetensors.load_file(saved))  # Strict: every name.
+        net.eval()
+        with torch.no_grad():
+            ours = (net(images[:300]).argmax(1) == labels[:300]).float().mean().item()
+        if abs(ours - theirs) > 1.5 / 300:
+            fail(f"{model}: PyTorch evaluates the saved weights at {ours:.4f}, gpu_worker at "
+                 f"{theirs:.4f}")
+        print(f"ok: {model} saved by gpu_worker loads into dptrain.models.{model}() with "
+              f"dptrain.safetensors: test accuracy {ours:.4f} in PyTorch, {theirs:.4f} in "
+              "gpu_worker (300 images)", flush=True)
 
 
 def sparse():
