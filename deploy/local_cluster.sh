@@ -21,6 +21,11 @@
 # tools/make_certs.sh --shards=S --workers=N DIR): every process runs with mutual TLS and
 # the job token (shard s: ps-s.crt/.key, worker r: worker-r.crt/.key, ca.crt, job_token);
 # without it everything is plaintext on loopback, and each process warns once.
+# Any other --FLAG[=VALUE] before `--` goes to the processes that run the job's optimizer:
+# the shards in ps mode (e.g. --optimizer=adam --lr_schedule=cosine --lr_total_steps=500
+# --metrics_port=0), the workers in master and allreduce mode; the binary's own --helpfull
+# decides whether it is one of its flags (no second list here), else it is refused. "{i}" in
+# a value becomes the shard's index or the worker's rank (--trace_out=/tmp/trace{i}.json).
 # --checkpoint_every=N: each shard writes a checkpoint every N steps into LOGS/ckpt<s>.
 # --restart_shards: a shard that dies is started again on its port (up to 5 times each); it
 # restores its newest checkpoint and the workers ride it out (gpu_worker --reconnect_timeout).
@@ -28,7 +33,7 @@ set -euo pipefail
 
 mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s sync=bsp staleness=0
 logs="" bin="" certs="" checkpoint_every=0 restart_shards=0 run=0 shard_optimizer=""
-worker_flags=()
+worker_flags=() passed_flags=()
 while (($#)); do
   case "$1" in
     --mode=*) mode="${1#*=}" ;;
@@ -48,7 +53,8 @@ while (($#)); do
     --run) run=1 ;;
     --shard_optimizer=*) shard_optimizer="${1#*=}" ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --*) passed_flags+=("$1") ;;  # Checked against the binary below.
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -70,6 +76,28 @@ needed=("$ps_server")
 for b in "${needed[@]}"; do
   [[ -e "$b" ]] || { echo "local_cluster: $b not found; build first (bazel build //...)" >&2; exit 2; }
 done
+# The flags passed through go to the shards (ps mode) or the workers; each must be a flag of
+# that binary, as its --helpfull lists them.
+if ((${#passed_flags[@]})); then
+  ((run == 0 || shards > 0)) ||
+    { echo "local_cluster: ${passed_flags[0]}: with --run in $mode mode the workers are your command; give it its flags after --" >&2; exit 2; }
+  target="$gpu_worker"
+  [[ "$mode" == ps ]] && target="$ps_server"
+  # (--helpfull exits non-zero after printing.)
+  known=$({ "$target" --helpfull 2>&1 || true; } | sed -n 's/^ *--\([a-z0-9_]*\) .*/\1/p')
+  for f in "${passed_flags[@]}"; do
+    name="${f#--}"
+    name="${name%%=*}"
+    grep -qx "$name" <<<"$known" ||
+      { echo "local_cluster: $f is not a flag of $(basename "$target") (see $(basename "$target") --helpfull)" >&2; exit 2; }
+  done
+fi
+# passed_for I: the passed-through flags with "{i}" replaced by I.
+passed_for() {
+  local f
+  for f in "${passed_flags[@]}"; do printf '%s\n' "${f//\{i\}/$1}"; done
+}
+
 # security NAME: the flags of process NAME (ps-0, worker-1, ...) under --certs.
 security() {
   [[ -n "$certs" ]] || return 0
@@ -125,7 +153,8 @@ start_shard() {
     --host=127.0.0.1 --port_file="$logs/shard$s.port" --lr="$lr" --momentum="$momentum" \
     --weight_decay="$weight_decay" --step_timeout="$step_timeout" --sync="$sync" \
     --optimizer="$shard_optimizer" \
-    --staleness="$staleness" $(security "ps-$s") "${ckpt[@]}" >>"$logs/shard$s.log" 2>&1 &
+    --staleness="$staleness" $(security "ps-$s") "${ckpt[@]}" \
+    $(passed_for "$s") >>"$logs/shard$s.log" 2>&1 &
   pids+=($!)
   role_of[$!]="shard $s"
 }
@@ -162,7 +191,8 @@ start_worker() {
   # All the workers share this host: each takes its share of the cores (--threads=auto).
   LOCAL_WORLD_SIZE="$workers" LOCAL_RANK="$r" \
   "$gpu_worker" "${mode_flags[@]}" --rank="$r" --world_size="$workers" --lr="$lr" \
-    --metrics_out="$logs/worker$r.jsonl" $(security "worker-$r") "$@" "${worker_flags[@]}" \
+    --metrics_out="$logs/worker$r.jsonl" $(security "worker-$r") "$@" \
+    $([[ "$mode" == ps ]] || passed_for "$r") "${worker_flags[@]}" \
     > >(tee "$logs/worker$r.log" | sed -u "s/^/[worker $r] /") 2>&1 &
   pids+=($!)
   role_of[$!]="worker $r"

@@ -50,4 +50,18 @@ set -e
 ((rc != 0)) || die "a stopped launcher reported success"
 sleep 0.5
 if pgrep -f -- "$SCRATCH/stop/" >/dev/null; then die "processes left after stopping the launcher"; fi
+
+# Shard flags through the launcher (issue 31 item 3): the worker's --optimizer=adam makes it
+# check that the shards apply adam; "{i}" gives each shard its own metrics port file.
+"$LAUNCHER" --bin="$ROOT" --shards=2 --workers=2 --optimizer=adam --lr=0.002 \
+  --metrics_port=0 --metrics_port_file="$SCRATCH/mport{i}" --logs="$SCRATCH/pass" -- \
+  --model=mlp --epochs=1 --max_steps_per_epoch=20 --threads=1 --optimizer=adam \
+  >"$SCRATCH/pass.txt" 2>&1 || die "launcher with shard flags: $(tail -5 "$SCRATCH/pass.txt")"
+[[ -s "$SCRATCH/mport0" && -s "$SCRATCH/mport1" ]] || die "no per-shard metrics port files"
+set +e
+"$LAUNCHER" --bin="$ROOT" --optimizer=adam --bogus=1 -- --model=mlp >"$SCRATCH/bogus.txt" 2>&1
+rc=$?
+set -e
+((rc == 2)) && grep -q "^local_cluster: --bogus=1 is not a flag of ps_server" "$SCRATCH/bogus.txt" ||
+  die "an unknown launcher flag: rc=$rc $(cat "$SCRATCH/bogus.txt")"
 echo PASS
