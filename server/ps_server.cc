@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                                                  [self] { self->SizeReceiveMemory(); });
   server->stream_service_ = std::make_unique<TensorStreamService>(
       server->shard_.get(), options.stream, server->telemetry_.get());
-  server->sparse_service_ = std::make_unique<SparseService>(server->shard_->options());
+  server->sparse_service_ =
+      std::make_unique<SparseService>(server->shard_->options(), options.metrics);
   if (options.metrics != nullptr) server->RegisterGauges(*options.metrics);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -29,6 +29,26 @@ absl::Time Deadline(const grpc::ServerContext& context, absl::Duration step_time
 
 }  // namespace
 
+SparseService::SparseService(const ParameterShardOptions& shard, MetricsRegistry* metrics)
+    : shard_(shard) {
+  if (metrics == nullptr) return;
+  metrics->AddCounterFunction("dptrain_ps_sparse_rows_pulled_total",
+                              "Rows of sparse tables this shard served (all tables, workers).",
+                              [this] { return static_cast<double>(rows_pulled()); });
+  metrics->AddCounterFunction("dptrain_ps_sparse_rows_pushed_total",
+                              "Row gradients of sparse tables this shard received.",
+                              [this] { return static_cast<double>(rows_pushed()); });
+  metrics->AddGaugeFunction("dptrain_ps_sparse_rows_held",
+                            "Rows of sparse tables this shard holds (created on first touch).",
+                            [this] { return static_cast<double>(rows_held()); });
+  apply_seconds_ = &metrics
+                        ->AddHistogram("dptrain_ps_sparse_push_seconds",
+                                       "A sparse push from its arrival to its answer (BSP: the "
+                                       "wait for the other workers and the per-row updates).",
+                                       {1e-4, 1e-3, 1e-2, 0.1, 1, 10})
+                        .Get();
+}
+
 grpc::Status SparseService::Declare(grpc::ServerContext*,
                                     const proto::SparseDeclareRequest* request,
                                     proto::SparseDeclareResponse* response) {
@@ -85,6 +105,7 @@ grpc::Status SparseService::Pull(grpc::ServerContext*, const proto::SparsePullRe
   auto table = Find(request->caller().job_id(), request->table());
   if (!table.ok()) return ToGrpcStatus(table.status());
   const int dim = (*table)->spec().dim;
+  rows_pulled_ += request->ids_size();
   std::string* rows = response->mutable_rows();
   rows->resize(static_cast<size_t>(request->ids_size()) * dim * sizeof(float));
   return ToGrpcStatus((*table)->Pull(
@@ -102,11 +123,16 @@ grpc::Status SparseService::Push(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "sparse push: grads are not a whole number of fp32");
   }
+  const absl::Time start = absl::Now();
+  rows_pushed_ += request->ids_size();
   // The bytes of a protobuf string carry no alignment promise: copy them.
   std::vector<float> values(grads.size() / sizeof(float));
   if (!grads.empty()) std::memcpy(values.data(), grads.data(), grads.size());
-  return ToGrpcStatus((*table)->Push(request->caller().rank(), request->step(), request->ids(),
-                                     values, Deadline(*context, shard_.step_timeout)));
+  const absl::Status pushed =
+      (*table)->Push(request->caller().rank(), request->step(), request->ids(), values,
+                     Deadline(*context, shard_.step_timeout));
+  if (apply_seconds_ != nullptr) apply_seconds_->ObserveDuration(absl::Now() - start);
+  return ToGrpcStatus(pushed);
 }
 
 int64_t SparseService::rows_held() const {

@@ -5,11 +5,13 @@
 
 #include "common/health_client.h"
 #include "common/net.h"
+#include "common/sparse_rows.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/test_cluster.h"
 #include "worker/comm/ps_client.h"
+#include "worker/comm/sparse_client.h"
 
 namespace dptrain {
 namespace {
@@ -241,6 +243,68 @@ TEST(PsClientTest, RewindIntervalIsTheGcdOfTheShardsCheckpointIntervals) {
     ASSERT_TRUE(client.ok()) << client.status();
     EXPECT_EQ((*client)->rewind_interval(), policy == SyncPolicy::kBsp ? 2 : 0);
   }
+}
+
+// Row-sparse tables through 2 real shards: rows split by id, pulled and pushed to their
+// owners only, counted in each shard's /metrics; a second declaration must match, an
+// undeclared table is NOT_FOUND.
+TEST(SparseTablesGrpcTest, RowsGoToTheirShardsAndAreCounted) {
+  std::vector<std::unique_ptr<MetricsRegistry>> registries;
+  std::vector<std::unique_ptr<PsServer>> servers;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < 2; ++s) {
+    registries.push_back(std::make_unique<MetricsRegistry>());
+    PsServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.shard.shard = s;
+    o.shard.num_shards = 2;
+    o.metrics = registries.back().get();
+    auto server = PsServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    addresses.push_back(absl::StrCat("127.0.0.1:", (*server)->port()));
+    servers.push_back(*std::move(server));
+  }
+  SparseClientOptions co;
+  co.shard_addresses = addresses;
+  auto client = SparseClient::Create(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  proto::SparseTableSpec spec;
+  spec.set_name("ids");
+  spec.set_rows(1000);
+  spec.set_dim(2);
+  spec.set_optimizer("sgd");
+  spec.set_lr(1.0f);
+  spec.set_eps(1e-10);
+  spec.set_beta1(0.9);
+  spec.set_beta2(0.999);
+  auto step = (*client)->Declare(spec);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 0);
+  const std::vector<int64_t> ids = {7, 4, 999};
+  std::vector<float> rows(6);
+  ASSERT_TRUE((*client)->Pull("ids", 2, ids, absl::MakeSpan(rows)).ok());
+  std::vector<float> start(2);
+  InitialRow(0, "ids", 4, absl::MakeSpan(start));
+  EXPECT_EQ(rows[2], start[0]);
+  ASSERT_TRUE((*client)->Push("ids", 2, 0, ids, std::vector<float>{1, 1, 2, 2, 3, 3}).ok());
+  ASSERT_TRUE((*client)->Pull("ids", 2, ids, absl::MakeSpan(rows)).ok());
+  EXPECT_FLOAT_EQ(rows[2], start[0] - 2.0f);
+  // Row 4 lives on shard 0, rows 7 and 999 on shard 1.
+  EXPECT_EQ(servers[0]->sparse_service().rows_held(), 1);
+  EXPECT_EQ(servers[1]->sparse_service().rows_held(), 2);
+  const std::string text = registries[1]->Render();
+  EXPECT_NE(text.find("dptrain_ps_sparse_rows_pulled_total 4"), std::string::npos) << text;
+  EXPECT_NE(text.find("dptrain_ps_sparse_rows_pushed_total 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("dptrain_ps_sparse_rows_held 2"), std::string::npos) << text;
+
+  spec.set_dim(3);
+  const absl::Status other = (*client)->Declare(spec).status();
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition) << other;
+  EXPECT_NE(other.message().find("sparse table 'ids' is declared as 1000 rows x 2"),
+            std::string::npos)
+      << other;
+  const absl::Status missing = (*client)->Pull("nope", 2, ids, absl::MakeSpan(rows));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
 }
 
 }  // namespace
