@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 args = {"reference": False, "world": 2, "optimizer": "adagrad", "steps": 8, "dim": 8,
-        "bad_id": False, "declare_dim": 0, "bag": False}
+        "bad_id": False, "declare_dim": 0, "bag": False, "rows": 500}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -23,13 +23,13 @@ for a in sys.argv[2:]:
         sys.exit(f"sparse_worker.py: unknown flag {a}")
     args[key] = type(args[key])(value) if value else True
 torch.set_num_threads(1)
-ROWS, FIELDS, GLOBAL, DIM = 500, 4, 32, args["dim"]
+ROWS, FIELDS, GLOBAL, DIM = args["rows"], 4, 32, args["dim"]
 LR = {"sgd": 0.5, "adagrad": 0.1, "adam": 0.05}[args["optimizer"]]
 generator = torch.Generator().manual_seed(3)
-# Zipf-like ids: a few hot rows, many cold ones, duplicates within a batch.
-weights = 1.0 / torch.arange(1, ROWS + 1, dtype=torch.float64)
-ids = torch.multinomial(weights, args["steps"] * GLOBAL * FIELDS, replacement=True,
-                        generator=generator).reshape(args["steps"], GLOBAL, FIELDS)
+# Zipf-like ids (log-uniform: a few hot rows, many cold ones, duplicates within a batch),
+# drawn without anything the size of the table.
+u = torch.rand(args["steps"], GLOBAL, FIELDS, generator=generator, dtype=torch.float64)
+ids = (torch.tensor(float(ROWS), dtype=torch.float64) ** u).long().clamp(max=ROWS) - 1
 labels = torch.randint(0, 2, (args["steps"], GLOBAL), generator=generator)
 torch.manual_seed(11)
 head = nn.Linear(DIM, 2)
@@ -105,10 +105,12 @@ else:
         loss = loss_fn(head(features(emb, batch)), labels[step][mine])
         loss.backward()
         opt.step()  # The head through the ring, the rows through the shards.
-    with torch.no_grad():
-        table = dpt.SparseEmbedding.forward(emb, torch.arange(ROWS))
+    with torch.no_grad():  # The whole table, if it is small enough to look at.
+        table = dpt.SparseEmbedding.forward(emb, torch.arange(min(ROWS, 10000)))
     dpt.shutdown()
 
 torch.save({"table": table, "head": head.state_dict()}, out)
 with open(out + ".json", "w") as f:
-    json.dump({"touched": int(torch.unique(ids).numel())}, f)
+    import resource
+    json.dump({"touched": int(torch.unique(ids).numel()),
+               "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}, f)
