@@ -6,17 +6,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/mix.h"
 
 namespace dptrain {
 namespace {
-
-// SplitMix64 finalizer: a bijective 64-bit mix.
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, bound) without modulo bias. std::mt19937_64 is fully specified by the standard,
 // unlike std::uniform_int_distribution, so this is the same everywhere.
@@ -55,7 +48,7 @@ std::vector<int64_t> DistributedSampler::GlobalIndices(int64_t epoch) const {
   std::vector<int64_t> order(total_size());
   std::iota(order.begin(), order.begin() + n, int64_t{0});
   if (options_.shuffle) {
-    std::mt19937_64 gen(Mix(options_.seed ^ Mix(static_cast<uint64_t>(epoch))));
+    std::mt19937_64 gen(Mix64(options_.seed ^ Mix64(static_cast<uint64_t>(epoch))));
     for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates.
       std::swap(order[i], order[UniformBelow(gen, static_cast<uint64_t>(i) + 1)]);
     }
