@@ -36,8 +36,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                                                  [self] { self->SizeReceiveMemory(); });
   server->stream_service_ = std::make_unique<TensorStreamService>(
       server->shard_.get(), options.stream, server->telemetry_.get());
-  server->sparse_service_ =
-      std::make_unique<SparseService>(server->shard_->options(), options.metrics);
+  auto sparse = SparseService::Create(server->shard_->options(), options.metrics);
+  if (!sparse.ok()) return sparse.status();
+  server->sparse_service_ = *std::move(sparse);
   if (options.metrics != nullptr) server->RegisterGauges(*options.metrics);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -1,5 +1,6 @@
 // ps_status: one line per shard of a running job (GetShardInfo): its version, each rank's
-// newest step, the slowest rank, staleness, optimizer and rate, the newest checkpoint.
+// newest step, the slowest rank, staleness, optimizer and rate, the newest checkpoint; then
+// a line per sparse embedding table the shard holds (its step, rows held, pulled, pushed).
 // With --json, the same as JSON lines (the document /status serves on a metrics port).
 // Exit status: 0 if every shard answered, 1 otherwise, 2 for bad usage. A server with TLS
 // and a job token wants the same security flags as the workers.
@@ -46,8 +47,8 @@ int main(int argc, char** argv) {
   }
   int failed = 0;
   for (const std::string& address : addresses) {
-    auto stub = dptrain::proto::ParameterServer::NewStub(
-        dptrain::MakeChannel(address, **credentials));
+    auto stub =
+        dptrain::proto::ParameterServer::NewStub(dptrain::MakeChannel(address, **credentials));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     dptrain::proto::ShardInfoResponse info;
@@ -57,9 +58,24 @@ int main(int argc, char** argv) {
       ++failed;
       continue;
     }
-    std::cout << (absl::GetFlag(FLAGS_json) ? dptrain::ShardInfoJson(info)
-                                            : address + "  " + dptrain::ShardStatusLine(info))
-              << std::endl;
+    // The sparse tables (an older server without them answers UNIMPLEMENTED: none shown).
+    auto sparse_stub =
+        dptrain::proto::SparseTables::NewStub(dptrain::MakeChannel(address, **credentials));
+    grpc::ClientContext sparse_context;
+    sparse_context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    dptrain::proto::SparseStatusResponse tables;
+    (void)sparse_stub->Status(&sparse_context, {}, &tables);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::string line = dptrain::ShardInfoJson(info);
+      line.pop_back();  // The object's closing brace: the tables join it.
+      std::cout << line << ",\"sparse_tables\":" << dptrain::SparseTablesJson(tables) << "}"
+                << std::endl;
+      continue;
+    }
+    std::cout << address << "  " << dptrain::ShardStatusLine(info) << std::endl;
+    for (const auto& table : tables.tables()) {
+      std::cout << dptrain::SparseTableLine(table) << std::endl;
+    }
   }
   return failed == 0 ? 0 : 1;
 }

@@ -59,17 +59,18 @@ void FillShardInfo(const ParameterShard& shard, proto::ShardInfoResponse* respon
                                         : absl::ToDoubleSeconds(now - info.rank_seen[r]));
     if (slowest < 0 || info.rank_steps[r] < info.rank_steps[slowest]) slowest = r;
   }
-  const bool any_push = std::any_of(info.rank_steps.begin(), info.rank_steps.end(),
-                                    [](int64_t s) { return s >= 0; });
+  const bool any_push =
+      std::any_of(info.rank_steps.begin(), info.rank_steps.end(), [](int64_t s) { return s >= 0; });
   response->set_slowest_rank(any_push ? slowest : -1);
 }
 
 std::string ShardInfoJson(const proto::ShardInfoResponse& i) {
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < i.rank_steps_size(); ++r) {
-    ranks.push_back({{"rank", r},
-                     {"step", i.rank_steps(r)},
-                     {"idle_seconds", r < i.rank_idle_seconds_size() ? i.rank_idle_seconds(r) : -1}});
+    ranks.push_back(
+        {{"rank", r},
+         {"step", i.rank_steps(r)},
+         {"idle_seconds", r < i.rank_idle_seconds_size() ? i.rank_idle_seconds(r) : -1}});
   }
   nlohmann::json doc = {
       {"shard", i.shard()},
@@ -122,13 +123,36 @@ std::string ShardStatusLine(const proto::ShardInfoResponse& i) {
       "shard %d/%d  job %s  %s  version %d  rank:step %s  slowest %s  staleness max %d mean "
       "%.2f  %s lr %.4g",
       i.shard(), i.num_shards(), i.job_id().empty() ? "-" : i.job_id(),
-      i.initialized() ? i.sync_policy() : "not initialised", i.version(),
-      absl::StrJoin(ranks, " "), i.slowest_rank() < 0 ? "-" : absl::StrCat("rank ", i.slowest_rank()),
-      i.max_staleness(), i.mean_staleness(), i.optimizer(), i.current_learning_rate());
+      i.initialized() ? i.sync_policy() : "not initialised", i.version(), absl::StrJoin(ranks, " "),
+      i.slowest_rank() < 0 ? "-" : absl::StrCat("rank ", i.slowest_rank()), i.max_staleness(),
+      i.mean_staleness(), i.optimizer(), i.current_learning_rate());
   if (i.checkpoint_every() > 0 || i.restored_step() >= 0) {
     absl::StrAppend(&line, "  checkpoint step ", i.checkpoint_step());
   }
   return line;
+}
+
+std::string SparseTableLine(const proto::SparseTableStatus& t) {
+  return absl::StrCat("  sparse table '", t.table().name(), "' (", t.table().rows(), " x ",
+                      t.table().dim(), ", ", t.table().optimizer(), "): next step ", t.step(),
+                      ", rows held ", t.rows_held(), ", rows pulled ", t.rows_pulled(), ", pushed ",
+                      t.rows_pushed(), ", checkpoints ", t.checkpoints_written());
+}
+
+std::string SparseTablesJson(const proto::SparseStatusResponse& r) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (const proto::SparseTableStatus& t : r.tables()) {
+    tables.push_back({{"name", t.table().name()},
+                      {"rows", t.table().rows()},
+                      {"dim", t.table().dim()},
+                      {"optimizer", t.table().optimizer()},
+                      {"step", t.step()},
+                      {"rows_held", t.rows_held()},
+                      {"rows_pulled", t.rows_pulled()},
+                      {"rows_pushed", t.rows_pushed()},
+                      {"checkpoints_written", t.checkpoints_written()}});
+  }
+  return tables.dump();
 }
 
 }  // namespace dptrain

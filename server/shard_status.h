@@ -19,6 +19,11 @@ std::string ShardInfoJson(const proto::ShardInfoResponse& info);
 // One line: shard, job, version, each rank's step, the slowest rank, staleness, checkpoints.
 std::string ShardStatusLine(const proto::ShardInfoResponse& info);
 
+// A shard's sparse tables (SparseTables.Status): one line each for ps_status ("  sparse
+// table 'x': step ..."), or a JSON array of objects (field names as in the proto).
+std::string SparseTableLine(const proto::SparseTableStatus& table);
+std::string SparseTablesJson(const proto::SparseStatusResponse& tables);
+
 }  // namespace dptrain
 
 #endif  // DPTRAIN_SERVER_SHARD_STATUS_H_

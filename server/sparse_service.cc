@@ -23,30 +23,129 @@ SparseTableSpec FromProto(const proto::SparseTableSpec& p) {
   return s;
 }
 
+void ToProto(const SparseTableSpec& s, proto::SparseTableSpec& p) {
+  p.set_name(s.name);
+  p.set_rows(s.rows);
+  p.set_dim(s.dim);
+  p.set_optimizer(s.optimizer);
+  p.set_lr(s.lr);
+  p.set_eps(s.eps);
+  p.set_beta1(s.beta1);
+  p.set_beta2(s.beta2);
+  p.set_seed(s.seed);
+}
+
 absl::Time Deadline(const grpc::ServerContext& context, absl::Duration step_timeout) {
   return std::min(absl::Now() + step_timeout, absl::FromChrono(context.deadline()));
 }
 
 }  // namespace
 
-SparseService::SparseService(const ParameterShardOptions& shard, MetricsRegistry* metrics)
-    : shard_(shard) {
-  if (metrics == nullptr) return;
+SparseService::SparseService(const ParameterShardOptions& shard) : shard_(shard) {}
+
+absl::StatusOr<std::unique_ptr<SparseService>> SparseService::Create(
+    const ParameterShardOptions& shard, MetricsRegistry* metrics) {
+  std::unique_ptr<SparseService> service(new SparseService(shard));
+  if (auto s = service->RestoreAll(); !s.ok()) return s;
+  if (metrics == nullptr) return service;
+  SparseService* self = service.get();
   metrics->AddCounterFunction("dptrain_ps_sparse_rows_pulled_total",
                               "Rows of sparse tables this shard served (all tables, workers).",
-                              [this] { return static_cast<double>(rows_pulled()); });
+                              [self] { return static_cast<double>(self->rows_pulled()); });
   metrics->AddCounterFunction("dptrain_ps_sparse_rows_pushed_total",
                               "Row gradients of sparse tables this shard received.",
-                              [this] { return static_cast<double>(rows_pushed()); });
+                              [self] { return static_cast<double>(self->rows_pushed()); });
   metrics->AddGaugeFunction("dptrain_ps_sparse_rows_held",
                             "Rows of sparse tables this shard holds (created on first touch).",
-                            [this] { return static_cast<double>(rows_held()); });
-  apply_seconds_ = &metrics
-                        ->AddHistogram("dptrain_ps_sparse_push_seconds",
-                                       "A sparse push from its arrival to its answer (BSP: the "
-                                       "wait for the other workers and the per-row updates).",
-                                       {1e-4, 1e-3, 1e-2, 0.1, 1, 10})
-                        .Get();
+                            [self] { return static_cast<double>(self->rows_held()); });
+  auto total = [self](auto of) {
+    absl::MutexLock lock(&self->mu_);
+    double sum = 0;
+    for (const auto& [name, t] : self->tables_) sum += of(*t);
+    return sum;
+  };
+  metrics->AddCounterFunction("dptrain_ps_sparse_bytes_pulled_total",
+                              "Bytes of sparse-table rows this shard served.", [total] {
+                                return total([](const Table& t) {
+                                  return 4.0 * t.table->spec().dim * t.rows_pulled.load();
+                                });
+                              });
+  metrics->AddCounterFunction("dptrain_ps_sparse_bytes_pushed_total",
+                              "Bytes of sparse-table row gradients this shard received.", [total] {
+                                return total([](const Table& t) {
+                                  return 4.0 * t.table->spec().dim * t.rows_pushed.load();
+                                });
+                              });
+  metrics->AddCounterFunction(
+      "dptrain_ps_sparse_rows_applied_total",
+      "Row updates the sparse tables' optimizers applied (BSP: one per distinct row a step).",
+      [total] { return total([](const Table& t) { return 1.0 * t.table->rows_applied(); }); });
+  metrics->AddCounterFunction(
+      "dptrain_ps_sparse_apply_seconds_total",
+      "Time the sparse tables' optimizers took (over rows_applied_total: the per-row cost).",
+      [total] { return total([](const Table& t) { return t.table->apply_seconds(); }); });
+  metrics->AddCounterFunction(
+      "dptrain_ps_sparse_checkpoint_failures_total", "Sparse-table checkpoint writes that failed.",
+      [self] { return static_cast<double>(self->checkpoint_failures_.load()); });
+  self->apply_seconds_ = &metrics
+                              ->AddHistogram("dptrain_ps_sparse_push_seconds",
+                                             "A sparse push from its arrival to its answer (BSP: "
+                                             "the wait for the other workers and the per-row "
+                                             "updates).",
+                                             {1e-4, 1e-3, 1e-2, 0.1, 1, 10})
+                              .Get();
+  return service;
+}
+
+std::unique_ptr<SparseService::Table> SparseService::NewTable(const SparseTableSpec& spec) const {
+  SparseTableOptions options;
+  options.shard = shard_.shard;
+  options.num_shards = shard_.num_shards;
+  options.num_workers = shard_.num_workers;
+  options.bsp = shard_.policy == SyncPolicy::kBsp;
+  auto table = std::make_unique<Table>();
+  table->table = std::make_unique<SparseTable>(spec, options);
+  return table;
+}
+
+absl::Status SparseService::RestoreAll() {
+  const auto& c = shard_.checkpoints;
+  if (c.dir.empty()) return absl::OkStatus();
+  FileSystem* fs = c.fs;
+  if (fs == nullptr) {
+    own_fs_ = std::make_unique<PosixFileSystem>();
+    fs = own_fs_.get();
+  }
+  auto dir = SparseCheckpointDir::Open(c.dir, shard_.shard, c.keep, fs, shard_.log);
+  if (!dir.ok()) return dir.status();
+  checkpoints_.emplace(*std::move(dir));
+  auto tables = checkpoints_->Tables();
+  if (!tables.ok()) return tables.status();
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, steps] : *tables) {
+    auto cp = checkpoints_->LoadNewest(name);
+    if (!cp.ok()) {
+      shard_.log(absl::StrCat("ps shard ", shard_.shard, ": sparse table '", name,
+                              "' starts afresh: ", cp.status().ToString()));
+      continue;
+    }
+    if (cp->num_shards != shard_.num_shards) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(checkpoints_->PathOf(name, cp->step), ": a checkpoint of ", cp->num_shards,
+                       " shards, this job has ", shard_.num_shards));
+    }
+    if (!job_id_.empty() && cp->job_id != job_id_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sparse checkpoints of two jobs ('", job_id_, "', '", cp->job_id, "') in ", c.dir));
+    }
+    job_id_ = cp->job_id;
+    auto table = NewTable(cp->spec);
+    if (auto s = table->table->Restore(&*cp); !s.ok()) return s;
+    shard_.log(absl::StrCat("ps shard ", shard_.shard, ": sparse table '", name,
+                            "' restored at step ", cp->step, " (", cp->ids.size(), " rows)"));
+    tables_[name] = std::move(table);
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status SparseService::Declare(grpc::ServerContext*,
@@ -68,25 +167,20 @@ grpc::Status SparseService::Declare(grpc::ServerContext*,
   }
   auto it = tables_.find(spec.name);
   if (it == tables_.end()) {
-    SparseTableOptions options;
-    options.shard = shard_.shard;
-    options.num_shards = shard_.num_shards;
-    options.num_workers = shard_.num_workers;
-    options.bsp = shard_.policy == SyncPolicy::kBsp;
-    it = tables_.emplace(spec.name, std::make_unique<SparseTable>(spec, options)).first;
-  } else if (DescribeSparseTable(it->second->spec()) != DescribeSparseTable(spec)) {
+    it = tables_.emplace(spec.name, NewTable(spec)).first;
+  } else if (DescribeSparseTable(it->second->table->spec()) != DescribeSparseTable(spec)) {
     return grpc::Status(
         grpc::StatusCode::FAILED_PRECONDITION,
         absl::StrCat("sparse table '", spec.name, "' is declared as ",
-                     DescribeSparseTable(it->second->spec()), " here; rank ",
+                     DescribeSparseTable(it->second->table->spec()), " here; rank ",
                      request->caller().rank(), " declares ", DescribeSparseTable(spec)));
   }
-  response->set_step(it->second->step());
+  response->set_step(it->second->table->step());
   return grpc::Status::OK;
 }
 
-absl::StatusOr<SparseTable*> SparseService::Find(const std::string& job_id,
-                                                 const std::string& name) {
+absl::StatusOr<SparseService::Table*> SparseService::Find(const std::string& job_id,
+                                                          const std::string& name) {
   absl::MutexLock lock(&mu_);
   auto it = tables_.find(name);
   if (it == tables_.end()) {
@@ -104,11 +198,12 @@ grpc::Status SparseService::Pull(grpc::ServerContext*, const proto::SparsePullRe
                                  proto::SparsePullResponse* response) {
   auto table = Find(request->caller().job_id(), request->table());
   if (!table.ok()) return ToGrpcStatus(table.status());
-  const int dim = (*table)->spec().dim;
+  const int dim = (*table)->table->spec().dim;
   rows_pulled_ += request->ids_size();
+  (*table)->rows_pulled += request->ids_size();
   std::string* rows = response->mutable_rows();
   rows->resize(static_cast<size_t>(request->ids_size()) * dim * sizeof(float));
-  return ToGrpcStatus((*table)->Pull(
+  return ToGrpcStatus((*table)->table->Pull(
       request->ids(), absl::MakeSpan(reinterpret_cast<float*>(rows->data()),
                                      static_cast<size_t>(request->ids_size()) * dim)));
 }
@@ -125,20 +220,92 @@ grpc::Status SparseService::Push(grpc::ServerContext* context,
   }
   const absl::Time start = absl::Now();
   rows_pushed_ += request->ids_size();
+  (*table)->rows_pushed += request->ids_size();
   // The bytes of a protobuf string carry no alignment promise: copy them.
   std::vector<float> values(grads.size() / sizeof(float));
   if (!grads.empty()) std::memcpy(values.data(), grads.data(), grads.size());
   const absl::Status pushed =
-      (*table)->Push(request->caller().rank(), request->step(), request->ids(), values,
-                     Deadline(*context, shard_.step_timeout));
+      (*table)->table->Push(request->caller().rank(), request->step(), request->ids(), values,
+                            Deadline(*context, shard_.step_timeout));
   if (apply_seconds_ != nullptr) apply_seconds_->ObserveDuration(absl::Now() - start);
+  if (pushed.ok() && request->caller().rank() == 0) MaybeCheckpoint(**table, request->step() + 1);
   return ToGrpcStatus(pushed);
+}
+
+void SparseService::MaybeCheckpoint(Table& table, int64_t step) {
+  const int64_t every = shard_.checkpoints.every;
+  if (!checkpoints_.has_value() || every <= 0 || step % every != 0 ||
+      shard_.policy != SyncPolicy::kBsp) {
+    return;
+  }
+  std::optional<SparseTableCheckpoint> cp = table.table->Snapshot(step);
+  if (!cp.has_value()) return;  // A retry after the table moved on (or went back).
+  {
+    absl::MutexLock lock(&mu_);
+    cp->job_id = job_id_;
+  }
+  absl::MutexLock lock(&write_mu_);
+  if (auto s = checkpoints_->Write(*cp); !s.ok()) {
+    if (checkpoint_failures_++ % 100 == 0) {
+      shard_.log(absl::StrCat("ps shard ", shard_.shard, ": sparse table '", cp->spec.name,
+                              "' checkpoint of step ", step, " failed: ", s.ToString()));
+    }
+    return;
+  }
+  ++table.checkpoints_written;
+}
+
+grpc::Status SparseService::Rollback(grpc::ServerContext*,
+                                     const proto::SparseRollbackRequest* request,
+                                     proto::SparseRollbackResponse*) {
+  auto table = Find(request->caller().job_id(), request->table());
+  if (!table.ok()) return ToGrpcStatus(table.status());
+  SparseTable& t = *(*table)->table;
+  const int64_t step = request->step(), at = t.step();
+  if (step == at) return grpc::Status::OK;
+  if (step > at || step < 0) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("sparse table '", t.spec().name, "' is at step ", at,
+                                     ", it cannot go to step ", step));
+  }
+  if (step == 0) return ToGrpcStatus(t.Restore(nullptr));
+  if (!checkpoints_.has_value()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("sparse table '", t.spec().name, "' cannot go back to step ",
+                                     step, ": this shard has no --checkpoint_dir"));
+  }
+  absl::StatusOr<SparseTableCheckpoint> cp;
+  {
+    absl::MutexLock lock(&write_mu_);
+    cp = checkpoints_->Load(t.spec().name, step);
+  }
+  if (!cp.ok()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, std::string(cp.status().message()));
+  }
+  shard_.log(absl::StrCat("ps shard ", shard_.shard, ": sparse table '", t.spec().name,
+                          "' goes back from step ", at, " to ", step));
+  return ToGrpcStatus(t.Restore(&*cp));
+}
+
+grpc::Status SparseService::Status(grpc::ServerContext*, const proto::SparseStatusRequest*,
+                                   proto::SparseStatusResponse* response) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, t] : tables_) {
+    proto::SparseTableStatus* status = response->add_tables();
+    ToProto(t->table->spec(), *status->mutable_table());
+    status->set_step(t->table->step());
+    status->set_rows_held(t->table->rows_held());
+    status->set_rows_pulled(t->rows_pulled.load());
+    status->set_rows_pushed(t->rows_pushed.load());
+    status->set_checkpoints_written(t->checkpoints_written.load());
+  }
+  return grpc::Status::OK;
 }
 
 int64_t SparseService::rows_held() const {
   absl::MutexLock lock(&mu_);
   int64_t total = 0;
-  for (const auto& [name, table] : tables_) total += table->rows_held();
+  for (const auto& [name, t] : tables_) total += t->table->rows_held();
   return total;
 }
 

@@ -1,6 +1,7 @@
 #include "server/sparse_table.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 
@@ -14,7 +15,13 @@ absl::Status ValidateSparseTableSpec(const SparseTableSpec& s) {
   auto bad = [&s](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("sparse table '", s.name, "': ", what));
   };
-  if (s.name.empty()) return absl::InvalidArgumentError("a sparse table needs a name");
+  if (s.name.empty() || s.name.size() > 128 ||
+      !std::all_of(s.name.begin(), s.name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sparse table name '", s.name, "': 1 to 128 of letters, digits, '_', '.', '-'"));
+  }
   if (s.rows < 1) return bad(absl::StrCat("rows must be >= 1, got ", s.rows));
   if (s.dim < 1 || s.dim > (1 << 20))
     return bad(absl::StrCat("dim must be in [1, 2^20], got ", s.dim));
@@ -52,6 +59,16 @@ int64_t SparseTable::rows_held() const {
   return static_cast<int64_t>(rows_.size());
 }
 
+int64_t SparseTable::rows_applied() const {
+  absl::MutexLock lock(&mu_);
+  return rows_applied_;
+}
+
+double SparseTable::apply_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return absl::ToDoubleSeconds(apply_time_);
+}
+
 absl::Status SparseTable::CheckIds(absl::Span<const int64_t> ids) const {
   for (int64_t id : ids) {
     if (id < 0 || id >= spec_.rows) {
@@ -64,6 +81,68 @@ absl::Status SparseTable::CheckIds(absl::Span<const int64_t> ids) const {
                        RowShard(id, options_.num_shards), ", not to shard ", options_.shard));
     }
   }
+  return absl::OkStatus();
+}
+
+std::optional<SparseTableCheckpoint> SparseTable::Snapshot(int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  if (step != step_) return std::nullopt;
+  SparseTableCheckpoint cp;
+  cp.shard = options_.shard;
+  cp.num_shards = options_.num_shards;
+  cp.step = step_;
+  cp.spec = spec_;
+  cp.ids.reserve(rows_.size());
+  for (const auto& [id, row] : rows_) cp.ids.push_back(id);
+  std::sort(cp.ids.begin(), cp.ids.end());
+  const size_t d = spec_.dim, n = cp.ids.size();
+  const bool adagrad = spec_.optimizer == "adagrad", adam = spec_.optimizer == "adam";
+  cp.weights.resize(n * d);
+  if (adagrad || adam) cp.state_a.assign(n * d, 0.0f);
+  if (adam) cp.state_b.assign(n * d, 0.0f), cp.state_steps.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Row& row = rows_.at(cp.ids[i]);
+    std::copy(row.w.begin(), row.w.end(), cp.weights.begin() + i * d);
+    // A row only pulled has no state yet: zeros, what its first update starts from.
+    if (!row.a.empty()) std::copy(row.a.begin(), row.a.end(), cp.state_a.begin() + i * d);
+    if (!row.b.empty()) std::copy(row.b.begin(), row.b.end(), cp.state_b.begin() + i * d);
+    if (adam) cp.state_steps[i] = row.t;
+  }
+  return cp;
+}
+
+absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
+  if (cp != nullptr && DescribeSparseTable(cp->spec) != DescribeSparseTable(spec_)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sparse table '", spec_.name, "' is ", DescribeSparseTable(spec_),
+                     "; its checkpoint holds ", DescribeSparseTable(cp->spec)));
+  }
+  std::unordered_map<int64_t, Row> rows;
+  if (cp != nullptr) {
+    const size_t d = spec_.dim;
+    rows.reserve(cp->ids.size());
+    for (size_t i = 0; i < cp->ids.size(); ++i) {
+      Row& row = rows[cp->ids[i]];
+      row.w.assign(cp->weights.begin() + i * d, cp->weights.begin() + (i + 1) * d);
+      if (!cp->state_a.empty()) {
+        row.a.assign(cp->state_a.begin() + i * d, cp->state_a.begin() + (i + 1) * d);
+      }
+      if (!cp->state_b.empty()) {
+        row.b.assign(cp->state_b.begin() + i * d, cp->state_b.begin() + (i + 1) * d);
+      }
+      if (!cp->state_steps.empty()) row.t = cp->state_steps[i];
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  rows_ = std::move(rows);
+  step_ = cp != nullptr ? cp->step : 0;
+  for (int r = 0; r < options_.num_workers; ++r) {
+    pending_ids_[r].clear();
+    pending_grads_[r].clear();
+  }
+  pushed_.assign(options_.num_workers, false);
+  arrived_ = 0;
+  ++restores_;
   return absl::OkStatus();
 }
 
@@ -137,7 +216,10 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   if (auto s = CheckIds(ids); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (!options_.bsp) {
+    const absl::Time start = absl::Now();
     for (size_t i = 0; i < ids.size(); ++i) ApplyLocked(ids[i], &grads[i * spec_.dim], 1.0f);
+    apply_time_ += absl::Now() - start;
+    rows_applied_ += static_cast<int64_t>(ids.size());
     ++step_;
     return absl::OkStatus();
   }
@@ -163,14 +245,25 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
         pending_grads_[r].clear();
       }
       const float scale = 1.0f / static_cast<float>(options_.num_workers);
+      const absl::Time start = absl::Now();
       for (const auto& [id, sum] : sums) ApplyLocked(id, sum.data(), scale);
+      apply_time_ += absl::Now() - start;
+      rows_applied_ += static_cast<int64_t>(sums.size());
       pushed_.assign(options_.num_workers, false);
       arrived_ = 0;
       ++step_;
     }
   }
-  auto applied = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return step_ > step; };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&applied), deadline)) {
+  const int64_t restores = restores_;
+  auto applied = [this, step, restores]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return step_ > step || restores_ != restores;
+  };
+  const bool done = mu_.AwaitWithDeadline(absl::Condition(&applied), deadline);
+  if (restores_ != restores) {
+    return absl::AbortedError(absl::StrCat("sparse table '", spec_.name, "': went back to step ",
+                                           step_, " while step ", step, " waited"));
+  }
+  if (!done) {
     std::vector<int> missing;
     for (int r = 0; r < options_.num_workers; ++r) {
       if (!pushed_[r]) missing.push_back(r);

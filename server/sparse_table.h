@@ -13,6 +13,7 @@
 #define DPTRAIN_SERVER_SPARSE_TABLE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,10 +36,25 @@ struct SparseTableSpec {
   uint64_t seed = 0;                  // Of the initial rows (common/sparse_rows.h).
 };
 
-// InvalidArgument naming the field for a spec no table can have.
+// InvalidArgument naming the field for a spec no table can have. Names are 1 to 128 of
+// [A-Za-z0-9_.-] (they are part of checkpoint file names).
 absl::Status ValidateSparseTableSpec(const SparseTableSpec& spec);
 // One line with every field, to compare two declarations and to print them.
 std::string DescribeSparseTable(const SparseTableSpec& spec);
+
+// What a checkpoint holds of a table on one shard (written by sparse_checkpoint.h).
+struct SparseTableCheckpoint {
+  std::string job_id;
+  int shard = 0;
+  int num_shards = 1;
+  int64_t step = 0;  // The table's next step when it was taken.
+  SparseTableSpec spec;
+  std::vector<int64_t> ids;          // The rows held, ascending.
+  std::vector<float> weights;        // ids.size() x dim.
+  std::vector<float> state_a;        // adagrad's sums, adam's exp_avg; else empty.
+  std::vector<float> state_b;        // adam's exp_avg_sq; else empty.
+  std::vector<int64_t> state_steps;  // adam's per-row step counts; else empty.
+};
 
 struct SparseTableOptions {
   int shard = 0;
@@ -58,6 +74,18 @@ class SparseTable {
   // BSP: the steps applied so far (the next push is of this step).
   int64_t step() const;
   int64_t rows_held() const;
+  // Row updates applied so far and the time the optimizer took for them (per-row cost).
+  int64_t rows_applied() const;
+  double apply_seconds() const;
+
+  // A copy of every row held with its optimizer state, if the table's next step is `step`
+  // (what a BSP push of step - 1 that returned OK leaves; another step: nullopt). Rows in
+  // ascending id order; the shard fields are the table's options'.
+  std::optional<SparseTableCheckpoint> Snapshot(int64_t step) const;
+  // Replaces every row and the step with `checkpoint`'s (its spec must equal this table's;
+  // FailedPrecondition otherwise), or with none at step 0 when `checkpoint` is null (the
+  // table's start). Pushes waiting for the old step end with Aborted.
+  absl::Status Restore(const SparseTableCheckpoint* checkpoint);
 
   // The current values of rows `ids` (each in [0, rows) and owned by this shard), back to
   // back in `out` (ids.size() x dim). InvalidArgument naming the table and the first bad id
@@ -92,6 +120,9 @@ class SparseTable {
   std::vector<std::vector<float>> pending_grads_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rows_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration apply_time_ ABSL_GUARDED_BY(mu_);  // Restore calls: ends the waits they cut off.
 };
 
 }  // namespace dptrain

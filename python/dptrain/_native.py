@@ -9,7 +9,7 @@ import ctypes
 import json
 import os
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # absl::StatusCode names, for messages.
 _CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
@@ -78,6 +78,9 @@ def lib():
                              f32p], ctypes.c_int),
         "dpt_sparse_push": ([session, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, i64p,
                              ctypes.c_int64, f32p], ctypes.c_int),
+        "dpt_sparse_step": ([session, ctypes.c_char_p, i64p], ctypes.c_int),
+        "dpt_sparse_rollback": ([session, ctypes.c_char_p, ctypes.c_int64], ctypes.c_int),
+        "dpt_rewind": ([session, ctypes.c_int64, f32p, ctypes.c_int64], ctypes.c_int),
         "dpt_sparse_initial_rows": ([ctypes.c_uint64, ctypes.c_char_p, i64p, ctypes.c_int64,
                                      ctypes.c_int, f32p], ctypes.c_int),
     }
@@ -177,6 +180,17 @@ class Session:
     def sparse_push(self, table, dim, step, ids_address, n, grads_address):
         check(lib().dpt_sparse_push(self._handle, table.encode(), dim, step, int64s(ids_address),
                                     n, floats(grads_address)))
+
+    def sparse_step(self, table):
+        step = ctypes.c_int64(0)
+        check(lib().dpt_sparse_step(self._handle, table.encode(), ctypes.byref(step)))
+        return step.value
+
+    def sparse_rollback(self, table, step):
+        check(lib().dpt_sparse_rollback(self._handle, table.encode(), step))
+
+    def rewind(self, step, weights_address, n):
+        check(lib().dpt_rewind(self._handle, step, floats(weights_address), n))
 
     def push_pull(self, step, gradient_address, weights_address, n):
         skipped, rewind = ctypes.c_int(0), ctypes.c_int64(-1)

@@ -98,7 +98,7 @@ absl::Status Usable(const dpt_session* s, const void* data, int64_t n) {
 
 extern "C" {
 
-int dpt_abi_version(void) { return 2; }
+int dpt_abi_version(void) { return 3; }
 const char* dpt_last_error(void) { return last_error.c_str(); }
 
 int dpt_create(const char* options_json, dpt_session** out) {
@@ -218,6 +218,26 @@ int dpt_sparse_push(dpt_session* s, const char* table, int dim, int64_t step, co
   }
   return Fail(s->session->SparsePush(table, dim, step, absl::MakeConstSpan(ids, n),
                                      absl::MakeConstSpan(grads, n * dim)));
+}
+
+int dpt_sparse_step(dpt_session* s, const char* table, int64_t* step) {
+  if (auto u = Usable(s, table, 0); !u.ok()) return Fail(u);
+  if (table == nullptr || step == nullptr) return Fail(absl::InvalidArgumentError("null argument"));
+  auto at = s->session->SparseStep(table);
+  if (!at.ok()) return Fail(at.status());
+  *step = *at;
+  return 0;
+}
+
+int dpt_sparse_rollback(dpt_session* s, const char* table, int64_t step) {
+  if (auto u = Usable(s, table, 0); !u.ok()) return Fail(u);
+  if (table == nullptr) return Fail(absl::InvalidArgumentError("null table"));
+  return Fail(s->session->SparseRollback(table, step));
+}
+
+int dpt_rewind(dpt_session* s, int64_t step, float* weights, int64_t n) {
+  if (auto u = Usable(s, weights, n); !u.ok()) return Fail(u);
+  return Fail(s->session->Rewind(step, absl::MakeSpan(weights, n)));
 }
 
 int dpt_sparse_initial_rows(uint64_t seed, const char* table, const int64_t* ids, int64_t n,

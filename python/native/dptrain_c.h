@@ -55,6 +55,12 @@ int dpt_sparse_pull(dpt_session* session, const char* table, int dim, const int6
                     float* out);
 int dpt_sparse_push(dpt_session* session, const char* table, int dim, int64_t step,
                     const int64_t* ids, int64_t n, const float* grads);
+/* After a shard restart (session.h): the table's lowest next step over the shards; every
+   shard's table back to `step`; ServerOptimizer's shards back to `step` with their weights
+   into `weights` (n values). */
+int dpt_sparse_step(dpt_session* session, const char* table, int64_t* step);
+int dpt_sparse_rollback(dpt_session* session, const char* table, int64_t step);
+int dpt_rewind(dpt_session* session, int64_t step, float* weights, int64_t n);
 /* A table's initial rows (common/sparse_rows.h), without a session: n x dim into `out`. */
 int dpt_sparse_initial_rows(uint64_t seed, const char* table, const int64_t* ids, int64_t n,
                             int dim, float* out);

@@ -280,6 +280,7 @@ absl::StatusOr<int64_t> Session::SparseDeclare(const proto::SparseTableSpec& tab
     o.rank = options_.rank;
     o.credentials = credentials_;
     o.rpc_timeout = options_.timeout + absl::Seconds(30);
+    o.reconnect_timeout = options_.reconnect_timeout;
     auto client = SparseClient::Create(o);
     if (!client.ok()) return client.status();
     sparse_ = *std::move(client);
@@ -297,6 +298,25 @@ absl::Status Session::SparsePush(const std::string& table, int dim, int64_t step
                                  absl::Span<const int64_t> ids, absl::Span<const float> grads) {
   if (sparse_ == nullptr) return absl::FailedPreconditionError("no sparse table declared");
   return sparse_->Push(table, dim, step, ids, grads);
+}
+
+absl::StatusOr<int64_t> Session::SparseStep(const std::string& table) {
+  if (sparse_ == nullptr) return absl::FailedPreconditionError("no sparse table declared");
+  auto steps = sparse_->Steps(table);
+  if (!steps.ok()) return steps.status();
+  return *std::min_element(steps->begin(), steps->end());
+}
+
+absl::Status Session::SparseRollback(const std::string& table, int64_t step) {
+  if (sparse_ == nullptr) return absl::FailedPreconditionError("no sparse table declared");
+  return sparse_->Rollback(table, step);
+}
+
+absl::Status Session::Rewind(int64_t step, absl::Span<float> weights) {
+  if (store_ == nullptr || gradient_step_ >= 0) {
+    return absl::FailedPreconditionError("Rewind before StartServer");
+  }
+  return store_->Rewind(step, weights, options_.reconnect_timeout);
 }
 
 }  // namespace dptrain

@@ -109,6 +109,12 @@ class Session {
                           absl::Span<float> out);
   absl::Status SparsePush(const std::string& table, int dim, int64_t step,
                           absl::Span<const int64_t> ids, absl::Span<const float> grads);
+  // After a shard restart: the table's lowest next step over the shards, and every shard's
+  // table back to `step` (SparseClient::Steps, Rollback).
+  absl::StatusOr<int64_t> SparseStep(const std::string& table);
+  absl::Status SparseRollback(const std::string& table, int64_t step);
+  // ServerOptimizer: every shard back to `step`, its weights into `weights` (PsClient::Rewind).
+  absl::Status Rewind(int64_t step, absl::Span<float> weights);
 
  private:
   explicit Session(const SessionOptions& options);

@@ -1,7 +1,7 @@
-// The ParameterStore (step_sync.h) of ps and master mode: S parameter-server shards: each step, one call per shard, all shards
-// in flight at once, each carrying the shard's chunks of the gradient and bringing back the
-// same chunks of the new weights. A shard holding at least `stream_min_bytes` gets a tensor
-// stream (shard_step_call.h: no copies, chunks pipelined); a smaller one one unary
+// The ParameterStore (step_sync.h) of ps and master mode: S parameter-server shards: each step, one
+// call per shard, all shards in flight at once, each carrying the shard's chunks of the gradient
+// and bringing back the same chunks of the new weights. A shard holding at least `stream_min_bytes`
+// gets a tensor stream (shard_step_call.h: no copies, chunks pipelined); a smaller one one unary
 // PushPull, whose fixed cost is lower (measured: LeNet through 2 shards trains ~20 % faster
 // that way, while a 64 MiB shard's push+pull takes a third of the unary time streamed).
 #ifndef DPTRAIN_WORKER_COMM_PS_CLIENT_H_
@@ -15,10 +15,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/log_sink.h"
 #include "common/credentials.h"
-#include "common/trace.h"
+#include "common/log_sink.h"
 #include "common/shard_map.h"
+#include "common/trace.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
 #include "worker/comm/step_sync.h"
@@ -87,12 +87,15 @@ class PsClient final : public ParameterStore {
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   // Through shard 0 as well, which keeps every rank's statistics with its checkpoints:
   // KeepBuffers sends only at shard 0's checkpoint steps (BSP), and does nothing otherwise.
-  absl::Status KeepBuffers(int64_t step, absl::Span<const float> buffers,
-                           bool epoch_end) override;
+  absl::Status KeepBuffers(int64_t step, absl::Span<const float> buffers, bool epoch_end) override;
   absl::Status RestoreBuffers(int64_t step, absl::Span<float> buffers) override;
   CommStats stats() const override { return stats_; }
 
   const ShardMap& shard_map() const { return map_; }
+  // Rolls every shard back to `step` (BSP, each needs its checkpoint of it), then pulls its
+  // weights; what PushPull does when a shard came back from an older checkpoint, for a
+  // caller that learnt of an older step elsewhere (the sparse tables of the same shards).
+  absl::Status Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout);
 
  private:
   PsClient(const PsClientOptions& options, ShardMap map);
@@ -113,8 +116,6 @@ class PsClient final : public ParameterStore {
   // to reconnect_timeout; the error names `method` and the address.
   absl::Status CallShard0(absl::string_view method,
                           const std::function<grpc::Status(grpc::ClientContext&)>& call);
-  // Rolls every shard back to `step`, then pulls its weights.
-  absl::Status Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout);
 
   PsClientOptions options_;
   ShardMap map_;

@@ -31,9 +31,19 @@ absl::Status SparseClient::ForShards(
   for (int s = 0; s < n; ++s) {
     if (!work[s]) continue;
     threads.emplace_back([&, s] {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-      results[s] = call(s, context);
+      const absl::Time give_up = absl::Now() + options_.reconnect_timeout;
+      absl::Duration backoff = absl::Milliseconds(50);
+      while (true) {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+        results[s] = call(s, context);
+        if (results[s].error_code() != grpc::StatusCode::UNAVAILABLE ||
+            absl::Now() + backoff > give_up) {
+          break;
+        }
+        absl::SleepFor(backoff);
+        backoff = std::min(2 * backoff, absl::Seconds(1));
+      }
     });
   }
   for (auto& t : threads) t.join();
@@ -138,6 +148,48 @@ absl::Status SparseClient::Push(const std::string& table, int dim, int64_t step,
                      requests[s].set_step(step);
                      proto::SparsePushResponse response;
                      return stubs_[s]->Push(&context, requests[s], &response);
+                   });
+}
+
+}  // namespace dptrain
+
+namespace dptrain {
+
+absl::StatusOr<std::vector<int64_t>> SparseClient::Steps(const std::string& table) {
+  const int n = static_cast<int>(stubs_.size());
+  std::vector<proto::SparseStatusResponse> responses(n);
+  auto s = ForShards(
+      std::vector<bool>(n, true), absl::StrCat("status of sparse table '", table, "'"),
+      [&](int shard, grpc::ClientContext& context) {
+        return stubs_[shard]->Status(&context, proto::SparseStatusRequest(), &responses[shard]);
+      });
+  if (!s.ok()) return s;
+  std::vector<int64_t> steps(n, -1);
+  for (int shard = 0; shard < n; ++shard) {
+    for (const proto::SparseTableStatus& t : responses[shard].tables()) {
+      if (t.table().name() == table) steps[shard] = t.step();
+    }
+    if (steps[shard] < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", shard, " at ", options_.shard_addresses[shard], " does not hold sparse table '",
+          table, "' (restarted without a checkpoint of it?)"));
+    }
+  }
+  return steps;
+}
+
+absl::Status SparseClient::Rollback(const std::string& table, int64_t step) {
+  const int n = static_cast<int>(stubs_.size());
+  proto::SparseRollbackRequest request;
+  request.mutable_caller()->set_job_id(options_.job_id);
+  request.mutable_caller()->set_rank(options_.rank);
+  request.set_table(table);
+  request.set_step(step);
+  return ForShards(std::vector<bool>(n, true),
+                   absl::StrCat("rolling sparse table '", table, "' back to step ", step),
+                   [&](int shard, grpc::ClientContext& context) {
+                     proto::SparseRollbackResponse response;
+                     return stubs_[shard]->Rollback(&context, request, &response);
                    });
 }
 

@@ -23,6 +23,9 @@ struct SparseClientOptions {
   int rank = 0;
   std::shared_ptr<const Credentials> credentials = Credentials::Plaintext();
   absl::Duration rpc_timeout = absl::Seconds(90);  // Per call (longer than a BSP step's wait).
+  // A call that finds its shard away (UNAVAILABLE: a shard restarting) is retried with
+  // backoff (50 ms doubling to 1 s) for this long; zero: not retried.
+  absl::Duration reconnect_timeout = absl::Seconds(60);
 };
 
 class SparseClient {
@@ -38,9 +41,16 @@ class SparseClient {
   absl::Status Pull(const std::string& table, int dim, absl::Span<const int64_t> ids,
                     absl::Span<float> out);
   // This worker's gradients of rows `ids` (unique) for `step`; under BSP returns once the
-  // step was applied on every shard.
+  // step was applied on every shard. A shard that went back (restarted from an older
+  // checkpoint) answers OutOfRange (it is behind) or Aborted (it went back while the push
+  // waited): Steps() and Rollback() recover.
   absl::Status Push(const std::string& table, int dim, int64_t step, absl::Span<const int64_t> ids,
                     absl::Span<const float> grads);
+  // The table's next step on every shard, in shard order; FailedPrecondition naming a shard
+  // that does not hold it (restarted without a checkpoint of it).
+  absl::StatusOr<std::vector<int64_t>> Steps(const std::string& table);
+  // Every shard's table back to `step` (proto/ps.proto, SparseRollbackRequest).
+  absl::Status Rollback(const std::string& table, int64_t step);
 
  private:
   explicit SparseClient(const SparseClientOptions& o) : options_(o) {}

@@ -541,13 +541,19 @@ class ServerOptimizer:
         skipped, rewind = self._session.push_pull(self.steps, self._gradient.data_ptr(),
                                                   self._weights.data_ptr(), self._total)
         self._unpack()
-        if rewind >= 0:
-            self.steps = rewind  # A shard came back from an older checkpoint.
-        else:
-            self.steps += 1
+        if rewind >= 0:  # A shard came back from an older checkpoint: so do the tables.
+            _rewind_sparse(self, rewind)
+            return skipped
+        self.steps += 1
         self.skipped_steps += int(skipped)
-        _push_sparse()
+        _push_sparse(server=self)
         return skipped
+
+    def _rewind(self, step):
+        """Every shard's dense weights back to `step` (their checkpoint of it), loaded."""
+        self._session.rewind(step, self._weights.data_ptr(), self._total)
+        self._unpack()
+        self.steps = step
 
 
 # ---- Row-sparse embedding tables on the parameter-server shards.
@@ -564,9 +570,45 @@ def sparse_initial_weight(name, num_embeddings, embedding_dim, seed=0):
     return out
 
 
-def _push_sparse(skipped=False):
+def _push_sparse(skipped=False, server=None):
+    """Every table's push of this step. A shard that came back from an older checkpoint
+    (the push answers OUT_OF_RANGE or ABORTED) takes the whole job back to the oldest step
+    any table or the dense weights are at (`server`: ServerOptimizer's dense weights)."""
+    behind = False
     for table in _sparse_tables:
-        table.push(skipped)
+        try:
+            table.push(skipped)
+        except DptrainError as e:
+            if e.code not in ("OUT_OF_RANGE", "ABORTED"):
+                raise
+            behind = True
+    if behind:
+        _rewind_sparse(server, None)
+
+
+def _rewind_sparse(server, dense_step):
+    """After a shard restart: every table (and, with `server`, the dense weights, which went
+    back to `dense_step` already when it is not None) goes to the oldest step any of them is
+    at on any shard; the training loop recomputes from `server.steps` (the data order must
+    be a function of the step, as in tests/torch/sparse_worker.py)."""
+    if not _sparse_tables:
+        return
+    session = _session()
+    steps = [session.sparse_step(t.table) for t in _sparse_tables]
+    target = min(steps + ([dense_step] if dense_step is not None else []))
+    if server is None:
+        raise DptrainError(
+            f"a parameter-server shard went back to step {target} (restarted from its "
+            f"checkpoint) while this worker's dense parameters are past it: only "
+            f"ServerOptimizer's dense weights go back with the sparse tables; restart the job",
+            "FAILED_PRECONDITION")
+    if dense_step is None or target < dense_step:
+        server._rewind(target)
+    server.steps = target
+    for t in _sparse_tables:
+        session.sparse_rollback(t.table, target)
+        t.steps = target
+        t._pending = []
 
 
 class SparseEmbedding(torch.nn.Module):
