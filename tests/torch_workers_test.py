@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The built binaries (bazel-bin, or the test's runfiles); scripts beside this file.
 ROOT = os.environ.get("DPTRAIN_ROOT", os.path.join(HERE, "..", "bazel-bin"))
 PS_SERVER = os.path.join(ROOT, "server", "ps_server")
+PS_STATUS = os.path.join(ROOT, "server", "ps_status")
 GPU_WORKER = os.path.join(ROOT, "worker", "gpu_worker")
 WORKER = os.path.join(HERE, "torch", "worker.py")
 SPARSE_WORKER = os.path.join(HERE, "torch", "sparse_worker.py")
@@ -143,7 +144,7 @@ def summary(out):
 def main():
     cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
                              "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun",
-                             "sparse", "load"]
+                             "sparse", "sparse_restart", "load"]
     if "init" in cases:
         r = subprocess.run([PYTHON, "-c", "import dptrain.torch as d\n"
                             "try:\n d.rank()\nexcept d.DptrainError as e:\n print(e)\n"],
@@ -157,6 +158,8 @@ def main():
         load_saved_models()
     if "sparse" in cases:
         sparse()
+    if "sparse_restart" in cases:
+        sparse_restart()
     ref = reference("sgd")
     # The comparisons mean something only if training moves the weights well beyond them.
     start = torch.load(reference("start", ["--steps=0"]))
@@ -342,11 +345,15 @@ def sparse():
                              ["--rows=100000000", "--dim=16", "--steps=200", "--optimizer=adagrad"],
                              env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
                              script=SPARSE_WORKER, timeout=300)
-    held = 0
+    held, metric = 0, {}
     for s in range(2):
         port = open(f"{SCRATCH}/sparse_big_m{s}").read().strip()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
             text = reply.read().decode()
+        for l in text.splitlines():
+            if l.startswith("dptrain_ps_sparse_") and " " in l and "{" not in l:
+                name, value = l.split()[:2]
+                metric[name] = metric.get(name, 0.0) + float(value)
         held += int(float(next(l.split()[1] for l in text.splitlines()
                                if l.startswith("dptrain_ps_sparse_rows_held "))))
     stop([p for p, _ in shards])
@@ -360,6 +367,19 @@ def sparse():
     print(f"ok: a 100M x 16 table (6.4 GB dense), 2 workers x 200 steps: worker peak RSS "
           f"{rss >> 20} MiB, the shards hold {held} rows ({touched} touched by the batches, "
           "at most 10,000 more read back)", flush=True)
+    # What the workers and the shards say they moved agrees.
+    stats = [i["stats"] for i in info]
+    pulled = sum(st["rows_pulled"] for st in stats)
+    if (metric.get("dptrain_ps_sparse_rows_pulled_total") != pulled
+            or metric.get("dptrain_ps_sparse_bytes_pulled_total") != pulled * 16 * 4
+            or not 0 < stats[0]["unique_ratio"] <= 1
+            or not metric.get("dptrain_ps_sparse_rows_applied_total", 0) > 0):
+        fail(f"sparse counts: workers {stats}, shards {metric}")
+    per_row = (metric["dptrain_ps_sparse_apply_seconds_total"]
+               / metric["dptrain_ps_sparse_rows_applied_total"])
+    print(f"ok: sparse counts agree: {pulled} rows pulled ({stats[0]['unique_ratio']:.2f} "
+          f"unique per id looked up on rank 0), {per_row * 1e9:.0f} ns per row update "
+          "(adagrad, dim 16) on the shards", flush=True)
     # SparseEmbeddingBag (sum over 1-D ids and offsets) against nn.EmbeddingBag.
     ref_out = os.path.join(SCRATCH, "sparse_bag.reference.pt")
     subprocess.run([PYTHON, SPARSE_WORKER, ref_out, "--reference", "--bag",
@@ -468,6 +488,61 @@ def restart():
                 fail(f"restart: rank {r}'s {key} differs from the uninterrupted run")
     print(f"ok: ServerOptimizer: shard 1 killed (-9) at step {killed['at']} and restarted from "
           "its checkpoint; final weights byte-identical to an uninterrupted run")
+
+
+def sparse_restart():
+    """Sparse tables and ServerOptimizer's dense head on the same 2 shards (BSP, adagrad rows,
+    checkpoints every 5 steps): shard 1 killed (-9) mid-training and restarted from its
+    checkpoint; the job goes back to the checkpoint's step and ends byte-identical."""
+    flags = ["--optimizer=sgd", "--lr=0.05", "--checkpoint_every=5", "--step_timeout=20s"]
+    worker_flags = ["--server", "--steps=30", "--sleep=0.05", "--optimizer=adagrad"]
+    finals = {}
+    for kill in (False, True):
+        name = "sparse_restart_killed" if kill else "sparse_restart_clean"
+        shards = [start_shard(s, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt{s}"])
+                  for s in range(2)]
+        killed = {}
+
+        def kill_and_restart(outs, shards=shards, name=name):
+            step_file = outs[0] + ".step"
+            for _ in range(600):
+                if os.path.exists(step_file) and int(open(step_file).read() or 0) >= 13:
+                    break
+                time.sleep(0.05)
+            else:
+                fail("sparse restart: the workers never reached step 13")
+            proc, address = shards[1]
+            proc.kill()
+            proc.wait()
+            killed["at"] = int(open(step_file).read())
+            time.sleep(0.5)
+            start_shard(1, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt1"],
+                        port=int(address.split(":")[1]))
+
+        outs, texts, _ = run_workers(name, "ps", worker_flags, script=SPARSE_WORKER,
+                                     env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
+                                     during=kill_and_restart if kill else None)
+        finals[kill] = [torch.load(o) for o in outs]
+        status = subprocess.run([PS_STATUS, "--ps=" + ",".join(a for _, a in shards)],
+                                capture_output=True, text=True)
+        stop([p for p, _ in shards])
+        tables = [l for l in status.stdout.splitlines() if "sparse table 'clicks'" in l]
+        if status.returncode != 0 or len(tables) != 2 or "next step 30" not in tables[1]:
+            fail(f"sparse restart: ps_status said {status.stdout} {status.stderr}")
+        if kill and "the job went back" not in "".join(texts):
+            fail(f"sparse restart: the job never went back: {texts[0][-800:]}")
+    for r in range(2):
+        for key in ("table",):
+            if not torch.equal(finals[True][r][key], finals[False][0][key]):
+                fail(f"sparse restart: rank {r}'s {key} differs from the uninterrupted run")
+        for key, value in finals[False][0]["head"].items():
+            if not torch.equal(finals[True][r]["head"][key], value):
+                fail(f"sparse restart: rank {r}'s head {key} differs from the uninterrupted run")
+    log = open(os.path.join(SCRATCH, "shard1.log")).read()
+    restored = [l for l in log.splitlines() if "sparse table 'clicks' restored" in l]
+    print(f"ok: sparse table + ServerOptimizer: shard 1 killed (-9) at step {killed['at']} and "
+          f"restarted ({restored[-1].strip() if restored else 'no restore line'}); table and "
+          f"head byte-identical to an uninterrupted run; ps_status:{tables[1]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,18 +4,24 @@ workers, or as the single-process reference with nn.Embedding (tests/torch_worke
 
 usage: sparse_worker.py OUT [--reference] [--world=N] [--optimizer=sgd|adagrad|adam]
                             [--steps=S] [--dim=D] [--bad_id] [--declare_dim=D] [--bag]
+                            [--server [--sleep=SECONDS]]
 --bag: the fields of a row are one bag of an (Sparse)EmbeddingBag (sum, through offsets)
-instead of the mean of Embedding rows."""
+instead of the mean of Embedding rows.
+--server: the head through ServerOptimizer (ps mode, the shards' optimizer) instead of the
+ring, the loop driven by its step (a shard restarted from its checkpoint sends the job back);
+OUT.step holds the step reached, and every step sleeps --sleep."""
 
 import json
 import math
 import sys
+import time
 
 import torch
 from torch import nn
 
 args = {"reference": False, "world": 2, "optimizer": "adagrad", "steps": 8, "dim": 8,
-        "bad_id": False, "declare_dim": 0, "bag": False, "rows": 500}
+        "bad_id": False, "declare_dim": 0, "bag": False, "rows": 500, "server": False,
+        "sleep": 0.0}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -94,9 +100,20 @@ else:
     kind = dpt.SparseEmbeddingBag if args["bag"] else dpt.SparseEmbedding
     emb = kind(ROWS, args["declare_dim"] or DIM, "clicks", optimizer=args["optimizer"], lr=LR,
                **({"mode": "sum"} if args["bag"] else {}))
-    opt = dpt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.1),
-                                   named_parameters=head.named_parameters())
-    for step in range(args["steps"]):
+    if args["server"]:
+        opt = dpt.ServerOptimizer(head.named_parameters())
+    else:
+        opt = dpt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.1),
+                                       named_parameters=head.named_parameters())
+    step = 0
+    while step < args["steps"]:
+        if args["server"]:
+            if opt.steps < step:
+                print(f"rank {rank}: the job went back from step {step} to {opt.steps}",
+                      flush=True)
+            step = opt.steps  # The shards' step: a shard that came back may send us back.
+            if step >= args["steps"]:
+                break
         opt.zero_grad()
         batch = ids[step][mine]
         if args["bad_id"] and step == 2 and rank == 1:
@@ -104,13 +121,20 @@ else:
             batch[0, 0] = ROWS  # One past the table.
         loss = loss_fn(head(features(emb, batch)), labels[step][mine])
         loss.backward()
-        opt.step()  # The head through the ring, the rows through the shards.
+        opt.step()  # The head through the ring (or the shards), the rows through the shards.
+        step += 1
+        if args["server"]:
+            with open(out + ".step", "w") as f:
+                f.write(str(step))
+            time.sleep(args["sleep"])
     with torch.no_grad():  # The whole table, if it is small enough to look at.
         table = dpt.SparseEmbedding.forward(emb, torch.arange(min(ROWS, 10000)))
+    stats = dict(emb.stats, unique_ratio=emb.unique_ratio())
     dpt.shutdown()
 
 torch.save({"table": table, "head": head.state_dict()}, out)
 with open(out + ".json", "w") as f:
     import resource
     json.dump({"touched": int(torch.unique(ids).numel()),
+               "stats": None if args["reference"] else stats,
                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}, f)

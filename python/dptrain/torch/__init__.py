@@ -631,7 +631,14 @@ class SparseEmbedding(torch.nn.Module):
             "name": name, "rows": num_embeddings, "dim": embedding_dim, "optimizer": optimizer,
             "lr": lr, "eps": eps, "beta1": betas[0], "beta2": betas[1], "seed": seed})
         self._pending = []  # (unique ids, their rows as a leaf tensor) per forward.
+        # What this worker moved: ids looked up, the unique ones among them (rows pulled),
+        # rows pushed; bytes are rows x embedding_dim x 4.
+        self.stats = {"ids": 0, "rows_pulled": 0, "rows_pushed": 0}
         _sparse_tables.append(self)
+
+    def unique_ratio(self):
+        """Rows pulled per id looked up so far (1.0: no id repeated within a batch)."""
+        return self.stats["rows_pulled"] / max(1, self.stats["ids"])
 
     def forward(self, ids):
         flat = ids.detach().reshape(-1).to("cpu", torch.int64).contiguous()
@@ -645,6 +652,8 @@ class SparseEmbedding(torch.nn.Module):
         rows = torch.empty(len(unique), self.embedding_dim, dtype=torch.float32)
         self._session.sparse_pull(self.table, self.embedding_dim, unique.data_ptr(),
                                   len(unique), rows.data_ptr())
+        self.stats["ids"] += flat.numel()
+        self.stats["rows_pulled"] += len(unique)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
             self._pending.append((unique, rows))
@@ -666,6 +675,7 @@ class SparseEmbedding(torch.nn.Module):
             summed = torch.zeros(0, self.embedding_dim)
         self._session.sparse_push(self.table, self.embedding_dim, self.steps, unique.data_ptr(),
                                   len(unique), summed.contiguous().data_ptr())
+        self.stats["rows_pushed"] += len(unique)
         self.steps += 1
 
 
