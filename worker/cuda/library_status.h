@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 
 namespace dptrain {
@@ -36,20 +37,5 @@ inline absl::Status CudnnStatus(cudnnStatus_t status, const char* call) {
     if (::absl::Status _s = ::dptrain::CudnnStatus((call), #call); !_s.ok()) \
       return _s;                                                             \
   } while (0)
-
-// Any Status-returning expression.
-#define DPTRAIN_RETURN_IF_ERROR(expr)                   \
-  do {                                                  \
-    if (::absl::Status _s = (expr); !_s.ok()) return _s; \
-  } while (0)
-
-// For StatusOr-returning helpers: `lhs` = value or return its status.
-#define DPTRAIN_ASSIGN_OR_RETURN(lhs, expr)         \
-  auto DPTRAIN_CONCAT(_statusor_, __LINE__) = (expr); \
-  if (!DPTRAIN_CONCAT(_statusor_, __LINE__).ok())   \
-    return DPTRAIN_CONCAT(_statusor_, __LINE__).status(); \
-  lhs = *std::move(DPTRAIN_CONCAT(_statusor_, __LINE__))
-#define DPTRAIN_CONCAT_INNER(a, b) a##b
-#define DPTRAIN_CONCAT(a, b) DPTRAIN_CONCAT_INNER(a, b)
 
 #endif  // DPTRAIN_WORKER_CUDA_LIBRARY_STATUS_H_
