@@ -53,6 +53,7 @@ class FakeModel final : public nn::Model {
   void RecordStepOutcome(bool skipped) override { outcomes.push_back(skipped); }
   std::string name() const override { return "fake"; }
   nn::Dims input_dims() const override { return {1, 28, 28}; }
+  int num_classes() const override { return 10; }
   const std::vector<nn::ParamInfo>& buffers() const override { return buffers_; }
   std::vector<float>& buffer_values() override { return buffer_values_; }
 

@@ -54,9 +54,12 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
   }
   absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(device);
   if (!ctx.ok()) return ctx.status();
-  std::unique_ptr<CudaModel> model(new CudaModel(
-      options.name, options.optimizer, *std::move(ctx), std::move(scaler), *std::move(gpu), std::move(params),
-      std::move(initial->weights), std::move(buffers), std::move(buffer_values)));
+  std::unique_ptr<CudaModel> model(new CudaModel(options.name, options.optimizer, *std::move(ctx),
+                                                 std::move(scaler), *std::move(gpu),
+                                                 std::move(params), std::move(initial->weights),
+                                                 std::move(buffers), std::move(buffer_values)));
+  model->input_dims_ = cpu.input_dims();
+  model->classes_ = static_cast<int>(cpu.output_dims().size());
   DPTRAIN_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
@@ -103,8 +106,7 @@ absl::Status CudaModel::Allocate() {
   // memory (grads_ never moves) so that they run asynchronously. Without the lock (some
   // sandboxes refuse it) a copy into pageable memory would block the host until the layer's
   // backward is done, serialising the step: grads() then copies everything at once.
-  DPTRAIN_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   layer_done_.resize(net_->num_layers(), nullptr);
   for (cudaEvent_t& e : layer_done_) {
     DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -127,7 +129,7 @@ absl::Status CudaModel::Allocate() {
 }
 
 // The GPU networks are the built-in ones, which all take Fashion-MNIST's images.
-nn::Dims CudaModel::input_dims() const { return nn::kImageDims; }
+nn::Dims CudaModel::input_dims() const { return input_dims_; }
 
 std::vector<float>& CudaModel::weights() {
   if (weights_newer_on_device_ && sticky_.ok()) sticky_ = DownloadWeights();
@@ -238,14 +240,14 @@ absl::Status CudaModel::Upload() {
 absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8_t* labels,
                                                 int batch, bool training) {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
-  DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch));
+  DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch, classes_));
   DPTRAIN_RETURN_IF_ERROR(Upload());
-  const nn::Dims dims = nn::kImageDims;
+  const nn::Dims dims = input_dims_;
   const int64_t pixels = int64_t{batch} * dims.size();
   DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, pixels));
-  DPTRAIN_ASSIGN_OR_RETURN(uint8_t* y, d_labels_.Ensure(*ctx_, batch));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x, images, pixels * sizeof(float),
-                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_ASSIGN_OR_RETURN(uint8_t * y, d_labels_.Ensure(*ctx_, batch));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(x, images, pixels * sizeof(float), cudaMemcpyHostToDevice, ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(y, labels, batch, cudaMemcpyHostToDevice, ctx_->stream()));
   DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
@@ -253,9 +255,8 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_loss_.data(), 0, sizeof(float), ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_correct_.data(), 0, sizeof(int), ctx_->stream()));
-  DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, nn::kNumClasses,
-                                              d_loss_.data(), d_correct_.data(), dlogits,
-                                              ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, classes_, d_loss_.data(),
+                                              d_correct_.data(), dlogits, ctx_->stream()));
   if (training && scaler_) {
     // d(scale * loss)/d(logits); d_non_finite_ is borrowed for the kernel's count, then
     // zeroed for the gradients' check.
@@ -312,9 +313,8 @@ absl::Status CudaModel::ApplyUpdate(float learning_rate) {
   if (exchanged_) {
     // The caller's (averaged) gradient replaces the device's. The next TrainStep waits for
     // this copy on the same stream before it writes grads_ again.
-    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_grads_.data(), grads_.data(),
-                                                 n * sizeof(float), cudaMemcpyHostToDevice,
-                                                 ctx_->stream()));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_grads_.data(), grads_.data(), n * sizeof(float),
+                                                 cudaMemcpyHostToDevice, ctx_->stream()));
   }
   if (o.name == "sgd") {
     float* momentum = nullptr;
@@ -333,10 +333,9 @@ absl::Status CudaModel::ApplyUpdate(float learning_rate) {
       DPTRAIN_CUDA_RETURN_IF_ERROR(
           cudaMemsetAsync(d_exp_avg_sq_.data(), 0, n * sizeof(float), ctx_->stream()));
     }
-    DPTRAIN_RETURN_IF_ERROR(AdamUpdate(d_weights_.data(), d_grads_.data(), d_exp_avg_.data(),
-                                       d_exp_avg_sq_.data(), n,
-                                       AdamScalarsAt(o, optimizer_steps_ + 1, learning_rate),
-                                       ctx_->stream()));
+    DPTRAIN_RETURN_IF_ERROR(
+        AdamUpdate(d_weights_.data(), d_grads_.data(), d_exp_avg_.data(), d_exp_avg_sq_.data(), n,
+                   AdamScalarsAt(o, optimizer_steps_ + 1, learning_rate), ctx_->stream()));
   }
   ++optimizer_steps_;
   weights_newer_on_device_ = true;
@@ -359,7 +358,8 @@ absl::StatusOr<OptimizerState> CudaModel::ExportOptimizerState() const {
     return absl::OkStatus();
   };
   if (optimizer_->name == "sgd") {
-    if (optimizer_->momentum != 0) DPTRAIN_RETURN_IF_ERROR(down(d_momentum_, state.momentum_buffer));
+    if (optimizer_->momentum != 0)
+      DPTRAIN_RETURN_IF_ERROR(down(d_momentum_, state.momentum_buffer));
   } else {
     DPTRAIN_RETURN_IF_ERROR(down(d_exp_avg_, state.exp_avg));
     DPTRAIN_RETURN_IF_ERROR(down(d_exp_avg_sq_, state.exp_avg_sq));
@@ -384,9 +384,9 @@ absl::Status CudaModel::ImportOptimizerState(OptimizerState state) {
   }
   for (const auto& [values, buffer] : needed) {
     if (values->empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer state after ", state.steps, " steps of ", optimizer_->name,
-          " lacks a vector its update needs"));
+      return absl::InvalidArgumentError(absl::StrCat("optimizer state after ", state.steps,
+                                                     " steps of ", optimizer_->name,
+                                                     " lacks a vector its update needs"));
     }
   }
   for (const auto& [values, buffer] : needed) {
@@ -412,8 +412,8 @@ absl::Status CudaModel::ApplySgd(float lr) {
     if (last_overflow_) return absl::OkStatus();  // Skipped, as GradScaler.step() would.
   }
   DPTRAIN_RETURN_IF_ERROR(Upload());
-  DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), nullptr,
-                                    d_weights_.size(), lr, 0.0f, 0.0f, true, ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), nullptr, d_weights_.size(),
+                                    lr, 0.0f, 0.0f, true, ctx_->stream()));
   weights_newer_on_device_ = true;
   return absl::OkStatus();
 }

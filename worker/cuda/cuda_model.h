@@ -71,6 +71,7 @@ class CudaModel final : public nn::Model {
                                            int batch) override;
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override;
+  int num_classes() const override { return classes_; }
   void RecordStepOutcome(bool skipped) override;
 
   // Plain SGD on the device, w -= lr * grads(), nothing crossing the bus: the single-GPU
@@ -117,6 +118,8 @@ class CudaModel final : public nn::Model {
   void SyncGradsToHost() const;
 
   const std::string name_;
+  nn::Dims input_dims_ = nn::kImageDims;  // One sample, and the output size: from the network.
+  int classes_ = nn::kNumClasses;
   const std::optional<OptimizerOptions> optimizer_;  // ApplyUpdate's rule.
   // Declared first so that it is destroyed last: every buffer below returns to its cache.
   std::unique_ptr<DeviceContext> ctx_;

@@ -28,36 +28,40 @@ absl::Status UnknownModel(absl::string_view name) {
 }
 
 template <typename T>
-absl::StatusOr<Sequential<T>> BuildMlp() {
+absl::StatusOr<Sequential<T>> BuildMlp(const NetworkShape& shape) {
   std::vector<std::unique_ptr<Layer<T>>> layers;
   layers.push_back(std::make_unique<Flatten<T>>());
-  layers.push_back(std::make_unique<Linear<T>>(784, 256));
+  layers.push_back(std::make_unique<Linear<T>>(shape.input.size(), 256));
   layers.push_back(std::make_unique<ReLU<T>>());
-  layers.push_back(std::make_unique<Linear<T>>(256, kNumClasses));
-  return Sequential<T>::Create(kImageDims, std::move(layers));
+  layers.push_back(std::make_unique<Linear<T>>(256, shape.classes));
+  return Sequential<T>::Create(shape.input, std::move(layers));
 }
 
 template <typename T>
-absl::StatusOr<Sequential<T>> BuildLeNet() {
+absl::StatusOr<Sequential<T>> BuildLeNet(const NetworkShape& shape) {
+  const int h = (shape.input.h / 2 - 4) / 2, w = (shape.input.w / 2 - 4) / 2;
+  if (shape.input.h < 12 || shape.input.w < 12) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lenet needs images of at least 12x12, got ", shape.input.ToString()));
+  }
   std::vector<std::unique_ptr<Layer<T>>> layers;
-  layers.push_back(std::make_unique<Conv2d<T>>(Conv2dOptions::Square(1, 6, 5, 1, 2)));
+  layers.push_back(std::make_unique<Conv2d<T>>(Conv2dOptions::Square(shape.input.c, 6, 5, 1, 2)));
   layers.push_back(std::make_unique<Sigmoid<T>>());
   layers.push_back(std::make_unique<AvgPool2d<T>>(AvgPool2dOptions::Square(2, 2)));
   layers.push_back(std::make_unique<Conv2d<T>>(Conv2dOptions::Square(6, 16, 5)));
   layers.push_back(std::make_unique<Sigmoid<T>>());
   layers.push_back(std::make_unique<AvgPool2d<T>>(AvgPool2dOptions::Square(2, 2)));
   layers.push_back(std::make_unique<Flatten<T>>());
-  layers.push_back(std::make_unique<Linear<T>>(16 * 5 * 5, 120));
+  layers.push_back(std::make_unique<Linear<T>>(16 * h * w, 120));
   layers.push_back(std::make_unique<Sigmoid<T>>());
   layers.push_back(std::make_unique<Linear<T>>(120, 84));
   layers.push_back(std::make_unique<Sigmoid<T>>());
-  layers.push_back(std::make_unique<Linear<T>>(84, kNumClasses));
-  return Sequential<T>::Create(kImageDims, std::move(layers));
+  layers.push_back(std::make_unique<Linear<T>>(84, shape.classes));
+  return Sequential<T>::Create(shape.input, std::move(layers));
 }
 
-const ResNetConfig& ResNet18Config() {
-  static const ResNetConfig config{kImageDims, {64, 128, 256, 512}, 2, kNumClasses};
-  return config;
+ResNetConfig ResNet18Config(const NetworkShape& shape) {
+  return ResNetConfig{shape.input, {64, 128, 256, 512}, 2, shape.classes};
 }
 
 }  // namespace
@@ -103,15 +107,22 @@ template absl::StatusOr<Sequential<float>> BuildResNet<float>(const ResNetConfig
 template absl::StatusOr<Sequential<double>> BuildResNet<double>(const ResNetConfig&);
 
 template <typename T>
-absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name) {
-  if (name == "mlp") return BuildMlp<T>();
-  if (name == "lenet") return BuildLeNet<T>();
-  if (name == "resnet18") return BuildResNet<T>(ResNet18Config());
-  return UnknownModel(name);
+absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name, const NetworkShape& shape) {
+  if (name != "mlp" && name != "lenet" && name != "resnet18") return UnknownModel(name);
+  if (shape.input.c < 1 || shape.input.h < 1 || shape.input.w < 1 || shape.classes < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": needs an input of at least 1x1x1 and 2 or more classes, got ",
+                     shape.input.ToString(), " and ", shape.classes, " classes"));
+  }
+  if (name == "mlp") return BuildMlp<T>(shape);
+  if (name == "lenet") return BuildLeNet<T>(shape);
+  return BuildResNet<T>(ResNet18Config(shape));
 }
 
-template absl::StatusOr<Sequential<float>> BuildNetwork<float>(absl::string_view);
-template absl::StatusOr<Sequential<double>> BuildNetwork<double>(absl::string_view);
+template absl::StatusOr<Sequential<float>> BuildNetwork<float>(absl::string_view,
+                                                               const NetworkShape&);
+template absl::StatusOr<Sequential<double>> BuildNetwork<double>(absl::string_view,
+                                                                 const NetworkShape&);
 
 absl::Status InitializeParams(absl::string_view name, const Sequential<float>& net, uint64_t seed,
                               float* params, absl::string_view init) {

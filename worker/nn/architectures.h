@@ -1,6 +1,7 @@
 // The networks of the d2l chapters the project grew out of, for 1x28x28 Fashion-MNIST images
-// and 10 classes, built as a Sequential whose layer indices match PyTorch's nn.Sequential (so
-// parameter "i.weight" belongs to layer i).
+// and 10 classes by default, or any C x H x W input and class count (NetworkShape: the sizes
+// below follow from it), built as a Sequential whose layer indices match PyTorch's
+// nn.Sequential (so parameter "i.weight" belongs to layer i).
 //
 //   mlp:      Flatten, Linear(784, 256), ReLU, Linear(256, 10)
 //   lenet:    Conv2d(1, 6, 5, padding=2), Sigmoid, AvgPool2d(2, 2), Conv2d(6, 16, 5), Sigmoid,
@@ -29,10 +30,21 @@ namespace nn {
 inline constexpr int kNumClasses = 10;
 inline constexpr Dims kImageDims{1, 28, 28};
 
+// What a built-in network is built for: one sample's dims and the number of classes (the
+// data's: 3x32x32 and 10 for CIFAR-10). mlp's first Linear takes input.size() values; lenet's
+// convolutions take input.c channels and its first Linear 16 x (H/2 - 4)/2 x (W/2 - 4)/2
+// (LeNet needs H, W >= 12); resnet18's stem takes input.c channels (any H, W >= 1).
+struct NetworkShape {
+  Dims input = kImageDims;
+  int classes = kNumClasses;
+};
+
 // "mlp", "lenet" or "resnet18"; InvalidArgument
-// "unknown model 'x' (expected mlp, lenet or resnet18)" otherwise.
+// "unknown model 'x' (expected mlp, lenet or resnet18)" otherwise, or naming the shape a
+// network cannot take.
 template <typename T>
-absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name);
+absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name,
+                                           const NetworkShape& shape = NetworkShape());
 
 // A d2l-style ResNet: layer 0 = Sequential(Conv2d(input.c, channels[0], 3, padding=1),
 // BatchNorm2d, ReLU); layer 1 + s = Sequential of `residuals` Residuals for each stage s (stage 0:

@@ -67,6 +67,7 @@ class CpuModel final : public Model {
   std::vector<float>& buffer_values() override { return buffer_values_; }
   std::string name() const override { return name_; }
   Dims input_dims() const override { return net_.input_dims(); }
+  int num_classes() const override { return static_cast<int>(net_.output_dims().size()); }
 
   absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
                                         int batch) override {
@@ -76,7 +77,7 @@ class CpuModel final : public Model {
     TensorRef<float> logits = net_.Forward(images, batch, /*training=*/true);
     float* grad_logits = EnsureSize(grad_logits_, logits.size());
     const LossOutput loss =
-        SoftmaxCrossEntropy(logits.data, labels, batch, kNumClasses, grad_logits);
+        SoftmaxCrossEntropy(logits.data, labels, batch, num_classes(), grad_logits);
     const absl::Time forward_end = absl::Now();
     net_.Backward({grad_logits, batch, logits.dims});
     grads_.back() = 0.0f;
@@ -100,7 +101,7 @@ class CpuModel final : public Model {
       TensorRef<float> logits =
           net_.Forward(images + begin * net_.input_dims().size(), n, /*training=*/false);
       const LossOutput loss =
-          SoftmaxCrossEntropy<float>(logits.data, labels + begin, n, kNumClasses, nullptr);
+          SoftmaxCrossEntropy<float>(logits.data, labels + begin, n, num_classes(), nullptr);
       loss_sum += static_cast<double>(loss.loss) * n;
       correct += loss.correct;
     }
@@ -110,7 +111,7 @@ class CpuModel final : public Model {
  private:
   // Validates a call and (re)binds the layers to the flat buffers if the caller replaced them.
   absl::Status Prepare(const float* images, const uint8_t* labels, int batch) {
-    if (absl::Status s = CheckBatch(images, labels, batch); !s.ok()) return s;
+    if (absl::Status s = CheckBatch(images, labels, batch, num_classes()); !s.ok()) return s;
     if (static_cast<int64_t>(weights_.size()) != net_.num_params()) return WrongWeights();
     if (static_cast<int64_t>(buffer_values_.size()) != net_.num_buffers()) {
       return absl::FailedPreconditionError(absl::StrCat(name_, ": buffer_values() has ",
@@ -182,7 +183,7 @@ absl::Status Model::NoOptimizer(const std::string& model) {
                    "mode the parameter server applies it"));
 }
 
-absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch) {
+absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch, int classes) {
   if (batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
   }
@@ -190,9 +191,9 @@ absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch) {
     return absl::InvalidArgumentError("null images or labels");
   }
   for (int i = 0; i < batch; ++i) {
-    if (labels[i] >= kNumClasses) {
+    if (labels[i] >= classes) {
       return absl::InvalidArgumentError(absl::StrCat("label ", int{labels[i]}, " of sample ", i,
-                                                     " is not in [0, ", kNumClasses, ")"));
+                                                     " is not in [0, ", classes, ")"));
     }
   }
   return absl::OkStatus();
@@ -230,7 +231,7 @@ std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net) {
 }
 
 absl::StatusOr<InitialNetwork> BuildInitialNetwork(const ModelOptions& options) {
-  absl::StatusOr<Sequential<float>> net = BuildNetwork<float>(options.name);
+  absl::StatusOr<Sequential<float>> net = BuildNetwork<float>(options.name, options.shape);
   if (!net.ok()) return net.status();
   std::vector<float> weights(net->num_params());
   if (absl::Status s =

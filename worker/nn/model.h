@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/optimizer.h"
+#include "worker/nn/architectures.h"
 #include "worker/nn/sequential.h"
 #include "worker/nn/thread_pool.h"
 
@@ -94,9 +95,10 @@ class Model {
   virtual const std::vector<ParamInfo>& buffers() const { return no_buffers_; }
   virtual std::vector<float>& buffer_values() { return no_buffer_values_; }
 
-  // Forward + backward on `batch` images (batch * 1 * 28 * 28 floats, NCHW) with labels 0..9.
-  // Overwrites grads() with d(mean loss)/d(weights). InvalidArgument for batch < 1, null pointers
-  // or a label >= 10; grads() is unchanged then. Batch norm runs in training mode (batch
+  // Forward + backward on `batch` images (batch * input_dims().size() floats, NCHW) with
+  // labels in [0, num_classes()). Overwrites grads() with d(mean loss)/d(weights).
+  // InvalidArgument for batch < 1, null pointers or a label out of range; grads() is
+  // unchanged then. Batch norm runs in training mode (batch
   // statistics, buffers updated), so for resnet18 the gradient of a batch of 2b is NOT the mean
   // of the gradients of its halves, unlike mlp and lenet (and as with PyTorch's DDP without
   // SyncBatchNorm, each worker normalises with its own batch's statistics).
@@ -118,6 +120,8 @@ class Model {
   // Evaluate read batch * input_dims().size() floats, so the caller checks its data against
   // it once, before any step (worker/data/batch.h).
   virtual Dims input_dims() const = 0;
+  // The classes the model tells apart (its output's size): labels are in [0, num_classes()).
+  virtual int num_classes() const = 0;
 
   // For the metrics: the loss scale of the next step (1 without mixed precision), and the
   // device memory the model's allocator has handed out (-1: none, e.g. the CPU).
@@ -165,6 +169,8 @@ struct ModelOptions {
   // (threads >= 1: at threads == 1 a model with convolutions gets a pool of one thread, which
   // runs everything on the caller, so that the layers share oneDNN's batch-sized scratch).
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kAuto;
+  // The input and class count the network is built for (the data's; architectures.h).
+  NetworkShape shape;
 };
 
 // What the backends share when they build a model: the CPU network (layers, dims, layout)
@@ -179,8 +185,8 @@ std::vector<ParamInfo> DescribeParams(const Sequential<float>& net);
 std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net);
 
 // The argument checks of TrainStep and Evaluate, shared by the backends: InvalidArgument for
-// batch < 1, null images or labels, or a label >= 10 (naming the sample).
-absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch);
+// batch < 1, null images or labels, or a label >= `classes` (naming the sample).
+absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch, int classes);
 
 // Builds the named model on the CPU with freshly initialised weights and zero gradients.
 // InvalidArgument "unknown model 'x' (expected mlp, lenet or resnet18)" for another name, for an

@@ -71,6 +71,41 @@ TEST(ModelTest, LeNetParamsAsPyTorch) {
                61706);
 }
 
+// Every built-in network takes the data's shape: CIFAR-100-like 3x32x32 with 100 classes,
+// and refuses a label beyond them.
+TEST(ModelTest, BuiltInsTakeTheDataShape) {
+  for (const std::string name : {"mlp", "lenet", "resnet18"}) {
+    SCOPED_TRACE(name);
+    ModelOptions options{name, 1};
+    options.shape = {{3, 32, 32}, 100};
+    absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ((*model)->input_dims(), (Dims{3, 32, 32}));
+    EXPECT_EQ((*model)->num_classes(), 100);
+    EXPECT_EQ((*model)->params().back().shape, (std::vector<int64_t>{100}));  // The last bias.
+    if (name == "lenet") {
+      EXPECT_EQ((*model)->params()[4].shape, (std::vector<int64_t>{120, 16 * 6 * 6}));
+    }
+    if (name == "mlp") {
+      EXPECT_EQ((*model)->params()[0].shape, (std::vector<int64_t>{256, 3 * 32 * 32}));
+    }
+    std::vector<float> images(2 * 3 * 32 * 32, 0.5f);
+    std::vector<uint8_t> labels = {99, 3};
+    absl::StatusOr<BatchResult> step = (*model)->TrainStep(images.data(), labels.data(), 2);
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_NEAR(step->loss, std::log(100.0), 1.0);
+    labels[1] = 100;
+    EXPECT_EQ((*model)->TrainStep(images.data(), labels.data(), 2).status().message(),
+              "label 100 of sample 1 is not in [0, 100)");
+  }
+  ModelOptions tiny{"lenet", 1};
+  tiny.shape = {{1, 8, 8}, 10};
+  EXPECT_EQ(CreateModel(tiny).status().message(),
+            "lenet needs images of at least 12x12, got [1, 8, 8]");
+  tiny.shape = {{1, 28, 28}, 1};
+  EXPECT_FALSE(CreateModel(tiny).ok());
+}
+
 TEST(ModelTest, UnknownModel) {
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel({"resnet"});
   ASSERT_FALSE(model.ok());

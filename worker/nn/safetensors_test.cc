@@ -261,6 +261,7 @@ class FakeModel : public Model {
   }
   std::string name() const override { return "fake"; }
   Dims input_dims() const override { return {1, 28, 28}; }
+  int num_classes() const override { return 10; }
 
  private:
   std::vector<ParamInfo> params_ = {{"0.weight", {2, 2}, 0, 4}, {"0.bias", {1}, 4, 1}};
