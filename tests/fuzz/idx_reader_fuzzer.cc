@@ -65,9 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const dptrain::Dataset& d = *loaded;
-  FUZZ_CHECK(d.rows >= 1 && d.cols >= 1 && d.num_classes == 10);
+  FUZZ_CHECK(d.channels == 1 && d.rows >= 1 && d.cols >= 1 && d.num_classes == 10);
   FUZZ_CHECK(static_cast<int64_t>(d.labels.size()) == d.size);
-  FUZZ_CHECK(static_cast<int64_t>(d.images.size()) == d.size * d.rows * d.cols);
+  FUZZ_CHECK(static_cast<int64_t>(d.images.size()) == d.size * d.image_size());
   for (float p : d.images) FUZZ_CHECK(p >= 0.0f && p <= 1.0f);
   for (uint8_t l : d.labels) FUZZ_CHECK(l < d.num_classes);
 

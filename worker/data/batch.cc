@@ -8,12 +8,12 @@ namespace dptrain {
 
 absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
                              absl::string_view model, absl::string_view what) {
-  if (model_input.channels == 1 && data.rows == model_input.height &&
+  if (data.channels == model_input.channels && data.rows == model_input.height &&
       data.cols == model_input.width) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      what, " holds 1x", data.rows, "x", data.cols, " images but model ", model, " takes ",
+      what, " holds ", data.channels, "x", data.rows, "x", data.cols, " images but model ", model, " takes ",
       model_input.channels, "x", model_input.height, "x", model_input.width, " inputs"));
 }
 

@@ -21,7 +21,7 @@ struct ImageShape {
   int width = 0;
 };
 
-// OK if `data`'s images (one channel, rows x cols) are `model_input`; else InvalidArgument
+// OK if `data`'s images (channels x rows x cols) are `model_input`; else InvalidArgument
 // naming `what` (e.g. "the training set"), both shapes and `model`.
 absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
                              absl::string_view model, absl::string_view what);

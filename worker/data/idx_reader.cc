@@ -145,6 +145,7 @@ absl::Status ReadImages(const std::string& path, Dataset& out) {
   for (int b = 0; b < 256; ++b) scale[b] = static_cast<float>(b) / 255.0f;
   const int64_t pixels = count * rows * cols;
   out.size = count;
+  out.channels = 1;
   out.rows = static_cast<int>(rows);
   out.cols = static_cast<int>(cols);
   out.images.clear();
