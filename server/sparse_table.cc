@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,6 +44,9 @@ std::string DescribeSparseTable(const SparseTableSpec& s) {
 SparseTable::SparseTable(const SparseTableSpec& spec, const SparseTableOptions& options)
     : spec_(spec),
       options_(options),
+      rule_(spec.optimizer == "sgd"       ? Rule::kSgd
+            : spec.optimizer == "adagrad" ? Rule::kAdagrad
+                                          : Rule::kAdam),
       pending_ids_(options.num_workers),
       pending_grads_(options.num_workers),
       pushed_(options.num_workers, false) {}
@@ -56,7 +58,7 @@ int64_t SparseTable::step() const {
 
 int64_t SparseTable::rows_held() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(rows_.size());
+  return static_cast<int64_t>(rows_.slot.size());
 }
 
 int64_t SparseTable::rows_applied() const {
@@ -92,21 +94,20 @@ std::optional<SparseTableCheckpoint> SparseTable::Snapshot(int64_t step) const {
   cp.num_shards = options_.num_shards;
   cp.step = step_;
   cp.spec = spec_;
-  cp.ids.reserve(rows_.size());
-  for (const auto& [id, row] : rows_) cp.ids.push_back(id);
+  cp.ids.reserve(rows_.slot.size());
+  for (const auto& [id, slot] : rows_.slot) cp.ids.push_back(id);
   std::sort(cp.ids.begin(), cp.ids.end());
   const size_t d = spec_.dim, n = cp.ids.size();
-  const bool adagrad = spec_.optimizer == "adagrad", adam = spec_.optimizer == "adam";
   cp.weights.resize(n * d);
-  if (adagrad || adam) cp.state_a.assign(n * d, 0.0f);
-  if (adam) cp.state_b.assign(n * d, 0.0f), cp.state_steps.assign(n, 0);
+  if (!rows_.a.empty()) cp.state_a.resize(n * d);
+  if (!rows_.b.empty()) cp.state_b.resize(n * d);
+  if (!rows_.t.empty()) cp.state_steps.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const Row& row = rows_.at(cp.ids[i]);
-    std::copy(row.w.begin(), row.w.end(), cp.weights.begin() + i * d);
-    // A row only pulled has no state yet: zeros, what its first update starts from.
-    if (!row.a.empty()) std::copy(row.a.begin(), row.a.end(), cp.state_a.begin() + i * d);
-    if (!row.b.empty()) std::copy(row.b.begin(), row.b.end(), cp.state_b.begin() + i * d);
-    if (adam) cp.state_steps[i] = row.t;
+    const size_t at = static_cast<size_t>(rows_.slot.at(cp.ids[i])) * d;
+    std::copy_n(rows_.w.begin() + at, d, cp.weights.begin() + i * d);
+    if (!rows_.a.empty()) std::copy_n(rows_.a.begin() + at, d, cp.state_a.begin() + i * d);
+    if (!rows_.b.empty()) std::copy_n(rows_.b.begin() + at, d, cp.state_b.begin() + i * d);
+    if (!rows_.t.empty()) cp.state_steps[i] = rows_.t[at / d];
   }
   return cp;
 }
@@ -117,20 +118,17 @@ absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
         absl::StrCat("sparse table '", spec_.name, "' is ", DescribeSparseTable(spec_),
                      "; its checkpoint holds ", DescribeSparseTable(cp->spec)));
   }
-  std::unordered_map<int64_t, Row> rows;
+  Rows rows;
   if (cp != nullptr) {
-    const size_t d = spec_.dim;
-    rows.reserve(cp->ids.size());
-    for (size_t i = 0; i < cp->ids.size(); ++i) {
-      Row& row = rows[cp->ids[i]];
-      row.w.assign(cp->weights.begin() + i * d, cp->weights.begin() + (i + 1) * d);
-      if (!cp->state_a.empty()) {
-        row.a.assign(cp->state_a.begin() + i * d, cp->state_a.begin() + (i + 1) * d);
-      }
-      if (!cp->state_b.empty()) {
-        row.b.assign(cp->state_b.begin() + i * d, cp->state_b.begin() + (i + 1) * d);
-      }
-      if (!cp->state_steps.empty()) row.t = cp->state_steps[i];
+    const size_t n = cp->ids.size(), d = spec_.dim;
+    rows.slot.reserve(n);
+    for (size_t i = 0; i < n; ++i) rows.slot[cp->ids[i]] = static_cast<int64_t>(i);
+    rows.w = cp->weights;
+    // A checkpoint holds the state of its optimizer for every row (zeros for rows only pulled).
+    if (rule_ != Rule::kSgd) rows.a = cp->state_a.empty() ? std::vector<float>(n * d) : cp->state_a;
+    if (rule_ == Rule::kAdam) {
+      rows.b = cp->state_b.empty() ? std::vector<float>(n * d) : cp->state_b;
+      rows.t = cp->state_steps.empty() ? std::vector<int64_t>(n) : cp->state_steps;
     }
   }
   absl::MutexLock lock(&mu_);
@@ -146,11 +144,15 @@ absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
   return absl::OkStatus();
 }
 
-SparseTable::Row& SparseTable::RowLocked(int64_t id) {
-  auto [it, created] = rows_.try_emplace(id);
+int64_t SparseTable::SlotLocked(int64_t id) {
+  const int64_t next = static_cast<int64_t>(rows_.slot.size());
+  auto [it, created] = rows_.slot.try_emplace(id, next);
   if (created) {
-    it->second.w.resize(spec_.dim);
-    InitialRow(spec_.seed, spec_.name, id, absl::MakeSpan(it->second.w));
+    const size_t d = spec_.dim;
+    rows_.w.resize((next + 1) * d);
+    InitialRow(spec_.seed, spec_.name, id, absl::MakeSpan(rows_.w.data() + next * d, d));
+    if (rule_ != Rule::kSgd) rows_.a.resize((next + 1) * d, 0.0f);
+    if (rule_ == Rule::kAdam) rows_.b.resize((next + 1) * d, 0.0f), rows_.t.push_back(0);
   }
   return it->second;
 }
@@ -161,45 +163,80 @@ absl::Status SparseTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> 
   }
   if (auto s = CheckIds(ids); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  const size_t d = spec_.dim;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const Row& row = RowLocked(ids[i]);
-    std::copy(row.w.begin(), row.w.end(), out.begin() + i * spec_.dim);
+    const int64_t slot = SlotLocked(ids[i]);
+    std::copy_n(rows_.w.data() + slot * d, d, out.data() + i * d);
   }
   return absl::OkStatus();
 }
 
-void SparseTable::ApplyLocked(int64_t id, const float* g, float scale) {
-  Row& row = RowLocked(id);
+void SparseTable::ApplyLocked(int64_t slot, const float* g, float scale) {
   const int d = spec_.dim;
   const float lr = spec_.lr;
-  if (spec_.optimizer == "sgd") {
-    for (int i = 0; i < d; ++i) row.w[i] -= lr * (g[i] * scale);
+  float* w = rows_.w.data() + slot * d;
+  if (rule_ == Rule::kSgd) {
+    for (int i = 0; i < d; ++i) w[i] -= lr * (g[i] * scale);
     return;
   }
-  if (spec_.optimizer == "adagrad") {
-    if (row.a.empty()) row.a.assign(d, 0.0f);
+  float* a = rows_.a.data() + slot * d;
+  if (rule_ == Rule::kAdagrad) {
     const float eps = static_cast<float>(spec_.eps);
     for (int i = 0; i < d; ++i) {
       const float gi = g[i] * scale;
-      row.a[i] += gi * gi;
-      row.w[i] -= lr * (gi / (std::sqrt(row.a[i]) + eps));  // torch's addcdiv order.
+      a[i] += gi * gi;
+      w[i] -= lr * (gi / (std::sqrt(a[i]) + eps));  // torch's addcdiv order.
     }
     return;
   }
   // Lazy Adam: this row's own step count.
-  if (row.a.empty()) row.a.assign(d, 0.0f), row.b.assign(d, 0.0f);
-  ++row.t;
-  const double c1 = 1.0 - std::pow(spec_.beta1, static_cast<double>(row.t));
-  const double c2 = 1.0 - std::pow(spec_.beta2, static_cast<double>(row.t));
+  float* v = rows_.b.data() + slot * d;
+  const int64_t t = ++rows_.t[slot];
+  const double c1 = 1.0 - std::pow(spec_.beta1, static_cast<double>(t));
+  const double c2 = 1.0 - std::pow(spec_.beta2, static_cast<double>(t));
   const float b1 = static_cast<float>(spec_.beta1), b2 = static_cast<float>(spec_.beta2);
   const float step_size = static_cast<float>(lr / c1);
   const float c2_sqrt = static_cast<float>(std::sqrt(c2)), eps = static_cast<float>(spec_.eps);
   for (int i = 0; i < d; ++i) {
     const float gi = g[i] * scale;
-    row.a[i] = b1 * row.a[i] + (1.0f - b1) * gi;
-    row.b[i] = b2 * row.b[i] + (1.0f - b2) * (gi * gi);
-    row.w[i] -= step_size * (row.a[i] / (std::sqrt(row.b[i]) / c2_sqrt + eps));
+    a[i] = b1 * a[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * (gi * gi);
+    w[i] -= step_size * (a[i] / (std::sqrt(v[i]) / c2_sqrt + eps));
   }
+}
+
+void SparseTable::ApplyAllLocked(absl::Span<const int64_t> ids, const float* grads, float scale) {
+  const absl::Time start = absl::Now();
+  // Slots first: creating a row may move the arrays.
+  std::vector<int64_t> slots(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) slots[i] = SlotLocked(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) ApplyLocked(slots[i], grads + i * spec_.dim, scale);
+  apply_time_ += absl::Now() - start;
+  rows_applied_ += static_cast<int64_t>(ids.size());
+}
+
+void SparseTable::ApplyMeanLocked() {
+  // The mean of the workers' gradients, each row's summed in rank order (bit-reproducible).
+  const size_t d = spec_.dim;
+  absl::flat_hash_map<int64_t, size_t> at;  // Row id -> its place in `order` and `sums`.
+  std::vector<int64_t> order;
+  std::vector<float> sums;
+  for (int r = 0; r < options_.num_workers; ++r) {
+    const std::vector<int64_t>& ids = pending_ids_[r];
+    const float* g = pending_grads_[r].data();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto [it, created] = at.try_emplace(ids[i], order.size());
+      if (created) {
+        order.push_back(ids[i]);
+        sums.resize(sums.size() + d, 0.0f);
+      }
+      float* sum = sums.data() + it->second * d;
+      for (size_t k = 0; k < d; ++k) sum[k] += g[i * d + k];
+    }
+    pending_ids_[r].clear();
+    pending_grads_[r].clear();
+  }
+  ApplyAllLocked(order, sums.data(), 1.0f / static_cast<float>(options_.num_workers));
 }
 
 absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t> ids,
@@ -216,10 +253,7 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   if (auto s = CheckIds(ids); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (!options_.bsp) {
-    const absl::Time start = absl::Now();
-    for (size_t i = 0; i < ids.size(); ++i) ApplyLocked(ids[i], &grads[i * spec_.dim], 1.0f);
-    apply_time_ += absl::Now() - start;
-    rows_applied_ += static_cast<int64_t>(ids.size());
+    ApplyAllLocked(ids, grads.data(), 1.0f);
     ++step_;
     return absl::OkStatus();
   }
@@ -230,25 +264,14 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   }
   if (!pushed_[rank]) {
     pushed_[rank] = true;
-    pending_ids_[rank].assign(ids.begin(), ids.end());
-    pending_grads_[rank].assign(grads.begin(), grads.end());
+    if (options_.num_workers == 1) {
+      ApplyAllLocked(ids, grads.data(), 1.0f);  // The mean of one: the gradient itself.
+    } else {
+      pending_ids_[rank].assign(ids.begin(), ids.end());
+      pending_grads_[rank].assign(grads.begin(), grads.end());
+    }
     if (++arrived_ == options_.num_workers) {
-      // The mean of the workers' gradients, summed in rank order, applied in row order.
-      std::map<int64_t, std::vector<float>> sums;
-      for (int r = 0; r < options_.num_workers; ++r) {
-        for (size_t i = 0; i < pending_ids_[r].size(); ++i) {
-          std::vector<float>& sum = sums[pending_ids_[r][i]];
-          if (sum.empty()) sum.assign(spec_.dim, 0.0f);
-          for (int k = 0; k < spec_.dim; ++k) sum[k] += pending_grads_[r][i * spec_.dim + k];
-        }
-        pending_ids_[r].clear();
-        pending_grads_[r].clear();
-      }
-      const float scale = 1.0f / static_cast<float>(options_.num_workers);
-      const absl::Time start = absl::Now();
-      for (const auto& [id, sum] : sums) ApplyLocked(id, sum.data(), scale);
-      apply_time_ += absl::Now() - start;
-      rows_applied_ += static_cast<int64_t>(sums.size());
+      if (options_.num_workers > 1) ApplyMeanLocked();
       pushed_.assign(options_.num_workers, false);
       arrived_ = 0;
       ++step_;

@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -101,19 +101,30 @@ class SparseTable {
                     absl::Span<const float> grads, absl::Time deadline);
 
  private:
-  struct Row {
-    std::vector<float> w, a, b;  // a: adagrad's sum or adam's m; b: adam's v.
-    int64_t t = 0;               // adam: this row's steps.
+  enum class Rule { kSgd, kAdagrad, kAdam };
+  // The rows held, each in a slot of the flat arrays (dim values per slot; the state arrays
+  // only for the rules that keep them), so that a step touches contiguous memory.
+  struct Rows {
+    absl::flat_hash_map<int64_t, int64_t> slot;  // Row id -> slot.
+    std::vector<float> w, a, b;                  // a: adagrad's sums or adam's m; b: adam's v.
+    std::vector<int64_t> t;                      // adam: each row's steps.
   };
   absl::Status CheckIds(absl::Span<const int64_t> ids) const;
-  Row& RowLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One optimizer step on row `id` with gradient `g` (dim values) times `scale`.
-  void ApplyLocked(int64_t id, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slot of row `id`, created from the table's seed on first touch.
+  int64_t SlotLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One optimizer step on the row in `slot` with gradient `g` (dim values) times `scale`.
+  void ApplyLocked(int64_t slot, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BSP: applies the mean of the pending pushes of every rank.
+  void ApplyMeanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `ids` (unique) with their gradients (ids.size() x dim) times `scale`.
+  void ApplyAllLocked(absl::Span<const int64_t> ids, const float* grads, float scale)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SparseTableSpec spec_;
   const SparseTableOptions options_;
   mutable absl::Mutex mu_;
-  std::unordered_map<int64_t, Row> rows_ ABSL_GUARDED_BY(mu_);
+  const Rule rule_;
+  Rows rows_ ABSL_GUARDED_BY(mu_);
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   // BSP: this step's pushes by rank (ids, grads); `arrived_` counts them.
   std::vector<std::vector<int64_t>> pending_ids_ ABSL_GUARDED_BY(mu_);
