@@ -9,7 +9,9 @@
 #          [--checkpoint_every=0] [--restart_shards] [--bin=DIR] [--shard_optimizer=NAME]
 #          [-- WORKER_FLAGS...]  |  [--run] -- COMMAND...
 # ps mode starts the shards; master and allreduce modes start workers only (rank 0 hosts the
-# reducer or the rendezvous on a free port). WORKER_FLAGS go to every worker
+# reducer or the rendezvous on a free port), except with --run and an explicit --shards=S:
+# then S shards hold the job's sparse embedding tables (dptrain.torch.SparseEmbedding) while
+# the dense gradients take the mode's way. WORKER_FLAGS go to every worker
 # (e.g. --model=lenet --epochs=5 --batch_size=128).
 # --run: each worker is COMMAND instead (a PyTorch script using dptrain.torch, e.g.
 # `--run -- python3 examples/torch/train_fashion_mnist.py --epochs=1`) with torchrun's
@@ -32,12 +34,12 @@
 set -euo pipefail
 
 mode=ps shards=2 workers=2 lr=0.1 momentum=0 weight_decay=0 step_timeout=60s sync=bsp staleness=0
-logs="" bin="" certs="" checkpoint_every=0 restart_shards=0 run=0 shard_optimizer=""
+logs="" bin="" certs="" checkpoint_every=0 restart_shards=0 run=0 shard_optimizer="" shards_given=0
 worker_flags=() passed_flags=()
 while (($#)); do
   case "$1" in
     --mode=*) mode="${1#*=}" ;;
-    --shards=*) shards="${1#*=}" ;;
+    --shards=*) shards="${1#*=}" shards_given=1 ;;
     --workers=*) workers="${1#*=}" ;;
     --lr=*) lr="${1#*=}" ;;
     --momentum=*) momentum="${1#*=}" ;;
@@ -53,7 +55,7 @@ while (($#)); do
     --run) run=1 ;;
     --shard_optimizer=*) shard_optimizer="${1#*=}" ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --*) passed_flags+=("$1") ;;  # Checked against the binary below.
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -63,7 +65,7 @@ done
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --workers must be >= 1" >&2; exit 2; }
 [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local_cluster: --checkpoint_every must be >= 0" >&2; exit 2; }
 case "$mode" in ps|master|allreduce) ;; *) echo "local_cluster: --mode must be ps, master or allreduce" >&2; exit 2 ;; esac
-[[ "$mode" == ps ]] || shards=0
+[[ "$mode" == ps ]] || ((run && shards_given)) || shards=0
 ((run == 0 || ${#worker_flags[@]} > 0)) || { echo "local_cluster: --run needs a command after --" >&2; exit 2; }
 [[ -n "$shard_optimizer" ]] || { ((run)) && shard_optimizer=none || shard_optimizer=sgd; }
 
@@ -82,7 +84,7 @@ if ((${#passed_flags[@]})); then
   ((run == 0 || shards > 0)) ||
     { echo "local_cluster: ${passed_flags[0]}: with --run in $mode mode the workers are your command; give it its flags after --" >&2; exit 2; }
   target="$gpu_worker"
-  [[ "$mode" == ps ]] && target="$ps_server"
+  [[ "$mode" == ps ]] || ((run)) && target="$ps_server"
   # (--helpfull exits non-zero after printing.)
   known=$({ "$target" --helpfull 2>&1 || true; } | sed -n 's/^ *--\([a-z0-9_]*\) .*/\1/p')
   for f in "${passed_flags[@]}"; do
@@ -205,7 +207,7 @@ run_command() {
              MASTER_ADDR=127.0.0.1 MASTER_PORT="$master_port" DPTRAIN_MODE="$mode"
              PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
              DPTRAIN_NATIVE_LIB="$bin/python/native/libdptrain_c.so")
-  [[ "$mode" == ps ]] && env+=(DPTRAIN_PS="$ps_list")
+  ((shards > 0)) && env+=(DPTRAIN_PS="$(IFS=,; echo "${addresses[*]}")")
   [[ -n "$certs" ]] && env+=(DPTRAIN_TLS_CERT="$certs/worker-$r.crt"
                              DPTRAIN_TLS_KEY="$certs/worker-$r.key" DPTRAIN_TLS_CA="$certs/ca.crt"
                              DPTRAIN_JOB_TOKEN_FILE="$certs/job_token")
