@@ -18,8 +18,12 @@ expect_error() {
 }
 
 mkdir -p "$SCRATCH/empty" "$SCRATCH/corrupt"
-expect_error "missing data" "No such file\|not found\|NotFound\|cannot open" \
+expect_error "missing data" "empty: no data set found; looked for train-images-idx3-ubyte\[.gz\] (idx), data_batch_1.bin or train.bin (cifar), train_images.npy (npy), train/<class>/ folders (imagefolder)" \
   --ps=127.0.0.1:1 --data_dir="$SCRATCH/empty"
+expect_error "missing idx files" "empty/train-images-idx3-ubyte.gz: cannot open" \
+  --ps=127.0.0.1:1 --data_dir="$SCRATCH/empty" --data_format=idx
+expect_error "bad data format" "--data_format: must be idx, cifar, imagefolder or npy" \
+  --ps=127.0.0.1:1 --data_format=csv
 printf 'this is not gzip idx data' >"$SCRATCH/corrupt/train-images-idx3-ubyte.gz"
 printf 'junk' >"$SCRATCH/corrupt/train-labels-idx1-ubyte.gz"
 expect_error "corrupt data" "train-images-idx3-ubyte.gz" --ps=127.0.0.1:1 \

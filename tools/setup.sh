@@ -11,6 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libgtest-dev
   zlib1g-dev                                     # gzip IDX files, CRC32 of shard checkpoints
+  libpng-dev libjpeg62-turbo-dev                 # ImageFolder data sets (PNG and JPEG images)
   nlohmann-json3-dev                             # shard checkpoint manifests, traces, /status
   libcivetweb-dev                                # the /metrics and /status HTTP endpoint
   prometheus                                     # promtool + a real server in tests/metrics_test

@@ -24,7 +24,8 @@
 #include "common/status_macros.h"
 #include "common/telemetry_flags.h"
 #include "proto/worker.grpc.pb.h"
-#include "worker/data/idx_reader.h"
+#include "worker/data/data_source.h"
+#include "worker/data/transforms.h"
 #include "worker/gpu_backend.h"
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
@@ -100,12 +101,32 @@ class StatusService final : public proto::Worker::Service {
   proto::WorkerStatus status_;
 };
 
-// The training and test sets of --data_dir in --data_format, cut to the subsets.
+// The training and test sets of --data_dir in --data_format (detected when empty), cut to
+// the subsets and normalised; the same classes and image shape in both.
 absl::Status LoadData(const DataConfig& data, Dataset& train, Dataset& test) {
-  DPTRAIN_ASSIGN_OR_RETURN(train, LoadFashionMnist(data.dir, /*train=*/true));
-  DPTRAIN_ASSIGN_OR_RETURN(test, LoadFashionMnist(data.dir, /*train=*/false));
+  DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true));
+  DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false));
+  if (test.channels != train.channels || test.rows != train.rows || test.cols != train.cols) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        data.dir, ": the training images are ", train.channels, "x", train.rows, "x", train.cols,
+        ", the test images ", test.channels, "x", test.rows, "x", test.cols));
+  }
+  if (test.num_classes > train.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the test set has ",
+                                                   test.num_classes, " classes, the training set ",
+                                                   train.num_classes));
+  }
   train.KeepFirst(data.train_subset);
   test.KeepFirst(data.test_subset);
+  if (!data.mean.empty()) {
+    if (static_cast<int>(data.mean.size()) != train.channels) {
+      return absl::InvalidArgumentError(absl::StrCat("--data_mean: ", data.mean.size(),
+                                                     " values for images of ", train.channels,
+                                                     " channel(s)"));
+    }
+    DPTRAIN_RETURN_IF_ERROR(Normalize(train, data.mean, data.std));
+    DPTRAIN_RETURN_IF_ERROR(Normalize(test, data.mean, data.std));
+  }
   return absl::OkStatus();
 }
 
@@ -235,6 +256,13 @@ absl::Status Run(const WorkerConfig& config) {
   options.checkpointer = sync.saves.get();
   options.lr_schedule.base_lr = config.lr;
   if (config.lr_schedule.has_value()) options.lr_schedule = *config.lr_schedule;
+  options.augment.crop_padding = config.data.crop_padding;
+  options.augment.horizontal_flip = config.data.hflip;
+  if (!config.data.mean.empty()) {  // Padding is black, as torchvision pads before Normalize.
+    for (size_t c = 0; c < config.data.mean.size(); ++c) {
+      options.augment.fill.push_back(-config.data.mean[c] / config.data.std[c]);
+    }
+  }
   std::ofstream metrics;
   if (!config.metrics_out.empty()) {
     metrics.open(config.metrics_out, std::ios::trunc);
@@ -248,7 +276,9 @@ absl::Status Run(const WorkerConfig& config) {
     std::cout << who << ": the optimizer runs on the GPU" << std::endl;
   }
   std::cout << who << ": " << config.model << " with " << model->weights().size() << " parameters, "
-            << train.size << " training images, " << test.size << " test images" << std::endl;
+            << train.size << " training images, " << test.size << " test images ("
+            << train.channels << "x" << train.rows << "x" << train.cols << ", "
+            << train.num_classes << " classes)" << std::endl;
   DPTRAIN_RETURN_IF_ERROR(Train(options, *model, Borrow(sync.sync), train, &test, nullptr));
   if (!config.save_model.empty()) {
     if (absl::Status s = nn::SaveModel(*model, config.save_model); !s.ok()) {

@@ -331,10 +331,18 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     const int64_t begin = b * o.batch_size;
     const int n = static_cast<int>(
         std::min<int64_t>(o.batch_size, static_cast<int64_t>(indices.size()) - begin));
-    if (auto s = GatherBatch(train, absl::MakeConstSpan(indices).subspan(begin, n),
-                             absl::MakeSpan(batch_images), absl::MakeSpan(batch_labels));
+    const auto batch_indices = absl::MakeConstSpan(indices).subspan(begin, n);
+    if (auto s = GatherBatch(train, batch_indices, absl::MakeSpan(batch_images),
+                             absl::MakeSpan(batch_labels));
         !s.ok()) {
       return s;
+    }
+    if (o.augment.enabled()) {
+      if (auto s = AugmentBatch(absl::MakeSpan(batch_images), n, shape, o.augment,
+                                AugmentKey(o.seed, epoch), batch_indices);
+          !s.ok()) {
+        return s;
+      }
     }
     report.data_end = absl::Now();
     auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);

@@ -13,6 +13,7 @@
 #include "common/lr_schedule.h"
 #include "worker/comm/step_sync.h"
 #include "worker/data/dataset.h"
+#include "worker/data/transforms.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
@@ -77,6 +78,9 @@ struct TrainerOptions {
   // gets through a reducer, and what the metrics report (a parameter store computes the
   // same itself). base_lr <= 0: unknown here (ps mode without --lr), not reported.
   LrScheduleOptions lr_schedule;
+  // Training-time augmentation of each gathered batch (random crop, flip), a pure function of
+  // (seed, epoch, sample index): worker/data/transforms.h. Disabled by default.
+  AugmentOptions augment;
 };
 
 struct EpochMetrics {

@@ -13,8 +13,8 @@ absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      what, " holds ", data.channels, "x", data.rows, "x", data.cols, " images but model ", model, " takes ",
-      model_input.channels, "x", model_input.height, "x", model_input.width, " inputs"));
+      what, " holds ", data.channels, "x", data.rows, "x", data.cols, " images but model ", model,
+      " takes ", model_input.channels, "x", model_input.height, "x", model_input.width, " inputs"));
 }
 
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,

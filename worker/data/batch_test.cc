@@ -49,5 +49,31 @@ TEST(BatchTest, GathersInIndexOrderAndNeverPastItsBuffers) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Issue 27: CIFAR and ImageFolder data have 3 channels; the channels are compared too.
+TEST(BatchTest, ChannelsAreComparedAndGatheredWhole) {
+  Dataset rgb = Tiny(3, 2, 2);  // 3 images of 1x2x2 = 12 values, read as 1 image of 3x2x2.
+  rgb.size = 1;
+  rgb.channels = 3;
+  rgb.labels.resize(1);
+  EXPECT_EQ(rgb.image_size(), 12);
+  EXPECT_TRUE(CheckImageShape(rgb, {3, 2, 2}, "resnet", "the training set").ok());
+  const absl::Status s = CheckImageShape(rgb, {1, 2, 2}, "lenet", "the training set");
+  EXPECT_EQ(s.message(), "the training set holds 3x2x2 images but model lenet takes 1x2x2 inputs");
+  EXPECT_EQ(CheckImageShape(Tiny(1, 2, 2), {3, 2, 2}, "resnet", "the test set").message(),
+            "the test set holds 1x2x2 images but model resnet takes 3x2x2 inputs");
+
+  Dataset two = Tiny(4, 2, 2);  // Read as 2 images of 2x2x2.
+  two.size = 2;
+  two.channels = 2;
+  two.labels.resize(2);
+  std::vector<float> images(8, -1);
+  std::vector<uint8_t> labels(1);
+  const std::vector<int64_t> second = {1};
+  ASSERT_TRUE(GatherBatch(two, second, absl::MakeSpan(images), absl::MakeSpan(labels)).ok());
+  EXPECT_EQ(images, (std::vector<float>{8, 9, 10, 11, 12, 13, 14, 15}));
+  two.KeepFirst(1);
+  EXPECT_EQ(two.images, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
 }  // namespace
 }  // namespace dptrain

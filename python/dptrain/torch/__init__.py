@@ -665,7 +665,9 @@ class SparseEmbedding(torch.nn.Module):
         everywhere, nothing is applied)."""
         pairs = [] if skipped else [(u, r) for u, r in self._pending if r.grad is not None]
         self._pending = []
-        if pairs:
+        if len(pairs) == 1:  # One forward since the last push: its ids are unique already.
+            unique, summed = pairs[0][0], pairs[0][1].grad
+        elif pairs:
             ids = torch.cat([u for u, _ in pairs])
             grads = torch.cat([r.grad for _, r in pairs])
             unique, inverse = torch.unique(ids, return_inverse=True)

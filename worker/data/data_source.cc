@@ -1,0 +1,74 @@
+#include "worker/data/data_source.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/data/cifar_reader.h"
+#include "worker/data/idx_reader.h"
+#include "worker/data/image_folder.h"
+#include "worker/data/input_file.h"
+#include "worker/data/npy_reader.h"
+
+namespace dptrain {
+namespace {
+
+// DIR/NAME.gz if it is a file or NAME is not; else DIR/NAME.
+std::string IdxPath(const std::string& dir, const std::string& name) {
+  const std::string gz = JoinPath(dir, name + ".gz");
+  const std::string raw = JoinPath(dir, name);
+  return IsRegularFile(gz) || !IsRegularFile(raw) ? gz : raw;
+}
+
+bool HasClassFolder(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> classes = ListClassFolders(JoinPath(dir, "train"));
+  return classes.ok() && !classes->empty();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DetectDataFormat(const std::string& dir) {
+  if (!IsDirectory(dir)) return absl::NotFoundError(absl::StrCat(dir, ": no such directory"));
+  auto has = [&](const char* name) { return IsRegularFile(JoinPath(dir, name)); };
+  std::vector<std::string> found;
+  if (has("train-images-idx3-ubyte.gz") || has("train-images-idx3-ubyte")) found.push_back("idx");
+  if (has("data_batch_1.bin") || has("train.bin")) found.push_back("cifar");
+  if (has("train_images.npy")) found.push_back("npy");
+  if (HasClassFolder(dir)) found.push_back("imagefolder");
+  if (found.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        dir,
+        ": no data set found; looked for train-images-idx3-ubyte[.gz] (idx), data_batch_1.bin "
+        "or train.bin (cifar), train_images.npy (npy), train/<class>/ folders (imagefolder)"));
+  }
+  if (found.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": holds the files of several formats (",
+                                                   absl::StrJoin(found, ", "),
+                                                   "); name one with the format"));
+  }
+  return found[0];
+}
+
+absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train) {
+  std::string chosen = format;
+  if (chosen.empty()) {
+    absl::StatusOr<std::string> detected = DetectDataFormat(dir);
+    if (!detected.ok()) return detected.status();
+    chosen = *detected;
+  }
+  if (chosen == "idx") {
+    const std::string prefix = train ? "train" : "t10k";
+    return LoadIdxPair(IdxPath(dir, prefix + "-images-idx3-ubyte"),
+                       IdxPath(dir, prefix + "-labels-idx1-ubyte"));
+  }
+  if (chosen == "cifar") return LoadCifar(dir, train);
+  if (chosen == "npy") return LoadNpy(dir, train);
+  if (chosen == "imagefolder") return LoadImageFolder(dir, train);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown data format '", format,
+                   "' (known: idx, cifar, npy, imagefolder, or empty to detect)"));
+}
+
+}  // namespace dptrain

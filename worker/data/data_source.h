@@ -1,0 +1,41 @@
+// One entry to every data set reader: loads a training or test set from a directory in a
+// named format, or in the format its files show.
+//
+// Formats and what each needs in DIR (the training set's files; the test set's are named in
+// each reader's header):
+//   "idx"          train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz, or the same
+//                  uncompressed (Fashion-MNIST, MNIST; worker/data/idx_reader.h). The .gz
+//                  file is used when both exist.
+//   "cifar"        data_batch_1.bin .. data_batch_5.bin (CIFAR-10) or train.bin (CIFAR-100)
+//                  (worker/data/cifar_reader.h).
+//   "npy"          train_images.npy and train_labels.npy (worker/data/npy_reader.h).
+//   "imagefolder"  train/<class>/<image>.png|.jpg|.jpeg (worker/data/image_folder.h).
+//   ""             detect: the format whose training files are present (detection looks at
+//                  the training files even when loading the test set): idx if
+//                  train-images-idx3-ubyte[.gz] is a file, cifar if data_batch_1.bin or
+//                  train.bin is, npy if train_images.npy is, imagefolder if train/ holds a
+//                  folder. None: NotFound listing what was looked for; several:
+//                  InvalidArgument naming them.
+//
+// Thread-compatible: the functions touch no shared state.
+#ifndef DPTRAIN_WORKER_DATA_DATA_SOURCE_H_
+#define DPTRAIN_WORKER_DATA_DATA_SOURCE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/data/dataset.h"
+
+namespace dptrain {
+
+// The format of the data set in `dir` ("idx", "cifar", "npy" or "imagefolder"), as "" in
+// LoadDataset detects it. NotFound if `dir` is not a directory or nothing matches.
+absl::StatusOr<std::string> DetectDataFormat(const std::string& dir);
+
+// Loads the training set (train = true) or the test set of the data set in `dir`. InvalidArgument
+// for an unknown format; otherwise the reader's errors.
+absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train);
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_DATA_DATA_SOURCE_H_

@@ -1,0 +1,55 @@
+// Reader for image classification data sets laid out as torchvision's ImageFolder:
+//
+//   DIR/train/<class>/<image>    the training set
+//   DIR/test/<class>/<image>     the test set
+//
+// Classes are the sorted names of the folders in DIR/train, labelled 0, 1, ... in that order
+// (at most 256: labels are bytes); num_classes is their count for both sets. DIR/test may
+// hold the same classes or a subset of them, labelled as in DIR/train. Images are the files
+// directly in a class folder whose names end in .png, .jpg or .jpeg (any case), sorted by name
+// (byte order); other files are skipped, and so is every file or folder whose name starts
+// with '.'; a class folder without images is an error. The examples are ordered by class,
+// then by file name.
+//
+// Images are decoded as worker/data/image_decode.h says (PNG through libpng, JPEG through
+// libjpeg; alpha dropped; 16-bit scaled to 8). The loaded Dataset has channels 3 (RGB, gray
+// images replicated to the three channels) unless every image of the set is grayscale, then
+// channels 1; so a training and a test set can differ in channels only if one of them is
+// all gray, which the trainer's shape check reports. All images of a set must have the same
+// width and height: there is no resizing. Pixels are byte / 255 (torchvision's ToTensor), NCHW.
+//
+// Decoding runs on a small pool of threads (std::thread) owned by the call; the result does
+// not depend on their number. Errors are one-line statuses naming a folder or file: NotFound
+// (no DIR/train or DIR/<split> folder), InvalidArgument (no class folders, more than 256,
+// a test class missing from train, a class folder without images, an image that cannot be
+// decoded, an image of another size than the set's first), or the error of a failed read.
+// When several images fail, the first in the set's order is reported.
+//
+// Thread-compatible: the function touches no shared state.
+#ifndef DPTRAIN_WORKER_DATA_IMAGE_FOLDER_H_
+#define DPTRAIN_WORKER_DATA_IMAGE_FOLDER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/data/dataset.h"
+
+namespace dptrain {
+
+struct ImageFolderOptions {
+  // Decoding threads; 0: min(std::thread::hardware_concurrency(), 8), at least 1. At most 64.
+  int threads = 0;
+};
+
+// Loads DIR/train (train = true) or DIR/test.
+absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
+                                        const ImageFolderOptions& options = {});
+
+// The sorted class folder names of `split_dir` (e.g. DIR/train), '.'-names skipped. NotFound if
+// it is not a directory.
+absl::StatusOr<std::vector<std::string>> ListClassFolders(const std::string& split_dir);
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_DATA_IMAGE_FOLDER_H_

@@ -1,0 +1,414 @@
+#include "worker/data/npy_reader.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "worker/data/input_file.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the .npy reader assumes little endian");
+
+namespace dptrain {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr int64_t kMaxHeaderBytes = int64_t{1} << 20;
+constexpr int64_t kMaxDim = int64_t{1} << 40;   // Any one axis of a shape.
+constexpr int64_t kMaxSide = int64_t{1} << 20;  // C, H and W of an image.
+constexpr int64_t kMaxImageValues = int64_t{1} << 31;
+constexpr int64_t kChunkBytes = int64_t{4} << 20;
+
+struct Dtype {
+  char kind = 0;  // 'u', 'i' or 'f'.
+  int size = 0;   // Bytes per element.
+};
+
+struct NpyHeader {
+  std::string descr;
+  Dtype dtype;
+  std::vector<int64_t> shape;
+  int64_t data_bytes = 0;  // What the file holds after the header.
+};
+
+// A recursive-descent parser for the header's Python dict literal, e.g.
+// {'descr': '<f4', 'fortran_order': False, 'shape': (10, 3, 32, 32), }
+class HeaderParser {
+ public:
+  explicit HeaderParser(absl::string_view text) : text_(text) {}
+
+  // Fills descr, shape; fortran_order True is an error. Errors are the message only.
+  bool Parse(NpyHeader& out, std::string& error) {
+    bool has_descr = false, has_order = false, has_shape = false;
+    SkipSpace();
+    if (!Consume('{')) return Fail("the header is not a dict", error);
+    while (true) {
+      SkipSpace();
+      if (Consume('}')) break;
+      std::string key;
+      if (!ParseString(key)) return Fail("expected a quoted key in the header dict", error);
+      SkipSpace();
+      if (!Consume(':')) return Fail(absl::StrCat("expected ':' after '", key, "'"), error);
+      SkipSpace();
+      if (key == "descr") {
+        if (Peek() == '[') {
+          return Fail("structured dtypes (a list descr) are unsupported", error);
+        }
+        if (!ParseString(out.descr)) return Fail("'descr' is not a string", error);
+        has_descr = true;
+      } else if (key == "fortran_order") {
+        bool fortran = false;
+        if (ConsumeWord("True")) {
+          fortran = true;
+        } else if (!ConsumeWord("False")) {
+          return Fail("'fortran_order' is not True or False", error);
+        }
+        if (fortran) {
+          return Fail(
+              "fortran_order True is unsupported (save a C-ordered array: "
+              "np.ascontiguousarray)",
+              error);
+        }
+        has_order = true;
+      } else if (key == "shape") {
+        if (!ParseShape(out.shape, error)) return false;
+        has_shape = true;
+      } else {
+        return Fail(absl::StrCat("unexpected key '", key, "' in the header"), error);
+      }
+      SkipSpace();
+      if (Consume(',')) continue;
+      if (Consume('}')) break;
+      return Fail("expected ',' or '}' in the header dict", error);
+    }
+    if (!has_descr || !has_order || !has_shape) {
+      return Fail("the header lacks one of 'descr', 'fortran_order', 'shape'", error);
+    }
+    return true;
+  }
+
+ private:
+  static bool Fail(std::string message, std::string& error) {
+    error = std::move(message);
+    return false;
+  }
+  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+  bool Consume(char c) {
+    if (Peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+  bool ConsumeWord(absl::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  void SkipSpace() {
+    while (pos_ < text_.size() && absl::ascii_isspace(static_cast<unsigned char>(text_[pos_]))) {
+      ++pos_;
+    }
+  }
+  // A '...' or "..." literal without escapes.
+  bool ParseString(std::string& out) {
+    const char quote = Peek();
+    if (quote != '\'' && quote != '"') return false;
+    const size_t end = text_.find(quote, pos_ + 1);
+    if (end == absl::string_view::npos) return false;
+    out = std::string(text_.substr(pos_ + 1, end - pos_ - 1));
+    pos_ = end + 1;
+    return true;
+  }
+  // A tuple of non-negative integers: (), (5,), (5, 3) or (5, 3,); Python 2's 5L too.
+  bool ParseShape(std::vector<int64_t>& shape, std::string& error) {
+    if (!Consume('(')) return Fail("'shape' is not a tuple", error);
+    while (true) {
+      SkipSpace();
+      if (Consume(')')) return true;
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(Peek()))) {
+        return Fail("'shape' holds something other than non-negative integers", error);
+      }
+      int64_t value = 0;
+      while (absl::ascii_isdigit(static_cast<unsigned char>(Peek()))) {
+        value = value * 10 + (text_[pos_++] - '0');
+        if (value > kMaxDim) return Fail("absurd dimension in 'shape'", error);
+      }
+      Consume('L');
+      shape.push_back(value);
+      if (shape.size() > 32) return Fail("'shape' has more than 32 axes", error);
+      SkipSpace();
+      if (Consume(')')) return true;
+      if (!Consume(',')) return Fail("expected ',' or ')' in 'shape'", error);
+    }
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    absl::StrAppend(&s, i == 0 ? "" : ", ", shape[i]);
+  }
+  return absl::StrCat(s, shape.size() == 1 ? ",)" : ")");
+}
+
+// Parses the descr of a simple little-endian (or byte-order-free) numeric dtype.
+absl::Status ParseDtype(const std::string& path, const std::string& descr, Dtype& dtype) {
+  if (descr.size() >= 3 &&
+      (descr[0] == '<' || descr[0] == '|' || descr[0] == '>' || descr[0] == '=')) {
+    const absl::string_view digits = absl::string_view(descr).substr(2);
+    int size = 0;
+    bool ok = !digits.empty() && digits.size() <= 2;
+    for (char c : digits) ok = ok && absl::ascii_isdigit(static_cast<unsigned char>(c));
+    if (ok) size = std::stoi(std::string(digits));
+    const char kind = descr[1];
+    if (ok && (kind == 'u' || kind == 'i' || kind == 'f') &&
+        (size == 1 || size == 2 || size == 4 || size == 8)) {
+      if (descr[0] == '>' && size > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": big-endian dtype '", descr,
+            "' is unsupported (save little-endian: a.astype(a.dtype.newbyteorder('<')))"));
+      }
+      dtype = {kind, size};
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported dtype '", descr, "'"));
+}
+
+// Reads the preamble and header and checks the data size against the file's size.
+absl::StatusOr<NpyHeader> ReadHeader(InputFile& file) {
+  const std::string& path = file.path();
+  char preamble[10];
+  const int64_t preamble_bytes = std::min<int64_t>(file.size(), 8);
+  if (absl::Status s = file.ReadExactly(preamble, preamble_bytes, "preamble"); !s.ok()) return s;
+  if (preamble_bytes < 6 || std::memcmp(preamble, kMagic, 6) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a .npy file (no \\x93NUMPY magic)"));
+  }
+  if (preamble_bytes < 8) {
+    return absl::DataLossError(absl::StrCat(path, ": truncated header"));
+  }
+  const int major = static_cast<uint8_t>(preamble[6]), minor = static_cast<uint8_t>(preamble[7]);
+  if (major < 1 || major > 3 || minor != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported .npy format version ",
+                                                   major, ".", minor,
+                                                   " (1.0, 2.0 and 3.0 are read)"));
+  }
+  const int len_bytes = major == 1 ? 2 : 4;
+  uint8_t len_buf[4] = {0, 0, 0, 0};
+  if (absl::Status s = file.ReadExactly(len_buf, len_bytes, "header"); !s.ok()) return s;
+  int64_t header_len = 0;
+  for (int i = len_bytes - 1; i >= 0; --i) header_len = header_len << 8 | len_buf[i];
+  if (header_len > kMaxHeaderBytes || header_len > file.size() - file.offset()) {
+    return absl::DataLossError(absl::StrCat(path, ": header length ", header_len,
+                                            " exceeds the file's remaining ",
+                                            file.size() - file.offset(), " bytes"));
+  }
+  std::string text(static_cast<size_t>(header_len), '\0');
+  if (absl::Status s = file.ReadExactly(text.data(), header_len, "header"); !s.ok()) return s;
+  NpyHeader header;
+  std::string error;
+  if (!HeaderParser(text).Parse(header, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", error));
+  }
+  if (absl::Status s = ParseDtype(path, header.descr, header.dtype); !s.ok()) return s;
+  header.data_bytes = file.size() - file.offset();
+  return header;
+}
+
+// The number of data bytes a shape promises; -1 if beyond what any file could hold.
+int64_t PromisedBytes(const std::vector<int64_t>& shape, int item_size) {
+  int64_t bytes = item_size;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return -1;
+  }
+  return bytes;
+}
+
+absl::Status CheckDataSize(const std::string& path, const NpyHeader& h) {
+  const int64_t promised = PromisedBytes(h.shape, h.dtype.size);
+  if (promised < 0 || promised > h.data_bytes) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": truncated data: shape ", ShapeString(h.shape), " of '", h.descr,
+                     "' needs ", promised < 0 ? "more than 2^63" : absl::StrCat(promised),
+                     " bytes, the file holds ", h.data_bytes));
+  }
+  if (promised < h.data_bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": trailing data: ", h.data_bytes - promised,
+                                            " bytes after the ", promised, " that shape ",
+                                            ShapeString(h.shape), " needs"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadImages(const std::string& path, Dataset& out) {
+  absl::StatusOr<InputFile> file = InputFile::Open(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<NpyHeader> h = ReadHeader(*file);
+  if (!h.ok()) return h.status();
+  const bool is_u8 = h->dtype.kind == 'u' && h->dtype.size == 1;
+  const bool is_f32 = h->dtype.kind == 'f' && h->dtype.size == 4;
+  if (!is_u8 && !is_f32) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": images of dtype '", h->descr,
+                                                   "' are unsupported (uint8 or float32 only)"));
+  }
+  const std::vector<int64_t>& s = h->shape;
+  int64_t channels = 1, rows = 0, cols = 0;
+  bool channels_last = false;
+  if (s.size() == 3) {
+    rows = s[1];
+    cols = s[2];
+  } else if (s.size() == 4) {
+    auto is_channel_count = [](int64_t d) { return d == 1 || d == 3 || d == 4; };
+    channels_last = is_channel_count(s[3]) && !is_channel_count(s[1]);
+    channels = channels_last ? s[3] : s[1];
+    rows = channels_last ? s[1] : s[2];
+    cols = channels_last ? s[2] : s[3];
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": images of shape ", ShapeString(s),
+                     "; expected (N, H, W), (N, C, H, W) or (N, H, W, C)"));
+  }
+  if (s[0] < 1 || channels < 1 || rows < 1 || cols < 1 || channels > kMaxSide || rows > kMaxSide ||
+      cols > kMaxSide || channels * rows * cols > kMaxImageValues) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": images of shape ", ShapeString(s),
+                                                   ": no images, or absurd dimensions"));
+  }
+  if (absl::Status st = CheckDataSize(path, *h); !st.ok()) return st;
+  const int64_t n = s[0];
+  const int64_t plane = rows * cols, values = channels * plane;
+  out.size = n;
+  out.channels = static_cast<int>(channels);
+  out.rows = static_cast<int>(rows);
+  out.cols = static_cast<int>(cols);
+  out.images.assign(static_cast<size_t>(n * values), 0.0f);  // At most 4x the file's size.
+  const int64_t sample_bytes = values * h->dtype.size;
+  const int64_t per_chunk = std::max<int64_t>(1, kChunkBytes / sample_bytes);
+  std::vector<uint8_t> chunk(std::min(n, per_chunk) * sample_bytes);
+  std::vector<float> sample(values);
+  for (int64_t first = 0; first < n; first += per_chunk) {
+    const int64_t count = std::min(n - first, per_chunk);
+    if (absl::Status st = file->ReadExactly(chunk.data(), count * sample_bytes, "data"); !st.ok()) {
+      return st;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      const uint8_t* src = chunk.data() + i * sample_bytes;
+      float* dst = out.images.data() + (first + i) * values;
+      float* staged = channels_last ? sample.data() : dst;
+      if (is_u8) {
+        for (int64_t v = 0; v < values; ++v) staged[v] = static_cast<float>(src[v]) / 255.0f;
+      } else {
+        std::memcpy(staged, src, values * sizeof(float));
+      }
+      if (channels_last) {  // staged[(y * W + x) * C + c] -> dst[c * H * W + y * W + x].
+        for (int64_t p = 0; p < plane; ++p) {
+          for (int64_t c = 0; c < channels; ++c) dst[c * plane + p] = staged[p * channels + c];
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads a labels file; `max_label` is the largest value (-1 for none). `limit`: the labels must
+// be below it.
+absl::Status ReadLabels(const std::string& path, int limit, std::vector<uint8_t>& labels,
+                        int& max_label) {
+  absl::StatusOr<InputFile> file = InputFile::Open(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<NpyHeader> h = ReadHeader(*file);
+  if (!h.ok()) return h.status();
+  if (h->dtype.kind == 'f') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": labels of dtype '", h->descr, "' are unsupported (integers only)"));
+  }
+  if (h->shape.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": labels of shape ", ShapeString(h->shape), "; expected (N,)"));
+  }
+  if (absl::Status st = CheckDataSize(path, *h); !st.ok()) return st;
+  const int64_t n = h->shape[0];
+  const int size = h->dtype.size;
+  std::vector<uint8_t> raw(static_cast<size_t>(n * size));  // The file's size bounds it.
+  if (absl::Status st = file->ReadExactly(raw.data(), n * size, "data"); !st.ok()) return st;
+  labels.resize(n);
+  max_label = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* p = raw.data() + i * size;
+    uint64_t bits = 0;
+    std::memcpy(&bits, p, size);
+    bool negative = false;
+    if (h->dtype.kind == 'i' && size < 8) {
+      negative = (bits >> (8 * size - 1)) & 1;
+    } else if (h->dtype.kind == 'i') {
+      negative = static_cast<int64_t>(bits) < 0;
+    }
+    if (negative) {
+      const int64_t value = size < 8 ? static_cast<int64_t>(bits) - (int64_t{1} << (8 * size))
+                                     : static_cast<int64_t>(bits);
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": label ", value, " at index ", i, " is negative"));
+    }
+    if (bits >= static_cast<uint64_t>(limit)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": label ", bits, " at index ", i, " is not below ", limit,
+          limit == kMaxClasses ? " (labels are bytes: at most 256 classes)" : " (num_classes)"));
+    }
+    labels[i] = static_cast<uint8_t>(bits);
+    max_label = std::max<int>(max_label, labels[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptions(const NpyOptions& options) {
+  if (options.num_classes < 0 || options.num_classes > kMaxClasses) {
+    return absl::InvalidArgumentError(absl::StrCat("npy: num_classes ", options.num_classes,
+                                                   " is not in [1, ", kMaxClasses,
+                                                   "] (or 0: from the labels)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadNpyPair(const std::string& images_path, const std::string& labels_path,
+                                    const NpyOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  Dataset data;
+  if (absl::Status s = ReadImages(images_path, data); !s.ok()) return s;
+  int max_label = -1;
+  const int limit = options.num_classes > 0 ? options.num_classes : kMaxClasses;
+  if (absl::Status s = ReadLabels(labels_path, limit, data.labels, max_label); !s.ok()) return s;
+  if (static_cast<int64_t>(data.labels.size()) != data.size) {
+    return absl::InvalidArgumentError(absl::StrCat(labels_path, ": has ", data.labels.size(),
+                                                   " labels but ", images_path, " has ", data.size,
+                                                   " images"));
+  }
+  data.num_classes = options.num_classes > 0 ? options.num_classes : max_label + 1;
+  return data;
+}
+
+absl::StatusOr<Dataset> LoadNpy(const std::string& dir, bool train, const NpyOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  const std::string split = train ? "train" : "test";
+  absl::StatusOr<Dataset> data = LoadNpyPair(JoinPath(dir, split + "_images.npy"),
+                                             JoinPath(dir, split + "_labels.npy"), options);
+  if (!data.ok() || options.num_classes > 0) return data;
+  // The other split's labels, so that both splits have the same num_classes.
+  const std::string other = JoinPath(dir, train ? "test_labels.npy" : "train_labels.npy");
+  if (!IsRegularFile(other)) return data;
+  std::vector<uint8_t> labels;
+  int max_label = -1;
+  if (absl::Status s = ReadLabels(other, kMaxClasses, labels, max_label); !s.ok()) return s;
+  data->num_classes = std::max(data->num_classes, max_label + 1);
+  return data;
+}
+
+}  // namespace dptrain

@@ -1,0 +1,53 @@
+// Reader for image classification data sets stored as NumPy .npy arrays (np.save).
+//
+// A directory holds train_images.npy, train_labels.npy (the training set) and
+// test_images.npy, test_labels.npy (the test set). Format versions 1.0, 2.0 and 3.0 are read;
+// the header must be a dict with exactly 'descr', 'fortran_order' and 'shape'.
+//
+// Images: dtype uint8 ('|u1' or '<u1'; loaded as byte / 255, as torchvision's ToTensor) or
+// little-endian float32 ('<f4'; loaded as is), C order, shape
+//   (N, H, W)                                      one channel;
+//   (N, H, W, C) if C is 1, 3 or 4 and H is not    channels last (NHWC), transposed to NCHW;
+//   (N, C, H, W) otherwise                         channels first (NCHW).
+// So (N, 32, 32, 3) is NHWC, (N, 3, 32, 32) and (N, 1, 28, 28) are NCHW, and the ambiguous
+// (N, 3, 32, 3) is taken as NCHW. Saving NCHW avoids any doubt.
+// Labels: shape (N,), any little-endian integer dtype ('|i1', '<i2', '<i4', '<i8', '|u1',
+// '<u1', '<u2', '<u4', '<u8'), values in [0, 256) (labels are bytes; at most 256 classes).
+//
+// Errors are one-line statuses that name the offending file:
+//   NotFound         a missing file;
+//   InvalidArgument  not a .npy file, an unsupported version, a malformed header,
+//                    fortran_order True, a big-endian or unsupported dtype, a wrong shape,
+//                    an image count that differs from the label count, a negative label or
+//                    one too large (naming its index), a bad num_classes option;
+//   DataLoss         data shorter than the header promises (truncated) or longer.
+// Corrupt headers cannot cause huge allocations: a header's shape is checked against the
+// file's actual size before anything is allocated.
+//
+// Thread-compatible: the functions touch no shared state.
+#ifndef DPTRAIN_WORKER_DATA_NPY_READER_H_
+#define DPTRAIN_WORKER_DATA_NPY_READER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/data/dataset.h"
+
+namespace dptrain {
+
+struct NpyOptions {
+  // 0: the largest label + 1 (for LoadNpy: over both splits' label files present, so that
+  // the training and the test set agree). Else in [1, 256], and every label must be below it.
+  int num_classes = 0;
+};
+
+// Loads one images file and its labels file.
+absl::StatusOr<Dataset> LoadNpyPair(const std::string& images_path, const std::string& labels_path,
+                                    const NpyOptions& options = {});
+
+// Loads DIR/train_{images,labels}.npy (train = true) or DIR/test_{images,labels}.npy.
+absl::StatusOr<Dataset> LoadNpy(const std::string& dir, bool train, const NpyOptions& options = {});
+
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_DATA_NPY_READER_H_

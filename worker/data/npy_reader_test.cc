@@ -1,0 +1,288 @@
+#include "worker/data/npy_reader.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "worker/data/test_files.h"
+
+namespace dptrain {
+namespace {
+
+using testing_files::FreshDir;
+using testing_files::WriteFile;
+
+// A .npy file as np.save writes it: magic, version, header length, the dict padded with
+// spaces and a newline to a multiple of 64 bytes, then `data`.
+std::string Npy(const std::string& descr, const std::vector<int64_t>& shape,
+                const std::string& data, int major = 1, const std::string& fortran = "False") {
+  std::string shape_text = "(" + absl::StrJoin(shape, ", ") + (shape.size() == 1 ? ",)" : ")");
+  std::string header = absl::StrCat("{'descr': '", descr, "', 'fortran_order': ", fortran,
+                                    ", 'shape': ", shape_text, ", }");
+  const size_t preamble = major == 1 ? 10 : 12;
+  while ((preamble + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += static_cast<char>(major);
+  out += '\0';
+  const uint32_t len = static_cast<uint32_t>(header.size());
+  for (size_t i = 0; i < (major == 1 ? 2u : 4u); ++i) out += static_cast<char>(len >> (8 * i));
+  return out + header + data;
+}
+
+template <typename T>
+std::string Raw(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+std::string Bytes(const std::vector<uint8_t>& values) { return Raw(values); }
+
+std::string Pair(const std::string& dir, const std::string& images, const std::string& labels,
+                 const std::string& split = "train") {
+  WriteFile(dir + "/" + split + "_images.npy", images);
+  WriteFile(dir + "/" + split + "_labels.npy", labels);
+  return dir;
+}
+
+void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,
+                 const std::string& fragment) {
+  ASSERT_FALSE(result.ok());
+  const std::string message(result.status().message());
+  EXPECT_EQ(result.status().code(), code) << result.status();
+  EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// Two 2x3 one-channel uint8 images.
+const std::vector<uint8_t> kPixels = {0, 51, 102, 153, 204, 255, 255, 0, 0, 0, 0, 1};
+
+TEST(NpyReaderTest, LoadsUint8ImagesWithInt64Labels) {
+  const std::string dir = Pair(FreshDir("npy_u8"), Npy("|u1", {2, 2, 3}, Bytes(kPixels)),
+                               Npy("<i8", {2}, Raw<int64_t>({3, 1})));
+  absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->size, 2);
+  EXPECT_EQ(data->channels, 1);
+  EXPECT_EQ(data->rows, 2);
+  EXPECT_EQ(data->cols, 3);
+  EXPECT_EQ(data->num_classes, 4);
+  EXPECT_EQ(data->labels, (std::vector<uint8_t>{3, 1}));
+  ASSERT_EQ(data->images.size(), 12u);
+  EXPECT_FLOAT_EQ(data->image(0)[1], 0.2f);
+  EXPECT_FLOAT_EQ(data->image(0)[5], 1.0f);
+  EXPECT_FLOAT_EQ(data->image(1)[5], 1.0f / 255.0f);
+}
+
+TEST(NpyReaderTest, Float32ChannelsFirstIsTakenAsIs) {
+  std::vector<float> values(2 * 3 * 2 * 2);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  const std::string dir = Pair(FreshDir("npy_f4"), Npy("<f4", {2, 3, 2, 2}, Raw(values)),
+                               Npy("<i4", {2}, Raw<int32_t>({0, 2})), "test");
+  absl::StatusOr<Dataset> data = LoadNpy(dir, false);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->channels, 3);
+  EXPECT_EQ(data->rows, 2);
+  EXPECT_EQ(data->cols, 2);
+  EXPECT_EQ(data->images, values);
+  EXPECT_EQ(data->num_classes, 3);
+}
+
+TEST(NpyReaderTest, ChannelsLastIsTransposedToChannelsFirst) {
+  // One 2x2 RGB image, HWC: pixel p has (10p, 10p+1, 10p+2).
+  std::vector<uint8_t> hwc;
+  for (int p = 0; p < 4; ++p) {
+    for (int c = 0; c < 3; ++c) hwc.push_back(static_cast<uint8_t>(10 * p + c));
+  }
+  const std::string dir =
+      Pair(FreshDir("npy_nhwc"), Npy("<u1", {1, 2, 2, 3}, Bytes(hwc)), Npy("|u1", {1}, Bytes({7})));
+  absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->channels, 3);
+  EXPECT_EQ(data->rows, 2);
+  EXPECT_EQ(data->cols, 2);
+  for (int c = 0; c < 3; ++c) {
+    for (int p = 0; p < 4; ++p) {
+      EXPECT_FLOAT_EQ(data->image(0)[c * 4 + p], (10 * p + c) / 255.0f) << c << " " << p;
+    }
+  }
+}
+
+TEST(NpyReaderTest, LayoutRule) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int channels, rows, cols;
+  };
+  // Channels last iff the last axis is 1, 3 or 4 and the second is not.
+  for (const Case& c :
+       {Case{{1, 3, 5, 6}, 3, 5, 6}, Case{{1, 5, 6, 3}, 3, 5, 6}, Case{{1, 1, 5, 6}, 1, 5, 6},
+        Case{{1, 5, 6, 1}, 1, 5, 6}, Case{{1, 5, 6, 4}, 4, 5, 6}, Case{{1, 3, 5, 3}, 3, 5, 3},
+        Case{{1, 4, 5, 3}, 4, 5, 3}, Case{{1, 2, 5, 6}, 2, 5, 6}}) {
+    int64_t n = 1;
+    for (int64_t d : c.shape) n *= d;
+    const std::string dir = Pair(FreshDir("npy_layout"), Npy("|u1", c.shape, std::string(n, 'x')),
+                                 Npy("|u1", {1}, Bytes({0})));
+    absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(data->channels, c.channels) << absl::StrJoin(c.shape, ",");
+    EXPECT_EQ(data->rows, c.rows) << absl::StrJoin(c.shape, ",");
+    EXPECT_EQ(data->cols, c.cols) << absl::StrJoin(c.shape, ",");
+  }
+}
+
+TEST(NpyReaderTest, FormatVersions2And3) {
+  for (int major : {2, 3}) {
+    const std::string dir = Pair(FreshDir("npy_v2"), Npy("|u1", {2, 2, 3}, Bytes(kPixels), major),
+                                 Npy("<u1", {2}, Bytes({0, 5}), major));
+    absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+    ASSERT_TRUE(data.ok()) << major << ": " << data.status();
+    EXPECT_EQ(data->num_classes, 6);
+  }
+}
+
+TEST(NpyReaderTest, NumClassesCoversBothSplitsUnlessGiven) {
+  const std::string dir = FreshDir("npy_classes");
+  Pair(dir, Npy("|u1", {2, 2, 3}, Bytes(kPixels)), Npy("<i8", {2}, Raw<int64_t>({0, 7})));
+  Pair(dir, Npy("|u1", {2, 2, 3}, Bytes(kPixels)), Npy("<i8", {2}, Raw<int64_t>({1, 2})), "test");
+  EXPECT_EQ(LoadNpy(dir, true)->num_classes, 8);
+  EXPECT_EQ(LoadNpy(dir, false)->num_classes, 8);
+  EXPECT_EQ(LoadNpy(dir, false, {10})->num_classes, 10);
+  ExpectError(LoadNpy(dir, true, {7}), absl::StatusCode::kInvalidArgument,
+              dir + "/train_labels.npy: label 7 at index 1 is not below 7");
+  ExpectError(LoadNpy(dir, true, {300}), absl::StatusCode::kInvalidArgument, "num_classes 300");
+}
+
+TEST(NpyReaderTest, BadLabels) {
+  const std::string images = Npy("|u1", {2, 2, 3}, Bytes(kPixels));
+  struct Case {
+    std::string labels, fragment;
+  };
+  for (const Case& c : {
+           Case{Npy("<i8", {2}, Raw<int64_t>({0, -1})), "label -1 at index 1 is negative"},
+           Case{Npy("<i4", {2}, Raw<int32_t>({-5, 0})), "label -5 at index 0 is negative"},
+           Case{Npy("<i8", {2}, Raw<int64_t>({256, 0})),
+                "label 256 at index 0 is not below 256 (labels are bytes: at most 256 classes)"},
+           Case{Npy("<i8", {3}, Raw<int64_t>({0, 1, 2})), "has 3 labels but"},
+           Case{Npy("<i8", {2, 1}, Raw<int64_t>({0, 1})), "labels of shape (2, 1); expected (N,)"},
+           Case{Npy("<f4", {2}, Raw<float>({0, 1})), "labels of dtype '<f4' are unsupported"},
+           Case{Npy(">i8", {2}, Raw<int64_t>({0, 1})), "big-endian dtype '>i8' is unsupported"},
+       }) {
+    const std::string dir = Pair(FreshDir("npy_bad_labels"), images, c.labels);
+    ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument,
+                dir + "/train_labels.npy: " + c.fragment);
+  }
+}
+
+TEST(NpyReaderTest, BadImages) {
+  const std::string labels = Npy("<i8", {2}, Raw<int64_t>({0, 1}));
+  struct Case {
+    std::string images;
+    absl::StatusCode code;
+    std::string fragment;
+  };
+  const std::string twelve(12, '\0');
+  for (const Case& c : {
+           Case{Npy("|u1", {2, 2, 3}, twelve, 1, "True"), absl::StatusCode::kInvalidArgument,
+                "fortran_order True is unsupported"},
+           Case{Npy(">f4", {2, 2, 3}, twelve + twelve + twelve + twelve),
+                absl::StatusCode::kInvalidArgument, "big-endian dtype '>f4' is unsupported"},
+           Case{Npy("<f8", {2, 2, 3}, std::string(96, '\0')), absl::StatusCode::kInvalidArgument,
+                "images of dtype '<f8' are unsupported"},
+           Case{Npy("<U3", {2, 2, 3}, twelve), absl::StatusCode::kInvalidArgument,
+                "unsupported dtype '<U3'"},
+           Case{Npy("|u1", {12}, twelve), absl::StatusCode::kInvalidArgument,
+                "images of shape (12,); expected (N, H, W)"},
+           Case{Npy("|u1", {2, 6, 0}, ""), absl::StatusCode::kInvalidArgument,
+                "images of shape (2, 6, 0): no images, or absurd dimensions"},
+           Case{Npy("|u1", {2, 2, 3}, twelve.substr(1)), absl::StatusCode::kDataLoss,
+                "truncated data: shape (2, 2, 3) of '|u1' needs 12 bytes, the file holds 11"},
+           Case{Npy("|u1", {2, 2, 3}, twelve + "x"), absl::StatusCode::kDataLoss,
+                "trailing data: 1 bytes after the 12"},
+           Case{Npy("|u1", {1 << 20, 1 << 20, 1 << 20}, twelve), absl::StatusCode::kInvalidArgument,
+                "images of shape (1048576, 1048576, 1048576): no images, or absurd dimensions"},
+           Case{Npy("|u1", {int64_t{1} << 40, 1 << 16, 1 << 15}, twelve),
+                absl::StatusCode::kDataLoss,
+                "truncated data: shape (1099511627776, 65536, 32768) of '|u1' needs more than "
+                "2^63 bytes, the file holds 12"},
+           Case{Npy("|u1", {20000000, 1000, 100}, twelve), absl::StatusCode::kDataLoss,
+                "truncated data: shape (20000000, 1000, 100) of '|u1' needs 2000000000000 bytes, "
+                "the file holds 12"},
+           Case{"\x93NUMPZ\x01\x00", absl::StatusCode::kInvalidArgument, "not a .npy file"},
+           Case{"\x93NUM", absl::StatusCode::kInvalidArgument, "not a .npy file"},
+           Case{"", absl::StatusCode::kInvalidArgument, "not a .npy file"},
+           Case{"\x93NUMPY\x01", absl::StatusCode::kDataLoss, "truncated header"},
+           Case{std::string("\x93NUMPY\x02\x00\x10", 9), absl::StatusCode::kDataLoss,
+                "truncated header at byte 8: expected 4 bytes, got 1"},
+           Case{"\x93NUMPY\x04\x00" + twelve, absl::StatusCode::kInvalidArgument,
+                "unsupported .npy format version 4.0"},
+           Case{std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff", 12) + "{}",
+                absl::StatusCode::kDataLoss, "header length 4294967295 exceeds"},
+           Case{std::string("\x93NUMPY\x01\x00\x10\x00", 10) + "{'descr': '|u1'",
+                absl::StatusCode::kDataLoss, "header length 16 exceeds the file's remaining 15"},
+       }) {
+    const std::string dir = Pair(FreshDir("npy_bad_images"), c.images, labels);
+    ExpectError(LoadNpy(dir, true), c.code, dir + "/train_images.npy: " + c.fragment);
+  }
+}
+
+TEST(NpyReaderTest, MalformedHeaders) {
+  const std::string labels = Npy("<i8", {1}, Raw<int64_t>({0}));
+  auto file = [](const std::string& header) {
+    std::string out = "\x93NUMPY\x01";
+    out += '\0';
+    out += static_cast<char>(header.size());
+    out += '\0';
+    return out + header + "x";
+  };
+  struct Case {
+    std::string header, fragment;
+  };
+  for (const Case& c : {
+           Case{"[1, 2]", "the header is not a dict"},
+           Case{"{'descr': '|u1', 'shape': (1, 1, 1)}",
+                "the header lacks one of 'descr', 'fortran_order', 'shape'"},
+           Case{"{'descr': '|u1', 'fortran_order': Maybe, 'shape': (1,1,1)}",
+                "'fortran_order' is not True or False"},
+           Case{"{'descr': '|u1', 'fortran_order': False, 'shape': [1,1,1]}",
+                "'shape' is not a tuple"},
+           Case{"{'descr': '|u1', 'fortran_order': False, 'shape': (1,-1,1)}",
+                "'shape' holds something other than non-negative integers"},
+           Case{"{'descr': '|u1', 'fortran_order': False, 'shape': (1,1,1), 'x': 1}",
+                "unexpected key 'x'"},
+           Case{"{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (1,)}",
+                "structured dtypes"},
+           Case{"{'descr': '|u1' 'fortran_order': False}", "expected ',' or '}'"},
+           Case{"{'descr: '|u1'}", "expected ':'"},
+           Case{"{'descr': '|u1', 'fortran_order': False, 'shape': (99999999999999999999,)}",
+                "absurd dimension"},
+       }) {
+    const std::string dir = Pair(FreshDir("npy_bad_header"), file(c.header), labels);
+    ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument,
+                dir + "/train_images.npy: " + c.fragment);
+  }
+  // Python 2's long integers and double quotes are read.
+  const std::string dir =
+      Pair(FreshDir("npy_py2_header"),
+           file("{\"descr\": \"|u1\", \"fortran_order\": False, \"shape\": (1L, 1L, 1L)}"), labels);
+  EXPECT_TRUE(LoadNpy(dir, true).ok()) << LoadNpy(dir, true).status();
+}
+
+TEST(NpyReaderTest, MissingFilesAreNotFound) {
+  const std::string dir = FreshDir("npy_missing");
+  ExpectError(LoadNpy(dir, true), absl::StatusCode::kNotFound, dir + "/train_images.npy");
+  WriteFile(dir + "/test_images.npy", Npy("|u1", {2, 2, 3}, Bytes(kPixels)));
+  ExpectError(LoadNpy(dir, false), absl::StatusCode::kNotFound, dir + "/test_labels.npy");
+}
+
+TEST(NpyReaderTest, LoadNpyPairNamesBothFilesOnMismatch) {
+  const std::string dir = FreshDir("npy_pair");
+  const std::string images = WriteFile(dir + "/a.npy", Npy("|u1", {2, 2, 3}, Bytes(kPixels)));
+  const std::string labels = WriteFile(dir + "/b.npy", Npy("|u1", {1}, Bytes({0})));
+  ExpectError(LoadNpyPair(images, labels), absl::StatusCode::kInvalidArgument,
+              labels + ": has 1 labels but " + images + " has 2 images");
+}
+
+}  // namespace
+}  // namespace dptrain

@@ -1,0 +1,54 @@
+#include "worker/data/test_files.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "gtest/gtest.h"
+
+namespace dptrain {
+namespace testing_files {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& name) {
+  std::string base = ::testing::TempDir();
+  if (!base.empty() && base.back() != '/') base += '/';
+  const std::string dir = base + name;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) ADD_FAILURE() << dir << ": " << ec.message();
+  return dir;
+}
+
+void MakeDirs(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) ADD_FAILURE() << path << ": " << ec.message();
+}
+
+std::string WriteFile(const std::string& path, absl::string_view bytes) {
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) MakeDirs(parent.string());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) ADD_FAILURE() << "cannot write " << path;
+  return path;
+}
+
+std::string WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  return WriteFile(path,
+                   absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace testing_files
+}  // namespace dptrain

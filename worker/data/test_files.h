@@ -1,0 +1,31 @@
+// Test helpers: fixture files under the test's temporary directory (testing::TempDir()).
+#ifndef DPTRAIN_WORKER_DATA_TEST_FILES_H_
+#define DPTRAIN_WORKER_DATA_TEST_FILES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace dptrain {
+namespace testing_files {
+
+// A fresh, empty directory testing::TempDir()/name (removed first if it exists).
+std::string FreshDir(const std::string& name);
+
+// Writes `bytes` to `path`, creating missing parent directories; returns path. Fails the
+// test (ADD_FAILURE) on an error.
+std::string WriteFile(const std::string& path, absl::string_view bytes);
+std::string WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// The bytes of `path` ("" if it cannot be read).
+std::string ReadFile(const std::string& path);
+
+// Creates `path` and its missing parents.
+void MakeDirs(const std::string& path);
+
+}  // namespace testing_files
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_DATA_TEST_FILES_H_

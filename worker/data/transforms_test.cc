@@ -1,0 +1,203 @@
+#include "worker/data/transforms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dptrain {
+namespace {
+
+// n images of shape, value of (i, c, y, x) = 1000 i + 100 c + 10 y + x + 1 (never 0).
+std::vector<float> Batch(int n, const ImageShape& s) {
+  std::vector<float> v;
+  for (int i = 0; i < n; ++i) {
+    for (int c = 0; c < s.channels; ++c) {
+      for (int y = 0; y < s.height; ++y) {
+        for (int x = 0; x < s.width; ++x) v.push_back(1000.0f * i + 100 * c + 10 * y + x + 1);
+      }
+    }
+  }
+  return v;
+}
+
+TEST(NormalizeTest, PerChannelAndValidated) {
+  Dataset d;
+  d.size = 2;
+  d.channels = 2;
+  d.rows = 1;
+  d.cols = 2;
+  d.images = {1, 2, 3, 4, 5, 6, 7, 8};
+  d.labels = {0, 1};
+  ASSERT_TRUE(Normalize(d, {1.0f, 3.0f}, {2.0f, 0.5f}).ok());
+  EXPECT_EQ(d.images, (std::vector<float>{0, 0.5f, 0, 2, 2, 2.5f, 8, 10}));
+  const std::vector<float> before = d.images;
+  EXPECT_EQ(Normalize(d, {0.0f}, {1.0f}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Normalize(d, {0, 0}, {1, 0}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Normalize(d, {0, 0}, {1, -1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Normalize(d, {0, 0}, {1, std::nanf("")}).code(), absl::StatusCode::kInvalidArgument);
+  d.images.pop_back();
+  EXPECT_EQ(Normalize(d, {0, 0}, {1, 1}).code(), absl::StatusCode::kInvalidArgument);
+  d.images.push_back(10);
+  EXPECT_EQ(d.images, before) << "a failed Normalize changes nothing";
+}
+
+TEST(AugmentTest, DisabledIsANoOp) {
+  const ImageShape s{3, 4, 5};
+  std::vector<float> v = Batch(3, s);
+  const std::vector<float> before = v;
+  const std::vector<int64_t> idx = {7, 8, 9};
+  ASSERT_TRUE(AugmentBatch(absl::MakeSpan(v), 3, s, {}, 42, idx).ok());
+  EXPECT_EQ(v, before);
+}
+
+TEST(AugmentTest, FlipMirrorsEveryRowOfEveryChannel) {
+  const ImageShape s{2, 3, 4};
+  AugmentOptions flip_only;
+  flip_only.horizontal_flip = true;
+  // Find a flipped and an unflipped sample index for this key.
+  const uint64_t key = AugmentKey(1, 0);
+  int64_t flipped = -1, kept = -1;
+  for (int64_t i = 0; i < 64 && (flipped < 0 || kept < 0); ++i) {
+    const AugmentChoice c = ChooseAugment(flip_only, key, i);
+    EXPECT_EQ(c.offset_x, 0);
+    EXPECT_EQ(c.offset_y, 0);
+    (c.flip ? flipped : kept) = i;
+  }
+  ASSERT_GE(flipped, 0);
+  ASSERT_GE(kept, 0);
+  std::vector<float> v = Batch(2, s);
+  const std::vector<float> before = v;
+  const std::vector<int64_t> idx = {flipped, kept};
+  ASSERT_TRUE(AugmentBatch(absl::MakeSpan(v), 2, s, flip_only, key, idx).ok());
+  for (int c = 0; c < 2; ++c) {
+    for (int y = 0; y < 3; ++y) {
+      for (int x = 0; x < 4; ++x) {
+        EXPECT_EQ(v[(c * 3 + y) * 4 + x], before[(c * 3 + y) * 4 + (3 - x)]);
+      }
+    }
+  }
+  EXPECT_TRUE(std::equal(v.begin() + 24, v.end(), before.begin() + 24)) << "sample 2 unflipped";
+}
+
+// A 1x3x3 image cropped with padding 1 at every offset, by hand.
+TEST(AugmentTest, CropWithPaddingOnAHandMadeImage) {
+  const ImageShape s{1, 3, 3};
+  const std::vector<float> image = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  AugmentOptions crop;
+  crop.crop_padding = 1;
+  crop.fill = {-1.0f};
+  struct Case {
+    int oy, ox;
+    bool flip;
+    std::vector<float> expected;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, false, {1, 2, 3, 4, 5, 6, 7, 8, 9}},       // Centered: unchanged.
+      {0, 0, false, {-1, -1, -1, -1, 1, 2, -1, 4, 5}},  // Window at the padded top-left.
+      {2, 2, false, {5, 6, -1, 8, 9, -1, -1, -1, -1}},  // Bottom-right.
+      {0, 2, false, {-1, -1, -1, 2, 3, -1, 5, 6, -1}},  // Top-right.
+      {1, 0, false, {-1, 1, 2, -1, 4, 5, -1, 7, 8}},    // Shifted right by one.
+      {1, 0, true, {2, 1, -1, 5, 4, -1, 8, 7, -1}},     // The same, then mirrored.
+      {1, 1, true, {3, 2, 1, 6, 5, 4, 9, 8, 7}},        // Flip only.
+  };
+  crop.horizontal_flip = true;
+  // Find, for each case, a sample index that draws it; then augment it.
+  for (const Case& c : cases) {
+    int64_t index = -1;
+    for (int64_t i = 0; i < 10000 && index < 0; ++i) {
+      const AugmentChoice a = ChooseAugment(crop, 5, i);
+      if (a.offset_y == c.oy && a.offset_x == c.ox && a.flip == c.flip) index = i;
+    }
+    ASSERT_GE(index, 0);
+    std::vector<float> v = image;
+    const std::vector<int64_t> idx = {index};
+    ASSERT_TRUE(AugmentBatch(absl::MakeSpan(v), 1, s, crop, 5, idx).ok());
+    EXPECT_EQ(v, c.expected) << c.oy << " " << c.ox << " " << c.flip;
+  }
+}
+
+TEST(AugmentTest, ZeroFillByDefaultAndAllOffsetsDrawn) {
+  AugmentOptions crop;
+  crop.crop_padding = 2;
+  std::vector<int> seen(25, 0);
+  for (int64_t i = 0; i < 2000; ++i) {
+    const AugmentChoice a = ChooseAugment(crop, 9, i);
+    ASSERT_GE(a.offset_y, 0);
+    ASSERT_LE(a.offset_y, 4);
+    ASSERT_GE(a.offset_x, 0);
+    ASSERT_LE(a.offset_x, 4);
+    EXPECT_FALSE(a.flip);
+    ++seen[a.offset_y * 5 + a.offset_x];
+  }
+  for (int count : seen) EXPECT_GT(count, 40);  // ~80 each.
+  int64_t corner = -1;
+  for (int64_t i = 0; corner < 0; ++i) {
+    const AugmentChoice a = ChooseAugment(crop, 9, i);
+    if (a.offset_y == 0 && a.offset_x == 0) corner = i;
+  }
+  const ImageShape s{1, 3, 3};
+  std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const std::vector<int64_t> idx = {corner};
+  ASSERT_TRUE(AugmentBatch(absl::MakeSpan(v), 1, s, crop, 9, idx).ok());
+  EXPECT_EQ(v, (std::vector<float>{0, 0, 0, 0, 0, 0, 0, 0, 1}));
+}
+
+// The same (key, sample index) gives the same result wherever the sample sits in a batch;
+// other keys (epochs) give other results.
+TEST(AugmentTest, DeterministicPerKeyAndSampleIndex) {
+  const ImageShape s{3, 8, 8};
+  AugmentOptions o;
+  o.crop_padding = 2;
+  o.horizontal_flip = true;
+  const std::vector<float> base = Batch(1, s);
+  auto augment_one = [&](uint64_t key, int64_t index) {
+    std::vector<float> v = base;
+    const std::vector<int64_t> idx = {index};
+    EXPECT_TRUE(AugmentBatch(absl::MakeSpan(v), 1, s, o, key, idx).ok());
+    return v;
+  };
+  const uint64_t key = AugmentKey(123, 4);
+  EXPECT_EQ(key, AugmentKey(123, 4));
+  std::vector<float> batch;
+  for (int i = 0; i < 4; ++i) batch.insert(batch.end(), base.begin(), base.end());
+  const std::vector<int64_t> idx = {40, 11, 40, 7};
+  ASSERT_TRUE(AugmentBatch(absl::MakeSpan(batch), 4, s, o, key, idx).ok());
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<float> alone = augment_one(key, idx[i]);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + i * base.size())) << i;
+  }
+  int differ = 0;
+  for (int64_t i = 0; i < 20; ++i) {
+    differ += augment_one(AugmentKey(123, 4), i) != augment_one(AugmentKey(123, 5), i);
+  }
+  EXPECT_GT(differ, 10);
+}
+
+TEST(AugmentTest, BadArgumentsChangeNothing) {
+  const ImageShape s{1, 3, 3};
+  std::vector<float> v(18, 1.0f);
+  AugmentOptions o;
+  o.horizontal_flip = true;
+  const std::vector<int64_t> two = {0, 1}, one = {0};
+  const auto bad = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(v), 2, s, o, 1, one).code(), bad);
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(v).first(17), 2, s, o, 1, two).code(), bad);
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(v), 2, {1, 0, 3}, o, 1, two).code(), bad);
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(v), -1, s, o, 1, {}).code(), bad);
+  o.fill = {0.0f, 0.0f};
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(v), 2, s, o, 1, two).code(), bad);
+  o.fill.clear();
+  o.crop_padding = -1;
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(v), 2, s, o, 1, two).code(), bad);
+  o.crop_padding = 5000;
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(v), 2, s, o, 1, two).code(), bad);
+  EXPECT_EQ(v, std::vector<float>(18, 1.0f));
+  o.crop_padding = 0;
+  EXPECT_TRUE(AugmentBatch(absl::MakeSpan(v), 0, s, o, 1, {}).ok());
+}
+
+}  // namespace
+}  // namespace dptrain
