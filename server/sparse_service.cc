@@ -221,9 +221,18 @@ grpc::Status SparseService::Push(grpc::ServerContext* context,
   const absl::Time start = absl::Now();
   rows_pushed_ += request->ids_size();
   (*table)->rows_pushed += request->ids_size();
-  // The bytes of a protobuf string carry no alignment promise: copy them.
-  std::vector<float> values(grads.size() / sizeof(float));
-  if (!grads.empty()) std::memcpy(values.data(), grads.data(), grads.size());
+  // The bytes of a protobuf string carry no alignment promise: read them in place when they
+  // are aligned (a heap string's are), else from a copy.
+  std::vector<float> copy;
+  absl::Span<const float> values;
+  if (reinterpret_cast<uintptr_t>(grads.data()) % alignof(float) == 0) {
+    values = absl::MakeConstSpan(reinterpret_cast<const float*>(grads.data()),
+                                 grads.size() / sizeof(float));
+  } else {
+    copy.resize(grads.size() / sizeof(float));
+    if (!grads.empty()) std::memcpy(copy.data(), grads.data(), grads.size());
+    values = copy;
+  }
   const absl::Status pushed =
       (*table)->table->Push(request->caller().rank(), request->step(), request->ids(), values,
                             Deadline(*context, shard_.step_timeout));

@@ -218,9 +218,16 @@ void SparseTable::ApplyAllLocked(absl::Span<const int64_t> ids, const float* gra
 void SparseTable::ApplyMeanLocked() {
   // The mean of the workers' gradients, each row's summed in rank order (bit-reproducible).
   const size_t d = spec_.dim;
+  size_t total = 0;
+  for (int r = 0; r < options_.num_workers; ++r) total += pending_ids_[r].size();
   absl::flat_hash_map<int64_t, size_t> at;  // Row id -> its place in `order` and `sums`.
-  std::vector<int64_t> order;
-  std::vector<float> sums;
+  at.reserve(total);
+  std::vector<int64_t>& order = mean_ids_;
+  std::vector<float>& sums = mean_sums_;  // Kept from step to step: no fresh pages.
+  order.clear();
+  sums.clear();
+  order.reserve(total);
+  sums.reserve(total * d);
   for (int r = 0; r < options_.num_workers; ++r) {
     const std::vector<int64_t>& ids = pending_ids_[r];
     const float* g = pending_grads_[r].data();

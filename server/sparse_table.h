@@ -131,6 +131,9 @@ class SparseTable {
   std::vector<std::vector<float>> pending_grads_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  // ApplyMeanLocked's rows and sums, kept to be reused.
+  std::vector<int64_t> mean_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> mean_sums_ ABSL_GUARDED_BY(mu_);
   int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rows_applied_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration apply_time_ ABSL_GUARDED_BY(mu_);  // Restore calls: ends the waits they cut off.

@@ -129,6 +129,14 @@ absl::Status SparseClient::Push(const std::string& table, int dim, int64_t step,
     return absl::InvalidArgumentError("sparse push: the gradients are not ids x dim values");
   }
   std::vector<proto::SparsePushRequest> requests(n);
+  std::vector<int> rows_of(n, 0);
+  for (int64_t id : ids) {
+    if (id >= 0) ++rows_of[RowShard(id, n)];
+  }
+  for (int s = 0; s < n; ++s) {
+    requests[s].mutable_ids()->Reserve(rows_of[s]);
+    requests[s].mutable_grads()->reserve(static_cast<size_t>(rows_of[s]) * dim * sizeof(float));
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0) {
       return absl::InvalidArgumentError(
