@@ -18,6 +18,7 @@ packages=(
   python3-matplotlib                             # tools/plot_curves.py (training curves)
   libopenblas-dev                                # CPU GEMMs
   libdnnl-dev                                    # oneDNN convolutions where they win (onednn_conv.h)
+  libonnx-dev                                    # ONNX models (worker/graph/onnx_import.h)
   libssl-dev                                     # libcrypto: job token, ring HMAC, PEM checks
   openssl                                        # tools/make_certs.sh (and the tests' certificates)
   dataset-fashion-mnist                          # /usr/share/datasets/fashion-mnist

@@ -27,6 +27,7 @@
 #include "worker/data/data_source.h"
 #include "worker/data/transforms.h"
 #include "worker/gpu_backend.h"
+#include "worker/graph/onnx_import.h"
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
 #include "worker/sync_factory.h"
@@ -80,6 +81,18 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(cuda::Backend* gpu,
                                                          const cuda::BackendOptions& backend) {
   if (gpu == nullptr) return nn::CreateModel(options);
   return gpu->CreateModel(options, backend);
+}
+
+// --model=FILE.onnx: the graph of the file (worker/graph/onnx_import.h), on the CPU.
+absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& config,
+                                                           const nn::ModelOptions& options) {
+  graph::OnnxModelOptions onnx;
+  onnx.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
+  onnx.optimizer = options.optimizer;
+  onnx.seed = config.seed;
+  onnx.threads = options.threads;
+  onnx.conv_algorithm = options.conv_algorithm;
+  return graph::LoadOnnxModel(config.model, onnx);
 }
 
 // Answers Worker.GetStatus (served with the health service).
@@ -159,7 +172,15 @@ absl::Status Run(const WorkerConfig& config) {
   }
   DPTRAIN_ASSIGN_OR_RETURN(auto telemetry,
                            TelemetryFromFlags(absl::StrCat("gpu_worker rank ", config.rank)));
-  const GpuProbe gpu = config.device == "cpu" ? GpuProbe{} : ProbeForTraining();
+  if (IsOnnxModel(config.model) && config.device == "cuda") {
+    return absl::UnimplementedError(
+        "--model=FILE.onnx trains on the CPU only so far (its GPU ops are not written yet): "
+        "use --device=cpu");
+  }
+  // An ONNX model runs on the CPU, whatever --device=auto would find.
+  const GpuProbe gpu = config.device == "cpu" || IsOnnxModel(config.model)
+                           ? GpuProbe{nullptr, "ONNX models train on the CPU"}
+                           : ProbeForTraining();
   if (config.device == "cuda" && gpu.backend == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("--device=cuda: ", gpu.description, "; use --device=cpu or auto"));
@@ -208,8 +229,17 @@ absl::Status Run(const WorkerConfig& config) {
   cuda::BackendOptions backend;
   backend.tf32 = config.tf32;
   backend.precision = config.precision;
-  DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<nn::Model> model,
-                           CreateModelOn(gpu.backend.get(), model_options, backend));
+  std::unique_ptr<nn::Model> model;
+  if (IsOnnxModel(config.model)) {
+    DPTRAIN_ASSIGN_OR_RETURN(model, CreateOnnxModel(config, model_options));
+    if (model->num_classes() < train.num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model=", config.model, " has ", model->num_classes(), " outputs, and the data in ",
+          config.data.dir, " has ", train.num_classes, " classes"));
+    }
+  } else {
+    DPTRAIN_ASSIGN_OR_RETURN(model, CreateModelOn(gpu.backend.get(), model_options, backend));
+  }
   if (!config.load_model.empty()) {
     if (absl::Status s = nn::LoadModel(config.load_model, *model); !s.ok()) {
       return WithFlag("load_model", s);
@@ -276,9 +306,9 @@ absl::Status Run(const WorkerConfig& config) {
     std::cout << who << ": the optimizer runs on the GPU" << std::endl;
   }
   std::cout << who << ": " << config.model << " with " << model->weights().size() << " parameters, "
-            << train.size << " training images, " << test.size << " test images ("
-            << train.channels << "x" << train.rows << "x" << train.cols << ", "
-            << train.num_classes << " classes)" << std::endl;
+            << train.size << " training images, " << test.size << " test images (" << train.channels
+            << "x" << train.rows << "x" << train.cols << ", " << train.num_classes << " classes)"
+            << std::endl;
   DPTRAIN_RETURN_IF_ERROR(Train(options, *model, Borrow(sync.sync), train, &test, nullptr));
   if (!config.save_model.empty()) {
     if (absl::Status s = nn::SaveModel(*model, config.save_model); !s.ok()) {

@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, model, "mlp",
           "resnet18 (d2l's; built for the data's image shape and class count), or FILE.onnx "
           "(a network as torch.onnx.export writes it; its initializers are the initial "
           "weights and their names).");
+ABSL_FLAG(std::string, loss, "cross_entropy",
+          "The loss on an ONNX model's output: cross_entropy (softmax cross-entropy, as "
+          "nn.CrossEntropyLoss) or mse (against one-hot labels, as nn.MSELoss). The built-in "
+          "models train with cross_entropy.");
 ABSL_FLAG(int, batch_size, 256, "Batch size per worker (the global batch is world_size times it).");
 ABSL_FLAG(int, epochs, 5, "Epochs over the training set.");
 ABSL_FLAG(double, lr, 0,
@@ -292,6 +296,13 @@ absl::Status ReadData(WorkerConfig& c) {
 
 absl::Status ReadTraining(WorkerConfig& c) {
   c.model = absl::GetFlag(FLAGS_model);
+  c.loss = absl::GetFlag(FLAGS_loss);
+  if (c.loss != "cross_entropy" && c.loss != "mse") {
+    return Bad("loss", absl::StrCat("must be cross_entropy or mse, got '", c.loss, "'"));
+  }
+  if (c.loss != "cross_entropy" && !IsOnnxModel(c.model)) {
+    return Bad("loss", absl::StrCat("the built-in model ", c.model, " trains with cross_entropy"));
+  }
   c.seed = absl::GetFlag(FLAGS_seed);
   c.load_model = absl::GetFlag(FLAGS_load_model);
   c.save_model = c.rank == 0 ? absl::GetFlag(FLAGS_save_model) : "";

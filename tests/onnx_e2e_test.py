@@ -1,0 +1,239 @@
+"""gpu_worker trains the user's model on the user's data, end to end: a CNN written in
+PyTorch (Conv, BatchNorm, ReLU, MaxPool, Dropout, Linear) is exported to ONNX
+(torch.onnx.export, training mode, no constant folding), 2 gpu_worker processes train it
+through 2 real ps_server shards (BSP, sgd) on a generated 3x32x32 data set in the CIFAR-10
+binary format, and again on the same images as an ImageFolder tree of PNG files; each time
+rank 0 saves the weights, which load into the PyTorch model with a strict load_state_dict
+and give, in PyTorch, the test accuracy the worker printed. Then the bad input: an
+unsupported op, a model whose input is not the data's shape, too few outputs for the
+classes. Run by tests/onnx_e2e_test.sh; every case prints one line, the first failure
+ends the run with a non-zero exit."""
+
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+import torch
+from torch import nn
+
+import dptrain.safetensors
+
+ROOT = os.environ["DPTRAIN_ROOT"]
+PS_SERVER = os.path.join(ROOT, "server", "ps_server")
+GPU_WORKER = os.path.join(ROOT, "worker", "gpu_worker")
+SCRATCH = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
+CLASSES, TRAIN, TEST = 10, 1000, 200
+MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+_processes = []
+
+
+def fail(message):
+    print(f"FAIL: {message}", flush=True)
+    for p in _processes:
+        p.kill()
+    sys.exit(1)
+
+
+def images_and_labels(n, seed):
+    """n 3x32x32 uint8 images whose class sets a colour and a stripe, plus noise."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, CLASSES, (n,), generator=g)
+    base = torch.stack([(labels * 25 + c * 60) % 256 for c in range(3)], 1).float()
+    x = base[:, :, None, None] + torch.randint(-200, 201, (n, 3, 32, 32), generator=g).float()
+    rows = torch.arange(32)
+    stripe = (rows[None, :] // 4 == labels[:, None] % 8).float() * 20  # [n, 32]
+    x = x + stripe[:, None, :, None]
+    return x.clamp(0, 255).to(torch.uint8), labels
+
+
+def write_cifar(folder, train, test):
+    os.makedirs(folder, exist_ok=True)
+    (xs, ys) = train
+    per = len(ys) // 5
+    for b in range(5):
+        with open(os.path.join(folder, f"data_batch_{b + 1}.bin"), "wb") as f:
+            for i in range(b * per, (b + 1) * per):
+                f.write(bytes([int(ys[i])]) + xs[i].numpy().tobytes())
+    with open(os.path.join(folder, "test_batch.bin"), "wb") as f:
+        for x, y in zip(*test):
+            f.write(bytes([int(y)]) + x.numpy().tobytes())
+
+
+def png(image):
+    """A 3x32x32 uint8 tensor as the bytes of an RGB PNG file."""
+    height, width = image.shape[1], image.shape[2]
+    raw = b"".join(b"\0" + image[:, r, :].t().contiguous().numpy().tobytes()
+                   for r in range(height))
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
+                                                             0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def write_image_folder(folder, train, test):
+    for split, (xs, ys) in (("train", train), ("test", test)):
+        for c in range(CLASSES):
+            os.makedirs(os.path.join(folder, split, f"class{c:02d}"), exist_ok=True)
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            with open(os.path.join(folder, split, f"class{int(y):02d}", f"{i:05d}.png"),
+                      "wb") as f:
+                f.write(png(x))
+
+
+class Net(nn.Module):
+    def __init__(self, classes=CLASSES):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(0.25),
+                                        nn.Linear(16 * 8 * 8, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+def export(model, path, shape=(2, 3, 32, 32)):
+    torch.onnx.export(model, torch.zeros(*shape), path, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_shards(n, workers):
+    addresses = []
+    for s in range(n):
+        port_file = os.path.join(SCRATCH, f"shard{s}.{time.time_ns()}.port")
+        log = open(os.path.join(SCRATCH, f"shard{s}.log"), "a")
+        p = subprocess.Popen([PS_SERVER, "--host=127.0.0.1", "--port=0",
+                              f"--port_file={port_file}", f"--shard={s}", f"--num_shards={n}",
+                              f"--num_workers={workers}", "--optimizer=sgd", "--lr=0.05",
+                              "--momentum=0.9"], stdout=log, stderr=log)
+        _processes.append(p)
+        for _ in range(200):
+            if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
+                break
+            time.sleep(0.05)
+        else:
+            fail(f"shard {s} did not start")
+        addresses.append(f"127.0.0.1:{open(port_file).read().strip()}")
+    return addresses
+
+
+def train(name, model_path, data_dir, extra=()):
+    """2 workers x 2 shards; returns (rank 0's printed test accuracy, the saved weights)."""
+    shards = start_shards(2, 2)
+    saved = os.path.join(SCRATCH, f"{name}.safetensors")
+    procs, logs = [], []
+    for r in range(2):
+        log = os.path.join(SCRATCH, f"{name}.rank{r}.log")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [GPU_WORKER, "--mode=ps", f"--ps={','.join(shards)}", f"--rank={r}", "--world_size=2",
+             f"--model={model_path}", f"--data_dir={data_dir}", "--epochs=3", "--batch_size=25",
+             "--threads=1", "--data_mean=0.5,0.5,0.5", "--data_std=0.25,0.25,0.25",
+             f"--save_model={saved}", *extra],
+            stdout=open(log, "w"), stderr=subprocess.STDOUT))
+        _processes.append(procs[-1])
+    for p in procs:
+        try:
+            p.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            fail(f"{name}: a worker hung: {open(logs[0]).read()[-800:]}")
+    for p in _processes:
+        if p.poll() is None:
+            p.terminate()
+            p.wait()
+    text = open(logs[0]).read()
+    if any(p.returncode for p in procs):
+        fail(f"{name}: exit codes {[p.returncode for p in procs]}: {text[-1200:]}"
+             f" | {open(logs[1]).read()[-600:]}")
+    done = re.search(r"done: .* test_acc ([0-9.]+)", text)
+    if not done:
+        fail(f"{name}: no final line: {text[-800:]}")
+    return float(done.group(1)), saved, text
+
+
+def pytorch_accuracy(saved, test):
+    net = Net()
+    state = dptrain.safetensors.load_file(saved)
+    # PyTorch keeps num_batches_tracked as int64; the file holds it as a float count.
+    state = {k: (v.long() if k.endswith("num_batches_tracked") else v) for k, v in state.items()}
+    net.load_state_dict(state, strict=True)
+    net.eval()
+    x = (test[0].float() / 255 - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+    with torch.no_grad():
+        return (net(x).argmax(1) == test[1]).float().mean().item()
+
+
+def expect_error(name, model_path, data_dir, pattern):
+    r = subprocess.run([GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.1",
+                        f"--model={model_path}", f"--data_dir={data_dir}", "--epochs=1"],
+                       capture_output=True, text=True, timeout=60)
+    line = next((l for l in r.stderr.splitlines() if l.startswith("gpu_worker: error:")), "")
+    if r.returncode != 1 or not re.search(pattern, line):
+        fail(f"{name}: exit {r.returncode}, wanted /{pattern}/: {r.stderr[-600:]}")
+    print(f"ok: {name} -> {line}", flush=True)
+
+
+def main():
+    torch.manual_seed(0)
+    train_set, test_set = images_and_labels(TRAIN, 1), images_and_labels(TEST, 2)
+    cifar, folder = os.path.join(SCRATCH, "cifar"), os.path.join(SCRATCH, "images")
+    write_cifar(cifar, train_set, test_set)
+    write_image_folder(folder, train_set, test_set)
+    model_path = os.path.join(SCRATCH, "net.onnx")
+    export(Net(), model_path)
+    for name, data in (("cifar", cifar), ("imagefolder", folder)):
+        printed, saved, text = train(f"onnx_{name}", model_path, data)
+        ours = pytorch_accuracy(saved, test_set)
+        # One test image may fall on the other side of an argmax between the two float paths.
+        if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.3 < printed < 0.99:
+            fail(f"{name}: the worker printed test_acc {printed}, PyTorch gets {ours} from the "
+                 f"saved weights: {text[-600:]}")
+        print(f"ok: an exported CNN, 2 workers x 2 shards on the {name} data: test_acc "
+              f"{printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights", flush=True)
+
+    class Elu(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.head = nn.Linear(4 * 30 * 30, CLASSES)
+
+        def forward(self, x):
+            return self.head(nn.functional.elu(self.conv(x)).flatten(1))
+    elu = os.path.join(SCRATCH, "elu.onnx")
+    export(Elu(), elu)
+    expect_error("unsupported op", elu, cifar, r"elu.onnx: unsupported op 'Elu' \(node ")
+    small = os.path.join(SCRATCH, "gray.onnx")
+    gray = Net()
+    gray.features[0] = nn.Conv2d(1, 8, 3, padding=1)
+    export(gray, small, shape=(2, 1, 32, 32))
+    expect_error("input shape", small, cifar,
+                 r"the training set holds 3x32x32 images but model gray takes 1x32x32 inputs")
+    few = os.path.join(SCRATCH, "five.onnx")
+    export(Net(classes=5), few)
+    expect_error("too few outputs", few, cifar, r"five.onnx has 5 outputs, and the data in .* has "
+                 r"10 classes")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for p in _processes:
+            if p.poll() is None:
+                p.kill()

@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""Writes the ONNX fixtures of worker/graph/onnx_import_test.cc: for each model, the model as
+PyTorch exports it for training and PyTorch's own loss and gradients of one step from the same
+weights, so the C++ tests check the importer and the executor against PyTorch without PyTorch.
+
+For each model <m> (in --out_dir, default worker/graph/testdata):
+  <m>.onnx            torch.onnx.export(model, x, FILE, training=TrainingMode.TRAINING,
+                      do_constant_folding=False): the initializers are the weights and batch-norm
+                      running statistics, named as model.state_dict() names them.
+  <m>_reference.safetensors (written with struct + json, no safetensors package):
+    state.<name>      every state_dict entry the step starts from (num_batches_tracked as F32)
+    input             [batch, 3, 32, 32]
+    labels            [batch] class indices (as F32)
+    logits            [batch, classes]
+    loss              [1]  mean cross-entropy
+    grad.<name>       d(loss)/d(parameter) for every parameter
+    after.<name>      every buffer after the train-mode step
+    mse_loss, mse_grad.<name>   the same step with nn.MSELoss against one-hot targets
+                      (branching only)
+
+The models:
+  vgg        VGG-style: Conv/BatchNorm/ReLU/MaxPool features, then Flatten, Linear, ReLU,
+             Dropout(0.5), Linear (features.* and classifier.* as torchvision's VGG).
+  resnet     torchvision's ResNet layout (conv1 7x7/2 + bn1 + relu + maxpool 3/2, layer1..4 of
+             two BasicBlocks each with a 1x1 downsample where the shape changes,
+             avgpool, fc), at widths 8, 16, 24, 32 so that the file stays small.
+  branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
+             branches joined by torch.cat), tanh(z) + sigmoid(z), a residual Add, MaxPool,
+             AdaptiveAvgPool2d(1), x.view(x.size(0), -1), Identity, a bias-free Linear
+             (exported as Transpose + MatMul) and x @ w + b with bare parameters (MatMul + Add);
+             7 classes.
+With --resnet18 (not stored in the repository: about 45 MB) it also writes the full-width
+resnet18 in torchvision's layout for a manual check.
+
+Dropout: PyTorch draws its masks from its own generator, which the C++ side does not reproduce,
+so the reference step runs with the Dropout modules in eval mode (the identity) and the test
+loads the model with dropout off (GraphModelOptions::dropout = false). Everything else runs in
+train mode (batch statistics). The reference is computed in float64 from the float32 weights
+and inputs that the ONNX file holds, then stored as float32.
+
+Needs Debian's python3-torch (run with /usr/bin/python3, not a pyenv python3).
+Usage: tools/make_onnx_fixtures.py [--out_dir=DIR] [--resnet18] [--opset=N] [model ...]
+The files outside the repository (the full resnet18, other opsets) are checked by
+  bazel test //worker/graph:onnx_import_test --test_env=DPTRAIN_ONNX_FIXTURES=DIR
+"""
+import argparse
+import copy
+import json
+import os
+import struct
+import sys
+
+import torch
+from torch import nn
+
+BATCH = 4
+SEED = 2027
+
+
+class VGG(nn.Module):
+    """torchvision's VGG layout (features, then classifier) at a small size."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.MaxPool2d(2, 2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+            nn.MaxPool2d(2, 2))
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(16 * 8 * 8, 32), nn.ReLU(inplace=True), nn.Dropout(0.5),
+            nn.Linear(32, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+class BasicBlock(nn.Module):
+    """torchvision.models.resnet.BasicBlock."""
+
+    def __init__(self, inplanes, planes, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    """torchvision.models.resnet.ResNet with BasicBlocks [2, 2, 2, 2] at `widths`."""
+
+    def __init__(self, widths, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, widths[0], 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        inplanes = widths[0]
+        for i, planes in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            layer = nn.Sequential(BasicBlock(inplanes, planes, stride), BasicBlock(planes, planes))
+            setattr(self, "layer%d" % (i + 1), layer)
+            inplanes = planes
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(inplanes, classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+
+
+class Branching(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.b1 = nn.Conv2d(8, 4, 1)
+        self.b2 = nn.Sequential(nn.Conv2d(8, 4, 1), nn.ReLU(), nn.Conv2d(4, 6, 3, padding=1))
+        self.b3 = nn.Sequential(nn.AvgPool2d(3, stride=1, padding=1), nn.Conv2d(8, 2, 1))
+        self.shortcut = nn.Conv2d(8, 12, 1, bias=False)
+        self.pool = nn.MaxPool2d(2)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.idn = nn.Identity()
+        self.fc = nn.Linear(12, 16, bias=False)
+        self.w = nn.Parameter(torch.randn(16, 7) * 0.3)
+        self.b = nn.Parameter(torch.randn(7) * 0.1)
+
+    def forward(self, x):
+        s = self.stem(x)
+        z = torch.cat([self.b1(s), self.b2(s), self.b3(s)], dim=1)
+        z = torch.tanh(z) + torch.sigmoid(z) + self.shortcut(s)
+        g = self.gap(self.pool(z))
+        g = self.idn(g.view(g.size(0), -1))
+        h = torch.relu(self.fc(g))
+        return h @ self.w + self.b
+
+
+# name -> () -> (module, classes)
+MODELS = {
+    "vgg": lambda: (VGG(), 10),
+    "resnet": lambda: (ResNet([8, 16, 24, 32]), 10),
+    "branching": lambda: (Branching(), 7),
+}
+
+
+def save_safetensors(path, tensors, metadata):
+    """tensors: list of (name, tensor), written as F32 back to back; atomically."""
+    header = {"__metadata__": metadata}
+    offset = 0
+    blobs = []
+    for name, t in tensors:
+        t = t.detach().to(torch.float32).contiguous().cpu()
+        blob = struct.pack("<%df" % t.numel(), *t.flatten().tolist())
+        header[name] = {"dtype": "F32", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+    os.replace(tmp, path)
+
+
+def randomize_batch_norms(net):
+    """Non-trivial affine parameters and running statistics, so every term is exercised."""
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+
+def reference_step(net, x, labels, classes, mse):
+    """One train-mode step in float64 (dropout off); returns (net64, logits, loss)."""
+    net64 = copy.deepcopy(net).to(torch.float64)
+    net64.train()
+    for m in net64.modules():
+        if isinstance(m, nn.Dropout):
+            m.eval()
+    logits = net64(x.to(torch.float64))
+    if mse:
+        target = nn.functional.one_hot(labels, classes).to(torch.float64)
+        loss = nn.functional.mse_loss(logits, target)
+    else:
+        loss = nn.functional.cross_entropy(logits, labels)
+    loss.backward()
+    return net64, logits, loss
+
+
+def make_fixture(name, out_dir, opset):
+    torch.manual_seed(SEED)
+    net, classes = (ResNet([64, 128, 256, 512]), 10) if name == "resnet18" else MODELS[name]()
+    net = net.to(torch.float32)
+    randomize_batch_norms(net)
+    net.train()
+    x = torch.randn(BATCH, 3, 32, 32, dtype=torch.float32)
+    labels = torch.randint(0, classes, (BATCH,))
+
+    # Exporting traces a train-mode forward pass, which moves the batch-norm running statistics
+    # before the initializers are written: the reference starts from the module as exported
+    # (the C++ test checks that its state equals the file's initializers).
+    onnx_path = os.path.join(out_dir, "%s.onnx" % name)
+    torch.onnx.export(net, x, onnx_path, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, opset_version=opset)
+    # The trace also counted a batch in num_batches_tracked, which the file does not hold (the
+    # importer starts it at 0): start the reference from 0 too.
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.num_batches_tracked.zero_()
+
+    state = [(k, v.detach().clone()) for k, v in net.state_dict().items()]
+    net64, logits, loss = reference_step(net, x, labels, classes, mse=False)
+    params = dict(net64.named_parameters())
+    tensors = [("state." + k, v) for k, v in state]
+    tensors += [("input", x), ("labels", labels.to(torch.float32)), ("logits", logits),
+                ("loss", loss.reshape(1))]
+    tensors += [("grad." + k, p.grad) for k, p in params.items()]
+    tensors += [("after." + k, v) for k, v in net64.state_dict().items() if k not in params]
+    if name == "branching":
+        net64, _, mse = reference_step(net, x, labels, classes, mse=True)
+        tensors += [("mse_loss", mse.reshape(1))]
+        tensors += [("mse_grad." + k, p.grad) for k, p in net64.named_parameters()]
+    ref_path = os.path.join(out_dir, "%s_reference.safetensors" % name)
+    save_safetensors(ref_path, tensors, {"model": name, "torch": torch.__version__,
+                                         "seed": str(SEED)})
+    print("%s: loss %.6f; %d + %d bytes" % (name, loss.item(), os.path.getsize(onnx_path),
+                                           os.path.getsize(ref_path)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--out_dir",
+                        default=os.path.join(here, "..", "worker", "graph", "testdata"))
+    parser.add_argument("--resnet18", action="store_true",
+                        help="also write the full-width resnet18 (about 45 MB; not for the repo)")
+    parser.add_argument("--opset", type=int, default=None,
+                        help="ONNX opset to export (default: torch's, 14 for torch 1.13)")
+    parser.add_argument("models", nargs="*", default=sorted(MODELS))
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    for name in args.models:
+        if name not in MODELS:
+            sys.exit("unknown model %r (expected one of %s)" % (name, ", ".join(sorted(MODELS))))
+        make_fixture(name, args.out_dir, args.opset)
+    if args.resnet18:
+        make_fixture("resnet18", args.out_dir, args.opset)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+#include "worker/graph/executor.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+absl::Status NodeError(const Node& node, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' (", node.op, "): ", what));
+}
+
+// Copies `spec`'s initial value (or fill) to `out`; an error if the sizes disagree.
+template <typename T>
+absl::Status InitialValue(const Node& node, const NodeTensorSpec& spec, T* out) {
+  const int64_t n = spec.size();
+  if (spec.initial == nullptr) {
+    std::fill(out, out + n, static_cast<T>(spec.fill));
+    return absl::OkStatus();
+  }
+  if (spec.initial->type != Tensor::Type::kFloat || spec.initial->num_elements() != n) {
+    return NodeError(node, absl::StrCat("'", spec.name, "' is ", spec.initial->ToString(),
+                                        ", expected ", n, " floats"));
+  }
+  std::copy(spec.initial->floats.begin(), spec.initial->floats.end(), out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& graph,
+                                                                 const OpRegistry& registry,
+                                                                 const ExecutorOptions& options) {
+  DPTRAIN_RETURN_IF_ERROR(ValidateGraph(graph));
+  std::unique_ptr<Executor<T>> e(new Executor<T>());
+  e->input_dims_ = graph.input_dims;
+
+  // Value ids: runtime values only. A node's secondary outputs are "not computed" (-2).
+  std::map<std::string, int> ids = {{graph.input, 0}};
+  std::map<std::string, std::string> not_computed;  // Value -> why.
+  e->value_dims_.push_back(graph.input_dims);
+  e->value_producer_.push_back(-1);
+  e->value_consumers_.push_back(0);
+
+  // Parameters: name -> (node, index in its Params()).
+  struct ParamUse {
+    int node;
+    int slot;
+    NodeTensorSpec spec;
+  };
+  std::map<std::string, ParamUse> param_uses;
+  std::vector<std::vector<NodeTensorSpec>> node_buffers;
+
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    DPTRAIN_RETURN_IF_ERROR(CheckOpSupported(registry, node));
+    NodeContext ctx{node, {}, SplitMix64(options.seed ^ SplitMix64(n))};
+    NodeState state;
+    state.name = node.name;
+    for (const std::string& name : node.inputs) {
+      NodeInput in;
+      in.name = name;
+      if (!name.empty()) {
+        if (auto it = ids.find(name); it != ids.end()) {
+          in.dims = e->value_dims_[it->second];
+          state.inputs.push_back(it->second);
+          ++e->value_consumers_[it->second];
+        } else if (auto nc = not_computed.find(name); nc != not_computed.end()) {
+          return NodeError(
+              node, absl::StrCat("input '", name, "' is ", nc->second, ", which is not computed"));
+        } else {
+          in.constant = graph.FindConstant(name);  // ValidateGraph: it is one.
+        }
+      }
+      ctx.inputs.push_back(std::move(in));
+    }
+    absl::StatusOr<std::unique_ptr<NodeImpl<T>>> impl = registry.Create<T>(ctx);
+    if (!impl.ok()) return impl.status();
+    state.impl = *std::move(impl);
+    state.impl->SetThreadPool(options.pool);
+    state.impl->SetConvAlgorithm(options.conv_algorithm);
+
+    const std::vector<NodeTensorSpec> params = state.impl->Params();
+    for (size_t s = 0; s < params.size(); ++s) {
+      const NodeTensorSpec& spec = params[s];
+      if (graph.FindConstant(spec.name) == nullptr) {
+        return NodeError(node, absl::StrCat("parameter '", spec.name, "' is not a constant"));
+      }
+      auto [it, added] =
+          param_uses.emplace(spec.name, ParamUse{static_cast<int>(n), static_cast<int>(s), spec});
+      if (!added) {
+        return NodeError(node, absl::StrCat("parameter '", spec.name, "' is also used by node '",
+                                            graph.nodes[it->second.node].name,
+                                            "': shared parameters are unsupported"));
+      }
+    }
+    node_buffers.push_back(state.impl->Buffers());
+
+    state.output = static_cast<int>(e->value_dims_.size());
+    ids[node.outputs[0]] = state.output;
+    e->value_dims_.push_back(state.impl->output_dims());
+    e->value_producer_.push_back(static_cast<int>(n));
+    e->value_consumers_.push_back(0);
+    for (size_t o = 1; o < node.outputs.size(); ++o) {
+      if (!node.outputs[o].empty()) {
+        not_computed[node.outputs[o]] =
+            absl::StrCat("output ", o, " of node '", node.name, "' (", node.op, ")");
+      }
+    }
+    e->nodes_.push_back(std::move(state));
+  }
+
+  // A parameter may not double as a plain constant operand of another node.
+  for (const Node& node : graph.nodes) {
+    for (const std::string& name : node.inputs) {
+      auto it = param_uses.find(name);
+      if (it != param_uses.end() && graph.nodes[it->second.node].name != node.name) {
+        return NodeError(node, absl::StrCat("reads '", name, "', a parameter of node '",
+                                            graph.nodes[it->second.node].name,
+                                            "': shared parameters are unsupported"));
+      }
+    }
+  }
+
+  auto output = ids.find(graph.output);
+  if (output == ids.end()) {
+    const auto nc = not_computed.find(graph.output);
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph output '", graph.output, "' is ",
+                     nc != not_computed.end() ? nc->second : std::string("not a node output"),
+                     ", which is not computed"));
+  }
+  e->output_ = output->second;
+  ++e->value_consumers_[e->output_];
+
+  // Parameters in the order of the graph's constants.
+  for (const NamedConstant& c : graph.constants) {
+    auto it = param_uses.find(c.name);
+    if (it == param_uses.end()) continue;
+    const ParamUse& use = it->second;
+    const int64_t size = use.spec.size();
+    NodeState& state = e->nodes_[use.node];
+    if (state.param_offsets.empty()) {
+      const size_t slots = state.impl->Params().size();
+      state.param_offsets.assign(slots, -1);
+      state.param_sizes.assign(slots, 0);
+    }
+    state.param_offsets[use.slot] = e->num_params_;
+    state.param_sizes[use.slot] = size;
+    e->params_.push_back({c.name, use.spec.shape, e->num_params_, size});
+    e->initial_params_.resize(e->num_params_ + size);
+    DPTRAIN_RETURN_IF_ERROR(
+        InitialValue(graph.nodes[use.node], use.spec, e->initial_params_.data() + e->num_params_));
+    e->num_params_ += size;
+  }
+
+  // Buffers node by node.
+  std::map<std::string, int> buffer_names;
+  for (size_t n = 0; n < e->nodes_.size(); ++n) {
+    for (const NodeTensorSpec& spec : node_buffers[n]) {
+      if (param_uses.count(spec.name) > 0 || !buffer_names.emplace(spec.name, n).second) {
+        return NodeError(graph.nodes[n],
+                         absl::StrCat("buffer '", spec.name, "' is also used elsewhere"));
+      }
+      const int64_t size = spec.size();
+      e->nodes_[n].buffer_offsets.push_back(e->num_buffers_);
+      e->buffers_.push_back({spec.name, spec.shape, e->num_buffers_, size});
+      e->initial_buffers_.resize(e->num_buffers_ + size);
+      DPTRAIN_RETURN_IF_ERROR(
+          InitialValue(graph.nodes[n], spec, e->initial_buffers_.data() + e->num_buffers_));
+      e->num_buffers_ += size;
+    }
+  }
+
+  const size_t num_values = e->value_dims_.size();
+  e->values_.resize(num_values);
+  e->grad_views_.resize(num_values);
+  e->grad_ready_.resize(num_values);
+  e->requires_grad_.resize(num_values);
+  e->grad_sums_.resize(num_values);
+  return e;
+}
+
+template <typename T>
+nn::Dims Executor<T>::output_dims() const {
+  return value_dims_[output_];
+}
+
+template <typename T>
+void Executor<T>::Bind(const T* params, T* grads, T* buffers) {
+  grads_ = grads;
+  for (NodeState& node : nodes_) {
+    std::vector<const T*> values;
+    std::vector<T*> grad_ptrs;
+    for (int64_t offset : node.param_offsets) {
+      values.push_back(params + offset);
+      grad_ptrs.push_back(grads + offset);
+    }
+    node.impl->BindParams(values, grad_ptrs);
+    std::vector<T*> buffer_ptrs;
+    for (int64_t offset : node.buffer_offsets) buffer_ptrs.push_back(buffers + offset);
+    node.impl->BindBuffers(buffer_ptrs);
+  }
+}
+
+template <typename T>
+nn::TensorRef<T> Executor<T>::Forward(const T* input, int batch, bool training) {
+  values_[0] = {input, batch, input_dims_};
+  std::vector<nn::TensorRef<T>> inputs;
+  for (NodeState& node : nodes_) {
+    inputs.clear();
+    for (int v : node.inputs) inputs.push_back(values_[v]);
+    values_[node.output] = node.impl->Forward(inputs, training);
+  }
+  return values_[output_];
+}
+
+template <typename T>
+void Executor<T>::Accumulate(int v, nn::TensorRef<T> grad) {
+  if (!grad_ready_[v]) {
+    grad_ready_[v] = true;
+    if (value_consumers_[v] == 1) {
+      grad_views_[v] = grad;  // The only contribution: no copy.
+      return;
+    }
+    T* sum = nn::EnsureSize(grad_sums_[v], grad.size());
+    std::copy(grad.data, grad.data + grad.size(), sum);
+    grad_views_[v] = {sum, grad.batch, value_dims_[v]};
+    return;
+  }
+  T* sum = grad_sums_[v].data();
+  for (int64_t i = 0; i < grad.size(); ++i) sum[i] += grad.data[i];
+}
+
+template <typename T>
+nn::TensorRef<T> Executor<T>::Backward(nn::TensorRef<T> grad_output, bool need_input_grad) {
+  // Which values need a gradient: the input if asked, and what a node with parameters or an
+  // input that needs one computes.
+  requires_grad_[0] = need_input_grad;
+  for (const NodeState& node : nodes_) {
+    bool needed = !node.param_offsets.empty();
+    for (int v : node.inputs) needed = needed || requires_grad_[v];
+    requires_grad_[node.output] = needed;
+  }
+  std::fill(grad_ready_.begin(), grad_ready_.end(), false);
+  Accumulate(output_, grad_output);
+
+  std::vector<bool> need;
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    NodeState& node = *it;
+    if (!requires_grad_[node.output]) continue;
+    if (!grad_ready_[node.output]) {
+      // The output does not reach the loss: the parameters' gradients are zero.
+      for (size_t s = 0; s < node.param_offsets.size(); ++s) {
+        std::fill(grads_ + node.param_offsets[s],
+                  grads_ + node.param_offsets[s] + node.param_sizes[s], T(0));
+      }
+      continue;
+    }
+    need.clear();
+    for (int v : node.inputs) need.push_back(requires_grad_[v]);
+    const std::vector<nn::TensorRef<T>> grads = node.impl->Backward(grad_views_[node.output], need);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (need[i]) Accumulate(node.inputs[i], grads[i]);
+    }
+  }
+  if (!need_input_grad) return {};
+  if (!grad_ready_[0]) {
+    // The output does not depend on the input (a constant graph): a zero gradient.
+    T* zero = nn::EnsureSize(grad_sums_[0], values_[0].size());
+    std::fill(zero, zero + values_[0].size(), T(0));
+    return {zero, values_[0].batch, input_dims_};
+  }
+  return grad_views_[0];
+}
+
+template class Executor<float>;
+template class Executor<double>;
+
+}  // namespace graph
+}  // namespace dptrain

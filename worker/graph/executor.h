@@ -1,0 +1,123 @@
+// Runs a graph forward and backward on the CPU: builds every node through the op registry, lays
+// their parameters and buffers out in flat buffers, and back-propagates in reverse topological
+// order, adding up the gradients of a value that feeds several nodes (a residual branch, a
+// Concat of a value with itself).
+//
+// Layout: the parameters in the order of the graph's constants (for an ONNX file, its
+// initializers: PyTorch's state_dict order), back to back; the buffers node by node, each
+// node's in its own order. A parameter must belong to one node (tied weights are refused) and
+// may not also be a plain constant operand of another.
+//
+// Templated on the scalar type: float for training, double for gradient checks. Not
+// thread-safe: one thread drives an executor (its layers may split work over a pool).
+#ifndef DPTRAIN_WORKER_GRAPH_EXECUTOR_H_
+#define DPTRAIN_WORKER_GRAPH_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/graph/graph.h"
+#include "worker/graph/node.h"
+#include "worker/graph/op_registry.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/model.h"
+#include "worker/nn/thread_pool.h"
+
+namespace dptrain {
+namespace graph {
+
+struct ExecutorOptions {
+  // Seeds the random ops (Dropout's masks), each node from this and its position.
+  uint64_t seed = 0;
+  // Handed to every node (not owned; must outlive the executor), or null: the calling thread.
+  nn::ThreadPool* pool = nullptr;
+  nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
+};
+
+template <typename T>
+class Executor {
+ public:
+  // Validates `graph` (ValidateGraph), then builds its nodes. InvalidArgument, one line naming the
+  // node, for: an op `registry` does not have ("unsupported op 'X' (node 'n')"), whatever a
+  // factory refuses, a node reading a value that is not computed (a secondary output such as
+  // BatchNormalization's running mean, or a missing one), a shared parameter, and an output
+  // that is not a computed value. `graph` may be destroyed afterwards.
+  static absl::StatusOr<std::unique_ptr<Executor<T>>> Create(const Graph& graph,
+                                                             const OpRegistry& registry,
+                                                             const ExecutorOptions& options = {});
+
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Parameters and buffers, named by the graph's constants (buffers the graph lacks, such as
+  // num_batches_tracked, named by their node), with offsets into the flat buffers.
+  const std::vector<nn::ParamInfo>& params() const { return params_; }
+  const std::vector<nn::ParamInfo>& buffers() const { return buffers_; }
+  int64_t num_params() const { return num_params_; }
+  int64_t num_buffers() const { return num_buffers_; }
+  // Their initial values, from the graph's constants (buffers it lacks: their nodes' fill).
+  const std::vector<T>& initial_params() const { return initial_params_; }
+  const std::vector<T>& initial_buffers() const { return initial_buffers_; }
+
+  nn::Dims input_dims() const { return input_dims_; }
+  nn::Dims output_dims() const;
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+
+  // Points the nodes at flat buffers of num_params(), num_params() and num_buffers() elements
+  // (not owned; they must outlive every later Forward/Backward). Must precede Forward; call it
+  // again whenever one of them moves.
+  void Bind(const T* params, T* grads, T* buffers);
+
+  // The output for `batch` samples of input_dims() at `input` (which must stay valid and
+  // unchanged until Backward returns). The view is valid until the next Forward. In training
+  // mode, nodes update their buffers (batch norm's running statistics) and draw new masks.
+  nn::TensorRef<T> Forward(const T* input, int batch, bool training);
+
+  // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients (zero for
+  // parameters the output does not depend on) and returns d(loss)/d(input) if
+  // `need_input_grad` (valid until the next Backward), else an empty view.
+  nn::TensorRef<T> Backward(nn::TensorRef<T> grad_output, bool need_input_grad);
+
+ private:
+  struct NodeState {
+    std::string name;
+    std::unique_ptr<NodeImpl<T>> impl;
+    std::vector<int> inputs;  // Value ids of the runtime inputs, in order.
+    int output = -1;          // Value id.
+    std::vector<int64_t> param_offsets, param_sizes, buffer_offsets;
+  };
+
+  Executor() = default;
+
+  // Adds `grad` to the gradient of value `v` (copies it first where `v` has several consumers).
+  void Accumulate(int v, nn::TensorRef<T> grad);
+
+  nn::Dims input_dims_;
+  std::vector<NodeState> nodes_;
+  std::vector<nn::Dims> value_dims_;  // Per value id; id 0 is the graph input.
+  std::vector<int> value_producer_;   // Node index; -1 for the graph input.
+  std::vector<int> value_consumers_;  // Runtime input slots reading it (+1 for the output).
+  int output_ = -1;
+  std::vector<nn::ParamInfo> params_;
+  std::vector<nn::ParamInfo> buffers_;
+  int64_t num_params_ = 0;
+  int64_t num_buffers_ = 0;
+  std::vector<T> initial_params_;
+  std::vector<T> initial_buffers_;
+  T* grads_ = nullptr;
+
+  // Per value, reused from step to step.
+  std::vector<nn::TensorRef<T>> values_;
+  std::vector<nn::TensorRef<T>> grad_views_;
+  std::vector<bool> grad_ready_;
+  std::vector<bool> requires_grad_;
+  std::vector<std::vector<T>> grad_sums_;
+};
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_EXECUTOR_H_

@@ -1,0 +1,208 @@
+// The executor on branching graphs (a value feeding several nodes, Add and Concat joins, a
+// branch that does not reach the output) against finite differences, the parameter layout, and
+// the graph-level errors; also the registry and the graph rewrites the ONNX importer applies.
+#include "worker/graph/executor.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "worker/graph/graph_check.h"
+#include "worker/graph/graph_rewrites.h"
+#include "worker/graph/layer_ops.h"
+#include "worker/graph/op_registry.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+Graph MakeGraph(nn::Dims dims, std::vector<Node> nodes, std::vector<NamedConstant> constants,
+                const std::string& output) {
+  Graph g;
+  g.name = "test";
+  g.input = "x";
+  g.input_dims = dims;
+  g.output = output;
+  g.nodes = std::move(nodes);
+  g.constants = std::move(constants);
+  return g;
+}
+
+// x -> conv -> relu -> (+ x) -> relu: a residual block whose input feeds two nodes.
+Graph Residual() {
+  return MakeGraph(
+      {3, 5, 5},
+      {MakeNode("Conv", "conv", {"x", "conv.weight"}, {"c"}, {{"pads", Ints{1, 1, 1, 1}}}),
+       MakeNode("BatchNormalization", "bn",
+                {"c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"n"}),
+       MakeNode("Relu", "relu1", {"n"}, {"r"}), MakeNode("Add", "add", {"r", "x"}, {"s"}),
+       MakeNode("Relu", "relu2", {"s"}, {"y"})},
+      {RandomConstant("conv.weight", {3, 3, 3, 3}, 1),
+       RandomConstant("bn.weight", {3}, 3, 0.5, 1.0), RandomConstant("bn.bias", {3}, 4),
+       RandomConstant("bn.running_mean", {3}, 5),
+       RandomConstant("bn.running_var", {3}, 6, 0.5, 1.0)},
+      "y");
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  std::string BuildError(const Graph& graph) {
+    absl::StatusOr<std::unique_ptr<Executor<float>>> e = Executor<float>::Create(graph, registry_);
+    EXPECT_FALSE(e.ok());
+    return std::string(e.status().message());
+  }
+  const OpRegistry registry_ = BuiltinOps();
+};
+
+TEST_F(ExecutorTest, ResidualAddAccumulatesTheInputGradient) {
+  CheckGraphGradients(Residual(), registry_);
+}
+
+TEST_F(ExecutorTest, ConcatOfBranchesAndAddOfAValueWithItself) {
+  // Three branches of x concatenated on channels, then z + z, then a linear head.
+  const Graph g = MakeGraph(
+      {2, 4, 4},
+      {MakeNode("Conv", "b1", {"x", "w1"}, {"a"}),
+       MakeNode("Conv", "b2", {"x", "w2", "bias2"}, {"b"}, {{"pads", Ints{1, 1, 1, 1}}}),
+       MakeNode("Tanh", "b3", {"x"}, {"c"}),
+       MakeNode("Concat", "cat", {"a", "b", "c"}, {"z"}, {{"axis", int64_t{1}}}),
+       MakeNode("Add", "twice", {"z", "z"}, {"zz"}), MakeNode("Sigmoid", "s", {"zz"}, {"s"}),
+       MakeNode("Flatten", "flat", {"s"}, {"f"}),
+       MakeNode("Gemm", "fc", {"f", "fc.weight", "fc.bias"}, {"y"}, {{"transB", int64_t{1}}})},
+      {RandomConstant("w1", {3, 2, 1, 1}, 7), RandomConstant("w2", {1, 2, 3, 3}, 8),
+       RandomConstant("bias2", {1}, 9), RandomConstant("fc.weight", {5, 96}, 10, 0.2),
+       RandomConstant("fc.bias", {5}, 11)},
+      "y");
+  CheckGraphGradients(g, registry_);
+}
+
+TEST_F(ExecutorTest, OutputThatAlsoFeedsANode) {
+  // The output "h" also feeds a dead branch, whose parameters get zero gradients.
+  const Graph g =
+      MakeGraph({4, 1, 1},
+                {MakeNode("Gemm", "fc", {"x", "w", "b"}, {"h"}, {{"transB", int64_t{1}}}),
+                 MakeNode("Gemm", "dead", {"h", "w2"}, {"unused"}, {{"transB", int64_t{1}}}),
+                 MakeNode("Relu", "relu", {"h"}, {"r"})},
+                {RandomConstant("w", {3, 4}, 12), RandomConstant("b", {3}, 13),
+                 RandomConstant("w2", {2, 3}, 14)},
+                "h");
+  CheckGraphGradients(g, registry_);
+}
+
+TEST_F(ExecutorTest, ParametersFollowTheConstantsAndBuffersTheNodes) {
+  absl::StatusOr<std::unique_ptr<Executor<float>>> e =
+      Executor<float>::Create(Residual(), registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::vector<nn::ParamInfo>& params = (*e)->params();
+  ASSERT_EQ(params.size(), 3u);
+  EXPECT_EQ(params[0].name, "conv.weight");
+  EXPECT_EQ(params[0].shape, (Ints{3, 3, 3, 3}));
+  EXPECT_EQ(params[1].name, "bn.weight");
+  EXPECT_EQ(params[1].offset, 81);
+  EXPECT_EQ(params[2].name, "bn.bias");
+  EXPECT_EQ((*e)->num_params(), 81 + 3 + 3);
+  EXPECT_EQ((*e)->initial_params()[81], Residual().constants[1].value.floats[0]);
+  ASSERT_EQ((*e)->buffers().size(), 3u);
+  EXPECT_EQ((*e)->num_buffers(), 7);
+  EXPECT_EQ((*e)->initial_buffers()[6], 0.0f);  // num_batches_tracked
+  EXPECT_EQ((*e)->output_dims(), (nn::Dims{3, 5, 5}));
+}
+
+TEST_F(ExecutorTest, GraphErrorsNameTheNode) {
+  Graph g = Residual();
+  g.nodes[2].op = "Elu";
+  EXPECT_EQ(BuildError(g), "unsupported op 'Elu' (node 'relu1')");
+
+  g = Residual();
+  std::swap(g.nodes[2], g.nodes[3]);  // add reads "r" before relu1 defines it.
+  EXPECT_EQ(BuildError(g), "node 'add' (Add): input 'r' is not defined before the node");
+
+  g = Residual();
+  g.nodes[1].outputs = {"n", "mean_out"};
+  g.nodes[2].inputs = {"mean_out"};
+  EXPECT_EQ(BuildError(g),
+            "node 'relu1' (Relu): input 'mean_out' is output 1 of node 'bn' (BatchNormalization), "
+            "which is not computed");
+
+  g = Residual();
+  g.nodes.push_back(MakeNode("Conv", "conv2", {"y", "conv.weight"}, {"y2"}));
+  g.output = "y2";
+  EXPECT_EQ(BuildError(g),
+            "node 'conv2' (Conv): parameter 'conv.weight' is also used by node 'conv': shared "
+            "parameters are unsupported");
+
+  g = Residual();
+  g.nodes[3].inputs = {"r", "c2"};
+  g.nodes.insert(g.nodes.begin() + 3,
+                 MakeNode("MaxPool", "pool", {"x"}, {"c2"}, {{"kernel_shape", Ints{2, 2}}}));
+  EXPECT_EQ(BuildError(g),
+            "node 'add' (Add): inputs of dims [3, 5, 5] and [3, 4, 4]: broadcasting unsupported");
+
+  g = Residual();
+  g.output = "nothing";
+  EXPECT_EQ(BuildError(g), "graph output 'nothing' is not a node output");
+
+  g = Residual();
+  g.nodes[4].outputs = {"r"};
+  EXPECT_EQ(BuildError(g), "node 'relu2' (Relu): output 'r' is defined twice");
+}
+
+TEST(OpRegistryTest, OneEntryPerOp) {
+  OpRegistry r = BuiltinOps();
+  EXPECT_TRUE(r.Has("Conv"));
+  EXPECT_FALSE(r.Has("Elu"));
+  EXPECT_EQ(r.Register("Conv", ConvOp()).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(r.Register("Elu", OpFactory{}).code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<std::string> ops = r.ops();
+  EXPECT_EQ(ops.size(), 17u);
+  OpRegistry empty;
+  Node node = MakeNode("Conv", "c", {"x"}, {"y"});
+  EXPECT_EQ(CheckOpSupported(empty, node).message(), "unsupported op 'Conv' (node 'c')");
+}
+
+TEST(GraphRewritesTest, FoldsTheTracedViewShape) {
+  // x.view(x.size(0), -1) as traced: Unsqueeze(2), Unsqueeze(-1), Concat -> [2, -1].
+  Graph g = MakeGraph({3, 2, 2},
+                      {MakeNode("Unsqueeze", "u0", {"n", "axes"}, {"n1"}),
+                       MakeNode("Unsqueeze", "u1", {"m", "axes"}, {"m1"}),
+                       MakeNode("Concat", "cat", {"n1", "m1"}, {"shape"}, {{"axis", int64_t{0}}}),
+                       MakeNode("Reshape", "view", {"x", "shape"}, {"y"})},
+                      {}, "y");
+  Tensor scalar;
+  scalar.type = Tensor::Type::kInt64;
+  scalar.ints = {2};
+  g.constants.push_back({"n", scalar});
+  scalar.ints = {-1};
+  g.constants.push_back({"m", scalar});
+  g.constants.push_back(IntConstant("axes", {0}));
+  ASSERT_TRUE(FoldShapeConstants(g).ok());
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op, "Reshape");
+  const Tensor* shape = g.FindConstant("shape");
+  ASSERT_NE(shape, nullptr);
+  EXPECT_EQ(shape->ints, (Ints{2, -1}));
+  EXPECT_EQ(shape->shape, (Ints{2}));
+}
+
+TEST(GraphRewritesTest, FusesTransposeMatMulAndBiasAddIntoGemm) {
+  Graph g = MakeGraph(
+      {4, 1, 1},
+      {MakeNode("Transpose", "t", {"fc.weight"}, {"wt"}, {{"perm", Ints{1, 0}}}),
+       MakeNode("MatMul", "mm", {"x", "wt"}, {"h"}), MakeNode("Add", "add", {"b", "h"}, {"y"})},
+      {RandomConstant("fc.weight", {3, 4}, 1), RandomConstant("b", {3}, 2)}, "y");
+  FuseLinear(g);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op, "Gemm");
+  EXPECT_EQ(g.nodes[0].name, "mm");
+  EXPECT_EQ(g.nodes[0].inputs, (std::vector<std::string>{"x", "fc.weight", "b"}));
+  EXPECT_EQ(g.nodes[0].outputs, (std::vector<std::string>{"y"}));
+  EXPECT_EQ(std::get<int64_t>(g.nodes[0].attributes.at("transB")), 1);
+  CheckGraphGradients(g, BuiltinOps());
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace dptrain

@@ -1,0 +1,98 @@
+// A model as data: a graph of nodes (op, name, attributes, input and output value names) from one
+// graph input (a batch of samples of per-sample dims C x H x W) to one output (the logits), with
+// named constants (initial weights, buffers and constant operands such as a Reshape's shape).
+//
+// The op names and attribute names are ONNX's ("Conv", "kernel_shape", ...), so a graph read
+// from an ONNX file (onnx_import.h) and one built in code mean the same. Which constants are
+// learnable parameters, buffers or plain operands is the ops' business (op_registry.h): a
+// Conv's second input is its weight, a Reshape's second input its target shape.
+//
+// Values are batch-major: the batch is never part of a value's dims, and every runtime value
+// (the graph input and every node output that is used) has per-sample nn::Dims; a feature
+// vector of f elements is {f, 1, 1}.
+#ifndef DPTRAIN_WORKER_GRAPH_GRAPH_H_
+#define DPTRAIN_WORKER_GRAPH_GRAPH_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/nn/tensor.h"
+
+namespace dptrain {
+namespace graph {
+
+// A constant tensor: float (weights, buffers, float operands) or int64 (shapes, axes, pads).
+// Exactly one of `floats` and `ints` holds product(shape) values (one for a scalar, shape {}).
+struct Tensor {
+  enum class Type { kFloat, kInt64 };
+  Type type = Type::kFloat;
+  std::vector<int64_t> shape;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+
+  // product(shape); 1 for a scalar.
+  int64_t num_elements() const;
+  // "float[4,3]" / "int64[2]".
+  std::string ToString() const;
+};
+
+// An attribute value, as ONNX's INT, FLOAT, STRING, INTS and FLOATS.
+using Attribute =
+    std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>>;
+
+struct Node {
+  std::string op;    // "Conv", "Relu", ...
+  std::string name;  // Unique in the graph; errors name it.
+  std::map<std::string, Attribute> attributes;
+  std::vector<std::string> inputs;  // Value names; "" marks an absent optional input.
+  std::vector<std::string> outputs;
+};
+
+struct NamedConstant {
+  std::string name;
+  Tensor value;
+};
+
+struct Graph {
+  std::string name;
+  std::string input;                     // The graph input's value name.
+  nn::Dims input_dims;                   // Per sample.
+  std::string output;                    // The logits' value name: [batch, classes].
+  std::vector<NamedConstant> constants;  // Initializers, in file order (the order of params()).
+  std::vector<Node> nodes;               // Topologically ordered.
+
+  // The constant named `name`, or null.
+  const Tensor* FindConstant(absl::string_view name) const;
+};
+
+// Structural checks, independent of the ops: the graph has at least one node, an input with
+// positive dims and an output; names of nodes, constants and values are non-empty and unique
+// (no value is defined twice); every node input is the graph input, a constant or an output of
+// an EARLIER node (topological order); the output is a node output. InvalidArgument naming the
+// node and value otherwise. Whether the ops exist is the executor's check (op_registry.h).
+absl::Status ValidateGraph(const Graph& graph);
+
+// Typed attribute lookups: `fallback` when the node has no such attribute, InvalidArgument
+// naming the node and attribute when it has one of another type. An INT is accepted where a
+// FLOAT is asked for.
+absl::StatusOr<int64_t> IntAttribute(const Node& node, absl::string_view name, int64_t fallback);
+absl::StatusOr<float> FloatAttribute(const Node& node, absl::string_view name, float fallback);
+absl::StatusOr<std::string> StringAttribute(const Node& node, absl::string_view name,
+                                            const std::string& fallback);
+absl::StatusOr<std::vector<int64_t>> IntsAttribute(const Node& node, absl::string_view name,
+                                                   const std::vector<int64_t>& fallback);
+
+// InvalidArgument naming the first attribute of `node` that is not in `known` (so that an
+// attribute an op does not implement is refused, never silently ignored), else OK.
+absl::Status CheckKnownAttributes(const Node& node, const std::vector<absl::string_view>& known);
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_GRAPH_H_

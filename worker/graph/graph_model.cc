@@ -1,0 +1,220 @@
+#include "worker/graph/graph_model.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/graph/executor.h"
+#include "worker/nn/gemm.h"
+#include "worker/nn/softmax_cross_entropy.h"
+#include "worker/nn/thread_pool.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+// Mean over batch x classes of (y - onehot(label))^2; grad (if not null) = its derivative.
+nn::LossOutput MeanSquaredError(const float* y, const uint8_t* labels, int batch, int classes,
+                                float* grad) {
+  nn::LossOutput out;
+  const double scale = 2.0 / (static_cast<double>(batch) * classes);
+  double sum = 0;
+  for (int n = 0; n < batch; ++n) {
+    const float* row = y + int64_t{n} * classes;
+    for (int k = 0; k < classes; ++k) {
+      const double d = static_cast<double>(row[k]) - (k == labels[n] ? 1.0 : 0.0);
+      sum += d * d;
+      if (grad != nullptr) grad[int64_t{n} * classes + k] = static_cast<float>(scale * d);
+    }
+    out.correct += std::max_element(row, row + classes) - row == labels[n];
+  }
+  out.loss = sum / (static_cast<double>(batch) * classes);
+  return out;
+}
+
+class GraphModel final : public nn::Model {
+ public:
+  GraphModel(std::string name, Loss loss, std::unique_ptr<nn::ThreadPool> pool,
+             std::unique_ptr<Executor<float>> executor, std::unique_ptr<Optimizer> optimizer)
+      : name_(std::move(name)),
+        loss_(loss),
+        pool_(std::move(pool)),
+        executor_(std::move(executor)),
+        classes_(static_cast<int>(executor_->output_dims().size())),
+        weights_(executor_->initial_params()),
+        grads_(executor_->num_params() + 1, 0.0f),  // + the overflow flag's slot
+        buffer_values_(executor_->initial_buffers()),
+        optimizer_(std::move(optimizer)) {}
+
+  const std::vector<nn::ParamInfo>& params() const override { return executor_->params(); }
+  std::vector<float>& weights() override { return weights_; }
+  absl::Span<const float> grads() const override {
+    return absl::MakeConstSpan(grads_.data(), grads_.size() - 1);
+  }
+  // The CPU never overflows: the flag slot stays 0 (a reducer may leave another value).
+  absl::Span<float> gradient_exchange() override { return absl::MakeSpan(grads_); }
+
+  absl::Status ApplyUpdate(float learning_rate) override {
+    if (optimizer_ == nullptr) return NoOptimizer(name_);
+    DPTRAIN_RETURN_IF_ERROR(CheckSizes());
+    optimizer_->Apply(absl::MakeSpan(weights_), grads(), optimizer_state_, learning_rate);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<OptimizerState> ExportOptimizerState() const override {
+    if (optimizer_ == nullptr) return NoOptimizer(name_);
+    return optimizer_state_;
+  }
+  absl::Status ImportOptimizerState(OptimizerState state) override {
+    if (optimizer_ == nullptr) return NoOptimizer(name_);
+    DPTRAIN_RETURN_IF_ERROR(CheckOptimizerState(state, executor_->num_params()));
+    optimizer_state_ = std::move(state);
+    return absl::OkStatus();
+  }
+
+  const std::vector<nn::ParamInfo>& buffers() const override { return executor_->buffers(); }
+  std::vector<float>& buffer_values() override { return buffer_values_; }
+  std::string name() const override { return name_; }
+  nn::Dims input_dims() const override { return executor_->input_dims(); }
+  int num_classes() const override { return classes_; }
+
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,
+                                            int batch) override {
+    DPTRAIN_RETURN_IF_ERROR(Prepare(images, labels, batch));
+    largest_train_batch_ = std::max(largest_train_batch_, batch);
+    const absl::Time start = absl::Now();
+    const nn::TensorRef<float> logits = executor_->Forward(images, batch, /*training=*/true);
+    float* grad_logits = nn::EnsureSize(grad_logits_, logits.size());
+    const nn::LossOutput loss = ComputeLoss(logits.data, labels, batch, grad_logits);
+    const absl::Time forward_end = absl::Now();
+    executor_->Backward({grad_logits, batch, logits.dims}, /*need_input_grad=*/false);
+    grads_.back() = 0.0f;
+    nn::BatchResult result{loss.loss, loss.correct};
+    result.forward_seconds = absl::ToDoubleSeconds(forward_end - start);
+    result.backward_seconds = absl::ToDoubleSeconds(absl::Now() - forward_end);
+    return result;
+  }
+
+  // A batch larger than the largest training batch so far is evaluated in pieces of that size,
+  // so that the nodes' buffers (which grow to the largest batch seen) do not grow for it.
+  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const uint8_t* labels,
+                                           int batch) override {
+    DPTRAIN_RETURN_IF_ERROR(Prepare(images, labels, batch));
+    const int piece = largest_train_batch_ > 0 ? std::min(batch, largest_train_batch_) : batch;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (int begin = 0; begin < batch; begin += piece) {
+      const int n = std::min(piece, batch - begin);
+      const nn::TensorRef<float> logits = executor_->Forward(
+          images + begin * executor_->input_dims().size(), n, /*training=*/false);
+      const nn::LossOutput loss = ComputeLoss(logits.data, labels + begin, n, nullptr);
+      loss_sum += loss.loss * n;
+      correct += loss.correct;
+    }
+    return nn::BatchResult{loss_sum / batch, correct};
+  }
+
+ private:
+  nn::LossOutput ComputeLoss(const float* logits, const uint8_t* labels, int batch,
+                             float* grad) const {
+    if (loss_ == Loss::kMse) return MeanSquaredError(logits, labels, batch, classes_, grad);
+    return nn::SoftmaxCrossEntropy<float>(logits, labels, batch, classes_, grad);
+  }
+
+  absl::Status CheckSizes() const {
+    if (static_cast<int64_t>(weights_.size()) != executor_->num_params()) {
+      return absl::FailedPreconditionError(absl::StrCat(name_, ": weights() has ", weights_.size(),
+                                                        " values, expected ",
+                                                        executor_->num_params()));
+    }
+    if (static_cast<int64_t>(buffer_values_.size()) != executor_->num_buffers()) {
+      return absl::FailedPreconditionError(absl::StrCat(name_, ": buffer_values() has ",
+                                                        buffer_values_.size(), " values, expected ",
+                                                        executor_->num_buffers()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Validates a call and (re)binds the executor if the caller replaced a buffer.
+  absl::Status Prepare(const float* images, const uint8_t* labels, int batch) {
+    DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch, classes_));
+    DPTRAIN_RETURN_IF_ERROR(CheckSizes());
+    if (weights_.data() != bound_weights_ || buffer_values_.data() != bound_buffers_ || !bound_) {
+      executor_->Bind(weights_.data(), grads_.data(), buffer_values_.data());
+      bound_weights_ = weights_.data();
+      bound_buffers_ = buffer_values_.data();
+      bound_ = true;
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string name_;
+  const Loss loss_;
+  std::unique_ptr<nn::ThreadPool> pool_;  // Declared before executor_, whose nodes use it.
+  std::unique_ptr<Executor<float>> executor_;
+  const int classes_;
+  std::vector<float> weights_;
+  std::vector<float> grads_;  // The gradient, then the overflow flag's slot.
+  std::vector<float> buffer_values_;
+  std::unique_ptr<Optimizer> optimizer_;
+  OptimizerState optimizer_state_;
+  std::vector<float> grad_logits_;
+  int largest_train_batch_ = 0;
+  bool bound_ = false;
+  const float* bound_weights_ = nullptr;
+  const float* bound_buffers_ = nullptr;
+};
+
+}  // namespace
+
+Graph WithoutDropout(Graph graph) {
+  for (Node& node : graph.nodes) {
+    if (node.op != "Dropout") continue;
+    node.op = "Identity";
+    node.attributes.clear();
+    node.inputs.resize(1);
+    node.outputs.resize(1);  // The mask output is gone; a node reading it is refused.
+  }
+  return graph;
+}
+
+absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
+                                                            const OpRegistry& registry,
+                                                            const GraphModelOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", options.threads));
+  }
+  std::unique_ptr<Optimizer> optimizer;
+  if (options.optimizer.has_value()) {
+    DPTRAIN_ASSIGN_OR_RETURN(optimizer, CreateOptimizer(*options.optimizer));
+  }
+  bool convolutions = false;
+  for (const Node& node : graph.nodes) convolutions |= node.op == "Conv";
+  std::unique_ptr<nn::ThreadPool> pool;
+  if (options.threads > 1 || (options.threads == 1 && convolutions)) {
+    pool = std::make_unique<nn::ThreadPool>(options.threads);
+  }
+  ExecutorOptions executor_options;
+  executor_options.seed = options.seed;
+  executor_options.pool = pool.get();
+  executor_options.conv_algorithm = options.conv_algorithm;
+  absl::StatusOr<std::unique_ptr<Executor<float>>> executor =
+      options.dropout ? Executor<float>::Create(graph, registry, executor_options)
+                      : Executor<float>::Create(WithoutDropout(graph), registry, executor_options);
+  if (!executor.ok()) return executor.status();
+  const nn::Dims out = (*executor)->output_dims();
+  if (out.h != 1 || out.w != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("graph output '", graph.output, "' has dims ",
+                                                   out.ToString(),
+                                                   " per sample, expected [classes]"));
+  }
+  // Set only once the graph is known to build: BLAS threads are process-wide.
+  if (options.threads >= 1) nn::SetBlasThreads(1);
+  return std::unique_ptr<nn::Model>(std::make_unique<GraphModel>(
+      options.name, options.loss, std::move(pool), *std::move(executor), std::move(optimizer)));
+}
+
+}  // namespace graph
+}  // namespace dptrain

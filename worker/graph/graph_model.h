@@ -1,0 +1,66 @@
+// A graph as the worker's nn::Model on the CPU: an Executor<float> with its parameters,
+// gradients and buffers in the flat buffers the synchronisers exchange, a loss on the graph's
+// output, and ApplyUpdate through common/optimizer.h (as the built-in CpuModel).
+//
+// The class count (num_classes()) is the output's size: the output must be [batch, classes];
+// labels are uint8 and must be < classes (nn::CheckBatch). Like every nn::Model, not
+// thread-safe.
+#ifndef DPTRAIN_WORKER_GRAPH_GRAPH_MODEL_H_
+#define DPTRAIN_WORKER_GRAPH_GRAPH_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/optimizer.h"
+#include "worker/graph/graph.h"
+#include "worker/graph/op_registry.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/model.h"
+
+namespace dptrain {
+namespace graph {
+
+enum class Loss {
+  // Mean softmax cross-entropy, as nn.CrossEntropyLoss().
+  kSoftmaxCrossEntropy,
+  // Mean over batch x classes of (output - onehot(label))^2, as nn.MSELoss() against one-hot
+  // targets.
+  kMse,
+};
+
+struct GraphModelOptions {
+  std::string name;  // What name() says (e.g. the file's base name).
+  Loss loss = Loss::kSoftmaxCrossEntropy;
+  // ApplyUpdate's rule (all-reduce mode); none where a parameter server applies it.
+  std::optional<OptimizerOptions> optimizer;
+  // Seeds the Dropout masks (deterministic per seed, not PyTorch's stream; see shape_ops.h).
+  uint64_t seed = 0;
+  // False: Dropout is the identity in training too (what a comparison with PyTorch, whose
+  // masks cannot be reproduced, needs with dropout turned off on its side as well).
+  bool dropout = true;
+  // Math threads, as ModelOptions::threads under DenseGemm::kPoolSplit: > 1: an intra-op pool
+  // of this many threads and OpenBLAS set to 1 thread (process-wide); 1: OpenBLAS 1 thread
+  // (and a pool of one thread for a graph with convolutions, lending oneDNN its scratch);
+  // 0: no pool, BLAS left alone.
+  int threads = 0;
+  nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
+};
+
+// Builds the model with the graph's initial weights and buffers and zero gradients.
+// InvalidArgument for what Executor::Create refuses, an output that is not [batch, classes],
+// or threads < 0; the optimizer's errors (CreateOptimizer).
+absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
+                                                            const OpRegistry& registry,
+                                                            const GraphModelOptions& options);
+
+// `graph` with every Dropout node replaced by an Identity of its data input.
+Graph WithoutDropout(Graph graph);
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_GRAPH_MODEL_H_

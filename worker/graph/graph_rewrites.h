@@ -1,0 +1,25 @@
+// Graph-to-graph rewrites that the ONNX importer applies so that exported graphs use the ops in
+// their plain sense (pure functions on a Graph; see onnx_import.h for why).
+#ifndef DPTRAIN_WORKER_GRAPH_GRAPH_REWRITES_H_
+#define DPTRAIN_WORKER_GRAPH_GRAPH_REWRITES_H_
+
+#include "absl/status/status.h"
+#include "worker/graph/graph.h"
+
+namespace dptrain {
+namespace graph {
+
+// Evaluates, in order, every Unsqueeze, Squeeze, Concat, Gather, Cast and Identity node whose
+// inputs are all int64 constants, turning its output into a constant and removing the node.
+// InvalidArgument naming the node when such a node is malformed (an axis out of range, ...).
+absl::Status FoldShapeConstants(Graph& graph);
+
+// MatMul(x, Transpose(W, perm=[1, 0])) with W a 2-D float constant read by nothing else ->
+// Gemm(x, W, transB=1). Then MatMul or Gemm without a bias whose output only feeds an Add with a
+// float constant of M (= output features) elements -> Gemm with that bias; the Add goes.
+void FuseLinear(Graph& graph);
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_GRAPH_REWRITES_H_

@@ -1,0 +1,390 @@
+#include "worker/graph/layer_ops.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "worker/graph/tensor_block.h"
+#include "worker/nn/activations.h"
+#include "worker/nn/avg_pool2d.h"
+#include "worker/nn/batch_norm2d.h"
+#include "worker/nn/conv2d.h"
+#include "worker/nn/global_avg_pool2d.h"
+#include "worker/nn/linear.h"
+#include "worker/nn/max_pool2d.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+template <typename T>
+using Part = typename TensorBlock<T>::Part;
+
+// A node that runs one nn::Layer on its one runtime input, its parameters and buffers handed
+// over through TensorBlocks (bound directly where the model keeps them back to back).
+template <typename T>
+class LayerNode final : public NodeImpl<T> {
+ public:
+  struct Tensors {
+    std::vector<NodeTensorSpec> specs;  // The graph's tensors, in the layer's order.
+    std::vector<Part<T>> parts;         // The layer's tensors (a superset of specs).
+  };
+
+  LayerNode(std::unique_ptr<nn::Layer<T>> layer, Dims output_dims, Tensors params, Tensors buffers)
+      : layer_(std::move(layer)),
+        output_dims_(output_dims),
+        param_specs_(std::move(params.specs)),
+        buffer_specs_(std::move(buffers.specs)),
+        params_(std::move(params.parts)),
+        buffers_(std::move(buffers.parts)) {}
+
+  Dims output_dims() const override { return output_dims_; }
+  std::vector<NodeTensorSpec> Params() const override { return param_specs_; }
+  std::vector<NodeTensorSpec> Buffers() const override { return buffer_specs_; }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    params_.Bind(params, grads, /*writable=*/false);
+    layer_->BindParams(params_.values(), params_.grads());
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override {
+    const std::vector<const T*> values(buffers.begin(), buffers.end());
+    buffers_.Bind(values, {}, /*writable=*/true);
+    layer_->BindBuffers(buffers_.mutable_values());
+  }
+  void SetThreadPool(nn::ThreadPool* pool) override { layer_->SetThreadPool(pool); }
+  void SetConvAlgorithm(nn::ConvAlgorithm algorithm) override {
+    layer_->SetConvAlgorithm(algorithm);
+  }
+
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    params_.CopyIn();
+    buffers_.CopyIn();
+    TensorRef<T> y = layer_->Forward(inputs[0], training);
+    if (training) buffers_.CopyValuesOut();
+    return y;
+  }
+
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    TensorRef<T> dx = layer_->Backward(grad_output, need_input_grad[0]);
+    params_.CopyGradsOut();
+    return {dx};
+  }
+
+ private:
+  std::unique_ptr<nn::Layer<T>> layer_;
+  const Dims output_dims_;
+  const std::vector<NodeTensorSpec> param_specs_;
+  const std::vector<NodeTensorSpec> buffer_specs_;
+  TensorBlock<T> params_;
+  TensorBlock<T> buffers_;
+};
+
+// The node for `layer` on runtime input 0, after checking that the layer fits its dims.
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeLayerNode(
+    const NodeContext& ctx, std::unique_ptr<nn::Layer<T>> layer,
+    typename LayerNode<T>::Tensors params = {}, typename LayerNode<T>::Tensors buffers = {}) {
+  DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+  for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+    if (ctx.inputs[i].is_runtime()) {
+      return ctx.Error(absl::StrCat("input ", i, " ('", ctx.inputs[i].name,
+                                    "') must be a constant, not a computed value"));
+    }
+  }
+  absl::StatusOr<Dims> out = layer->OutputDims(input);
+  if (!out.ok()) return ctx.Error(out.status().message());
+  return std::unique_ptr<NodeImpl<T>>(std::make_unique<LayerNode<T>>(
+      std::move(layer), *out, std::move(params), std::move(buffers)));
+}
+
+// A graph tensor that the layer binds as is.
+NodeTensorSpec SpecOf(const NodeInput& in) {
+  return {in.name, in.constant->shape, in.constant, 0.0f};
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The kernel, stride and padding of a 2-D window op (Conv, MaxPool, AveragePool): attributes
+// kernel_shape (must equal `kernel` when that is given, i.e. from a convolution's weight),
+// strides (default 1), pads (symmetric: begin == end), dilations (1) and auto_pad (NOTSET or
+// VALID without pads).
+struct Window {
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+};
+
+absl::StatusOr<Window> ReadWindow(const NodeContext& ctx, std::vector<int64_t> kernel) {
+  const Node& node = ctx.node;
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> kernel_shape,
+                           IntsAttribute(node, "kernel_shape", kernel));
+  if (kernel_shape.empty()) return ctx.Error("kernel_shape missing");
+  if (kernel_shape.size() != 2) {
+    return ctx.Error(absl::StrCat("kernel_shape ", ShapeText(kernel_shape), ": only 2-D windows"));
+  }
+  if (!kernel.empty() && kernel_shape != kernel) {
+    return ctx.Error(absl::StrCat("kernel_shape ", ShapeText(kernel_shape),
+                                  " does not match the weight's ", ShapeText(kernel)));
+  }
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> strides,
+                           IntsAttribute(node, "strides", {1, 1}));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> pads,
+                           IntsAttribute(node, "pads", {0, 0, 0, 0}));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> dilations,
+                           IntsAttribute(node, "dilations", {1, 1}));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::string auto_pad, StringAttribute(node, "auto_pad", "NOTSET"));
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") {
+    return ctx.Error(absl::StrCat("auto_pad ", auto_pad, " unsupported (NOTSET or VALID only)"));
+  }
+  if (strides.size() != 2 || strides[0] < 1 || strides[1] < 1) {
+    return ctx.Error(absl::StrCat("strides ", ShapeText(strides), " unsupported"));
+  }
+  if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3] || pads[0] < 0 || pads[1] < 0 ||
+      (auto_pad == "VALID" && (pads[0] != 0 || pads[1] != 0))) {
+    return ctx.Error(
+        absl::StrCat("pads ", ShapeText(pads), " unsupported (symmetric 2-D padding only)"));
+  }
+  if (dilations.size() != 2 || dilations[0] != 1 || dilations[1] != 1) {
+    return ctx.Error(absl::StrCat("dilations ", ShapeText(dilations), " unsupported (1 only)"));
+  }
+  return Window{static_cast<int>(kernel_shape[0]), static_cast<int>(kernel_shape[1]),
+                static_cast<int>(strides[0]),      static_cast<int>(strides[1]),
+                static_cast<int>(pads[0]),         static_cast<int>(pads[1])};
+}
+
+// A float constant input of `shape` (or, with `alternative`, that shape instead), or an error.
+absl::Status CheckShape(const NodeContext& ctx, size_t index, const std::vector<int64_t>& shape,
+                        const std::vector<int64_t>& alternative = {}) {
+  const std::vector<int64_t>& actual = ctx.inputs[index].constant->shape;
+  if (actual == shape || (!alternative.empty() && actual == alternative)) return absl::OkStatus();
+  return ctx.Error(absl::StrCat("input ", index, " ('", ctx.inputs[index].name, "') has shape ",
+                                ShapeText(actual), ", expected ", ShapeText(shape)));
+}
+
+template <typename T>
+struct Conv {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(
+        ctx.node, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* weight,
+                             ctx.ConstantInput(1, Tensor::Type::kFloat, false));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bias, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t group, IntAttribute(ctx.node, "group", 1));
+    if (group != 1) return ctx.Error(absl::StrCat("group ", group, " unsupported (1 only)"));
+    const std::vector<int64_t>& w = weight->shape;
+    if (w.size() != 4) {
+      return ctx.Error(absl::StrCat("weight shape ", ShapeText(w), ": only 2-D convolutions"));
+    }
+    if (w[1] != input.c) {
+      return ctx.Error(
+          absl::StrCat("weight ", ShapeText(w), " does not fit input ", input.ToString()));
+    }
+    if (bias != nullptr) DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 2, {w[0]}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Window win, ReadWindow(ctx, {w[2], w[3]}));
+    nn::Conv2dOptions o;
+    o.in_channels = static_cast<int>(w[1]);
+    o.out_channels = static_cast<int>(w[0]);
+    o.kernel_h = win.kernel_h;
+    o.kernel_w = win.kernel_w;
+    o.stride_h = win.stride_h;
+    o.stride_w = win.stride_w;
+    o.pad_h = win.pad_h;
+    o.pad_w = win.pad_w;
+    typename LayerNode<T>::Tensors params;
+    params.specs.push_back(SpecOf(ctx.inputs[1]));
+    params.parts.push_back({weight->num_elements()});
+    if (bias != nullptr) params.specs.push_back(SpecOf(ctx.inputs[2]));
+    params.parts.push_back({w[0], /*provided=*/bias != nullptr});
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::Conv2d<T>>(o), std::move(params));
+  }
+};
+
+// Gemm (transB 0 or 1) and MatMul (as Gemm with transB 0 and no C).
+template <typename T>
+struct Linear {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"alpha", "beta", "transA", "transB"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* b, ctx.ConstantInput(1, Tensor::Type::kFloat, false));
+    const bool is_gemm = ctx.node.op == "Gemm";
+    const Tensor* c = nullptr;
+    if (is_gemm) {
+      DPTRAIN_ASSIGN_OR_RETURN(c, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
+    } else if (ctx.inputs.size() > 2) {
+      return ctx.Error("MatMul takes two inputs");
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(const float alpha, FloatAttribute(ctx.node, "alpha", 1.0f));
+    DPTRAIN_ASSIGN_OR_RETURN(const float beta, FloatAttribute(ctx.node, "beta", 1.0f));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t trans_a, IntAttribute(ctx.node, "transA", 0));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t trans_b, IntAttribute(ctx.node, "transB", 0));
+    if (alpha != 1.0f || (c != nullptr && beta != 1.0f) || trans_a != 0) {
+      return ctx.Error(absl::StrCat("alpha ", alpha, ", beta ", beta, ", transA ", trans_a,
+                                    " unsupported (1, 1, 0 only)"));
+    }
+    if (b->shape.size() != 2) {
+      return ctx.Error(absl::StrCat("weight shape ", ShapeText(b->shape), ": 2-D only"));
+    }
+    const int64_t out = trans_b ? b->shape[0] : b->shape[1];
+    const int64_t in = trans_b ? b->shape[1] : b->shape[0];
+    if (in != input.size()) {
+      return ctx.Error(absl::StrCat("weight ", ShapeText(b->shape),
+                                    (trans_b ? " (transposed)" : ""), " does not fit input ",
+                                    input.ToString(), " of ", input.size(), " features"));
+    }
+    if (c != nullptr) DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 2, {out}, {1, out}));
+    typename LayerNode<T>::Tensors params;
+    params.specs.push_back(SpecOf(ctx.inputs[1]));
+    Part<T> weight{b->num_elements()};
+    if (!trans_b) weight.transposed_rows = out;  // The layer's [out, in] is the graph's [in, out].
+    params.parts.push_back(weight);
+    if (c != nullptr) params.specs.push_back(SpecOf(ctx.inputs[2]));
+    params.parts.push_back({out, /*provided=*/c != nullptr});
+    return MakeLayerNode<T>(
+        ctx, std::make_unique<nn::Linear<T>>(static_cast<int>(in), static_cast<int>(out)),
+        std::move(params));
+  }
+};
+
+template <typename T>
+struct Relu {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::ReLU<T>>());
+  }
+};
+
+template <typename T>
+struct Sigmoid {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::Sigmoid<T>>());
+  }
+};
+
+// The state_dict name of a batch norm's num_batches_tracked: beside its running mean
+// ("layer1.0.bn1.running_mean" -> "layer1.0.bn1.num_batches_tracked").
+std::string NumBatchesTrackedName(const NodeContext& ctx) {
+  const std::string& mean = ctx.inputs[3].name;
+  constexpr absl::string_view kSuffix = "running_mean";
+  if (absl::EndsWith(mean, kSuffix)) {
+    return absl::StrCat(mean.substr(0, mean.size() - kSuffix.size()), "num_batches_tracked");
+  }
+  return absl::StrCat(ctx.node.name, ".num_batches_tracked");
+}
+
+template <typename T>
+struct BatchNorm {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(
+        CheckKnownAttributes(ctx.node, {"epsilon", "momentum", "training_mode", "spatial"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+    for (size_t i = 1; i <= 4; ++i) {
+      DPTRAIN_RETURN_IF_ERROR(ctx.ConstantInput(i, Tensor::Type::kFloat, false).status());
+      DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, i, {input.c}));
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(const float eps, FloatAttribute(ctx.node, "epsilon", 1e-5f));
+    DPTRAIN_ASSIGN_OR_RETURN(const float momentum, FloatAttribute(ctx.node, "momentum", 0.9f));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t spatial, IntAttribute(ctx.node, "spatial", 1));
+    // Float attributes: compare with the float nearest PyTorch's double defaults.
+    if (std::abs(eps - 1e-5f) > 1e-10f ||
+        std::abs(momentum - static_cast<float>(1 - nn::BatchNorm2d<T>::kMomentum)) > 1e-6f) {
+      return ctx.Error(absl::StrCat("epsilon ", eps, " and momentum ", momentum, " (PyTorch's ",
+                                    1 - momentum,
+                                    ") unsupported: only PyTorch's defaults 1e-05 and 0.1 (ONNX "
+                                    "momentum 0.9)"));
+    }
+    if (spatial != 1) return ctx.Error("spatial=0 unsupported");
+    typename LayerNode<T>::Tensors params, buffers;
+    for (size_t i : {1, 2}) {
+      params.specs.push_back(SpecOf(ctx.inputs[i]));
+      params.parts.push_back({input.c});
+    }
+    for (size_t i : {3, 4}) {
+      buffers.specs.push_back(SpecOf(ctx.inputs[i]));
+      buffers.parts.push_back({input.c});
+    }
+    buffers.specs.push_back({NumBatchesTrackedName(ctx), {}, nullptr, 0.0f});
+    buffers.parts.push_back({1});
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::BatchNorm2d<T>>(input.c), std::move(params),
+                            std::move(buffers));
+  }
+};
+
+absl::StatusOr<nn::Pool2dOptions> ReadPool(const NodeContext& ctx) {
+  DPTRAIN_ASSIGN_OR_RETURN(const int64_t ceil_mode, IntAttribute(ctx.node, "ceil_mode", 0));
+  if (ceil_mode != 0) return ctx.Error("ceil_mode=1 unsupported");
+  DPTRAIN_ASSIGN_OR_RETURN(const Window w, ReadWindow(ctx, {}));
+  return nn::Pool2dOptions{w.kernel_h, w.kernel_w, w.stride_h, w.stride_w, w.pad_h, w.pad_w};
+}
+
+template <typename T>
+struct MaxPool {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(
+        CheckKnownAttributes(ctx.node, {"auto_pad", "ceil_mode", "dilations", "kernel_shape",
+                                        "pads", "storage_order", "strides"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t storage_order,
+                             IntAttribute(ctx.node, "storage_order", 0));
+    if (storage_order != 0) return ctx.Error("storage_order=1 unsupported");
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx));
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::MaxPool2d<T>>(o));
+  }
+};
+
+template <typename T>
+struct AveragePool {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(
+        ctx.node,
+        {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t include_pad,
+                             IntAttribute(ctx.node, "count_include_pad", 0));
+    if ((o.pad_h > 0 || o.pad_w > 0) && include_pad == 0) {
+      return ctx.Error(
+          "padding with count_include_pad=0 unsupported (only AvgPool2d's default "
+          "count_include_pad=True)");
+    }
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::AvgPool2d<T>>(o));
+  }
+};
+
+template <typename T>
+struct GlobalAveragePool {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::GlobalAvgPool2d<T>>());
+  }
+};
+
+template <typename T>
+struct Flatten {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(ctx.node, "axis", 1));
+    if (axis != 1) return ctx.Error(absl::StrCat("axis ", axis, " unsupported (1 only)"));
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::Flatten<T>>());
+  }
+};
+
+}  // namespace
+
+OpFactory ConvOp() { return MakeOpFactory<Conv>(); }
+OpFactory LinearOp() { return MakeOpFactory<Linear>(); }
+OpFactory ReluOp() { return MakeOpFactory<Relu>(); }
+OpFactory SigmoidOp() { return MakeOpFactory<Sigmoid>(); }
+OpFactory BatchNormOp() { return MakeOpFactory<BatchNorm>(); }
+OpFactory MaxPoolOp() { return MakeOpFactory<MaxPool>(); }
+OpFactory AveragePoolOp() { return MakeOpFactory<AveragePool>(); }
+OpFactory GlobalAveragePoolOp() { return MakeOpFactory<GlobalAveragePool>(); }
+OpFactory FlattenOp() { return MakeOpFactory<Flatten>(); }
+
+}  // namespace graph
+}  // namespace dptrain

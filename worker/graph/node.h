@@ -1,0 +1,118 @@
+// What an op is to the executor: a node implementation built from a graph node, the dims of its
+// inputs and the values of its constant inputs, templated on the scalar type like the
+// worker/nn layers it mostly wraps (float for training, double for gradient checks).
+//
+// A node has one runtime output, its first output value (the others, such as
+// BatchNormalization's running statistics or Dropout's mask, are not computed, and a graph that
+// reads them is refused by the executor). Its runtime inputs are the inputs that are not
+// constants; its constant inputs were handed to its factory, and the learnable ones (and
+// buffers) are described by Params() and Buffers() so that the executor lays them out in the
+// model's flat buffers.
+//
+// A node is not thread-safe; one thread drives it at a time.
+#ifndef DPTRAIN_WORKER_GRAPH_NODE_H_
+#define DPTRAIN_WORKER_GRAPH_NODE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/graph/graph.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/tensor.h"
+
+namespace dptrain {
+namespace graph {
+
+using nn::Dims;
+using nn::TensorRef;
+
+// One input of a node as its factory sees it.
+struct NodeInput {
+  std::string name;                  // "" for an absent optional input.
+  std::optional<Dims> dims;          // A runtime value: its per-sample dims.
+  const Tensor* constant = nullptr;  // A constant: its value (owned by the graph).
+
+  bool present() const { return !name.empty(); }
+  bool is_runtime() const { return dims.has_value(); }
+};
+
+// Everything a factory may read; valid only during the factory call.
+struct NodeContext {
+  const Node& node;
+  std::vector<NodeInput> inputs;  // One per node.inputs entry.
+  // Seeds the node's randomness (Dropout's masks); the executor derives it from its own seed and
+  // the node's position, so that runs with the same seed are identical.
+  uint64_t seed = 0;
+
+  // The input at `index` if present, else null (also past the end: absent optional inputs).
+  const NodeInput* input(size_t index) const {
+    return index < inputs.size() && inputs[index].present() ? &inputs[index] : nullptr;
+  }
+  // InvalidArgument "node 'n' (Op): <what>".
+  absl::Status Error(absl::string_view what) const;
+  // The runtime input at `index`, or an error saying it must be one.
+  absl::StatusOr<Dims> RuntimeInput(size_t index) const;
+  // The constant input at `index` of `type`, or an error saying it must be one (null: absent and
+  // `optional`).
+  absl::StatusOr<const Tensor*> ConstantInput(size_t index, Tensor::Type type, bool optional) const;
+};
+
+// A learnable tensor or buffer of a node, named as in PyTorch's state_dict (the constant's name).
+struct NodeTensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  // Its initial value (owned by the graph), or null: all `fill`.
+  const Tensor* initial = nullptr;
+  float fill = 0;
+
+  int64_t size() const;
+};
+
+template <typename T>
+class NodeImpl {
+ public:
+  virtual ~NodeImpl() = default;
+
+  // Per-sample dims of the output (fixed by the factory from the input dims).
+  virtual Dims output_dims() const = 0;
+
+  // Learnable tensors (inputs of the node that are constants) and buffers, in the order the
+  // Bind calls hand them over. Empty by default.
+  virtual std::vector<NodeTensorSpec> Params() const { return {}; }
+  virtual std::vector<NodeTensorSpec> Buffers() const { return {}; }
+  // One pointer per Params() entry to its values and one to its gradient, wherever the model's
+  // flat buffers keep them (not necessarily back to back). Not owned; called before Forward and
+  // again whenever the buffers move. Backward overwrites the gradients.
+  virtual void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) {}
+  // One pointer per Buffers() entry; a training Forward updates them.
+  virtual void BindBuffers(absl::Span<T* const> buffers) {}
+  // Passed on to wrapped layers (nn::Layer::SetThreadPool / SetConvAlgorithm).
+  virtual void SetThreadPool(nn::ThreadPool* pool) {}
+  virtual void SetConvAlgorithm(nn::ConvAlgorithm algorithm) {}
+
+  // The output for the runtime inputs (in input order, constants left out), owned by the node
+  // and valid until its next Forward. The inputs stay valid until Backward returns.
+  virtual TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) = 0;
+
+  // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
+  // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
+  // the others), owned by the node (or aliasing grad_output) and valid until its next Backward.
+  virtual std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                             const std::vector<bool>& need_input_grad) = 0;
+};
+
+// A node implementation built from its context: InvalidArgument (via NodeContext::Error) for a
+// configuration the op does not support.
+template <typename T>
+using NodeFactory = absl::StatusOr<std::unique_ptr<NodeImpl<T>>> (*)(const NodeContext&);
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_NODE_H_

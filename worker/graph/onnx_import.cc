@@ -1,0 +1,315 @@
+#include "worker/graph/onnx_import.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "onnx/onnx_pb.h"
+#include "worker/graph/graph_rewrites.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError(what); }
+
+// `count` little-endian values of type From from `raw` (the host is little-endian, as x86 and
+// ARM Linux are), converted to To.
+template <typename From, typename To>
+std::vector<To> FromRaw(const std::string& raw, int64_t count) {
+  std::vector<To> out(count);
+  for (int64_t i = 0; i < count; ++i) {
+    From v;
+    std::memcpy(&v, raw.data() + i * sizeof(From), sizeof(From));
+    out[i] = static_cast<To>(v);
+  }
+  return out;
+}
+
+// A TensorProto as a Tensor: float for FLOAT and DOUBLE, int64 for INT64, INT32 and BOOL.
+absl::StatusOr<Tensor> ToTensor(const onnx::TensorProto& t, absl::string_view what) {
+  auto refuse = [&](absl::string_view why) {
+    return Invalid(absl::StrCat(what, " '", t.name(), "': ", why));
+  };
+  if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
+    return refuse("stored outside the file (external data) unsupported");
+  }
+  if (t.has_segment()) return refuse("segmented tensors unsupported");
+  Tensor out;
+  int64_t count = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0 || (d > 0 && count > std::numeric_limits<int32_t>::max() / d)) {
+      return refuse("invalid or too large shape");
+    }
+    out.shape.push_back(d);
+    count *= d;
+  }
+  const std::string& raw = t.raw_data();
+  const bool has_raw = t.has_raw_data();
+  auto check = [&](int64_t held, size_t width) -> absl::Status {
+    if (has_raw ? raw.size() != count * width : held != count) {
+      return refuse(absl::StrCat("holds ",
+                                 has_raw ? static_cast<int64_t>(raw.size() / width) : held,
+                                 " values for shape of ", count));
+    }
+    return absl::OkStatus();
+  };
+  switch (t.data_type()) {
+    case onnx::TensorProto_DataType_FLOAT:
+      out.type = Tensor::Type::kFloat;
+      DPTRAIN_RETURN_IF_ERROR(check(t.float_data_size(), 4));
+      out.floats = has_raw ? FromRaw<float, float>(raw, count)
+                           : std::vector<float>(t.float_data().begin(), t.float_data().end());
+      return out;
+    case onnx::TensorProto_DataType_DOUBLE:
+      out.type = Tensor::Type::kFloat;
+      DPTRAIN_RETURN_IF_ERROR(check(t.double_data_size(), 8));
+      out.floats = has_raw ? FromRaw<double, float>(raw, count)
+                           : std::vector<float>(t.double_data().begin(), t.double_data().end());
+      return out;
+    case onnx::TensorProto_DataType_INT64:
+      out.type = Tensor::Type::kInt64;
+      DPTRAIN_RETURN_IF_ERROR(check(t.int64_data_size(), 8));
+      out.ints = has_raw ? FromRaw<int64_t, int64_t>(raw, count)
+                         : std::vector<int64_t>(t.int64_data().begin(), t.int64_data().end());
+      return out;
+    case onnx::TensorProto_DataType_INT32:
+      out.type = Tensor::Type::kInt64;
+      DPTRAIN_RETURN_IF_ERROR(check(t.int32_data_size(), 4));
+      out.ints = has_raw ? FromRaw<int32_t, int64_t>(raw, count)
+                         : std::vector<int64_t>(t.int32_data().begin(), t.int32_data().end());
+      return out;
+    case onnx::TensorProto_DataType_BOOL:
+      out.type = Tensor::Type::kInt64;
+      DPTRAIN_RETURN_IF_ERROR(check(t.int32_data_size(), 1));
+      out.ints = has_raw ? FromRaw<uint8_t, int64_t>(raw, count)
+                         : std::vector<int64_t>(t.int32_data().begin(), t.int32_data().end());
+      return out;
+    default:
+      return refuse(absl::StrCat(
+          "data type ",
+          onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(t.data_type())),
+          " unsupported"));
+  }
+}
+
+// The node's attributes (TENSOR ones only for Constant, which the caller handles).
+absl::Status ReadAttributes(const onnx::NodeProto& proto, Node& node) {
+  for (const onnx::AttributeProto& a : proto.attribute()) {
+    switch (a.type()) {
+      case onnx::AttributeProto_AttributeType_INT:
+        node.attributes[a.name()] = static_cast<int64_t>(a.i());
+        break;
+      case onnx::AttributeProto_AttributeType_FLOAT:
+        node.attributes[a.name()] = a.f();
+        break;
+      case onnx::AttributeProto_AttributeType_STRING:
+        node.attributes[a.name()] = a.s();
+        break;
+      case onnx::AttributeProto_AttributeType_INTS:
+        node.attributes[a.name()] = std::vector<int64_t>(a.ints().begin(), a.ints().end());
+        break;
+      case onnx::AttributeProto_AttributeType_FLOATS:
+        node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
+        break;
+      default:
+        return Invalid(absl::StrCat("node '", node.name, "' (", node.op, "): attribute '", a.name(),
+                                    "' of type ", onnx::AttributeProto_AttributeType_Name(a.type()),
+                                    " unsupported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The value of a Constant node.
+absl::StatusOr<Tensor> ConstantValue(const onnx::NodeProto& proto, const std::string& name) {
+  if (proto.attribute_size() != 1) {
+    return Invalid(absl::StrCat("node '", name, "' (Constant): expected one attribute"));
+  }
+  const onnx::AttributeProto& a = proto.attribute(0);
+  Tensor t;
+  if (a.name() == "value" && a.type() == onnx::AttributeProto_AttributeType_TENSOR) {
+    return ToTensor(a.t(), absl::StrCat("node '", name, "' (Constant) value"));
+  } else if (a.name() == "value_float") {
+    t.floats = {a.f()};
+  } else if (a.name() == "value_floats") {
+    t.floats.assign(a.floats().begin(), a.floats().end());
+    t.shape = {a.floats_size()};
+  } else if (a.name() == "value_int") {
+    t.type = Tensor::Type::kInt64;
+    t.ints = {a.i()};
+  } else if (a.name() == "value_ints") {
+    t.type = Tensor::Type::kInt64;
+    t.ints.assign(a.ints().begin(), a.ints().end());
+    t.shape = {a.ints_size()};
+  } else {
+    return Invalid(
+        absl::StrCat("node '", name, "' (Constant): attribute '", a.name(), "' unsupported"));
+  }
+  return t;
+}
+
+// Per-sample dims of a graph input's or output's [batch, ...] type.
+absl::StatusOr<nn::Dims> SampleDims(const onnx::ValueInfoProto& v) {
+  auto refuse = [&](absl::string_view why) {
+    return Invalid(absl::StrCat("graph input '", v.name(), "': ", why));
+  };
+  if (!v.type().has_tensor_type()) return refuse("not a tensor");
+  const onnx::TypeProto_Tensor& t = v.type().tensor_type();
+  if (t.elem_type() != onnx::TensorProto_DataType_FLOAT) return refuse("not float");
+  const int rank = t.shape().dim_size();
+  if (rank < 2 || rank > 4) {
+    return refuse(absl::StrCat("rank ", rank,
+                               " unsupported ([batch, C, H, W], [batch, C, L] or "
+                               "[batch, F])"));
+  }
+  int dims[3] = {1, 1, 1};
+  for (int i = 1; i < rank; ++i) {
+    const onnx::TensorShapeProto_Dimension& d = t.shape().dim(i);
+    if (!d.has_dim_value() || d.dim_value() < 1 || d.dim_value() > (1 << 30)) {
+      return refuse(absl::StrCat("dimension ", i, " is not a fixed positive size"));
+    }
+    dims[i - 1] = static_cast<int>(d.dim_value());
+  }
+  return nn::Dims{dims[0], dims[1], dims[2]};
+}
+
+std::string BaseName(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  if (absl::EndsWith(base, ".onnx")) base.resize(base.size() - 5);
+  return base;
+}
+
+// The bytes of `path` (errors name it). protobuf refuses messages of 2 GiB or more, so larger
+// files are refused before they are read whole.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", path, "'"));
+  std::string bytes;
+  char chunk[1 << 16];
+  size_t n;
+  while ((n = std::fread(chunk, 1, sizeof(chunk), file.get())) > 0) {
+    bytes.append(chunk, n);
+    if (bytes.size() >= static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' is 2 GiB or more: ONNX files with external data unsupported"));
+    }
+  }
+  if (std::ferror(file.get())) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", path, "'"));
+  }
+  return bytes;
+}
+
+absl::Status WithPath(const std::string& path, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string& name) {
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Invalid("not an ONNX model (the protobuf does not parse; truncated or another format?)");
+  }
+  if (!model.has_graph()) return Invalid("not an ONNX model (no graph)");
+  for (const onnx::OperatorSetIdProto& opset : model.opset_import()) {
+    if ((opset.domain().empty() || opset.domain() == "ai.onnx") && opset.version() < 9) {
+      return Invalid(absl::StrCat("opset ", opset.version(), " unsupported (9 or later)"));
+    }
+  }
+  const onnx::GraphProto& g = model.graph();
+  Graph graph;
+  graph.name = name;
+
+  std::set<std::string> initializer_names;
+  for (const onnx::TensorProto& t : g.initializer()) {
+    DPTRAIN_ASSIGN_OR_RETURN(Tensor value, ToTensor(t, "initializer"));
+    if (!initializer_names.insert(t.name()).second) {
+      return Invalid(absl::StrCat("initializer '", t.name(), "' appears twice"));
+    }
+    graph.constants.push_back({t.name(), std::move(value)});
+  }
+  if (g.sparse_initializer_size() > 0) return Invalid("sparse initializers unsupported");
+
+  std::vector<const onnx::ValueInfoProto*> inputs;
+  for (const onnx::ValueInfoProto& v : g.input()) {
+    if (initializer_names.count(v.name()) == 0) inputs.push_back(&v);
+  }
+  if (inputs.size() != 1) {
+    std::string names;
+    for (const onnx::ValueInfoProto* v : inputs) absl::StrAppend(&names, " '", v->name(), "'");
+    return Invalid(absl::StrCat("expected one graph input (besides initializers), found ",
+                                inputs.size(), ":", names));
+  }
+  graph.input = inputs[0]->name();
+  DPTRAIN_ASSIGN_OR_RETURN(graph.input_dims, SampleDims(*inputs[0]));
+  if (g.output_size() != 1) {
+    return Invalid(absl::StrCat("expected one graph output (the logits), found ", g.output_size()));
+  }
+  graph.output = g.output(0).name();
+
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& proto = g.node(i);
+    Node node;
+    node.name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", i) : proto.name();
+    node.op = proto.domain().empty() || proto.domain() == "ai.onnx"
+                  ? proto.op_type()
+                  : absl::StrCat(proto.domain(), ".", proto.op_type());
+    if (node.op == "Constant") {
+      if (proto.output_size() != 1) {
+        return Invalid(absl::StrCat("node '", node.name, "' (Constant): expected one output"));
+      }
+      DPTRAIN_ASSIGN_OR_RETURN(Tensor value, ConstantValue(proto, node.name));
+      graph.constants.push_back({proto.output(0), std::move(value)});
+      continue;
+    }
+    DPTRAIN_RETURN_IF_ERROR(ReadAttributes(proto, node));
+    node.inputs.assign(proto.input().begin(), proto.input().end());
+    node.outputs.assign(proto.output().begin(), proto.output().end());
+    graph.nodes.push_back(std::move(node));
+  }
+  DPTRAIN_RETURN_IF_ERROR(FoldShapeConstants(graph));
+  FuseLinear(graph);
+  return graph;
+}
+
+absl::StatusOr<Graph> ReadOnnxGraph(const std::string& path, const OpRegistry& registry) {
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return bytes.status();  // Names the path already.
+  absl::StatusOr<Graph> graph = ParseOnnxGraph(*bytes, BaseName(path));
+  if (!graph.ok()) return WithPath(path, graph.status());
+  for (const Node& node : graph->nodes) {
+    if (absl::Status s = CheckOpSupported(registry, node); !s.ok()) return WithPath(path, s);
+  }
+  return graph;
+}
+
+absl::StatusOr<std::unique_ptr<nn::Model>> LoadOnnxModel(const std::string& path,
+                                                         const OnnxModelOptions& options) {
+  const OpRegistry registry = BuiltinOps();
+  DPTRAIN_ASSIGN_OR_RETURN(const Graph graph, ReadOnnxGraph(path, registry));
+  GraphModelOptions model;
+  model.name = graph.name;
+  model.loss = options.loss;
+  model.optimizer = options.optimizer;
+  model.seed = options.seed;
+  model.dropout = options.dropout;
+  model.threads = options.threads;
+  model.conv_algorithm = options.conv_algorithm;
+  absl::StatusOr<std::unique_ptr<nn::Model>> made = CreateGraphModel(graph, registry, model);
+  if (!made.ok()) return WithPath(path, made.status());
+  return made;
+}
+
+}  // namespace graph
+}  // namespace dptrain

@@ -1,0 +1,66 @@
+// Models from ONNX files, as PyTorch exports them for training:
+//   torch.onnx.export(model, x, FILE, training=torch.onnx.TrainingMode.TRAINING,
+//                     do_constant_folding=False)
+// The initializers are the initial weights and buffers, named as the model's state_dict
+// ("features.0.weight", "bn1.running_mean"), so trained weights go back into the PyTorch model
+// by name (worker/nn/safetensors.h's SaveModel writes them so).
+//
+// What is read: one graph input (float, [batch, C, H, W], [batch, C, L] or [batch, F]; the batch
+// dimension's size is ignored), one graph output ([batch, classes]), initializers stored in the
+// file (FLOAT, DOUBLE, INT64, INT32 or BOOL), and nodes of the default domain. Import-time
+// rewrites, so that the ops keep their plain meaning:
+//   - Constant nodes become constants; Unsqueeze, Squeeze, Concat, Gather, Cast and Identity of
+//     int64 constants (the traced x.view(x.size(0), -1) chain) are folded into constants.
+//   - MatMul(x, Transpose(W)) (a bias-free nn.Linear) becomes Gemm(x, W, transB=1), and
+//     MatMul/Gemm followed by Add of a [M] constant becomes one Gemm with that bias.
+// Every other op must be in the registry (op_registry.h lists them and their limits); an op that
+// is not fails the import at once with one line naming it and its node.
+#ifndef DPTRAIN_WORKER_GRAPH_ONNX_IMPORT_H_
+#define DPTRAIN_WORKER_GRAPH_ONNX_IMPORT_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/optimizer.h"
+#include "worker/graph/graph.h"
+#include "worker/graph/graph_model.h"
+#include "worker/graph/op_registry.h"
+#include "worker/nn/model.h"
+
+namespace dptrain {
+namespace graph {
+
+// The model's options beyond the file; the fields mean what GraphModelOptions' do.
+struct OnnxModelOptions {
+  Loss loss = Loss::kSoftmaxCrossEntropy;
+  std::optional<OptimizerOptions> optimizer;
+  uint64_t seed = 0;
+  bool dropout = true;
+  int threads = 0;
+  nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
+};
+
+// The graph of a serialized ONNX ModelProto, rewritten as above, named `name`. InvalidArgument
+// for bytes that do not parse, a graph without the input, output or initializers described
+// above, an unsupported tensor type or attribute type, or external data. Does not check that
+// the ops exist.
+absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string& name);
+
+// ParseOnnxGraph of the file at `path`, named after its base name without ".onnx", then
+// CheckOpSupported on every node. Error messages start with the path.
+absl::StatusOr<Graph> ReadOnnxGraph(const std::string& path, const OpRegistry& registry);
+
+// The file at `path` as a CPU model (graph_model.h) over BuiltinOps(): weights() are the
+// initializers that are parameters, in file order; buffers() batch norm's running statistics
+// (and num_batches_tracked); name() the file's base name ("vgg.onnx" -> "vgg"). Error
+// messages start with the path.
+absl::StatusOr<std::unique_ptr<nn::Model>> LoadOnnxModel(const std::string& path,
+                                                         const OnnxModelOptions& options);
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_ONNX_IMPORT_H_

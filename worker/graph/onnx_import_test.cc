@@ -1,0 +1,387 @@
+// ONNX models as PyTorch exports them, against PyTorch itself: the fixtures
+// (tools/make_onnx_fixtures.py) hold each model's ONNX file and PyTorch's loss, gradients and
+// updated buffers of one train-mode step from the file's weights, computed in float64. PyTorch is
+// not needed to run this test. Also the importer's errors and the nn::Model around the graph.
+#include "worker/graph/onnx_import.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "worker/nn/layer_check.h"
+#include "worker/nn/safetensors.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+constexpr char kTestdata[] = "worker/graph/testdata";
+
+std::string OnnxPath(const std::string& model, const std::string& dir = kTestdata) {
+  return absl::StrCat(dir, "/", model, ".onnx");
+}
+
+std::string ReferencePath(const std::string& model, const std::string& dir = kTestdata) {
+  return absl::StrCat(dir, "/", model, "_reference.safetensors");
+}
+
+std::vector<double> ToDouble(const float* data, int64_t n) {
+  return std::vector<double>(data, data + n);
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Writes `bytes` to a fresh file under the test's temporary directory.
+std::string WriteTemp(const std::string& name, const std::string& bytes) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+struct Batch {
+  std::vector<float> images;
+  std::vector<uint8_t> labels;
+};
+
+Batch ReferenceBatch(const SafetensorsContents& ref) {
+  Batch b;
+  b.images = ref.Find("input")->data;
+  for (float l : ref.Find("labels")->data) b.labels.push_back(static_cast<uint8_t>(l));
+  return b;
+}
+
+// Expects the model's gradients equal `prefix` + name of `ref` for every parameter, and that
+// the model has exactly PyTorch's parameters.
+void ExpectGradientsMatch(nn::Model& model, const SafetensorsContents& ref,
+                          const std::string& prefix) {
+  std::set<std::string> torch_params;
+  for (const LoadedTensor& t : ref.tensors) {
+    if (absl::StartsWith(t.name, prefix)) torch_params.insert(t.name.substr(prefix.size()));
+  }
+  std::set<std::string> ours;
+  for (const nn::ParamInfo& p : model.params()) {
+    ours.insert(p.name);
+    const LoadedTensor* expected = ref.Find(prefix + p.name);
+    ASSERT_NE(expected, nullptr) << p.name;
+    EXPECT_EQ(p.shape, expected->shape) << p.name;
+    // Per tensor: the relative L2 error (the measure of worker/nn/pytorch_parity_test) at most
+    // 1e-4, and every element within 1e-3 of the tensor's largest gradient, with an absolute
+    // floor for gradients that are zero up to rounding (a convolution's bias before a batch
+    // norm: its sum over the batch cancels).
+    double scale = 1e-2, diff = 0, norm = 0, worst = 0;
+    for (float e : expected->data) scale = std::max(scale, std::abs(static_cast<double>(e)));
+    for (int64_t i = 0; i < p.size; ++i) {
+      const double e = expected->data[i];
+      const double d = model.grads()[p.offset + i] - e;
+      diff += d * d;
+      norm += e * e;
+      worst = std::max(worst, std::abs(d) / scale);
+    }
+    // (Skipped for a gradient that is zero up to rounding: no relative error to speak of.)
+    if (std::sqrt(norm / p.size) > 1e-6) {
+      EXPECT_LE(std::sqrt(diff / norm), 1e-4) << p.name << ": relative L2 error of the gradient";
+    }
+    EXPECT_LE(worst, 1e-3) << p.name << ": largest error relative to the largest gradient";
+  }
+  EXPECT_EQ(ours, torch_params);
+}
+
+// One train step of model `name` in `dir` on `threads` against PyTorch's reference.
+void CheckParity(const std::string& dir, const std::string& name, int threads) {
+  SCOPED_TRACE(absl::StrCat(name, " on ", threads, " threads"));
+  absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath(name, dir));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  OnnxModelOptions options;
+  options.dropout = false;  // PyTorch's reference step ran with dropout off too.
+  options.threads = threads;
+  absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(OnnxPath(name, dir), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  nn::Model& model = **made;
+  EXPECT_EQ(model.name(), name);
+  EXPECT_EQ(model.input_dims(), (nn::Dims{3, 32, 32}));
+  EXPECT_EQ(model.num_classes(), ref->Find("logits")->shape[1]);
+
+  // The file's weights and buffers are the state PyTorch started from.
+  for (const nn::ParamInfo& p : model.params()) {
+    const LoadedTensor* state = ref->Find("state." + p.name);
+    ASSERT_NE(state, nullptr) << p.name;
+    EXPECT_EQ(std::vector<float>(model.weights().begin() + p.offset,
+                                 model.weights().begin() + p.offset + p.size),
+              state->data)
+        << p.name;
+  }
+  for (const nn::ParamInfo& b : model.buffers()) {
+    const LoadedTensor* state = ref->Find("state." + b.name);
+    ASSERT_NE(state, nullptr) << b.name;
+    EXPECT_EQ(b.shape, state->shape) << b.name;
+    EXPECT_EQ(std::vector<float>(model.buffer_values().begin() + b.offset,
+                                 model.buffer_values().begin() + b.offset + b.size),
+              state->data)
+        << b.name;
+  }
+  // Every state_dict entry is a parameter or a buffer.
+  size_t state_entries = 0;
+  for (const LoadedTensor& t : ref->tensors) state_entries += absl::StartsWith(t.name, "state.");
+  EXPECT_EQ(model.params().size() + model.buffers().size(), state_entries);
+
+  const Batch batch = ReferenceBatch(*ref);
+  const int n = static_cast<int>(batch.labels.size());
+  absl::StatusOr<nn::BatchResult> step =
+      model.TrainStep(batch.images.data(), batch.labels.data(), n);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const double loss = ref->Find("loss")->data[0];
+  EXPECT_NEAR(step->loss, loss, 1e-5 * std::max(1.0, std::abs(loss)));
+  ExpectGradientsMatch(model, *ref, "grad.");
+  for (const nn::ParamInfo& b : model.buffers()) {
+    const LoadedTensor* after = ref->Find("after." + b.name);
+    ASSERT_NE(after, nullptr) << b.name;
+    nn::ExpectAllClose("after " + b.name, ToDouble(model.buffer_values().data() + b.offset, b.size),
+                       ToDouble(after->data.data(), static_cast<int64_t>(after->data.size())),
+                       1e-5);
+  }
+
+  // Evaluation reads the updated running statistics and leaves the gradients alone.
+  const std::vector<float> grads(model.grads().begin(), model.grads().end());
+  absl::StatusOr<nn::BatchResult> eval =
+      model.Evaluate(batch.images.data(), batch.labels.data(), n);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_TRUE(std::isfinite(eval->loss));
+  EXPECT_EQ(std::vector<float>(model.grads().begin(), model.grads().end()), grads);
+}
+
+class OnnxParityTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(OnnxParityTest, OneTrainStepMatchesPyTorch) {
+  CheckParity(kTestdata, std::get<0>(GetParam()), std::get<1>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxParityTest,
+                         ::testing::Combine(::testing::Values("vgg", "resnet", "branching"),
+                                            ::testing::Values(0, 2)));
+
+// Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
+//   /usr/bin/python3 tools/make_onnx_fixtures.py --out_dir=/tmp/onnx --resnet18 [--opset=11]
+//   bazel test //worker/graph:onnx_import_test --test_env=DPTRAIN_ONNX_FIXTURES=/tmp/onnx
+// checks every <m>.onnx there that has its <m>_reference.safetensors.
+TEST(OnnxParityTest, FixturesNamedByTheEnvironment) {
+  const char* dir = std::getenv("DPTRAIN_ONNX_FIXTURES");
+  if (dir == nullptr) GTEST_SKIP() << "DPTRAIN_ONNX_FIXTURES is not set";
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string file = entry.path().filename().string();
+    if (!absl::EndsWith(file, ".onnx")) continue;
+    const std::string name = file.substr(0, file.size() - 5);
+    if (!std::filesystem::exists(ReferencePath(name, dir))) continue;
+    CheckParity(dir, name, 0);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no fixtures in " << dir;
+}
+
+TEST(OnnxModelTest, MseLossMatchesPyTorch) {
+  absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("branching"));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  OnnxModelOptions options;
+  options.loss = Loss::kMse;
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("branching"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Batch batch = ReferenceBatch(*ref);
+  absl::StatusOr<nn::BatchResult> step = (*model)->TrainStep(
+      batch.images.data(), batch.labels.data(), static_cast<int>(batch.labels.size()));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_NEAR(step->loss, ref->Find("mse_loss")->data[0], 1e-5);
+  ExpectGradientsMatch(**model, *ref, "mse_grad.");
+}
+
+TEST(OnnxModelTest, ParamsAreTheInitializersInFileOrder) {
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("resnet"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<nn::ParamInfo>& params = (*model)->params();
+  ASSERT_GE(params.size(), 3u);
+  EXPECT_EQ(params[0].name, "conv1.weight");
+  EXPECT_EQ(params[0].shape, (std::vector<int64_t>{8, 3, 7, 7}));
+  EXPECT_EQ(params[1].name, "bn1.weight");
+  EXPECT_EQ(params.back().name, "fc.bias");
+  int64_t offset = 0;
+  for (const nn::ParamInfo& p : params) {
+    EXPECT_EQ(p.offset, offset) << p.name;
+    offset += p.size;
+  }
+  EXPECT_EQ(offset, static_cast<int64_t>((*model)->weights().size()));
+  const std::vector<nn::ParamInfo>& buffers = (*model)->buffers();
+  ASSERT_EQ(buffers.size() % 3, 0u);
+  EXPECT_EQ(buffers[0].name, "bn1.running_mean");
+  EXPECT_EQ(buffers[1].name, "bn1.running_var");
+  EXPECT_EQ(buffers[2].name, "bn1.num_batches_tracked");
+  EXPECT_EQ(buffers[2].shape, std::vector<int64_t>{});
+}
+
+TEST(OnnxModelTest, SavedWeightsCarryTheStateDictNames) {
+  // What SaveModel writes is a whole PyTorch state_dict of the exported module: every entry by
+  // name and shape (num_batches_tracked too), so load_state_dict(strict=True) takes it.
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("resnet"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/resnet.safetensors");
+  ASSERT_TRUE(nn::SaveModel(**model, path).ok());
+  absl::StatusOr<SafetensorsContents> saved = LoadSafetensors(path);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("resnet"));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  std::set<std::string> state_dict, written;
+  for (const LoadedTensor& t : ref->tensors) {
+    if (absl::StartsWith(t.name, "state.")) {
+      state_dict.insert(t.name.substr(6));
+      const LoadedTensor* mine = saved->Find(t.name.substr(6));
+      ASSERT_NE(mine, nullptr) << t.name;
+      EXPECT_EQ(mine->shape, t.shape) << t.name;
+    }
+  }
+  for (const LoadedTensor& t : saved->tensors) written.insert(t.name);
+  EXPECT_EQ(written, state_dict);
+  // And back: a model loads them by name.
+  ASSERT_TRUE(nn::LoadModel(path, **model).ok());
+}
+
+TEST(OnnxModelTest, ApplyUpdateUsesTheOptimizer) {
+  OnnxModelOptions options;
+  options.optimizer = OptimizerOptions{"sgd", /*learning_rate=*/0.5f};
+  absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(OnnxPath("branching"), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  nn::Model& model = **made;
+  absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("branching"));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const Batch batch = ReferenceBatch(*ref);
+  ASSERT_TRUE(model.TrainStep(batch.images.data(), batch.labels.data(), 4).ok());
+  const std::vector<float> before = model.weights();
+  ASSERT_TRUE(model.ApplyUpdate(0.25f).ok());
+  for (size_t i = 0; i < before.size(); ++i) {
+    ASSERT_FLOAT_EQ(model.weights()[i], before[i] - 0.25f * model.grads()[i]) << i;
+  }
+  absl::StatusOr<OptimizerState> state = model.ExportOptimizerState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->steps, 1);
+
+  absl::StatusOr<std::unique_ptr<nn::Model>> plain = LoadOnnxModel(OnnxPath("branching"), {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->ApplyUpdate(0.1f).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(OnnxModelTest, DropoutMasksAreDeterministicPerSeed) {
+  absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("vgg"));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const Batch batch = ReferenceBatch(*ref);
+  auto loss_with_seed = [&](uint64_t seed) {
+    OnnxModelOptions options;
+    options.seed = seed;
+    absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("vgg"), options);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return (*model)->TrainStep(batch.images.data(), batch.labels.data(), 4)->loss;
+  };
+  EXPECT_EQ(loss_with_seed(7), loss_with_seed(7));
+  EXPECT_NE(loss_with_seed(7), loss_with_seed(8));
+  EXPECT_NE(loss_with_seed(7), ref->Find("loss")->data[0]);  // Dropout(0.5) is on.
+}
+
+TEST(OnnxModelTest, LabelOutOfRangeNamesTheSample) {
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("branching"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> images(4 * 3 * 32 * 32, 0.5f);
+  std::vector<uint8_t> labels = {0, 6, 7, 1};  // 7 classes.
+  absl::StatusOr<nn::BatchResult> step = (*model)->TrainStep(images.data(), labels.data(), 4);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(step.status().message(), "sample 2")) << step.status();
+  EXPECT_EQ((*model)->Evaluate(images.data(), labels.data(), 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// `op` of the first node that has it in vgg.onnx replaced by `replacement`, written to a file.
+std::string VggWithOp(const std::string& op, const std::string& replacement,
+                      const std::string& file) {
+  onnx::ModelProto model;
+  EXPECT_TRUE(model.ParseFromString(ReadBytes(OnnxPath("vgg"))));
+  for (onnx::NodeProto& node : *model.mutable_graph()->mutable_node()) {
+    if (node.op_type() == op) {
+      node.set_op_type(replacement);
+      break;
+    }
+  }
+  return WriteTemp(file, model.SerializeAsString());
+}
+
+TEST(OnnxImportTest, UnsupportedOpNamesOpAndNode) {
+  const std::string path = VggWithOp("Relu", "Elu", "elu.onnx");
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(path, {});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model.status().message(),
+            absl::StrCat(path, ": unsupported op 'Elu' (node '/features/features.2/Relu')"));
+}
+
+TEST(OnnxImportTest, UnsupportedAttributeNamesNode) {
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(ReadBytes(OnnxPath("vgg"))));
+  for (onnx::AttributeProto& a : *model.mutable_graph()->mutable_node(0)->mutable_attribute()) {
+    if (a.name() == "group") a.set_i(2);
+  }
+  const std::string path = WriteTemp("group.onnx", model.SerializeAsString());
+  absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(path, {});
+  ASSERT_FALSE(made.ok());
+  EXPECT_TRUE(absl::StrContains(made.status().message(),
+                                "node '/features/features.0/Conv' (Conv): group 2 unsupported"))
+      << made.status();
+  EXPECT_FALSE(absl::StrContains(made.status().message(), "\n"));
+}
+
+TEST(OnnxImportTest, TruncatedAndGarbageFilesAreRefused) {
+  const std::string bytes = ReadBytes(OnnxPath("vgg"));
+  for (size_t size : {bytes.size() / 2, bytes.size() - 1, size_t{10}}) {
+    const std::string path = WriteTemp("truncated.onnx", bytes.substr(0, size));
+    absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(path, {});
+    ASSERT_FALSE(model.ok()) << size;
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+    EXPECT_TRUE(absl::StartsWith(model.status().message(), path)) << model.status();
+  }
+  const std::string garbage = WriteTemp("garbage.onnx", "this is not an ONNX model\n");
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(garbage, {});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+
+  EXPECT_EQ(LoadOnnxModel("/nonexistent/model.onnx", {}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(OnnxImportTest, ReadingAsecondaryOutputIsRefused) {
+  // The first Relu reads the batch norm's running-mean output instead of its result.
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(ReadBytes(OnnxPath("vgg"))));
+  onnx::GraphProto& g = *model.mutable_graph();
+  ASSERT_EQ(g.node(1).op_type(), "BatchNormalization");
+  ASSERT_GE(g.node(1).output_size(), 2);
+  ASSERT_EQ(g.node(2).op_type(), "Relu");
+  g.mutable_node(2)->set_input(0, g.node(1).output(1));
+  const std::string path = WriteTemp("secondary.onnx", model.SerializeAsString());
+  absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(path, {});
+  ASSERT_FALSE(made.ok());
+  EXPECT_TRUE(absl::StrContains(made.status().message(), "which is not computed")) << made.status();
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace dptrain

@@ -1,0 +1,87 @@
+#include "worker/graph/op_registry.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "worker/graph/layer_ops.h"
+#include "worker/graph/multi_input_ops.h"
+#include "worker/graph/shape_ops.h"
+
+namespace dptrain {
+namespace graph {
+
+absl::Status OpRegistry::Register(const std::string& op, OpFactory factory) {
+  if (op.empty() || factory.make_float == nullptr || factory.make_double == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("op '", op, "': empty name or null factory"));
+  }
+  if (!ops_.emplace(op, factory).second) {
+    return absl::AlreadyExistsError(absl::StrCat("op '", op, "' is registered twice"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> OpRegistry::ops() const {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : ops_) names.push_back(name);
+  return names;
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> OpRegistry::Create(const NodeContext& context) const {
+  auto it = ops_.find(context.node.op);
+  if (it == ops_.end()) {
+    if (absl::Status s = CheckOpSupported(*this, context.node); !s.ok()) return s;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    return it->second.make_float(context);
+  } else {
+    return it->second.make_double(context);
+  }
+}
+
+template absl::StatusOr<std::unique_ptr<NodeImpl<float>>> OpRegistry::Create<float>(
+    const NodeContext&) const;
+template absl::StatusOr<std::unique_ptr<NodeImpl<double>>> OpRegistry::Create<double>(
+    const NodeContext&) const;
+
+absl::Status CheckOpSupported(const OpRegistry& registry, const Node& node) {
+  if (registry.Has(node.op)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported op '", node.op, "' (node '", node.name, "')"));
+}
+
+OpRegistry BuiltinOps() {
+  OpRegistry r;
+  // The names below are distinct, so a failure is a bug here.
+  auto add = [&r](const std::string& op, OpFactory factory) {
+    if (absl::Status s = r.Register(op, factory); !s.ok()) {
+      std::fprintf(stderr, "BuiltinOps: %s\n", s.ToString().c_str());
+      std::abort();
+    }
+  };
+  // One line per op. Layers of worker/nn (layer_ops.h):
+  add("Conv", ConvOp());
+  add("Gemm", LinearOp());
+  add("MatMul", LinearOp());
+  add("Relu", ReluOp());
+  add("Sigmoid", SigmoidOp());
+  add("BatchNormalization", BatchNormOp());
+  add("MaxPool", MaxPoolOp());
+  add("AveragePool", AveragePoolOp());
+  add("GlobalAveragePool", GlobalAveragePoolOp());
+  add("Flatten", FlattenOp());
+  // Shapes and element-wise ops of one input (shape_ops.h):
+  add("Reshape", ReshapeOp());
+  add("Identity", IdentityOp());
+  add("Pad", PadOp());
+  add("Dropout", DropoutOp());
+  add("Tanh", TanhOp());
+  // Several runtime inputs (multi_input_ops.h):
+  add("Add", AddOp());
+  add("Concat", ConcatOp());
+  return r;
+}
+
+}  // namespace graph
+}  // namespace dptrain

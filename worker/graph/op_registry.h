@@ -1,0 +1,67 @@
+// The one table from op type to implementation: an op is one registration (a factory per scalar
+// type), looked up by its name; nothing downcasts a node to find out what it is.
+//
+// BuiltinOps() holds the CPU ops (ONNX names and semantics, restricted as each op's factory
+// says; the list is in op_registry.cc):
+//   Conv, Gemm, MatMul, Relu, Sigmoid, Tanh, BatchNormalization, MaxPool, AveragePool,
+//   GlobalAveragePool, Flatten, Reshape, Pad, Dropout, Identity, Add, Concat.
+// A registry is a plain value: built once (e.g. in main), passed by const reference; it is
+// thread-compatible (concurrent const use is safe).
+#ifndef DPTRAIN_WORKER_GRAPH_OP_REGISTRY_H_
+#define DPTRAIN_WORKER_GRAPH_OP_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/graph/graph.h"
+#include "worker/graph/node.h"
+
+namespace dptrain {
+namespace graph {
+
+// An op's factories, one per scalar type.
+struct OpFactory {
+  NodeFactory<float> make_float = nullptr;
+  NodeFactory<double> make_double = nullptr;
+};
+
+// The OpFactory of a node class template whose instances have
+//   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext&);
+template <template <typename> class Impl>
+OpFactory MakeOpFactory() {
+  return {&Impl<float>::Create, &Impl<double>::Create};
+}
+
+class OpRegistry {
+ public:
+  // AlreadyExists if `op` is registered; InvalidArgument for an empty name or null factories.
+  absl::Status Register(const std::string& op, OpFactory factory);
+
+  bool Has(absl::string_view op) const { return ops_.count(std::string(op)) > 0; }
+  // Registered op names, sorted.
+  std::vector<std::string> ops() const;
+
+  // Builds the implementation of `context.node`. InvalidArgument "unsupported op 'X' (node 'n')"
+  // for an op that is not registered, else whatever the factory says.
+  template <typename T>
+  absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& context) const;
+
+ private:
+  std::map<std::string, OpFactory, std::less<>> ops_;
+};
+
+// The one-line error for a node whose op is not in `registry`, or OK.
+absl::Status CheckOpSupported(const OpRegistry& registry, const Node& node);
+
+// A registry holding every CPU op listed above.
+OpRegistry BuiltinOps();
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_OP_REGISTRY_H_

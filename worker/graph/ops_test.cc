@@ -1,0 +1,261 @@
+// Every builtin op forward and backward through the executor: double gradients against central
+// finite differences (input and parameters), float against double, and each factory's refusals.
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "worker/graph/executor.h"
+#include "worker/graph/graph_check.h"
+#include "worker/graph/op_registry.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+// A graph from input "x" of `dims` through `nodes` to the first output of the last node.
+Graph Chain(nn::Dims dims, std::vector<Node> nodes, std::vector<NamedConstant> constants = {}) {
+  Graph g;
+  g.name = "test";
+  g.input = "x";
+  g.input_dims = dims;
+  g.output = nodes.back().outputs[0];
+  g.nodes = std::move(nodes);
+  g.constants = std::move(constants);
+  return g;
+}
+
+class OpsTest : public ::testing::Test {
+ protected:
+  void Check(const Graph& graph, const GraphCheckOptions& options = {}) {
+    CheckGraphGradients(graph, registry_, options);
+  }
+  // The error of building `graph` (float).
+  std::string BuildError(const Graph& graph) {
+    absl::StatusOr<std::unique_ptr<Executor<float>>> e = Executor<float>::Create(graph, registry_);
+    EXPECT_FALSE(e.ok());
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(e.status().message());
+  }
+  const OpRegistry registry_ = BuiltinOps();
+};
+
+TEST_F(OpsTest, ConvWithBiasStrideAndPadding) {
+  Check(Chain({3, 7, 6},
+              {MakeNode("Conv", "conv", {"x", "w", "b"}, {"y"},
+                        {{"kernel_shape", Ints{3, 3}},
+                         {"strides", Ints{2, 2}},
+                         {"pads", Ints{1, 1, 1, 1}},
+                         {"group", int64_t{1}},
+                         {"dilations", Ints{1, 1}}})},
+              {RandomConstant("w", {4, 3, 3, 3}, 11), RandomConstant("b", {4}, 12)}));
+}
+
+TEST_F(OpsTest, ConvWithoutBiasAsymmetricKernel) {
+  // No bias: the layer's zero bias is staged beside the weight and gets no gradient.
+  Check(Chain({2, 5, 6},
+              {MakeNode("Conv", "conv", {"x", "w"}, {"y"}, {{"pads", Ints{1, 0, 1, 0}}})},
+              {RandomConstant("w", {3, 2, 2, 3}, 13)}));
+}
+
+TEST_F(OpsTest, ConvWithParametersApartIsStaged) {
+  // The bias comes first in the constants, so the layer's [weight, bias] block is a copy.
+  Check(Chain({2, 4, 4}, {MakeNode("Conv", "conv", {"x", "w", "b"}, {"y"})},
+              {RandomConstant("b", {3}, 14), RandomConstant("w", {3, 2, 1, 1}, 15)}));
+}
+
+TEST_F(OpsTest, GemmTransposedAsPyTorchLinear) {
+  Check(Chain({6, 1, 1}, {MakeNode("Gemm", "fc", {"x", "w", "b"}, {"y"}, {{"transB", int64_t{1}}})},
+              {RandomConstant("w", {5, 6}, 16), RandomConstant("b", {5}, 17)}));
+}
+
+TEST_F(OpsTest, GemmPlainWithRowBias) {
+  // B is [in, out]: staged transposed for nn::Linear's [out, in].
+  Check(Chain({4, 1, 1},
+              {MakeNode("Gemm", "fc", {"x", "w", "b"}, {"y"},
+                        {{"alpha", 1.0f}, {"beta", 1.0f}, {"transB", int64_t{0}}})},
+              {RandomConstant("w", {4, 3}, 18), RandomConstant("b", {1, 3}, 19)}));
+}
+
+TEST_F(OpsTest, MatMulOfAFlattenedSample) {
+  Check(Chain({2, 2, 2}, {MakeNode("MatMul", "mm", {"x", "w"}, {"y"})},
+              {RandomConstant("w", {8, 3}, 20)}));
+}
+
+TEST_F(OpsTest, ElementWise) {
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Identity"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4}, {MakeNode(op, "e", {"x"}, {"y"})}));
+  }
+}
+
+TEST_F(OpsTest, BatchNormalizationTrainingAndEvaluation) {
+  const std::vector<NamedConstant> constants = {
+      RandomConstant("bn.weight", {3}, 21, 0.5, 1.0), RandomConstant("bn.bias", {3}, 22),
+      RandomConstant("bn.running_mean", {3}, 23),
+      RandomConstant("bn.running_var", {3}, 24, 0.5, 1.0)};
+  const Graph g =
+      Chain({3, 2, 3},
+            {MakeNode("BatchNormalization", "bn",
+                      {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"},
+                      {"y", "mean_out", "var_out"},
+                      {{"epsilon", 1e-5f}, {"momentum", 0.9f}, {"training_mode", int64_t{1}}})},
+            constants);
+  Check(g);
+  GraphCheckOptions eval;
+  eval.training = false;
+  Check(g, eval);
+
+  absl::StatusOr<std::unique_ptr<Executor<double>>> e = Executor<double>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ((*e)->buffers().size(), 3u);
+  EXPECT_EQ((*e)->buffers()[0].name, "bn.running_mean");
+  EXPECT_EQ((*e)->buffers()[1].name, "bn.running_var");
+  EXPECT_EQ((*e)->buffers()[2].name, "bn.num_batches_tracked");
+  EXPECT_EQ((*e)->params()[0].name, "bn.weight");
+}
+
+TEST_F(OpsTest, BatchNormalizationOfFeatures) {
+  // BatchNorm1d on [N, F] is a batch norm over {F, 1, 1} samples.
+  Check(Chain({4, 1, 1}, {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"})},
+              {RandomConstant("s", {4}, 25, 0.5, 1.0), RandomConstant("b", {4}, 26),
+               RandomConstant("m", {4}, 27), RandomConstant("v", {4}, 28, 0.5, 1.0)}),
+        {/*batch=*/5});
+}
+
+TEST_F(OpsTest, Pooling) {
+  Check(Chain({2, 7, 6}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
+                                   {{"kernel_shape", Ints{3, 3}},
+                                    {"strides", Ints{2, 2}},
+                                    {"pads", Ints{1, 1, 1, 1}},
+                                    {"ceil_mode", int64_t{0}}})}));
+  Check(Chain({2, 7, 6}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
+                                   {{"kernel_shape", Ints{3, 2}},
+                                    {"strides", Ints{2, 1}},
+                                    {"pads", Ints{1, 1, 1, 1}},
+                                    {"count_include_pad", int64_t{1}}})}));
+  Check(Chain({3, 4, 5}, {MakeNode("GlobalAveragePool", "p", {"x"}, {"y"})}));
+}
+
+TEST_F(OpsTest, PadThenAveragePoolIsCountIncludePad) {
+  Check(Chain({2, 5, 5},
+              {MakeNode("Pad", "pad", {"x", "pads"}, {"p"}, {{"mode", std::string("constant")}}),
+               MakeNode("AveragePool", "avg", {"p"}, {"y"},
+                        {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{1, 1}}})},
+              {IntConstant("pads", {0, 0, 1, 2, 0, 0, 1, 0})}));
+}
+
+TEST_F(OpsTest, FlattenAndReshapeFeedALinear) {
+  Check(Chain({2, 3, 2},
+              {MakeNode("Flatten", "flat", {"x"}, {"f"}, {{"axis", int64_t{1}}}),
+               MakeNode("Gemm", "fc", {"f", "w"}, {"y"}, {{"transB", int64_t{1}}})},
+              {RandomConstant("w", {4, 12}, 29)}));
+  // x.view(x.size(0), -1) as traced: the export batch (2) first.
+  Check(Chain({2, 3, 2},
+              {MakeNode("Reshape", "view", {"x", "shape"}, {"f"}),
+               MakeNode("Gemm", "fc", {"f", "w"}, {"y"}, {{"transB", int64_t{1}}})},
+              {IntConstant("shape", {2, -1}), RandomConstant("w", {4, 12}, 30)}));
+  // 0 copies the input's dimension: [N, 2, 6] as {2, 6, 1}.
+  Check(Chain({2, 3, 2}, {MakeNode("Reshape", "view", {"x", "shape"}, {"y"})},
+              {IntConstant("shape", {-1, 0, -1})}));
+}
+
+TEST_F(OpsTest, DropoutIsTheIdentityAtRatioZeroAndInEvaluation) {
+  Tensor zero;
+  zero.floats = {0.0f};
+  Check(Chain({3, 2, 2}, {MakeNode("Dropout", "d", {"x", "ratio"}, {"y", "mask"})},
+              {{"ratio", zero}}));
+  GraphCheckOptions eval;
+  eval.training = false;
+  Check(Chain({3, 2, 2}, {MakeNode("Dropout", "d", {"x"}, {"y"}, {{"ratio", 0.5f}})}), eval);
+}
+
+TEST_F(OpsTest, DropoutDrawsSeededMasks) {
+  const Graph g = Chain({1000, 1, 1}, {MakeNode("Dropout", "d", {"x"}, {"y"}, {{"ratio", 0.25f}})});
+  ExecutorOptions options;
+  options.seed = 5;
+  auto run = [&](const ExecutorOptions& o, int steps) {
+    auto e = Executor<double>::Create(g, registry_, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    (*e)->Bind(nullptr, nullptr, nullptr);
+    std::vector<double> x(2000, 1.0), g2(2000);
+    for (size_t i = 0; i < g2.size(); ++i) g2[i] = static_cast<double>(i);
+    nn::TensorRef<double> y;
+    for (int s = 0; s < steps; ++s) y = (*e)->Forward(x.data(), 2, /*training=*/true);
+    std::vector<double> out(y.data, y.data + y.size());
+    nn::TensorRef<double> dx = (*e)->Backward({g2.data(), 2, y.dims}, true);
+    for (size_t i = 0; i < out.size(); ++i) {
+      // Kept elements are scaled by 1 / (1 - 0.25); the gradient takes the same mask.
+      EXPECT_TRUE(out[i] == 0.0 || std::abs(out[i] - 4.0 / 3.0) < 1e-12) << out[i];
+      EXPECT_DOUBLE_EQ(dx.data[i], out[i] * g2[i]);
+    }
+    return out;
+  };
+  const std::vector<double> first = run(options, 1);
+  int dropped = 0;
+  for (double v : first) dropped += v == 0.0;
+  EXPECT_NEAR(dropped, 500, 80);      // 2000 elements at 0.25.
+  EXPECT_EQ(run(options, 1), first);  // The same seed, the same mask.
+  EXPECT_NE(run(options, 2), first);  // A new mask each step.
+  ExecutorOptions other = options;
+  other.seed = 6;
+  EXPECT_NE(run(other, 1), first);
+}
+
+TEST_F(OpsTest, FactoriesRefuseWhatTheyDoNotImplement) {
+  const NamedConstant w = RandomConstant("w", {4, 2, 3, 3}, 31);
+  EXPECT_EQ(
+      BuildError(Chain(
+          {2, 5, 5}, {MakeNode("Conv", "c", {"x", "w"}, {"y"}, {{"dilations", Ints{2, 2}}})}, {w})),
+      "node 'c' (Conv): dilations [2, 2] unsupported (1 only)");
+  EXPECT_EQ(BuildError(Chain(
+                {2, 5, 5}, {MakeNode("Conv", "c", {"x", "w"}, {"y"}, {{"pads", Ints{1, 1, 0, 0}}})},
+                {w})),
+            "node 'c' (Conv): pads [1, 1, 0, 0] unsupported (symmetric 2-D padding only)");
+  EXPECT_EQ(BuildError(Chain({2, 5, 5},
+                             {MakeNode("Conv", "c", {"x", "w"}, {"y"},
+                                       {{"auto_pad", std::string("SAME_UPPER")}})},
+                             {w})),
+            "node 'c' (Conv): auto_pad SAME_UPPER unsupported (NOTSET or VALID only)");
+  EXPECT_EQ(BuildError(Chain({3, 5, 5}, {MakeNode("Conv", "c", {"x", "w"}, {"y"})}, {w})),
+            "node 'c' (Conv): weight [4, 2, 3, 3] does not fit input [3, 5, 5]");
+  EXPECT_EQ(BuildError(Chain(
+                {2, 5, 5}, {MakeNode("Conv", "c", {"x", "w"}, {"y"}, {{"foo", int64_t{1}}})}, {w})),
+            "node 'c' (Conv): unsupported attribute 'foo'");
+  EXPECT_EQ(BuildError(Chain(
+                {2, 5, 5}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
+                                     {{"kernel_shape", Ints{2, 2}}, {"ceil_mode", int64_t{1}}})})),
+            "node 'p' (MaxPool): ceil_mode=1 unsupported");
+  EXPECT_EQ(BuildError(Chain(
+                {2, 5, 5}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
+                                     {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}})})),
+            "node 'p' (AveragePool): padding with count_include_pad=0 unsupported (only "
+            "AvgPool2d's default count_include_pad=True)");
+  EXPECT_TRUE(absl::StrContains(
+      BuildError(Chain({3, 1, 1},
+                       {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"},
+                                 {{"momentum", 0.99f}})},
+                       {RandomConstant("s", {3}, 1), RandomConstant("b", {3}, 2),
+                        RandomConstant("m", {3}, 3), RandomConstant("v", {3}, 4)})),
+      "node 'bn' (BatchNormalization): epsilon 1e-05 and momentum 0.99"));
+  EXPECT_EQ(BuildError(Chain({2, 3, 2}, {MakeNode("Reshape", "r", {"x", "s"}, {"y"})},
+                             {IntConstant("s", {-1, 5})})),
+            "node 'r' (Reshape): target shape [-1, 5] for input [2, 3, 2] of each sample "
+            "unsupported: changes the number of elements of a sample");
+  EXPECT_EQ(
+      BuildError(Chain({6, 1, 1}, {MakeNode("Gemm", "fc", {"x", "w"}, {"y"}, {{"alpha", 2.0f}})},
+                       {RandomConstant("w", {6, 2}, 5)})),
+      "node 'fc' (Gemm): alpha 2, beta 1, transA 0 unsupported (1, 1, 0 only)");
+  EXPECT_EQ(BuildError(Chain({2, 3, 3}, {MakeNode("Pad", "p", {"x", "pads"}, {"y"})},
+                             {IntConstant("pads", {0, 1, 0, 0, 0, 0, 0, 0})})),
+            "node 'p' (Pad): pads [0, 1, 0, 0, 0, 0, 0, 0] unsupported (non-negative, of H and W "
+            "of a 4-D value only)");
+  EXPECT_EQ(BuildError(Chain({2, 3, 3}, {MakeNode("Relu", "r", {"w"}, {"y"})}, {w})),
+            "node 'r' (Relu): input 0 ('w') must be a computed value, not a constant");
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace dptrain

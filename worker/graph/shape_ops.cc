@@ -1,0 +1,323 @@
+#include "worker/graph/shape_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "worker/nn/tensor.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+using nn::EnsureSize;
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The runtime input 0 of a node whose other inputs (if any) are constants.
+absl::StatusOr<Dims> SoleRuntimeInput(const NodeContext& ctx) {
+  DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+  for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+    if (ctx.inputs[i].is_runtime()) {
+      return ctx.Error(absl::StrCat("input ", i, " ('", ctx.inputs[i].name,
+                                    "') must be a constant, not a computed value"));
+    }
+  }
+  return input;
+}
+
+// Output = input with other dims (no copy), gradient likewise: Identity, Reshape, and Dropout
+// where it drops nothing.
+template <typename T>
+class AliasNode : public NodeImpl<T> {
+ public:
+  AliasNode(Dims input_dims, Dims output_dims) : in_(input_dims), out_(output_dims) {}
+  Dims output_dims() const override { return out_; }
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    return {inputs[0].data, inputs[0].batch, out_};
+  }
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    return {TensorRef<T>{grad_output.data, grad_output.batch, in_}};
+  }
+
+ private:
+  const Dims in_;
+  const Dims out_;
+};
+
+template <typename T>
+struct Identity {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    if (ctx.inputs.size() != 1) return ctx.Error("Identity takes one input");
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, input));
+  }
+};
+
+// The per-sample dims of Reshape(input, shape), or an error (see shape_ops.h).
+absl::StatusOr<Dims> ReshapeDims(const NodeContext& ctx, const Dims& input,
+                                 const std::vector<int64_t>& shape) {
+  auto refuse = [&](absl::string_view why) {
+    return ctx.Error(absl::StrCat("target shape ", ShapeText(shape), " for input ",
+                                  input.ToString(), " of each sample unsupported: ", why));
+  };
+  if (shape.size() < 2 || shape.size() > 4) {
+    return refuse("expected the batch followed by 1 to 3 dims");
+  }
+  const int64_t input_dims[3] = {input.c, input.h, input.w};
+  std::vector<int64_t> dims(shape.begin() + 1, shape.end());
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) dims[i] = input_dims[i];  // allowzero = 0: copy the input's dimension.
+    if (dims[i] == -1) {
+      if (infer >= 0) return refuse("two -1");
+      infer = static_cast<int>(i);
+    } else if (dims[i] < 1) {
+      return refuse("negative dimension");
+    } else {
+      known *= dims[i];
+    }
+  }
+  if (infer >= 0) {
+    if (input.size() % known != 0) return refuse("does not divide the sample");
+    dims[infer] = input.size() / known;
+    known = input.size();
+  }
+  if (known != input.size()) return refuse("changes the number of elements of a sample");
+  dims.resize(3, 1);
+  return Dims{static_cast<int>(dims[0]), static_cast<int>(dims[1]), static_cast<int>(dims[2])};
+}
+
+template <typename T>
+struct Reshape {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"allowzero"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* shape,
+                             ctx.ConstantInput(1, Tensor::Type::kInt64, false));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t allow_zero, IntAttribute(ctx.node, "allowzero", 0));
+    if (allow_zero != 0) return ctx.Error("allowzero=1 unsupported");
+    if (shape->shape.size() != 1) {
+      return ctx.Error(absl::StrCat("shape input is ", shape->ToString(), ", expected 1-D"));
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims output, ReshapeDims(ctx, input, shape->ints));
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, output));
+  }
+};
+
+// Zero padding over H and W.
+template <typename T>
+class PadNode final : public NodeImpl<T> {
+ public:
+  PadNode(Dims input, int top, int left, int bottom, int right)
+      : in_(input),
+        out_{input.c, input.h + top + bottom, input.w + left + right},
+        top_(top),
+        left_(left) {}
+
+  Dims output_dims() const override { return out_; }
+
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    T* y = EnsureSize(output_, x.batch * out_.size());
+    std::fill(y, y + x.batch * out_.size(), T(0));
+    const int64_t planes = int64_t{x.batch} * in_.c;
+    for (int64_t p = 0; p < planes; ++p) {
+      const T* src = x.data + p * in_.h * in_.w;
+      T* dst = y + p * out_.h * out_.w + top_ * out_.w + left_;
+      for (int r = 0; r < in_.h; ++r)
+        std::copy(src + r * in_.w, src + (r + 1) * in_.w, dst + r * out_.w);
+    }
+    return {y, x.batch, out_};
+  }
+
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    const int batch = grad_output.batch;
+    T* dx = EnsureSize(grad_input_, batch * in_.size());
+    const int64_t planes = int64_t{batch} * in_.c;
+    for (int64_t p = 0; p < planes; ++p) {
+      const T* src = grad_output.data + p * out_.h * out_.w + top_ * out_.w + left_;
+      T* dst = dx + p * in_.h * in_.w;
+      for (int r = 0; r < in_.h; ++r)
+        std::copy(src + r * out_.w, src + r * out_.w + in_.w, dst + r * in_.w);
+    }
+    return {TensorRef<T>{dx, batch, in_}};
+  }
+
+ private:
+  const Dims in_;
+  const Dims out_;
+  const int top_;
+  const int left_;
+  std::vector<T> output_;
+  std::vector<T> grad_input_;
+};
+
+template <typename T>
+struct Pad {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"mode", "pads", "value"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    DPTRAIN_ASSIGN_OR_RETURN(const std::string mode, StringAttribute(ctx.node, "mode", "constant"));
+    if (mode != "constant") return ctx.Error(absl::StrCat("mode ", mode, " unsupported"));
+    std::vector<int64_t> pads;
+    if (ctx.input(1) != nullptr) {
+      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t, ctx.ConstantInput(1, Tensor::Type::kInt64, false));
+      pads = t->ints;
+    } else {
+      DPTRAIN_ASSIGN_OR_RETURN(pads, IntsAttribute(ctx.node, "pads", {}));
+    }
+    float value = 0;
+    DPTRAIN_ASSIGN_OR_RETURN(value, FloatAttribute(ctx.node, "value", 0.0f));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* v, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
+    if (v != nullptr) value = v->num_elements() == 1 ? v->floats[0] : 1.0f;
+    if (value != 0) return ctx.Error("only zero padding is supported");
+    if (ctx.inputs.size() > 3) return ctx.Error("the axes input is unsupported");
+    // [n_begin, c_begin, h_begin, w_begin, n_end, c_end, h_end, w_end]
+    if (pads.size() != 8 || pads[0] != 0 || pads[1] != 0 || pads[4] != 0 || pads[5] != 0 ||
+        pads[2] < 0 || pads[3] < 0 || pads[6] < 0 || pads[7] < 0) {
+      return ctx.Error(absl::StrCat("pads ", ShapeText(pads),
+                                    " unsupported (non-negative, of H and W of a 4-D value only)"));
+    }
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<PadNode<T>>(input, static_cast<int>(pads[2]), static_cast<int>(pads[3]),
+                                     static_cast<int>(pads[6]), static_cast<int>(pads[7])));
+  }
+};
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+template <typename T>
+class DropoutNode final : public NodeImpl<T> {
+ public:
+  DropoutNode(Dims dims, double ratio, uint64_t seed) : dims_(dims), ratio_(ratio), seed_(seed) {}
+
+  Dims output_dims() const override { return dims_; }
+
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    dropped_ = training && ratio_ > 0;
+    if (!dropped_) return x;
+    const int64_t n = x.size();
+    uint8_t* keep = EnsureSize(keep_, n);
+    T* y = EnsureSize(output_, n);
+    const T scale = static_cast<T>(1.0 / (1.0 - ratio_));
+    const uint64_t stream = SplitMix64(seed_ ^ SplitMix64(step_++));
+    for (int64_t i = 0; i < n; ++i) {
+      const double u =
+          static_cast<double>(SplitMix64(stream + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
+      keep[i] = u >= ratio_;
+      y[i] = keep[i] ? x.data[i] * scale : T(0);
+    }
+    return {y, x.batch, dims_};
+  }
+
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    if (!dropped_) return {grad_output};
+    const int64_t n = grad_output.size();
+    T* dx = EnsureSize(grad_input_, n);
+    const T scale = static_cast<T>(1.0 / (1.0 - ratio_));
+    for (int64_t i = 0; i < n; ++i) dx[i] = keep_[i] ? grad_output.data[i] * scale : T(0);
+    return {TensorRef<T>{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  const Dims dims_;
+  const double ratio_;
+  const uint64_t seed_;
+  uint64_t step_ = 0;     // Training Forwards so far: each draws a new mask.
+  bool dropped_ = false;  // The last Forward applied a mask.
+  std::vector<uint8_t> keep_;
+  std::vector<T> output_;
+  std::vector<T> grad_input_;
+};
+
+template <typename T>
+struct Dropout {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"ratio", "seed"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    DPTRAIN_ASSIGN_OR_RETURN(float ratio, FloatAttribute(ctx.node, "ratio", 0.5f));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* r, ctx.ConstantInput(1, Tensor::Type::kFloat, true));
+    if (r != nullptr) {
+      if (r->num_elements() != 1) return ctx.Error("ratio must be a scalar");
+      ratio = r->floats[0];
+    }
+    if (!(ratio >= 0 && ratio < 1)) {
+      return ctx.Error(absl::StrCat("ratio ", ratio, " is not in [0, 1)"));
+    }
+    if (ctx.inputs.size() > 3) return ctx.Error("too many inputs");
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<DropoutNode<T>>(input, static_cast<double>(ratio), ctx.seed));
+  }
+};
+
+template <typename T>
+class TanhNode final : public NodeImpl<T> {
+ public:
+  explicit TanhNode(Dims dims) : dims_(dims) {}
+  Dims output_dims() const override { return dims_; }
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    T* y = EnsureSize(output_, x.size());
+    for (int64_t i = 0; i < x.size(); ++i) y[i] = std::tanh(x.data[i]);
+    output_ref_ = {y, x.batch, dims_};
+    return output_ref_;
+  }
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    const int64_t n = grad_output.size();
+    T* dx = EnsureSize(grad_input_, n);
+    const T* y = output_ref_.data;
+    for (int64_t i = 0; i < n; ++i) dx[i] = grad_output.data[i] * (T(1) - y[i] * y[i]);
+    return {TensorRef<T>{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  const Dims dims_;
+  std::vector<T> output_;
+  TensorRef<T> output_ref_;
+  std::vector<T> grad_input_;
+};
+
+template <typename T>
+struct Tanh {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    if (ctx.inputs.size() != 1) return ctx.Error("Tanh takes one input");
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<TanhNode<T>>(input));
+  }
+};
+
+}  // namespace
+
+OpFactory ReshapeOp() { return MakeOpFactory<Reshape>(); }
+OpFactory IdentityOp() { return MakeOpFactory<Identity>(); }
+OpFactory PadOp() { return MakeOpFactory<Pad>(); }
+OpFactory DropoutOp() { return MakeOpFactory<Dropout>(); }
+OpFactory TanhOp() { return MakeOpFactory<Tanh>(); }
+
+}  // namespace graph
+}  // namespace dptrain

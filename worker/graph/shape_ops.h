@@ -1,0 +1,36 @@
+// Ops of one runtime input that are not worker/nn layers (ONNX semantics, restricted as said;
+// anything else is refused by the factory with a one-line error naming the node):
+//   Reshape   The target shape (an int64 constant) must keep the batch as its first dimension:
+//             its first entry is taken as the batch whatever its value (PyTorch's tracer writes
+//             the export batch there for x.view(x.size(0), -1)); the rest, with 0 = copy the
+//             input's dimension and one -1 = inferred, holds the per-sample dims (1 to 3 of
+//             them). No copy: the output aliases the input.
+//   Identity  The input itself.
+//   Pad       mode "constant" with value 0 over H and W only (4-D pads from a constant input or,
+//             before opset 11, the attribute), non-negative.
+//   Dropout   In training, zeroes each element with probability `ratio` and scales the rest
+//             by 1 / (1 - ratio), with masks drawn from a counter-based generator seeded by the
+//             node's seed (NodeContext::seed) and its training step count: deterministic for a
+//             seed, but NOT PyTorch's random stream, which cannot be reproduced here; a check
+//             against PyTorch must turn dropout off on both sides (GraphModelOptions::dropout).
+//             In evaluation, and for ratio 0, the identity. The executor's mode decides; the
+//             file's training_mode input is not read.
+//   Tanh      tanh(x).
+#ifndef DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
+#define DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
+
+#include "worker/graph/op_registry.h"
+
+namespace dptrain {
+namespace graph {
+
+OpFactory ReshapeOp();
+OpFactory IdentityOp();
+OpFactory PadOp();
+OpFactory DropoutOp();
+OpFactory TanhOp();
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
