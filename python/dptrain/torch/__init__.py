@@ -542,6 +542,7 @@ class ServerOptimizer:
                                                   self._weights.data_ptr(), self._total)
         self._unpack()
         if rewind >= 0:  # A shard came back from an older checkpoint: so do the tables.
+            self.steps = rewind
             _rewind_sparse(self, rewind)
             return skipped
         self.steps += 1
