@@ -1,6 +1,7 @@
 #include "common/health_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/net.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 
@@ -12,6 +13,9 @@ absl::StatusOr<HealthServer> StartHealthServer(int port, grpc::Service* service,
   grpc::EnableDefaultHealthCheckService(true);
   HealthServer out;
   grpc::ServerBuilder builder;
+  if (auto s = CheckCanListen(absl::StrCat(host, ":", port)); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("health port: ", s.message()));
+  }
   builder.AddListeningPort(absl::StrCat(host, ":", port), credentials.ServerCredentials(),
                            &out.port);
   builder.RegisterService(service);

@@ -5,9 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -37,6 +40,32 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
+absl::Status CheckCanListen(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  in_addr ip{};
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port == 0 || inet_pton(AF_INET, address.substr(0, colon).c_str(), &ip) != 1) {
+    return absl::OkStatus();
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::OkStatus();
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr = ip;
+  const int rc = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  const int error = errno;
+  close(fd);
+  if (rc == 0) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "cannot listen on ", address, ": ", std::strerror(error),
+      error == EADDRINUSE ? " (another process holds the port: choose another, or 0 for a free one)"
+                          : ""));
 }
 
 absl::Status WritePortFile(const std::string& path, int port) {

@@ -26,6 +26,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 // Applies the message limits to a server under construction.
 void ConfigureServerBuilder(grpc::ServerBuilder& builder);
 
+// Whether a server can listen on `address` ("host:port" with a numeric IPv4 host): OK for
+// port 0 (any free port) or a port that binds, Unavailable "cannot listen on ADDRESS: ..."
+// naming the reason (address already in use, permission denied) otherwise. Servers call it
+// before gRPC tries, so that a taken port is our one line rather than gRPC's log line first.
+// A host that is not a numeric IPv4 address is left for gRPC to judge (OK).
+absl::Status CheckCanListen(const std::string& address);
+
 // Writes `port` followed by a newline to `path` atomically (temp file + rename), so a
 // reader never sees a partial file.
 absl::Status WritePortFile(const std::string& path, int port);

@@ -57,6 +57,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     }
     builder.SetResourceQuota(server->quota_);
   }
+  if (auto s = CheckCanListen(options.listen_address); !s.ok()) return s;
   builder.AddListeningPort(options.listen_address, options.credentials->ServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());

@@ -103,6 +103,7 @@ std::unique_ptr<SparseService::Table> SparseService::NewTable(const SparseTableS
   options.num_shards = shard_.num_shards;
   options.num_workers = shard_.num_workers;
   options.bsp = shard_.policy == SyncPolicy::kBsp;
+  options.staleness = shard_.policy == SyncPolicy::kSsp ? shard_.staleness : -1;
   auto table = std::make_unique<Table>();
   table->table = std::make_unique<SparseTable>(spec, options);
   return table;
@@ -153,10 +154,6 @@ grpc::Status SparseService::Declare(grpc::ServerContext*,
                                     proto::SparseDeclareResponse* response) {
   const SparseTableSpec spec = FromProto(request->table());
   if (auto s = ValidateSparseTableSpec(spec); !s.ok()) return ToGrpcStatus(s);
-  if (shard_.policy == SyncPolicy::kSsp) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "sparse tables under --sync=ssp are not implemented (bsp or async)");
-  }
   absl::MutexLock lock(&mu_);
   if (tables_.empty() && job_id_.empty()) job_id_ = request->caller().job_id();
   if (request->caller().job_id() != job_id_) {

@@ -49,7 +49,8 @@ SparseTable::SparseTable(const SparseTableSpec& spec, const SparseTableOptions& 
                                           : Rule::kAdam),
       pending_ids_(options.num_workers),
       pending_grads_(options.num_workers),
-      pushed_(options.num_workers, false) {}
+      pushed_(options.num_workers, false),
+      newest_(options.num_workers, -1) {}
 
 int64_t SparseTable::step() const {
   absl::MutexLock lock(&mu_);
@@ -246,6 +247,29 @@ void SparseTable::ApplyMeanLocked() {
   ApplyAllLocked(order, sums.data(), 1.0f / static_cast<float>(options_.num_workers));
 }
 
+absl::Status SparseTable::PushNowLocked(int rank, int64_t step, absl::Span<const int64_t> ids,
+                                        absl::Span<const float> grads, absl::Time deadline) {
+  ApplyAllLocked(ids, grads.data(), 1.0f / static_cast<float>(options_.num_workers));
+  ++step_;  // Pushes applied.
+  newest_[rank] = std::max(newest_[rank], step);
+  if (options_.staleness < 0) return absl::OkStatus();  // Async.
+  const int64_t restores = restores_;
+  auto caught_up = [this, step, restores]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return restores_ != restores ||
+           *std::min_element(newest_.begin(), newest_.end()) >= step - options_.staleness;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline)) {
+    std::vector<int> slow;
+    for (int r = 0; r < options_.num_workers; ++r) {
+      if (newest_[r] < step - options_.staleness) slow.push_back(r);
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "sparse table '", spec_.name, "': step ", step, " (staleness ", options_.staleness,
+        ") timed out waiting for rank(s) ", absl::StrJoin(slow, ",")));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t> ids,
                                absl::Span<const float> grads, absl::Time deadline) {
   if (rank < 0 || rank >= options_.num_workers) {
@@ -259,11 +283,7 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   }
   if (auto s = CheckIds(ids); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (!options_.bsp) {
-    ApplyAllLocked(ids, grads.data(), 1.0f);
-    ++step_;
-    return absl::OkStatus();
-  }
+  if (!options_.bsp) return PushNowLocked(rank, step, ids, grads, deadline);
   if (step == step_ - 1) return absl::OkStatus();  // A retry of a step already applied.
   if (step != step_) {
     return absl::OutOfRangeError(absl::StrCat("sparse table '", spec_.name, "': step ", step,

@@ -61,8 +61,13 @@ struct SparseTableOptions {
   int num_shards = 1;
   int num_workers = 1;
   // BSP: a step's rows are applied once every worker pushed it (the mean, summed in rank
-  // order, so runs are bit-reproducible); otherwise each push is applied as it comes.
+  // order, so runs are bit-reproducible); otherwise each push is applied as it comes, scaled
+  // by 1/num_workers (one push from every worker moves the rows as far as one BSP step), as
+  // the dense shards' SSP and async policies do.
   bool bsp = true;
+  // Not BSP and staleness >= 0: SSP, a push of step t waits until every worker pushed step
+  // t - staleness (or the deadline); -1: async, no wait.
+  int staleness = -1;
 };
 
 class SparseTable {
@@ -101,6 +106,13 @@ class SparseTable {
                     absl::Span<const float> grads, absl::Time deadline);
 
  private:
+  // SSP and async: applies the push at once; SSP then waits for the slowest rank.
+  absl::Status PushNowLocked(int rank, int64_t step, absl::Span<const int64_t> ids,
+                             absl::Span<const float> grads, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+ public:
+ private:
   enum class Rule { kSgd, kAdagrad, kAdam };
   // The rows held, each in a slot of the flat arrays (dim values per slot; the state arrays
   // only for the rules that keep them), so that a step touches contiguous memory.
@@ -135,6 +147,8 @@ class SparseTable {
   std::vector<int64_t> mean_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<float> mean_sums_ ABSL_GUARDED_BY(mu_);
   int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;
+  // SSP/async: each rank's newest pushed step (-1: none yet).
+  std::vector<int64_t> newest_ ABSL_GUARDED_BY(mu_);
   int64_t rows_applied_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration apply_time_ ABSL_GUARDED_BY(mu_);  // Restore calls: ends the waits they cut off.
 };

@@ -1,5 +1,6 @@
 #include "server/sparse_table.h"
 
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -135,7 +136,42 @@ TEST(SparseTableTest, AsyncAppliesEachPushAtOnce) {
   ASSERT_TRUE(table.Push(1, 0, ids, std::vector<float>{2}, Soon()).ok());
   std::vector<float> row(1);
   ASSERT_TRUE(table.Pull(ids, absl::MakeSpan(row)).ok());
-  EXPECT_FLOAT_EQ(row[0], Initial(4, 1)[0] - 1.0f);
+  EXPECT_FLOAT_EQ(row[0], Initial(4, 1)[0] - 0.5f);  // lr 0.5 x 2 / 2 workers.
+  // Rank 1 runs ahead without waiting.
+  ASSERT_TRUE(table.Push(1, 5, ids, std::vector<float>{2}, Soon()).ok());
+}
+
+// SSP (staleness 1): a push is applied at once, scaled by 1/N; a rank more than one step
+// ahead of the slowest waits for it, and a timeout names the slow rank.
+TEST(SparseTableTest, SspWaitsForTheSlowestRank) {
+  SparseTableOptions o;
+  o.num_workers = 2;
+  o.bsp = false;
+  o.staleness = 1;
+  SparseTable table(Spec("sgd", 10, 1), o);
+  const std::vector<int64_t> ids = {3};
+  ASSERT_TRUE(table.Push(0, 0, ids, std::vector<float>{2}, Soon()).ok());  // Nobody to wait for.
+  std::atomic<bool> done{false};
+  absl::Status ahead;
+  std::thread t([&] {
+    ahead = table.Push(0, 1, ids, std::vector<float>{2}, Soon());
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(done.load());  // Step 1 waits for rank 1's step 0.
+  ASSERT_TRUE(table.Push(1, 0, ids, std::vector<float>{2}, Soon()).ok());
+  t.join();
+  EXPECT_TRUE(ahead.ok()) << ahead;
+  const absl::Status late =
+      table.Push(0, 3, ids, std::vector<float>{2}, absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late.message(),
+            "sparse table 'emb': step 3 (staleness 1) timed out waiting for rank(s) 1");
+  std::vector<float> row(1);
+  ASSERT_TRUE(table.Pull(ids, absl::MakeSpan(row)).ok());
+  // Four pushes of 2, each x lr 0.5 / 2 workers (the late one was applied before it waited,
+  // as the dense shards' SSP does).
+  EXPECT_FLOAT_EQ(row[0], Initial(3, 1)[0] - 4 * 0.5f);
 }
 
 TEST(SparseTableTest, BadSpecsNameTheField) {

@@ -18,6 +18,15 @@ for r in 0 1; do
   pushed=$(json_field "$metrics" final bytes_pushed)
   ((pushed > 0)) || die "worker $r pushed no bytes"
 done
+# ps mode without --lr: the metrics carry the shards' constant rate, not 0 (issue 31 item 7).
+start_shard 0 1 1 --lr=0.05
+"$GPU_WORKER" --ps=127.0.0.1:$SHARD_PORT --model=mlp --epochs=1 --max_steps_per_epoch=3 \
+  --test_subset=100 --threads=1 --data_dir="$DATA_DIR" --metrics_out="$SCRATCH/nolr.jsonl" \
+  >"$SCRATCH/nolr.txt" 2>&1 || die "ps mode without --lr: $(cat "$SCRATCH/nolr.txt")"
+rate=$(json_field "$SCRATCH/nolr.jsonl" epoch learning_rate)
+awk -v r="$rate" 'BEGIN { exit !(r > 0.0499999 && r < 0.0500001) }' ||
+  die "ps mode without --lr: learning_rate '$rate' in the metrics, not 0.05"
+echo "ok: ps mode without --lr reports the shards' rate $rate"
 grep -q "rank 0 epoch 1/1" "$SCRATCH/out.txt" || die "no progress line from rank 0"
 grep -q "rank 1 epoch 1/1" "$SCRATCH/out.txt" || die "no progress line from rank 1"
 

@@ -149,4 +149,26 @@ port=$(sed -n 's/.*health service on port \([0-9]*\).*/\1/p' "$SCRATCH/health.tx
 [[ -n "$port" ]] || die "no health port reported: $(cat "$SCRATCH/health.txt")"
 "$ROOT/deploy/health_probe" --addr=127.0.0.1:$port --timeout=5s || die "health probe failed"
 echo "ok: health service answers SERVING on port $port"
+# A port another process holds: our one line, and no gRPC log line before it (issue 31 item 7).
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True); time.sleep(60)' >"$SCRATCH/held.port" &
+holder=$!
+for _ in $(seq 100); do [[ -s "$SCRATCH/held.port" ]] && break; sleep 0.05; done
+held=$(cat "$SCRATCH/held.port")
+expect_error "health port taken" "health port: cannot listen on 127.0.0.1:$held: Address already in use" \
+  --ps=127.0.0.1:1 --health_port="$held" --bind_address=127.0.0.1
+expect_error "master port taken" "rank 0: master port: cannot listen on 127.0.0.1:$held: Address already in use" \
+  --mode=allreduce --world_size=2 --lr=0.1 --master_port="$held" --bind_address=127.0.0.1
+set +e
+timeout 20 "$PS_SERVER" --host=127.0.0.1 --port="$held" --shard=0 --num_shards=1 --num_workers=1 \
+  >"$SCRATCH/ps_taken.txt" 2>&1
+rc=$?
+set -e
+((rc != 0)) || die "ps_server on a taken port exited 0"
+grep -q "cannot listen on 127.0.0.1:$held: Address already in use" "$SCRATCH/ps_taken.txt" ||
+  die "ps_server on a taken port: $(cat "$SCRATCH/ps_taken.txt")"
+! grep -q "^E[0-9]" "$SCRATCH/ps_taken.txt" || die "gRPC's log line before ours: $(cat "$SCRATCH/ps_taken.txt")"
+echo "ok: ps_server on a taken port -> $(cat "$SCRATCH/ps_taken.txt")"
+kill "$holder"
 echo PASS

@@ -286,6 +286,9 @@ absl::Status Run(const WorkerConfig& config) {
   options.checkpointer = sync.saves.get();
   options.lr_schedule.base_lr = config.lr;
   if (config.lr_schedule.has_value()) options.lr_schedule = *config.lr_schedule;
+  if (config.lr <= 0 && sync.shard_learning_rate > 0) {
+    options.lr_schedule.base_lr = sync.shard_learning_rate;  // ps mode: the shards' constant rate.
+  }
   options.augment.crop_padding = config.data.crop_padding;
   options.augment.horizontal_flip = config.data.hflip;
   if (!config.data.mean.empty()) {  // Padding is black, as torchvision pads before Normalize.

@@ -81,6 +81,7 @@ absl::Status MakePsSync(const WorkerConfig& config, const SyncSetup& setup, Sync
   PsClientOptions options = ClientOptions(config, setup, config.ps);
   DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(options));
   out.description = absl::StrCat("ps mode, ", options.shard_addresses.size(), " shard(s)");
+  out.shard_learning_rate = client->constant_learning_rate();
   out.sync = std::unique_ptr<ParameterStore>(std::move(client));
   return absl::OkStatus();
 }

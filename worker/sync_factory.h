@@ -43,6 +43,8 @@ struct Sync {
   PosixFileSystem fs;                       // Of `saves`.
   std::unique_ptr<RingCheckpointer> saves;  // allreduce mode with --save_dir.
   bool resume = false;                      // --resume, with `saves`.
+  // ps mode: the shards' rate when every step has the same (for the metrics); 0: unknown.
+  double shard_learning_rate = 0;
 };
 
 // Connects (or starts) the mode's synchroniser into `out`. Errors name the flag or the peer.

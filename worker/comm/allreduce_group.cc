@@ -33,6 +33,9 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Listen(
     group->table_ = std::make_unique<RendezvousTable>(o.job_id, o.world_size);
     group->rendezvous_service_ =
         std::make_unique<RendezvousService>(group->table_.get(), o.connect_timeout);
+    if (auto s = CheckCanListen(absl::StrCat(o.bind_address, ":", o.master_port)); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("rank 0: master port: ", s.message()));
+    }
     grpc::ServerBuilder builder;
     ConfigureServerBuilder(builder);
     builder.AddListeningPort(absl::StrCat(o.bind_address, ":", o.master_port),

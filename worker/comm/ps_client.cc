@@ -148,6 +148,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
   }
 
   client->bsp_ = infos[0].sync_policy() == "bsp";
+  // A rate that every step shares is known here too (the metrics report it).
+  if (infos[0].lr_schedule() == "constant" && infos[0].warmup_steps() == 0) {
+    client->constant_learning_rate_ = infos[0].current_learning_rate();
+  }
   if (client->bsp_) {
     for (const proto::ShardInfoResponse& info : infos) {
       if (info.checkpoint_every() > 0) {

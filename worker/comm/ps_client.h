@@ -92,6 +92,9 @@ class PsClient final : public ParameterStore {
   CommStats stats() const override { return stats_; }
 
   const ShardMap& shard_map() const { return map_; }
+  // The shards' learning rate when it is the same at every step (a constant schedule without
+  // warmup); 0 otherwise (a schedule: only the shards know the rate of a step).
+  double constant_learning_rate() const { return constant_learning_rate_; }
   // Rolls every shard back to `step` (BSP, each needs its checkpoint of it), then pulls its
   // weights; what PushPull does when a shard came back from an older checkpoint, for a
   // caller that learnt of an older step elsewhere (the sparse tables of the same shards).
@@ -128,7 +131,8 @@ class PsClient final : public ParameterStore {
   bool bsp_ = true;  // The shards' sync policy is BSP (versions are steps).
   int64_t resume_step_ = 0;
   int64_t rewind_interval_ = 0;
-  int64_t buffer_interval_ = 0;  // Shard 0's checkpoint interval under BSP; 0: none.
+  int64_t buffer_interval_ = 0;
+  double constant_learning_rate_ = 0;  // Shard 0's checkpoint interval under BSP; 0: none.
 };
 
 }  // namespace dptrain
