@@ -4,7 +4,9 @@
 # beside it): end-to-end training images/s of one worker at default flags and of the step
 # alone, for mlp, lenet and resnet18; then 2 workers on one box (allreduce, ps) against PyTorch
 # DDP with gloo. Ours and theirs interleaved, each point in a fresh process, medians of the
-# rounds, load averages recorded (tools/compute_head_to_head.py does the measuring).
+# rounds, load averages recorded (tools/compute_head_to_head.py does the measuring); it waits
+# for a quiet machine, checks before every point that no other job uses the cores, and exits
+# 3 with a "NOT QUIET" report when one did: only a quiet run's figures go to the README.
 # Writes OUT_DIR/compute.md and raw.jsonl.
 # usage: tools/compute_bench.sh [OUT_DIR] [--rounds=3] [--resnet18_rounds=1]
 #          [--models=mlp,lenet,resnet18] [--two_worker_models=mlp,lenet] [--dense_models=mlp,lenet]

@@ -16,6 +16,12 @@ Then 2 workers on one box (mlp, lenet): ours --mode=allreduce and --mode=ps (1 s
 deploy/local_cluster.sh (LOCAL_WORLD_SIZE=2, so 1 thread each), against PyTorch DDP gloo with
 2 processes (OpenMP OpenBLAS, 1 thread each); the job's images/s = the sum of the ranks'.
 
+Quiet machine: before the first point the script waits (--wait_quiet) until other processes
+keep at most --max_busy of the cores busy, and samples that again before every point; the
+report says whether every point was quiet, and the exit status is 3 when one was not (such
+figures are no claim). Each table gives the ratio of medians and, beside it, the best round
+against the best round.
+
 usage: tools/compute_head_to_head.py --out=DIR [--rounds=3] [--resnet18_rounds=1]
          [--models=mlp,lenet,resnet18] [--two_worker_models=mlp,lenet]
 (expects bazel-bin/{tests/bench/compute_benchmark,worker/gpu_worker,server/ps_server};
@@ -45,6 +51,19 @@ STEP = {"mlp": ["--warmup=3", "--steps=40"], "lenet": ["--warmup=3", "--steps=20
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
+
+
+def cpu_busy(seconds=0.5):
+    """The fraction of all cores busy over `seconds` (/proc/stat), while this script measures
+    nothing: other jobs' share of the machine."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+    t0, i0 = sample()
+    time.sleep(seconds)
+    t1, i1 = sample()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
 
 
 def rss_of(cmd, env=None):
@@ -168,17 +187,24 @@ def main():
                    help="models on which to time the pool split vs BLAS's threads and no pool")
     p.add_argument("--conv_models", default="lenet,resnet18",
                    help="models on which to time oneDNN where the rule says (auto) vs im2col only")
+    p.add_argument("--max_busy", type=float, default=0.15,
+                   help="the machine is quiet when, between points, other processes keep at "
+                   "most this fraction of the cores busy (sampled for 0.5 s before each point)")
+    p.add_argument("--wait_quiet", type=float, default=300,
+                   help="seconds to wait for a quiet machine before the first point")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
     raw = open(os.path.join(args.out, "raw.jsonl"), "a")  # Closed unused with --report_only.
     data = {}  # (section, model, config) -> list of (images/s, rss)
     loads = []
+    busy = []  # Other jobs' share of the cores before each point.
 
     def record(section, model, config, value, rss, extra=None):
         data.setdefault((section, model, config), []).append((value, rss))
         row = {"section": section, "model": model, "config": config, "images_per_s": value,
-               "maxrss_mib": rss, "loadavg": loadavg(), "time": time.strftime("%H:%M:%S")}
+               "maxrss_mib": rss, "loadavg": loadavg(), "time": time.strftime("%H:%M:%S"),
+               "busy_before": busy[-1] if busy else None}
         if extra:
             row.update(extra)
         raw.write(json.dumps(row) + "\n")
@@ -195,46 +221,67 @@ def main():
         for r in rows:
             data.setdefault((r["section"], r["model"], r["config"]), []).append(
                 (r["images_per_s"], r["maxrss_mib"]))
+            if r.get("busy_before") is not None:
+                busy.append(r["busy_before"])
             plan = r.get("plan", plan)
         started = f"{rows[0]['time']}–{rows[-1]['time']} UTC" if rows else "?"
         loads = [f"{rows[0]['loadavg']} (first point)", f"{rows[-1]['loadavg']} (last)"] if rows else []
         args.rounds = max(len(v) for k, v in data.items() if k[1] != "resnet18")
+    if not args.report_only:
+        waited = 0.0
+        while cpu_busy(1.0) > args.max_busy and waited < args.wait_quiet:
+            waited += 1.0
+        print(f"machine quiet after {waited:.0f} s" if waited < args.wait_quiet else
+              f"machine still busy after {waited:.0f} s: measuring anyway, the report says so",
+              file=sys.stderr, flush=True)
+
+    def quiet():
+        busy.append(cpu_busy())
+
     for rnd in range(1, 0 if args.report_only else args.rounds + 1):
         loads.append(loadavg())
         for model in models:
             if model == "resnet18" and rnd > args.resnet18_rounds:
                 continue
             print(f"== round {rnd}/{args.rounds}: {model} (load {loadavg()})", file=sys.stderr)
+            quiet()
             v, rss = step_ours(model)
             record("step", model, "ours", v, rss)
             for config, t in [("best", cores), ("best_1thread", 1), ("default", 0)]:
                 if config == "best_1thread" and model == "resnet18":
                     continue
+                quiet()
                 v, rss = step_torch(model, config, t)
                 record("step", model, config, v, rss)
+            quiet()
             v, rss, plan = e2e_ours(model)
             record("e2e", model, "ours", v, rss, {"plan": plan})
             for config, t in [("best", cores), ("best_1thread", 1), ("default", 0)]:
                 if config == "best_1thread" and model == "resnet18":
                     continue
+                quiet()
                 v, rss = e2e_torch(model, config, t)
                 record("e2e", model, config, v, rss)
         if cores > 1:
             for model in [m for m in args.dense_models.split(",") if m]:
                 for dense in ["split", "blas"]:
+                    quiet()
                     record("dense", model, dense, step_variant(model, [f"--dense_gemm={dense}"]), 0)
         for model in [m for m in args.conv_models.split(",") if m]:
             if model == "resnet18" and rnd > args.resnet18_rounds:
                 continue
             for threads in ["auto", "1"]:
                 for conv in ["auto", "im2col"]:
+                    quiet()
                     record("conv", model, f"{conv}_{threads}",
                            step_variant(model, [f"--conv={conv}"], threads), 0)
         for model in [m for m in args.two_worker_models.split(",") if m]:
             print(f"== round {rnd}/{args.rounds}: 2 workers, {model}", file=sys.stderr)
             for mode in ["allreduce", "ps"]:
+                quiet()
                 v, rss = two_ours(model, mode)
                 record("two", model, f"ours_{mode}", v, rss)
+            quiet()
             v, rss = e2e_torch(model, "best", 1, world=2, batch=128)
             record("two", model, "ddp_gloo", v, rss)
     if not args.report_only:
@@ -248,6 +295,10 @@ def main():
         rng = f" ({min(xs):.0f}–{max(xs):.0f})" if len(xs) > 1 else ""
         return f"{m:,.0f}{rng}", m
 
+    def top(section, model, config):
+        xs = [v for v, _ in data.get((section, model, config), [])]
+        return max(xs) if xs else float("nan")
+
     def peak(section, model, config):
         xs = [r for _, r in data.get((section, model, config), [])]
         return f"{max(xs):.0f}" if xs else "–"
@@ -255,7 +306,15 @@ def main():
     resnet_rounds = len(data.get(("step", "resnet18", "ours"), []))
     load_note = ("at the first and the last point (every point's in raw.jsonl)" if args.report_only
                  else "at the start of each round and at the end")
-    lines = [f"# CPU training head to head: ours vs PyTorch {torch_version()}", "",
+    noisy = [b for b in busy if b > args.max_busy]
+    quiet_line = (f"Quiet: before every point other processes kept at most "
+                  f"{100 * max(busy, default=0):.0f} % of the cores busy (limit "
+                  f"{100 * args.max_busy:.0f} %)." if not noisy else
+                  f"**NOT QUIET: before {len(noisy)} of {len(busy)} points other processes kept "
+                  f"up to {100 * max(noisy):.0f} % of the cores busy (limit "
+                  f"{100 * args.max_busy:.0f} %): these figures are no claim; rerun on a quiet "
+                  f"machine.**")
+    lines = [f"# CPU training head to head: ours vs PyTorch {torch_version()}", "", quiet_line, "",
              f"Measured {started} on {cores} cores, {args.rounds} interleaved round(s) "
              f"(resnet18: {resnet_rounds}); load average (1, 5, 15 min) {load_note}: "
              f"{' | '.join(loads)}. "
@@ -267,8 +326,9 @@ def main():
                            ("step", "Step alone (forward, loss, backward, SGD; fixed batch)")]:
         lines += [f"## {title}", "",
                   "| model | ours | PyTorch best | PyTorch 1 thread | PyTorch default env | "
-                  "ours / fastest PyTorch | peak MiB ours / PyTorch best |",
-                  "|---|---|---|---|---|---|---|"]
+                  "ours / fastest PyTorch (medians) | best round vs best round | "
+                  "peak MiB ours / PyTorch best |",
+                  "|---|---|---|---|---|---|---|---|"]
         for model in models:
             o, om = cell(section, model, "ours")
             b, bm = cell(section, model, "best")
@@ -277,7 +337,11 @@ def main():
             d_m = cell(section, model, "default")[1]
             tuned = [x for x in [bm, b1m, d_m] if x == x]
             best = max(tuned) if tuned else float("nan")
+            tops = [top(section, model, c) for c in ["best", "best_1thread", "default"]]
+            tops = [x for x in tops if x == x]
+            top_ratio = top(section, model, "ours") / max(tops) if tops else float("nan")
             lines.append(f"| {model} | {o} | {b} | {b1} | {d} | **{om / best:.2f}** | "
+                         f"{top_ratio:.2f} | "
                          f"{peak(section, model, 'ours')} / {peak(section, model, 'best')} |")
         lines.append("")
     two = [m for m in args.two_worker_models.split(",") if m]
@@ -321,6 +385,10 @@ def main():
     with open(os.path.join(args.out, "compute.md"), "w") as f:
         f.write(report)
     print(report)
+    if noisy:
+        print(f"compute_head_to_head: the machine was not quiet ({len(noisy)} of {len(busy)} "
+              "points): the report says so; exit status 3", file=sys.stderr)
+        return 3
     return 0
 
 
