@@ -23,28 +23,30 @@ COLUMNS = ["model", "threads", "batch", "warmup", "steps", "step_ms", "train_ms"
 UNKNOWN_MODEL_EXIT = 3
 
 
-def build_model(name):
+def build_model(name, c=1, h=28, w=28):
+    """The models as gpu_worker builds them for a CxHxW input and 10 classes."""
     from torch import nn
 
     if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+        return nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
     if name == "lenet":
         return nn.Sequential(
-            nn.Conv2d(1, 6, kernel_size=5, padding=2), nn.Sigmoid(),
+            nn.Conv2d(c, 6, kernel_size=5, padding=2), nn.Sigmoid(),
             nn.AvgPool2d(kernel_size=2, stride=2),
             nn.Conv2d(6, 16, kernel_size=5), nn.Sigmoid(),
             nn.AvgPool2d(kernel_size=2, stride=2),
             nn.Flatten(),
-            nn.Linear(16 * 5 * 5, 120), nn.Sigmoid(),
+            nn.Linear(16 * ((h // 2 - 4) // 2) * ((w // 2 - 4) // 2), 120), nn.Sigmoid(),
             nn.Linear(120, 84), nn.Sigmoid(),
             nn.Linear(84, 10))
     if name == "resnet18":
-        return resnet18()
+        return resnet18(c)
     return None
 
 
-def resnet18():
-    """d2l's ResNet-18 for 1x28x28 inputs (the multi-GPU chapter's version)."""
+def resnet18(c=1):
+    """d2l's ResNet-18 for small inputs (the multi-GPU chapter's version), c channels in."""
     from torch import nn
     from torch.nn import functional as F
 
@@ -76,7 +78,7 @@ def resnet18():
         return nn.Sequential(*blocks)
 
     return nn.Sequential(
-        nn.Sequential(nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1),
+        nn.Sequential(nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1),
                       nn.BatchNorm2d(64), nn.ReLU()),
         stage(64, 64, 2, first_block=True), stage(64, 128, 2), stage(128, 256, 2),
         stage(256, 512, 2),
@@ -91,7 +93,8 @@ def run_one(args, name, threads):
     if threads > 0:  # 0: --default_env, PyTorch's own choice.
         torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
-    net = build_model(name)
+    c, h, w = (int(x) for x in args.input.split("x"))
+    net = build_model(name, c, h, w)
     if net is None:
         print(f"skip model={name} reason=unknown model '{name}'", flush=True)
         return UNKNOWN_MODEL_EXIT
@@ -99,7 +102,7 @@ def run_one(args, name, threads):
     warmup = args.resnet18_warmup if resnet else args.warmup
     steps = max(1, args.resnet18_steps if resnet else args.steps)
     batch = args.batch_size
-    images = torch.rand(batch, 1, 28, 28)
+    images = torch.rand(batch, c, h, w)
     labels = torch.randint(0, 10, (batch,))
     net.train()
     loss_fn = nn.CrossEntropyLoss()
@@ -146,7 +149,8 @@ def run_all(args):
     for model in models:
         for t in threads:
             cmd = [sys.executable, os.path.abspath(__file__), f"--one={model}:{t}",
-                   f"--batch_size={args.batch_size}", f"--warmup={args.warmup}",
+                   f"--batch_size={args.batch_size}", f"--input={args.input}",
+                   f"--warmup={args.warmup}",
                    f"--steps={args.steps}", f"--resnet18_warmup={args.resnet18_warmup}",
                    f"--resnet18_steps={args.resnet18_steps}", f"--lr={args.lr}",
                    f"--seed={args.seed}"]
@@ -182,6 +186,7 @@ def main():
     p.add_argument("--models", default="mlp,lenet,resnet18")
     p.add_argument("--threads", default="1,2", help="torch.set_num_threads values")
     p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--input", default="1x28x28", help="one image's CxHxW (3x32x32: CIFAR)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--resnet18_warmup", type=int, default=1)

@@ -94,9 +94,12 @@ def torch_env(config, threads):
     return env
 
 
+INPUT = ["--input=1x28x28"]  # One image's CxHxW for the step points (--input).
+
+
 def step_ours(model):
     out, rc, _ = rss_of(["bazel-bin/tests/bench/compute_benchmark", f"--models={model}",
-                         "--threads=auto"] + STEP[model])
+                         "--threads=auto"] + STEP[model] + INPUT)
     m = re.search(r"^\| %s \| auto \| [^|]+\| [^|]+\| [^|]+\| ([\d.]+) \| ([\d.]+) \|" % model,
                   out, re.M)
     if rc != 0 or not m:
@@ -106,7 +109,7 @@ def step_ours(model):
 
 def step_torch(model, config, threads):
     cmd = [PY, "tools/bench_torch_compute.py", f"--models={model}", f"--threads={threads}"]
-    cmd += STEP[model]
+    cmd += STEP[model] + INPUT
     if config == "default":
         cmd.append("--default_env")
     out, rc, _ = rss_of(cmd, env=torch_env("default", 0) if config == "default"
@@ -187,12 +190,17 @@ def main():
                    help="models on which to time the pool split vs BLAS's threads and no pool")
     p.add_argument("--conv_models", default="lenet,resnet18",
                    help="models on which to time oneDNN where the rule says (auto) vs im2col only")
+    p.add_argument("--input", default="1x28x28",
+                   help="one image's CxHxW for the step points (3x32x32: CIFAR-shaped)")
+    p.add_argument("--step_only", action="store_true",
+                   help="only the step points (the end-to-end ones train on Fashion-MNIST)")
     p.add_argument("--max_busy", type=float, default=0.15,
                    help="the machine is quiet when, between points, other processes keep at "
                    "most this fraction of the cores busy (sampled for 0.5 s before each point)")
     p.add_argument("--wait_quiet", type=float, default=300,
                    help="seconds to wait for a quiet machine before the first point")
     args = p.parse_args()
+    INPUT[:] = [f"--input={args.input}"]
     os.makedirs(args.out, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
     raw = open(os.path.join(args.out, "raw.jsonl"), "a")  # Closed unused with --report_only.
@@ -253,6 +261,8 @@ def main():
                 quiet()
                 v, rss = step_torch(model, config, t)
                 record("step", model, config, v, rss)
+            if args.step_only:
+                continue
             quiet()
             v, rss, plan = e2e_ours(model)
             record("e2e", model, "ours", v, rss, {"plan": plan})
@@ -314,7 +324,8 @@ def main():
                   f"up to {100 * max(noisy):.0f} % of the cores busy (limit "
                   f"{100 * args.max_busy:.0f} %): these figures are no claim; rerun on a quiet "
                   f"machine.**")
-    lines = [f"# CPU training head to head: ours vs PyTorch {torch_version()}", "", quiet_line, "",
+    lines = [f"# CPU training head to head: ours vs PyTorch {torch_version()}"
+             + (f", {args.input} images" if args.input != "1x28x28" else ""), "", quiet_line, "",
              f"Measured {started} on {cores} cores, {args.rounds} interleaved round(s) "
              f"(resnet18: {resnet_rounds}); load average (1, 5, 15 min) {load_note}: "
              f"{' | '.join(loads)}. "

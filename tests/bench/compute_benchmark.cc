@@ -52,6 +52,8 @@ ABSL_FLAG(std::string, conv, "auto",
           "How convolutions compute: auto (oneDNN where the measured rule picks it, as "
           "gpu_worker), im2col, or onednn.");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
+ABSL_FLAG(std::string, input, "1x28x28",
+          "One image's CxHxW: the models are built for it (3x32x32: CIFAR-shaped), 10 classes.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before the timed ones.");
 ABSL_FLAG(int, steps, 20, "Timed steps; the median step time is reported.");
 ABSL_FLAG(int, resnet18_warmup, 1, "--warmup for resnet18 (seconds per step).");
@@ -116,6 +118,15 @@ int RunOne(const std::string& spec) {
 
   nn::ModelOptions options;
   options.name = name;
+  {
+    const std::vector<std::string> dims = absl::StrSplit(absl::GetFlag(FLAGS_input), 'x');
+    if (dims.size() != 3 || !absl::SimpleAtoi(dims[0], &options.shape.input.c) ||
+        !absl::SimpleAtoi(dims[1], &options.shape.input.h) ||
+        !absl::SimpleAtoi(dims[2], &options.shape.input.w)) {
+      std::cerr << "--input must be CxHxW, got '" << absl::GetFlag(FLAGS_input) << "'\n";
+      return 2;
+    }
+  }
   options.seed = absl::GetFlag(FLAGS_seed);
   options.threads = threads;
   options.dense_gemm = plan->dense_gemm;
@@ -131,7 +142,7 @@ int RunOne(const std::string& spec) {
   // A fixed synthetic batch (the data pipeline is not measured): pixels in [0, 1), labels 0..9.
   std::mt19937_64 rng(options.seed);
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  std::vector<float> images(static_cast<size_t>(batch) * 28 * 28);
+  std::vector<float> images(static_cast<size_t>(batch) * options.shape.input.size());
   for (float& x : images) x = pixel(rng);
   std::vector<uint8_t> labels(batch);
   for (uint8_t& y : labels) y = static_cast<uint8_t>(rng() % 10);
