@@ -335,6 +335,8 @@ def main():
              "PyTorch's three configurations (medians).", ""]
     for section, title in [("e2e", "End to end (one worker, the last epoch's training images/s)"),
                            ("step", "Step alone (forward, loss, backward, SGD; fixed batch)")]:
+        if not any(k[0] == section for k in data):
+            continue
         lines += [f"## {title}", "",
                   "| model | ours | PyTorch best | PyTorch 1 thread | PyTorch default env | "
                   "ours / fastest PyTorch (medians) | best round vs best round | "
