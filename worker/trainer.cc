@@ -52,12 +52,14 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
   const EpochMetrics& last = h.back();
   int64_t steps = 0, images = 0;
   double train_s = 0;
+  double timed_images = 0;  // Those train_seconds saw (EpochMetrics::train_seconds).
   for (const EpochMetrics& m : h) {
     steps += m.steps;
     images += m.images;
     train_s += m.train_seconds;
+    timed_images += m.images_per_s * m.train_seconds;
   }
-  const double images_per_s = train_s > 0 ? images / train_s : 0;
+  const double images_per_s = train_s > 0 ? timed_images / train_s : 0;
   if (o.progress != nullptr) {
     *o.progress << absl::StrFormat(
                        "rank %d done: %d epochs, %d steps, final loss %.4f, test_acc %.4f, "
@@ -313,6 +315,12 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   };
   std::vector<StepRecord> records;
   absl::Time epoch_start = absl::Now();
+  // The process's first step waits for every worker to join (a rank that started first waits
+  // for the others' start): images/s is counted from its end, alike on every rank, unless it
+  // was its epoch's only step.
+  bool first_step = true;
+  absl::Time timed_start = epoch_start;
+  int64_t untimed_images = 0;
   BufferHistory buffer_history(sync.rewind_interval());
   ProgressLine progress(o);
   while (step < total_steps) {
@@ -322,7 +330,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       current_epoch = epoch;
       indices = sampler->EpochIndices(epoch);
       records.clear();
-      epoch_start = absl::Now();
+      epoch_start = timed_start = absl::Now();
+      untimed_images = 0;
     }
     records.resize(b);  // Steps before b of this epoch were taken (a rewind may drop some).
     buffer_history.Record(step, model);
@@ -382,6 +391,11 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     }
     model.RecordStepOutcome(outcome->skipped);
     records.push_back({result->loss * n, result->correct, n, outcome->skipped});
+    if (first_step) {
+      first_step = false;
+      timed_start = absl::Now();
+      untimed_images = n;
+    }
     report.step = step;
     report.epoch = epoch;
     report.images = n;
@@ -415,7 +429,12 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       seen += r.seen;
       m.skipped_steps += r.skipped ? 1 : 0;
     }
-    const double train_seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+    double train_seconds = absl::ToDoubleSeconds(absl::Now() - timed_start);
+    int64_t timed_images = seen - untimed_images;
+    if (timed_images <= 0) {  // The epoch was the first step alone.
+      train_seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+      timed_images = seen;
+    }
     // Batch-norm running statistics drift apart per worker during the epoch (each sees its
     // own batches); averaging them makes every replica evaluate and save the same model.
     if (!model.buffer_values().empty()) {
@@ -429,7 +448,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     m.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0;
     m.images = seen;
     m.train_seconds = train_seconds;
-    m.images_per_s = train_seconds > 0 ? seen / train_seconds : 0;
+    m.images_per_s = train_seconds > 0 ? timed_images / train_seconds : 0;
     m.test_acc = -1;
     if (o.evaluate && test != nullptr) {
       auto acc = EvaluateAccuracy(model, *test, o.eval_batch_size);

@@ -1,5 +1,6 @@
 // The training loop of one worker: its shard of every epoch, forward/backward on its model,
-// the gradient through the step contract (worker/comm/step_sync.h), evaluation on the test set after each epoch.
+// the gradient through the step contract (worker/comm/step_sync.h), evaluation on the test set
+// after each epoch.
 #ifndef DPTRAIN_WORKER_TRAINER_H_
 #define DPTRAIN_WORKER_TRAINER_H_
 
@@ -31,10 +32,10 @@ struct StepReport {
   double loss = 0;
   int64_t correct = 0;
   bool skipped = false;
-  float learning_rate = 0;  // 0 if unknown (ps mode without --lr).
+  float learning_rate = 0;                             // 0 if unknown (ps mode without --lr).
   double forward_seconds = -1, backward_seconds = -1;  // Of compute, if the model measured.
-  float loss_scale = 1;               // Of the next step (mixed precision).
-  int64_t device_memory_bytes = -1;   // The model's device memory in use (-1: none).
+  float loss_scale = 1;                                // Of the next step (mixed precision).
+  int64_t device_memory_bytes = -1;  // The model's device memory in use (-1: none).
   absl::Time start, data_end, compute_end, sync_end, end;
   CommStats comm;  // Cumulative.
 };
@@ -72,7 +73,7 @@ struct TrainerOptions {
   // A progress line on `progress` at most this often within an epoch: step / steps, images/s,
   // the phase split and an ETA. Zero: none.
   absl::Duration log_every = absl::Seconds(10);
-  StepObserver* observer = nullptr;  // Not owned; may be null.
+  StepObserver* observer = nullptr;          // Not owned; may be null.
   StepCheckpointer* checkpointer = nullptr;  // Not owned; may be null.
   // The learning rate of each step (a pure function of it): what the model's ApplyUpdate
   // gets through a reducer, and what the metrics report (a parameter store computes the
@@ -89,22 +90,26 @@ struct EpochMetrics {
   // Steps that no replica applied because some worker's gradient overflowed (mixed
   // precision), or had inf/NaN.
   int64_t skipped_steps = 0;
-  double loss = 0;       // Mean training loss over this worker's batches.
-  double train_acc = 0;  // On this worker's shard, with the weights of each step.
-  double test_acc = 0;   // On the whole test set after the epoch (-1 if not evaluated).
+  double loss = 0;           // Mean training loss over this worker's batches.
+  double train_acc = 0;      // On this worker's shard, with the weights of each step.
+  double test_acc = 0;       // On the whole test set after the epoch (-1 if not evaluated).
   double learning_rate = 0;  // Of the epoch's last step (0 if unknown).
-  int64_t images = 0;       // Training images this worker processed.
-  double train_seconds = 0; // Time of the training steps (no evaluation).
-  double images_per_s = 0;  // images / train_seconds.
-  double seconds = 0;       // Whole epoch including evaluation.
-  CommStats comm;           // Cumulative.
+  int64_t images = 0;        // Training images this worker processed.
+  // Time of the training steps (no evaluation), and images / that time; both from the end of
+  // the process's first step, which waits for every worker to join, in its epoch (unless it
+  // was that epoch's only step), so that every rank measures alike.
+  double train_seconds = 0;
+  double images_per_s = 0;
+  double seconds = 0;  // Whole epoch including evaluation.
+  CommStats comm;      // Cumulative.
 };
 
 // Runs `options.epochs` epochs. The sync's Start is called first so all replicas begin
 // equal. Each step: model.TrainStep, then
 //   - through a GradientReducer: Reduce(model.gradient_exchange()) and, unless the step is
-//     skipped, model.ApplyUpdate(the schedule's rate of the step); a lone replica (world size 1) exchanges nothing, its own
-//     overflow flag decides, and a GPU model's gradient never leaves the device;
+//     skipped, model.ApplyUpdate(the schedule's rate of the step); a lone replica (world size 1)
+//     exchanges nothing, its own overflow flag decides, and a GPU model's gradient never leaves the
+//     device;
 //   - through a ParameterStore: PushPull(model.gradient_exchange()) into model.weights().
 // Then model.RecordStepOutcome with the global decision. Returns the first error of the
 // model, the sync or the data; `history` (if not null) receives one entry per epoch. Images of
