@@ -472,27 +472,25 @@ def click_example():
           f"workers x 2 shards): test AUC {got:.4f} (best possible {best:.4f})", flush=True)
 
 
-def restart():
-    """ServerOptimizer rides out a shard killed (-9) and restarted from its checkpoint: the
-    job ends with weights byte-identical to an uninterrupted run."""
-    flags = ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--checkpoint_every=5",
-             "--step_timeout=20s"]
-    worker_flags = ["--server", "--steps=30", "--sleep=0.05"]
-    finals = {}
+def runs_with_a_shard_killed(prefix, flags, worker_flags, kill_at, script=WORKER):
+    """The job twice on 2 fresh shards with checkpoints: uninterrupted, then with shard 1
+    killed (-9) once rank 0 reached step `kill_at` and restarted on its port. Returns, per run
+    (False: uninterrupted, True: killed), the ranks' saved outputs, their logs and what
+    ps_status said before the shards stopped, plus the step the shard was killed at."""
+    finals, logs, status, killed = {}, {}, {}, {}
     for kill in (False, True):
-        name = "restart_killed" if kill else "restart_clean"
+        name = f"{prefix}_killed" if kill else f"{prefix}_clean"
         shards = [start_shard(s, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt{s}"])
                   for s in range(2)]
-        killed = {}
 
         def kill_and_restart(outs, shards=shards, name=name):
             step_file = outs[0] + ".step"
             for _ in range(600):
-                if os.path.exists(step_file) and int(open(step_file).read() or 0) >= 12:
+                if os.path.exists(step_file) and int(open(step_file).read() or 0) >= kill_at:
                     break
                 time.sleep(0.05)
             else:
-                fail("restart: the workers never reached step 12")
+                fail(f"{prefix}: the workers never reached step {kill_at}")
             proc, address = shards[1]
             proc.kill()
             proc.wait()
@@ -501,18 +499,29 @@ def restart():
             start_shard(1, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt1"],
                         port=int(address.split(":")[1]))
 
-        outs, texts, _ = run_workers(name, "ps", worker_flags,
-                                     env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
-                                     during=kill_and_restart if kill else None)
+        outs, logs[kill], _ = run_workers(name, "ps", worker_flags, script=script,
+                                          env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
+                                          during=kill_and_restart if kill else None)
         finals[kill] = [torch.load(o) for o in outs]
+        status[kill] = subprocess.run([PS_STATUS, "--ps=" + ",".join(a for _, a in shards)],
+                                      capture_output=True, text=True)
         stop([p for p, _ in shards])
-        if kill and "recovered" not in "".join(texts):
-            fail(f"restart: no recovery in the workers' logs: {texts[0][-800:]}")
+    return finals, logs, status, killed["at"]
+
+
+def restart():
+    """ServerOptimizer rides out a shard killed (-9) and restarted from its checkpoint: the
+    job ends with weights byte-identical to an uninterrupted run."""
+    finals, logs, _, at = runs_with_a_shard_killed(
+        "restart", ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--checkpoint_every=5",
+                    "--step_timeout=20s"], ["--server", "--steps=30", "--sleep=0.05"], 12)
+    if "recovered" not in "".join(logs[True]):
+        fail(f"restart: no recovery in the workers' logs: {logs[True][0][-800:]}")
     for key in finals[False][0]:
         for r in range(2):
             if not torch.equal(finals[True][r][key], finals[False][0][key]):
                 fail(f"restart: rank {r}'s {key} differs from the uninterrupted run")
-    print(f"ok: ServerOptimizer: shard 1 killed (-9) at step {killed['at']} and restarted from "
+    print(f"ok: ServerOptimizer: shard 1 killed (-9) at step {at} and restarted from "
           "its checkpoint; final weights byte-identical to an uninterrupted run")
 
 
@@ -520,53 +529,26 @@ def sparse_restart():
     """Sparse tables and ServerOptimizer's dense head on the same 2 shards (BSP, adagrad rows,
     checkpoints every 5 steps): shard 1 killed (-9) mid-training and restarted from its
     checkpoint; the job goes back to the checkpoint's step and ends byte-identical."""
-    flags = ["--optimizer=sgd", "--lr=0.05", "--checkpoint_every=5", "--step_timeout=20s"]
-    worker_flags = ["--server", "--steps=30", "--sleep=0.05", "--optimizer=adagrad"]
-    finals = {}
+    finals, logs, status, at = runs_with_a_shard_killed(
+        "sparse_restart", ["--optimizer=sgd", "--lr=0.05", "--checkpoint_every=5",
+                           "--step_timeout=20s"],
+        ["--server", "--steps=30", "--sleep=0.05", "--optimizer=adagrad"], 13,
+        script=SPARSE_WORKER)
     for kill in (False, True):
-        name = "sparse_restart_killed" if kill else "sparse_restart_clean"
-        shards = [start_shard(s, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt{s}"])
-                  for s in range(2)]
-        killed = {}
-
-        def kill_and_restart(outs, shards=shards, name=name):
-            step_file = outs[0] + ".step"
-            for _ in range(600):
-                if os.path.exists(step_file) and int(open(step_file).read() or 0) >= 13:
-                    break
-                time.sleep(0.05)
-            else:
-                fail("sparse restart: the workers never reached step 13")
-            proc, address = shards[1]
-            proc.kill()
-            proc.wait()
-            killed["at"] = int(open(step_file).read())
-            time.sleep(0.5)
-            start_shard(1, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt1"],
-                        port=int(address.split(":")[1]))
-
-        outs, texts, _ = run_workers(name, "ps", worker_flags, script=SPARSE_WORKER,
-                                     env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
-                                     during=kill_and_restart if kill else None)
-        finals[kill] = [torch.load(o) for o in outs]
-        status = subprocess.run([PS_STATUS, "--ps=" + ",".join(a for _, a in shards)],
-                                capture_output=True, text=True)
-        stop([p for p, _ in shards])
-        tables = [l for l in status.stdout.splitlines() if "sparse table 'clicks'" in l]
-        if status.returncode != 0 or len(tables) != 2 or "next step 30" not in tables[1]:
-            fail(f"sparse restart: ps_status said {status.stdout} {status.stderr}")
-        if kill and "the job went back" not in "".join(texts):
-            fail(f"sparse restart: the job never went back: {texts[0][-800:]}")
+        tables = [l for l in status[kill].stdout.splitlines() if "sparse table 'clicks'" in l]
+        if status[kill].returncode != 0 or len(tables) != 2 or "next step 30" not in tables[1]:
+            fail(f"sparse restart: ps_status said {status[kill].stdout} {status[kill].stderr}")
+    if "the job went back" not in "".join(logs[True]):
+        fail(f"sparse restart: the job never went back: {logs[True][0][-800:]}")
     for r in range(2):
-        for key in ("table",):
-            if not torch.equal(finals[True][r][key], finals[False][0][key]):
-                fail(f"sparse restart: rank {r}'s {key} differs from the uninterrupted run")
+        if not torch.equal(finals[True][r]["table"], finals[False][0]["table"]):
+            fail(f"sparse restart: rank {r}'s table differs from the uninterrupted run")
         for key, value in finals[False][0]["head"].items():
             if not torch.equal(finals[True][r]["head"][key], value):
                 fail(f"sparse restart: rank {r}'s head {key} differs from the uninterrupted run")
     log = open(os.path.join(SCRATCH, "shard1.log")).read()
     restored = [l for l in log.splitlines() if "sparse table 'clicks' restored" in l]
-    print(f"ok: sparse table + ServerOptimizer: shard 1 killed (-9) at step {killed['at']} and "
+    print(f"ok: sparse table + ServerOptimizer: shard 1 killed (-9) at step {at} and "
           f"restarted ({restored[-1].strip() if restored else 'no restore line'}); table and "
           f"head byte-identical to an uninterrupted run; ps_status:{tables[1]}", flush=True)
 
