@@ -45,13 +45,14 @@ The files outside the repository (the full resnet18, other opsets) are checked b
 """
 import argparse
 import copy
-import json
 import os
-import struct
 import sys
 
 import torch
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fixtures import save_safetensors  # noqa: E402  (the same writer as the other fixtures)
 
 BATCH = 4
 SEED = 2027
@@ -157,29 +158,6 @@ MODELS = {
     "resnet": lambda: (ResNet([8, 16, 24, 32]), 10),
     "branching": lambda: (Branching(), 7),
 }
-
-
-def save_safetensors(path, tensors, metadata):
-    """tensors: list of (name, tensor), written as F32 back to back; atomically."""
-    header = {"__metadata__": metadata}
-    offset = 0
-    blobs = []
-    for name, t in tensors:
-        t = t.detach().to(torch.float32).contiguous().cpu()
-        blob = struct.pack("<%df" % t.numel(), *t.flatten().tolist())
-        header[name] = {"dtype": "F32", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
-    os.replace(tmp, path)
 
 
 def randomize_batch_norms(net):
