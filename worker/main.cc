@@ -313,6 +313,7 @@ absl::Status Run(const WorkerConfig& config) {
             << "x" << train.rows << "x" << train.cols << ", " << train.num_classes << " classes)"
             << std::endl;
   DPTRAIN_RETURN_IF_ERROR(Train(options, *model, Borrow(sync.sync), train, &test, nullptr));
+  DPTRAIN_RETURN_IF_ERROR(DrainMaster(config, sync));
   if (!config.save_model.empty()) {
     if (absl::Status s = nn::SaveModel(*model, config.save_model); !s.ok()) {
       return WithFlag("save_model", s);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/net.h"
 #include "common/status_macros.h"
 #include "worker/comm/allreduce_sync.h"
@@ -192,6 +193,27 @@ absl::Status MakeRingSync(const WorkerConfig& config, const SyncSetup& setup, Sy
 }
 
 }  // namespace
+
+absl::Status DrainMaster(const WorkerConfig& config, Sync& sync) {
+  if (sync.master == nullptr) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + config.step_timeout;
+  while (true) {
+    const ParameterShard::Info info = sync.master->shard().GetInfo();
+    if (info.rank_steps.empty()) return absl::OkStatus();
+    const int64_t last = info.rank_steps[0];
+    std::vector<int> behind;
+    for (int r = 0; r < static_cast<int>(info.rank_steps.size()); ++r) {
+      if (info.rank_steps[r] < last) behind.push_back(r);
+    }
+    if (behind.empty()) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("master reducer: rank(s) ", absl::StrJoin(behind, ","),
+                       " did not reach step ", last, " within --step_timeout"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
 
 absl::Status MakeSync(const WorkerConfig& config, const SyncSetup& setup, Sync& out) {
   switch (config.mode) {

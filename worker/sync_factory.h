@@ -50,6 +50,11 @@ struct Sync {
 // Connects (or starts) the mode's synchroniser into `out`. Errors name the flag or the peer.
 absl::Status MakeSync(const WorkerConfig& config, const SyncSetup& setup, Sync& out);
 
+// master mode, rank 0, after its last step: waits (up to --step_timeout) until every rank has
+// pushed that step too, so that the reducer outlives the job (under SSP or async rank 0 may
+// finish first). Nothing to do elsewhere. DeadlineExceeded naming the ranks behind.
+absl::Status DrainMaster(const WorkerConfig& config, Sync& sync);
+
 }  // namespace dptrain
 
 #endif  // DPTRAIN_WORKER_SYNC_FACTORY_H_
