@@ -5,7 +5,7 @@
 # usage: tools/compose_demo.sh [--from-source]
 #   default: the binaries built here by Bazel go into deploy/Dockerfile's runtime stage
 #            (tools/compose_image.sh); --from-source: the full `docker build -f
-#            deploy/Dockerfile .` (Bazel inside the build stage; see README, Containers).
+#            deploy/Dockerfile .` (Bazel inside the build stage; see docs/deploy.md, Containers).
 # Uses a running daemon, or as root installs docker.io and runs a private dockerd that it
 # stops at the end (tools/docker_engine.sh). Makes the Debian base images if missing
 # (tools/docker_base_images.sh). DPTRAIN_EPOCHS overrides the file's 5 epochs.

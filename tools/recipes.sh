@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Recipes": one run per optimizer through deploy/local_cluster.sh (allreduce
+# docs/benchmarks/recipes.md: one run per optimizer through deploy/local_cluster.sh (allreduce
 # mode, 2 workers, mlp, 5 epochs of Fashion-MNIST, batch 256 per worker), printing each
 # recipe's final line. Build first (bazel build //...).
 #   tools/recipes.sh [BIN_DIR]   (default: bazel-bin)

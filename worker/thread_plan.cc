@@ -44,7 +44,7 @@ absl::StatusOr<ThreadPlan> PlanThreads(const ThreadPlanInputs& in) {
                                     in.local_workers == 0 ? ", none said otherwise" : "", ")");
   }
   if (plan.threads > 1) {
-    // Measured (tools/compute_bench.sh's thread-plan table, README): a model of Linear layers
+    // Measured (tools/compute_bench.sh's thread-plan table, docs/benchmarks/compute.md): a model of Linear layers
     // only (mlp) is fastest on BLAS's threads with no pool beside them, a model with
     // convolutions (LeNet, ResNet-18) with its layers split over the pool.
     plan.dense_gemm = nn::DenseGemm::kByModel;

@@ -35,7 +35,7 @@ struct ThreadPlan {
 // by the cgroup quota. With more than one thread, every layer splits over the model's pool,
 // except in a model without convolutions, which has no pool and runs each GEMM on BLAS's
 // threads (DenseGemm::kByModel: the faster way per model as measured on the 2-core machine,
-// tools/compute_bench.sh, README). An explicit count wins over auto, with the same
+// tools/compute_bench.sh, docs/benchmarks/compute.md). An explicit count wins over auto, with the same
 // rule. InvalidArgument for a flag that is neither "auto" nor an integer >= 0, or for
 // local_workers < 0.
 absl::StatusOr<ThreadPlan> PlanThreads(const ThreadPlanInputs& in);

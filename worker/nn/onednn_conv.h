@@ -6,7 +6,7 @@
 // share that scratch (the pool's, see Conv2d).
 //
 // Where it is used is a measured rule (PreferOneDnn): oneDNN wins on some shapes and loses
-// on others (tests/bench:conv_dnnl_probe, README).
+// on others (tests/bench:conv_dnnl_probe, docs/benchmarks/onednn_conv.md).
 #ifndef DPTRAIN_WORKER_NN_ONEDNN_CONV_H_
 #define DPTRAIN_WORKER_NN_ONEDNN_CONV_H_
 
@@ -25,7 +25,7 @@ struct Conv2dOptions;  // conv2d.h
 
 // The measured rule for kAuto, for a layer with a pool of `threads` threads
 // (tests/bench:conv_dnnl_probe per layer, batch 256, forward + both backward passes, reorders
-// counted; compute_head_to_head.py's auto-vs-im2col step for the whole model; README): on one
+// counted; compute_head_to_head.py's auto-vs-im2col step for the whole model; docs/benchmarks/compute.md): on one
 // thread, oneDNN for kernels larger than 1x1 with 6 or more input channels and outputs of 7x7
 // or more (LeNet's second layer 1.4x, ResNet-18's 3x3 layers 1.05-1.10x; the models' steps
 // 1.05-1.25x); im2col + OpenBLAS for a single input channel (0.3-0.5x), 1x1 kernels (0.75x),

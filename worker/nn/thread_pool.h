@@ -33,7 +33,7 @@ namespace nn {
 // pool; every layer splits its batch over it (each GEMM piece single-threaded in BLAS, BLAS
 // set to 1 thread). kBlasThreads: no pool; every GEMM runs whole on the calling thread with
 // BLAS's own threads, the rest of the step on the caller. Measured on 2 cores
-// (tools/compute_bench.sh, README): BLAS threads win on a model of Linear layers only (mlp:
+// (tools/compute_bench.sh, docs/benchmarks/compute.md): BLAS threads win on a model of Linear layers only (mlp:
 // the step is a few large GEMMs, and a pool's idle threads beside BLAS's spinning ones
 // oversubscribe the cores), the pool wins where there are convolutions (LeNet: many small
 // im2col GEMMs). kByModel picks by that rule (model.h's CreateModel).
