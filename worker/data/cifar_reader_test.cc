@@ -10,6 +10,7 @@
 namespace dptrain {
 namespace {
 
+using testing_files::ExpectError;
 using testing_files::FreshDir;
 using testing_files::WriteFile;
 using Bytes = std::vector<uint8_t>;
@@ -39,15 +40,6 @@ std::string Cifar10Dir(const std::string& name) {
   }
   WriteFile(dir + "/test_batch.bin", Records(100, {4, 5, 6}, false));
   return dir;
-}
-
-void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,
-                 const std::string& fragment) {
-  ASSERT_FALSE(result.ok());
-  const std::string message(result.status().message());
-  EXPECT_EQ(result.status().code(), code) << result.status();
-  EXPECT_NE(message.find(fragment), std::string::npos) << message;
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 TEST(CifarReaderTest, LoadsCifar10TrainingBatchesInOrder) {

@@ -14,6 +14,7 @@
 namespace dptrain {
 namespace {
 
+using testing_files::ExpectError;
 using testing_files::FreshDir;
 using testing_files::MakeDirs;
 using testing_files::WriteFile;
@@ -36,15 +37,6 @@ Pixels Gray(int seed) {
   Pixels gray;
   for (int p = 0; p < 12; ++p) gray.push_back(static_cast<uint8_t>(seed + 3 * p));
   return gray;
-}
-
-void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,
-                 const std::string& fragment) {
-  ASSERT_FALSE(result.ok());
-  const std::string message(result.status().message());
-  EXPECT_EQ(result.status().code(), code) << result.status();
-  EXPECT_NE(message.find(fragment), std::string::npos) << message;
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 float At(const Dataset& d, int64_t i, int c, int p) { return d.image(i)[c * d.rows * d.cols + p]; }

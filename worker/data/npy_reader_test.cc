@@ -12,6 +12,7 @@
 namespace dptrain {
 namespace {
 
+using testing_files::ExpectError;
 using testing_files::FreshDir;
 using testing_files::WriteFile;
 
@@ -45,15 +46,6 @@ std::string Pair(const std::string& dir, const std::string& images, const std::s
   WriteFile(dir + "/" + split + "_images.npy", images);
   WriteFile(dir + "/" + split + "_labels.npy", labels);
   return dir;
-}
-
-void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,
-                 const std::string& fragment) {
-  ASSERT_FALSE(result.ok());
-  const std::string message(result.status().message());
-  EXPECT_EQ(result.status().code(), code) << result.status();
-  EXPECT_NE(message.find(fragment), std::string::npos) << message;
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 // Two 2x3 one-channel uint8 images.

@@ -50,5 +50,14 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,
+                 const std::string& fragment) {
+  ASSERT_FALSE(result.ok());
+  const std::string message(result.status().message());
+  EXPECT_EQ(result.status().code(), code) << result.status();
+  EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
 }  // namespace testing_files
 }  // namespace dptrain

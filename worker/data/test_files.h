@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "worker/data/dataset.h"
 
 namespace dptrain {
 namespace testing_files {
@@ -24,6 +26,10 @@ std::string ReadFile(const std::string& path);
 
 // Creates `path` and its missing parents.
 void MakeDirs(const std::string& path);
+
+// `result` failed with `code` and one line of message holding `fragment`.
+void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,
+                 const std::string& fragment);
 
 }  // namespace testing_files
 }  // namespace dptrain

@@ -13,29 +13,14 @@ namespace dptrain {
 namespace graph {
 namespace {
 
+using nn::Dot;
 using nn::ExpectAllClose;
+using nn::PickIndices;
 using nn::RandomVector;
 
 template <typename T>
 std::vector<double> ToDouble(const T* data, int64_t n) {
   return std::vector<double>(data, data + n);
-}
-
-double Dot(nn::TensorRef<double> y, const std::vector<double>& g) {
-  double sum = 0;
-  for (int64_t i = 0; i < y.size(); ++i) sum += y.data[i] * g[i];
-  return sum;
-}
-
-// At most `limit` indices of [0, n), all of them if n <= limit.
-std::vector<int64_t> Pick(int64_t n, int limit, uint64_t seed) {
-  std::vector<int64_t> all(n);
-  for (int64_t i = 0; i < n; ++i) all[i] = i;
-  if (n <= limit) return all;
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < limit; ++i) std::swap(all[i], all[i + rng() % (n - i)]);
-  all.resize(limit);
-  return all;
 }
 
 }  // namespace
@@ -101,7 +86,7 @@ void CheckGraphGradients(const Graph& graph, const OpRegistry& registry,
   auto check = [&](const std::string& what, std::vector<double>& values,
                    const std::vector<double>& analytic, int64_t begin, int64_t size) {
     std::vector<double> numeric, expected;
-    for (int64_t i : Pick(size, options.max_fd_checks, options.seed + 3)) {
+    for (int64_t i : PickIndices(size, options.max_fd_checks, options.seed + 3)) {
       double& v = values[begin + i];
       const double saved = v;
       v = saved + options.fd_step;

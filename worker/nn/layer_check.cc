@@ -20,6 +20,8 @@ std::vector<double> ToVector(TensorRef<T> t) {
   return std::vector<double>(t.data, t.data + t.size());
 }
 
+}  // namespace
+
 double Dot(TensorRef<double> y, const std::vector<double>& g) {
   double sum = 0;
   for (int64_t i = 0; i < y.size(); ++i) sum += y.data[i] * g[i];
@@ -36,6 +38,8 @@ std::vector<int64_t> PickIndices(int64_t n, int limit, uint64_t seed) {
   all.resize(limit);
   return all;
 }
+
+namespace {
 
 // Central differences of L = sum(g * layer(x)) with respect to `values` (the input or the
 // parameters the layer is bound to), at the chosen indices.

@@ -17,6 +17,11 @@ namespace nn {
 // n values drawn from U(-scale, scale) with a fixed generator seeded by `seed`.
 std::vector<double> RandomVector(int64_t n, double scale, uint64_t seed);
 
+// sum(y * g): the scalar loss whose finite differences the checks take.
+double Dot(TensorRef<double> y, const std::vector<double>& g);
+// At most `limit` indices of [0, n) drawn from `seed`, all of them if n <= limit.
+std::vector<int64_t> PickIndices(int64_t n, int limit, uint64_t seed);
+
 // Expects |actual[i] - expected[i]| <= tolerance * max(1e-6, max_j |expected[j]|) for every i, and
 // reports the worst element. `what` names the tensor in the failure message.
 void ExpectAllClose(const std::string& what, const std::vector<double>& actual,
