@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
   }
   int failed = 0;
   for (const std::string& address : addresses) {
-    auto stub =
-        dptrain::proto::ParameterServer::NewStub(dptrain::MakeChannel(address, **credentials));
+    const auto channel = dptrain::MakeChannel(address, **credentials);
+    auto stub = dptrain::proto::ParameterServer::NewStub(channel);
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     dptrain::proto::ShardInfoResponse info;
@@ -58,13 +58,18 @@ int main(int argc, char** argv) {
       ++failed;
       continue;
     }
-    // The sparse tables (an older server without them answers UNIMPLEMENTED: none shown).
-    auto sparse_stub =
-        dptrain::proto::SparseTables::NewStub(dptrain::MakeChannel(address, **credentials));
+    // The sparse tables, on the same channel. A server older than them answers
+    // UNIMPLEMENTED: it holds none. Any other failure is reported and counts as no answer.
+    auto sparse_stub = dptrain::proto::SparseTables::NewStub(channel);
     grpc::ClientContext sparse_context;
     sparse_context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     dptrain::proto::SparseStatusResponse tables;
-    (void)sparse_stub->Status(&sparse_context, {}, &tables);
+    const grpc::Status sparse = sparse_stub->Status(&sparse_context, {}, &tables);
+    if (!sparse.ok() && sparse.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+      std::cout << address << ": no answer about its sparse tables (" << sparse.error_message()
+                << ")" << std::endl;
+      ++failed;
+    }
     if (absl::GetFlag(FLAGS_json)) {
       std::string line = dptrain::ShardInfoJson(info);
       line.pop_back();  // The object's closing brace: the tables join it.
