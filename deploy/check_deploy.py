@@ -555,8 +555,15 @@ def check_compose_job(profile, svcs, secrets):
         if profile == "gpu":
             devices = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations")
                        or {}).get("devices") or []
-            if not any("gpu" in (d.get("capabilities") or []) for d in devices):
+            gpus = [d for d in devices if "gpu" in (d.get("capabilities") or [])]
+            if not gpus:
                 fail(f"{where}: {name} reserves no GPU")
+            # One GPU per worker: the container then sees it as GPU 0, whatever its LOCAL_RANK
+            # (gpu_worker --device=auto takes LOCAL_RANK mod the visible GPUs).
+            for d in gpus:
+                ids = d.get("device_ids")
+                if (str(d.get("count")) != "1" if ids is None else len(ids) != 1):
+                    fail(f"{where}: {name} reserves {d.get('count', ids)} GPUs, not one")
     if sorted(ranks) != list(range(n_workers)):
         fail(f"{where}: ranks {sorted(ranks)} are not 0..{n_workers - 1}")
     if len(lrs - {None}) > 1:

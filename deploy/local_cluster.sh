@@ -12,7 +12,9 @@
 # reducer or the rendezvous on a free port), except with --run and an explicit --shards=S:
 # then S shards hold the job's sparse embedding tables (dptrain.torch.SparseEmbedding) while
 # the dense gradients take the mode's way. WORKER_FLAGS go to every worker
-# (e.g. --model=lenet --epochs=5 --batch_size=128).
+# (e.g. --model=lenet --epochs=5 --batch_size=128). Each worker gets LOCAL_RANK=<its rank> and
+# LOCAL_WORLD_SIZE=<workers>: its share of the cores, and on a host with GPUs its own GPU
+# (gpu_worker --device=auto|cuda: GPU LOCAL_RANK mod the visible GPUs).
 # --run: each worker is COMMAND instead (a PyTorch script using dptrain.torch, e.g.
 # `--run -- python3 examples/torch/train_fashion_mnist.py --epochs=1`) with torchrun's
 # environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a
@@ -55,7 +57,7 @@ while (($#)); do
     --run) run=1 ;;
     --shard_optimizer=*) shard_optimizer="${1#*=}" ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --*) passed_flags+=("$1") ;;  # Checked against the binary below.
     *) echo "local_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -190,7 +192,9 @@ fi
 start_worker() {
   local r=$1
   shift
-  # All the workers share this host: each takes its share of the cores (--threads=auto).
+  # All the workers share this host: each takes its share of the cores (--threads=auto) and,
+  # under --device=auto|cuda, GPU LOCAL_RANK mod the GPUs it sees (one GPU per worker while
+  # there are enough; --device=cuda:N in WORKER_FLAGS puts every worker on GPU N).
   LOCAL_WORLD_SIZE="$workers" LOCAL_RANK="$r" \
   "$gpu_worker" "${mode_flags[@]}" --rank="$r" --world_size="$workers" --lr="$lr" \
     --metrics_out="$logs/worker$r.jsonl" $(security "worker-$r") "$@" \

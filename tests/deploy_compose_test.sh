@@ -7,12 +7,12 @@
 #   --shard are 0..S-1, --num_shards/--num_workers match the services, workers' --ps lists
 #   the shards in order with their ports, ranks are 0..N-1, --world_size = N, one learning
 #   rate, health_probe healthchecks, workers wait for healthy shards, no restart that masks
-#   failures, GPU reservations in the gpu profile; security on: every process has
+#   failures, one GPU reserved per worker in the gpu profile; security on: every process has
 #   --tls_cert/--tls_key/--tls_ca/--job_token_file, each a secret under /run/secrets that is
 #   the file tools/make_certs.sh writes for that process (ps-I, worker-R, ca.crt,
 #   job_token), and every health check presents the same;
 # - mutated copies fail: --num_shards=3 on one shard, a token that is not a mounted secret,
-#   a worker that mounts another rank's certificate.
+#   a worker that mounts another rank's certificate, a GPU worker that reserves every GPU.
 source "$(dirname "$0")/testlib.sh"
 CHECK="$ROOT/deploy/check_deploy.py"
 COMPOSE="$ROOT/deploy/docker-compose.yml"
@@ -73,4 +73,6 @@ mutate "--job_token_file=/tmp/token is not a mounted secret" \
   "a job token outside the secrets"
 mutate "worker-1: --tls_cert reads secret worker-0-crt" \
   '0,/source: worker-1-crt/s//source: worker-0-crt/' "rank 1 with rank 0's certificate"
+# Every GPU for one worker: it would see them all and take GPU 0, as would the other.
+mutate "reserves all GPUs, not one" '0,/count: 1/s//count: all/' "a GPU worker reserving every GPU"
 echo PASS

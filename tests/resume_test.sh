@@ -7,6 +7,8 @@
 # (kill -9), the job restarted with --resume continues from the newest one and ends with
 # weights bit-identical to the uninterrupted run (the data order is a function of the step).
 # Without --resume, a --save_dir holding checkpoints is refused; with it, an empty one is.
+# DPTRAIN_WORKER_FLAGS: more flags for every worker (tools/gpu/check.sh: --device=cuda
+# --deterministic, the GPU replicas' optimizer state in the checkpoints).
 source "$(dirname "$0")/testlib.sh"
 need_data
 mode=${1:-master}
@@ -18,7 +20,8 @@ case $mode in
   *) die "unknown mode '$mode'" ;;
 esac
 
-common=("${extra[@]}" --mode="$mode" --world_size=2 --epochs=2 --threads=1 --seed=5 --lr=0.05 --momentum=0.9
+read -r -a from_env <<<"${DPTRAIN_WORKER_FLAGS:-}"
+common=("${extra[@]}" "${from_env[@]}" --mode="$mode" --world_size=2 --epochs=2 --threads=1 --seed=5 --lr=0.05 --momentum=0.9
         --master_addr=127.0.0.1 --advertise_host=127.0.0.1 --bind_address=127.0.0.1
         --step_timeout=20s --data_dir="$DATA_DIR")
 flags=("${common[@]}" --model=lenet --batch_size=32 --max_steps_per_epoch=50 --test_subset=300)

@@ -4,8 +4,10 @@ set -euo pipefail
 
 ROOT="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-dptrain}"
 [[ -d "$ROOT/server" ]] || ROOT="$PWD"
-PS_SERVER="$ROOT/server/ps_server"
-GPU_WORKER="$ROOT/worker/gpu_worker"
+# DPTRAIN_PS_SERVER / DPTRAIN_GPU_WORKER: other builds (tools/gpu/check.sh runs some of these
+# tests on a GPU machine with its bundle's binaries).
+PS_SERVER="${DPTRAIN_PS_SERVER:-$ROOT/server/ps_server}"
+GPU_WORKER="${DPTRAIN_GPU_WORKER:-$ROOT/worker/gpu_worker}"
 LAUNCHER="$ROOT/deploy/local_cluster.sh"
 SCRATCH="${TEST_TMPDIR:-$(mktemp -d)}"
 DATA_DIR="${DPTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}"

@@ -60,7 +60,17 @@ expect_error "28x28 weights into a 32x32 mlp" "--load_model: .*tensor '1.weight'
   --load_model="$SCRATCH/mlp.32.safetensors"
 expect_error "no --ps" "--ps is required"
 expect_error "rank >= world size" "rank 3 is not in" --ps=127.0.0.1:1 --rank=3 --world_size=2
-expect_error "bad device" "--device must be" --ps=127.0.0.1:1 --device=tpu
+expect_error "bad device" "--device=tpu: expected auto, cpu, cuda or cuda:N" --ps=127.0.0.1:1 --device=tpu
+expect_error "bad GPU index" "--device=cuda:x: expected auto, cpu, cuda or cuda:N" \
+  --ps=127.0.0.1:1 --device=cuda:x
+expect_error "negative GPU index" "--device=cuda:-1: N must be >= 0" --ps=127.0.0.1:1 --device=cuda:-1
+# An explicit GPU that is not there: "only N GPUs are visible" on a GPU machine, the probe's
+# reason without one (or "built without CUDA").
+expect_error "a GPU index beyond the GPUs" \
+  "--device=cuda:64: \(only [0-9]* GPUs\{0,1\} \(is\|are\) visible\|no GPU is visible\|.*use --device=cpu or auto\)" \
+  --ps=127.0.0.1:1 --device=cuda:64
+LOCAL_RANK=x expect_error "bad LOCAL_RANK env" "\$LOCAL_RANK='x' is not a non-negative integer" \
+  --ps=127.0.0.1:1
 # (A build without the toolkit says "built without CUDA" instead.)
 expect_error "cuda without a usable GPU" "--device=cuda: .*use --device=cpu or auto" \
   --ps=127.0.0.1:1 --device=cuda

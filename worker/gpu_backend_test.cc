@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -32,8 +33,7 @@ TEST_F(GpuBackendTest, MissingFileIsUnavailableAndNamed) {
   auto backend = LoadCudaBackend();
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(backend.status().message().find("/nonexistent/libdptrain_cuda.so"),
-            std::string::npos)
+  EXPECT_NE(backend.status().message().find("/nonexistent/libdptrain_cuda.so"), std::string::npos)
       << backend.status();
 }
 
@@ -57,10 +57,21 @@ TEST_F(GpuBackendTest, TheRealPluginLoadsAndProbes) {
   setenv("DPTRAIN_CUDA_BACKEND", plugin.c_str(), 1);
   auto backend = LoadCudaBackend();
   ASSERT_TRUE(backend.ok()) << backend.status();
-  auto gpu = (*backend)->Probe();
-  if (gpu.ok()) {
-    EXPECT_NE(gpu->find("GPU 0 is a"), std::string::npos) << *gpu;
-  } else {  // This machine: no driver, or no device.
+  absl::StatusOr<int> count = (*backend)->DeviceCount();
+  if (count.ok()) {
+    EXPECT_GE(*count, 0);
+    for (int device = 0; device < *count; ++device) {
+      auto gpu = (*backend)->Probe(device);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      EXPECT_EQ(gpu->rfind(absl::StrCat("GPU ", device, " is a "), 0), 0u) << *gpu;
+    }
+    EXPECT_FALSE((*backend)->Probe(*count).ok());  // One past the last.
+  } else {
+    // This machine: no driver.
+    EXPECT_EQ(count.status().code(), absl::StatusCode::kUnavailable) << count.status();
+  }
+  auto gpu = (*backend)->Probe(0);
+  if (!gpu.ok()) {  // No driver, or no device.
     EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnavailable) << gpu.status();
   }
   nn::ModelOptions model;

@@ -8,6 +8,7 @@
 // PS shard.
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "worker/data/data_source.h"
 #include "worker/data/transforms.h"
+#include "worker/device_choice.h"
 #include "worker/gpu_backend.h"
 #include "worker/graph/onnx_import.h"
 #include "worker/nn/model.h"
@@ -57,22 +59,44 @@ absl::Status WithTlsHint(const absl::Status& s, const Credentials& credentials) 
                          "--tls_key and --tls_ca too)"));
 }
 
-// What looking for a GPU found: the CUDA backend (loaded, and a kernel ran on the GPU), or
-// why not.
+// What looking for a GPU found: the CUDA backend (loaded, and a kernel ran on the chosen
+// GPU) and which GPU, or why there is none.
 struct GpuProbe {
   std::unique_ptr<cuda::Backend> backend;  // Null without a usable GPU.
-  std::string description;
+  int device = 0;                          // With a backend: the GPU, CUDA's index.
+  std::string description;                 // "GPU 1 is a ...", or why there is no GPU.
+  std::string reason;                      // Why that GPU (DeviceChoice::reason).
 };
 
-GpuProbe ProbeForTraining() {
+GpuProbe NoGpu(absl::string_view why) {
+  return GpuProbe{nullptr, 0, absl::StrCat("no usable GPU: ", why), ""};
+}
+
+// Loads the backend, counts the GPUs this process sees and probes the one that --device and
+// the local rank pick (worker/device_choice.h). An error when the GPU asked for is not
+// there (--device=cuda:3 with two GPUs); a probe without a backend that says why when
+// there is no usable GPU at all.
+absl::StatusOr<GpuProbe> ProbeForTraining(const WorkerConfig& config) {
 #ifdef DPTRAIN_HAVE_CUDA
   auto backend = LoadCudaBackend();
-  if (!backend.ok()) return {nullptr, absl::StrCat("no usable GPU: ", backend.status().message())};
-  auto gpu = (*backend)->Probe();
-  if (!gpu.ok()) return {nullptr, absl::StrCat("no usable GPU: ", gpu.status().message())};
-  return {*std::move(backend), *gpu};
+  if (!backend.ok()) return NoGpu(backend.status().message());
+  absl::StatusOr<int> count = (*backend)->DeviceCount();
+  if (!count.ok()) return NoGpu(count.status().message());
+  absl::StatusOr<DeviceChoice> choice = ChooseDevice(config.device, config.local_rank, *count);
+  if (!choice.ok()) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (visible == nullptr) return choice.status();
+    return absl::Status(
+        choice.status().code(),
+        absl::StrCat(choice.status().message(), " (CUDA_VISIBLE_DEVICES='", visible, "')"));
+  }
+  if (!choice->gpu.has_value()) return NoGpu(choice->reason);
+  auto gpu = (*backend)->Probe(*choice->gpu);
+  if (!gpu.ok()) return NoGpu(gpu.status().message());
+  return GpuProbe{*std::move(backend), *choice->gpu, *gpu, choice->reason};
 #else
-  return {nullptr, "built without CUDA"};
+  (void)config;
+  return GpuProbe{nullptr, 0, "built without CUDA", ""};
 #endif
 }
 
@@ -172,36 +196,42 @@ absl::Status Run(const WorkerConfig& config) {
   }
   DPTRAIN_ASSIGN_OR_RETURN(auto telemetry,
                            TelemetryFromFlags(absl::StrCat("gpu_worker rank ", config.rank)));
-  if (IsOnnxModel(config.model) && config.device == "cuda") {
+  const DeviceKind device = config.device.kind;
+  if (IsOnnxModel(config.model) && device == DeviceKind::kCuda) {
     return absl::UnimplementedError(
         "--model=FILE.onnx trains on the CPU only so far (its GPU ops are not written yet): "
         "use --device=cpu");
   }
   // An ONNX model runs on the CPU, whatever --device=auto would find.
-  const GpuProbe gpu = config.device == "cpu" || IsOnnxModel(config.model)
-                           ? GpuProbe{nullptr, "ONNX models train on the CPU"}
-                           : ProbeForTraining();
-  if (config.device == "cuda" && gpu.backend == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--device=cuda: ", gpu.description, "; use --device=cpu or auto"));
+  GpuProbe gpu{nullptr, 0, "ONNX models train on the CPU", ""};
+  if (device != DeviceKind::kCpu && !IsOnnxModel(config.model)) {
+    DPTRAIN_ASSIGN_OR_RETURN(gpu, ProbeForTraining(config));
+  }
+  if (device == DeviceKind::kCuda && gpu.backend == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", config.device.flag, ": ", gpu.description, "; use --device=cpu or auto"));
   }
   const bool on_gpu = gpu.backend != nullptr;
   if (config.precision != "fp32" && !on_gpu) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--precision=", config.precision, " computes on the GPU, and this worker runs on the CPU (",
-        config.device == "cpu" ? "--device=cpu" : gpu.description, "): use --precision=fp32"));
+        device == DeviceKind::kCpu ? "--device=cpu" : gpu.description, "): use --precision=fp32"));
   }
 
   const std::string who = absl::StrCat("rank ", config.rank, "/", config.world_size);
-  std::cout << who << ": device " << (on_gpu ? "cuda" : "cpu")
-            << (config.device == "cpu" ? ""
-                : on_gpu               ? absl::StrCat(" (", gpu.description, ", ",
-                                        config.precision != "fp32" ? config.precision
-                                                      : config.tf32              ? "TF32"
-                                                                                 : "strict fp32",
-                                                      ")")
-                         : absl::StrCat(" (auto: ", gpu.description, "; training runs on the CPU)"))
-            << std::endl;
+  std::string where;  // The startup line's device.
+  if (on_gpu) {
+    where = absl::StrCat("cuda (", gpu.description, ", ",
+                         config.precision != "fp32" ? config.precision
+                         : config.tf32              ? "TF32"
+                                                    : "strict fp32",
+                         config.deterministic ? ", deterministic" : "", "; ", gpu.reason, ")");
+  } else if (device == DeviceKind::kCpu) {
+    where = "cpu";
+  } else {
+    where = absl::StrCat("cpu (auto: ", gpu.description, "; training runs on the CPU)");
+  }
+  std::cout << who << ": device " << where << std::endl;
 
   std::optional<HealthServer> health;
   StatusService status_service(config.rank, config.world_size,
@@ -228,6 +258,8 @@ absl::Status Run(const WorkerConfig& config) {
   if (replicas_apply) model_options.optimizer = config.optimizer;
   cuda::BackendOptions backend;
   backend.tf32 = config.tf32;
+  backend.deterministic = config.deterministic;
+  backend.device = gpu.device;
   backend.precision = config.precision;
   std::unique_ptr<nn::Model> model;
   if (IsOnnxModel(config.model)) {

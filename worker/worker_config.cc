@@ -73,7 +73,18 @@ ABSL_FLAG(int, random_crop_padding, 0,
 ABSL_FLAG(bool, random_hflip, false,
           "Training augmentation: flip each image horizontally with probability 1/2.");
 ABSL_FLAG(std::string, device, "auto",
-          "auto (the GPU when one works, else the CPU; says which), cpu or cuda.");
+          "auto (a GPU when one works, else the CPU; says which), cpu, cuda (a GPU, or fail) "
+          "or cuda:N (GPU N of the visible ones, CUDA's numbering after "
+          "CUDA_VISIBLE_DEVICES). auto and cuda take GPU local_rank mod the visible GPUs "
+          "(--local_rank), so that the workers of a host get one GPU each.");
+ABSL_FLAG(int, local_rank, -1,
+          "This worker's index among the workers of its host, which picks its GPU under "
+          "--device=auto|cuda; default: $LOCAL_RANK (torchrun and deploy/local_cluster.sh set "
+          "it), else 0.");
+ABSL_FLAG(bool, deterministic, false,
+          "GPU only: only cuDNN algorithms that are deterministic (PyTorch's "
+          "torch.backends.cudnn.deterministic), so that the same inputs give bitwise-"
+          "reproducible gradients; maybe slower.");
 ABSL_FLAG(bool, tf32, false,
           "CUDA: let cuBLAS and cuDNN round fp32 products through TF32 tensor cores "
           "(PyTorch's allow_tf32); off: strict fp32.");
@@ -194,6 +205,17 @@ absl::Status ReadIdentity(WorkerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", c.rank, " is not in [0, world_size=", c.world_size, ")"));
   }
+  const int local_rank = absl::GetFlag(FLAGS_local_rank);
+  if (local_rank >= 0) {
+    c.local_rank = local_rank;
+  } else if (const char* env = std::getenv("LOCAL_RANK"); env != nullptr && *env != '\0') {
+    int parsed;
+    if (!absl::SimpleAtoi(env, &parsed) || parsed < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("$LOCAL_RANK='", env, "' is not a non-negative integer"));
+    }
+    c.local_rank = parsed;
+  }
   const int local = absl::GetFlag(FLAGS_local_world_size);
   if (local >= 0) {
     c.local_world_size = local;
@@ -202,6 +224,10 @@ absl::Status ReadIdentity(WorkerConfig& c) {
       return absl::InvalidArgumentError(
           absl::StrCat("LOCAL_WORLD_SIZE must be an integer, got '", env, "'"));
     }
+  }
+  if (c.local_rank.has_value() && c.local_world_size > 0 && *c.local_rank >= c.local_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local rank ", *c.local_rank, " is not in [0, local_world_size=", c.local_world_size, ")"));
   }
   c.job_id = absl::GetFlag(FLAGS_job_id);
   const std::string mode = absl::GetFlag(FLAGS_mode);
@@ -239,11 +265,7 @@ absl::Status ReadIdentity(WorkerConfig& c) {
 }
 
 absl::Status ReadCompute(WorkerConfig& c) {
-  c.device = absl::GetFlag(FLAGS_device);
-  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device must be auto, cpu or cuda, got '", c.device, "'"));
-  }
+  DPTRAIN_ASSIGN_OR_RETURN(c.device, ParseDeviceFlag(absl::GetFlag(FLAGS_device)));
   c.precision = absl::GetFlag(FLAGS_precision);
   if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16") {
     return absl::InvalidArgumentError(
@@ -253,6 +275,7 @@ absl::Status ReadCompute(WorkerConfig& c) {
   if (c.precision != "fp32" && c.tf32) {
     return absl::InvalidArgumentError("--tf32 applies to --precision=fp32 only");
   }
+  c.deterministic = absl::GetFlag(FLAGS_deterministic);
   c.threads = absl::GetFlag(FLAGS_threads);
   c.conv_name = absl::GetFlag(FLAGS_conv);
   if (c.conv_name == "im2col") {

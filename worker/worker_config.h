@@ -16,6 +16,7 @@
 #include "common/lr_schedule.h"
 #include "common/optimizer.h"
 #include "server/aggregation_policy.h"
+#include "worker/device_choice.h"
 #include "worker/nn/layer.h"
 
 namespace dptrain {
@@ -56,6 +57,9 @@ struct WorkerConfig {
   int rank = 0;
   int world_size = 1;
   int local_world_size = 0;  // 0: not given (one worker per host).
+  // This worker's index among the workers of its host (--local_rank, $LOCAL_RANK); none: not
+  // given. Picks its GPU (device_choice.h).
+  std::optional<int> local_rank;
   std::string job_id = "dptrain";
   SyncMode mode = SyncMode::kPs;
   std::vector<std::string> ps;  // Shard addresses, ps mode.
@@ -67,9 +71,10 @@ struct WorkerConfig {
   int health_port = -1;  // -1: no health service.
 
   // Compute.
-  std::string device = "auto";  // auto | cpu | cuda
+  DeviceSpec device;  // auto | cpu | cuda | cuda:N; the GPU is chosen at start (ChooseDevice).
   std::string precision = "fp32";
   bool tf32 = false;
+  bool deterministic = false;    // GPU: deterministic cuDNN algorithms only.
   std::string threads = "auto";  // worker/thread_plan.h's flag.
   nn::ConvAlgorithm conv = nn::ConvAlgorithm::kAuto;
   std::string conv_name = "auto";
@@ -106,8 +111,8 @@ struct WorkerConfig {
 };
 
 // Reads every gpu_worker flag (and $RANK, $WORLD_SIZE, $JOB_COMPLETION_INDEX, $MASTER_ADDR,
-// $MASTER_PORT, $LOCAL_WORLD_SIZE where the flags leave them open) and validates them:
-// InvalidArgument (or FailedPrecondition) naming the flag for a bad value or combination.
+// $MASTER_PORT, $LOCAL_WORLD_SIZE, $LOCAL_RANK where the flags leave them open) and validates
+// them: InvalidArgument (or FailedPrecondition) naming the flag for a bad value or combination.
 // Checks that need the machine (a GPU, the data, the save directory's contents) come later.
 absl::StatusOr<WorkerConfig> WorkerConfigFromFlags();
 

@@ -21,7 +21,7 @@ class WorkerConfigTest : public testing::Test {
  protected:
   void SetUp() override {
     for (const char* name : {"RANK", "WORLD_SIZE", "JOB_COMPLETION_INDEX", "MASTER_ADDR",
-                             "MASTER_PORT", "LOCAL_WORLD_SIZE"}) {
+                             "MASTER_PORT", "LOCAL_WORLD_SIZE", "LOCAL_RANK"}) {
       unsetenv(name);
     }
   }
@@ -90,6 +90,13 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
        "--tf32 applies to --precision=fp32 only"},
       {{{"ps", "a:1"}, {"conv", "fft"}}, "--conv: must be auto, im2col or onednn, got 'fft'"},
       {{{"ps", "a:1"}, {"batch_size", "0"}}, "--batch_size: must be >= 1"},
+      {{{"ps", "a:1"}, {"device", "tpu"}}, "--device=tpu: expected auto, cpu, cuda or cuda:N"},
+      {{{"ps", "a:1"}, {"device", "cuda:x"}},
+       "--device=cuda:x: expected auto, cpu, cuda or cuda:N"},
+      {{{"ps", "a:1"}, {"device", "cuda:"}}, "--device=cuda:: expected auto, cpu, cuda or cuda:N"},
+      {{{"ps", "a:1"}, {"device", "cuda:-1"}}, "--device=cuda:-1: N must be >= 0"},
+      {{{"ps", "a:1"}, {"local_rank", "2"}, {"local_world_size", "2"}},
+       "local rank 2 is not in [0, local_world_size=2)"},
   };
   for (const Case& c : cases) {
     absl::FlagSaver saver;
@@ -98,6 +105,61 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
     ASSERT_FALSE(config.ok()) << c.message;
     EXPECT_EQ(config.status().message(), c.message);
   }
+}
+
+TEST_F(WorkerConfigTest, DeviceAndLocalRank) {
+  Set("ps", "a:1");
+  absl::StatusOr<WorkerConfig> c = WorkerConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->device.kind, DeviceKind::kAuto);
+  EXPECT_FALSE(c->local_rank.has_value());  // Neither flag nor environment: not given.
+  EXPECT_FALSE(c->deterministic);
+
+  setenv("LOCAL_RANK", "3", 1);  // As torchrun and deploy/local_cluster.sh set it.
+  Set("device", "cuda");
+  Set("deterministic", "true");
+  c = WorkerConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->device.kind, DeviceKind::kCuda);
+  EXPECT_FALSE(c->device.gpu.has_value());
+  EXPECT_EQ(c->local_rank, 3);
+  EXPECT_TRUE(c->deterministic);
+
+  Set("local_rank", "1");  // The flag wins over the environment.
+  Set("device", "cuda:2");
+  c = WorkerConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->local_rank, 1);
+  EXPECT_EQ(c->device.gpu, 2);
+  EXPECT_EQ(c->device.flag, "cuda:2");
+
+  Set("device", "cpu");
+  c = WorkerConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->device.kind, DeviceKind::kCpu);
+
+  setenv("LOCAL_WORLD_SIZE", "4", 1);  // Within the host's workers.
+  setenv("LOCAL_RANK", "", 1);         // Empty: not given.
+  Set("local_rank", "-1");
+  c = WorkerConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->local_rank.has_value());
+}
+
+TEST_F(WorkerConfigTest, LocalRankGarbageIsRefusedNamingTheVariable) {
+  Set("ps", "a:1");
+  for (const std::string value : {"x", "1x", "-1", "1.5", " ", "0x1", "99999999999"}) {
+    setenv("LOCAL_RANK", value.c_str(), 1);
+    absl::StatusOr<WorkerConfig> c = WorkerConfigFromFlags();
+    ASSERT_FALSE(c.ok()) << "LOCAL_RANK='" << value << "' accepted";
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.status().message(), "$LOCAL_RANK='" + value + "' is not a non-negative integer");
+  }
+  setenv("LOCAL_RANK", "5", 1);
+  setenv("LOCAL_WORLD_SIZE", "4", 1);
+  absl::StatusOr<WorkerConfig> c = WorkerConfigFromFlags();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "local rank 5 is not in [0, local_world_size=4)");
 }
 
 }  // namespace

@@ -20,6 +20,10 @@
 #          beside gpu_worker, fp32 and bf16: images/s, seconds per epoch, accuracy, memory;
 #   observe: adam and adamw on the device (LeNet, fp16, 2 epochs) against the same run on the
 #          CPU, with /metrics scraped while it trains: GPU memory and loss scale must be there;
+#   parity: the strict-fp32 ResNet-18 model test REPEAT (10) times and issue 28's diagnosis;
+#   device: --device=cuda:N and LOCAL_RANK; resume: tests/resume_test.sh allreduce on the GPU;
+#   bench_ours: gpu_benchmark's ResNet-18 step in fp32, fp32det, tf32, bf16;
+#   torch: dptrain.torch on CUDA tensors (tools/gpu/torch_gpu_check.py).
 # usage: [STAGES=tests,auto,observe,train,e2e,bench] [EPOCHS=10] [BUDGET=560] tools/gpu/check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,7 +82,8 @@ export LD_LIBRARY_PATH="$root/gpu/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 if [[ "$stages" == *,tests,* ]]; then
   for t in device_probe_test kernels_test cuda_raw_allocator_test gpu_network_test \
            gpu_parity_test; do
-    limited 150 "$bin/$t" >"$out/$t.log" 2>&1
+    # The ResNet-18 diagnosis (slow: a float64 reference) runs in the parity stage.
+    limited 150 "$bin/$t" --gtest_filter=-*ResNetDiagnosis* >"$out/$t.log" 2>&1
     rc=$?
     # gtest prints PASSED for the passing tests even when others failed: the exit code decides.
     if ((rc != 0)) || grep -q -E "SKIPPED|FAILED" "$out/$t.log" || ! grep -q "PASSED" "$out/$t.log"; then
@@ -89,6 +94,48 @@ if [[ "$stages" == *,tests,* ]]; then
       row "$t" "pass ($(grep -c '^\[       OK' "$out/$t.log") tests)"
     fi
   done
+fi
+
+# Issue 28's parity experiment: the strict-fp32 ResNet-18 model test REPEAT times (it failed
+# its second step in about 2 runs of 3), and the diagnosis (copy path bitwise, replay
+# determinism with and without deterministic algorithms, errors against float64) 3 times.
+if [[ "$stages" == *,parity,* ]]; then
+  repeat=${REPEAT:-10}
+  limited 120 "$bin/gpu_parity_test" --gtest_filter='Models/ModelParityTest.TrainStepSgdAndEvaluate/8' \
+    --gtest_repeat="$repeat" >"$out/parity_resnet18_fp32.log" 2>&1
+  row "ResNet-18 strict fp32 model parity, $repeat runs" \
+    "$(grep -c '^\[       OK' "$out/parity_resnet18_fp32.log") passed, $(grep -c '^\[  FAILED  \].*(' "$out/parity_resnet18_fp32.log") failed"
+  limited 150 "$bin/gpu_parity_test" --gtest_filter='Algorithms/ResNetDiagnosis.*' --gtest_repeat=3 \
+    >"$out/parity_diagnosis.log" 2>&1
+  rc=$?
+  row "ResNet-18 diagnosis (3 x {timed, deterministic} x 2 steps)" \
+    "rc $rc; $(grep -c '^diagnosis' "$out/parity_diagnosis.log") lines in parity_diagnosis.log"
+  grep '^diagnosis' "$out/parity_diagnosis.log" | sed 's/ worst_gpu_vs_f64.*//; s/^/    /' >>"$summary"
+  ((rc == 0)) || fail=1
+fi
+
+# Which GPU a worker opens: --device=cuda:N, and LOCAL_RANK modulo the visible GPUs.
+if [[ "$stages" == *,device,* ]]; then
+  for spec in "cuda:0" "cuda:1" "auto LOCAL_RANK=1" "cuda LOCAL_RANK=3"; do
+    set -- $spec
+    env ${2:-} timeout 30 "$bin/gpu_worker" --device="$1" --mode=allreduce --world_size=1 \
+      --rank=0 --lr=0.1 --data_dir=/nonexistent >"$out/device_${spec// /_}.log" 2>&1
+    row "--device=$spec" "$(grep -m1 -o -E 'device cuda \([^)]*\)|--device[^.]*' "$out/device_${spec// /_}.log" | head -c 150)"
+  done
+fi
+
+# Checkpoints on the GPU: all-reduce mode (the replicas apply the update on the device),
+# killed and resumed from --save_dir, bit-identical to the uninterrupted run (deterministic
+# cuDNN algorithms, so that both runs compute the same).
+if [[ "$stages" == *,resume,* ]]; then
+  DPTRAIN_GPU_WORKER="$bin/gpu_worker" DPTRAIN_DATA_DIR="$root/gpu/data" \
+    DPTRAIN_WORKER_FLAGS="--device=cuda --deterministic" TEST_TMPDIR="$root/resume" \
+    limited 150 tests/resume_test.sh allreduce >"$out/resume_gpu.log" 2>&1
+  rc=$?
+  mkdir -p "$out/resume" && cp "$root"/resume/*.log "$out/resume/" 2>/dev/null
+  row "all-reduce --save_dir/--resume on the GPU (tests/resume_test.sh allreduce)" \
+    "rc $rc: $(grep -E 'FAIL|PASS|bit-identical' "$out/resume_gpu.log" | tr '\n' ' ' | head -c 300)"
+  ((rc == 0)) || fail=1
 fi
 
 if [[ "$stages" == *,auto,* ]]; then
@@ -203,6 +250,14 @@ if [[ "$stages" == *,e2e,* ]]; then
   done
   { echo; echo "ResNet-18 end to end, $epochs epochs, batch 256, lr 0.1, one process on this GPU:"
     echo; python3 "$root/gpu/e2e_table.py" "$out"; } >>"$summary" 2>&1
+fi
+
+# Our ResNet-18 step alone (no PyTorch): what deterministic algorithms cost in fp32.
+if [[ "$stages" == *,bench_ours,* ]]; then
+  limited 90 "$bin/gpu_benchmark" --models=resnet18 --math=fp32,fp32det,tf32,bf16 \
+    >"$out/gpu_benchmark_ours.md" 2>"$out/gpu_benchmark_ours.err" ||
+    { row "gpu_benchmark" "FAIL (see gpu_benchmark_ours.err)"; fail=1; }
+  { echo; sed -n '/^Ours/,$p' "$out/gpu_benchmark_ours.md"; } >>"$summary"
 fi
 
 if [[ "$stages" == *,bench,* ]]; then

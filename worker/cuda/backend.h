@@ -17,19 +17,31 @@ namespace cuda {
 struct BackendOptions {
   std::string precision = "fp32";  // "fp32" | "fp16" | "bf16"
   bool tf32 = false;
+  // Only deterministic cuDNN algorithms (PyTorch's cudnn.deterministic): the same inputs give
+  // bitwise the same gradients every run, at some cost in speed.
+  bool deterministic = false;
+  // The GPU to compute on: CUDA's index among the visible ones (after CUDA_VISIBLE_DEVICES),
+  // as Probe and DeviceCount number them.
+  int device = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
 
-  // "GPU 0 is a NVIDIA H100 80GB HBM3 (sm_90)" after a kernel ran on it; Unavailable (naming
-  // the failing CUDA call) without a usable GPU.
-  virtual absl::StatusOr<std::string> Probe() = 0;
+  // How many GPUs this process sees (cudaGetDeviceCount; 0 when the driver reports none).
+  // Unavailable (naming the CUDA call) when CUDA cannot answer, e.g. with no or too old a
+  // driver. Creates no context on any GPU.
+  virtual absl::StatusOr<int> DeviceCount() = 0;
+
+  // "GPU 1 is a NVIDIA H100 80GB HBM3 (sm_90)" after a kernel ran on GPU `device` (which it
+  // leaves the calling thread's current device); Unavailable (naming the failing CUDA call)
+  // when that GPU is not usable, InvalidArgument when there is no such GPU.
+  virtual absl::StatusOr<std::string> Probe(int device) = 0;
 
   // A CudaModel (cuda_model.h). InvalidArgument for a bad model name, init or precision.
-  virtual absl::StatusOr<std::unique_ptr<nn::Model>> CreateModel(
-      const nn::ModelOptions& model, const BackendOptions& options) = 0;
+  virtual absl::StatusOr<std::unique_ptr<nn::Model>> CreateModel(const nn::ModelOptions& model,
+                                                                 const BackendOptions& options) = 0;
 };
 
 }  // namespace cuda

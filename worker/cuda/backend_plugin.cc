@@ -13,16 +13,21 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  absl::StatusOr<std::string> Probe() override {
-    absl::StatusOr<GpuInfo> gpu = ProbeGpu();
+  absl::StatusOr<int> DeviceCount() override { return VisibleGpuCount(); }
+
+  absl::StatusOr<std::string> Probe(int device) override {
+    absl::StatusOr<GpuInfo> gpu = ProbeGpu(device);
     if (!gpu.ok()) return gpu.status();
-    return absl::StrCat("GPU 0 is a ", gpu->name, " (sm_", gpu->compute_capability, ")");
+    return absl::StrCat("GPU ", gpu->device, " is a ", gpu->name, " (sm_", gpu->compute_capability,
+                        ")");
   }
 
   absl::StatusOr<std::unique_ptr<nn::Model>> CreateModel(const nn::ModelOptions& model,
                                                          const BackendOptions& options) override {
     DeviceOptions device;
+    device.device = options.device;
     device.tf32 = options.tf32;
+    device.deterministic = options.deterministic;
     if (options.precision == "fp16") {
       device.precision = Precision::kFp16;
     } else if (options.precision == "bf16") {

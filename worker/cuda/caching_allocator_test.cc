@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -14,6 +15,8 @@ struct FakeDevice {
   size_t capacity = 1 << 20;
   size_t used = 0;
   std::map<void*, size_t> live;
+  int synchronized = 0;
+  std::vector<bool*> queued;  // Flags that a synchronisation sets (work done).
   RawAllocator raw() {
     return {[this](size_t bytes) -> absl::StatusOr<void*> {
               if (used + bytes > capacity) return absl::ResourceExhaustedError("out of memory");
@@ -26,6 +29,11 @@ struct FakeDevice {
               used -= live.at(p);
               live.erase(p);
               std::free(p);
+            },
+            [this] {
+              ++synchronized;
+              for (bool* d : queued) *d = true;  // The queued work ran.
+              return absl::OkStatus();
             }};
   }
 };
@@ -80,6 +88,54 @@ TEST(CachingAllocatorTest, ReleasesTheCacheWhenOutOfMemory) {
   EXPECT_EQ(a.stats().cached_bytes, 0u);
   auto z = a.Allocate(8 * 1024);  // Really out of memory now.
   EXPECT_EQ(z.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// The OOM retry waits for queued work before it returns cached blocks to the device.
+TEST(CachingAllocatorTest, SynchronisesBeforeReleasingTheCache) {
+  FakeDevice dev;
+  dev.capacity = 10 * 1024;
+  CachingAllocator a(dev.raw());
+  auto x = a.Allocate(6 * 1024);
+  ASSERT_TRUE(x.ok());
+  ASSERT_TRUE(a.Free(*x).ok());
+  EXPECT_EQ(dev.synchronized, 0);
+  ASSERT_TRUE(a.Allocate(8 * 1024).ok());
+  EXPECT_EQ(dev.synchronized, 1);
+}
+
+// A block freed while another stream uses it is not handed out again until that use is
+// done; out of memory, a synchronisation ends every use and the block can go.
+TEST(CachingAllocatorTest, FreeWhenDefersReuseUntilDone) {
+  FakeDevice dev;
+  dev.capacity = 10 * 1024;
+  CachingAllocator a(dev.raw());
+  auto x = a.Allocate(4 * 1024);
+  ASSERT_TRUE(x.ok());
+  bool copy_done = false;
+  dev.queued.push_back(&copy_done);
+  ASSERT_TRUE(a.FreeWhen(*x, [&copy_done] { return copy_done; }).ok());
+  EXPECT_EQ(a.stats().pending_bytes, 4u * 1024);
+  auto y = a.Allocate(4 * 1024);  // Fits beside it: a new block, not the pending one.
+  ASSERT_TRUE(y.ok());
+  EXPECT_NE(*y, *x);
+  ASSERT_TRUE(a.Free(*y).ok());
+  copy_done = true;
+  auto z = a.Allocate(4 * 1024);  // Now both are free; either serves.
+  ASSERT_TRUE(z.ok());
+  EXPECT_EQ(a.stats().pending_bytes, 0u);
+  EXPECT_EQ(a.stats().cache_hits, 1u);
+
+  // Out of memory with a pending block: synchronise, then release it too.
+  auto big = a.Allocate(1024);
+  ASSERT_TRUE(big.ok());
+  bool second_done = false;
+  dev.queued = {&second_done};
+  ASSERT_TRUE(a.FreeWhen(*big, [&second_done] { return second_done; }).ok());
+  ASSERT_TRUE(a.Free(*z).ok());
+  auto huge = a.Allocate(9 * 1024);
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_TRUE(second_done) << "released only after a synchronisation";
+  EXPECT_EQ(a.stats().pending_bytes, 0u);
 }
 
 TEST(CachingAllocatorTest, BadFreesAreErrors) {

@@ -198,6 +198,16 @@ absl::Status CudaModel::DownloadGrads() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<float>> CudaModel::DeviceGradsForTest() const {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  std::vector<float> out(d_grads_.size());
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(out.data(), d_grads_.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
 absl::Status CudaModel::DownloadBuffers() {
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer_values_.data(), d_buffers_.data(),
                                                buffer_values_.size() * sizeof(float),

@@ -90,6 +90,10 @@ class CudaModel final : public nn::Model {
   // (default: from the first gradient_exchange() on).
   void set_copy_grads_during_backward(bool on) { copy_grads_during_backward_ = on; }
 
+  // Tests only: waits for all work and copies the device's gradient down whole, on the
+  // compute stream, bypassing the copies of grads() (to check those bitwise).
+  absl::StatusOr<std::vector<float>> DeviceGradsForTest() const;
+
   // Waits for everything enqueued (ApplySgd returns before its kernel ran).
   absl::Status Synchronize() { return ctx_->Synchronize(); }
 

@@ -17,7 +17,8 @@ RawAllocator CudaRawAllocator() {
             if (absl::Status s = CudaStatus(e, "cudaMalloc"); !s.ok()) return s;
             return p;
           },
-          [](void* p) { cudaFree(p); }};
+          [](void* p) { cudaFree(p); },
+          [] { return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }};
 }
 
 }  // namespace cuda

@@ -30,6 +30,8 @@ enum class Precision { kFp32, kFp16, kBf16 };
 const char* PrecisionName(Precision p);
 
 struct DeviceOptions {
+  // CUDA's index of the GPU among the visible ones. Create makes it the calling thread's
+  // current device; every later call on the context must come from that thread.
   int device = 0;
   Precision precision = Precision::kFp32;
   // Loss scale of the first fp16/bf16 step (GradScaler's 2^16); the scaler adapts it.
@@ -37,6 +39,9 @@ struct DeviceOptions {
   // fp32 only: lets cuBLAS and cuDNN round fp32 inputs to TF32 on tensor cores (PyTorch's
   // allow_tf32): ~1e-3 relative error instead of ~1e-6, several times the speed.
   bool tf32 = false;
+  // Only cuDNN algorithms that cuDNN reports deterministic (PyTorch's
+  // torch.backends.cudnn.deterministic): bitwise the same results for the same inputs.
+  bool deterministic = false;
   // Largest cuDNN workspace an algorithm may ask for; faster ones needing more are skipped.
   size_t max_workspace_bytes = size_t{1} << 30;
 };

@@ -22,16 +22,22 @@ absl::Status RunSmokeKernel() {
   float *dx = nullptr, *dy = nullptr;
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMalloc(&dx, n * sizeof(float)));
   absl::Status s = CudaStatus(cudaMalloc(&dy, n * sizeof(float)), "cudaMalloc(&dy)");
-  if (s.ok()) s = CudaStatus(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-                             "cudaMemcpy(x)");
-  if (s.ok()) s = CudaStatus(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-                             "cudaMemcpy(y)");
+  if (s.ok()) {
+    s = CudaStatus(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                   "cudaMemcpy(x)");
+  }
+  if (s.ok()) {
+    s = CudaStatus(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                   "cudaMemcpy(y)");
+  }
   if (s.ok()) {
     Saxpy<<<(n + 255) / 256, 256>>>(n, 2.0f, dx, dy);
     s = CudaStatus(cudaGetLastError(), "Saxpy<<<>>>");
   }
-  if (s.ok()) s = CudaStatus(cudaMemcpy(y.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost),
-                             "cudaMemcpy(result)");
+  if (s.ok()) {
+    s = CudaStatus(cudaMemcpy(y.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost),
+                   "cudaMemcpy(result)");
+  }
   cudaFree(dx);
   cudaFree(dy);
   if (!s.ok()) return s;
@@ -45,16 +51,31 @@ absl::Status RunSmokeKernel() {
 
 }  // namespace
 
-absl::StatusOr<GpuInfo> ProbeGpu() {
+absl::StatusOr<int> VisibleGpuCount() {
   int count = 0;
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
-  if (count < 1) return absl::UnavailableError("cudaGetDeviceCount: no CUDA device");
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorNoDevice) {
+    (void)cudaGetLastError();  // Not left for the next call's cudaGetLastError to report.
+    return 0;
+  }
+  if (absl::Status s = CudaStatus(e, "cudaGetDeviceCount(&count)"); !s.ok()) return s;
+  return count;
+}
+
+absl::StatusOr<GpuInfo> ProbeGpu(int device) {
+  absl::StatusOr<int> count = VisibleGpuCount();
+  if (!count.ok()) return count.status();
+  if (*count < 1) return absl::UnavailableError("cudaGetDeviceCount: no CUDA device");
+  if (device < 0 || device >= *count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no GPU ", device, " (", *count, *count == 1 ? " GPU" : " GPUs", " visible)"));
+  }
   cudaDeviceProp prop;
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   if (absl::Status s = RunSmokeKernel(); !s.ok()) return s;
   GpuInfo info;
-  info.device = 0;
+  info.device = device;
   info.name = prop.name;
   info.compute_capability = prop.major * 10 + prop.minor;
   info.memory_bytes = prop.totalGlobalMem;

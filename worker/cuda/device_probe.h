@@ -16,9 +16,15 @@ struct GpuInfo {
   size_t memory_bytes = 0;
 };
 
-// Device 0's description, after running a small kernel on it and checking its result.
-// Unavailable (naming the failing CUDA call) when there is no usable GPU.
-absl::StatusOr<GpuInfo> ProbeGpu();
+// How many GPUs this process sees (cudaGetDeviceCount, after CUDA_VISIBLE_DEVICES): 0 when
+// the driver reports no device; Unavailable (naming the call) when CUDA cannot answer (no
+// driver, too old a driver). Creates no context.
+absl::StatusOr<int> VisibleGpuCount();
+
+// GPU `device`'s description, after making it the calling thread's current device, running
+// a small kernel on it and checking its result. Unavailable (naming the failing CUDA call)
+// when there is no usable GPU; InvalidArgument when `device` is not in [0, VisibleGpuCount()).
+absl::StatusOr<GpuInfo> ProbeGpu(int device);
 
 }  // namespace dptrain
 

@@ -20,7 +20,9 @@
 #include "worker/cuda/cuda_model.h"
 
 ABSL_FLAG(std::string, models, "mlp,lenet,resnet18", "Models to time.");
-ABSL_FLAG(std::string, math, "fp32,tf32,bf16,fp16", "Any of fp32 (strict), tf32, bf16, fp16.");
+ABSL_FLAG(std::string, math, "fp32,tf32,bf16,fp16",
+          "Any of fp32 (strict), fp32det (strict, deterministic cuDNN algorithms), tf32, bf16, "
+          "fp16.");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
 ABSL_FLAG(int, warmup, 10, "Untimed steps (the first finds the convolution algorithms).");
 ABSL_FLAG(int, steps, 50, "Timed steps.");
@@ -48,8 +50,9 @@ int Run() {
   const std::vector<std::string> maths = absl::StrSplit(absl::GetFlag(FLAGS_math), ',');
   for (const std::string& name : models) {
     for (const std::string& math : maths) {
-      if (math != "fp32" && math != "tf32" && math != "bf16" && math != "fp16") {
-        std::cerr << "gpu_benchmark: --math takes fp32, tf32, bf16, fp16; got '" << math
+      if (math != "fp32" && math != "fp32det" && math != "tf32" && math != "bf16" &&
+          math != "fp16") {
+        std::cerr << "gpu_benchmark: --math takes fp32, fp32det, tf32, bf16, fp16; got '" << math
                   << "'\n";
         return 2;
       }
@@ -58,6 +61,7 @@ int Run() {
       options.seed = 1;
       DeviceOptions dev;
       dev.tf32 = math == "tf32";
+      dev.deterministic = math == "fp32det";
       dev.precision = math == "bf16"   ? Precision::kBf16
                       : math == "fp16" ? Precision::kFp16
                                        : Precision::kFp32;

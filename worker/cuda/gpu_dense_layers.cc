@@ -58,10 +58,9 @@ absl::Status GpuLinear::Gemm(DeviceContext& ctx, bool trans_a, bool trans_b, int
                                                static_cast<const float*>(b), ldb, &kZero, c, ldc));
     return absl::OkStatus();
   }
-  DPTRAIN_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(ctx.cublas(), ta, tb, m, n, k, &kOne, a,
-                                              CublasType(p), lda, b, CublasType(p), ldb, &kZero,
-                                              c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                                              CUBLAS_GEMM_DEFAULT));
+  DPTRAIN_CUBLAS_RETURN_IF_ERROR(
+      cublasGemmEx(ctx.cublas(), ta, tb, m, n, k, &kOne, a, CublasType(p), lda, b, CublasType(p),
+                   ldb, &kZero, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 
@@ -73,8 +72,8 @@ absl::StatusOr<DeviceTensor> GpuLinear::Forward(DeviceContext& ctx, DeviceTensor
   const void* x = input.data;
   const void* w = w_;
   if (IsHalf(p)) {
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* xh, x_half_.Ensure(ctx, input.size()));
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* wh, w_half_.Ensure(ctx, int64_t{out_} * in_));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * xh, x_half_.Ensure(ctx, input.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * wh, w_half_.Ensure(ctx, int64_t{out_} * in_));
     DPTRAIN_RETURN_IF_ERROR(ToHalf(p, input.data, xh, input.size(), ctx.stream()));
     DPTRAIN_RETURN_IF_ERROR(ToHalf(p, w_, wh, int64_t{out_} * in_, ctx.stream()));
     x = xh;
@@ -97,7 +96,7 @@ absl::StatusOr<DeviceTensor> GpuLinear::Backward(DeviceContext& ctx, DeviceTenso
   const void* x = input_.data;
   const void* w = w_;
   if (IsHalf(p)) {  // x and w were cast by Forward.
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* dyh, dy_half_.Ensure(ctx, grad_output.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * dyh, dy_half_.Ensure(ctx, grad_output.size()));
     DPTRAIN_RETURN_IF_ERROR(ToHalf(p, grad_output.data, dyh, grad_output.size(), ctx.stream()));
     dy = dyh;
     x = x_half_.data();
@@ -105,10 +104,9 @@ absl::StatusOr<DeviceTensor> GpuLinear::Backward(DeviceContext& ctx, DeviceTenso
   }
   DPTRAIN_RETURN_IF_ERROR(Gemm(ctx, false, true, in_, out_, b, x, in_, dy, out_, dw_, in_));
   DPTRAIN_RETURN_IF_ERROR(y_desc_.Set(b, out_, 1, 1));
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(ctx.cudnn(), &kOne, y_desc_.get(),
-                                                             grad_output.data, &kZero,
-                                                             bias_desc_.get(),
-                                                             dw_ + int64_t{out_} * in_));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardBias(ctx.cudnn(), &kOne, y_desc_.get(), grad_output.data, &kZero,
+                                   bias_desc_.get(), dw_ + int64_t{out_} * in_));
   if (!need_input_grad) return DeviceTensor{};
   DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, int64_t{b} * in_));
   DPTRAIN_RETURN_IF_ERROR(Gemm(ctx, false, false, in_, b, out_, w, in_, dy, out_, dx, in_));
@@ -126,8 +124,8 @@ GpuConv2d::~GpuConv2d() {
 
 std::string GpuConv2d::ToString() const {
   return absl::StrCat("Conv2d(", o_.in_channels, ", ", o_.out_channels, ", kernel_size=(",
-                      o_.kernel_h, ", ", o_.kernel_w, "), stride=(", o_.stride_h, ", ",
-                      o_.stride_w, "), padding=(", o_.pad_h, ", ", o_.pad_w, "))");
+                      o_.kernel_h, ", ", o_.kernel_w, "), stride=(", o_.stride_h, ", ", o_.stride_w,
+                      "), padding=(", o_.pad_h, ", ", o_.pad_w, "))");
 }
 
 std::vector<nn::TensorSpec> GpuConv2d::ParamSpecs() const {
@@ -144,14 +142,14 @@ absl::Status GpuConv2d::Describe(DeviceContext& ctx) {
   if (filter_ != nullptr) return absl::OkStatus();
   const Precision p = ctx.options().precision;
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&filter_));
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(
-      cudnnSetFilter4dDescriptor(filter_, CudnnType(p), CUDNN_TENSOR_NCHW, o_.out_channels,
-                                 o_.in_channels, o_.kernel_h, o_.kernel_w));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(filter_, CudnnType(p), CUDNN_TENSOR_NCHW,
+                                                           o_.out_channels, o_.in_channels,
+                                                           o_.kernel_h, o_.kernel_w));
   for (cudnnConvolutionDescriptor_t* d : {&conv_fwd_, &conv_bwd_data_, &conv_bwd_filter_}) {
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(d));
-    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
-        *d, o_.pad_h, o_.pad_w, o_.stride_h, o_.stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
-        CUDNN_DATA_FLOAT));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(
+        cudnnSetConvolution2dDescriptor(*d, o_.pad_h, o_.pad_w, o_.stride_h, o_.stride_w, 1, 1,
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   }
   DPTRAIN_RETURN_IF_ERROR(bias_desc_.Set(1, o_.out_channels, 1, 1));
   return absl::OkStatus();
@@ -159,8 +157,8 @@ absl::Status GpuConv2d::Describe(DeviceContext& ctx) {
 
 namespace {
 
-// The fastest algorithm of cuDNN's measured list that succeeded, fits the workspace limit
-// and, without TF32, does not round through tensor ops.
+// The fastest algorithm of cuDNN's measured list that succeeded, fits the workspace limit,
+// without TF32 does not round through tensor ops and, when asked, is deterministic.
 // Strict fp32: no tensor-op rounding anywhere.
 bool Strict(const DeviceContext& ctx) {
   return !ctx.options().tf32 && !IsHalf(ctx.options().precision);
@@ -181,6 +179,7 @@ absl::StatusOr<Perf> Choose(const Perf* perfs, int count, const DeviceContext& c
     const Perf& p = perfs[i];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
     if (p.memory > ctx.options().max_workspace_bytes) continue;
+    if (ctx.options().deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
     // Without TF32 no tensor-op result is taken; the descriptor's FMA math type (not the
     // reported one, which cuDNN 9 may give as default) is what keeps the kernels strict.
     if (Strict(ctx) && (p.mathType == CUDNN_TENSOR_OP_MATH ||
@@ -189,8 +188,7 @@ absl::StatusOr<Perf> Choose(const Perf* perfs, int count, const DeviceContext& c
     }
     return p;
   }
-  return absl::InternalError(absl::StrCat(what, ": cuDNN found no usable algorithm among ",
-                                          count));
+  return absl::InternalError(absl::StrCat(what, ": cuDNN found no usable algorithm among ", count));
 }
 
 }  // namespace
@@ -222,19 +220,33 @@ absl::StatusOr<const GpuConv2d::Plan*> GpuConv2d::PlanFor(DeviceContext& ctx, in
   constexpr int kMax = 16;
   Plan plan;
   int n = 0;
+  // Deterministic: cuDNN's heuristic ranking instead of timings (PyTorch's benchmark=False
+  // with deterministic=True), so that every process picks the same algorithms and two runs
+  // of a job compute bitwise the same.
+  const bool timed = !ctx.options().deterministic;
   cudnnConvolutionFwdAlgoPerf_t fwd[kMax];
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithm(
-      ctx.cudnn(), x_desc_.get(), filter_, conv_fwd_, y_desc_.get(), kMax, &n, fwd));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      timed ? cudnnFindConvolutionForwardAlgorithm(ctx.cudnn(), x_desc_.get(), filter_, conv_fwd_,
+                                                   y_desc_.get(), kMax, &n, fwd)
+            : cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), x_desc_.get(), filter_, conv_fwd_,
+                                                     y_desc_.get(), kMax, &n, fwd));
   DPTRAIN_ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgoPerf_t f, Choose(fwd, n, ctx, "conv forward"));
   cudnnConvolutionBwdDataAlgoPerf_t bwd_data[kMax];
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithm(
-      ctx.cudnn(), filter_, y_desc_.get(), conv_bwd_data_, x_desc_.get(), kMax, &n, bwd_data));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(timed ? cudnnFindConvolutionBackwardDataAlgorithm(
+                                            ctx.cudnn(), filter_, y_desc_.get(), conv_bwd_data_,
+                                            x_desc_.get(), kMax, &n, bwd_data)
+                                      : cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                            ctx.cudnn(), filter_, y_desc_.get(), conv_bwd_data_,
+                                            x_desc_.get(), kMax, &n, bwd_data));
   DPTRAIN_ASSIGN_OR_RETURN(cudnnConvolutionBwdDataAlgoPerf_t d,
                            Choose(bwd_data, n, ctx, "conv backward data"));
   cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[kMax];
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithm(
-      ctx.cudnn(), x_desc_.get(), y_desc_.get(), conv_bwd_filter_, filter_, kMax, &n,
-      bwd_filter));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(timed ? cudnnFindConvolutionBackwardFilterAlgorithm(
+                                            ctx.cudnn(), x_desc_.get(), y_desc_.get(),
+                                            conv_bwd_filter_, filter_, kMax, &n, bwd_filter)
+                                      : cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                                            ctx.cudnn(), x_desc_.get(), y_desc_.get(),
+                                            conv_bwd_filter_, filter_, kMax, &n, bwd_filter));
   DPTRAIN_ASSIGN_OR_RETURN(cudnnConvolutionBwdFilterAlgoPerf_t g,
                            Choose(bwd_filter, n, ctx, "conv backward filter"));
   // With TF32 each direction runs in the math type its algorithm was timed with (as
@@ -253,6 +265,16 @@ absl::StatusOr<const GpuConv2d::Plan*> GpuConv2d::PlanFor(DeviceContext& ctx, in
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv_bwd_data_, plan.bwd_data_math));
   DPTRAIN_CUDNN_RETURN_IF_ERROR(
       cudnnSetConvolutionMathType(conv_bwd_filter_, plan.bwd_filter_math));
+  if (!timed) {  // The heuristics' workspace figures are estimates: ask for the real ones.
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardWorkspaceSize(
+        ctx.cudnn(), x_desc_.get(), filter_, conv_fwd_, y_desc_.get(), plan.fwd, &plan.fwd_bytes));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataWorkspaceSize(
+        ctx.cudnn(), filter_, y_desc_.get(), conv_bwd_data_, x_desc_.get(), plan.bwd_data,
+        &plan.bwd_data_bytes));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        ctx.cudnn(), x_desc_.get(), y_desc_.get(), conv_bwd_filter_, filter_, plan.bwd_filter,
+        &plan.bwd_filter_bytes));
+  }
   return &plans_.emplace(batch, plan).first->second;
 }
 
@@ -270,14 +292,14 @@ absl::StatusOr<DeviceTensor> GpuConv2d::Forward(DeviceContext& ctx, DeviceTensor
         ctx.cudnn(), &kOne, x_desc_.get(), input.data, filter_, w_, conv_fwd_, plan->fwd, ws,
         plan->fwd_bytes, &kZero, y_desc_.get(), y));
   } else {
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* xh, x_half_.Ensure(ctx, input.size()));
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* wh, w_half_.Ensure(ctx, weight_size()));
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* yh, y_half_.Ensure(ctx, out_size));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * xh, x_half_.Ensure(ctx, input.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * wh, w_half_.Ensure(ctx, weight_size()));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * yh, y_half_.Ensure(ctx, out_size));
     DPTRAIN_RETURN_IF_ERROR(ToHalf(p, input.data, xh, input.size(), ctx.stream()));
     DPTRAIN_RETURN_IF_ERROR(ToHalf(p, w_, wh, weight_size(), ctx.stream()));
-    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-        ctx.cudnn(), &kOne, x_desc_.get(), xh, filter_, wh, conv_fwd_, plan->fwd, ws,
-        plan->fwd_bytes, &kZero, y_desc_.get(), yh));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(
+        cudnnConvolutionForward(ctx.cudnn(), &kOne, x_desc_.get(), xh, filter_, wh, conv_fwd_,
+                                plan->fwd, ws, plan->fwd_bytes, &kZero, y_desc_.get(), yh));
     DPTRAIN_RETURN_IF_ERROR(FromHalf(p, yh, y, out_size, ctx.stream()));
   }
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(ctx.cudnn(), &kOne, bias_desc_.get(),
@@ -290,18 +312,18 @@ absl::StatusOr<DeviceTensor> GpuConv2d::Backward(DeviceContext& ctx, DeviceTenso
   const int b = grad_output.batch;
   const Precision p = ctx.options().precision;
   DPTRAIN_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(ctx, b));
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(ctx.cudnn(), &kOne, y32_desc_.get(),
-                                                             grad_output.data, &kZero,
-                                                             bias_desc_.get(), dw_ + weight_size()));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardBias(ctx.cudnn(), &kOne, y32_desc_.get(), grad_output.data, &kZero,
+                                   bias_desc_.get(), dw_ + weight_size()));
   // The operands: fp32 as they are, or the 16-bit copies (x and w cast by Forward).
   const void* x = input_.data;
   const void* w = w_;
   const void* dy = grad_output.data;
   void* dw = dw_;
   if (IsHalf(p)) {
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* dyh, dy_half_.Ensure(ctx, grad_output.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * dyh, dy_half_.Ensure(ctx, grad_output.size()));
     DPTRAIN_RETURN_IF_ERROR(ToHalf(p, grad_output.data, dyh, grad_output.size(), ctx.stream()));
-    DPTRAIN_ASSIGN_OR_RETURN(uint16_t* dwh, dw_half_.Ensure(ctx, weight_size()));
+    DPTRAIN_ASSIGN_OR_RETURN(uint16_t * dwh, dw_half_.Ensure(ctx, weight_size()));
     x = x_half_.data();
     w = w_half_.data();
     dy = dyh;
@@ -309,8 +331,8 @@ absl::StatusOr<DeviceTensor> GpuConv2d::Backward(DeviceContext& ctx, DeviceTenso
   }
   DPTRAIN_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(plan->bwd_filter_bytes));
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-      ctx.cudnn(), &kOne, x_desc_.get(), x, y_desc_.get(), dy, conv_bwd_filter_,
-      plan->bwd_filter, ws, plan->bwd_filter_bytes, &kZero, filter_, dw));
+      ctx.cudnn(), &kOne, x_desc_.get(), x, y_desc_.get(), dy, conv_bwd_filter_, plan->bwd_filter,
+      ws, plan->bwd_filter_bytes, &kZero, filter_, dw));
   if (IsHalf(p)) {
     DPTRAIN_RETURN_IF_ERROR(
         FromHalf(p, static_cast<const uint16_t*>(dw), dw_, weight_size(), ctx.stream()));

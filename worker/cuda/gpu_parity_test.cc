@@ -4,6 +4,8 @@
 // (visibly) without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,6 +26,7 @@
 #include "worker/nn/max_pool2d.h"
 #include "worker/nn/residual.h"
 #include "worker/nn/sequential_block.h"
+#include "worker/nn/softmax_cross_entropy.h"
 
 namespace dptrain {
 namespace cuda {
@@ -79,8 +82,7 @@ bool HaveGpu(std::string* why) {
 
 std::vector<float> Read(const float* device, int64_t n) {
   std::vector<float> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(v.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   return v;
 }
 
@@ -119,7 +121,8 @@ class ParityTest : public ::testing::TestWithParam<Math> {
     if (!HaveGpu(&why)) {
       GTEST_SKIP() << "no usable GPU here (" << why << "); CPU-GPU parity was not checked";
     }
-    absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(OptionsFor(GetParam()));
+    absl::StatusOr<std::unique_ptr<DeviceContext>> ctx =
+        DeviceContext::Create(OptionsFor(GetParam()));
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     ctx_ = *std::move(ctx);
   }
@@ -235,7 +238,8 @@ TEST_P(ParityTest, BatchNorm2dRefusesOneValuePerChannel) {
   DeviceBuffer<float> params, grads, buffers, x;
   (*gpu)->BindParams(*params.Ensure(*ctx_, 6), *grads.Ensure(*ctx_, 6));
   (*gpu)->BindBuffers(*buffers.Ensure(*ctx_, 7));
-  absl::StatusOr<DeviceTensor> y = (*gpu)->Forward(*ctx_, {*x.Ensure(*ctx_, 3), 1, {3, 1, 1}}, true);
+  absl::StatusOr<DeviceTensor> y =
+      (*gpu)->Forward(*ctx_, {*x.Ensure(*ctx_, 3), 1, {3, 1, 1}}, true);
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument) << y.status();
 }
 
@@ -274,7 +278,7 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
   const auto& [name, math] = GetParam();
   const double bound = BoundFor(math);
   const double grad_bound = ThroughReluBound(math);  // lenet has no ReLU, but sigmoids:
-  const bool exact_math = math == Math::kFp32;        // the same bound keeps it simple.
+  const bool exact_math = math == Math::kFp32;       // the same bound keeps it simple.
   nn::ModelOptions options;
   options.name = name;
   options.seed = 3;
@@ -335,6 +339,129 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
   bad = (*gpu)->TrainStep(images.data(), labels.data(), batch);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
 }
+
+// Issue 28's experiment on the strict-fp32 ResNet-18 failure, run by tools/gpu/check.sh
+// (stage parity): per step, from the same weights and statistics,
+//   copy:    grads() (copied during backward) against the device's gradient copied whole
+//            after a full synchronisation: a mismatch is a stream-ordering race (hard failure);
+//   stale:   elements of grads() equal to the previous step's (a copy that read too early);
+//   replay:  the same step run again on the same model: bitwise equal with deterministic
+//            algorithms (hard failure otherwise), reported without;
+//   ref64:   the network in float64 from the same weights: the GPU's and the CPU fp32 model's
+//            relative errors against it, and the share of gradient elements within
+//            1e-3 * max|ref| of it per tensor (a ReLU input within rounding of zero flips a
+//            whole gradient path: the error a correct fp32 implementation can have).
+// One line per step ("diagnosis ...") goes to stdout for the check's log.
+class ResNetDiagnosis : public ::testing::TestWithParam<bool> {};
+
+double RelativeError64(absl::Span<const float> x, const std::vector<double>& ref) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    diff += (x[i] - ref[i]) * (x[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+// The smallest share, over the parameter tensors, of elements within 1e-3 * max|ref| of ref.
+double WorstShareClose(const std::vector<nn::ParamInfo>& params, absl::Span<const float> x,
+                       const std::vector<double>& ref) {
+  double worst = 1;
+  for (const nn::ParamInfo& p : params) {
+    double peak = 0;
+    for (int64_t i = p.offset; i < p.offset + p.size; ++i) peak = std::max(peak, std::abs(ref[i]));
+    int64_t close = 0;
+    for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
+      close += std::abs(x[i] - ref[i]) <= 1e-3 * peak ? 1 : 0;
+    }
+    worst = std::min(worst, static_cast<double>(close) / p.size);
+  }
+  return worst;
+}
+
+TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+  const bool deterministic = GetParam();
+  nn::ModelOptions options;
+  options.name = "resnet18";
+  options.seed = 3;
+  options.threads = 1;
+  DeviceOptions device = OptionsFor(Math::kFp32);
+  device.deterministic = deterministic;
+  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, device);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  (*gpu)->set_copy_grads_during_backward(true);
+  absl::StatusOr<nn::Sequential<double>> ref_net = nn::BuildNetwork<double>("resnet18");
+  ASSERT_TRUE(ref_net.ok()) << ref_net.status();
+
+  const int batch = 4;
+  std::mt19937 gen(11);
+  const std::vector<float> images = Random(batch * 784, gen);
+  std::vector<uint8_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
+  const std::vector<double> images64(images.begin(), images.end());
+  std::vector<float> previous;
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE(step);
+    const std::vector<float> w = (*gpu)->weights();
+    const std::vector<float> b = (*gpu)->buffer_values();
+    auto g = (*gpu)->TrainStep(images.data(), labels.data(), batch);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const std::vector<float> copied((*gpu)->grads().begin(), (*gpu)->grads().end());
+    absl::StatusOr<std::vector<float>> whole = (*gpu)->DeviceGradsForTest();
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    int64_t copy_mismatches = 0, stale = 0;
+    for (size_t i = 0; i < copied.size(); ++i) {
+      copy_mismatches += std::memcmp(&copied[i], &(*whole)[i], sizeof(float)) != 0;
+      if (!previous.empty()) stale += copied[i] == previous[i] && copied[i] != 0;
+    }
+    // The same step again, from the same weights and statistics.
+    (*gpu)->weights() = w;
+    (*gpu)->buffer_values() = b;
+    auto again = (*gpu)->TrainStep(images.data(), labels.data(), batch);
+    ASSERT_TRUE(again.ok()) << again.status();
+    const std::vector<float> replayed((*gpu)->grads().begin(), (*gpu)->grads().end());
+    int64_t replay_differs = 0;
+    for (size_t i = 0; i < copied.size(); ++i) {
+      replay_differs += std::memcmp(&copied[i], &replayed[i], sizeof(float)) != 0;
+    }
+    // float64 and the CPU's float32 from the same state.
+    std::vector<double> w64(w.begin(), w.end()), g64(w.size()), b64(b.begin(), b.end());
+    ref_net->BindParams(w64.data(), g64.data());
+    ref_net->BindBuffers(b64.data());
+    nn::TensorRef<double> logits = ref_net->Forward(images64.data(), batch, true);
+    std::vector<double> dlogits(batch * nn::kNumClasses);
+    nn::SoftmaxCrossEntropy(logits.data, labels.data(), batch, nn::kNumClasses, dlogits.data());
+    ref_net->Backward({dlogits.data(), batch, {nn::kNumClasses, 1, 1}});
+    (*cpu)->weights() = w;
+    (*cpu)->buffer_values() = b;
+    ASSERT_TRUE((*cpu)->TrainStep(images.data(), labels.data(), batch).ok());
+    const double gpu_err = RelativeError64(copied, g64);
+    const double cpu_err = RelativeError64((*cpu)->grads(), g64);
+    std::cout << "diagnosis deterministic=" << deterministic << " step=" << step
+              << " copy_mismatches=" << copy_mismatches << " stale=" << stale
+              << " replay_differs=" << replay_differs
+              << " replay_rel=" << RelativeError(replayed, copied) << " gpu_vs_f64=" << gpu_err
+              << " cpu32_vs_f64=" << cpu_err
+              << " gpu_vs_cpu32=" << RelativeError(copied, (*cpu)->grads())
+              << " gpu_share_close=" << WorstShareClose((*gpu)->params(), copied, g64)
+              << " cpu_share_close=" << WorstShareClose((*cpu)->params(), (*cpu)->grads(), g64)
+              << " worst_gpu_vs_f64: "
+              << WorstTensors((*gpu)->params(), copied, std::vector<float>(g64.begin(), g64.end()))
+              << std::endl;
+    EXPECT_EQ(copy_mismatches, 0) << "grads() differs from the device's gradient";
+    if (deterministic) {
+      EXPECT_EQ(replay_differs, 0) << "deterministic algorithms";
+    }
+    previous = copied;
+    ASSERT_TRUE((*gpu)->ApplySgd(0.1f).ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ResNetDiagnosis, ::testing::Bool());
 
 // fp16 with an absurd loss scale: the scaled gradient overflows fp16, TrainStep says so,
 // ApplySgd skips the update and halves the scale (GradScaler's rule), and once the scale is
@@ -468,8 +595,8 @@ INSTANTIATE_TEST_SUITE_P(Maths, ParityTest,
                          MathName);
 INSTANTIATE_TEST_SUITE_P(Models, ModelParityTest,
                          ::testing::Combine(::testing::Values("mlp", "lenet", "resnet18"),
-                                            ::testing::Values(Math::kFp32, Math::kTf32,
-                                                              Math::kBf16, Math::kFp16)));
+                                            ::testing::Values(Math::kFp32, Math::kTf32, Math::kBf16,
+                                                              Math::kFp16)));
 
 }  // namespace
 }  // namespace cuda
