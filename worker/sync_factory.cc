@@ -127,12 +127,6 @@ absl::Status MakeRingSync(const WorkerConfig& config, const SyncSetup& setup, Sy
   // Before the ring forms, so that bad flags fail at once.
   DPTRAIN_ASSIGN_OR_RETURN(std::optional<SaveConfig> plan,
                            SavePlan(config, "ring", /*check_dir=*/config.rank == 0));
-  if (setup.on_gpu && plan.has_value()) {
-    return WithFlag("save_dir", absl::UnimplementedError(
-                                    "in allreduce mode is not available on the GPU yet: "
-                                    "saving the optimizer state from the device has not run "
-                                    "on a GPU; use --device=cpu"));
-  }
   AllReduceGroupOptions group;
   group.job_id = config.job_id;
   group.rank = config.rank;

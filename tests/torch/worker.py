@@ -4,8 +4,13 @@ data: every step, global batch GLOBAL is split into equal parts, rank r training
 
 usage: worker.py OUT [--reference] [--world=N] [--steps=S] [--optimizer=sgd|adam]
                      [--server] [--passes=P] [--inf_at=STEP:RANK] [--die_at=STEP]
-                     [--wider] [--seed=K]
-OUT receives the final state_dict (torch.save) and a summary (OUT.json)."""
+                     [--wider] [--seed=K] [--cuda] [--amp]
+OUT receives the final state_dict (torch.save, CPU tensors) and a summary (OUT.json); a
+"{rank}" in OUT becomes the rank (for launchers that give every rank the same arguments).
+--cuda: the model and the batches on cuda:LOCAL_RANK % device_count, deterministic cuDNN, no
+TF32. --amp (with --cuda): fp16 autocast and a GradScaler (initial scale 1024); with
+--inf_at the reference overflows at that step too, so that its scaler halves as the
+workers' do."""
 
 import json
 import os
@@ -17,7 +22,7 @@ from torch import nn
 
 args = {"reference": False, "world": 2, "steps": 6, "optimizer": "sgd", "server": False,
         "passes": 1, "inf_at": "", "die_at": -1, "wider": False, "seed": 0, "lr": 0.05,
-        "sleep": 0.0}
+        "sleep": 0.0, "cuda": False, "amp": False}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -25,9 +30,20 @@ for a in sys.argv[2:]:
         sys.exit(f"worker.py: unknown flag {a}")
     args[key] = type(args[key])(value) if value else True
 
+if args["amp"] and not args["cuda"]:
+    sys.exit("worker.py: --amp needs --cuda (fp16 autocast and GradScaler on the GPU)")
 torch.manual_seed(args["seed"])
 torch.set_num_threads(1)
 GLOBAL = 16
+device = torch.device("cpu")
+if args["cuda"]:
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))
+                          % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def model():
@@ -41,8 +57,35 @@ def model():
 generator = torch.Generator().manual_seed(7)
 data = torch.randn(args["steps"] * args["passes"], GLOBAL, 1, 8, 8, generator=generator)
 labels = torch.randint(0, 10, (args["steps"] * args["passes"], GLOBAL), generator=generator)
-net = model()
+net = model().to(device)
 loss_fn = nn.CrossEntropyLoss()
+if args["amp"]:
+    if hasattr(torch.amp, "GradScaler"):
+        scaler = torch.amp.GradScaler(device.type, init_scale=1024.0)
+    else:
+        scaler = torch.cuda.amp.GradScaler(init_scale=1024.0)
+
+
+def forward(x, y):
+    if not args["amp"]:
+        return loss_fn(net(x.to(device)), y.to(device))
+    with torch.autocast(device.type, dtype=torch.float16):
+        return loss_fn(net(x.to(device)), y.to(device))
+
+
+def backward(loss):
+    (scaler.scale(loss) if args["amp"] else loss).backward()
+
+
+def apply(opt):
+    """The step; whether it was skipped (an overflow, here or, for the workers, anywhere)."""
+    if not args["amp"]:
+        opt.step()
+        return False
+    before = scaler.get_scale()
+    scaler.step(opt)
+    scaler.update()
+    return scaler.get_scale() < before
 
 
 def make_optimizer(params):
@@ -60,15 +103,20 @@ if args["reference"]:
         opt.zero_grad()
         for p in range(args["passes"]):
             batch = step * args["passes"] + p
-            loss = loss_fn(net(data[batch]), labels[batch])
-            loss.backward()
-        if step != inf_step:  # The distributed run skips that step on every rank.
+            loss = forward(data[batch], labels[batch])
+            if step == inf_step and args["amp"]:
+                loss = loss * float("inf")  # The scaler skips it and halves, as the workers'.
+            backward(loss)
+        if args["amp"]:
+            summary["skipped"] += int(apply(opt))
+        elif step != inf_step:  # The distributed run skips that step on every rank.
             opt.step()
 else:
     import dptrain.torch as dpt
 
     dpt.init()
     rank, world = dpt.rank(), dpt.size()
+    out = out.replace("{rank}", str(rank))
     part = GLOBAL // world
     mine = slice(rank * part, (rank + 1) * part)
     if args["server"]:
@@ -90,11 +138,16 @@ else:
         opt.zero_grad()
         for p in range(args["passes"]):
             batch = step * args["passes"] + p
-            loss = loss_fn(net(data[batch][mine]), labels[batch][mine])
+            loss = forward(data[batch][mine], labels[batch][mine])
             if step == inf_step and rank == inf_rank:
                 loss = loss * float("inf")  # This rank's gradients overflow.
-            loss.backward()
-        skipped = opt.step() if args["server"] else (opt.step(), opt.skipped_last_step)[1]
+            backward(loss)
+        if args["server"]:
+            skipped = opt.step()
+        elif args["amp"]:
+            skipped = apply(opt)
+        else:
+            skipped = (opt.step(), opt.skipped_last_step)[1]
         summary["skipped"] += int(bool(skipped))
         step += 1
         with open(out + ".step", "w") as f:
@@ -103,6 +156,9 @@ else:
     summary["rank"] = rank
     dpt.shutdown()
 
-torch.save(net.state_dict(), out)
+if args["amp"]:
+    summary["scale"] = scaler.get_scale()
+summary["device"] = str(device)
+torch.save({k: v.cpu() for k, v in net.state_dict().items()}, out)
 with open(out + ".json", "w") as f:
     json.dump(summary, f)

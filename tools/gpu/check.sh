@@ -83,7 +83,7 @@ if [[ "$stages" == *,tests,* ]]; then
   for t in device_probe_test kernels_test cuda_raw_allocator_test gpu_network_test \
            gpu_parity_test; do
     # The ResNet-18 diagnosis (slow: a float64 reference) runs in the parity stage.
-    limited 150 "$bin/$t" --gtest_filter=-*ResNetDiagnosis* >"$out/$t.log" 2>&1
+    limited 150 "$bin/$t" --gtest_filter=-*ResNetDiagnosis*:*ResNetPrecision* >"$out/$t.log" 2>&1
     rc=$?
     # gtest prints PASSED for the passing tests even when others failed: the exit code decides.
     if ((rc != 0)) || grep -q -E "SKIPPED|FAILED" "$out/$t.log" || ! grep -q "PASSED" "$out/$t.log"; then
@@ -104,14 +104,27 @@ if [[ "$stages" == *,parity,* ]]; then
   limited 120 "$bin/gpu_parity_test" --gtest_filter='Models/ModelParityTest.TrainStepSgdAndEvaluate/8' \
     --gtest_repeat="$repeat" >"$out/parity_resnet18_fp32.log" 2>&1
   row "ResNet-18 strict fp32 model parity, $repeat runs" \
-    "$(grep -c '^\[       OK' "$out/parity_resnet18_fp32.log") passed, $(grep -c '^\[  FAILED  \].*(' "$out/parity_resnet18_fp32.log") failed"
-  limited 150 "$bin/gpu_parity_test" --gtest_filter='Algorithms/ResNetDiagnosis.*' --gtest_repeat=3 \
+    "$(grep -c '^\[       OK' "$out/parity_resnet18_fp32.log") passed, $(grep -c '^\[  FAILED  \].*ms)$' "$out/parity_resnet18_fp32.log") failed"
+  # The whole-model error in every math against float64, beside PyTorch's at the same point.
+  mkdir -p "$out/precision"
+  DPTRAIN_PARITY_FIXTURE_DIR="$out/precision" limited 90 "$bin/gpu_parity_test" \
+    --gtest_filter='ResNetPrecision.*' >"$out/precision.log" 2>&1
+  PYTHONPATH=python limited 90 python3 tools/gpu/torch_parity_reference.py "$out/precision" \
+    >"$out/precision.md" 2>&1
+  { echo; cat "$out/precision.md"; echo; grep '^precision' "$out/precision.log" | sed 's/ worst:.*//; s/^/    /'; } >>"$summary"
+  rm -f "$out/precision/resnet18.safetensors"
+  limited 150 "$bin/gpu_parity_test" --gtest_filter='Algorithms/ResNetDiagnosis.*' --gtest_repeat="${DIAG_REPEAT:-3}" \
     >"$out/parity_diagnosis.log" 2>&1
   rc=$?
   row "ResNet-18 diagnosis (3 x {timed, deterministic} x 2 steps)" \
     "rc $rc; $(grep -c '^diagnosis' "$out/parity_diagnosis.log") lines in parity_diagnosis.log"
   grep '^diagnosis' "$out/parity_diagnosis.log" | sed 's/ worst_gpu_vs_f64.*//; s/^/    /' >>"$summary"
   ((rc == 0)) || fail=1
+  # The whole parity test (every layer and model in every math) REPEAT_ALL times.
+  limited 150 "$bin/gpu_parity_test" --gtest_filter=-*ResNetDiagnosis*:*ResNetPrecision* \
+    --gtest_repeat="${REPEAT_ALL:-3}" >"$out/parity_all.log" 2>&1
+  row "gpu_parity_test (all but the diagnosis), ${REPEAT_ALL:-3} runs" \
+    "rc $?; $(grep -c '^\[  PASSED  \]' "$out/parity_all.log") runs passed; failed: $(grep '^\[  FAILED  \].*ms)$' "$out/parity_all.log" | sort | uniq -c | head -5 | tr '\n' ' ')"
 fi
 
 # Which GPU a worker opens: --device=cuda:N, and LOCAL_RANK modulo the visible GPUs.
@@ -128,6 +141,7 @@ fi
 # killed and resumed from --save_dir, bit-identical to the uninterrupted run (deterministic
 # cuDNN algorithms, so that both runs compute the same).
 if [[ "$stages" == *,resume,* ]]; then
+  mkdir -p "$root/resume"
   DPTRAIN_GPU_WORKER="$bin/gpu_worker" DPTRAIN_DATA_DIR="$root/gpu/data" \
     DPTRAIN_WORKER_FLAGS="--device=cuda --deterministic" TEST_TMPDIR="$root/resume" \
     limited 150 tests/resume_test.sh allreduce >"$out/resume_gpu.log" 2>&1
@@ -250,6 +264,17 @@ if [[ "$stages" == *,e2e,* ]]; then
   done
   { echo; echo "ResNet-18 end to end, $epochs epochs, batch 256, lr 0.1, one process on this GPU:"
     echo; python3 "$root/gpu/e2e_table.py" "$out"; } >>"$summary" 2>&1
+fi
+
+# dptrain.torch with CUDA tensors: the three modes, GradScaler's global skip and a real
+# torchrun against one process, and one worker's images/s through each mode beside the plain
+# PyTorch loop (tools/gpu/torch_gpu_check.py).
+if [[ "$stages" == *,torch,* ]]; then
+  limited 170 python3 tools/gpu/torch_gpu_check.py --bin="$bin" --lib="$root/gpu/lib" \
+    --data="$root/gpu/data" --out="$out/torch" --budget=160 >"$out/torch_gpu_check.log" 2>&1
+  rc=$?
+  { echo; cat "$out/torch/torch_gpu_check.md"; } >>"$summary" 2>/dev/null
+  ((rc == 0)) || { row "dptrain.torch on CUDA" "FAIL (rc $rc, see torch_gpu_check.log)"; fail=1; }
 fi
 
 # Our ResNet-18 step alone (no PyTorch): what deterministic algorithms cost in fp32.

@@ -4,7 +4,9 @@
 // (visibly) without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -25,6 +27,7 @@
 #include "worker/nn/linear.h"
 #include "worker/nn/max_pool2d.h"
 #include "worker/nn/residual.h"
+#include "worker/nn/safetensors.h"
 #include "worker/nn/sequential_block.h"
 #include "worker/nn/softmax_cross_entropy.h"
 
@@ -98,6 +101,20 @@ double BoundFor(Math m) { return m == Math::kFp32 ? 1e-5 : m == Math::kTf32 ? 5e
 // comparisons get 10x the issue's bound; forward outputs, losses and every ReLU-free path
 // keep it. Strict fp32 has no such slack.
 double ThroughReluBound(Math m) { return m == Math::kFp32 ? BoundFor(m) : 10 * BoundFor(m); }
+
+// ResNet-18's whole-model gradient at batch 4 in reduced precision is further from float64
+// than the per-layer bounds: PyTorch 2.11 (cuDNN, deterministic) on an H100 at this test's
+// first point (seed 3, batch 4; tools/gpu/torch_parity_reference.py,
+// docs/measured/gpu_h100_precision_2026-11-27.md) has 9.33e-2 in TF32, 3.18e-1 with bf16
+// autocast and 1.18e-1 with fp16 autocast, ours 9.33e-2, 3.11e-1 and 1.17e-1. The bound is
+// 1.5x PyTorch's error there: what the framework a user would compare with gets.
+double WholeModelBound(const std::string& model, Math m) {
+  if (model != "resnet18") return 0;
+  return m == Math::kTf32   ? 1.5 * 9.33e-2
+         : m == Math::kBf16 ? 1.5 * 3.18e-1
+         : m == Math::kFp16 ? 1.5 * 1.18e-1
+                            : 0;
+}
 
 DeviceOptions OptionsFor(Math m) {
   DeviceOptions o;
@@ -277,15 +294,23 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
   if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
   const auto& [name, math] = GetParam();
   const double bound = BoundFor(math);
-  const double grad_bound = ThroughReluBound(math);  // lenet has no ReLU, but sigmoids:
-  const bool exact_math = math == Math::kFp32;       // the same bound keeps it simple.
+  // lenet has no ReLU, but sigmoids: the same bound keeps it simple.
+  const double grad_bound = std::max(ThroughReluBound(math), WholeModelBound(name, math));
+  const bool exact_math = math == Math::kFp32;
   nn::ModelOptions options;
   options.name = name;
   options.seed = 3;
   options.threads = 1;
   absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, OptionsFor(math));
+  // Deterministic algorithms: the same trajectory every run. With timed ones it differs from
+  // run to run, and ResNet-18 at batch 4 can reach a point where one float32
+  // implementation's rounding flips a gradient path: seen on both sides (issue 28's
+  // diagnosis on an H100: the GPU 2.8e-3 from float64 with the CPU at 1.3e-6, and in another
+  // run the CPU 9.4e-4 with the GPU at 3.2e-6), failing this test in ~2 runs of 3.
+  DeviceOptions device = OptionsFor(math);
+  device.deterministic = true;
+  absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, device);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   // Both ways of bringing the gradients to the host: copied during backward (fp32, bf16)
   // and copied on demand (TF32, fp16).
@@ -348,9 +373,9 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
 //   replay:  the same step run again on the same model: bitwise equal with deterministic
 //            algorithms (hard failure otherwise), reported without;
 //   ref64:   the network in float64 from the same weights: the GPU's and the CPU fp32 model's
-//            relative errors against it, and the share of gradient elements within
-//            1e-3 * max|ref| of it per tensor (a ReLU input within rounding of zero flips a
-//            whole gradient path: the error a correct fp32 implementation can have).
+//            relative errors against it (which of the two is off, when they differ).
+// The trajectory is ModelParityTest's (SGD with the first run's gradient); the replay runs
+// at the last step only.
 // One line per step ("diagnosis ...") goes to stdout for the check's log.
 class ResNetDiagnosis : public ::testing::TestWithParam<bool> {};
 
@@ -361,22 +386,6 @@ double RelativeError64(absl::Span<const float> x, const std::vector<double>& ref
     norm += ref[i] * ref[i];
   }
   return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
-
-// The smallest share, over the parameter tensors, of elements within 1e-3 * max|ref| of ref.
-double WorstShareClose(const std::vector<nn::ParamInfo>& params, absl::Span<const float> x,
-                       const std::vector<double>& ref) {
-  double worst = 1;
-  for (const nn::ParamInfo& p : params) {
-    double peak = 0;
-    for (int64_t i = p.offset; i < p.offset + p.size; ++i) peak = std::max(peak, std::abs(ref[i]));
-    int64_t close = 0;
-    for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
-      close += std::abs(x[i] - ref[i]) <= 1e-3 * peak ? 1 : 0;
-    }
-    worst = std::min(worst, static_cast<double>(close) / p.size);
-  }
-  return worst;
 }
 
 TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
@@ -404,7 +413,8 @@ TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
   for (int i = 0; i < batch; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
   const std::vector<double> images64(images.begin(), images.end());
   std::vector<float> previous;
-  for (int step = 0; step < 2; ++step) {
+  constexpr int kSteps = 3;
+  for (int step = 0; step < kSteps; ++step) {
     SCOPED_TRACE(step);
     const std::vector<float> w = (*gpu)->weights();
     const std::vector<float> b = (*gpu)->buffer_values();
@@ -418,16 +428,6 @@ TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
       copy_mismatches += std::memcmp(&copied[i], &(*whole)[i], sizeof(float)) != 0;
       if (!previous.empty()) stale += copied[i] == previous[i] && copied[i] != 0;
     }
-    // The same step again, from the same weights and statistics.
-    (*gpu)->weights() = w;
-    (*gpu)->buffer_values() = b;
-    auto again = (*gpu)->TrainStep(images.data(), labels.data(), batch);
-    ASSERT_TRUE(again.ok()) << again.status();
-    const std::vector<float> replayed((*gpu)->grads().begin(), (*gpu)->grads().end());
-    int64_t replay_differs = 0;
-    for (size_t i = 0; i < copied.size(); ++i) {
-      replay_differs += std::memcmp(&copied[i], &replayed[i], sizeof(float)) != 0;
-    }
     // float64 and the CPU's float32 from the same state.
     std::vector<double> w64(w.begin(), w.end()), g64(w.size()), b64(b.begin(), b.end());
     ref_net->BindParams(w64.data(), g64.data());
@@ -439,21 +439,32 @@ TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
     (*cpu)->weights() = w;
     (*cpu)->buffer_values() = b;
     ASSERT_TRUE((*cpu)->TrainStep(images.data(), labels.data(), batch).ok());
+    // The last step again, from the same weights and statistics.
+    int64_t replay_differs = -1;
+    double replay_rel = -1;
+    if (step == kSteps - 1) {
+      (*gpu)->weights() = w;
+      (*gpu)->buffer_values() = b;
+      auto again = (*gpu)->TrainStep(images.data(), labels.data(), batch);
+      ASSERT_TRUE(again.ok()) << again.status();
+      const std::vector<float> replayed((*gpu)->grads().begin(), (*gpu)->grads().end());
+      replay_differs = 0;
+      for (size_t i = 0; i < copied.size(); ++i) {
+        replay_differs += std::memcmp(&copied[i], &replayed[i], sizeof(float)) != 0;
+      }
+      replay_rel = RelativeError(replayed, copied);
+    }
     const double gpu_err = RelativeError64(copied, g64);
     const double cpu_err = RelativeError64((*cpu)->grads(), g64);
     std::cout << "diagnosis deterministic=" << deterministic << " step=" << step
               << " copy_mismatches=" << copy_mismatches << " stale=" << stale
-              << " replay_differs=" << replay_differs
-              << " replay_rel=" << RelativeError(replayed, copied) << " gpu_vs_f64=" << gpu_err
-              << " cpu32_vs_f64=" << cpu_err
-              << " gpu_vs_cpu32=" << RelativeError(copied, (*cpu)->grads())
-              << " gpu_share_close=" << WorstShareClose((*gpu)->params(), copied, g64)
-              << " cpu_share_close=" << WorstShareClose((*cpu)->params(), (*cpu)->grads(), g64)
-              << " worst_gpu_vs_f64: "
+              << " replay_differs=" << replay_differs << " replay_rel=" << replay_rel
+              << " gpu_vs_f64=" << gpu_err << " cpu32_vs_f64=" << cpu_err
+              << " gpu_vs_cpu32=" << RelativeError(copied, (*cpu)->grads()) << " worst_gpu_vs_f64: "
               << WorstTensors((*gpu)->params(), copied, std::vector<float>(g64.begin(), g64.end()))
               << std::endl;
     EXPECT_EQ(copy_mismatches, 0) << "grads() differs from the device's gradient";
-    if (deterministic) {
+    if (deterministic && replay_differs >= 0) {
       EXPECT_EQ(replay_differs, 0) << "deterministic algorithms";
     }
     previous = copied;
@@ -462,6 +473,72 @@ TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, ResNetDiagnosis, ::testing::Bool());
+
+// ResNet-18's gradient at one fixed point (seed 3, batch 4) in every math against float64.
+// Prints one line per math ("precision ..."); with DPTRAIN_PARITY_FIXTURE_DIR set it also
+// writes that point (resnet18.safetensors, images.f32, labels.u8) and the errors
+// (ours.txt) there, for tools/gpu/torch_parity_reference.py to measure PyTorch's error at the
+// same point (fp32, TF32, bf16/fp16 autocast): the yardstick for the whole-model bounds.
+TEST(ResNetPrecision, GradientErrorsAgainstFloat64) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+  nn::ModelOptions options;
+  options.name = "resnet18";
+  options.seed = 3;
+  options.threads = 1;
+  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const int batch = 4;
+  std::mt19937 gen(11);
+  const std::vector<float> images = Random(batch * 784, gen);
+  std::vector<uint8_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
+  absl::StatusOr<nn::Sequential<double>> ref_net = nn::BuildNetwork<double>("resnet18");
+  ASSERT_TRUE(ref_net.ok()) << ref_net.status();
+  const std::vector<float>& w = (*cpu)->weights();
+  std::vector<double> w64(w.begin(), w.end()), g64(w.size());
+  std::vector<double> b64((*cpu)->buffer_values().begin(), (*cpu)->buffer_values().end());
+  ref_net->BindParams(w64.data(), g64.data());
+  ref_net->BindBuffers(b64.data());
+  const std::vector<double> images64(images.begin(), images.end());
+  nn::TensorRef<double> logits = ref_net->Forward(images64.data(), batch, true);
+  std::vector<double> dlogits(batch * nn::kNumClasses);
+  nn::SoftmaxCrossEntropy(logits.data, labels.data(), batch, nn::kNumClasses, dlogits.data());
+  ref_net->Backward({dlogits.data(), batch, {nn::kNumClasses, 1, 1}});
+
+  const char* dir = std::getenv("DPTRAIN_PARITY_FIXTURE_DIR");
+  std::ofstream ours;
+  if (dir != nullptr) {
+    ASSERT_TRUE(nn::SaveModel(**cpu, absl::StrCat(dir, "/resnet18.safetensors")).ok());
+    std::ofstream(absl::StrCat(dir, "/images.f32"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(images.data()), images.size() * sizeof(float));
+    std::ofstream(absl::StrCat(dir, "/labels.u8"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(labels.data()), labels.size());
+    ours.open(absl::StrCat(dir, "/ours.txt"));
+  }
+  ASSERT_TRUE((*cpu)->TrainStep(images.data(), labels.data(), batch).ok());
+  std::cout << "precision math=cpu32 vs_f64=" << RelativeError64((*cpu)->grads(), g64) << std::endl;
+  for (Math math : {Math::kFp32, Math::kTf32, Math::kBf16, Math::kFp16}) {
+    for (bool deterministic : {false, true}) {
+      DeviceOptions device = OptionsFor(math);
+      device.deterministic = deterministic;
+      absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, device);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      auto g = (*gpu)->TrainStep(images.data(), labels.data(), batch);
+      ASSERT_TRUE(g.ok()) << g.status();
+      const double err = RelativeError64((*gpu)->grads(), g64);
+      std::cout << "precision math=" << MathName(::testing::TestParamInfo<Math>(math, 0))
+                << " deterministic=" << deterministic << " vs_f64=" << err << " worst: "
+                << WorstTensors((*gpu)->params(), (*gpu)->grads(),
+                                std::vector<float>(g64.begin(), g64.end()))
+                << std::endl;
+      if (ours.is_open()) {
+        ours << MathName(::testing::TestParamInfo<Math>(math, 0)) << " " << deterministic << " "
+             << err << "\n";
+      }
+    }
+  }
+}
 
 // fp16 with an absurd loss scale: the scaled gradient overflows fp16, TrainStep says so,
 // ApplySgd skips the update and halves the scale (GradScaler's rule), and once the scale is

@@ -175,10 +175,13 @@ def allreduce_(tensor, average=True, name=None):
     session = _session()
     name = name or "allreduce"
     session.check_same("allreduce's tensor", _describe(name, tensor))
-    buffer = tensor.detach().to("cpu", torch.float32).contiguous().clone()
+    # Device tensors are staged through pinned memory; the result goes back asynchronously
+    # (PyTorch keeps a pinned block from reuse until the copies reading it are done).
+    buffer = torch.empty(tensor.shape, dtype=torch.float32, pin_memory=tensor.is_cuda)
+    buffer.copy_(tensor.detach())
     session.allreduce(buffer.data_ptr(), buffer.numel(), average)
     with torch.no_grad():
-        tensor.copy_(buffer.view_as(tensor))
+        tensor.copy_(buffer, non_blocking=True)
     return tensor
 
 
@@ -245,7 +248,9 @@ def broadcast_object(obj, root_rank=0):
     if session.rank() == root_rank:
         return obj
     data = ctypes.string_at(buffer.data_ptr(), count.value)
-    return torch.load(io.BytesIO(data), map_location="cpu")
+    # Any picklable object, from rank 0 of this job (as torch.distributed's
+    # broadcast_object_list); torch >= 2.6 would otherwise load tensors and primitives only.
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0):
@@ -308,7 +313,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for i in range(first, end):
                 self._bucket_of[i] = b
         self._total = total
-        self._flat = torch.zeros(total + 1, dtype=torch.float32)
+        # CUDA gradients travel through pinned host memory: copied out (device to host) on a
+        # side stream per device as backward produces them, each bucket's copies marked by
+        # an event that the bucket's sender waits on; the averages go back (host to device)
+        # on the current stream, and the next backward waits for that before the host
+        # writes into _flat again. CPU-only jobs use none of this.
+        devices = sorted({p.device for p in params if p.device.type == "cuda"}, key=str)
+        self._cuda = bool(devices)
+        self._flat = torch.zeros(total + 1, dtype=torch.float32, pin_memory=self._cuda)
+        self._side = {d: torch.cuda.Stream(d) for d in devices}
+        self._copied = [{d: torch.cuda.Event() for d in devices} for _ in self._buckets]
+        self._copied_back = {d: torch.cuda.Event() for d in devices}
         # Host fp32 parameters keep their gradient inside the flat buffer (as DDP's
         # gradient_as_bucket_view): backward accumulates in place and the average lands in
         # p.grad without a copy. Others (devices, other dtypes) are copied in and out.
@@ -357,9 +372,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._ready = [False] * len(self._order)
                 self._bucket_pending = [end - first for first, end in self._buckets]
                 self._next_bucket = 0
+                for event in self._copied_back.values():
+                    event.synchronize()  # The last averages left _flat: it may be written.
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-            if self._overlap and self._pass == self._passes - 1:
-                self._mark_ready(i)
+            if self._pass == self._passes - 1:
+                self._mark_ready(i)  # Final for this step: packed now (sent now: allreduce).
         return hook
 
     def _in_place(self, i):
@@ -374,6 +391,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         target = self._flat[at:at + n]
         if p.grad is None:
             target.zero_()
+        elif p.device.type == "cuda":
+            grad = p.grad.detach().reshape(-1)
+            side = self._side[p.device]
+            side.wait_stream(torch.cuda.current_stream(p.device))  # The gradient is computed.
+            with torch.cuda.stream(side):
+                target.copy_(grad, non_blocking=True)
+            grad.record_stream(side)  # Its memory is not reused before the copy is done.
         else:
             target.copy_(p.grad.detach().reshape(-1))
         if self._views[i] is not None:
@@ -386,10 +410,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._pack(i)
         b = self._bucket_of[i]
         self._bucket_pending[b] -= 1
+        if self._queue is None:
+            return  # Sent as a whole when backward ends.
         # Buckets leave in index order, the same on every rank.
         while (self._next_bucket < len(self._buckets)
                and self._bucket_pending[self._next_bucket] == 0):
-            self._queue.put(self._next_bucket)
+            b = self._next_bucket
+            for device, event in self._copied[b].items():
+                event.record(self._side[device])  # After every copy of bucket b's gradients.
+            self._queue.put(b)
             self._next_bucket += 1
 
     def _communicate(self):
@@ -400,6 +429,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             stop = self._offsets[end - 1] + self._order[end - 1].numel()
             try:
                 if self._error is None:
+                    for event in self._copied[b].values():
+                        event.synchronize()  # Bucket b's device gradients are in _flat.
                     self._session.allreduce(self._flat.data_ptr() + 4 * start, stop - start,
                                             True)
                     # inf/NaN anywhere on any rank is in the average: every rank skips.
@@ -433,7 +464,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._skipped, self._nonfinite = self._nonfinite, False
         else:
             for i in range(len(self._order)):
-                self._pack(i)
+                self._mark_ready(i)
+            for side in self._side.values():
+                side.synchronize()  # Every device gradient is in _flat.
             self._flat[self._total] = 0.0
             self._skipped = self._session.reduce_gradients(self._flat.data_ptr(),
                                                            self._flat.numel())
@@ -446,9 +479,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             at, n = self._offsets[i], p.numel()
             mean = self._flat[at:at + n].view_as(p)
             if p.grad is None:
-                p.grad = mean.to(p.device, p.dtype).clone()
-            else:
-                p.grad.detach().copy_(mean)
+                p.grad = torch.empty_like(p)
+            p.grad.detach().copy_(mean, non_blocking=True)  # Host to device: asynchronous.
+        for device, event in self._copied_back.items():
+            event.record(torch.cuda.current_stream(device))
 
     # -- Horovod's API.
 
