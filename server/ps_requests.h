@@ -26,8 +26,17 @@ ModelDescription DescriptionOf(const Request& request) {
   return model;
 }
 
-// Views of `chunks`' bytes, valid while the request lives.
-std::vector<ChunkView> ViewsOf(const google::protobuf::RepeatedPtrField<proto::Chunk>& chunks);
+// Views of `chunks`' bytes, valid while the request lives. With `widened`, gradients pushed
+// in 16 bits (--wire_dtype=bf16|fp16) are widened to fp32 into it (the views point there, so
+// it must outlive them too); without, or for another dtype, they stay as sent (the shard
+// refuses what it does not store). InvalidArgument for a 16-bit chunk of an odd byte count.
+absl::StatusOr<std::vector<ChunkView>> ViewsOf(
+    const google::protobuf::RepeatedPtrField<proto::Chunk>& chunks,
+    std::vector<std::vector<float>>* widened = nullptr);
+
+// `view` as fp32 when it holds 16-bit values: widened into `storage`, which the returned
+// view points to. Other dtypes are returned as they are.
+absl::StatusOr<ChunkView> WidenedToFp32(const ChunkView& view, std::vector<float>& storage);
 
 }  // namespace dptrain
 

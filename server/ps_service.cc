@@ -30,8 +30,11 @@ absl::Time PsService::Deadline(const grpc::ServerContext& context) const {
 
 grpc::Status PsService::DoInit(grpc::ServerContext*, const proto::InitRequest* request,
                                proto::InitResponse* response) {
+  // Initial weights are fp32: 16-bit chunks stay as sent and the shard refuses them.
+  absl::StatusOr<std::vector<ChunkView>> views = ViewsOf(request->chunks());
+  if (!views.ok()) return ToGrpcStatus(views.status());
   auto version = shard_->Init(request->caller().job_id(), request->caller().rank(),
-                              DescriptionOf(*request), ViewsOf(request->chunks()));
+                              DescriptionOf(*request), *views);
   if (!version.ok()) return ToGrpcStatus(version.status());
   response->set_version(*version);
   if (after_init_) after_init_();
@@ -52,9 +55,12 @@ grpc::Status PsService::DoPushPull(grpc::ServerContext* context,
                                    proto::PullResponse* response) {
   int64_t staleness = 0;
   bool skipped = false;
+  std::vector<std::vector<float>> widened;  // 16-bit gradients as fp32 (--wire_dtype).
+  absl::StatusOr<std::vector<ChunkView>> views = ViewsOf(request->chunks(), &widened);
+  if (!views.ok()) return ToGrpcStatus(views.status());
   auto version = shard_->PushPull(request->caller().job_id(), request->caller().rank(),
-                                  request->step(), ViewsOf(request->chunks()), Deadline(*context),
-                                  SinkInto(response), &staleness, request->overflow(), &skipped);
+                                  request->step(), *views, Deadline(*context), SinkInto(response),
+                                  &staleness, request->overflow(), &skipped);
   bytes_received_ += static_cast<int64_t>(request->ByteSizeLong());
   if (!version.ok()) return ToGrpcStatus(version.status());
   response->set_version(*version);

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/tensor_frame.h"
+#include "server/ps_requests.h"
 
 namespace dptrain {
 
@@ -139,7 +140,16 @@ class PushPullReactor final : public grpc::ServerGenericBidiReactor {
     }
     ChunkView view{h.key().tensor_id(), h.key().chunk_index(), static_cast<DType>(h.dtype()),
                    held->ContiguousPayload()};
-    auto slot = shard_->PushChunk(job_id_, rank_, step_, view, held, h.overflow());
+    std::shared_ptr<const void> hold = held;
+    if (view.dtype == DType::kBf16 || view.dtype == DType::kFp16) {
+      // 16 bits on the wire (--wire_dtype): the shard sums and keeps fp32.
+      auto wide = std::make_shared<std::vector<float>>();
+      absl::StatusOr<ChunkView> widened = WidenedToFp32(view, *wide);
+      if (!widened.ok()) return widened.status();
+      view = *widened;
+      hold = std::move(wide);
+    }
+    auto slot = shard_->PushChunk(job_id_, rank_, step_, view, std::move(hold), h.overflow());
     if (!slot.ok()) return slot.status();
     absl::MutexLock lock(&mu_);
     if (pushed_.empty()) pushed_.assign(shard_->num_chunks(), false);

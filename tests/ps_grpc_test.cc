@@ -1,11 +1,15 @@
 // The parameter server over real gRPC: every bad request gets its precise status and
 // changes nothing, retries are idempotent, and grpc.health.v1.Health answers; a worker learns
 // the steps its job can be sent back to.
+#include <cmath>
+#include <iostream>
+#include <random>
 #include <thread>
 
 #include "common/health_client.h"
 #include "common/net.h"
 #include "common/sparse_rows.h"
+#include "common/wire_dtype.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
@@ -242,6 +246,85 @@ TEST(PsClientTest, RewindIntervalIsTheGcdOfTheShardsCheckpointIntervals) {
     auto client = PsClient::Connect(po);
     ASSERT_TRUE(client.ok()) << client.status();
     EXPECT_EQ((*client)->rewind_interval(), policy == SyncPolicy::kBsp ? 2 : 0);
+  }
+}
+
+// --wire_dtype: 2 ranks push 16-bit gradients through 2 real shards, over the tensor stream
+// and in unary calls. The shards widen them and sum in fp32: the SGD step equals the fp32
+// one computed from the gradients rounded as the wire rounds them, bit for bit; against
+// the unrounded gradients the error is within the format's rounding (bf16 2^-8, fp16
+// 2^-11 relative per value), and half the bytes are pushed.
+TEST(PsClientTest, SixteenBitWireSumsInFp32WithHalfTheBytes) {
+  const int n = 3000;  // "w" in chunks of 1024: 3 chunks over 2 shards, and "b".
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<float> initial(n + 7);
+  for (float& x : initial) x = normal(gen);
+  std::vector<std::vector<float>> grads(2, std::vector<float>(n + 7 + 1, 0.0f));  // + flag.
+  for (auto& g : grads) {
+    for (int i = 0; i < n + 7; ++i) g[i] = normal(gen) * 1e-2f;
+  }
+  for (DType wire : {DType::kFp32, DType::kBf16, DType::kFp16}) {
+    for (int64_t stream_min_bytes : {int64_t{0}, int64_t{1} << 30}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(wire), stream_min_bytes == 0 ? " stream" : " unary"));
+      OptimizerOptions sgd;
+      sgd.learning_rate = 0.5f;
+      TestShards shards = StartShards(2, 2, sgd);
+      std::vector<std::unique_ptr<PsClient>> clients;
+      for (int rank = 0; rank < 2; ++rank) {
+        PsClientOptions po;
+        po.shard_addresses = shards.addresses;
+        po.rank = rank;
+        po.world_size = 2;
+        po.tensors = {{"w", n}, {"b", 7}};
+        po.max_chunk_elements = 1024;
+        po.stream_min_bytes = stream_min_bytes;
+        po.wire_dtype = wire;
+        auto client = PsClient::Connect(po);
+        ASSERT_TRUE(client.ok()) << client.status();
+        clients.push_back(*std::move(client));
+      }
+      std::vector<std::vector<float>> weights(2, initial);
+      ASSERT_TRUE(clients[0]->Start(absl::MakeSpan(weights[0])).ok());
+      ASSERT_TRUE(clients[1]->Start(absl::MakeSpan(weights[1])).ok());
+      const int64_t bytes_before = clients[0]->stats().bytes_pushed;  // Init's weights.
+      absl::Status s1;
+      std::thread other([&] {
+        s1 = clients[1]->PushPull(0, absl::MakeSpan(grads[1]), absl::MakeSpan(weights[1])).status();
+      });
+      absl::Status s0 =
+          clients[0]->PushPull(0, absl::MakeSpan(grads[0]), absl::MakeSpan(weights[0])).status();
+      other.join();
+      ASSERT_TRUE(s0.ok()) << s0;
+      ASSERT_TRUE(s1.ok()) << s1;
+      EXPECT_EQ(weights[0], weights[1]);
+      double diff = 0, norm = 0;
+      for (int i = 0; i < n + 7; ++i) {
+        auto rounded = [&](float g) {
+          return wire == DType::kBf16   ? Bf16BitsToFloat(FloatToBf16Bits(g))
+                 : wire == DType::kFp16 ? Fp16BitsToFloat(FloatToFp16Bits(g))
+                                        : g;
+        };
+        // The shard's arithmetic: sum in fp32, times 1/N, then w -= lr * mean.
+        const float mean = (rounded(grads[0][i]) + rounded(grads[1][i])) * 0.5f;
+        ASSERT_EQ(weights[0][i], initial[i] - 0.5f * mean) << i;
+        const double exact = (double{grads[0][i]} + grads[1][i]) / 2;
+        diff += (mean - exact) * (mean - exact);
+        norm += exact * exact;
+      }
+      const double bound = wire == DType::kBf16   ? std::ldexp(1.0, -8)
+                           : wire == DType::kFp16 ? std::ldexp(1.0, -11)
+                                                  : 1e-6;
+      EXPECT_LE(std::sqrt(diff / norm), bound);
+      std::cout << DTypeName(wire) << (stream_min_bytes == 0 ? " stream" : " unary")
+                << ": relative error of the averaged step " << std::sqrt(diff / norm)
+                << ", bytes pushed " << clients[0]->stats().bytes_pushed - bytes_before
+                << std::endl;
+      const int64_t payload = int64_t{n + 7} * static_cast<int64_t>(ElementSize(wire));
+      const int64_t pushed = clients[0]->stats().bytes_pushed - bytes_before;
+      EXPECT_GE(pushed, payload);
+      EXPECT_LE(pushed, payload + 1024) << "headers only beside it";
+    }
   }
 }
 

@@ -136,6 +136,7 @@ def compare(name, outs, ref, tolerance=1e-5):
         fail(f"{name}: weights differ from the single-process run by {worst:.2e} (relative)")
     print(f"ok: {name}: both ranks identical, {worst:.1e} from one process on the global "
           f"batch", flush=True)
+    return worst
 
 
 def summary(out):
@@ -144,7 +145,7 @@ def summary(out):
 
 
 def main():
-    cases = sys.argv[1:] or ["allreduce", "ps", "master", "server", "passes", "skip",
+    cases = sys.argv[1:] or ["allreduce", "ps", "master", "wire", "server", "passes", "skip",
                              "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun",
                              "sparse", "sparse_restart", "load", "click"]
     if "init" in cases:
@@ -181,6 +182,25 @@ def main():
     if "master" in cases:
         outs, _, _ = run_workers("master", "master")
         compare("master, 2 workers", outs, ref)
+    if "wire" in cases:
+        # 16-bit gradients on the wire: the shards (or the reducer) sum in fp32; the result
+        # moves by the rounding of the pushed values, no more (and it does move: the wire
+        # really is 16-bit).
+        shards = start_shards(2, 2, "--optimizer=none")
+        outs, _, _ = run_workers("wire_ps", "ps", env={"DPTRAIN_PS": ",".join(shards),
+                                                       "DPTRAIN_WIRE_DTYPE": "bf16"})
+        worst = compare("ps, bf16 on the wire", outs, ref, tolerance=2e-2)
+        if not worst > 1e-7:
+            fail(f"ps with DPTRAIN_WIRE_DTYPE=bf16 is {worst:.1e} from fp32: not 16-bit?")
+        outs, _, _ = run_workers("wire_master", "master", env={"DPTRAIN_WIRE_DTYPE": "fp16"})
+        worst = compare("master, fp16 on the wire", outs, ref, tolerance=2e-3)
+        if not worst > 1e-8:
+            fail(f"master with DPTRAIN_WIRE_DTYPE=fp16 is {worst:.1e} from fp32: not 16-bit?")
+        _, texts, codes = run_workers("wire_ring", "allreduce", env={"DPTRAIN_WIRE_DTYPE": "bf16"},
+                                      expect_ok=False)
+        if not all(codes) or not all("is for ps and master mode" in t for t in texts):
+            fail(f"allreduce with a 16-bit wire: {codes} {texts[0][-300:]}")
+        print("ok: allreduce refuses a 16-bit wire with one line", flush=True)
     if "server" in cases:
         shards = start_shards(2, 2, "--optimizer=sgd", "--lr=0.05", "--momentum=0.9")
         outs, _, _ = run_workers("server", "ps", ["--server"],

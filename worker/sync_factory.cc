@@ -73,6 +73,7 @@ PsClientOptions ClientOptions(const WorkerConfig& config, const SyncSetup& setup
   }
   o.trace = setup.trace;
   o.stream_min_bytes = config.stream_min_bytes;
+  o.wire_dtype = config.wire_dtype;
   o.reconnect_timeout = config.reconnect_timeout;
   o.credentials = setup.credentials;
   return o;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/optimizer_flags.h"
 #include "common/status_macros.h"
+#include "common/wire_dtype.h"
 
 ABSL_FLAG(std::string, mode, "ps",
           "How gradients are synchronised: ps (sharded parameter servers, --ps), master (rank 0 "
@@ -110,6 +111,10 @@ ABSL_FLAG(std::string, metrics_out, "", "If set, JSON lines (one per epoch and a
 ABSL_FLAG(int64_t, stream_min_bytes, int64_t{1} << 20,
           "ps mode: a shard holding at least this many bytes of the model gets each step over "
           "the tensor stream (chunk-pipelined), a smaller one in one unary call.");
+ABSL_FLAG(std::string, wire_dtype, "fp32",
+          "ps and master mode: what the gradients travel as: fp32, or bf16 / fp16 (half the "
+          "bytes pushed; rounded to nearest even, widened by the shards, which sum and keep "
+          "fp32; fp16 turns values past 65504 into inf, and such a step is skipped).");
 ABSL_FLAG(absl::Duration, log_every, absl::Seconds(10),
           "A progress line (step, images/s, phase split, ETA) at most this often within an "
           "epoch; 0: one line per epoch only.");
@@ -381,6 +386,13 @@ absl::Status ReadSync(WorkerConfig& c) {
   c.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
   c.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   c.stream_min_bytes = absl::GetFlag(FLAGS_stream_min_bytes);
+  absl::StatusOr<DType> wire = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
+  if (!wire.ok()) return Bad("wire_dtype", "must be fp32, bf16 or fp16");
+  c.wire_dtype = *wire;
+  if (c.wire_dtype != DType::kFp32 && c.mode == SyncMode::kAllReduce) {
+    return Bad("wire_dtype",
+               "is for ps and master mode: the ring sends fp32 (its 16-bit wire is not built)");
+  }
   c.sharded_optimizer = absl::GetFlag(FLAGS_sharded_optimizer);
   SaveConfig& s = c.saves;
   s.dir = absl::GetFlag(FLAGS_save_dir);

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dtype.h"
 #include "common/lr_schedule.h"
 #include "common/optimizer.h"
 #include "server/aggregation_policy.h"
@@ -106,6 +107,7 @@ struct WorkerConfig {
   absl::Duration reconnect_timeout = absl::Seconds(60);
   absl::Duration rpc_timeout = absl::Minutes(10);
   int64_t stream_min_bytes = int64_t{1} << 20;
+  DType wire_dtype = DType::kFp32;  // --wire_dtype: what gradients travel as (ps, master).
   bool sharded_optimizer = true;
   SaveConfig saves;
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/sparse_rows.h"
+#include "common/wire_dtype.h"
 #include "nlohmann/json.hpp"
 #include "python/native/session.h"
 
@@ -63,7 +64,11 @@ absl::Status ParseOptions(const char* text, dptrain::SessionOptions& o) {
         o.connect_timeout = seconds(v);
       else if (key == "reconnect_timeout_s")
         o.reconnect_timeout = seconds(v);
-      else
+      else if (key == "wire_dtype") {
+        absl::StatusOr<dptrain::DType> wire = dptrain::ParseWireDtype(v.get<std::string>());
+        if (!wire.ok()) return wire.status();
+        o.wire_dtype = *wire;
+      } else
         return absl::InvalidArgumentError(absl::StrCat("unknown session option '", key, "'"));
     }
   } catch (const nlohmann::json::exception& e) {

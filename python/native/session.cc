@@ -177,6 +177,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> Session::ConnectStore(
   o.tensors = tensors;
   o.connect_timeout = options_.connect_timeout;
   o.rpc_timeout = options_.timeout + absl::Seconds(30);  // The shards' step timeout first.
+  o.wire_dtype = options_.wire_dtype;
   // DistributedOptimizer's shards must only average (ps_server --optimizer=none).
   if (!server_optimizer) o.expected_optimizer = "none";
   o.credentials = credentials_;

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/credentials.h"
+#include "common/dtype.h"
 #include "common/shard_map.h"
 #include "proto/ps.pb.h"
 #include "worker/comm/step_sync.h"
@@ -58,6 +59,8 @@ struct SessionOptions {
   absl::Duration connect_timeout = absl::Seconds(60);  // Rendezvous, shards, the reducer.
   // ps mode: how long a step rides out a shard that went away (ServerOptimizer).
   absl::Duration reconnect_timeout = absl::Seconds(60);
+  // ps and master mode: what the gradients travel as (PsClientOptions::wire_dtype).
+  DType wire_dtype = DType::kFp32;
 };
 
 class Session {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "common/wire_dtype.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/completion_queue.h"
 #include "worker/comm/shard_step_call.h"
@@ -394,6 +395,13 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   }
   const absl::Span<const float> grads = gradient_and_flag.first(total);
   const bool overflow = gradient_and_flag.back() != 0.0f;
+  const bool narrow = options_.wire_dtype != DType::kFp32;
+  if (narrow) {
+    narrowed_.resize(total);
+    Narrow(options_.wire_dtype, grads, absl::MakeSpan(narrowed_));
+  }
+  const proto::DType wire = static_cast<proto::DType>(options_.wire_dtype);
+  const size_t element = ElementSize(options_.wire_dtype);
   const int num_shards = static_cast<int>(stubs_.size());
   const absl::Time push_start = absl::Now();
   const absl::Time deadline = push_start + options_.rpc_timeout;
@@ -403,17 +411,19 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     const std::vector<int>& mine = map_.ChunksOfShard(s);
     if (mine.empty()) continue;  // A shard that owns nothing takes no part.
     int64_t bytes = 0;
-    for (int i : mine) bytes += map_.chunks()[i].count * int64_t{sizeof(float)};
+    for (int i : mine) bytes += map_.chunks()[i].count * static_cast<int64_t>(element);
     if (bytes < options_.stream_min_bytes) {
       proto::PushPullRequest& request = push_requests_[s];
       request.set_step(step);
       request.set_overflow(overflow);
       for (size_t i = 0; i < mine.size(); ++i) {
         const ChunkSpec& spec = map_.chunks()[mine[i]];
-        request.mutable_chunks(static_cast<int>(i))
-            ->mutable_data()
-            ->assign(reinterpret_cast<const char*>(grads.data() + spec.flat_offset),
-                     spec.count * sizeof(float));
+        proto::Chunk* chunk = request.mutable_chunks(static_cast<int>(i));
+        chunk->set_dtype(wire);
+        const char* from = narrow
+                               ? reinterpret_cast<const char*>(narrowed_.data() + spec.flat_offset)
+                               : reinterpret_cast<const char*>(grads.data() + spec.flat_offset);
+        chunk->mutable_data()->assign(from, spec.count * element);
       }
       stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
       unary[s] = &request;
@@ -427,6 +437,10 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     args.rank = options_.rank;
     args.step = step;
     args.grads = grads;
+    if (narrow) {
+      args.wire_dtype = options_.wire_dtype;
+      args.narrow_grads = narrowed_;
+    }
     args.weights = weights;
     args.deadline = deadline;
     args.context = absl::StrCat("PushPull of step ", step, " to shard ", s, " at ",

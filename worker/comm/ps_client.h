@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/credentials.h"
+#include "common/dtype.h"
 #include "common/log_sink.h"
 #include "common/shard_map.h"
 #include "common/trace.h"
@@ -55,6 +56,9 @@ struct PsClientOptions {
   // OUT_OF_RANGE), keeps trying to recover before it fails; 0: it fails at once.
   absl::Duration reconnect_timeout = absl::Seconds(60);
   LogSink log = StderrLog();  // Recovery is reported here.
+  // What the gradients travel as (--wire_dtype): kFp32, or kBf16/kFp16 (rounded to nearest
+  // even here, widened by the shards, which sum and keep fp32: half the bytes pushed).
+  DType wire_dtype = DType::kFp32;
 };
 
 class PsClient final : public ParameterStore {
@@ -126,6 +130,7 @@ class PsClient final : public ParameterStore {
   std::vector<std::unique_ptr<grpc::GenericStub>> stream_stubs_;  // The tensor stream.
   // Unary shards: one reusable request each, keys filled once; only the bytes change.
   std::vector<proto::PushPullRequest> push_requests_;
+  std::vector<uint16_t> narrowed_;  // The gradient in options_.wire_dtype, when 16-bit.
   std::vector<proto::PullResponse> responses_;
   CommStats stats_;
   bool bsp_ = true;  // The shards' sync policy is BSP (versions are steps).

@@ -16,16 +16,18 @@ ShardStepCall::ShardStepCall(const ShardStep& step)
   header.mutable_caller()->set_job_id(step.job_id);
   header.mutable_caller()->set_rank(step.rank);
   header.set_step(step.step);
-  header.set_dtype(proto::FP32);
+  const bool narrow = step.wire_dtype != DType::kFp32;
+  header.set_dtype(static_cast<proto::DType>(step.wire_dtype));
   header.set_overflow(step.overflow);
   for (int i : chunks_) {
     const ChunkSpec& spec = step.map->chunks()[i];
     header.mutable_key()->set_tensor_id(spec.tensor_id);
     header.mutable_key()->set_chunk_index(spec.chunk_index);
+    const char* from =
+        narrow ? reinterpret_cast<const char*>(step.narrow_grads.data() + spec.flat_offset)
+               : reinterpret_cast<const char*>(step.grads.data() + spec.flat_offset);
     out_.push_back(FrameReferencing(
-        header,
-        absl::string_view(reinterpret_cast<const char*>(step.grads.data() + spec.flat_offset),
-                          spec.count * sizeof(float))));
+        header, absl::string_view(from, spec.count * ElementSize(step.wire_dtype))));
     bytes_sent_ += static_cast<int64_t>(out_.back().Length());
   }
 }

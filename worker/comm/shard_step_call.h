@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/dtype.h"
 #include "common/shard_map.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -28,7 +29,11 @@ struct ShardStep {
   int rank = 0;
   int64_t step = 0;
   absl::Span<const float> grads;  // The whole model's; must not change until Wait returns.
-  absl::Span<float> weights;      // The whole model's; this shard's chunks are written.
+  // With wire_dtype kBf16/kFp16 the frames carry narrow_grads (grads rounded to it, the whole
+  // model's, same lifetime) instead of grads.
+  DType wire_dtype = DType::kFp32;
+  absl::Span<const uint16_t> narrow_grads;
+  absl::Span<float> weights;  // The whole model's; this shard's chunks are written.
   absl::Time deadline;
   std::string context;    // Prefixes errors, e.g. "PushPull of step 3 to shard 1 at host:port".
   bool overflow = false;  // This worker's gradient has inf/NaN (FrameHeader.overflow).
