@@ -43,7 +43,7 @@ set -e
   die "bad --trace_out: rc=$rc $(cat "$SCRATCH/badtrace.txt")"
 
 for r in 0 1; do
-  "$GPU_WORKER" --ps="$PS" --rank=$r --world_size=2 --model=mlp --epochs=3 --batch_size=64 \
+  "$GPU_WORKER" --ps="$PS" --rank=$r --world_size=2 --model=mlp --epochs=6 --batch_size=64 \
     --threads=1 --data_dir="$DATA_DIR" --stream_min_bytes=$((r == 0 ? 0 : 1 << 30)) --metrics_port=0 --metrics_port_file="$SCRATCH/worker$r.mport" \
     --trace_out="$SCRATCH/worker$r.trace.json" --trace_steps=5 --log_every=0.5s \
     --metrics_out="$SCRATCH/worker$r.jsonl" >"$SCRATCH/worker$r.log" 2>&1 &
@@ -157,9 +157,9 @@ PY
 done
 
 # Progress lines within an epoch, and one per epoch as before.
-grep -q "rank 0 epoch 1/3 step [0-9]*/469 .*images/s .*compute [0-9]*% sync [0-9]*% .*ETA" "$SCRATCH/worker0.log" ||
+grep -q "rank 0 epoch 1/6 step [0-9]*/469 .*images/s .*compute [0-9]*% sync [0-9]*% .*ETA" "$SCRATCH/worker0.log" ||
   die "no progress line: $(head -20 "$SCRATCH/worker0.log")"
-grep -q "rank 0 epoch 3/3  loss" "$SCRATCH/worker0.log" || die "no epoch line"
+grep -q "rank 0 epoch 6/6  loss" "$SCRATCH/worker0.log" || die "no epoch line"
 # Curves from the metrics files (Debian's matplotlib, so the system python).
 PLOT="$ROOT/tools/plot_curves.py"
 /usr/bin/python3 "$PLOT" --out="$SCRATCH/curves.png" "$SCRATCH"/worker*.jsonl || die "plot_curves failed"
