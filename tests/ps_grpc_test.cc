@@ -328,6 +328,66 @@ TEST(PsClientTest, SixteenBitWireSumsInFp32WithHalfTheBytes) {
   }
 }
 
+// A push that starts while backward runs (dptrain.torch in ps and master mode): nothing
+// leaves before its chunk is ready, each chunk leaves as soon as it is, the step completes
+// once the whole gradient is; a cancelled one ends Cancelled and the step can be pushed again.
+TEST(PsClientTest, ChunksLeaveAsTheGradientBecomesReady) {
+  OptimizerOptions sgd;
+  sgd.learning_rate = 1.0f;
+  TestShards shards = StartShards(1, 1, sgd);
+  PsClientOptions po;
+  po.shard_addresses = shards.addresses;
+  po.tensors = {{"w", 3000}};
+  po.max_chunk_elements = 1024;  // 3 chunks of 1000 (the map splits evenly).
+  po.stream_min_bytes = 0;
+  auto client = PsClient::Connect(po);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> weights(3000, 1.0f), grads(3001, 0.5f), mean(3000);
+  grads.back() = 0;  // The flag.
+  ASSERT_TRUE((*client)->Start(absl::MakeSpan(weights)).ok());
+  PsServer& server = *shards.servers[0];
+  auto settle = [&server](int64_t at_least) {
+    for (int i = 0; i < 500 && server.bytes_received() < at_least; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    absl::SleepFor(absl::Milliseconds(200));  // Time for anything more to arrive.
+    return server.bytes_received();
+  };
+  const int64_t before = server.bytes_received();
+
+  GradientReadiness ready;
+  absl::StatusOr<StepOutcome> outcome;
+  std::thread push([&] {
+    outcome = (*client)->PushPull(0, absl::MakeSpan(grads), absl::MakeSpan(mean), &ready);
+  });
+  EXPECT_EQ(settle(before), before) << "nothing is ready: nothing may leave";
+  ready.Advance(999);  // Not all of the first chunk.
+  EXPECT_EQ(settle(before), before);
+  ready.Advance(1500);
+  const int64_t first = settle(before + 4000);
+  EXPECT_GE(first - before, 4000);
+  EXPECT_LT(first - before, 2 * 4000) << "the first chunk only";
+  ready.Advance(3000);
+  push.join();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(mean, std::vector<float>(3000, 0.5f));  // The new weights: 1 - 1.0 x 0.5.
+
+  // Cancelled after the first chunk of step 1 left: the call ends at once, Cancelled.
+  GradientReadiness cancelled;
+  std::thread failed([&] {
+    outcome = (*client)->PushPull(1, absl::MakeSpan(grads), absl::MakeSpan(mean), &cancelled);
+  });
+  cancelled.Advance(1000);
+  settle(first + 4000);
+  cancelled.Cancel();
+  failed.join();
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kCancelled) << outcome.status();
+  // The same step pushed again (the chunk that left was final) completes.
+  outcome = (*client)->PushPull(1, absl::MakeSpan(grads), absl::MakeSpan(mean));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(mean, std::vector<float>(3000, 0.0f));  // 0.5 - 1.0 x 0.5.
+}
+
 // Row-sparse tables through 2 real shards: rows split by id, pulled and pushed to their
 // owners only, counted in each shard's /metrics; a second declaration must match, an
 // undeclared table is NOT_FOUND.

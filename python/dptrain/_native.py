@@ -9,7 +9,7 @@ import ctypes
 import json
 import os
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # absl::StatusCode names, for messages.
 _CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
@@ -69,6 +69,10 @@ def lib():
         "dpt_register_gradients": ([session, ctypes.c_char_p, i64p, ctypes.c_int64],
                                    ctypes.c_int),
         "dpt_reduce_gradients": ([session, f32p, ctypes.c_int64, intp], ctypes.c_int),
+        "dpt_reduce_begin": ([session, f32p, ctypes.c_int64], ctypes.c_int),
+        "dpt_reduce_ready": ([session, ctypes.c_int64], ctypes.c_int),
+        "dpt_reduce_cancel": ([session], ctypes.c_int),
+        "dpt_reduce_end": ([session, intp], ctypes.c_int),
         "dpt_start_server": ([session, ctypes.c_char_p, i64p, ctypes.c_int64, f32p,
                               ctypes.c_int64, i64p], ctypes.c_int),
         "dpt_push_pull": ([session, ctypes.c_int64, f32p, f32p, ctypes.c_int64, intp, i64p],
@@ -158,6 +162,20 @@ class Session:
     def reduce_gradients(self, address, n):
         skipped = ctypes.c_int(0)
         check(lib().dpt_reduce_gradients(self._handle, floats(address), n, ctypes.byref(skipped)))
+        return bool(skipped.value)
+
+    def reduce_begin(self, address, n):
+        check(lib().dpt_reduce_begin(self._handle, floats(address), n))
+
+    def reduce_ready(self, upto):
+        check(lib().dpt_reduce_ready(self._handle, upto))
+
+    def reduce_cancel(self):
+        check(lib().dpt_reduce_cancel(self._handle))
+
+    def reduce_end(self):
+        skipped = ctypes.c_int(0)
+        check(lib().dpt_reduce_end(self._handle, ctypes.byref(skipped)))
         return bool(skipped.value)
 
     def start_server(self, names, sizes, weights_address, n):

@@ -103,7 +103,7 @@ absl::Status Usable(const dpt_session* s, const void* data, int64_t n) {
 
 extern "C" {
 
-int dpt_abi_version(void) { return 3; }
+int dpt_abi_version(void) { return 4; }
 const char* dpt_last_error(void) { return last_error.c_str(); }
 
 int dpt_create(const char* options_json, dpt_session** out) {
@@ -151,6 +151,34 @@ int dpt_register_gradients(dpt_session* s, const char* names, const int64_t* siz
 int dpt_reduce_gradients(dpt_session* s, float* gradient_and_flag, int64_t n, int* skipped) {
   if (auto u = Usable(s, gradient_and_flag, n); !u.ok()) return Fail(u);
   auto result = s->session->ReduceGradients(absl::MakeSpan(gradient_and_flag, n));
+  if (!result.ok()) return Fail(result.status());
+  if (skipped != nullptr) *skipped = *result ? 1 : 0;
+  return 0;
+}
+
+int dpt_reduce_begin(dpt_session* s, float* gradient_and_flag, int64_t n) {
+  if (auto u = Usable(s, gradient_and_flag, n); !u.ok()) return Fail(u);
+  if (auto b = s->session->BeginReduce(absl::MakeSpan(gradient_and_flag, n)); !b.ok()) {
+    return Fail(b);
+  }
+  return 0;
+}
+
+int dpt_reduce_ready(dpt_session* s, int64_t upto) {
+  if (s == nullptr || s->session == nullptr) return Fail(absl::InvalidArgumentError("no session"));
+  s->session->ReadyUpTo(upto);
+  return 0;
+}
+
+int dpt_reduce_cancel(dpt_session* s) {
+  if (s == nullptr || s->session == nullptr) return Fail(absl::InvalidArgumentError("no session"));
+  s->session->CancelReduce();
+  return 0;
+}
+
+int dpt_reduce_end(dpt_session* s, int* skipped) {
+  if (s == nullptr || s->session == nullptr) return Fail(absl::InvalidArgumentError("no session"));
+  auto result = s->session->EndReduce();
   if (!result.ok()) return Fail(result.status());
   if (skipped != nullptr) *skipped = *result ? 1 : 0;
   return 0;

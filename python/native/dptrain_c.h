@@ -42,6 +42,13 @@ int dpt_register_gradients(dpt_session* session, const char* names, const int64_
 /* `n`: the registered elements + 1 (the overflow flag). `skipped`: 1 if the step must be
  * skipped on every rank. */
 int dpt_reduce_gradients(dpt_session* session, float* gradient_and_flag, int64_t n, int* skipped);
+// The same in parts (ps and master mode, pushing while backward runs): begin with the whole
+// buffer (its flag set), say how many leading values are final as buckets complete, end to
+// get the mean in place; cancel if backward failed (end then fails, no shard counts it).
+int dpt_reduce_begin(dpt_session* session, float* gradient_and_flag, int64_t n);
+int dpt_reduce_ready(dpt_session* session, int64_t upto);
+int dpt_reduce_cancel(dpt_session* session);
+int dpt_reduce_end(dpt_session* session, int* skipped);
 
 int dpt_start_server(dpt_session* session, const char* names, const int64_t* sizes, int64_t count,
                      float* weights, int64_t n, int64_t* resume_step);

@@ -74,7 +74,12 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const SessionOptions& o
 }
 
 Session::Session(const SessionOptions& options) : options_(options) {}
-Session::~Session() = default;
+Session::~Session() {
+  if (reduce_thread_.joinable()) {
+    readiness_->Cancel();
+    reduce_thread_.join();
+  }
+}
 
 absl::Status Session::EnsureRing() {
   if (ring_ != nullptr || options_.world_size == 1) return absl::OkStatus();
@@ -240,6 +245,56 @@ absl::StatusOr<bool> Session::ReduceGradients(absl::Span<float> gradient_and_fla
   }
   std::copy(mean.begin(), mean.end(), gradient_and_flag.begin());
   return outcome->skipped;
+}
+
+absl::Status Session::BeginReduce(absl::Span<float> gradient_and_flag) {
+  if (gradient_step_ < 0)
+    return absl::FailedPreconditionError("BeginReduce before RegisterGradients");
+  if (store_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "BeginReduce is for ps and master mode with more than one process (use ReduceGradients)");
+  }
+  if (reduce_thread_.joinable()) {
+    return absl::FailedPreconditionError("BeginReduce twice without EndReduce");
+  }
+  if (static_cast<int64_t>(gradient_and_flag.size()) != size_ + 1) {
+    return Invalid(absl::StrCat("the gradient buffer holds ", gradient_and_flag.size(),
+                                " values, the registered tensors ", size_, " + the flag"));
+  }
+  const int64_t step = gradient_step_++;
+  readiness_ = std::make_unique<GradientReadiness>();
+  mean_.resize(size_);
+  reducing_ = gradient_and_flag;
+  reduced_ = absl::UnknownError("not run");
+  reduce_thread_ = std::thread([this, step] {
+    reduced_ = store_->PushPull(step, reducing_, absl::MakeSpan(mean_), readiness_.get());
+  });
+  return absl::OkStatus();
+}
+
+void Session::ReadyUpTo(int64_t n) {
+  if (readiness_ != nullptr) readiness_->Advance(n);
+}
+
+void Session::CancelReduce() {
+  if (readiness_ != nullptr) readiness_->Cancel();
+}
+
+absl::StatusOr<bool> Session::EndReduce() {
+  if (!reduce_thread_.joinable()) {
+    return absl::FailedPreconditionError("EndReduce without BeginReduce");
+  }
+  reduce_thread_.join();
+  readiness_.reset();
+  if (!reduced_.ok()) return reduced_.status();
+  if (reduced_->rewind_to >= 0) {
+    return absl::AbortedError(absl::StrCat(
+        "the parameter-server shards went back to step ", reduced_->rewind_to,
+        ": averaging shards (--optimizer=none) keep nothing worth going back to; restart the "
+        "job"));
+  }
+  std::copy(mean_.begin(), mean_.end(), reducing_.begin());
+  return reduced_->skipped;
 }
 
 absl::StatusOr<int64_t> Session::StartServer(const std::vector<TensorInfo>& tensors,

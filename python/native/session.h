@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,7 @@
 #include "common/dtype.h"
 #include "common/shard_map.h"
 #include "proto/ps.pb.h"
+#include "worker/comm/gradient_readiness.h"
 #include "worker/comm/step_sync.h"
 
 namespace dptrain {
@@ -93,6 +95,18 @@ class Session {
   // some rank flagged or the mean has inf/NaN (then the values are undefined: the caller
   // skips the step on every rank).
   absl::StatusOr<bool> ReduceGradients(absl::Span<float> gradient_and_flag);
+  // The same in three parts, so that ps and master mode push while backward runs:
+  // BeginReduce starts the step's push on a thread of its own with nothing final yet (the
+  // flag slot must be set); ReadyUpTo(n) says that the first n values are final (backward
+  // produces them in that order), and a chunk leaves for its shard once they cover it;
+  // EndReduce waits, leaves the mean in place and returns what ReduceGradients would.
+  // CancelReduce (backward failed) ends the push without any shard counting it; EndReduce
+  // then returns Cancelled. FailedPrecondition in allreduce mode, for a lone process, or out
+  // of order.
+  absl::Status BeginReduce(absl::Span<float> gradient_and_flag);
+  void ReadyUpTo(int64_t n);
+  void CancelReduce();
+  absl::StatusOr<bool> EndReduce();
 
   // ServerOptimizer (ps mode): the shards apply their own optimizer. Rank 0's `weights`
   // initialise the shards (a job in progress keeps its own), then every rank pulls the
@@ -137,6 +151,12 @@ class Session {
   uint64_t sequence_ = 0;       // Of the collectives on the ring.
   int64_t gradient_step_ = -1;  // -1: RegisterGradients not called.
   int64_t size_ = 0;            // Registered elements.
+  // BeginReduce .. EndReduce.
+  std::unique_ptr<GradientReadiness> readiness_;
+  std::thread reduce_thread_;
+  absl::StatusOr<StepOutcome> reduced_;
+  std::vector<float> mean_;
+  absl::Span<float> reducing_;
 };
 
 }  // namespace dptrain

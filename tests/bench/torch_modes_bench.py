@@ -3,7 +3,9 @@ workers x 1 thread, interleaved rounds, medians of job images/s. Also dptrain's 
 averaging shards) and master modes, and world size 1 against the plain loop.
 
 usage: eval "$(tools/python_env.sh)"; /usr/bin/python3 tests/bench/torch_modes_bench.py \\
-         [--models=mlp,resnet18] [--rounds=3] [--out=FILE]
+         [--models=mlp,resnet18] [--rounds=3] [--configs=ddp_gloo,...] [--out=FILE]
+(dptrain_ps_after / dptrain_master_after: the push starts when backward has ended,
+DPTRAIN_OVERLAP=0, for the gain of pushing while backward runs.)
 (a benchmark: run it on a quiet machine; it prints the load average before and after.)"""
 
 import json
@@ -21,7 +23,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "torch"))
 
 # model: (per-worker batch, measured steps, warm-up steps)
 MODELS = {"mlp": (128, 300, 20), "resnet18": (32, 30, 3)}
-CONFIGS = ["ddp_gloo", "dptrain_allreduce", "dptrain_ps", "dptrain_master", "plain_1",
+CONFIGS = ["ddp_gloo", "dptrain_allreduce", "dptrain_ps", "dptrain_master",
+           "dptrain_ps_after", "dptrain_master_after", "plain_1",
            "dptrain_1"]
 
 
@@ -104,11 +107,13 @@ def run(config, model):
         except OSError:
             port = free_port()
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
-               DPTRAIN_MODE={"dptrain_ps": "ps", "dptrain_master": "master"}.get(config,
-                                                                                 "allreduce"),
+               DPTRAIN_MODE={"dptrain_ps": "ps", "dptrain_master": "master"}.get(
+                   config.replace("_after", ""), "allreduce"),
                OMP_NUM_THREADS="1")
+    if config.endswith("_after"):  # The push starts when backward has ended (no overlap).
+        env["DPTRAIN_OVERLAP"] = "0"
     shards = []
-    if config == "dptrain_ps":
+    if config.startswith("dptrain_ps"):
         addresses = []
         for s in range(2):
             port_file = f"/tmp/torch_bench_shard{s}.{os.getpid()}"
@@ -141,7 +146,7 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return
-    flags = {"models": "mlp,resnet18", "rounds": "3", "out": ""}
+    flags = {"models": "mlp,resnet18", "rounds": "3", "out": "", "configs": ",".join(CONFIGS)}
     for a in sys.argv[1:]:
         key, _, value = a.lstrip("-").partition("=")
         flags[key] = value
@@ -156,7 +161,7 @@ def main():
     table = {}
     for model in flags["models"].split(","):
         for r in range(int(flags["rounds"])):
-            for config in CONFIGS:
+            for config in flags["configs"].split(","):
                 value = run(config, model)
                 table.setdefault((model, config), []).append(value)
                 print(f"{model} round {r + 1} {config}: {value:.0f}", flush=True)
@@ -164,7 +169,7 @@ def main():
     lines.append("model     config              median images/s   vs ddp_gloo  rounds")
     for (model, config), values in table.items():
         median = statistics.median(values)
-        base = statistics.median(table[(model, "ddp_gloo")])
+        base = statistics.median(table.get((model, "ddp_gloo"), [float("nan")]))
         ratio = (f"{median / base:.2f}x" if not config.endswith("_1") else
                  f"(vs plain_1 {median / statistics.median(table[(model, 'plain_1')]):.3f}x)")
         lines.append(f"{model:9} {config:19} {median:15.0f}   {ratio:11}  "

@@ -50,7 +50,9 @@ for path in (os.path.join(REPO, "python"), os.path.join(REPO, "tests"),
         sys.path.insert(0, path)
 
 BATCH = 256
-MODES = ("plain", "allreduce", "ps", "master")  # The figures' order (the first the most useful).
+# The figures' order (the first the most useful). *_after: DPTRAIN_OVERLAP=0, the push starts
+# when backward has ended (what pushing while backward runs gains).
+MODES = ("plain", "allreduce", "ps", "master", "ps_after", "master_after")
 
 
 class CheckFailed(Exception):
@@ -76,6 +78,7 @@ def _arguments(argv):
     p.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--ports", default="", help=argparse.SUPPRESS)
     p.add_argument("--ps", default="", help=argparse.SUPPRESS)
+    p.add_argument("--ps_after", default="", help=argparse.SUPPRESS)
     p.add_argument("--barrier", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.steps = a.steps or (3 if a.dry else 30)
@@ -140,8 +143,10 @@ def bench_worker(a):
             opt = torch.optim.SGD(net.parameters(), lr=0.1)
             if mode != "plain":
                 import dptrain.torch as dpt
-                dpt.init(mode=mode, rank=a.rank, size=a.world, local_rank=a.rank,
-                         local_size=a.world, ps=a.ps if mode == "ps" else "",
+                os.environ["DPTRAIN_OVERLAP"] = "0" if mode.endswith("_after") else "1"
+                shards = {"ps": a.ps, "ps_after": a.ps_after}.get(mode, "")
+                dpt.init(mode=mode.replace("_after", ""), rank=a.rank, size=a.world,
+                         local_rank=a.rank, local_size=a.world, ps=shards,
                          master_addr="127.0.0.1", master_port=int(ports[mode]),
                          timeout=30)
                 opt = dpt.DistributedOptimizer(opt, named_parameters=net.named_parameters())
@@ -428,8 +433,9 @@ class Driver:
             procs, logs = [], []
             try:
                 shard_list = self.shards(2, world)
+                after_list = self.shards(2, world)  # A job of its own: fresh shards.
             except CheckFailed as e:
-                shard_list = ""
+                shard_list = after_list = ""
                 self.row("d", f"ps shards for world size {world}", "FAIL", str(e)[-300:])
             ports = ",".join(f"{m}:{self.twt.free_port()}" for m in MODES[1:])
             barrier = os.path.join(self.logs, f"d_barrier_w{world}")
@@ -440,6 +446,7 @@ class Driver:
                 procs.append(self.popen(
                     [sys.executable, os.path.abspath(__file__), "--bench_worker", f"--rank={r}",
                      f"--world={world}", f"--ports={ports}", f"--ps={shard_list}",
+                     f"--ps_after={after_list}",
                      f"--barrier={barrier}", f"--data={self.a.data}", f"--steps={self.a.steps}",
                      f"--warmup={self.a.warmup}", f"--batch={self.a.batch}"]
                     + (["--dry"] if self.a.dry else []), log))
@@ -490,7 +497,9 @@ class Driver:
                 return statistics.mean(v) if len(v) == world else None
 
             names = {"plain": "plain PyTorch loop", "allreduce": "dptrain allreduce",
-                     "ps": "dptrain ps (2 shards, --optimizer=none)", "master": "dptrain master"}
+                     "ps": "dptrain ps (2 shards, --optimizer=none)", "master": "dptrain master",
+                     "ps_after": "dptrain ps, push after backward (DPTRAIN_OVERLAP=0)",
+                     "master_after": "dptrain master, push after backward (DPTRAIN_OVERLAP=0)"}
             for mode in MODES:
                 cells = []
                 for world in (1, 2):

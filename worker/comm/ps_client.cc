@@ -324,7 +324,13 @@ bool Recoverable(const absl::Status& s) {
 
 absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                                absl::Span<float> weights) {
-  absl::StatusOr<StepOutcome> result = PushPullOnce(step, gradient_and_flag, weights);
+  return PushPull(step, gradient_and_flag, weights, nullptr);
+}
+
+absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> gradient_and_flag,
+                                               absl::Span<float> weights,
+                                               GradientReadiness* ready) {
+  absl::StatusOr<StepOutcome> result = PushPullOnce(step, gradient_and_flag, ready, weights);
   if (result.ok() || !Recoverable(result.status()) ||
       options_.reconnect_timeout <= absl::ZeroDuration()) {
     return result;
@@ -360,7 +366,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
       }
       if (!bsp_ || oldest >= step) {
         // Nobody went back past this step: the same push again.
-        result = PushPullOnce(step, gradient_and_flag, weights);
+        result = PushPullOnce(step, gradient_and_flag, ready, weights);
         if (result.ok()) {
           options_.log(absl::StrCat("rank ", options_.rank, ": step ", step, " recovered after ",
                                     absl::FormatDuration(absl::Now() - start)));
@@ -388,6 +394,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
 
 absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
                                                    absl::Span<const float> gradient_and_flag,
+                                                   GradientReadiness* ready,
                                                    absl::Span<float> weights) {
   const size_t total = static_cast<size_t>(map_.total_elements());
   if (gradient_and_flag.size() != total + 1 || weights.size() != total) {
@@ -396,10 +403,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   const absl::Span<const float> grads = gradient_and_flag.first(total);
   const bool overflow = gradient_and_flag.back() != 0.0f;
   const bool narrow = options_.wire_dtype != DType::kFp32;
-  if (narrow) {
-    narrowed_.resize(total);
-    Narrow(options_.wire_dtype, grads, absl::MakeSpan(narrowed_));
-  }
+  if (narrow) narrowed_.resize(total);  // Each chunk is narrowed as it leaves.
   const proto::DType wire = static_cast<proto::DType>(options_.wire_dtype);
   const size_t element = ElementSize(options_.wire_dtype);
   const int num_shards = static_cast<int>(stubs_.size());
@@ -407,26 +411,14 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   const absl::Time deadline = push_start + options_.rpc_timeout;
   std::vector<std::unique_ptr<ShardStepCall>> calls;
   std::vector<const proto::PushPullRequest*> unary(num_shards, nullptr);
+  std::vector<int> small;  // Shards that get one unary call, once the whole gradient is ready.
   for (int s = 0; s < num_shards; ++s) {
     const std::vector<int>& mine = map_.ChunksOfShard(s);
     if (mine.empty()) continue;  // A shard that owns nothing takes no part.
     int64_t bytes = 0;
     for (int i : mine) bytes += map_.chunks()[i].count * static_cast<int64_t>(element);
     if (bytes < options_.stream_min_bytes) {
-      proto::PushPullRequest& request = push_requests_[s];
-      request.set_step(step);
-      request.set_overflow(overflow);
-      for (size_t i = 0; i < mine.size(); ++i) {
-        const ChunkSpec& spec = map_.chunks()[mine[i]];
-        proto::Chunk* chunk = request.mutable_chunks(static_cast<int>(i));
-        chunk->set_dtype(wire);
-        const char* from = narrow
-                               ? reinterpret_cast<const char*>(narrowed_.data() + spec.flat_offset)
-                               : reinterpret_cast<const char*>(grads.data() + spec.flat_offset);
-        chunk->mutable_data()->assign(from, spec.count * element);
-      }
-      stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
-      unary[s] = &request;
+      small.push_back(s);
       continue;
     }
     ShardStep args;
@@ -437,10 +429,9 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     args.rank = options_.rank;
     args.step = step;
     args.grads = grads;
-    if (narrow) {
-      args.wire_dtype = options_.wire_dtype;
-      args.narrow_grads = narrowed_;
-    }
+    args.wire_dtype = options_.wire_dtype;
+    if (narrow) args.narrow_scratch = absl::MakeSpan(narrowed_);
+    args.ready = ready;
     args.weights = weights;
     args.deadline = deadline;
     args.context = absl::StrCat("PushPull of step ", step, " to shard ", s, " at ",
@@ -448,6 +439,39 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     args.overflow = overflow;
     calls.push_back(std::make_unique<ShardStepCall>(args));
     calls.back()->Start();
+  }
+  if (ready != nullptr && !ready->WaitFor(static_cast<int64_t>(total), deadline)) {
+    // Backward failed or never ended: no shard may count a partial push.
+    for (auto& call : calls) call->Cancel();
+    for (auto& call : calls) (void)call->Wait();
+    return ready->cancelled() ? absl::CancelledError(absl::StrCat("step ", step,
+                                                                  ": the gradient was not "
+                                                                  "completed (backward failed)"))
+                              : absl::DeadlineExceededError(absl::StrCat(
+                                    "step ", step, ": the gradient was not completed within ",
+                                    absl::FormatDuration(options_.rpc_timeout)));
+  }
+  for (int s : small) {
+    const std::vector<int>& mine = map_.ChunksOfShard(s);
+    proto::PushPullRequest& request = push_requests_[s];
+    request.set_step(step);
+    request.set_overflow(overflow);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const ChunkSpec& spec = map_.chunks()[mine[i]];
+      proto::Chunk* chunk = request.mutable_chunks(static_cast<int>(i));
+      chunk->set_dtype(wire);
+      const absl::Span<const float> values = grads.subspan(spec.flat_offset, spec.count);
+      const char* from = reinterpret_cast<const char*>(values.data());
+      if (narrow) {
+        const absl::Span<uint16_t> to =
+            absl::MakeSpan(narrowed_).subspan(spec.flat_offset, spec.count);
+        Narrow(options_.wire_dtype, values, to);
+        from = reinterpret_cast<const char*>(to.data());
+      }
+      chunk->mutable_data()->assign(from, spec.count * element);
+    }
+    stats_.bytes_pushed += static_cast<int64_t>(request.ByteSizeLong());
+    unary[s] = &request;
   }
   StepOutcome outcome;
   // The unary calls run while the streams (started above) do.

@@ -22,6 +22,7 @@
 #include "common/trace.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
+#include "worker/comm/gradient_readiness.h"
 #include "worker/comm/step_sync.h"
 
 namespace dptrain {
@@ -87,6 +88,11 @@ class PsClient final : public ParameterStore {
   // naming the last error.
   absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                        absl::Span<float> weights) override;
+  // The same while backward still computes `gradient_and_flag`: a chunk leaves once `ready`
+  // covers it (the flag must be set before the call). A cancelled `ready`, or one not
+  // complete within the call's timeout, ends the step with Cancelled / DeadlineExceeded.
+  absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
+                                       absl::Span<float> weights, GradientReadiness* ready);
   // Through shard 0 (retried like a step while shard 0 is away).
   absl::Status AverageBuffers(int64_t round, absl::Span<float> buffers) override;
   // Through shard 0 as well, which keeps every rank's statistics with its checkpoints:
@@ -114,7 +120,7 @@ class PsClient final : public ParameterStore {
   absl::Status Unpack(int s, const proto::PullResponse& response, absl::Span<float> weights);
   // One attempt of PushPull.
   absl::StatusOr<StepOutcome> PushPullOnce(int64_t step, absl::Span<const float> gradient_and_flag,
-                                           absl::Span<float> weights);
+                                           GradientReadiness* ready, absl::Span<float> weights);
   // Pulls every shard's weights into `weights`; returns the lowest version.
   absl::StatusOr<int64_t> PullAll(absl::Span<float> weights, absl::Duration timeout);
   // Every shard's info (GetShardInfo), within `timeout`.

@@ -6,55 +6,141 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/tensor_frame.h"
+#include "common/wire_dtype.h"
 
 namespace dptrain {
 
 ShardStepCall::ShardStepCall(const ShardStep& step)
-    : step_(step), chunks_(step.map->ChunksOfShard(step.shard)) {
+    : step_(step), chunks_(step.map->ChunksOfShard(step.shard)), out_(chunks_.size()) {
   context_.set_deadline(absl::ToChronoTime(step.deadline));
-  proto::FrameHeader header;
-  header.mutable_caller()->set_job_id(step.job_id);
-  header.mutable_caller()->set_rank(step.rank);
-  header.set_step(step.step);
-  const bool narrow = step.wire_dtype != DType::kFp32;
-  header.set_dtype(static_cast<proto::DType>(step.wire_dtype));
-  header.set_overflow(step.overflow);
-  for (int i : chunks_) {
-    const ChunkSpec& spec = step.map->chunks()[i];
-    header.mutable_key()->set_tensor_id(spec.tensor_id);
-    header.mutable_key()->set_chunk_index(spec.chunk_index);
-    const char* from =
-        narrow ? reinterpret_cast<const char*>(step.narrow_grads.data() + spec.flat_offset)
-               : reinterpret_cast<const char*>(step.grads.data() + spec.flat_offset);
-    out_.push_back(FrameReferencing(
-        header, absl::string_view(from, spec.count * ElementSize(step.wire_dtype))));
-    bytes_sent_ += static_cast<int64_t>(out_.back().Length());
+  header_.mutable_caller()->set_job_id(step.job_id);
+  header_.mutable_caller()->set_rank(step.rank);
+  header_.set_step(step.step);
+  header_.set_dtype(static_cast<proto::DType>(step.wire_dtype));
+  header_.set_overflow(step.overflow);
+}
+
+ShardStepCall::~ShardStepCall() {
+  if (wake_id_ >= 0) step_.ready->Unsubscribe(wake_id_);
+}
+
+bool ShardStepCall::ChunkReady(size_t i) const {
+  if (step_.ready == nullptr) return true;
+  const ChunkSpec& spec = step_.map->chunks()[chunks_[i]];
+  return step_.ready->ready() >= spec.flat_offset + spec.count;
+}
+
+grpc::ByteBuffer ShardStepCall::FrameFor(size_t i) {
+  const ChunkSpec& spec = step_.map->chunks()[chunks_[i]];
+  header_.mutable_key()->set_tensor_id(spec.tensor_id);
+  header_.mutable_key()->set_chunk_index(spec.chunk_index);
+  const absl::Span<const float> values = step_.grads.subspan(spec.flat_offset, spec.count);
+  const char* from = reinterpret_cast<const char*>(values.data());
+  if (step_.wire_dtype != DType::kFp32) {
+    const absl::Span<uint16_t> narrow = step_.narrow_scratch.subspan(spec.flat_offset, spec.count);
+    Narrow(step_.wire_dtype, values, narrow);
+    from = reinterpret_cast<const char*>(narrow.data());
   }
+  grpc::ByteBuffer frame = FrameReferencing(
+      header_, absl::string_view(from, spec.count * ElementSize(step_.wire_dtype)));
+  bytes_sent_ += static_cast<int64_t>(frame.Length());
+  return frame;
 }
 
 void ShardStepCall::Start() {
-  timeline_.start = absl::Now();
-  step_.stub->PrepareBidiStreamingCall(&context_, kTensorStreamMethod, grpc::StubOptions(), this);
-  if (out_.size() == 1) {
-    StartWriteLast(&out_[0], grpc::WriteOptions());
-  } else {
-    StartWrite(&out_[0]);
+  if (chunks_.empty()) {  // Nothing to send: the caller starts no call for such a shard.
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    return;
   }
-  StartRead(&in_);
-  StartCall();
+  if (step_.ready != nullptr) wake_id_ = step_.ready->Subscribe([this] { Pump(); });
+  Pump();
+}
+
+void ShardStepCall::Pump() {
+  if (step_.ready != nullptr && step_.ready->cancelled()) {
+    Cancel();
+    return;
+  }
+  size_t write = 0;
+  bool begin = false, last = false;
+  {
+    absl::MutexLock lock(&write_mu_);
+    if (stopped_ || writing_ || next_write_ >= out_.size() || !ChunkReady(next_write_)) return;
+    writing_ = true;
+    write = next_write_;
+    last = write + 1 == out_.size();
+    begin = !begun_;
+    begun_ = true;
+    holding_ = holding_ || begin;
+  }
+  out_[write] = FrameFor(write);  // Only the thread that set writing_ gets here.
+  if (begin) {
+    timeline_.start = absl::Now();
+    step_.stub->PrepareBidiStreamingCall(&context_, kTensorStreamMethod, grpc::StubOptions(), this);
+    AddHold();  // Writes may start from outside the reactions until the last one.
+  }
+  if (last) {
+    StartWriteLast(&out_[write], grpc::WriteOptions());
+  } else {
+    StartWrite(&out_[write]);
+  }
+  if (begin) {
+    StartRead(&in_);
+    StartCall();
+  }
+  if (last) {
+    bool release = false;
+    {
+      absl::MutexLock lock(&write_mu_);
+      release = holding_;
+      holding_ = false;
+    }
+    if (release) RemoveHold();
+  }
+}
+
+void ShardStepCall::Cancel() {
+  bool release = false, begun = false;
+  {
+    absl::MutexLock lock(&write_mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    begun = begun_;
+    // With a write being started or in flight, its OnWriteDone releases the hold (the write
+    // fails once the call is cancelled); gRPC must not end the call before StartWrite.
+    if (!writing_) {
+      release = holding_;
+      holding_ = false;
+    }
+  }
+  if (!begun) {
+    absl::MutexLock lock(&mu_);
+    status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the gradient was not completed");
+    done_ = true;
+    return;
+  }
+  context_.TryCancel();
+  if (release) RemoveHold();
 }
 
 void ShardStepCall::OnWriteDone(bool ok) {
-  if (!ok) return;  // The call failed; OnDone says why.
-  if (++next_write_ >= out_.size()) {
-    timeline_.pushed = absl::Now();
+  bool release = false;
+  {
+    absl::MutexLock lock(&write_mu_);
+    writing_ = false;
+    if (!ok) stopped_ = true;  // The call failed; OnDone says why.
+    if (ok && ++next_write_ >= out_.size()) timeline_.pushed = absl::Now();
+    if (stopped_) {
+      release = holding_;
+      holding_ = false;
+    }
+  }
+  if (release) {
+    RemoveHold();
     return;
   }
-  if (next_write_ + 1 == out_.size()) {
-    StartWriteLast(&out_[next_write_], grpc::WriteOptions());
-  } else {
-    StartWrite(&out_[next_write_]);
-  }
+  if (ok) Pump();
 }
 
 void ShardStepCall::OnReadDone(bool ok) {

@@ -5,6 +5,7 @@
 #ifndef DPTRAIN_WORKER_COMM_SHARD_STEP_CALL_H_
 #define DPTRAIN_WORKER_COMM_SHARD_STEP_CALL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/client_callback.h"
+#include "proto/ps.pb.h"
+#include "worker/comm/gradient_readiness.h"
 
 namespace dptrain {
 
@@ -29,10 +32,15 @@ struct ShardStep {
   int rank = 0;
   int64_t step = 0;
   absl::Span<const float> grads;  // The whole model's; must not change until Wait returns.
-  // With wire_dtype kBf16/kFp16 the frames carry narrow_grads (grads rounded to it, the whole
-  // model's, same lifetime) instead of grads.
+  // With wire_dtype kBf16/kFp16 each frame carries its chunk of grads rounded to it, written
+  // into narrow_scratch (the whole model's size; this call writes its own chunks' ranges)
+  // just before the frame leaves.
   DType wire_dtype = DType::kFp32;
-  absl::Span<const uint16_t> narrow_grads;
+  absl::Span<uint16_t> narrow_scratch;
+  // If set, grads is still being computed: a chunk leaves once ready->ready() covers it, and
+  // the call itself starts with this shard's first chunk (so that the shard's wait for a
+  // first frame starts then). Not owned; must outlive the call.
+  GradientReadiness* ready = nullptr;
   absl::Span<float> weights;  // The whole model's; this shard's chunks are written.
   absl::Time deadline;
   std::string context;    // Prefixes errors, e.g. "PushPull of step 3 to shard 1 at host:port".
@@ -42,9 +50,13 @@ struct ShardStep {
 class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   explicit ShardStepCall(const ShardStep& step);
+  ~ShardStepCall() override;
 
-  // Starts the call; returns at once.
+  // Starts the call (with `ready`: as soon as its first chunk is ready); returns at once.
   void Start();
+  // Gives up (the gradient will not be completed, or the step's time is over): a call that
+  // has not begun ends Cancelled at once, a running one is cancelled. Wait still returns.
+  void Cancel();
   // Waits for the end of the call: OK once every chunk's weights arrived; the server's
   // status, or DataLoss for an answer that does not match the request.
   absl::Status Wait();
@@ -76,15 +88,33 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
  private:
   // Copies the frame in in_ into the weights; DataLoss if it is not the chunk expected next.
   absl::Status Accept();
+  // Whether chunk i (of this shard's) may leave.
+  bool ChunkReady(size_t i) const;
+  // The frame of chunk i (narrowing it first for a 16-bit wire).
+  grpc::ByteBuffer FrameFor(size_t i);
+  // Begins the call and writes the next chunk when it is ready and no write is in flight;
+  // from Start, OnWriteDone and the readiness' wakes.
+  void Pump();
 
   const ShardStep step_;
   const std::vector<int>& chunks_;  // Global chunk indices, in the order they come back.
   grpc::ClientContext context_;
+  proto::FrameHeader header_;  // Every frame's, but for the key.
   std::vector<grpc::ByteBuffer> out_;
-  size_t next_write_ = 0;
+  int wake_id_ = -1;  // The readiness subscription, if any.
+
+  // The writes: one in flight at a time, started by whichever thread finds the next chunk
+  // ready. A hold keeps gRPC from ending the call while writes may still be started from
+  // outside its reactions (the readiness' thread).
+  absl::Mutex write_mu_;
+  size_t next_write_ ABSL_GUARDED_BY(write_mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool begun_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool holding_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(write_mu_) = false;  // Failed or cancelled: no more writes.
   grpc::ByteBuffer in_;
   size_t received_ = 0;
-  int64_t bytes_sent_ = 0;
+  std::atomic<int64_t> bytes_sent_{0};
   int64_t bytes_received_ = 0;
   int64_t staleness_ = 0;
   bool skipped_ = false;

@@ -346,7 +346,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._skipped = False
         self._last_step_skipped = False
         self._in_backward = False
-        self._overlap = self._mode == "allreduce" and size() > 1
+        # Buckets leave as backward produces them: allreduce reduces each on the ring; ps and
+        # master start one push (Session.reduce_begin) whose chunks leave for their shards as
+        # the buckets covering them complete (reduce_ready).
+        self._overlap = size() > 1
+        self._push = self._mode in ("ps", "master")
+        # DPTRAIN_OVERLAP=0 (for measurements): ps and master mode let the push start only
+        # when backward has ended, as before.
+        self._push_early = os.environ.get("DPTRAIN_OVERLAP", "1") != "0"
+        self._pushing = False  # reduce_begin called, reduce_end not yet.
         self._error = None
         self._hooks = []
         self._queue = None
@@ -417,8 +425,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._pack(i)
         b = self._bucket_of[i]
         self._bucket_pending[b] -= 1
-        if self._queue is None:
-            return  # Sent as a whole when backward ends.
         # Buckets leave in index order, the same on every rank.
         while (self._next_bucket < len(self._buckets)
                and self._bucket_pending[self._next_bucket] == 0):
@@ -438,11 +444,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if self._error is None:
                     for event in self._copied[b].values():
                         event.synchronize()  # Bucket b's device gradients are in _flat.
-                    self._session.allreduce(self._flat.data_ptr() + 4 * start, stop - start,
-                                            True)
-                    # inf/NaN anywhere on any rank is in the average: every rank skips.
-                    if not bool(torch.isfinite(self._flat[start:stop]).all()):
-                        self._nonfinite = True
+                    if self._push:
+                        if b == 0:
+                            self._flat[self._total] = 0.0  # The shards find any inf/NaN.
+                            self._session.reduce_begin(self._flat.data_ptr(),
+                                                       self._flat.numel())
+                            self._pushing = True
+                        if self._push_early or b == len(self._buckets) - 1:
+                            self._session.reduce_ready(stop)
+                    else:
+                        self._session.allreduce(self._flat.data_ptr() + 4 * start,
+                                                stop - start, True)
+                        # inf/NaN anywhere on any rank is in the average: every rank skips.
+                        if not bool(torch.isfinite(self._flat[start:stop]).all()):
+                            self._nonfinite = True
             except DptrainError as e:
                 self._error = e
             with self._done:
@@ -458,28 +473,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return  # Accumulating: no synchronisation this pass.
         self._pass = 0
         self._skipped = False
-        if self._overlap:
-            # Unused parameters (no gradient this pass) travel as they are, or as zeros.
-            for i in range(len(self._order)):
-                self._mark_ready(i)
-            with self._done:
-                self._done.wait_for(lambda: self._reduced == len(self._buckets))
-                self._reduced = 0
-            if self._error is not None:
-                error, self._error = self._error, None
-                raise error
-            self._skipped, self._nonfinite = self._nonfinite, False
-        else:
-            for i in range(len(self._order)):
-                self._mark_ready(i)
-            for side in self._side.values():
-                side.synchronize()  # Every device gradient is in _flat.
-            self._flat[self._total] = 0.0
-            self._skipped = self._session.reduce_gradients(self._flat.data_ptr(),
-                                                           self._flat.numel())
+        # Hooks run only with peers (size() > 1), so this always overlaps.
+        # Unused parameters (no gradient this pass) travel as they are, or as zeros.
+        for i in range(len(self._order)):
+            self._mark_ready(i)
+        with self._done:
+            self._done.wait_for(lambda: self._reduced == len(self._buckets))
+            self._reduced = 0
+        if self._error is not None:
+            error, self._error = self._error, None
+            if self._pushing:  # No shard may count a partial push.
+                self._pushing = False
+                self._session.reduce_cancel()
+                try:
+                    self._session.reduce_end()
+                except DptrainError:
+                    pass
+            raise error
+        if self._push:
+            self._pushing = False
+            self._skipped = self._session.reduce_end()
             if self._skipped:
                 # Every rank skips: GradScaler (found_inf) and step() see it alike.
                 self._flat[:self._total] = float("nan")
+        else:
+            self._skipped, self._nonfinite = self._nonfinite, False
         for i, p in enumerate(self._order):
             if self._in_place(i):
                 continue
@@ -520,8 +538,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
                          bucket_cap_mb=_BUCKET_BYTES / (1 << 20)):
     """`optimizer` (any torch.optim optimizer, LR schedulers work on the result) whose step()
     applies gradients averaged over all ranks through the job's mode. Gradients leave in
-    buckets as backward produces them (allreduce mode: communication overlaps backward; ps
-    and master: one push of the whole gradient when backward ends), and the averages are in
+    buckets as backward produces them (allreduce mode: a ring all-reduce per bucket; ps and
+    master: one push per step whose chunks leave as the buckets covering them complete), so
+    communication overlaps backward, and the averages are in
     p.grad when backward returns, so clipping and GradScaler (scaler.step(opt)) see them. A
     step whose gradients had inf/NaN on any rank is skipped by every rank."""
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
