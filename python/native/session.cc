@@ -22,6 +22,20 @@ constexpr int64_t kChunkElements = AllReduceSyncOptions().chunk_elements;
 
 absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError(what); }
 
+// The averaging shards' answer to a DistributedOptimizer step: the mean copied over the
+// gradient; whether the step is skipped.
+absl::StatusOr<bool> AveragedInPlace(const StepOutcome& outcome, const std::vector<float>& mean,
+                                     absl::Span<float> gradient_and_flag) {
+  if (outcome.rewind_to >= 0) {
+    return absl::AbortedError(absl::StrCat(
+        "the parameter-server shards went back to step ", outcome.rewind_to,
+        ": averaging shards (--optimizer=none) keep nothing worth going back to; restart the "
+        "job"));
+  }
+  std::copy(mean.begin(), mean.end(), gradient_and_flag.begin());
+  return outcome.skipped;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(const SessionOptions& o) {
@@ -237,14 +251,7 @@ absl::StatusOr<bool> Session::ReduceGradients(absl::Span<float> gradient_and_fla
   std::vector<float> mean(size_);
   auto outcome = store_->PushPull(gradient_step_ - 1, gradient_and_flag, absl::MakeSpan(mean));
   if (!outcome.ok()) return outcome.status();
-  if (outcome->rewind_to >= 0) {
-    return absl::AbortedError(absl::StrCat(
-        "the parameter-server shards went back to step ", outcome->rewind_to,
-        ": averaging shards (--optimizer=none) keep nothing worth going back to; restart the "
-        "job"));
-  }
-  std::copy(mean.begin(), mean.end(), gradient_and_flag.begin());
-  return outcome->skipped;
+  return AveragedInPlace(*outcome, mean, gradient_and_flag);
 }
 
 absl::Status Session::BeginReduce(absl::Span<float> gradient_and_flag) {
@@ -287,14 +294,7 @@ absl::StatusOr<bool> Session::EndReduce() {
   reduce_thread_.join();
   readiness_.reset();
   if (!reduced_.ok()) return reduced_.status();
-  if (reduced_->rewind_to >= 0) {
-    return absl::AbortedError(absl::StrCat(
-        "the parameter-server shards went back to step ", reduced_->rewind_to,
-        ": averaging shards (--optimizer=none) keep nothing worth going back to; restart the "
-        "job"));
-  }
-  std::copy(mean_.begin(), mean_.end(), reducing_.begin());
-  return reduced_->skipped;
+  return AveragedInPlace(*reduced_, mean_, reducing_);
 }
 
 absl::StatusOr<int64_t> Session::StartServer(const std::vector<TensorInfo>& tensors,
