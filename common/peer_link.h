@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/dtype.h"
 
 namespace dptrain {
 
@@ -33,8 +34,7 @@ class PeerLink {
   virtual absl::Status Recv(int peer, uint64_t tag, absl::Span<float> out) = 0;
   // As Recv, but sets inout = (inout + message) * scale element-wise (the reduce step of a
   // collective; `scale` folds in an average), straight from where the link keeps it.
-  virtual absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout,
-                               float scale) = 0;
+  virtual absl::Status RecvAdd(int peer, uint64_t tag, absl::Span<float> inout, float scale) = 0;
 
   // Optional, for links that can receive in place: announces that the message (peer, tag)
   // will be taken by a Recv into posting.dest (or a RecvAdd, if posting.add, with
@@ -44,6 +44,11 @@ class PeerLink {
   // Withdraws an Expect whose Recv will not come. False if a delivery in progress did not
   // end within the link's timeout: the memory must then stay alive.
   virtual bool Unexpect(int peer, uint64_t tag) { return true; }
+
+  // What the floats travel as: fp32, or (NarrowingLink, common/wire_link.h) bf16/fp16,
+  // rounded. A collective over a 16-bit link rounds the values it keeps the same way, so
+  // that every rank ends with the same bits.
+  virtual DType wire_dtype() const { return DType::kFp32; }
 
   // Bytes this link sent and received so far (message payload plus framing it knows of).
   virtual int64_t bytes_sent() const = 0;

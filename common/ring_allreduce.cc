@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/wire_link.h"
 
 namespace dptrain {
 namespace {
@@ -87,9 +88,8 @@ absl::Status RunStages(PeerLink& link, absl::Span<float> data, const RingOptions
   auto receive = [&](int k, int64_t c, int64_t off, int64_t len) -> absl::Status {
     const uint64_t tag = Tag(o, k < n - 1 ? 0 : 1, k < n - 1 ? k : k - n + 1, c);
     const absl::Span<float> dest = data.subspan(off, len);
-    absl::Status s = k < n - 1
-                         ? link.RecvAdd(left, tag, dest, k == n - 2 ? average : 1.0f)
-                         : link.Recv(left, tag, dest);
+    absl::Status s = k < n - 1 ? link.RecvAdd(left, tag, dest, k == n - 2 ? average : 1.0f)
+                               : link.Recv(left, tag, dest);
     if (s.ok()) expected.Done(tag);  // Else still expected: withdrawn on the way out.
     return s;
   };
@@ -108,6 +108,10 @@ absl::Status RunStages(PeerLink& link, absl::Span<float> data, const RingOptions
         if (auto s = receive(k - 1, c, off, len); !s.ok()) return s;
       }
       const uint64_t tag = Tag(o, reduce ? 0 : 1, reduce ? k : k - n + 1, c);
+      if (k == n - 1 && link.wire_dtype() != DType::kFp32) {
+        // A 16-bit wire: the owner keeps what the others will receive.
+        RoundToWire(link.wire_dtype(), data.subspan(off, len));
+      }
       if (auto s = link.Send(right, tag, data.subspan(off, len)); !s.ok()) return s;
     }
   }

@@ -5,7 +5,8 @@
 // is shorter than the ring), and each segment into chunks of at most `chunk_elements`, which
 // travel as separate messages so that sending one overlaps with reducing the previous.
 // Every element is reduced along one fixed path and then copied, so all ranks end with
-// bit-identical results.
+// bit-identical results; over a 16-bit link (common/wire_link.h) the partial sums travel
+// rounded and each owner rounds its reduced segment before the all-gather sends it.
 #ifndef DPTRAIN_COMMON_RING_ALLREDUCE_H_
 #define DPTRAIN_COMMON_RING_ALLREDUCE_H_
 
@@ -20,7 +21,7 @@ namespace dptrain {
 
 struct RingOptions {
   int64_t chunk_elements = int64_t{1} << 18;  // 1 MiB of fp32 per message.
-  bool average = true;                          // Divide the sum by world_size.
+  bool average = true;                        // Divide the sum by world_size.
   uint64_t tag_base = 0;  // Distinguishes concurrent collectives (e.g. the step number).
 };
 

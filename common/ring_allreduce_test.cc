@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/in_memory_link.h"
 #include "common/rank_threads.h"
+#include "common/wire_dtype.h"
+#include "common/wire_link.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -59,9 +61,8 @@ TEST_P(RingAllReduceTest, ReduceScatterThenAllGatherEqualsAllReduce) {
   for (int r = 0; r < c.world_size; ++r) whole[r] = halves[r] = Input(r, c.n);
   RingOptions o;
   o.chunk_elements = c.chunk;
-  auto statuses = Spawn(c.world_size, [&](int r) {
-    return RingAllReduce(hub.link(r), absl::MakeSpan(whole[r]), o);
-  });
+  auto statuses = Spawn(
+      c.world_size, [&](int r) { return RingAllReduce(hub.link(r), absl::MakeSpan(whole[r]), o); });
   for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
   statuses = Spawn(c.world_size, [&](int r) {
     if (auto s = RingReduceScatter(hub.link(r), absl::MakeSpan(halves[r]), o); !s.ok()) return s;
@@ -113,6 +114,51 @@ TEST(RingAllReduceTest, MovesTwoNMinusOneOverNOfTheBuffer) {
   Spawn(n, [&](int r) { return RingAllReduce(hub.link(r), absl::MakeSpan(data[r]), o); });
   // Each rank sends 2(N-1) segments of size/N elements, in chunks.
   EXPECT_EQ(hub.messages(), n * 2 * (n - 1) * (size / n / chunk));
+}
+
+// A 16-bit wire (NarrowingLink): every rank still ends bit-identical (the owner keeps the
+// rounded value it sends), within the format's rounding of the fp32 result, in half the
+// bytes; bf16 and fp16, several ring sizes and uneven chunks.
+TEST(RingAllReduceTest, SixteenBitWireStaysBitIdenticalAndNearTheFp32Mean) {
+  for (DType wire : {DType::kBf16, DType::kFp16}) {
+    for (int n : {2, 3, 4}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(wire), " ", n, " ranks"));
+      const int64_t size = 1001;
+      std::vector<std::vector<float>> narrow(n), wide(n);
+      for (int r = 0; r < n; ++r) narrow[r] = wide[r] = Input(r, size);
+      RingOptions o;
+      o.chunk_elements = 97;
+      InMemoryHub narrow_hub(n, absl::Seconds(10)), wide_hub(n, absl::Seconds(10));
+      auto statuses = Spawn(n, [&](int r) {
+        NarrowingLink link(narrow_hub.link(r), wire);
+        return RingAllReduce(link, absl::MakeSpan(narrow[r]), o);
+      });
+      for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+      Spawn(n, [&](int r) { return RingAllReduce(wide_hub.link(r), absl::MakeSpan(wide[r]), o); });
+      double diff = 0, norm = 0;
+      for (int r = 0; r < n; ++r) EXPECT_EQ(narrow[r], narrow[0]) << "rank " << r;
+      for (int64_t i = 0; i < size; ++i) {
+        // Every value is one the wire can carry, as the other ranks received it.
+        std::vector<float> v = {narrow[0][i]};
+        RoundToWire(wire, absl::MakeSpan(v));
+        ASSERT_EQ(v[0], narrow[0][i]) << i;
+        diff += (narrow[0][i] - double{wide[0][i]}) * (narrow[0][i] - double{wide[0][i]});
+        norm += double{wide[0][i]} * wide[0][i];
+      }
+      // Up to n - 1 rounded partial sums and the rounded result, each within the unit
+      // roundoff (bf16 2^-8, fp16 2^-11) of its value.
+      const double unit = wire == DType::kBf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+      EXPECT_LE(std::sqrt(diff / norm), n * unit);
+      EXPECT_GT(diff, 0) << "the wire must really be 16-bit";
+      int64_t narrow_bytes = 0, wide_bytes = 0;
+      for (int r = 0; r < n; ++r) {
+        narrow_bytes += narrow_hub.link(r).bytes_sent();
+        wide_bytes += wide_hub.link(r).bytes_sent();
+      }
+      EXPECT_GT(wide_bytes, 0);
+      EXPECT_LE(narrow_bytes, wide_bytes / 2 + 64 * n * n) << "half the bytes (odd chunks: +2)";
+    }
+  }
 }
 
 TEST(RingAllReduceTest, MissingRankFailsInsteadOfHanging) {

@@ -196,11 +196,10 @@ def main():
         worst = compare("master, fp16 on the wire", outs, ref, tolerance=2e-3)
         if not worst > 1e-8:
             fail(f"master with DPTRAIN_WIRE_DTYPE=fp16 is {worst:.1e} from fp32: not 16-bit?")
-        _, texts, codes = run_workers("wire_ring", "allreduce", env={"DPTRAIN_WIRE_DTYPE": "bf16"},
-                                      expect_ok=False)
-        if not all(codes) or not all("is for ps and master mode" in t for t in texts):
-            fail(f"allreduce with a 16-bit wire: {codes} {texts[0][-300:]}")
-        print("ok: allreduce refuses a 16-bit wire with one line", flush=True)
+        outs, _, _ = run_workers("wire_ring", "allreduce", env={"DPTRAIN_WIRE_DTYPE": "bf16"})
+        worst = compare("allreduce, bf16 on the ring", outs, ref, tolerance=2e-2)
+        if not worst > 1e-7:
+            fail(f"allreduce with DPTRAIN_WIRE_DTYPE=bf16 is {worst:.1e} from fp32: not 16-bit?")
     if "server" in cases:
         shards = start_shards(2, 2, "--optimizer=sgd", "--lr=0.05", "--momentum=0.9")
         outs, _, _ = run_workers("server", "ps", ["--server"],

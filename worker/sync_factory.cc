@@ -167,7 +167,9 @@ absl::Status MakeRingSync(const WorkerConfig& config, const SyncSetup& setup, Sy
     return absl::OkStatus();
   };
   if (setup.replicas_apply) {
-    auto reducer = std::make_unique<AllReduceSync>(&out.group->link(), AllReduceSyncOptions{});
+    AllReduceSyncOptions reduce;
+    reduce.wire_dtype = config.wire_dtype;
+    auto reducer = std::make_unique<AllReduceSync>(&out.group->link(), reduce);
     DPTRAIN_RETURN_IF_ERROR(save_with(reducer.get()));
     out.sync = std::unique_ptr<GradientReducer>(std::move(reducer));
     out.description = absl::StrCat("allreduce mode, ring of ", config.world_size,
@@ -177,6 +179,7 @@ absl::Status MakeRingSync(const WorkerConfig& config, const SyncSetup& setup, Sy
   ShardedRingStoreOptions store;
   store.optimizer = config.optimizer;
   store.lr_schedule = config.lr_schedule;
+  store.wire_dtype = config.wire_dtype;
   DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ShardedRingStore> sharded,
                            ShardedRingStore::Create(&out.group->link(), store));
   DPTRAIN_RETURN_IF_ERROR(save_with(sharded.get()));

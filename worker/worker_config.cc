@@ -112,9 +112,9 @@ ABSL_FLAG(int64_t, stream_min_bytes, int64_t{1} << 20,
           "ps mode: a shard holding at least this many bytes of the model gets each step over "
           "the tensor stream (chunk-pipelined), a smaller one in one unary call.");
 ABSL_FLAG(std::string, wire_dtype, "fp32",
-          "ps and master mode: what the gradients travel as: fp32, or bf16 / fp16 (half the "
-          "bytes pushed; rounded to nearest even, widened by the shards, which sum and keep "
-          "fp32; fp16 turns values past 65504 into inf, and such a step is skipped).");
+          "What the gradients travel as: fp32, or bf16 / fp16 (half the bytes; rounded to "
+          "nearest even; the shards or the ring's ranks widen them and sum in fp32, weights "
+          "stay fp32; fp16 turns values past 65504 into inf, and such a step is skipped).");
 ABSL_FLAG(absl::Duration, log_every, absl::Seconds(10),
           "A progress line (step, images/s, phase split, ETA) at most this often within an "
           "epoch; 0: one line per epoch only.");
@@ -389,10 +389,6 @@ absl::Status ReadSync(WorkerConfig& c) {
   absl::StatusOr<DType> wire = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
   if (!wire.ok()) return Bad("wire_dtype", "must be fp32, bf16 or fp16");
   c.wire_dtype = *wire;
-  if (c.wire_dtype != DType::kFp32 && c.mode == SyncMode::kAllReduce) {
-    return Bad("wire_dtype",
-               "is for ps and master mode: the ring sends fp32 (its 16-bit wire is not built)");
-  }
   c.sharded_optimizer = absl::GetFlag(FLAGS_sharded_optimizer);
   SaveConfig& s = c.saves;
   s.dir = absl::GetFlag(FLAGS_save_dir);

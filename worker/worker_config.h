@@ -107,7 +107,7 @@ struct WorkerConfig {
   absl::Duration reconnect_timeout = absl::Seconds(60);
   absl::Duration rpc_timeout = absl::Minutes(10);
   int64_t stream_min_bytes = int64_t{1} << 20;
-  DType wire_dtype = DType::kFp32;  // --wire_dtype: what gradients travel as (ps, master).
+  DType wire_dtype = DType::kFp32;  // --wire_dtype: what the gradients travel as.
   bool sharded_optimizer = true;
   SaveConfig saves;
 };

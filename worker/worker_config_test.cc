@@ -90,9 +90,7 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
        "--tf32 applies to --precision=fp32 only"},
       {{{"ps", "a:1"}, {"conv", "fft"}}, "--conv: must be auto, im2col or onednn, got 'fft'"},
       {{{"ps", "a:1"}, {"wire_dtype", "fp8"}}, "--wire_dtype: must be fp32, bf16 or fp16"},
-      {{{"mode", "allreduce"}, {"lr", "0.1"}, {"wire_dtype", "bf16"}},
-       "--wire_dtype: is for ps and master mode: the ring sends fp32 (its 16-bit wire is not "
-       "built)"},
+
       {{{"ps", "a:1"}, {"batch_size", "0"}}, "--batch_size: must be >= 1"},
       {{{"ps", "a:1"}, {"device", "tpu"}}, "--device=tpu: expected auto, cpu, cuda or cuda:N"},
       {{{"ps", "a:1"}, {"device", "cuda:x"}},

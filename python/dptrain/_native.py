@@ -65,6 +65,7 @@ def lib():
         "dpt_master_port": ([session], ctypes.c_int),
         "dpt_broadcast": ([session, f32p, ctypes.c_int64, ctypes.c_int], ctypes.c_int),
         "dpt_allreduce": ([session, f32p, ctypes.c_int64, ctypes.c_int], ctypes.c_int),
+        "dpt_allreduce_gradient": ([session, f32p, ctypes.c_int64], ctypes.c_int),
         "dpt_check_same": ([session, ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int),
         "dpt_register_gradients": ([session, ctypes.c_char_p, i64p, ctypes.c_int64],
                                    ctypes.c_int),
@@ -144,6 +145,9 @@ class Session:
 
     def allreduce(self, address, n, average):
         check(lib().dpt_allreduce(self._handle, floats(address), n, 1 if average else 0))
+
+    def allreduce_gradient(self, address, n):
+        check(lib().dpt_allreduce_gradient(self._handle, floats(address), n))
 
     def check_same(self, what, description):
         check(lib().dpt_check_same(self._handle, what.encode(), description.encode()))

@@ -133,6 +133,11 @@ int dpt_allreduce(dpt_session* s, float* data, int64_t n, int average) {
   return Fail(s->session->AllReduce(absl::MakeSpan(data, n), average != 0));
 }
 
+int dpt_allreduce_gradient(dpt_session* s, float* data, int64_t n) {
+  if (auto u = Usable(s, data, n); !u.ok()) return Fail(u);
+  return Fail(s->session->AllReduce(absl::MakeSpan(data, n), true, /*gradient=*/true));
+}
+
 int dpt_check_same(dpt_session* s, const char* what, const char* description) {
   if (auto u = Usable(s, what, 0); !u.ok()) return Fail(u);
   if (what == nullptr || description == nullptr) {

@@ -34,6 +34,8 @@ int dpt_master_port(const dpt_session* session);
 
 int dpt_broadcast(dpt_session* session, float* data, int64_t n, int root);
 int dpt_allreduce(dpt_session* session, float* data, int64_t n, int average);
+/* As dpt_allreduce (the mean) for a bucket of gradients: travels as the wire dtype. */
+int dpt_allreduce_gradient(dpt_session* session, float* data, int64_t n);
 int dpt_check_same(dpt_session* session, const char* what, const char* description);
 
 /* `names`: the tensors' names joined by '\n'; `sizes`: their element counts. */

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "common/loss_scaler.h"
 #include "common/ring_allreduce.h"
+#include "common/wire_link.h"
 #include "server/ps_server.h"
 #include "worker/comm/allreduce_group.h"
 #include "worker/comm/allreduce_sync.h"
@@ -131,12 +132,16 @@ absl::Status Session::Broadcast(absl::Span<float> data, int root) {
   return RingBroadcast(ring_->link(), data, root, ring);
 }
 
-absl::Status Session::AllReduce(absl::Span<float> data, bool average) {
+absl::Status Session::AllReduce(absl::Span<float> data, bool average, bool gradient) {
   if (auto s = EnsureRing(); !s.ok() || ring_ == nullptr) return s;
   RingOptions ring;
   ring.chunk_elements = kChunkElements;
   ring.average = average;
   ring.tag_base = 1 + NextTag();
+  if (gradient && options_.wire_dtype != DType::kFp32) {
+    NarrowingLink wire(ring_->link(), options_.wire_dtype);
+    return RingAllReduce(wire, data, ring);
+  }
   return RingAllReduce(ring_->link(), data, ring);
 }
 
@@ -217,7 +222,9 @@ absl::Status Session::RegisterGradients(const std::vector<TensorInfo>& tensors) 
   if (options_.world_size > 1) {
     if (options_.mode == "allreduce") {
       if (auto s = EnsureRing(); !s.ok()) return s;
-      gradient_ring_ = std::make_unique<AllReduceSync>(&ring_->link(), AllReduceSyncOptions{});
+      AllReduceSyncOptions reduce;
+      reduce.wire_dtype = options_.wire_dtype;
+      gradient_ring_ = std::make_unique<AllReduceSync>(&ring_->link(), reduce);
     } else {
       auto store = ConnectStore(tensors, /*server_optimizer=*/false);
       if (!store.ok()) return store.status();

@@ -61,7 +61,7 @@ struct SessionOptions {
   absl::Duration connect_timeout = absl::Seconds(60);  // Rendezvous, shards, the reducer.
   // ps mode: how long a step rides out a shard that went away (ServerOptimizer).
   absl::Duration reconnect_timeout = absl::Seconds(60);
-  // ps and master mode: what the gradients travel as (PsClientOptions::wire_dtype).
+  // What the gradients travel as (PsClientOptions::wire_dtype; the ring's NarrowingLink).
   DType wire_dtype = DType::kFp32;
 };
 
@@ -80,8 +80,9 @@ class Session {
 
   // `data` of rank `root` reaches every rank bit for bit (any dtype, viewed as fp32 words).
   absl::Status Broadcast(absl::Span<float> data, int root);
-  // The sum over ranks (or the mean, `average`), the same bits on every rank.
-  absl::Status AllReduce(absl::Span<float> data, bool average);
+  // The sum over ranks (or the mean, `average`), the same bits on every rank. A `gradient`
+  // (DistributedOptimizer's buckets) travels as options().wire_dtype.
+  absl::Status AllReduce(absl::Span<float> data, bool average, bool gradient = false);
   // Every rank's `description` of `what` equals rank 0's: OK, or on every rank a
   // FailedPrecondition; the rank that differs names the first differing line of both.
   absl::Status CheckSame(const std::string& what, const std::string& description);

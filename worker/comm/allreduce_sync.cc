@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/loss_scaler.h"
+#include "common/wire_link.h"
 
 namespace dptrain {
 namespace {
@@ -43,7 +44,12 @@ absl::StatusOr<StepOutcome> AllReduceSync::Reduce(int64_t step,
   ring.chunk_elements = options_.chunk_elements;
   ring.average = true;
   ring.tag_base = static_cast<uint64_t>(step) + 1;
-  if (auto s = RingAllReduce(*link_, gradient_and_flag, ring); !s.ok()) return s;
+  if (options_.wire_dtype != DType::kFp32) {
+    NarrowingLink wire(*link_, options_.wire_dtype);
+    if (auto s = RingAllReduce(wire, gradient_and_flag, ring); !s.ok()) return s;
+  } else if (auto s = RingAllReduce(*link_, gradient_and_flag, ring); !s.ok()) {
+    return s;
+  }
   StepOutcome outcome;
   outcome.skipped = gradient_and_flag.back() != 0.0f || HasNonFinite(gradient_and_flag);
   return outcome;
@@ -73,7 +79,8 @@ absl::StatusOr<std::vector<float>> AllReduceSync::GatherRankBuffers(
   const int world = link_->world_size();
   const int64_t b = static_cast<int64_t>(buffers.size());
   all.assign(b * world, 0.0f);
-  std::copy(buffers.begin(), buffers.end(), all.begin() + b * RingOwnedSegment(link_->rank(), world));
+  std::copy(buffers.begin(), buffers.end(),
+            all.begin() + b * RingOwnedSegment(link_->rank(), world));
   if (auto s = RingAllGather(*link_, absl::MakeSpan(all), SaveRing(step, 4)); !s.ok()) return s;
   return all;
 }
@@ -95,10 +102,10 @@ absl::Status AllReduceSync::BroadcastSnapshot(RingSnapshot& snapshot, int64_t mo
   }
   const int64_t rank_buffers = GetInt(header, 3);
   if (GetInt(header, 2) != model_size || rank_buffers != buffers_per_rank * world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", link_->rank(), " has ", model_size, " weights and ", buffers_per_rank,
-        " buffer values; rank 0 resumes ", GetInt(header, 2), " and ", rank_buffers, " for ",
-        world, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", link_->rank(), " has ", model_size, " weights and ", buffers_per_rank,
+                     " buffer values; rank 0 resumes ", GetInt(header, 2), " and ", rank_buffers,
+                     " for ", world, " ranks"));
   }
   snapshot.step = GetInt(header, 0);
   snapshot.optimizer.steps = GetInt(header, 1);

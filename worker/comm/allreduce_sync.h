@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "common/optimizer.h"
 #include "common/peer_link.h"
 #include "common/ring_allreduce.h"
@@ -18,6 +19,9 @@ namespace dptrain {
 
 struct AllReduceSyncOptions {
   int64_t chunk_elements = int64_t{1} << 18;  // Elements per ring message.
+  // What the gradients travel as (--wire_dtype; common/wire_link.h); weights and batch-norm
+  // statistics stay fp32.
+  DType wire_dtype = DType::kFp32;
 };
 
 // What a checkpoint of the ring holds beyond the weights (gpu_worker --save_dir).

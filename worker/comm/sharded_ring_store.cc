@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/loss_scaler.h"
 #include "common/ring_allreduce.h"
+#include "common/wire_link.h"
 
 namespace dptrain {
 
@@ -42,9 +43,8 @@ absl::StatusOr<StepOutcome> ShardedRingStore::PushPull(int64_t step,
   }
   const int64_t n = static_cast<int64_t>(weights.size());
   if (static_cast<int64_t>(gradient_and_flag.size()) != n + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("PushPull: ", gradient_and_flag.size(),
-                                                   " gradient values and flag for ", n,
-                                                   " weights"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushPull: ", gradient_and_flag.size(), " gradient values and flag for ", n, " weights"));
   }
   if (model_size_ >= 0 && model_size_ != n) {
     return absl::InvalidArgumentError(
@@ -56,7 +56,12 @@ absl::StatusOr<StepOutcome> ShardedRingStore::PushPull(int64_t step,
   ring.chunk_elements = options_.chunk_elements;
   ring.average = true;
   ring.tag_base = static_cast<uint64_t>(step) + 1;
-  if (auto s = RingReduceScatter(*link_, grads, ring); !s.ok()) return s;
+  if (options_.wire_dtype != DType::kFp32) {
+    NarrowingLink wire(*link_, options_.wire_dtype);
+    if (auto s = RingReduceScatter(wire, grads, ring); !s.ok()) return s;
+  } else if (auto s = RingReduceScatter(*link_, grads, ring); !s.ok()) {
+    return s;
+  }
   const int world = link_->world_size();
   const Range mine = SegmentRange(n, world, RingOwnedSegment(link_->rank(), world));
   const absl::Span<float> my_grads = grads.subspan(mine.begin, mine.size());
@@ -69,9 +74,8 @@ absl::StatusOr<StepOutcome> ShardedRingStore::PushPull(int64_t step,
   StepOutcome outcome;
   outcome.skipped = vote != 0.0f;
   if (outcome.skipped) return outcome;  // Nobody applies anything: the weights stay.
-  const float rate = options_.lr_schedule.has_value()
-                         ? LearningRateAt(*options_.lr_schedule, step)
-                         : options_.optimizer.learning_rate;
+  const float rate = options_.lr_schedule.has_value() ? LearningRateAt(*options_.lr_schedule, step)
+                                                      : options_.optimizer.learning_rate;
   optimizer_->Apply(weights.subspan(mine.begin, mine.size()), my_grads, state_, rate);
   if (auto s = RingAllGather(*link_, weights, ring); !s.ok()) return s;
   return outcome;

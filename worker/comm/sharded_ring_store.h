@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "common/lr_schedule.h"
 #include "common/optimizer.h"
 #include "common/peer_link.h"
@@ -30,6 +31,9 @@ struct ShardedRingStoreOptions {
   OptimizerOptions optimizer;
   // The rate of each step; none: optimizer.learning_rate throughout.
   std::optional<LrScheduleOptions> lr_schedule;
+  // What the gradients travel as in the reduce-scatter (--wire_dtype); the weights'
+  // all-gather stays fp32.
+  DType wire_dtype = DType::kFp32;
 };
 
 class ShardedRingStore final : public ParameterStore {

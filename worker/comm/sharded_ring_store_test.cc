@@ -43,11 +43,14 @@ ShardedRingStoreOptions Options(const std::string& optimizer) {
 // `snapshot`, rank 0's Snapshot after the last step lands there.
 std::vector<float> RunSteps(const std::string& optimizer, int64_t from, int64_t to,
                             const std::vector<float>& start, const RingSnapshot* resume,
-                            RingSnapshot* snapshot) {
+                            RingSnapshot* snapshot, DType wire = DType::kFp32,
+                            std::vector<std::vector<float>>* every_rank = nullptr) {
   InMemoryHub hub(kWorld, absl::Seconds(10));
   std::vector<std::vector<float>> weights(kWorld);
   auto statuses = RunRanks(kWorld, absl::Seconds(30), [&](int rank) -> absl::Status {
-    auto store = ShardedRingStore::Create(&hub.link(rank), Options(optimizer));
+    ShardedRingStoreOptions options = Options(optimizer);
+    options.wire_dtype = wire;
+    auto store = ShardedRingStore::Create(&hub.link(rank), options);
     if (!store.ok()) return store.status();
     std::vector<float> buffers = {rank + 0.5f, rank + 1.5f};
     std::vector<float>& w = weights[rank];
@@ -74,6 +77,7 @@ std::vector<float> RunSteps(const std::string& optimizer, int64_t from, int64_t 
     return absl::OkStatus();
   });
   for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
+  if (every_rank != nullptr) *every_rank = weights;
   return weights[0];
 }
 
@@ -96,6 +100,21 @@ TEST_P(ShardedRingStoreResumeTest, ASnapshotResumesBitIdentically) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, ShardedRingStoreResumeTest, ::testing::Values("sgd", "adam"));
+
+// --wire_dtype=bf16|fp16: the gradients' reduce-scatter travels in 16 bits, the weights'
+// all-gather in fp32: every rank ends with the same weights, near the fp32 run's.
+TEST(ShardedRingStoreTest, SixteenBitGradientsKeepTheRanksIdentical) {
+  const std::vector<float> fp32 = RunSteps("sgd", 0, kSteps, InitialWeights(), nullptr, nullptr);
+  for (DType wire : {DType::kBf16, DType::kFp16}) {
+    std::vector<std::vector<float>> ranks;
+    RunSteps("sgd", 0, kSteps, InitialWeights(), nullptr, nullptr, wire, &ranks);
+    for (int r = 1; r < kWorld; ++r) EXPECT_EQ(ranks[r], ranks[0]) << DTypeName(wire) << " " << r;
+    EXPECT_NE(ranks[0], fp32) << DTypeName(wire) << ": the wire must really be 16-bit";
+    for (int64_t i = 0; i < kWeights; ++i) {
+      EXPECT_NEAR(ranks[0][i], fp32[i], 2e-3) << DTypeName(wire) << " weight " << i;
+    }
+  }
+}
 
 TEST(ShardedRingStoreTest, SnapshotBeforeTheFirstStepIsRefused) {
   InMemoryHub hub(1, absl::Seconds(1));

@@ -63,8 +63,8 @@ def init(**overrides):
     """Joins the job. Keyword arguments (mode, rank, size, local_rank, local_size, ps,
     master_addr, master_port, job_id, timeout, connect_timeout, reconnect_timeout,
     bind_address, advertise_host, tls_cert, tls_key, tls_ca, job_token_file, wire_dtype) win
-    over the environment (wire_dtype: DPTRAIN_WIRE_DTYPE, fp32 | bf16 | fp16, what ps and
-    master mode push: half the bytes in 16 bits, summed in fp32 by the shards). In allreduce mode every rank waits here for the others (up to
+    over the environment (wire_dtype: DPTRAIN_WIRE_DTYPE, fp32 | bf16 | fp16, what
+    DistributedOptimizer's gradients travel as: half the bytes in 16 bits, summed in fp32). In allreduce mode every rank waits here for the others (up to
     connect_timeout)."""
     global _state
     if _state is not None:
@@ -98,9 +98,6 @@ def init(**overrides):
             options[key] = o[key]
     wire = o.get("wire_dtype", os.environ.get("DPTRAIN_WIRE_DTYPE", "fp32"))
     if wire != "fp32":
-        if options["mode"] == "allreduce":
-            raise DptrainError(f"wire_dtype={wire!r} is for ps and master mode: the ring sends "
-                               "fp32")
         options["wire_dtype"] = wire
     for key, var in (("tls_cert", "DPTRAIN_TLS_CERT"), ("tls_key", "DPTRAIN_TLS_KEY"),
                      ("tls_ca", "DPTRAIN_TLS_CA"), ("job_token_file", "DPTRAIN_JOB_TOKEN_FILE")):
@@ -453,8 +450,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         if self._push_early or b == len(self._buckets) - 1:
                             self._session.reduce_ready(stop)
                     else:
-                        self._session.allreduce(self._flat.data_ptr() + 4 * start,
-                                                stop - start, True)
+                        self._session.allreduce_gradient(self._flat.data_ptr() + 4 * start,
+                                                         stop - start)
                         # inf/NaN anywhere on any rank is in the average: every rank skips.
                         if not bool(torch.isfinite(self._flat[start:stop]).all()):
                             self._nonfinite = True
