@@ -24,6 +24,9 @@ The models:
   resnet     torchvision's ResNet layout (conv1 7x7/2 + bn1 + relu + maxpool 3/2, layer1..4 of
              two BasicBlocks each with a 1x1 downsample where the shape changes,
              avgpool, fc), at widths 8, 16, 24, 32 so that the file stays small.
+  gated      A MobileNet/EfficientNet-style block: ReLU6 (Clip with constant bounds), a
+             squeeze-and-excitation gate (Mul of [N, C, 1, 1] against [N, C, H, W]),
+             LeakyReLU, Sub, Div and Mul by scalars, Add.
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
              branches joined by torch.cat), tanh(z) + sigmoid(z), a residual Add, MaxPool,
              AdaptiveAvgPool2d(1), x.view(x.size(0), -1), Identity, a bias-free Linear
@@ -152,11 +155,37 @@ class Branching(nn.Module):
         return h @ self.w + self.b
 
 
+class Gated(nn.Module):
+    """A MobileNet/EfficientNet-style block: ReLU6 (Clip), a squeeze-and-excitation gate
+    (x * sigmoid(...) of [N, C, 1, 1]), LeakyReLU, and arithmetic with scalars and between
+    activations (Sub, Div by a scalar, Mul by a scalar, Add)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8),
+                                  nn.ReLU6())
+        self.se1 = nn.Conv2d(8, 4, 1)
+        self.se2 = nn.Conv2d(4, 8, 1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.leaky = nn.LeakyReLU(0.1)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        s = self.stem(x)
+        g = torch.sigmoid(self.se2(torch.relu(self.se1(self.gap(s)))))
+        s = s * g
+        t = self.leaky(self.conv(s))
+        z = (t - s) / 2.0 + 0.5 * s
+        return self.fc(torch.flatten(self.gap(z), 1))
+
+
 # name -> () -> (module, classes)
 MODELS = {
     "vgg": lambda: (VGG(), 10),
     "resnet": lambda: (ResNet([8, 16, 24, 32]), 10),
     "branching": lambda: (Branching(), 7),
+    "gated": lambda: (Gated(), 10),
 }
 
 

@@ -139,7 +139,8 @@ TEST_F(ExecutorTest, GraphErrorsNameTheNode) {
   g.nodes.insert(g.nodes.begin() + 3,
                  MakeNode("MaxPool", "pool", {"x"}, {"c2"}, {{"kernel_shape", Ints{2, 2}}}));
   EXPECT_EQ(BuildError(g),
-            "node 'add' (Add): inputs of dims [3, 5, 5] and [3, 4, 4]: broadcasting unsupported");
+            "node 'add' (Add): inputs of dims [3, 5, 5] and [3, 4, 4]: broadcasting supported "
+            "only per channel ([C, 1, 1]) or of a scalar constant");
 
   g = Residual();
   g.output = "nothing";
@@ -157,7 +158,7 @@ TEST(OpRegistryTest, OneEntryPerOp) {
   EXPECT_EQ(r.Register("Conv", ConvOp()).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(r.Register("Elu", OpFactory{}).code(), absl::StatusCode::kInvalidArgument);
   const std::vector<std::string> ops = r.ops();
-  EXPECT_EQ(ops.size(), 17u);
+  EXPECT_EQ(ops.size(), 22u);
   OpRegistry empty;
   Node node = MakeNode("Conv", "c", {"x"}, {"y"});
   EXPECT_EQ(CheckOpSupported(empty, node).message(), "unsupported op 'Conv' (node 'c')");

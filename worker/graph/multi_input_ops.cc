@@ -14,44 +14,176 @@ namespace {
 
 using nn::EnsureSize;
 
-template <typename T>
-class AddNode final : public NodeImpl<T> {
- public:
-  explicit AddNode(Dims dims) : dims_(dims) {}
-  Dims output_dims() const override { return dims_; }
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
-    const TensorRef<T>& a = inputs[0];
-    const TensorRef<T>& b = inputs[1];
-    T* y = EnsureSize(output_, a.size());
-    for (int64_t i = 0; i < a.size(); ++i) y[i] = a.data[i] + b.data[i];
-    return {y, a.batch, dims_};
+// The element-wise binary ops: y = f(a, b) and the partial derivatives, per element.
+enum class Binary { kAdd, kSub, kMul, kDiv };
+
+const char* BinaryName(Binary op) {
+  switch (op) {
+    case Binary::kAdd:
+      return "Add";
+    case Binary::kSub:
+      return "Sub";
+    case Binary::kMul:
+      return "Mul";
+    default:
+      return "Div";
   }
-  // d(a + b)/da = d(a + b)/db = 1: both gradients are the output's (aliased, not copied).
+}
+
+template <typename T>
+T Apply(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::kAdd:
+      return a + b;
+    case Binary::kSub:
+      return a - b;
+    case Binary::kMul:
+      return a * b;
+    default:
+      return a / b;
+  }
+}
+
+// d f / d a and d f / d b at (a, b).
+template <typename T>
+T PartialA(Binary op, T a, T b) {
+  return op == Binary::kMul ? b : op == Binary::kDiv ? T(1) / b : T(1);
+}
+template <typename T>
+T PartialB(Binary op, T a, T b) {
+  return op == Binary::kAdd   ? T(1)
+         : op == Binary::kSub ? T(-1)
+         : op == Binary::kMul ? a
+                              : -a / (b * b);
+}
+
+// How operand `b` lines up with `a` (per sample): the same dims; one value per channel
+// ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); or one constant scalar.
+enum class Broadcast { kNone, kChannel, kScalar };
+
+// y = f(a, b) for runtime a and b (or a constant scalar b); a may be the broadcast operand
+// too (then `swapped`: the node computes f(b, a) with a and b renamed so that `a` is full).
+template <typename T>
+class BinaryNode final : public NodeImpl<T> {
+ public:
+  BinaryNode(Binary op, Dims dims, Broadcast broadcast, bool swapped, T scalar)
+      : op_(op),
+        dims_(dims),
+        broadcast_(broadcast),
+        swapped_(swapped),
+        scalar_(scalar),
+        // The runtime inputs' positions (a constant is left out of them).
+        full_index_(broadcast == Broadcast::kScalar ? 0
+                    : swapped                       ? 1
+                                                    : 0),
+        other_index_(broadcast == Broadcast::kScalar ? 1
+                     : swapped                       ? 0
+                                                     : 1) {}
+  Dims output_dims() const override { return dims_; }
+
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    full_ = inputs[full_index_];
+    other_ = broadcast_ == Broadcast::kScalar ? TensorRef<T>{} : inputs[other_index_];
+    T* y = EnsureSize(output_, full_.size());
+    const int64_t plane = dims_.h * dims_.w;
+    for (int64_t i = 0; i < full_.size(); ++i) {
+      const T b = Other(i, plane);
+      y[i] = swapped_ ? Apply(op_, b, full_.data[i]) : Apply(op_, full_.data[i], b);
+    }
+    return {y, full_.batch, dims_};
+  }
+
   std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
-    return {need_input_grad[0] ? grad_output : TensorRef<T>{},
-            need_input_grad[1] ? grad_output : TensorRef<T>{}};
+    const size_t full_index = full_index_, other_index = other_index_;
+    std::vector<TensorRef<T>> grads(need_input_grad.size());
+    const int64_t n = grad_output.size(), plane = dims_.h * dims_.w;
+    // Add and Sub pass the gradient of the full operand through unchanged (aliased).
+    const bool identity_full = op_ == Binary::kAdd || (op_ == Binary::kSub && !swapped_);
+    if (need_input_grad[full_index]) {
+      if (identity_full) {
+        grads[full_index] = grad_output;
+      } else {
+        T* d = EnsureSize(grad_full_, n);
+        for (int64_t i = 0; i < n; ++i) {
+          const T a = full_.data[i], b = Other(i, plane);
+          d[i] = grad_output.data[i] * (swapped_ ? PartialB(op_, b, a) : PartialA(op_, a, b));
+        }
+        grads[full_index] = {d, grad_output.batch, dims_};
+      }
+    }
+    if (broadcast_ != Broadcast::kScalar && other_index < need_input_grad.size() &&
+        need_input_grad[other_index]) {
+      const int64_t m = other_.size();
+      T* d = EnsureSize(grad_other_, m);
+      std::fill(d, d + m, T(0));
+      for (int64_t i = 0; i < n; ++i) {  // Summed over the plane when broadcast.
+        const T a = full_.data[i], b = Other(i, plane);
+        const T partial = swapped_ ? PartialA(op_, b, a) : PartialB(op_, a, b);
+        d[broadcast_ == Broadcast::kChannel ? i / plane : i] += grad_output.data[i] * partial;
+      }
+      grads[other_index] = {d, other_.batch, other_.dims};
+    }
+    return grads;
   }
 
  private:
+  T Other(int64_t i, int64_t plane) const {
+    return broadcast_ == Broadcast::kScalar    ? scalar_
+           : broadcast_ == Broadcast::kChannel ? other_.data[i / plane]
+                                               : other_.data[i];
+  }
+
+  const Binary op_;
   const Dims dims_;
-  std::vector<T> output_;
+  const Broadcast broadcast_;
+  const bool swapped_;
+  const T scalar_;
+  const size_t full_index_, other_index_;
+  TensorRef<T> full_, other_;
+  std::vector<T> output_, grad_full_, grad_other_;
+};
+
+template <typename T, Binary kOp>
+struct BinaryOp {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    if (ctx.inputs.size() != 2)
+      return ctx.Error(absl::StrCat(BinaryName(kOp), " takes two inputs"));
+    for (size_t k = 0; k < 2; ++k) {  // One constant operand: a scalar.
+      const NodeInput* in = ctx.input(k);
+      if (in == nullptr || in->constant == nullptr) continue;
+      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* c, ctx.ConstantInput(k, Tensor::Type::kFloat, false));
+      if (c->floats.size() != 1) {
+        return ctx.Error(absl::StrCat("constant input ", k, " ('", in->name, "') is ",
+                                      c->ToString(), ": only a scalar constant is supported"));
+      }
+      DPTRAIN_ASSIGN_OR_RETURN(const Dims x, ctx.RuntimeInput(1 - k));
+      return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
+          kOp, x, Broadcast::kScalar, /*swapped=*/k == 0, static_cast<T>(c->floats[0])));
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims a, ctx.RuntimeInput(0));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims b, ctx.RuntimeInput(1));
+    auto per_channel = [](const Dims& small, const Dims& full) {
+      return small.c == full.c && small.h == 1 && small.w == 1 && (full.h > 1 || full.w > 1);
+    };
+    if (a == b) {
+      return std::unique_ptr<NodeImpl<T>>(
+          std::make_unique<BinaryNode<T>>(kOp, a, Broadcast::kNone, false, T(0)));
+    }
+    if (per_channel(b, a) || per_channel(a, b)) {
+      const bool swapped = per_channel(a, b);
+      return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
+          kOp, swapped ? b : a, Broadcast::kChannel, swapped, T(0)));
+    }
+    return ctx.Error(absl::StrCat("inputs of dims ", a.ToString(), " and ", b.ToString(),
+                                  ": broadcasting supported only per channel ([C, 1, 1]) or "
+                                  "of a scalar constant"));
+  }
 };
 
 template <typename T>
-struct Add {
-  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
-    if (ctx.inputs.size() != 2) return ctx.Error("Add takes two inputs");
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims a, ctx.RuntimeInput(0));
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims b, ctx.RuntimeInput(1));
-    if (a != b) {
-      return ctx.Error(absl::StrCat("inputs of dims ", a.ToString(), " and ", b.ToString(),
-                                    ": broadcasting unsupported"));
-    }
-    return std::unique_ptr<NodeImpl<T>>(std::make_unique<AddNode<T>>(a));
-  }
-};
+using Add = BinaryOp<T, Binary::kAdd>;
 
 template <typename T>
 class ConcatNode final : public NodeImpl<T> {
@@ -128,7 +260,17 @@ struct Concat {
 
 }  // namespace
 
+template <typename T>
+using Sub = BinaryOp<T, Binary::kSub>;
+template <typename T>
+using Mul = BinaryOp<T, Binary::kMul>;
+template <typename T>
+using Div = BinaryOp<T, Binary::kDiv>;
+
 OpFactory AddOp() { return MakeOpFactory<Add>(); }
+OpFactory SubOp() { return MakeOpFactory<Sub>(); }
+OpFactory MulOp() { return MakeOpFactory<Mul>(); }
+OpFactory DivOp() { return MakeOpFactory<Div>(); }
 OpFactory ConcatOp() { return MakeOpFactory<Concat>(); }
 
 }  // namespace graph

@@ -1,6 +1,9 @@
 // Ops over several runtime inputs, the joins of a branching graph (ONNX semantics, restricted):
-//   Add     a + b of two runtime values of equal dims (no broadcasting; a constant operand is
-//           refused; MatMul + Add of a bias is fused into Gemm by the ONNX importer).
+//   Add, Sub, Mul, Div  element-wise a op b of two runtime values of equal dims, or one of
+//           them [C, 1, 1] against the other's [C, H, W] (broadcast over the plane, as a
+//           squeeze-and-excitation gate), or a runtime value and a constant scalar; other
+//           broadcasts and constant tensors are refused (MatMul + Add of a bias is fused
+//           into Gemm by the ONNX importer).
 //   Concat  any number of runtime values along axis 1 (channels, or features of [N, F]
 //           values), equal H and W.
 // The executor adds up the gradients of a value that feeds several nodes (a residual branch);
@@ -14,6 +17,9 @@ namespace dptrain {
 namespace graph {
 
 OpFactory AddOp();
+OpFactory SubOp();
+OpFactory MulOp();
+OpFactory DivOp();
 OpFactory ConcatOp();
 
 }  // namespace graph

@@ -77,8 +77,13 @@ OpRegistry BuiltinOps() {
   add("Pad", PadOp());
   add("Dropout", DropoutOp());
   add("Tanh", TanhOp());
+  add("LeakyRelu", LeakyReluOp());
+  add("Clip", ClipOp());
   // Several runtime inputs (multi_input_ops.h):
   add("Add", AddOp());
+  add("Sub", SubOp());
+  add("Mul", MulOp());
+  add("Div", DivOp());
   add("Concat", ConcatOp());
   return r;
 }

@@ -91,6 +91,78 @@ TEST_F(OpsTest, ElementWise) {
   }
 }
 
+NamedConstant FloatScalar(const std::string& name, float value) {
+  NamedConstant c;
+  c.name = name;
+  c.value.floats = {value};
+  return c;
+}
+
+TEST_F(OpsTest, LeakyReluAndClip) {
+  Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"}, {{"alpha", 0.2f}})}));
+  Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"})}));  // alpha 0.01.
+  // The bounds as PyTorch's export gives them (constant inputs), inside the inputs' range, so
+  // that some values are clipped (gradient 0) and some pass.
+  Check(Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x", "lo", "hi"}, {"y"})},
+              {FloatScalar("lo", -0.2f), FloatScalar("hi", 0.3f)}));
+  Check(
+      Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x", "", "hi"}, {"y"})}, {FloatScalar("hi", 0.1f)}));
+  Check(Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x"}, {"y"}, {{"min", -0.1f}, {"max", 0.25f}})}));
+  EXPECT_NE(BuildError(Chain({2, 3, 4},
+                             {MakeNode("Clip", "c", {"x"}, {"y"}, {{"min", 1.0f}, {"max", 0.5f}})}))
+                .find("min 1 is above max 0.5"),
+            std::string::npos);
+}
+
+// Sub, Mul, Div (and Add) of two runtime values of equal dims, either order; the divisor is a
+// sigmoid (kept away from zero).
+TEST_F(OpsTest, BinaryOpsOfEqualDims) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4},
+                {MakeNode("Sigmoid", "s", {"x"}, {"s"}), MakeNode(op, "b", {"x", "s"}, {"y"})}));
+    if (std::string(op) != "Div") {
+      Check(Chain({2, 3, 4},
+                  {MakeNode("Tanh", "t", {"x"}, {"t"}), MakeNode(op, "b", {"t", "x"}, {"y"})}));
+    }
+  }
+}
+
+// A [C, 1, 1] operand against a [C, H, W] one, as a squeeze-and-excitation gate
+// (x * sigmoid(pool(x))), in either position: its gradient is summed over the plane.
+TEST_F(OpsTest, BinaryOpsBroadcastPerChannel) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({3, 4, 5},
+                {MakeNode("GlobalAveragePool", "g", {"x"}, {"g"}),
+                 MakeNode("Sigmoid", "s", {"g"}, {"s"}), MakeNode(op, "b", {"x", "s"}, {"y"})}));
+    if (std::string(op) != "Div") {
+      Check(Chain({3, 4, 5}, {MakeNode("GlobalAveragePool", "g", {"x"}, {"g"}),
+                              MakeNode(op, "b", {"g", "x"}, {"y"})}));
+    }
+  }
+  const std::string error = BuildError(
+      Chain({3, 4, 5},
+            {MakeNode("MaxPool", "p", {"x"}, {"p"}, {{"kernel_shape", std::vector<int64_t>{2, 2}}}),
+             MakeNode("Mul", "m", {"x", "p"}, {"y"})}));
+  EXPECT_NE(error.find("broadcasting supported only per channel"), std::string::npos) << error;
+}
+
+// A runtime value and a constant scalar (x * 0.5, 1 - x, x / 4 as exported): no parameter.
+TEST_F(OpsTest, BinaryOpsWithAScalarConstant) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4}, {MakeNode(op, "b", {"x", "c"}, {"y"})}, {FloatScalar("c", 0.7f)}));
+    if (std::string(op) != "Div") {
+      Check(Chain({2, 3, 4}, {MakeNode(op, "b", {"c", "x"}, {"y"})}, {FloatScalar("c", 0.7f)}));
+    }
+  }
+  NamedConstant vector = RandomConstant("v", {3}, 2);
+  const std::string error =
+      BuildError(Chain({3, 1, 1}, {MakeNode("Mul", "m", {"x", "v"}, {"y"})}, {vector}));
+  EXPECT_NE(error.find("only a scalar constant is supported"), std::string::npos) << error;
+}
+
 TEST_F(OpsTest, BatchNormalizationTrainingAndEvaluation) {
   const std::vector<NamedConstant> constants = {
       RandomConstant("bn.weight", {3}, 21, 0.5, 1.0), RandomConstant("bn.bias", {3}, 22),

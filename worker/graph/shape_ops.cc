@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -311,6 +312,84 @@ struct Tanh {
   }
 };
 
+// y = g(x) element by element, g piecewise linear: LeakyRelu (alpha x below 0) and Clip
+// (to [min, max]; the gradient is 0 outside, as PyTorch's clamp and hardtanh give).
+template <typename T>
+class PiecewiseLinearNode final : public NodeImpl<T> {
+ public:
+  // Below `low`: slope `below` (and the value low + below (x - low) for LeakyRelu, whose low
+  // is 0; Clip's slope 0 keeps `low`); above `high`: `high` (Clip), or x when high is inf.
+  PiecewiseLinearNode(Dims dims, T low, T below, T high)
+      : dims_(dims), low_(low), below_(below), high_(high) {}
+  Dims output_dims() const override { return dims_; }
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    input_ = inputs[0];
+    T* y = EnsureSize(output_, input_.size());
+    for (int64_t i = 0; i < input_.size(); ++i) {
+      const T x = input_.data[i];
+      y[i] = x < low_ ? low_ + below_ * (x - low_) : x > high_ ? high_ : x;
+    }
+    return {y, input_.batch, dims_};
+  }
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    const int64_t n = grad_output.size();
+    T* dx = EnsureSize(grad_input_, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const T x = input_.data[i];
+      dx[i] = grad_output.data[i] * (x < low_ ? below_ : x > high_ ? T(0) : T(1));
+    }
+    return {TensorRef<T>{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  const Dims dims_;
+  const T low_, below_, high_;
+  TensorRef<T> input_;
+  std::vector<T> output_, grad_input_;
+};
+
+template <typename T>
+struct LeakyRelu {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"alpha"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const float alpha, FloatAttribute(ctx.node, "alpha", 0.01f));
+    if (ctx.inputs.size() != 1) return ctx.Error("LeakyRelu takes one input");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<PiecewiseLinearNode<T>>(
+        input, T(0), static_cast<T>(alpha), std::numeric_limits<T>::infinity()));
+  }
+};
+
+// Clip: the bounds from the optional constant inputs 1 and 2 (opset 11 on, as PyTorch's
+// clamp / ReLU6 / hardtanh export) or the min/max attributes (opset 6).
+template <typename T>
+struct Clip {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"min", "max"}));
+    if (ctx.inputs.empty() || ctx.inputs.size() > 3) return ctx.Error("Clip takes 1 to 3 inputs");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+    DPTRAIN_ASSIGN_OR_RETURN(
+        float low, FloatAttribute(ctx.node, "min", -std::numeric_limits<float>::infinity()));
+    DPTRAIN_ASSIGN_OR_RETURN(
+        float high, FloatAttribute(ctx.node, "max", std::numeric_limits<float>::infinity()));
+    for (size_t k : {size_t{1}, size_t{2}}) {
+      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bound,
+                               ctx.ConstantInput(k, Tensor::Type::kFloat, /*optional=*/true));
+      if (bound == nullptr) continue;
+      if (bound->floats.size() != 1)
+        return ctx.Error(absl::StrCat("bound ", k, " is not a scalar"));
+      (k == 1 ? low : high) = bound->floats[0];
+    }
+    if (!(low <= high)) {
+      return ctx.Error(absl::StrCat("min ", low, " is above max ", high));
+    }
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<PiecewiseLinearNode<T>>(
+        input, static_cast<T>(low), T(0), static_cast<T>(high)));
+  }
+};
+
 }  // namespace
 
 OpFactory ReshapeOp() { return MakeOpFactory<Reshape>(); }
@@ -318,6 +397,8 @@ OpFactory IdentityOp() { return MakeOpFactory<Identity>(); }
 OpFactory PadOp() { return MakeOpFactory<Pad>(); }
 OpFactory DropoutOp() { return MakeOpFactory<Dropout>(); }
 OpFactory TanhOp() { return MakeOpFactory<Tanh>(); }
+OpFactory LeakyReluOp() { return MakeOpFactory<LeakyRelu>(); }
+OpFactory ClipOp() { return MakeOpFactory<Clip>(); }
 
 }  // namespace graph
 }  // namespace dptrain

@@ -29,6 +29,8 @@ OpFactory IdentityOp();
 OpFactory PadOp();
 OpFactory DropoutOp();
 OpFactory TanhOp();
+OpFactory LeakyReluOp();  // alpha (default 0.01).
+OpFactory ClipOp();       // Bounds from constant inputs 1, 2 or the min/max attributes.
 
 }  // namespace graph
 }  // namespace dptrain
