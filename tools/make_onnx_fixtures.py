@@ -25,6 +25,7 @@ The models:
              two BasicBlocks each with a 1x1 downsample where the shape changes,
              avgpool, fc), at widths 8, 16, 24, 32 so that the file stays small.
   gated      A MobileNet/EfficientNet-style block: ReLU6 (Clip with constant bounds), a
+             depthwise 3x3 and a grouped 1x1 convolution (group 8 and 2), a
              squeeze-and-excitation gate (Mul of [N, C, 1, 1] against [N, C, H, W]),
              LeakyReLU, Sub, Div and Mul by scalars, Add.
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -156,14 +157,18 @@ class Branching(nn.Module):
 
 
 class Gated(nn.Module):
-    """A MobileNet/EfficientNet-style block: ReLU6 (Clip), a squeeze-and-excitation gate
-    (x * sigmoid(...) of [N, C, 1, 1]), LeakyReLU, and arithmetic with scalars and between
-    activations (Sub, Div by a scalar, Mul by a scalar, Add)."""
+    """A MobileNet/EfficientNet-style block: ReLU6 (Clip), a depthwise 3x3 convolution and a
+    grouped one, a squeeze-and-excitation gate (x * sigmoid(...) of [N, C, 1, 1]), LeakyReLU,
+    and arithmetic with scalars and between activations (Sub, Div by a scalar, Mul by a
+    scalar, Add)."""
 
     def __init__(self):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8),
                                   nn.ReLU6())
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.grouped = nn.Conv2d(8, 8, 1, groups=2, bias=False)
+        self.relu6 = nn.ReLU6()
         self.se1 = nn.Conv2d(8, 4, 1)
         self.se2 = nn.Conv2d(4, 8, 1)
         self.conv = nn.Conv2d(8, 8, 3, padding=1)
@@ -173,6 +178,7 @@ class Gated(nn.Module):
 
     def forward(self, x):
         s = self.stem(x)
+        s = self.grouped(self.relu6(self.depthwise(s)))
         g = torch.sigmoid(self.se2(torch.relu(self.se1(self.gap(s)))))
         s = s * g
         t = self.leaky(self.conv(s))

@@ -85,18 +85,24 @@ class LayerNode final : public NodeImpl<T> {
   TensorBlock<T> buffers_;
 };
 
-// The node for `layer` on runtime input 0, after checking that the layer fits its dims.
-template <typename T>
-absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeLayerNode(
-    const NodeContext& ctx, std::unique_ptr<nn::Layer<T>> layer,
-    typename LayerNode<T>::Tensors params = {}, typename LayerNode<T>::Tensors buffers = {}) {
-  DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+// Every input but the first is a constant (a layer's parameters), or an error naming it.
+absl::Status ConstantsAfterTheFirst(const NodeContext& ctx) {
   for (size_t i = 1; i < ctx.inputs.size(); ++i) {
     if (ctx.inputs[i].is_runtime()) {
       return ctx.Error(absl::StrCat("input ", i, " ('", ctx.inputs[i].name,
                                     "') must be a constant, not a computed value"));
     }
   }
+  return absl::OkStatus();
+}
+
+// The node for `layer` on runtime input 0, after checking that the layer fits its dims.
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeLayerNode(
+    const NodeContext& ctx, std::unique_ptr<nn::Layer<T>> layer,
+    typename LayerNode<T>::Tensors params = {}, typename LayerNode<T>::Tensors buffers = {}) {
+  DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+  DPTRAIN_RETURN_IF_ERROR(ConstantsAfterTheFirst(ctx));
   absl::StatusOr<Dims> out = layer->OutputDims(input);
   if (!out.ok()) return ctx.Error(out.status().message());
   return std::unique_ptr<NodeImpl<T>>(std::make_unique<LayerNode<T>>(
@@ -167,6 +173,108 @@ absl::Status CheckShape(const NodeContext& ctx, size_t index, const std::vector<
                                 ShapeText(actual), ", expected ", ShapeText(shape)));
 }
 
+// Conv with group > 1 (grouped, and depthwise when group == channels, as MobileNet's): one
+// nn::Conv2d per group over its slice of the channels. Each group's weight rows and bias are
+// staged contiguously for its layer before Forward, and their gradients copied back after
+// Backward; the input and output-gradient slices are gathered per group.
+template <typename T>
+class GroupedConvNode final : public NodeImpl<T> {
+ public:
+  GroupedConvNode(std::vector<std::unique_ptr<nn::Conv2d<T>>> groups, Dims input, Dims output,
+                  std::vector<NodeTensorSpec> specs)
+      : groups_(std::move(groups)),
+        in_(input),
+        out_(output),
+        specs_(std::move(specs)),
+        in_g_{in_.c / static_cast<int>(groups_.size()), in_.h, in_.w},
+        out_g_{out_.c / static_cast<int>(groups_.size()), out_.h, out_.w},
+        weight_g_(int64_t{out_g_.c} * specs_[0].size() / out_.c),
+        staged_(groups_.size(), std::vector<T>(weight_g_ + out_g_.c)),
+        staged_grads_(groups_.size(), std::vector<T>(weight_g_ + out_g_.c)),
+        inputs_(groups_.size()),
+        grad_outputs_(groups_.size()) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      groups_[g]->BindParams(staged_[g].data(), staged_grads_[g].data());
+    }
+  }
+
+  Dims output_dims() const override { return out_; }
+  std::vector<NodeTensorSpec> Params() const override { return specs_; }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    weight_ = params[0];
+    weight_grad_ = grads[0];
+    bias_ = specs_.size() > 1 ? params[1] : nullptr;
+    bias_grad_ = specs_.size() > 1 ? grads[1] : nullptr;
+  }
+  void SetThreadPool(nn::ThreadPool* pool) override {
+    for (auto& g : groups_) g->SetThreadPool(pool);
+  }
+  void SetConvAlgorithm(nn::ConvAlgorithm algorithm) override {
+    for (auto& g : groups_) g->SetConvAlgorithm(algorithm);
+  }
+
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    const int batch = x.batch;
+    T* y = nn::EnsureSize(output_, int64_t{batch} * out_.size());
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      std::vector<T>& s = staged_[g];
+      std::copy(weight_ + g * weight_g_, weight_ + (g + 1) * weight_g_, s.begin());
+      for (int c = 0; c < out_g_.c; ++c) s[weight_g_ + c] = bias_ ? bias_[g * out_g_.c + c] : T(0);
+      T* xg = nn::EnsureSize(inputs_[g], int64_t{batch} * in_g_.size());
+      for (int n = 0; n < batch; ++n) {
+        const T* from = x.data + n * in_.size() + g * in_g_.size();
+        std::copy(from, from + in_g_.size(), xg + n * in_g_.size());
+      }
+      const TensorRef<T> yg = groups_[g]->Forward({xg, batch, in_g_}, training);
+      for (int n = 0; n < batch; ++n) {
+        std::copy(yg.data + n * out_g_.size(), yg.data + (n + 1) * out_g_.size(),
+                  y + n * out_.size() + g * out_g_.size());
+      }
+    }
+    return {y, batch, out_};
+  }
+
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    const int batch = grad_output.batch;
+    T* dx = need_input_grad[0] ? nn::EnsureSize(grad_input_, int64_t{batch} * in_.size()) : nullptr;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      T* dyg = nn::EnsureSize(grad_outputs_[g], int64_t{batch} * out_g_.size());
+      for (int n = 0; n < batch; ++n) {
+        const T* from = grad_output.data + n * out_.size() + g * out_g_.size();
+        std::copy(from, from + out_g_.size(), dyg + n * out_g_.size());
+      }
+      const TensorRef<T> dxg = groups_[g]->Backward({dyg, batch, out_g_}, need_input_grad[0]);
+      const std::vector<T>& sg = staged_grads_[g];
+      std::copy(sg.begin(), sg.begin() + weight_g_, weight_grad_ + g * weight_g_);
+      if (bias_grad_ != nullptr) {
+        std::copy(sg.begin() + weight_g_, sg.end(), bias_grad_ + g * out_g_.c);
+      }
+      if (dx == nullptr) continue;
+      for (int n = 0; n < batch; ++n) {
+        std::copy(dxg.data + n * in_g_.size(), dxg.data + (n + 1) * in_g_.size(),
+                  dx + n * in_.size() + g * in_g_.size());
+      }
+    }
+    return {dx == nullptr ? TensorRef<T>{} : TensorRef<T>{dx, batch, in_}};
+  }
+
+ private:
+  std::vector<std::unique_ptr<nn::Conv2d<T>>> groups_;
+  const Dims in_, out_;
+  const std::vector<NodeTensorSpec> specs_;
+  const Dims in_g_, out_g_;
+  const int64_t weight_g_;                             // Elements of one group's weight rows.
+  std::vector<std::vector<T>> staged_, staged_grads_;  // Per group: weight rows, then bias.
+  const T* weight_ = nullptr;
+  T* weight_grad_ = nullptr;
+  const T* bias_ = nullptr;
+  T* bias_grad_ = nullptr;
+  std::vector<std::vector<T>> inputs_, grad_outputs_;
+  std::vector<T> output_, grad_input_;
+};
+
 template <typename T>
 struct Conv {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
@@ -177,11 +285,15 @@ struct Conv {
                              ctx.ConstantInput(1, Tensor::Type::kFloat, false));
     DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bias, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t group, IntAttribute(ctx.node, "group", 1));
-    if (group != 1) return ctx.Error(absl::StrCat("group ", group, " unsupported (1 only)"));
     const std::vector<int64_t>& w = weight->shape;
     if (w.size() != 4) {
       return ctx.Error(absl::StrCat("weight shape ", ShapeText(w), ": only 2-D convolutions"));
     }
+    if (group < 1 || input.c % group != 0 || w[0] % group != 0) {
+      return ctx.Error(absl::StrCat("group ", group, " does not divide the ", input.c,
+                                    " input and ", w[0], " output channels"));
+    }
+    if (group > 1) return Grouped(ctx, input, *weight, bias, group);
     if (w[1] != input.c) {
       return ctx.Error(
           absl::StrCat("weight ", ShapeText(w), " does not fit input ", input.ToString()));
@@ -203,6 +315,38 @@ struct Conv {
     if (bias != nullptr) params.specs.push_back(SpecOf(ctx.inputs[2]));
     params.parts.push_back({w[0], /*provided=*/bias != nullptr});
     return MakeLayerNode<T>(ctx, std::make_unique<nn::Conv2d<T>>(o), std::move(params));
+  }
+
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Grouped(const NodeContext& ctx,
+                                                              const Dims& input,
+                                                              const Tensor& weight,
+                                                              const Tensor* bias, int64_t group) {
+    const std::vector<int64_t>& w = weight.shape;
+    if (w[1] * group != input.c) {
+      return ctx.Error(absl::StrCat("weight ", ShapeText(w), " does not fit input ",
+                                    input.ToString(), " in ", group, " groups"));
+    }
+    if (bias != nullptr) DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 2, {w[0]}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Window win, ReadWindow(ctx, {w[2], w[3]}));
+    DPTRAIN_RETURN_IF_ERROR(ConstantsAfterTheFirst(ctx));
+    nn::Conv2dOptions o;
+    o.in_channels = static_cast<int>(w[1]);
+    o.out_channels = static_cast<int>(w[0] / group);
+    o.kernel_h = win.kernel_h;
+    o.kernel_w = win.kernel_w;
+    o.stride_h = win.stride_h;
+    o.stride_w = win.stride_w;
+    o.pad_h = win.pad_h;
+    o.pad_w = win.pad_w;
+    std::vector<std::unique_ptr<nn::Conv2d<T>>> groups;
+    for (int64_t g = 0; g < group; ++g) groups.push_back(std::make_unique<nn::Conv2d<T>>(o));
+    absl::StatusOr<Dims> out_g = groups[0]->OutputDims({o.in_channels, input.h, input.w});
+    if (!out_g.ok()) return ctx.Error(out_g.status().message());
+    const Dims out{static_cast<int>(w[0]), out_g->h, out_g->w};
+    std::vector<NodeTensorSpec> specs = {SpecOf(ctx.inputs[1])};
+    if (bias != nullptr) specs.push_back(SpecOf(ctx.inputs[2]));
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<GroupedConvNode<T>>(std::move(groups), input, out, std::move(specs)));
   }
 };
 

@@ -66,6 +66,26 @@ TEST_F(OpsTest, ConvWithParametersApartIsStaged) {
               {RandomConstant("b", {3}, 14), RandomConstant("w", {3, 2, 1, 1}, 15)}));
 }
 
+// group > 1: grouped (2 groups of 2 -> 3 channels) and depthwise (one 3x3 filter per
+// channel, stride 2), with and without a bias.
+TEST_F(OpsTest, GroupedAndDepthwiseConv) {
+  Check(Chain({4, 5, 6},
+              {MakeNode("Conv", "conv", {"x", "w", "b"}, {"y"},
+                        {{"group", int64_t{2}}, {"pads", Ints{1, 1, 1, 1}}})},
+              {RandomConstant("w", {6, 2, 3, 3}, 21), RandomConstant("b", {6}, 22)}));
+  Check(Chain(
+      {3, 7, 7},
+      {MakeNode("Conv", "dw", {"x", "w"}, {"y"},
+                {{"group", int64_t{3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})},
+      {RandomConstant("w", {3, 1, 3, 3}, 23)}));
+  const std::string error = BuildError(
+      Chain({4, 5, 6}, {MakeNode("Conv", "conv", {"x", "w"}, {"y"}, {{"group", int64_t{3}}})},
+            {RandomConstant("w", {6, 2, 1, 1}, 24)}));
+  EXPECT_NE(error.find("group 3 does not divide the 4 input and 6 output channels"),
+            std::string::npos)
+      << error;
+}
+
 TEST_F(OpsTest, GemmTransposedAsPyTorchLinear) {
   Check(Chain({6, 1, 1}, {MakeNode("Gemm", "fc", {"x", "w", "b"}, {"y"}, {{"transB", int64_t{1}}})},
               {RandomConstant("w", {5, 6}, 16), RandomConstant("b", {5}, 17)}));
