@@ -293,22 +293,23 @@ struct Conv {
       return ctx.Error(absl::StrCat("group ", group, " does not divide the ", input.c,
                                     " input and ", w[0], " output channels"));
     }
-    if (group > 1) return Grouped(ctx, input, *weight, bias, group);
-    if (w[1] != input.c) {
-      return ctx.Error(
-          absl::StrCat("weight ", ShapeText(w), " does not fit input ", input.ToString()));
+    if (w[1] * group != input.c) {
+      return ctx.Error(absl::StrCat("weight ", ShapeText(w), " does not fit input ",
+                                    input.ToString(),
+                                    group > 1 ? absl::StrCat(" in ", group, " groups") : ""));
     }
     if (bias != nullptr) DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 2, {w[0]}));
     DPTRAIN_ASSIGN_OR_RETURN(const Window win, ReadWindow(ctx, {w[2], w[3]}));
-    nn::Conv2dOptions o;
+    nn::Conv2dOptions o;  // Of one group's convolution.
     o.in_channels = static_cast<int>(w[1]);
-    o.out_channels = static_cast<int>(w[0]);
+    o.out_channels = static_cast<int>(w[0] / group);
     o.kernel_h = win.kernel_h;
     o.kernel_w = win.kernel_w;
     o.stride_h = win.stride_h;
     o.stride_w = win.stride_w;
     o.pad_h = win.pad_h;
     o.pad_w = win.pad_w;
+    if (group > 1) return Grouped(ctx, input, o, bias != nullptr, group);
     typename LayerNode<T>::Tensors params;
     params.specs.push_back(SpecOf(ctx.inputs[1]));
     params.parts.push_back({weight->num_elements()});
@@ -319,32 +320,16 @@ struct Conv {
 
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Grouped(const NodeContext& ctx,
                                                               const Dims& input,
-                                                              const Tensor& weight,
-                                                              const Tensor* bias, int64_t group) {
-    const std::vector<int64_t>& w = weight.shape;
-    if (w[1] * group != input.c) {
-      return ctx.Error(absl::StrCat("weight ", ShapeText(w), " does not fit input ",
-                                    input.ToString(), " in ", group, " groups"));
-    }
-    if (bias != nullptr) DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 2, {w[0]}));
-    DPTRAIN_ASSIGN_OR_RETURN(const Window win, ReadWindow(ctx, {w[2], w[3]}));
+                                                              const nn::Conv2dOptions& o, bool bias,
+                                                              int64_t group) {
     DPTRAIN_RETURN_IF_ERROR(ConstantsAfterTheFirst(ctx));
-    nn::Conv2dOptions o;
-    o.in_channels = static_cast<int>(w[1]);
-    o.out_channels = static_cast<int>(w[0] / group);
-    o.kernel_h = win.kernel_h;
-    o.kernel_w = win.kernel_w;
-    o.stride_h = win.stride_h;
-    o.stride_w = win.stride_w;
-    o.pad_h = win.pad_h;
-    o.pad_w = win.pad_w;
     std::vector<std::unique_ptr<nn::Conv2d<T>>> groups;
     for (int64_t g = 0; g < group; ++g) groups.push_back(std::make_unique<nn::Conv2d<T>>(o));
     absl::StatusOr<Dims> out_g = groups[0]->OutputDims({o.in_channels, input.h, input.w});
     if (!out_g.ok()) return ctx.Error(out_g.status().message());
-    const Dims out{static_cast<int>(w[0]), out_g->h, out_g->w};
+    const Dims out{static_cast<int>(o.out_channels * group), out_g->h, out_g->w};
     std::vector<NodeTensorSpec> specs = {SpecOf(ctx.inputs[1])};
-    if (bias != nullptr) specs.push_back(SpecOf(ctx.inputs[2]));
+    if (bias) specs.push_back(SpecOf(ctx.inputs[2]));
     return std::unique_ptr<NodeImpl<T>>(
         std::make_unique<GroupedConvNode<T>>(std::move(groups), input, out, std::move(specs)));
   }

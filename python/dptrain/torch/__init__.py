@@ -64,8 +64,8 @@ def init(**overrides):
     master_addr, master_port, job_id, timeout, connect_timeout, reconnect_timeout,
     bind_address, advertise_host, tls_cert, tls_key, tls_ca, job_token_file, wire_dtype) win
     over the environment (wire_dtype: DPTRAIN_WIRE_DTYPE, fp32 | bf16 | fp16, what
-    DistributedOptimizer's gradients travel as: half the bytes in 16 bits, summed in fp32). In allreduce mode every rank waits here for the others (up to
-    connect_timeout)."""
+    DistributedOptimizer's gradients travel as: half the bytes in 16 bits, summed in fp32).
+    In allreduce mode every rank waits here for the others (up to connect_timeout)."""
     global _state
     if _state is not None:
         raise DptrainError("dptrain.torch.init() was already called (shutdown() first)")
@@ -479,7 +479,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._reduced = 0
         if self._error is not None:
             error, self._error = self._error, None
-            if self._pushing:  # No shard may count a partial push.
+            if self._pushing:  # The step cannot complete: end the push (nothing is applied).
                 self._pushing = False
                 self._session.reduce_cancel()
                 try:
