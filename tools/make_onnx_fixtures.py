@@ -27,7 +27,8 @@ The models:
   gated      A MobileNet/EfficientNet-style block: ReLU6 (Clip with constant bounds), a
              depthwise 3x3 and a grouped 1x1 convolution (group 8 and 2), a
              squeeze-and-excitation gate (Mul of [N, C, 1, 1] against [N, C, H, W]),
-             LeakyReLU, Sub, Div and Mul by scalars, Add.
+             LeakyReLU, Sub, Div and Mul by scalars, Add, HardSwish, GELU (exported as Erf
+             and arithmetic), and x.mean((2, 3)) (ReduceMean).
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
              branches joined by torch.cat), tanh(z) + sigmoid(z), a residual Add, MaxPool,
              AdaptiveAvgPool2d(1), x.view(x.size(0), -1), Identity, a bias-free Linear
@@ -183,7 +184,8 @@ class Gated(nn.Module):
         s = s * g
         t = self.leaky(self.conv(s))
         z = (t - s) / 2.0 + 0.5 * s
-        return self.fc(torch.flatten(self.gap(z), 1))
+        z = nn.functional.hardswish(z) + nn.functional.gelu(z)
+        return self.fc(z.mean((2, 3)))
 
 
 # name -> () -> (module, classes)

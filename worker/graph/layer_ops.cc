@@ -1,5 +1,6 @@
 #include "worker/graph/layer_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -493,6 +494,23 @@ struct GlobalAveragePool {
   }
 };
 
+// ReduceMean over H and W (x.mean((2, 3)) as exported): GlobalAveragePool, whatever keepdims
+// (a [N, C] value is [C, 1, 1] per sample here). Other axes are refused.
+template <typename T>
+struct ReduceMean {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes", "keepdims"}));
+    DPTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, IntsAttribute(ctx.node, "axes", {}));
+    for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+    std::sort(axes.begin(), axes.end());
+    if (axes != std::vector<int64_t>{2, 3}) {
+      return ctx.Error(
+          absl::StrCat("axes ", ShapeText(axes), " unsupported (the spatial ones, 2 and 3, only)"));
+    }
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::GlobalAvgPool2d<T>>());
+  }
+};
+
 template <typename T>
 struct Flatten {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
@@ -513,6 +531,7 @@ OpFactory BatchNormOp() { return MakeOpFactory<BatchNorm>(); }
 OpFactory MaxPoolOp() { return MakeOpFactory<MaxPool>(); }
 OpFactory AveragePoolOp() { return MakeOpFactory<AveragePool>(); }
 OpFactory GlobalAveragePoolOp() { return MakeOpFactory<GlobalAveragePool>(); }
+OpFactory ReduceMeanOp() { return MakeOpFactory<ReduceMean>(); }
 OpFactory FlattenOp() { return MakeOpFactory<Flatten>(); }
 
 }  // namespace graph

@@ -33,6 +33,7 @@ OpFactory BatchNormOp();
 OpFactory MaxPoolOp();
 OpFactory AveragePoolOp();
 OpFactory GlobalAveragePoolOp();
+OpFactory ReduceMeanOp();  // Over H and W only.
 OpFactory FlattenOp();
 
 }  // namespace graph

@@ -70,6 +70,7 @@ OpRegistry BuiltinOps() {
   add("MaxPool", MaxPoolOp());
   add("AveragePool", AveragePoolOp());
   add("GlobalAveragePool", GlobalAveragePoolOp());
+  add("ReduceMean", ReduceMeanOp());
   add("Flatten", FlattenOp());
   // Shapes and element-wise ops of one input (shape_ops.h):
   add("Reshape", ReshapeOp());
@@ -79,6 +80,10 @@ OpRegistry BuiltinOps() {
   add("Tanh", TanhOp());
   add("LeakyRelu", LeakyReluOp());
   add("Clip", ClipOp());
+  add("Erf", ErfOp());
+  add("HardSigmoid", HardSigmoidOp());
+  add("HardSwish", HardSwishOp());
+  add("Cast", CastOp());
   // Several runtime inputs (multi_input_ops.h):
   add("Add", AddOp());
   add("Sub", SubOp());

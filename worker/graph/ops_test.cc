@@ -118,6 +118,36 @@ NamedConstant FloatScalar(const std::string& name, float value) {
   return c;
 }
 
+TEST_F(OpsTest, ErfHardSigmoidHardSwishCastAndReduceMean) {
+  for (const char* op : {"Erf", "HardSwish", "Cast"}) {
+    SCOPED_TRACE(op);
+    std::map<std::string, Attribute> attributes;
+    if (std::string(op) == "Cast") attributes["to"] = int64_t{1};
+    Check(Chain({2, 3, 4}, {MakeNode(op, "e", {"x"}, {"y"}, attributes)}));
+  }
+  // Inputs reach past +-3, so that HardSwish's three pieces all show.
+  GraphCheckOptions wide;
+  wide.batch = 4;
+  Check(Chain({2, 3, 4},
+              {MakeNode("Mul", "m", {"x", "k"}, {"s"}), MakeNode("HardSwish", "h", {"s"}, {"y"})},
+              {FloatScalar("k", 8.0f)}),
+        wide);
+  Check(Chain({2, 3, 4},
+              {MakeNode("HardSigmoid", "h", {"x"}, {"y"}, {{"alpha", 1.5f}, {"beta", 0.4f}})}));
+  for (int64_t keepdims : {0, 1}) {
+    Check(Chain({3, 4, 5}, {MakeNode("ReduceMean", "m", {"x"}, {"y"},
+                                     {{"axes", Ints{-1, 2}}, {"keepdims", keepdims}})}));
+  }
+  EXPECT_NE(
+      BuildError(Chain({3, 4, 5}, {MakeNode("ReduceMean", "m", {"x"}, {"y"}, {{"axes", Ints{1}}})}))
+          .find("axes [1] unsupported"),
+      std::string::npos);
+  EXPECT_NE(
+      BuildError(Chain({3, 4, 5}, {MakeNode("Cast", "c", {"x"}, {"y"}, {{"to", int64_t{7}}})}))
+          .find("cast to ONNX type 7 unsupported"),
+      std::string::npos);
+}
+
 TEST_F(OpsTest, LeakyReluAndClip) {
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"}, {{"alpha", 0.2f}})}));
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"})}));  // alpha 0.01.

@@ -312,6 +312,112 @@ struct Tanh {
   }
 };
 
+// y = fn.value(x) element by element, its derivative fn.slope(x): the smooth and
+// piecewise-smooth activations below.
+template <typename T, typename Fn>
+class FunctionNode final : public NodeImpl<T> {
+ public:
+  FunctionNode(Dims dims, Fn fn) : dims_(dims), fn_(fn) {}
+  Dims output_dims() const override { return dims_; }
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    input_ = inputs[0];
+    T* y = EnsureSize(output_, input_.size());
+    for (int64_t i = 0; i < input_.size(); ++i) y[i] = fn_.value(input_.data[i]);
+    return {y, input_.batch, dims_};
+  }
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    const int64_t n = grad_output.size();
+    T* dx = EnsureSize(grad_input_, n);
+    for (int64_t i = 0; i < n; ++i) dx[i] = grad_output.data[i] * fn_.slope(input_.data[i]);
+    return {TensorRef<T>{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  const Dims dims_;
+  const Fn fn_;
+  TensorRef<T> input_;
+  std::vector<T> output_, grad_input_;
+};
+
+// erf(x) (GELU as PyTorch exports it: x * 0.5 * (1 + erf(x / sqrt(2)))).
+template <typename T>
+struct ErfFn {
+  T value(T x) const { return std::erf(x); }
+  T slope(T x) const { return T(1.1283791670955126) * std::exp(-x * x); }  // 2 / sqrt(pi).
+};
+
+// max(0, min(1, alpha x + beta)).
+template <typename T>
+struct HardSigmoidFn {
+  T alpha, beta;
+  T value(T x) const { return std::max(T(0), std::min(T(1), alpha * x + beta)); }
+  T slope(T x) const {
+    const T z = alpha * x + beta;
+    return z > T(0) && z < T(1) ? alpha : T(0);
+  }
+};
+
+// x * HardSigmoid(x) with alpha 1/6, beta 1/2 (MobileNetV3's).
+template <typename T>
+struct HardSwishFn {
+  T value(T x) const { return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))); }
+  T slope(T x) const { return x < T(-3) ? T(0) : x > T(3) ? T(1) : x / T(3) + T(0.5); }
+};
+
+template <typename T>
+struct Erf {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    if (ctx.inputs.size() != 1) return ctx.Error("Erf takes one input");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<FunctionNode<T, ErfFn<T>>>(input, ErfFn<T>{}));
+  }
+};
+
+template <typename T>
+struct HardSigmoid {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"alpha", "beta"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const float alpha, FloatAttribute(ctx.node, "alpha", 0.2f));
+    DPTRAIN_ASSIGN_OR_RETURN(const float beta, FloatAttribute(ctx.node, "beta", 0.5f));
+    if (ctx.inputs.size() != 1) return ctx.Error("HardSigmoid takes one input");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<FunctionNode<T, HardSigmoidFn<T>>>(
+        input, HardSigmoidFn<T>{static_cast<T>(alpha), static_cast<T>(beta)}));
+  }
+};
+
+template <typename T>
+struct HardSwish {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    if (ctx.inputs.size() != 1) return ctx.Error("HardSwish takes one input");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<FunctionNode<T, HardSwishFn<T>>>(input, HardSwishFn<T>{}));
+  }
+};
+
+// Cast to float (what PyTorch's exports put around some activations): the identity; any
+// other target type is refused.
+template <typename T>
+struct Cast {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"to"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t to, IntAttribute(ctx.node, "to", 0));
+    constexpr int64_t kOnnxFloat = 1;  // onnx.TensorProto.FLOAT.
+    if (to != kOnnxFloat) {
+      return ctx.Error(absl::StrCat("cast to ONNX type ", to, " unsupported (float, 1, only)"));
+    }
+    if (ctx.inputs.size() != 1) return ctx.Error("Cast takes one input");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, input));
+  }
+};
+
 // y = g(x) element by element, g piecewise linear: LeakyRelu (alpha x below 0) and Clip
 // (to [min, max]; the gradient is 0 outside, as PyTorch's clamp and hardtanh give).
 template <typename T>
@@ -399,6 +505,10 @@ OpFactory DropoutOp() { return MakeOpFactory<Dropout>(); }
 OpFactory TanhOp() { return MakeOpFactory<Tanh>(); }
 OpFactory LeakyReluOp() { return MakeOpFactory<LeakyRelu>(); }
 OpFactory ClipOp() { return MakeOpFactory<Clip>(); }
+OpFactory ErfOp() { return MakeOpFactory<Erf>(); }
+OpFactory HardSigmoidOp() { return MakeOpFactory<HardSigmoid>(); }
+OpFactory HardSwishOp() { return MakeOpFactory<HardSwish>(); }
+OpFactory CastOp() { return MakeOpFactory<Cast>(); }
 
 }  // namespace graph
 }  // namespace dptrain

@@ -16,6 +16,9 @@
 //             In evaluation, and for ratio 0, the identity. The executor's mode decides; the
 //             file's training_mode input is not read.
 //   Tanh      tanh(x).
+//   LeakyRelu, Clip, Erf, HardSigmoid, HardSwish   as ONNX defines them (Clip's bounds from
+//             constant inputs or the opset-6 attributes; the gradient is 0 where clipped).
+//   Cast      to float only: the identity.
 #ifndef DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
 #define DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
 
@@ -31,6 +34,10 @@ OpFactory DropoutOp();
 OpFactory TanhOp();
 OpFactory LeakyReluOp();  // alpha (default 0.01).
 OpFactory ClipOp();       // Bounds from constant inputs 1, 2 or the min/max attributes.
+OpFactory ErfOp();
+OpFactory HardSigmoidOp();  // alpha (0.2), beta (0.5).
+OpFactory HardSwishOp();
+OpFactory CastOp();
 
 }  // namespace graph
 }  // namespace dptrain
