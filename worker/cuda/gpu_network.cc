@@ -40,6 +40,10 @@ absl::StatusOr<std::unique_ptr<GpuLayer>> ToGpu(const nn::Layer<float>& layer,
     return std::make_unique<GpuFlatten>();
   }
   if (auto* p = dynamic_cast<const nn::MaxPool2d<float>*>(&layer)) {
+    if (p->options().ceil_mode) {  // cuDNN's pooling rounds its output size down.
+      return absl::UnimplementedError(
+          absl::StrCat(p->ToString(), ": ceil_mode has no GPU version yet"));
+    }
     return std::make_unique<GpuPool2d>(GpuPool2d::Kind::kMax, p->options(), input, *output);
   }
   if (auto* p = dynamic_cast<const nn::AvgPool2d<float>*>(&layer)) {

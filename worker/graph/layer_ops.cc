@@ -447,11 +447,15 @@ struct BatchNorm {
   }
 };
 
-absl::StatusOr<nn::Pool2dOptions> ReadPool(const NodeContext& ctx) {
+// `ceil_mode_allowed`: MaxPool's (AveragePool with ceil_mode is refused).
+absl::StatusOr<nn::Pool2dOptions> ReadPool(const NodeContext& ctx, bool ceil_mode_allowed) {
   DPTRAIN_ASSIGN_OR_RETURN(const int64_t ceil_mode, IntAttribute(ctx.node, "ceil_mode", 0));
-  if (ceil_mode != 0) return ctx.Error("ceil_mode=1 unsupported");
+  if (ceil_mode != 0 && (ceil_mode != 1 || !ceil_mode_allowed)) {
+    return ctx.Error(absl::StrCat("ceil_mode=", ceil_mode, " unsupported"));
+  }
   DPTRAIN_ASSIGN_OR_RETURN(const Window w, ReadWindow(ctx, {}));
-  return nn::Pool2dOptions{w.kernel_h, w.kernel_w, w.stride_h, w.stride_w, w.pad_h, w.pad_w};
+  return nn::Pool2dOptions{w.kernel_h, w.kernel_w, w.stride_h,    w.stride_w,
+                           w.pad_h,    w.pad_w,    ceil_mode == 1};
 }
 
 template <typename T>
@@ -463,7 +467,7 @@ struct MaxPool {
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t storage_order,
                              IntAttribute(ctx.node, "storage_order", 0));
     if (storage_order != 0) return ctx.Error("storage_order=1 unsupported");
-    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx));
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx, /*ceil_mode_allowed=*/true));
     return MakeLayerNode<T>(ctx, std::make_unique<nn::MaxPool2d<T>>(o));
   }
 };
@@ -474,7 +478,7 @@ struct AveragePool {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(
         ctx.node,
         {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
-    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx));
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx, /*ceil_mode_allowed=*/false));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t include_pad,
                              IntAttribute(ctx.node, "count_include_pad", 0));
     if ((o.pad_h > 0 || o.pad_w > 0) && include_pad == 0) {

@@ -12,7 +12,7 @@
 //                       Buffers: the file's running mean and variance plus num_batches_tracked
 //                       (not exported by PyTorch; named after the running mean, starting at 0),
 //                       so that buffers() is a whole PyTorch state_dict's worth.
-//   MaxPool             nn::MaxPool2d: 2-D, ceil_mode 0, dilation 1, symmetric padding.
+//   MaxPool             nn::MaxPool2d: 2-D, ceil_mode 0 or 1, dilation 1, symmetric padding.
 //   AveragePool         nn::AvgPool2d: as MaxPool; padding only with count_include_pad=1
 //                       (PyTorch exports AvgPool2d(padding=p) as Pad + AveragePool anyway).
 //   GlobalAveragePool   nn::GlobalAvgPool2d.

@@ -261,6 +261,14 @@ TEST_F(OpsTest, Pooling) {
   Check(Chain({3, 4, 5}, {MakeNode("GlobalAveragePool", "p", {"x"}, {"y"})}));
 }
 
+// torchvision's GoogLeNet/SqueezeNet pooling: MaxPool2d(3, 2, ceil_mode=True), 7x7 -> 3x3.
+TEST_F(OpsTest, MaxPoolCeilMode) {
+  Check(Chain({2, 7, 7}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
+                                   {{"kernel_shape", Ints{3, 3}},
+                                    {"strides", Ints{2, 2}},
+                                    {"ceil_mode", int64_t{1}}})}));
+}
+
 TEST_F(OpsTest, PadThenAveragePoolIsCountIncludePad) {
   Check(Chain({2, 5, 5},
               {MakeNode("Pad", "pad", {"x", "pads"}, {"p"}, {{"mode", std::string("constant")}}),
@@ -347,9 +355,9 @@ TEST_F(OpsTest, FactoriesRefuseWhatTheyDoNotImplement) {
                 {2, 5, 5}, {MakeNode("Conv", "c", {"x", "w"}, {"y"}, {{"foo", int64_t{1}}})}, {w})),
             "node 'c' (Conv): unsupported attribute 'foo'");
   EXPECT_EQ(BuildError(Chain(
-                {2, 5, 5}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
+                {2, 5, 5}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
                                      {{"kernel_shape", Ints{2, 2}}, {"ceil_mode", int64_t{1}}})})),
-            "node 'p' (MaxPool): ceil_mode=1 unsupported");
+            "node 'p' (AveragePool): ceil_mode=1 unsupported");
   EXPECT_EQ(BuildError(Chain(
                 {2, 5, 5}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
                                      {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}})})),

@@ -55,6 +55,10 @@ std::string AvgPool2d<T>::ToString() const {
 
 template <typename T>
 absl::StatusOr<Dims> AvgPool2d<T>::OutputDims(const Dims& input) const {
+  if (o_.ceil_mode) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(PoolToString("AvgPool2d", o_), ": ceil_mode unsupported"));
+  }
   return PoolOutputDims("AvgPool2d", o_, input);
 }
 

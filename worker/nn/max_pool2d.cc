@@ -22,8 +22,9 @@ absl::StatusOr<Dims> MaxPool2d<T>::OutputDims(const Dims& input) const {
 template <typename T>
 TensorRef<T> MaxPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
   in_dims_ = input.dims;
-  out_dims_ = Dims{input.dims.c, (input.dims.h + 2 * o_.pad_h - o_.kernel_h) / o_.stride_h + 1,
-                   (input.dims.w + 2 * o_.pad_w - o_.kernel_w) / o_.stride_w + 1};
+  out_dims_ = Dims{input.dims.c,
+                   PooledLength(input.dims.h, o_.kernel_h, o_.stride_h, o_.pad_h, o_.ceil_mode),
+                   PooledLength(input.dims.w, o_.kernel_w, o_.stride_w, o_.pad_w, o_.ceil_mode)};
   const int h = in_dims_.h, w = in_dims_.w, oh = out_dims_.h, ow = out_dims_.w;
   const int64_t planes = int64_t{input.batch} * in_dims_.c;
   T* y = EnsureSize(output_, planes * oh * ow);
@@ -31,7 +32,8 @@ TensorRef<T> MaxPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T* x = input.data + pl * h * w;
     for (int oy = 0; oy < oh; ++oy) {
-      // Every window holds at least one input element: padding <= kernel / 2.
+      // Every window holds at least one input element: padding <= kernel / 2, and a ceil-mode
+      // window starts inside the input or its left padding.
       const int y0 = std::max(0, oy * o_.stride_h - o_.pad_h);
       const int y1 = std::min(h, oy * o_.stride_h - o_.pad_h + o_.kernel_h);
       for (int ox = 0; ox < ow; ++ox) {

@@ -1,5 +1,5 @@
-// Max pooling as PyTorch's nn.MaxPool2d(kernel_size, stride, padding) with the defaults
-// dilation=1 and ceil_mode=False. Padding counts as -infinity (it is never the maximum), and
+// Max pooling as PyTorch's nn.MaxPool2d(kernel_size, stride, padding, ceil_mode) with
+// dilation=1 (ceil_mode: Pool2dOptions). Padding counts as -infinity (it is never the maximum), and
 // PyTorch's limit padding <= kernel / 2 applies. Ties go to the first maximum in the window (row
 // by row), which receives the whole gradient; NaN wins over everything, as in PyTorch.
 // No parameters.

@@ -1,5 +1,5 @@
 // Window geometry shared by AvgPool2d and MaxPool2d (PyTorch's kernel_size, stride, padding
-// with dilation 1 and ceil_mode=False), and the checks and output size both derive from it.
+// and ceil_mode with dilation 1), and the checks and output size both derive from it.
 #ifndef DPTRAIN_WORKER_NN_POOL2D_OPTIONS_H_
 #define DPTRAIN_WORKER_NN_POOL2D_OPTIONS_H_
 
@@ -20,6 +20,9 @@ struct Pool2dOptions {
   int stride_w = 2;
   int pad_h = 0;
   int pad_w = 0;
+  // Output size rounded up (PyTorch's ceil_mode=True): a last, partial window is kept if it
+  // starts inside the input or its left padding. MaxPool2d only (AvgPool2d refuses it).
+  bool ceil_mode = false;
 
   // As nn.*Pool2d(kernel_size=k, stride=s, padding=p); stride 0 means stride = kernel.
   static Pool2dOptions Square(int kernel, int stride = 0, int padding = 0) {
@@ -31,7 +34,18 @@ struct Pool2dOptions {
 // "<layer>(kernel_size=(kh, kw), stride=(sh, sw), padding=(ph, pw))".
 inline std::string PoolToString(const char* layer, const Pool2dOptions& o) {
   return absl::StrCat(layer, "(kernel_size=(", o.kernel_h, ", ", o.kernel_w, "), stride=(",
-                      o.stride_h, ", ", o.stride_w, "), padding=(", o.pad_h, ", ", o.pad_w, "))");
+                      o.stride_h, ", ", o.stride_w, "), padding=(", o.pad_h, ", ", o.pad_w, ")",
+                      o.ceil_mode ? ", ceil_mode=True" : "", ")");
+}
+
+// The pooled length of `in` (padded by `pad` each side) for a window `k` moved by `stride`, as
+// PyTorch computes it (pooling_output_shape).
+inline int PooledLength(int in, int k, int stride, int pad, bool ceil_mode) {
+  const int span = in + 2 * pad - k;
+  int out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  // The last window must start inside the input or its left padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
 }
 
 // The pooled size of `input`; InvalidArgument for a bad window (PyTorch also requires
@@ -48,7 +62,8 @@ inline absl::StatusOr<Dims> PoolOutputDims(const char* layer, const Pool2dOption
     return absl::InvalidArgumentError(
         absl::StrCat(PoolToString(layer, o), ": does not fit input ", input.ToString()));
   }
-  return Dims{input.c, (ph - o.kernel_h) / o.stride_h + 1, (pw - o.kernel_w) / o.stride_w + 1};
+  return Dims{input.c, PooledLength(input.h, o.kernel_h, o.stride_h, o.pad_h, o.ceil_mode),
+              PooledLength(input.w, o.kernel_w, o.stride_w, o.pad_w, o.ceil_mode)};
 }
 
 }  // namespace nn

@@ -12,11 +12,12 @@ namespace dptrain {
 namespace nn {
 namespace {
 
-// Window maxima over the input, padding ignored.
-ReferenceForward DirectMaxPool(const MaxPool2dOptions& o, const Dims& in) {
-  return [o, in](const std::vector<double>& x, const std::vector<double>&, int batch) {
-    const int oh = (in.h + 2 * o.pad_h - o.kernel_h) / o.stride_h + 1;
-    const int ow = (in.w + 2 * o.pad_w - o.kernel_w) / o.stride_w + 1;
+// Window maxima over the input, padding (and, in ceil mode, the part of the last window past
+// it) ignored; `out` overrides the floor-mode output size.
+ReferenceForward DirectMaxPool(const MaxPool2dOptions& o, const Dims& in, Dims out = {0, 0, 0}) {
+  return [o, in, out](const std::vector<double>& x, const std::vector<double>&, int batch) {
+    const int oh = out.h > 0 ? out.h : (in.h + 2 * o.pad_h - o.kernel_h) / o.stride_h + 1;
+    const int ow = out.w > 0 ? out.w : (in.w + 2 * o.pad_w - o.kernel_w) / o.stride_w + 1;
     std::vector<double> y;
     for (int plane = 0; plane < batch * in.c; ++plane) {
       for (int oy = 0; oy < oh; ++oy) {
@@ -38,14 +39,32 @@ ReferenceForward DirectMaxPool(const MaxPool2dOptions& o, const Dims& in) {
   };
 }
 
-void CheckMax(const MaxPool2dOptions& o, const Dims& in, int batch) {
+void CheckMax(const MaxPool2dOptions& o, const Dims& in, int batch, Dims out = {0, 0, 0}) {
   MaxPool2d<double> d(o);
   MaxPool2d<float> f(o);
   LayerCheckOptions options;
   options.batch = batch;
   options.input = in;
   SCOPED_TRACE(d.ToString() + " on " + in.ToString());
-  CheckLayer(d, f, options, DirectMaxPool(o, in));
+  CheckLayer(d, f, options, DirectMaxPool(o, in, out));
+}
+
+// ceil_mode=True: the sizes PyTorch 1.13 gives (F.max_pool2d(..., ceil_mode=True) on H x H:
+// 16, k3 s2 -> 8 (floor 7); 7, k2 s2 -> 4 (3); 6, k3 s2 p1 -> 4 (3); 5, k3 s2 p1 -> 3 and
+// 8, k3 s3 p1 -> 3, where a last window would start in the right padding and is dropped),
+// and the partial windows' maxima and gradients.
+TEST(MaxPool2dTest, CeilMode) {
+  struct Case {
+    int h, k, s, p, want;
+  };
+  for (const Case& c : {Case{16, 3, 2, 0, 8}, Case{7, 2, 2, 0, 4}, Case{6, 3, 2, 1, 4},
+                        Case{5, 3, 2, 1, 3}, Case{8, 3, 3, 1, 3}}) {
+    MaxPool2dOptions o = MaxPool2dOptions::Square(c.k, c.s, c.p);
+    o.ceil_mode = true;
+    EXPECT_EQ(*MaxPool2d<float>(o).OutputDims({2, c.h, c.h}), (Dims{2, c.want, c.want}))
+        << c.h << " " << c.k << " " << c.s << " " << c.p;
+    CheckMax(o, {2, c.h, c.h}, 2, {2, c.want, c.want});
+  }
 }
 
 TEST(MaxPool2dTest, TwoByTwo) { CheckMax(MaxPool2dOptions::Square(2), {3, 6, 6}, 2); }
