@@ -28,7 +28,8 @@ The models:
              depthwise 3x3 and a grouped 1x1 convolution (group 8 and 2), a
              squeeze-and-excitation gate (Mul of [N, C, 1, 1] against [N, C, H, W]),
              LeakyReLU, Sub, Div and Mul by scalars, Add, HardSwish, GELU (exported as Erf
-             and arithmetic), MaxPool with ceil_mode, and x.mean((2, 3)) (ReduceMean).
+             and arithmetic), MaxPool with ceil_mode, x.mean((2, 3)) (ReduceMean) and a
+             log_softmax head.
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
              branches joined by torch.cat), tanh(z) + sigmoid(z), a residual Add, MaxPool,
              AdaptiveAvgPool2d(1), x.view(x.size(0), -1), Identity, a bias-free Linear
@@ -186,7 +187,9 @@ class Gated(nn.Module):
         z = (t - s) / 2.0 + 0.5 * s
         z = nn.functional.hardswish(z) + nn.functional.gelu(z)
         z = nn.functional.max_pool2d(z, 3, 2, ceil_mode=True)  # 16x16 -> 8x8 (floor: 7x7).
-        return self.fc(z.mean((2, 3)))
+        # Log-probabilities, as PyTorch's MNIST example ends (with nll_loss): cross-entropy on
+        # them is that nll_loss.
+        return torch.log_softmax(self.fc(z.mean((2, 3))), dim=1)
 
 
 # name -> () -> (module, classes)

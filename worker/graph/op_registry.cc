@@ -84,6 +84,8 @@ OpRegistry BuiltinOps() {
   add("HardSigmoid", HardSigmoidOp());
   add("HardSwish", HardSwishOp());
   add("Cast", CastOp());
+  add("Softmax", SoftmaxOp());
+  add("LogSoftmax", LogSoftmaxOp());
   // Several runtime inputs (multi_input_ops.h):
   add("Add", AddOp());
   add("Sub", SubOp());

@@ -148,6 +148,18 @@ TEST_F(OpsTest, ErfHardSigmoidHardSwishCastAndReduceMean) {
       std::string::npos);
 }
 
+// Over the channels at every pixel, and over the features of a [N, C] value (axis -1).
+TEST_F(OpsTest, SoftmaxAndLogSoftmax) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({4, 2, 3}, {MakeNode(op, "s", {"x"}, {"y"}, {{"axis", int64_t{1}}})}));
+    Check(Chain({5, 1, 1}, {MakeNode(op, "s", {"x"}, {"y"})}));  // Default axis -1.
+    EXPECT_NE(
+        BuildError(Chain({4, 2, 3}, {MakeNode(op, "s", {"x"}, {"y"})})).find("axis -1 unsupported"),
+        std::string::npos);
+  }
+}
+
 TEST_F(OpsTest, LeakyReluAndClip) {
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"}, {{"alpha", 0.2f}})}));
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"})}));  // alpha 0.01.

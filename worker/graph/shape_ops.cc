@@ -401,6 +401,95 @@ struct HardSwish {
   }
 };
 
+// Softmax and LogSoftmax over the channels (axis 1; or -1 of a [N, C] value, which is
+// [C, 1, 1] per sample here), at every pixel: what a classifier's head ends with
+// (log_softmax then nll_loss, as PyTorch's MNIST example; the worker's cross-entropy on
+// log-probabilities equals nll_loss on them).
+template <typename T>
+class SoftmaxNode final : public NodeImpl<T> {
+ public:
+  SoftmaxNode(Dims dims, bool log) : dims_(dims), log_(log) {}
+  Dims output_dims() const override { return dims_; }
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    T* y = EnsureSize(output_, x.size());
+    const int64_t plane = int64_t{dims_.h} * dims_.w, c = dims_.c;
+    for (int64_t n = 0; n < x.batch; ++n) {
+      for (int64_t p = 0; p < plane; ++p) {
+        const T* in = x.data + n * c * plane + p;
+        T* out = y + n * c * plane + p;
+        T top = in[0];
+        for (int64_t k = 1; k < c; ++k) top = std::max(top, in[k * plane]);
+        T sum = 0;
+        for (int64_t k = 0; k < c; ++k) sum += std::exp(in[k * plane] - top);
+        const T log_sum = std::log(sum) + top;
+        for (int64_t k = 0; k < c; ++k) {
+          out[k * plane] = log_ ? in[k * plane] - log_sum : std::exp(in[k * plane] - log_sum);
+        }
+      }
+    }
+    output_ref_ = {y, x.batch, dims_};
+    return output_ref_;
+  }
+  // Softmax: dx = y (dy - sum(dy y)); LogSoftmax: dx = dy - exp(y) sum(dy), per pixel.
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    T* dx = EnsureSize(grad_input_, grad_output.size());
+    const int64_t plane = int64_t{dims_.h} * dims_.w, c = dims_.c;
+    for (int64_t n = 0; n < grad_output.batch; ++n) {
+      for (int64_t p = 0; p < plane; ++p) {
+        const int64_t at = n * c * plane + p;
+        const T* dy = grad_output.data + at;
+        const T* y = output_ref_.data + at;
+        T* d = dx + at;
+        T dot = 0;
+        for (int64_t k = 0; k < c; ++k) dot += log_ ? dy[k * plane] : dy[k * plane] * y[k * plane];
+        for (int64_t k = 0; k < c; ++k) {
+          d[k * plane] = log_ ? dy[k * plane] - std::exp(y[k * plane]) * dot
+                              : y[k * plane] * (dy[k * plane] - dot);
+        }
+      }
+    }
+    return {TensorRef<T>{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  const Dims dims_;
+  const bool log_;
+  std::vector<T> output_, grad_input_;
+  TensorRef<T> output_ref_;
+};
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeSoftmax(const NodeContext& ctx, bool log) {
+  DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
+  DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(ctx.node, "axis", -1));
+  if (ctx.inputs.size() != 1) return ctx.Error("takes one input");
+  DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+  const bool features = input.h == 1 && input.w == 1;  // [N, C]: axis -1 is the channels.
+  if (axis != 1 && !(features && axis == -1)) {
+    return ctx.Error(absl::StrCat("axis ", axis,
+                                  " unsupported (1, the channels; or -1 of a "
+                                  "[N, C] value)"));
+  }
+  return std::unique_ptr<NodeImpl<T>>(std::make_unique<SoftmaxNode<T>>(input, log));
+}
+
+template <typename T>
+struct Softmax {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    return MakeSoftmax<T>(ctx, /*log=*/false);
+  }
+};
+
+template <typename T>
+struct LogSoftmax {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    return MakeSoftmax<T>(ctx, /*log=*/true);
+  }
+};
+
 // Cast to float (what PyTorch's exports put around some activations): the identity; any
 // other target type is refused.
 template <typename T>
@@ -509,6 +598,8 @@ OpFactory ErfOp() { return MakeOpFactory<Erf>(); }
 OpFactory HardSigmoidOp() { return MakeOpFactory<HardSigmoid>(); }
 OpFactory HardSwishOp() { return MakeOpFactory<HardSwish>(); }
 OpFactory CastOp() { return MakeOpFactory<Cast>(); }
+OpFactory SoftmaxOp() { return MakeOpFactory<Softmax>(); }
+OpFactory LogSoftmaxOp() { return MakeOpFactory<LogSoftmax>(); }
 
 }  // namespace graph
 }  // namespace dptrain

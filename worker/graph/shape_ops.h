@@ -19,6 +19,7 @@
 //   LeakyRelu, Clip, Erf, HardSigmoid, HardSwish   as ONNX defines them (Clip's bounds from
 //             constant inputs or the opset-6 attributes; the gradient is 0 where clipped).
 //   Cast      to float only: the identity.
+//   Softmax, LogSoftmax   over the channels (axis 1, or -1 of a [N, C] value).
 #ifndef DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
 #define DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
 
@@ -38,6 +39,8 @@ OpFactory ErfOp();
 OpFactory HardSigmoidOp();  // alpha (0.2), beta (0.5).
 OpFactory HardSwishOp();
 OpFactory CastOp();
+OpFactory SoftmaxOp();
+OpFactory LogSoftmaxOp();
 
 }  // namespace graph
 }  // namespace dptrain
