@@ -366,14 +366,19 @@ struct HardSwishFn {
   T slope(T x) const { return x < T(-3) ? T(0) : x > T(3) ? T(1) : x / T(3) + T(0.5); }
 };
 
+// The node of an element-wise function of one runtime input, once its attributes are read.
+template <typename T, typename Fn>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeFunctionNode(const NodeContext& ctx, Fn fn) {
+  if (ctx.inputs.size() != 1) return ctx.Error("takes one input");
+  DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+  return std::unique_ptr<NodeImpl<T>>(std::make_unique<FunctionNode<T, Fn>>(input, fn));
+}
+
 template <typename T>
 struct Erf {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
-    if (ctx.inputs.size() != 1) return ctx.Error("Erf takes one input");
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
-    return std::unique_ptr<NodeImpl<T>>(
-        std::make_unique<FunctionNode<T, ErfFn<T>>>(input, ErfFn<T>{}));
+    return MakeFunctionNode<T>(ctx, ErfFn<T>{});
   }
 };
 
@@ -383,10 +388,7 @@ struct HardSigmoid {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"alpha", "beta"}));
     DPTRAIN_ASSIGN_OR_RETURN(const float alpha, FloatAttribute(ctx.node, "alpha", 0.2f));
     DPTRAIN_ASSIGN_OR_RETURN(const float beta, FloatAttribute(ctx.node, "beta", 0.5f));
-    if (ctx.inputs.size() != 1) return ctx.Error("HardSigmoid takes one input");
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
-    return std::unique_ptr<NodeImpl<T>>(std::make_unique<FunctionNode<T, HardSigmoidFn<T>>>(
-        input, HardSigmoidFn<T>{static_cast<T>(alpha), static_cast<T>(beta)}));
+    return MakeFunctionNode<T>(ctx, HardSigmoidFn<T>{static_cast<T>(alpha), static_cast<T>(beta)});
   }
 };
 
@@ -394,10 +396,7 @@ template <typename T>
 struct HardSwish {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
-    if (ctx.inputs.size() != 1) return ctx.Error("HardSwish takes one input");
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
-    return std::unique_ptr<NodeImpl<T>>(
-        std::make_unique<FunctionNode<T, HardSwishFn<T>>>(input, HardSwishFn<T>{}));
+    return MakeFunctionNode<T>(ctx, HardSwishFn<T>{});
   }
 };
 
