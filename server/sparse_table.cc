@@ -47,8 +47,9 @@ SparseTable::SparseTable(const SparseTableSpec& spec, const SparseTableOptions& 
       rule_(spec.optimizer == "sgd"       ? Rule::kSgd
             : spec.optimizer == "adagrad" ? Rule::kAdagrad
                                           : Rule::kAdam),
-      pending_ids_(options.num_workers),
-      pending_grads_(options.num_workers),
+      pending_slots_(options.num_workers),
+      pending_grads_(options.num_workers, nullptr),
+      pending_owned_(options.num_workers),
       pushed_(options.num_workers, false),
       newest_(options.num_workers, -1) {}
 
@@ -136,9 +137,11 @@ absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
   rows_ = std::move(rows);
   step_ = cp != nullptr ? cp->step : 0;
   for (int r = 0; r < options_.num_workers; ++r) {
-    pending_ids_[r].clear();
-    pending_grads_[r].clear();
+    pending_slots_[r].clear();
+    pending_grads_[r] = nullptr;
+    pending_owned_[r].clear();
   }
+  mean_at_.clear();
   pushed_.assign(options_.num_workers, false);
   arrived_ = 0;
   ++restores_;
@@ -158,11 +161,42 @@ int64_t SparseTable::SlotLocked(int64_t id) {
   return it->second;
 }
 
+bool SparseTable::HeldSlotsLocked(absl::Span<const int64_t> ids,
+                                  std::vector<int64_t>& slots) const {
+  slots.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = rows_.slot.find(ids[i]);
+    if (it == rows_.slot.end()) return false;
+    slots[i] = it->second;
+  }
+  return true;
+}
+
+bool SparseTable::CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out) const {
+  const size_t d = spec_.dim;
+  // Every slot first, then the rows, each fetched a few rows ahead: the lookups' cache misses
+  // overlap instead of queueing behind the copies.
+  constexpr size_t kAhead = 8;
+  std::vector<int64_t> slots;
+  if (!HeldSlotsLocked(ids, slots)) return false;
+  const float* w = rows_.w.data();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kAhead < ids.size()) __builtin_prefetch(w + slots[i + kAhead] * d);
+    std::copy_n(w + slots[i] * d, d, out + i * d);
+  }
+  return true;
+}
+
 absl::Status SparseTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> out) {
   if (out.size() != ids.size() * spec_.dim) {
     return absl::InvalidArgumentError("sparse pull: the output does not hold ids x dim values");
   }
   if (auto s = CheckIds(ids); !s.ok()) return s;
+  {
+    // Rows already held (after a job's first steps, nearly all): workers pull at once.
+    absl::ReaderMutexLock lock(&mu_);
+    if (CopyHeldRowsLocked(ids, out.data())) return absl::OkStatus();
+  }
   absl::MutexLock lock(&mu_);
   const size_t d = spec_.dim;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -207,44 +241,59 @@ void SparseTable::ApplyLocked(int64_t slot, const float* g, float scale) {
 }
 
 void SparseTable::ApplyAllLocked(absl::Span<const int64_t> ids, const float* grads, float scale) {
-  const absl::Time start = absl::Now();
   // Slots first: creating a row may move the arrays.
   std::vector<int64_t> slots(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) slots[i] = SlotLocked(ids[i]);
-  for (size_t i = 0; i < ids.size(); ++i) ApplyLocked(slots[i], grads + i * spec_.dim, scale);
+  ApplySlotsLocked(slots, grads, scale);
+}
+
+void SparseTable::ApplySlotsLocked(absl::Span<const int64_t> slots, const float* grads,
+                                   float scale) {
+  const absl::Time start = absl::Now();
+  constexpr size_t kAhead = 4;  // Rows fetched ahead of the one updated.
+  const size_t d = spec_.dim;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (i + kAhead < slots.size()) {
+      __builtin_prefetch(rows_.w.data() + slots[i + kAhead] * d, 1);
+      if (!rows_.a.empty()) __builtin_prefetch(rows_.a.data() + slots[i + kAhead] * d, 1);
+    }
+    ApplyLocked(slots[i], grads + i * d, scale);
+  }
   apply_time_ += absl::Now() - start;
-  rows_applied_ += static_cast<int64_t>(ids.size());
+  rows_applied_ += static_cast<int64_t>(slots.size());
 }
 
 void SparseTable::ApplyMeanLocked() {
   // The mean of the workers' gradients, each row's summed in rank order (bit-reproducible).
+  // A row's place in the sums is found through its slot (mean_at_), not a hash of its id.
   const size_t d = spec_.dim;
   size_t total = 0;
-  for (int r = 0; r < options_.num_workers; ++r) total += pending_ids_[r].size();
-  absl::flat_hash_map<int64_t, size_t> at;  // Row id -> its place in `order` and `sums`.
-  at.reserve(total);
-  std::vector<int64_t>& order = mean_ids_;
-  std::vector<float>& sums = mean_sums_;  // Kept from step to step: no fresh pages.
+  for (int r = 0; r < options_.num_workers; ++r) total += pending_slots_[r].size();
+  if (mean_at_.size() < rows_.slot.size()) mean_at_.resize(rows_.slot.size(), -1);
+  if (mean_sums_.size() < total * d) mean_sums_.resize(total * d);  // Kept: no fresh pages.
+  std::vector<int64_t>& order = mean_slots_;
   order.clear();
-  sums.clear();
-  order.reserve(total);
-  sums.reserve(total * d);
+  float* sums = mean_sums_.data();
   for (int r = 0; r < options_.num_workers; ++r) {
-    const std::vector<int64_t>& ids = pending_ids_[r];
-    const float* g = pending_grads_[r].data();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      auto [it, created] = at.try_emplace(ids[i], order.size());
-      if (created) {
-        order.push_back(ids[i]);
-        sums.resize(sums.size() + d, 0.0f);
+    const std::vector<int64_t>& slots = pending_slots_[r];
+    const float* g = pending_grads_[r];
+    for (size_t i = 0; i < slots.size(); ++i) {
+      int64_t& at = mean_at_[slots[i]];
+      if (at < 0) {
+        at = static_cast<int64_t>(order.size());
+        order.push_back(slots[i]);
+        std::copy_n(g + i * d, d, sums + at * d);
+      } else {
+        float* sum = sums + at * d;
+        for (size_t k = 0; k < d; ++k) sum[k] += g[i * d + k];
       }
-      float* sum = sums.data() + it->second * d;
-      for (size_t k = 0; k < d; ++k) sum[k] += g[i * d + k];
     }
-    pending_ids_[r].clear();
-    pending_grads_[r].clear();
+    pending_slots_[r].clear();
+    pending_grads_[r] = nullptr;
+    pending_owned_[r].clear();
   }
-  ApplyAllLocked(order, sums.data(), 1.0f / static_cast<float>(options_.num_workers));
+  for (int64_t slot : order) mean_at_[slot] = -1;
+  ApplySlotsLocked(order, sums, 1.0f / static_cast<float>(options_.num_workers));
 }
 
 absl::Status SparseTable::PushNowLocked(int rank, int64_t step, absl::Span<const int64_t> ids,
@@ -282,6 +331,14 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
                                                    ids.size(), " rows of ", spec_.dim));
   }
   if (auto s = CheckIds(ids); !s.ok()) return s;
+  // The rows' slots under a reader lock when all are held (pushes look up at once); they stay
+  // valid while the table is not restored (rows are only ever appended).
+  std::vector<int64_t> slots;
+  int64_t slots_restores = -1;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (HeldSlotsLocked(ids, slots)) slots_restores = restores_;
+  }
   absl::MutexLock lock(&mu_);
   if (!options_.bsp) return PushNowLocked(rank, step, ids, grads, deadline);
   if (step == step_ - 1) return absl::OkStatus();  // A retry of a step already applied.
@@ -291,11 +348,15 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   }
   if (!pushed_[rank]) {
     pushed_[rank] = true;
+    if (slots_restores != restores_) {
+      slots.resize(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) slots[i] = SlotLocked(ids[i]);
+    }
     if (options_.num_workers == 1) {
-      ApplyAllLocked(ids, grads.data(), 1.0f);  // The mean of one: the gradient itself.
+      ApplySlotsLocked(slots, grads.data(), 1.0f);  // The mean of one: the gradient itself.
     } else {
-      pending_ids_[rank].assign(ids.begin(), ids.end());
-      pending_grads_[rank].assign(grads.begin(), grads.end());
+      pending_slots_[rank] = std::move(slots);
+      pending_grads_[rank] = grads.data();  // Read in place until this call stops waiting.
     }
     if (++arrived_ == options_.num_workers) {
       if (options_.num_workers > 1) ApplyMeanLocked();
@@ -309,6 +370,11 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
     return step_ > step || restores_ != restores;
   };
   const bool done = mu_.AwaitWithDeadline(absl::Condition(&applied), deadline);
+  if (pushed_[rank] && pending_grads_[rank] == grads.data() && !grads.empty()) {
+    // Leaving before the step was applied: the gradients stay pending, in the table's copy.
+    pending_owned_[rank].assign(grads.begin(), grads.end());
+    pending_grads_[rank] = pending_owned_[rank].data();
+  }
   if (restores_ != restores) {
     return absl::AbortedError(absl::StrCat("sparse table '", spec_.name, "': went back to step ",
                                            step_, " while step ", step, " waited"));

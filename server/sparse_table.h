@@ -124,12 +124,22 @@ class SparseTable {
   absl::Status CheckIds(absl::Span<const int64_t> ids) const;
   // The slot of row `id`, created from the table's seed on first touch.
   int64_t SlotLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slots of rows `ids` if every one is held (a reader lock is enough); else false.
+  bool HeldSlotsLocked(absl::Span<const int64_t> ids, std::vector<int64_t>& slots) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Copies rows `ids` to `out` if every one is held (a reader lock is enough); false, with
+  // `out` partly written, if one is not.
+  bool CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // One optimizer step on the row in `slot` with gradient `g` (dim values) times `scale`.
   void ApplyLocked(int64_t slot, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BSP: applies the mean of the pending pushes of every rank.
   void ApplyMeanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `ids` (unique) with their gradients (ids.size() x dim) times `scale`.
   void ApplyAllLocked(absl::Span<const int64_t> ids, const float* grads, float scale)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for rows already resolved to their slots.
+  void ApplySlotsLocked(absl::Span<const int64_t> slots, const float* grads, float scale)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SparseTableSpec spec_;
@@ -138,14 +148,20 @@ class SparseTable {
   const Rule rule_;
   Rows rows_ ABSL_GUARDED_BY(mu_);
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
-  // BSP: this step's pushes by rank (ids, grads); `arrived_` counts them.
-  std::vector<std::vector<int64_t>> pending_ids_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<float>> pending_grads_ ABSL_GUARDED_BY(mu_);
+  // BSP: this step's pushes by rank: the slots of their rows (resolved, and the rows created,
+  // when the push arrives) and their gradients, read in place from the pushing call's buffer
+  // while it waits for the step (no copy); a call that stops waiting first copies its
+  // gradients to `pending_owned_`. `arrived_` counts the pushes.
+  std::vector<std::vector<int64_t>> pending_slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<const float*> pending_grads_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<float>> pending_owned_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  // ApplyMeanLocked's rows and sums, kept to be reused.
-  std::vector<int64_t> mean_ids_ ABSL_GUARDED_BY(mu_);
+  // ApplyMeanLocked's rows (slots) and sums, kept to be reused, and each slot's place in them
+  // (-1: not in this step; reset after each step).
+  std::vector<int64_t> mean_slots_ ABSL_GUARDED_BY(mu_);
   std::vector<float> mean_sums_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> mean_at_ ABSL_GUARDED_BY(mu_);
   int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;
   // SSP/async: each rank's newest pushed step (-1: none yet).
   std::vector<int64_t> newest_ ABSL_GUARDED_BY(mu_);
