@@ -7,7 +7,7 @@
 namespace dptrain {
 namespace {
 
-grpc::Slice HeaderSlice(const proto::FrameHeader& header) {
+grpc::Slice HeaderSlice(const google::protobuf::MessageLite& header) {
   const size_t n = header.ByteSizeLong();
   grpc::Slice slice = NewPayload(4 + n);
   char* p = MutableData(slice);
@@ -23,39 +23,27 @@ grpc::Slice NewPayload(size_t bytes) {
   return grpc::Slice(grpc_slice_malloc(bytes), grpc::Slice::STEAL_REF);
 }
 
-grpc::ByteBuffer FrameReferencing(const proto::FrameHeader& header, absl::string_view payload) {
+grpc::ByteBuffer FrameReferencing(const google::protobuf::MessageLite& header,
+                                  absl::string_view payload) {
   grpc::Slice slices[2] = {HeaderSlice(header),
                            grpc::Slice(payload.data(), payload.size(), grpc::Slice::STATIC_SLICE)};
   return grpc::ByteBuffer(slices, payload.empty() ? 1 : 2);
 }
 
-grpc::ByteBuffer FrameOwning(const proto::FrameHeader& header, grpc::Slice payload) {
+grpc::ByteBuffer FrameOwning(const google::protobuf::MessageLite& header, grpc::Slice payload) {
   grpc::Slice slices[2] = {HeaderSlice(header), std::move(payload)};
   return grpc::ByteBuffer(slices, slices[1].size() == 0 ? 1 : 2);
 }
 
-absl::StatusOr<ReceivedFrame> ReceivedFrame::Parse(grpc::ByteBuffer& buffer) {
-  ReceivedFrame frame;
-  if (grpc::Status s = buffer.Dump(&frame.slices_); !s.ok()) {
+absl::Status FramePayload::ParseInto(grpc::ByteBuffer& buffer,
+                                     google::protobuf::MessageLite& parsed) {
+  slices_.clear();
+  joined_.clear();
+  if (grpc::Status s = buffer.Dump(&slices_); !s.ok()) {
     return absl::DataLossError(absl::StrCat("tensor frame unreadable: ", s.error_message()));
   }
-  // Reads `n` bytes at the cursor, across slices.
-  size_t slice = 0, offset = 0;
-  auto read = [&](char* out, size_t n) {
-    while (n > 0 && slice < frame.slices_.size()) {
-      const grpc::Slice& s = frame.slices_[slice];
-      const size_t take = std::min(n, s.size() - offset);
-      std::memcpy(out, s.begin() + offset, take);
-      out += take;
-      n -= take;
-      offset += take;
-      if (offset == s.size()) {
-        ++slice;
-        offset = 0;
-      }
-    }
-    return n == 0;
-  };
+  Reader reader(slices_);
+  auto read = [&reader](char* out, size_t n) { return reader.Read(out, n); };
   const size_t total = buffer.Length();
   unsigned char length_bytes[4];
   if (total < 4 || !read(reinterpret_cast<char*>(length_bytes), 4)) {
@@ -68,16 +56,16 @@ absl::StatusOr<ReceivedFrame> ReceivedFrame::Parse(grpc::ByteBuffer& buffer) {
                                             " bytes does not fit in a frame of ", total));
   }
   std::string header(length, '\0');
-  if (!read(header.data(), length) || !frame.header_.ParseFromString(header)) {
+  if (!read(header.data(), length) || !parsed.ParseFromString(header)) {
     return absl::DataLossError("tensor frame header does not parse");
   }
-  frame.first_slice_ = slice;
-  frame.first_offset_ = offset;
-  frame.payload_size_ = total - 4 - length;
-  return frame;
+  first_slice_ = reader.slice();
+  first_offset_ = reader.offset();
+  payload_size_ = total - 4 - length;
+  return absl::OkStatus();
 }
 
-void ReceivedFrame::CopyPayload(char* out) const {
+void FramePayload::CopyPayload(char* out) const {
   size_t offset = first_offset_;
   for (size_t i = first_slice_; i < slices_.size(); ++i) {
     const size_t n = slices_[i].size() - offset;
@@ -87,7 +75,7 @@ void ReceivedFrame::CopyPayload(char* out) const {
   }
 }
 
-absl::string_view ReceivedFrame::ContiguousPayload() {
+absl::string_view FramePayload::ContiguousPayload() {
   if (payload_size_ == 0) return {};
   if (slices_[first_slice_].size() - first_offset_ == payload_size_) {
     return absl::string_view(
@@ -99,6 +87,22 @@ absl::string_view ReceivedFrame::ContiguousPayload() {
     CopyPayload(joined_.data());
   }
   return joined_;
+}
+
+bool FramePayload::Reader::Read(char* out, size_t n) {
+  while (n > 0 && slice_ < slices_.size()) {
+    const grpc::Slice& s = slices_[slice_];
+    const size_t take = std::min(n, s.size() - offset_);
+    std::memcpy(out, s.begin() + offset_, take);
+    out += take;
+    n -= take;
+    offset_ += take;
+    if (offset_ == s.size()) {
+      ++slice_;
+      offset_ = 0;
+    }
+  }
+  return n == 0;
 }
 
 }  // namespace dptrain

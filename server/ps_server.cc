@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
+#include "common/tensor_frame.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
@@ -62,7 +63,16 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                            &server->port_);
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->sparse_service_.get());
-  builder.RegisterCallbackGenericService(server->stream_service_.get());
+  // Raw-byte methods: a worker has one push in flight per step; a few more allow retries.
+  server->sparse_rows_ = std::make_unique<SparseRowsMethods>(
+      server->sparse_service_.get(), 4 * std::max(1, options.shard.num_workers));
+  server->sparse_rows_->AddTo(server->generic_methods_);
+  TensorStreamService* streams = server->stream_service_.get();
+  server->generic_methods_.Add(kTensorStreamMethod,
+                               [streams](grpc::GenericCallbackServerContext* context) {
+                                 return streams->CreateReactor(context);
+                               });
+  builder.RegisterCallbackGenericService(&server->generic_methods_);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address));
@@ -140,6 +150,7 @@ void PsServer::Shutdown(absl::Duration grace) {
   }
   server_->GetHealthCheckService()->SetServingStatus(false);
   shard_->Shutdown();
+  sparse_service_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
 }
 

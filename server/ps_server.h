@@ -15,9 +15,11 @@
 #include "common/trace.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
+#include "server/generic_methods.h"
 #include "server/parameter_shard.h"
 #include "server/ps_service.h"
 #include "server/shard_telemetry.h"
+#include "server/sparse_rows_methods.h"
 #include "server/sparse_service.h"
 #include "server/tensor_stream_service.h"
 
@@ -64,9 +66,12 @@ class PsServer {
   const SparseService& sparse_service() const { return *sparse_service_; }
   // Message bytes this shard's link carried, over both services.
   int64_t bytes_received() const {
-    return service_->bytes_received() + stream_service_->bytes_received();
+    return service_->bytes_received() + stream_service_->bytes_received() +
+           sparse_rows_->bytes_received();
   }
-  int64_t bytes_sent() const { return service_->bytes_sent() + stream_service_->bytes_sent(); }
+  int64_t bytes_sent() const {
+    return service_->bytes_sent() + stream_service_->bytes_sent() + sparse_rows_->bytes_sent();
+  }
 
   // Marks the server NOT_SERVING, wakes waiting calls and stops within `grace`.
   // Idempotent; thread-safe.
@@ -85,7 +90,9 @@ class PsServer {
   std::unique_ptr<ParameterShard> shard_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<TensorStreamService> stream_service_;
-  std::unique_ptr<SparseService> sparse_service_;  // Row-sparse embedding tables.
+  std::unique_ptr<SparseService> sparse_service_;   // Row-sparse embedding tables.
+  std::unique_ptr<SparseRowsMethods> sparse_rows_;  // Their row path as raw frames.
+  GenericMethods generic_methods_;                  // The tensor stream, the sparse rows.
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   grpc::ResourceQuota quota_{"ps_server"};

@@ -35,10 +35,6 @@ void ToProto(const SparseTableSpec& s, proto::SparseTableSpec& p) {
   p.set_seed(s.seed);
 }
 
-absl::Time Deadline(const grpc::ServerContext& context, absl::Duration step_timeout) {
-  return std::min(absl::Now() + step_timeout, absl::FromChrono(context.deadline()));
-}
-
 }  // namespace
 
 SparseService::SparseService(const ParameterShardOptions& shard) : shard_(shard) {}
@@ -165,6 +161,7 @@ grpc::Status SparseService::Declare(grpc::ServerContext*,
   auto it = tables_.find(spec.name);
   if (it == tables_.end()) {
     it = tables_.emplace(spec.name, NewTable(spec)).first;
+    if (stopping_) it->second->table->Shutdown();
   } else if (DescribeSparseTable(it->second->table->spec()) != DescribeSparseTable(spec)) {
     return grpc::Status(
         grpc::StatusCode::FAILED_PRECONDITION,
@@ -191,33 +188,55 @@ absl::StatusOr<SparseService::Table*> SparseService::Find(const std::string& job
   return it->second.get();
 }
 
+absl::Status SparseService::PullRows(
+    const proto::Caller& caller, const std::string& name, absl::Span<const int64_t> ids,
+    const std::function<absl::Span<float>(size_t values)>& out_for) {
+  auto table = Find(caller.job_id(), name);
+  if (!table.ok()) return table.status();
+  const size_t values = ids.size() * (*table)->table->spec().dim;
+  rows_pulled_ += static_cast<int64_t>(ids.size());
+  (*table)->rows_pulled += static_cast<int64_t>(ids.size());
+  return (*table)->table->Pull(ids, out_for(values));
+}
+
+absl::Status SparseService::PushRows(const proto::Caller& caller, const std::string& name,
+                                     int64_t step, absl::Span<const int64_t> ids,
+                                     absl::Span<const float> grads, absl::Time deadline) {
+  auto table = Find(caller.job_id(), name);
+  if (!table.ok()) return table.status();
+  const absl::Time start = absl::Now();
+  rows_pushed_ += static_cast<int64_t>(ids.size());
+  (*table)->rows_pushed += static_cast<int64_t>(ids.size());
+  const absl::Status pushed = (*table)->table->Push(caller.rank(), step, ids, grads, deadline);
+  if (apply_seconds_ != nullptr) apply_seconds_->ObserveDuration(absl::Now() - start);
+  if (pushed.ok() && caller.rank() == 0) MaybeCheckpoint(**table, step + 1);
+  return pushed;
+}
+
+void SparseService::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  for (auto& [name, t] : tables_) t->table->Shutdown();
+}
+
 grpc::Status SparseService::Pull(grpc::ServerContext*, const proto::SparsePullRequest* request,
                                  proto::SparsePullResponse* response) {
-  auto table = Find(request->caller().job_id(), request->table());
-  if (!table.ok()) return ToGrpcStatus(table.status());
-  const int dim = (*table)->table->spec().dim;
-  rows_pulled_ += request->ids_size();
-  (*table)->rows_pulled += request->ids_size();
-  std::string* rows = response->mutable_rows();
-  rows->resize(static_cast<size_t>(request->ids_size()) * dim * sizeof(float));
-  return ToGrpcStatus((*table)->table->Pull(
-      request->ids(), absl::MakeSpan(reinterpret_cast<float*>(rows->data()),
-                                     static_cast<size_t>(request->ids_size()) * dim)));
+  return ToGrpcStatus(
+      PullRows(request->caller(), request->table(), request->ids(), [response](size_t values) {
+        std::string* rows = response->mutable_rows();
+        rows->resize(values * sizeof(float));
+        return absl::MakeSpan(reinterpret_cast<float*>(rows->data()), values);
+      }));
 }
 
 grpc::Status SparseService::Push(grpc::ServerContext* context,
                                  const proto::SparsePushRequest* request,
                                  proto::SparsePushResponse*) {
-  auto table = Find(request->caller().job_id(), request->table());
-  if (!table.ok()) return ToGrpcStatus(table.status());
   const std::string& grads = request->grads();
   if (grads.size() % sizeof(float) != 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "sparse push: grads are not a whole number of fp32");
   }
-  const absl::Time start = absl::Now();
-  rows_pushed_ += request->ids_size();
-  (*table)->rows_pushed += request->ids_size();
   // The bytes of a protobuf string carry no alignment promise: read them in place when they
   // are aligned (a heap string's are), else from a copy.
   std::vector<float> copy;
@@ -230,12 +249,8 @@ grpc::Status SparseService::Push(grpc::ServerContext* context,
     if (!grads.empty()) std::memcpy(copy.data(), grads.data(), grads.size());
     values = copy;
   }
-  const absl::Status pushed =
-      (*table)->table->Push(request->caller().rank(), request->step(), request->ids(), values,
-                            Deadline(*context, shard_.step_timeout));
-  if (apply_seconds_ != nullptr) apply_seconds_->ObserveDuration(absl::Now() - start);
-  if (pushed.ok() && request->caller().rank() == 0) MaybeCheckpoint(**table, request->step() + 1);
-  return ToGrpcStatus(pushed);
+  return ToGrpcStatus(PushRows(request->caller(), request->table(), request->step(), request->ids(),
+                               values, PushDeadline(absl::FromChrono(context->deadline()))));
 }
 
 void SparseService::MaybeCheckpoint(Table& table, int64_t step) {

@@ -7,7 +7,9 @@
 #ifndef DPTRAIN_SERVER_SPARSE_SERVICE_H_
 #define DPTRAIN_SERVER_SPARSE_SERVICE_H_
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +46,23 @@ class SparseService final : public proto::SparseTables::Service {
   grpc::Status Status(grpc::ServerContext* context, const proto::SparseStatusRequest* request,
                       proto::SparseStatusResponse* response) override;
 
+  // The row path, shared by Pull and Push above and the raw frames (sparse_rows_methods.h).
+  // Pull: once the table is found, `out_for(values)` says where its ids.size() x dim values
+  // go.
+  absl::Status PullRows(const proto::Caller& caller, const std::string& table,
+                        absl::Span<const int64_t> ids,
+                        const std::function<absl::Span<float>(size_t values)>& out_for);
+  // Push: waits (BSP, SSP) until `deadline` at most.
+  absl::Status PushRows(const proto::Caller& caller, const std::string& table, int64_t step,
+                        absl::Span<const int64_t> ids, absl::Span<const float> grads,
+                        absl::Time deadline);
+  // A push's deadline: the call's, or the shard's step timeout if that comes first.
+  absl::Time PushDeadline(absl::Time call_deadline) const {
+    return std::min(call_deadline, absl::Now() + shard_.step_timeout);
+  }
+  // Ends the waits of pushes now and later (Unavailable): the server is stopping.
+  void Shutdown();
+
   // Rows held over all tables (for status and tests).
   int64_t rows_held() const;
   // Rows pulled and pushed, over all tables and workers.
@@ -73,6 +92,7 @@ class SparseService final : public proto::SparseTables::Service {
   mutable absl::Mutex mu_;
   std::string job_id_ ABSL_GUARDED_BY(mu_);  // Of the first declaration (or the checkpoints).
   std::map<std::string, std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace dptrain

@@ -97,7 +97,7 @@ std::optional<SparseTableCheckpoint> SparseTable::Snapshot(int64_t step) const {
   cp.step = step_;
   cp.spec = spec_;
   cp.ids.reserve(rows_.slot.size());
-  for (const auto& [id, slot] : rows_.slot) cp.ids.push_back(id);
+  rows_.slot.ForEach([&cp](int64_t id, int64_t) { cp.ids.push_back(id); });
   std::sort(cp.ids.begin(), cp.ids.end());
   const size_t d = spec_.dim, n = cp.ids.size();
   cp.weights.resize(n * d);
@@ -105,7 +105,7 @@ std::optional<SparseTableCheckpoint> SparseTable::Snapshot(int64_t step) const {
   if (!rows_.b.empty()) cp.state_b.resize(n * d);
   if (!rows_.t.empty()) cp.state_steps.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const size_t at = static_cast<size_t>(rows_.slot.at(cp.ids[i])) * d;
+    const size_t at = static_cast<size_t>(rows_.slot.Find(cp.ids[i])) * d;
     std::copy_n(rows_.w.begin() + at, d, cp.weights.begin() + i * d);
     if (!rows_.a.empty()) std::copy_n(rows_.a.begin() + at, d, cp.state_a.begin() + i * d);
     if (!rows_.b.empty()) std::copy_n(rows_.b.begin() + at, d, cp.state_b.begin() + i * d);
@@ -123,8 +123,14 @@ absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
   Rows rows;
   if (cp != nullptr) {
     const size_t n = cp->ids.size(), d = spec_.dim;
-    rows.slot.reserve(n);
-    for (size_t i = 0; i < n; ++i) rows.slot[cp->ids[i]] = static_cast<int64_t>(i);
+    rows.slot.Reserve(static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      bool created = false;
+      if (rows.slot.FindOrAdd(cp->ids[i], created) != static_cast<int64_t>(i)) {
+        return absl::DataLossError(absl::StrCat(
+            "sparse table '", spec_.name, "': its checkpoint holds row ", cp->ids[i], " twice"));
+      }
+    }
     rows.w = cp->weights;
     // A checkpoint holds the state of its optimizer for every row (zeros for rows only pulled).
     if (rule_ != Rule::kSgd) rows.a = cp->state_a.empty() ? std::vector<float>(n * d) : cp->state_a;
@@ -149,8 +155,8 @@ absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
 }
 
 int64_t SparseTable::SlotLocked(int64_t id) {
-  const int64_t next = static_cast<int64_t>(rows_.slot.size());
-  auto [it, created] = rows_.slot.try_emplace(id, next);
+  bool created = false;
+  const int64_t next = rows_.slot.FindOrAdd(id, created);
   if (created) {
     const size_t d = spec_.dim;
     rows_.w.resize((next + 1) * d);
@@ -158,16 +164,20 @@ int64_t SparseTable::SlotLocked(int64_t id) {
     if (rule_ != Rule::kSgd) rows_.a.resize((next + 1) * d, 0.0f);
     if (rule_ == Rule::kAdam) rows_.b.resize((next + 1) * d, 0.0f), rows_.t.push_back(0);
   }
-  return it->second;
+  return next;
 }
 
 bool SparseTable::HeldSlotsLocked(absl::Span<const int64_t> ids,
                                   std::vector<int64_t>& slots) const {
+  // Each id's place in the map fetched a few ids ahead: the cache misses of the lookups (the
+  // map of a large table is far beyond the caches) overlap instead of queueing.
+  constexpr size_t kAhead = 16;
   slots.resize(ids.size());
+  for (size_t i = 0; i < std::min(kAhead, ids.size()); ++i) rows_.slot.Prefetch(ids[i]);
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = rows_.slot.find(ids[i]);
-    if (it == rows_.slot.end()) return false;
-    slots[i] = it->second;
+    if (i + kAhead < ids.size()) rows_.slot.Prefetch(ids[i + kAhead]);
+    slots[i] = rows_.slot.Find(ids[i]);
+    if (slots[i] < 0) return false;
   }
   return true;
 }
@@ -269,7 +279,8 @@ void SparseTable::ApplyMeanLocked() {
   const size_t d = spec_.dim;
   size_t total = 0;
   for (int r = 0; r < options_.num_workers; ++r) total += pending_slots_[r].size();
-  if (mean_at_.size() < rows_.slot.size()) mean_at_.resize(rows_.slot.size(), -1);
+  const size_t held = static_cast<size_t>(rows_.slot.size());
+  if (mean_at_.size() < held) mean_at_.resize(held, -1);
   if (mean_sums_.size() < total * d) mean_sums_.resize(total * d);  // Kept: no fresh pages.
   std::vector<int64_t>& order = mean_slots_;
   order.clear();
@@ -304,10 +315,12 @@ absl::Status SparseTable::PushNowLocked(int rank, int64_t step, absl::Span<const
   if (options_.staleness < 0) return absl::OkStatus();  // Async.
   const int64_t restores = restores_;
   auto caught_up = [this, step, restores]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return restores_ != restores ||
+    return restores_ != restores || stopping_ ||
            *std::min_element(newest_.begin(), newest_.end()) >= step - options_.staleness;
   };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline)) {
+  const bool caught = mu_.AwaitWithDeadline(absl::Condition(&caught_up), deadline);
+  if (stopping_) return StoppingError();
+  if (!caught) {
     std::vector<int> slow;
     for (int r = 0; r < options_.num_workers; ++r) {
       if (newest_[r] < step - options_.staleness) slow.push_back(r);
@@ -317,6 +330,16 @@ absl::Status SparseTable::PushNowLocked(int rank, int64_t step, absl::Span<const
         ") timed out waiting for rank(s) ", absl::StrJoin(slow, ",")));
   }
   return absl::OkStatus();
+}
+
+absl::Status SparseTable::StoppingError() const {
+  return absl::UnavailableError(
+      absl::StrCat("sparse table '", spec_.name, "': the shard is shutting down"));
+}
+
+void SparseTable::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
 }
 
 absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t> ids,
@@ -367,7 +390,7 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   }
   const int64_t restores = restores_;
   auto applied = [this, step, restores]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return step_ > step || restores_ != restores;
+    return step_ > step || restores_ != restores || stopping_;
   };
   const bool done = mu_.AwaitWithDeadline(absl::Condition(&applied), deadline);
   if (pushed_[rank] && pending_grads_[rank] == grads.data() && !grads.empty()) {
@@ -375,6 +398,7 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
     pending_owned_[rank].assign(grads.begin(), grads.end());
     pending_grads_[rank] = pending_owned_[rank].data();
   }
+  if (stopping_ && step_ <= step) return StoppingError();
   if (restores_ != restores) {
     return absl::AbortedError(absl::StrCat("sparse table '", spec_.name, "': went back to step ",
                                            step_, " while step ", step, " waited"));

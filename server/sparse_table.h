@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/row_index.h"
 
 namespace dptrain {
 
@@ -105,6 +105,10 @@ class SparseTable {
   absl::Status Push(int rank, int64_t step, absl::Span<const int64_t> ids,
                     absl::Span<const float> grads, absl::Time deadline);
 
+  // Ends every wait of a push now and of every later one with Unavailable: the shard is
+  // stopping.
+  void Shutdown();
+
  private:
   // SSP and async: applies the push at once; SSP then waits for the slowest rank.
   absl::Status PushNowLocked(int rank, int64_t step, absl::Span<const int64_t> ids,
@@ -117,11 +121,12 @@ class SparseTable {
   // The rows held, each in a slot of the flat arrays (dim values per slot; the state arrays
   // only for the rules that keep them), so that a step touches contiguous memory.
   struct Rows {
-    absl::flat_hash_map<int64_t, int64_t> slot;  // Row id -> slot.
-    std::vector<float> w, a, b;                  // a: adagrad's sums or adam's m; b: adam's v.
-    std::vector<int64_t> t;                      // adam: each row's steps.
+    RowIndex slot;               // Row id -> slot.
+    std::vector<float> w, a, b;  // a: adagrad's sums or adam's m; b: adam's v.
+    std::vector<int64_t> t;      // adam: each row's steps.
   };
   absl::Status CheckIds(absl::Span<const int64_t> ids) const;
+  absl::Status StoppingError() const;
   // The slot of row `id`, created from the table's seed on first touch.
   int64_t SlotLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slots of rows `ids` if every one is held (a reader lock is enough); else false.
@@ -163,6 +168,7 @@ class SparseTable {
   std::vector<float> mean_sums_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> mean_at_ ABSL_GUARDED_BY(mu_);
   int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // SSP/async: each rank's newest pushed step (-1: none yet).
   std::vector<int64_t> newest_ ABSL_GUARDED_BY(mu_);
   int64_t rows_applied_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,8 +2,8 @@
 // training step chunk by chunk over one bidirectional stream of raw byte-buffer frames.
 // Each call reads gradient frames and pushes each chunk as it arrives; a writer thread per
 // call sends each chunk's new weights as soon as the chunk's step completes, so the
-// download of early chunks overlaps the upload of later ones. Registered as the server's
-// generic service: any other unknown method gets UNIMPLEMENTED.
+// download of early chunks overlaps the upload of later ones. One of the server's generic
+// methods (generic_methods.h).
 #ifndef DPTRAIN_SERVER_TENSOR_STREAM_SERVICE_H_
 #define DPTRAIN_SERVER_TENSOR_STREAM_SERVICE_H_
 
@@ -40,17 +40,17 @@ struct TensorStreamOptions {
 
 // A call whose worker cancels or vanishes, or whose stream turns out bad, releases its
 // waits (and its writer thread) at once, not at --step_timeout.
-class TensorStreamService final : public grpc::CallbackGenericService {
+class TensorStreamService final {
  public:
   // `shard` must outlive the service.
   // `telemetry` (may be null) counts the calls; both must outlive the service.
   explicit TensorStreamService(ParameterShard* shard,
                                const TensorStreamOptions& options = TensorStreamOptions(),
                                ShardTelemetry* telemetry = nullptr);
-  ~TensorStreamService() override;  // Stops the reaper thread.
+  ~TensorStreamService();  // Stops the reaper thread.
 
-  grpc::ServerGenericBidiReactor* CreateReactor(
-      grpc::GenericCallbackServerContext* context) override;
+  // A call of kTensorStreamMethod (GenericMethods routes it here).
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context);
 
   // Frame bytes received and sent over all calls.
   int64_t bytes_received() const { return bytes_received_.load(); }

@@ -6,11 +6,14 @@
 #include <random>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "common/health_client.h"
 #include "common/net.h"
+#include "common/sparse_frames.h"
 #include "common/sparse_rows.h"
 #include "common/wire_dtype.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/test_cluster.h"
@@ -448,6 +451,96 @@ TEST(SparseTablesGrpcTest, RowsGoToTheirShardsAndAreCounted) {
       << other;
   const absl::Status missing = (*client)->Pull("nope", 2, ids, absl::MakeSpan(rows));
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+}
+
+// One raw unary call of the sparse rows' frames (proto/ps.proto, SparseRows).
+grpc::Status RawSparseCall(const std::string& address, const std::string& method,
+                           const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+  grpc::GenericStub stub(MakeChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+// Bad frames on the raw row path: each is one precise status naming what is wrong, and
+// nothing is applied; a push that waits for another worker ends when the shard stops.
+TEST(SparseTablesGrpcTest, BadRawFramesAreRefusedAndAWaitingPushEndsAtShutdown) {
+  PsServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.shard.num_workers = 2;
+  auto server = PsServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  SparseClientOptions co;
+  co.shard_addresses = {address};
+  auto client = SparseClient::Create(co);
+  ASSERT_TRUE(client.ok());
+  proto::SparseTableSpec spec;
+  spec.set_name("ids");
+  spec.set_rows(100);
+  spec.set_dim(2);
+  spec.set_optimizer("sgd");
+  spec.set_lr(1.0f);
+  spec.set_eps(1e-10);
+  ASSERT_TRUE((*client)->Declare(spec).ok());
+  std::vector<float> before(2), after(2);
+  ASSERT_TRUE((*client)->Pull("ids", 2, {5}, absl::MakeSpan(before)).ok());
+
+  proto::SparseFrameHeader h;
+  h.mutable_caller()->set_job_id("dptrain");
+  h.set_table("ids");
+  grpc::ByteBuffer response;
+  // Not a frame at all.
+  grpc::Slice junk("ab", 2);
+  grpc::Status s = RawSparseCall(address, kSparsePushMethod, grpc::ByteBuffer(&junk, 1), &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
+  // Values for rows of 3 in a table of 2.
+  const std::vector<int64_t> id = {5};
+  s = RawSparseCall(address, kSparsePushMethod, SparseRowsFrame(h, id, {1, 2, 3}, 3), &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("sparse table 'ids'"), std::string::npos) << s.error_message();
+  // Fewer bytes than the ids it claims.
+  proto::SparseFrameHeader lying = h;
+  lying.set_rows(4);
+  s = RawSparseCall(address, kSparsePullMethod, FrameReferencing(lying, "12345678"), &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // An id outside the table, and a rank outside the job.
+  s = RawSparseCall(address, kSparsePullMethod, SparseRowsFrame(h, {100}, {}, 2), &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("id 100 is not in [0, 100)"), std::string::npos)
+      << s.error_message();
+  proto::SparseFrameHeader stranger = h;
+  stranger.mutable_caller()->set_rank(7);
+  s = RawSparseCall(address, kSparsePushMethod, SparseRowsFrame(stranger, id, {1, 2}, 2),
+                    &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // Another method of the service.
+  s = RawSparseCall(address, "/dptrain.proto.SparseRows/Nope", SparseRowsFrame(h, id, {}, 2),
+                    &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+  ASSERT_TRUE((*client)->Pull("ids", 2, {5}, absl::MakeSpan(after)).ok());
+  EXPECT_EQ(after, before);  // Nothing was applied.
+
+  // Rank 0 pushes step 0 and waits for rank 1, which never comes: stopping the shard ends
+  // the wait with UNAVAILABLE at once, not at the step timeout.
+  grpc::Status waited;
+  std::thread push([&] {
+    grpc::ByteBuffer answer;
+    waited = RawSparseCall(address, kSparsePushMethod, SparseRowsFrame(h, id, {1, 1}, 2), &answer);
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time stop = absl::Now();
+  (*server)->Shutdown();
+  push.join();
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(10));
+  EXPECT_EQ(waited.error_code(), grpc::StatusCode::UNAVAILABLE) << waited.error_message();
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "common/sparse_frames.h"
 #include "common/sparse_rows.h"
 
 namespace dptrain {
@@ -17,7 +19,9 @@ absl::StatusOr<std::unique_ptr<SparseClient>> SparseClient::Create(const SparseC
   }
   std::unique_ptr<SparseClient> client(new SparseClient(o));
   for (const std::string& address : o.shard_addresses) {
-    client->stubs_.push_back(proto::SparseTables::NewStub(MakeChannel(address, *o.credentials)));
+    std::shared_ptr<grpc::Channel> channel = MakeChannel(address, *o.credentials);
+    client->stubs_.push_back(proto::SparseTables::NewStub(channel));
+    client->raw_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
   return client;
 }
@@ -79,13 +83,34 @@ absl::StatusOr<int64_t> SparseClient::Declare(const proto::SparseTableSpec& tabl
   return responses[0].step();
 }
 
+grpc::Status SparseClient::RawCall(int shard, grpc::ClientContext& context, const char* method,
+                                   const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+  absl::Notification done;
+  grpc::Status status;
+  raw_stubs_[shard]->UnaryCall(&context, method, grpc::StubOptions(), &request, response,
+                               [&](grpc::Status s) {
+                                 status = std::move(s);
+                                 done.Notify();
+                               });
+  done.WaitForNotification();
+  return status;
+}
+
+proto::SparseFrameHeader SparseClient::Header(const std::string& table) const {
+  proto::SparseFrameHeader h;
+  h.mutable_caller()->set_job_id(options_.job_id);
+  h.mutable_caller()->set_rank(options_.rank);
+  h.set_table(table);
+  return h;
+}
+
 absl::Status SparseClient::Pull(const std::string& table, int dim, absl::Span<const int64_t> ids,
                                 absl::Span<float> out) {
   const int n = static_cast<int>(stubs_.size());
   if (out.size() != ids.size() * dim) {
     return absl::InvalidArgumentError("sparse pull: the output does not hold ids x dim values");
   }
-  std::vector<proto::SparsePullRequest> requests(n);
+  std::vector<std::vector<int64_t>> shard_ids(n);
   std::vector<std::vector<size_t>> positions(n);  // Where each shard's rows go in `out`.
   std::vector<bool> work(n, false);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -94,29 +119,32 @@ absl::Status SparseClient::Pull(const std::string& table, int dim, absl::Span<co
           absl::StrCat("sparse table '", table, "': id ", ids[i], " is negative"));
     }
     const int s = RowShard(ids[i], n);
-    requests[s].add_ids(ids[i]);
+    shard_ids[s].push_back(ids[i]);
     positions[s].push_back(i);
     work[s] = true;
   }
-  std::vector<proto::SparsePullResponse> responses(n);
+  std::vector<grpc::ByteBuffer> responses(n);
   auto status = ForShards(work, absl::StrCat("sparse pull of table '", table, "'"),
                           [&](int s, grpc::ClientContext& context) {
-                            requests[s].mutable_caller()->set_job_id(options_.job_id);
-                            requests[s].mutable_caller()->set_rank(options_.rank);
-                            requests[s].set_table(table);
-                            return stubs_[s]->Pull(&context, requests[s], &responses[s]);
+                            const grpc::ByteBuffer request =
+                                SparseRowsFrame(Header(table), shard_ids[s], {}, dim);
+                            return RawCall(s, context, kSparsePullMethod, request, &responses[s]);
                           });
   if (!status.ok()) return status;
   const size_t row_bytes = dim * sizeof(float);
   for (int s = 0; s < n; ++s) {
-    if (responses[s].rows().size() != positions[s].size() * row_bytes) {
+    if (!work[s]) continue;
+    auto frame = SparseFrame::Parse(responses[s]);
+    if (!frame.ok()) return frame.status();
+    if (frame->payload_size() != positions[s].size() * row_bytes) {
       return absl::DataLossError(absl::StrCat("sparse pull of table '", table, "': shard ", s,
-                                              " answered with ", responses[s].rows().size(),
+                                              " answered with ", frame->payload_size(),
                                               " bytes for ", positions[s].size(), " rows"));
     }
-    for (size_t k = 0; k < positions[s].size(); ++k) {
-      std::memcpy(out.data() + positions[s][k] * dim, responses[s].rows().data() + k * row_bytes,
-                  row_bytes);
+    // Each row from the answer's slices straight to its place (one copy).
+    FramePayload::Reader reader = frame->PayloadReader();
+    for (size_t position : positions[s]) {
+      reader.Read(reinterpret_cast<char*>(out.data() + position * dim), row_bytes);
     }
   }
   return absl::OkStatus();
@@ -128,35 +156,26 @@ absl::Status SparseClient::Push(const std::string& table, int dim, int64_t step,
   if (grads.size() != ids.size() * dim) {
     return absl::InvalidArgumentError("sparse push: the gradients are not ids x dim values");
   }
-  std::vector<proto::SparsePushRequest> requests(n);
-  std::vector<int> rows_of(n, 0);
-  for (int64_t id : ids) {
-    if (id >= 0) ++rows_of[RowShard(id, n)];
-  }
-  for (int s = 0; s < n; ++s) {
-    requests[s].mutable_ids()->Reserve(rows_of[s]);
-    requests[s].mutable_grads()->reserve(static_cast<size_t>(rows_of[s]) * dim * sizeof(float));
-  }
+  std::vector<std::vector<int64_t>> shard_ids(n);
+  std::vector<std::vector<size_t>> rows_of(n);  // Each shard's rows of `grads`.
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("sparse table '", table, "': id ", ids[i], " is negative"));
     }
-    proto::SparsePushRequest& r = requests[RowShard(ids[i], n)];
-    r.add_ids(ids[i]);
-    r.mutable_grads()->append(reinterpret_cast<const char*>(grads.data() + i * dim),
-                              dim * sizeof(float));
+    const int s = RowShard(ids[i], n);
+    shard_ids[s].push_back(ids[i]);
+    rows_of[s].push_back(i);
   }
-  return ForShards(std::vector<bool>(n, true),
-                   absl::StrCat("sparse push of table '", table, "', step ", step),
-                   [&](int s, grpc::ClientContext& context) {
-                     requests[s].mutable_caller()->set_job_id(options_.job_id);
-                     requests[s].mutable_caller()->set_rank(options_.rank);
-                     requests[s].set_table(table);
-                     requests[s].set_step(step);
-                     proto::SparsePushResponse response;
-                     return stubs_[s]->Push(&context, requests[s], &response);
-                   });
+  return ForShards(
+      std::vector<bool>(n, true), absl::StrCat("sparse push of table '", table, "', step ", step),
+      [&](int s, grpc::ClientContext& context) {
+        proto::SparseFrameHeader h = Header(table);
+        h.set_step(step);
+        const grpc::ByteBuffer request = SparseRowsFrame(h, shard_ids[s], grads, dim, rows_of[s]);
+        grpc::ByteBuffer response;
+        return RawCall(s, context, kSparsePushMethod, request, &response);
+      });
 }
 
 }  // namespace dptrain

@@ -1,7 +1,8 @@
 // The worker's side of the row-sparse embedding tables (proto/ps.proto, SparseTables): rows
 // are split over the shards by row id (common/sparse_rows.h), so a pull or push of some ids
 // is one call to each shard that owns any of them (a push goes to every shard: each counts
-// every worker's push of a step), all shards at once.
+// every worker's push of a step), all shards at once. Rows and gradients travel as raw
+// frames (proto/ps.proto, SparseRows): one copy on each side, no protobuf in their way.
 #ifndef DPTRAIN_WORKER_COMM_SPARSE_CLIENT_H_
 #define DPTRAIN_WORKER_COMM_SPARSE_CLIENT_H_
 
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/credentials.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace dptrain {
@@ -59,8 +61,15 @@ class SparseClient {
   absl::Status ForShards(const std::vector<bool>& work, const std::string& what,
                          const std::function<grpc::Status(int, grpc::ClientContext&)>& call);
 
+  // One unary call of the sparse rows' raw frames (proto/ps.proto, SparseRows), waited for.
+  grpc::Status RawCall(int shard, grpc::ClientContext& context, const char* method,
+                       const grpc::ByteBuffer& request, grpc::ByteBuffer* response);
+  proto::SparseFrameHeader Header(const std::string& table) const;
+
   const SparseClientOptions options_;
   std::vector<std::unique_ptr<proto::SparseTables::Stub>> stubs_;
+  // The same channels: Pull and Push as raw frames.
+  std::vector<std::unique_ptr<grpc::GenericStub>> raw_stubs_;
 };
 
 }  // namespace dptrain
