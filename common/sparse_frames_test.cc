@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "common/frame_testing.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -14,17 +15,6 @@ proto::SparseFrameHeader Header() {
   h.set_table("emb");
   h.set_step(5);
   return h;
-}
-
-// The frame's bytes re-cut into slices of `piece` bytes, as a network read might deliver.
-grpc::ByteBuffer Recut(grpc::ByteBuffer& frame, size_t piece) {
-  grpc::Slice whole;
-  EXPECT_TRUE(frame.DumpToSingleSlice(&whole).ok());
-  std::vector<grpc::Slice> pieces;
-  for (size_t at = 0; at < whole.size(); at += piece) {
-    pieces.emplace_back(whole.begin() + at, std::min(piece, whole.size() - at));
-  }
-  return grpc::ByteBuffer(pieces.data(), pieces.size());
 }
 
 TEST(SparseFramesTest, IdsAndRowsRoundTripAcrossAnySlicing) {

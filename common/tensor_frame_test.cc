@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/frame_testing.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -17,17 +18,6 @@ proto::FrameHeader Header() {
   h.mutable_key()->set_chunk_index(1);
   h.set_dtype(proto::FP32);
   return h;
-}
-
-// The frame's bytes re-cut into slices of `piece` bytes, as a network read might deliver.
-grpc::ByteBuffer Recut(grpc::ByteBuffer& frame, size_t piece) {
-  grpc::Slice whole;
-  EXPECT_TRUE(frame.DumpToSingleSlice(&whole).ok());
-  std::vector<grpc::Slice> pieces;
-  for (size_t at = 0; at < whole.size(); at += piece) {
-    pieces.emplace_back(whole.begin() + at, std::min(piece, whole.size() - at));
-  }
-  return grpc::ByteBuffer(pieces.data(), pieces.size());
 }
 
 TEST(TensorFrameTest, RoundTripsWithoutCopyingTheSentPayload) {

@@ -29,7 +29,9 @@
 #include "worker/data/transforms.h"
 #include "worker/device_choice.h"
 #include "worker/gpu_backend.h"
+#include "worker/graph/graph_model.h"
 #include "worker/graph/onnx_import.h"
+#include "worker/graph/op_registry.h"
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
 #include "worker/sync_factory.h"
@@ -107,9 +109,28 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(cuda::Backend* gpu,
   return gpu->CreateModel(options, backend);
 }
 
-// --model=FILE.onnx: the graph of the file (worker/graph/onnx_import.h), on the CPU.
+// --model=FILE.onnx: the graph of the file (worker/graph/onnx_import.h), on the CPU, or on the
+// GPU through `gpu` when not null.
 absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& config,
-                                                           const nn::ModelOptions& options) {
+                                                           const nn::ModelOptions& options,
+                                                           cuda::Backend* gpu,
+                                                           const cuda::BackendOptions& backend) {
+  if (gpu != nullptr) {
+    const graph::OpRegistry registry = graph::BuiltinOps();
+    DPTRAIN_ASSIGN_OR_RETURN(const graph::Graph graph,
+                             graph::ReadOnnxGraph(config.model, registry));
+    graph::GraphModelOptions model;
+    model.name = graph.name;
+    model.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
+    model.optimizer = options.optimizer;
+    model.seed = config.seed;
+    absl::StatusOr<std::unique_ptr<nn::Model>> made = gpu->CreateGraphModel(graph, model, backend);
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrCat(config.model, " on the GPU: ", made.status().message()));
+    }
+    return made;
+  }
   graph::OnnxModelOptions onnx;
   onnx.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
   onnx.optimizer = options.optimizer;
@@ -197,14 +218,10 @@ absl::Status Run(const WorkerConfig& config) {
   DPTRAIN_ASSIGN_OR_RETURN(auto telemetry,
                            TelemetryFromFlags(absl::StrCat("gpu_worker rank ", config.rank)));
   const DeviceKind device = config.device.kind;
-  if (IsOnnxModel(config.model) && device == DeviceKind::kCuda) {
-    return absl::UnimplementedError(
-        "--model=FILE.onnx trains on the CPU only so far (its GPU ops are not written yet): "
-        "use --device=cpu");
-  }
-  // An ONNX model runs on the CPU, whatever --device=auto would find.
-  GpuProbe gpu{nullptr, 0, "ONNX models train on the CPU", ""};
-  if (device != DeviceKind::kCpu && !IsOnnxModel(config.model)) {
+  // An ONNX model runs on the GPU when asked for (--device=cuda): not every op has a CUDA
+  // version yet (worker/cuda/gpu_graph.h), so --device=auto keeps it on the CPU.
+  GpuProbe gpu{nullptr, 0, "ONNX models train on the GPU with --device=cuda only", ""};
+  if (device == DeviceKind::kCuda || (device != DeviceKind::kCpu && !IsOnnxModel(config.model))) {
     DPTRAIN_ASSIGN_OR_RETURN(gpu, ProbeForTraining(config));
   }
   if (device == DeviceKind::kCuda && gpu.backend == nullptr) {
@@ -263,7 +280,8 @@ absl::Status Run(const WorkerConfig& config) {
   backend.precision = config.precision;
   std::unique_ptr<nn::Model> model;
   if (IsOnnxModel(config.model)) {
-    DPTRAIN_ASSIGN_OR_RETURN(model, CreateOnnxModel(config, model_options));
+    DPTRAIN_ASSIGN_OR_RETURN(model,
+                             CreateOnnxModel(config, model_options, gpu.backend.get(), backend));
     if (model->num_classes() < train.num_classes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--model=", config.model, " has ", model->num_classes(), " outputs, and the data in ",

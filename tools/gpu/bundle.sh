@@ -14,7 +14,8 @@ cd "$(dirname "$0")/../.."
 targets=(//worker:gpu_worker //worker/cuda:libdptrain_cuda.so //server:ps_server
          //worker/cuda:device_probe_test
          //worker/cuda:kernels_test //worker/cuda:cuda_raw_allocator_test
-         //worker/cuda:gpu_network_test //worker/cuda:gpu_parity_test
+         //worker/cuda:gpu_network_test //worker/cuda:gpu_graph_test
+         //worker/cuda:gpu_parity_test
          //worker/cuda:gpu_benchmark //tests/bench:compute_benchmark
          //python/native:libdptrain_c.so)
 bazel build "${targets[@]}"

@@ -23,7 +23,10 @@
 #   parity: the strict-fp32 ResNet-18 model test REPEAT (10) times and issue 28's diagnosis;
 #   device: --device=cuda:N and LOCAL_RANK; resume: tests/resume_test.sh allreduce on the GPU;
 #   bench_ours: gpu_benchmark's ResNet-18 step in fp32, fp32det, tf32, bf16;
-#   torch: dptrain.torch on CUDA tensors (tools/gpu/torch_gpu_check.py).
+#   torch: dptrain.torch on CUDA tensors (tools/gpu/torch_gpu_check.py);
+#   onnx:  an ONNX model on the GPU (worker/graph/testdata/vgg.onnx, --device=cuda) on a
+#          generated CIFAR-format set, 3 epochs, beside the same run on the CPU: final loss
+#          and accuracy of both (the GPU twins of the graph ops, worker/cuda/gpu_graph.h).
 # usage: [STAGES=tests,auto,observe,train,e2e,bench] [EPOCHS=10] [BUDGET=560] tools/gpu/check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -81,7 +84,7 @@ export LD_LIBRARY_PATH="$root/gpu/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 
 if [[ "$stages" == *,tests,* ]]; then
   for t in device_probe_test kernels_test cuda_raw_allocator_test gpu_network_test \
-           gpu_parity_test; do
+           gpu_graph_test gpu_parity_test; do
     # The ResNet-18 diagnosis (slow: a float64 reference) runs in the parity stage.
     limited 150 "$bin/$t" --gtest_filter=-*ResNetDiagnosis*:*ResNetPrecision* >"$out/$t.log" 2>&1
     rc=$?
@@ -149,6 +152,38 @@ if [[ "$stages" == *,resume,* ]]; then
   mkdir -p "$out/resume" && cp "$root"/resume/*.log "$out/resume/" 2>/dev/null
   row "all-reduce --save_dir/--resume on the GPU (tests/resume_test.sh allreduce)" \
     "rc $rc: $(grep -E 'FAIL|PASS|bit-identical' "$out/resume_gpu.log" | tr '\n' ' ' | head -c 300)"
+  ((rc == 0)) || fail=1
+fi
+
+if [[ "$stages" == *,onnx,* ]]; then
+  # CIFAR-10's binary format; a class sets each channel's level, plus noise (no numpy needed).
+  python3 - "$out/cifar" <<'PY'
+import os, random, sys
+folder = sys.argv[1]
+os.makedirs(folder, exist_ok=True)
+rng = random.Random(1)
+# Per class and channel: noise byte v -> clip(level + v - 128).
+tables = [[bytes(min(255, max(0, (k * 25 + c * 60) % 256 + v - 128)) for v in range(256))
+           for c in range(3)] for k in range(10)]
+def batch(path, n):
+    with open(path, "wb") as f:
+        for _ in range(n):
+            k = rng.randrange(10)
+            f.write(bytes([k]) + b"".join(rng.randbytes(1024).translate(tables[k][c])
+                                          for c in range(3)))
+for b in range(1, 6):
+    batch(os.path.join(folder, f"data_batch_{b}.bin"), 1000)
+batch(os.path.join(folder, "test_batch.bin"), 1000)
+PY
+  onnx_run=(--model=worker/graph/testdata/vgg.onnx --mode=allreduce --world_size=1 --rank=0
+            --data_dir="$out/cifar" --epochs=3 --batch_size=64 --lr=0.05 --deterministic)
+  limited 120 "$bin/gpu_worker" --device=cpu "${onnx_run[@]}" >"$out/onnx_cpu.log" 2>&1
+  limited 120 "$bin/gpu_worker" --device=cuda "${onnx_run[@]}" >"$out/onnx_gpu.log" 2>&1
+  rc=$?
+  for d in cpu gpu; do
+    row "ONNX vgg.onnx on CIFAR-format data, --device=${d/gpu/cuda}" \
+      "$(grep -o "rank 0 done: .*" "$out/onnx_$d.log" | head -c 200 || true)$(grep -m1 -i error "$out/onnx_$d.log" | head -c 200)"
+  done
   ((rc == 0)) || fail=1
 fi
 

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/graph/graph.h"
+#include "worker/graph/graph_model.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
@@ -42,6 +44,12 @@ class Backend {
   // A CudaModel (cuda_model.h). InvalidArgument for a bad model name, init or precision.
   virtual absl::StatusOr<std::unique_ptr<nn::Model>> CreateModel(const nn::ModelOptions& model,
                                                                  const BackendOptions& options) = 0;
+
+  // A graph model (an ONNX file's, worker/graph/) on the GPU (CudaModel::CreateFromGraph):
+  // one line naming the node for one without a CUDA version yet.
+  virtual absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(
+      const graph::Graph& graph, const graph::GraphModelOptions& model,
+      const BackendOptions& options) = 0;
 };
 
 }  // namespace cuda

@@ -3,9 +3,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/cuda/backend.h"
 #include "worker/cuda/cuda_model.h"
 #include "worker/cuda/device_probe.h"
+#include "worker/graph/op_registry.h"
 
 namespace dptrain {
 namespace cuda {
@@ -24,6 +26,24 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<std::unique_ptr<nn::Model>> CreateModel(const nn::ModelOptions& model,
                                                          const BackendOptions& options) override {
+    DPTRAIN_ASSIGN_OR_RETURN(const DeviceOptions device, ToDeviceOptions(options));
+    absl::StatusOr<std::unique_ptr<CudaModel>> made = CudaModel::Create(model, device);
+    if (!made.ok()) return made.status();
+    return std::unique_ptr<nn::Model>(*std::move(made));
+  }
+
+  absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(
+      const graph::Graph& graph, const graph::GraphModelOptions& model,
+      const BackendOptions& options) override {
+    DPTRAIN_ASSIGN_OR_RETURN(const DeviceOptions device, ToDeviceOptions(options));
+    absl::StatusOr<std::unique_ptr<CudaModel>> made =
+        CudaModel::CreateFromGraph(graph, graph::BuiltinOps(), model, device);
+    if (!made.ok()) return made.status();
+    return std::unique_ptr<nn::Model>(*std::move(made));
+  }
+
+ private:
+  static absl::StatusOr<DeviceOptions> ToDeviceOptions(const BackendOptions& options) {
     DeviceOptions device;
     device.device = options.device;
     device.tf32 = options.tf32;
@@ -36,9 +56,7 @@ class CudaBackend final : public Backend {
       return absl::InvalidArgumentError(
           absl::StrCat("precision must be fp32, fp16 or bf16, got '", options.precision, "'"));
     }
-    absl::StatusOr<std::unique_ptr<CudaModel>> made = CudaModel::Create(model, device);
-    if (!made.ok()) return made.status();
-    return std::unique_ptr<nn::Model>(*std::move(made));
+    return device;
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/cuda/gpu_graph.h"
 #include "worker/cuda/gpu_network.h"
 #include "worker/cuda/half.h"
 #include "worker/cuda/kernels.h"
@@ -44,6 +45,50 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
   DPTRAIN_RETURN_IF_ERROR(SameLayout("buffers", buffers, (*gpu)->BufferSpecs()));
   std::vector<float> buffer_values(cpu.num_buffers());
   cpu.InitBuffers(buffer_values.data());
+  return Assemble(options.name, options.optimizer, device, nullptr, *std::move(gpu),
+                  std::move(params), std::move(initial->weights), std::move(buffers),
+                  std::move(buffer_values), cpu.input_dims(),
+                  static_cast<int>(cpu.output_dims().size()));
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
+    const graph::Graph& graph, const graph::OpRegistry& cpu_ops,
+    const graph::GraphModelOptions& options, const DeviceOptions& device) {
+  if (options.loss != graph::Loss::kSoftmaxCrossEntropy) {
+    return absl::InvalidArgumentError(
+        "a graph model trains on the GPU with softmax cross-entropy only so far "
+        "(--loss=cross_entropy, or --device=cpu)");
+  }
+  if (options.optimizer.has_value()) {
+    DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
+  }
+  graph::ExecutorOptions plan_options;
+  plan_options.seed = options.seed;
+  absl::StatusOr<std::unique_ptr<graph::Executor<float>>> plan =
+      options.dropout
+          ? graph::Executor<float>::Create(graph, cpu_ops, plan_options)
+          : graph::Executor<float>::Create(graph::WithoutDropout(graph), cpu_ops, plan_options);
+  if (!plan.ok()) return plan.status();
+  const nn::Dims out = (*plan)->output_dims();
+  DPTRAIN_RETURN_IF_ERROR(graph::CheckClassifierOutput(graph, out));
+  DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuGraph> gpu, GpuGraph::Create(**plan, GpuOps()));
+  const graph::Executor<float>& cpu = **plan;
+  std::vector<float> weights = cpu.initial_params();
+  std::vector<float> buffer_values = cpu.initial_buffers();
+  std::vector<nn::ParamInfo> params = cpu.params(), buffers = cpu.buffers();
+  const nn::Dims input = cpu.input_dims();
+  const int classes = static_cast<int>(out.size());
+  return Assemble(options.name, options.optimizer, device, *std::move(plan), std::move(gpu),
+                  std::move(params), std::move(weights), std::move(buffers),
+                  std::move(buffer_values), input, classes);
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Assemble(
+    std::string name, std::optional<OptimizerOptions> optimizer, const DeviceOptions& device,
+    std::unique_ptr<graph::Executor<float>> plan, std::unique_ptr<GpuNetwork> net,
+    std::vector<nn::ParamInfo> params, std::vector<float> weights,
+    std::vector<nn::ParamInfo> buffers, std::vector<float> buffer_values, nn::Dims input_dims,
+    int classes) {
   std::optional<LossScaler> scaler;
   if (IsHalf(device.precision)) {
     LossScalerOptions scaling;
@@ -54,19 +99,19 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
   }
   absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(device);
   if (!ctx.ok()) return ctx.status();
-  std::unique_ptr<CudaModel> model(new CudaModel(options.name, options.optimizer, *std::move(ctx),
-                                                 std::move(scaler), *std::move(gpu),
-                                                 std::move(params), std::move(initial->weights),
-                                                 std::move(buffers), std::move(buffer_values)));
-  model->input_dims_ = cpu.input_dims();
-  model->classes_ = static_cast<int>(cpu.output_dims().size());
+  std::unique_ptr<CudaModel> model(new CudaModel(
+      std::move(name), std::move(optimizer), *std::move(ctx), std::move(scaler), std::move(net),
+      std::move(params), std::move(weights), std::move(buffers), std::move(buffer_values)));
+  model->plan_ = std::move(plan);
+  model->input_dims_ = input_dims;
+  model->classes_ = classes;
   DPTRAIN_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
 
 CudaModel::CudaModel(std::string name, std::optional<OptimizerOptions> optimizer,
                      std::unique_ptr<DeviceContext> ctx, std::optional<LossScaler> scaler,
-                     std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
+                     std::unique_ptr<GpuNetwork> net, std::vector<nn::ParamInfo> params,
                      std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
                      std::vector<float> buffer_values)
     : name_(std::move(name)),
@@ -107,7 +152,7 @@ absl::Status CudaModel::Allocate() {
   // sandboxes refuse it) a copy into pageable memory would block the host until the layer's
   // backward is done, serialising the step: grads() then copies everything at once.
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-  layer_done_.resize(net_->num_layers(), nullptr);
+  layer_done_.resize(net_->num_parts(), nullptr);
   for (cudaEvent_t& e : layer_done_) {
     DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }

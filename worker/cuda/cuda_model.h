@@ -36,6 +36,8 @@
 #include "common/optimizer.h"
 #include "worker/cuda/device_context.h"
 #include "worker/cuda/gpu_layers.h"
+#include "worker/graph/executor.h"
+#include "worker/graph/graph_model.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
@@ -47,6 +49,14 @@ class CudaModel final : public nn::Model {
   // CUDA call) without a working GPU. options.threads is ignored.
   static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const nn::ModelOptions& options,
                                                            const DeviceOptions& device);
+  // A graph model (worker/graph/graph_model.h) on the GPU: the CPU executor's layout, names
+  // and initial weights, each node run by its CUDA twin (gpu_graph.h). `cpu_ops` builds the
+  // CPU plan. InvalidArgument / Unimplemented, one line naming the node, for a graph the CPU
+  // executor refuses or a node without a twin; InvalidArgument for a loss other than
+  // softmax cross-entropy (the only one on the GPU so far). options.threads is ignored.
+  static absl::StatusOr<std::unique_ptr<CudaModel>> CreateFromGraph(
+      const graph::Graph& graph, const graph::OpRegistry& cpu_ops,
+      const graph::GraphModelOptions& options, const DeviceOptions& device);
   ~CudaModel() override;
 
   const std::vector<nn::ParamInfo>& params() const override { return params_; }
@@ -102,9 +112,17 @@ class CudaModel final : public nn::Model {
  private:
   CudaModel(std::string name, std::optional<OptimizerOptions> optimizer,
             std::unique_ptr<DeviceContext> ctx, std::optional<LossScaler> scaler,
-            std::unique_ptr<GpuSequentialBlock> net, std::vector<nn::ParamInfo> params,
+            std::unique_ptr<GpuNetwork> net, std::vector<nn::ParamInfo> params,
             std::vector<float> weights, std::vector<nn::ParamInfo> buffers,
             std::vector<float> buffer_values);
+  // The device, the loss scaler and the model around `net`, allocated. `plan` (may be null):
+  // the CPU executor that a graph network follows, kept as long as the model.
+  static absl::StatusOr<std::unique_ptr<CudaModel>> Assemble(
+      std::string name, std::optional<OptimizerOptions> optimizer, const DeviceOptions& device,
+      std::unique_ptr<graph::Executor<float>> plan, std::unique_ptr<GpuNetwork> net,
+      std::vector<nn::ParamInfo> params, std::vector<float> weights,
+      std::vector<nn::ParamInfo> buffers, std::vector<float> buffer_values, nn::Dims input_dims,
+      int classes);
   absl::Status Allocate();
   // Checks the call, copies stale host state up and the batch in; then runs the network.
   absl::StatusOr<nn::BatchResult> Step(const float* images, const uint8_t* labels, int batch,
@@ -127,7 +145,8 @@ class CudaModel final : public nn::Model {
   const std::optional<OptimizerOptions> optimizer_;  // ApplyUpdate's rule.
   // Declared first so that it is destroyed last: every buffer below returns to its cache.
   std::unique_ptr<DeviceContext> ctx_;
-  std::unique_ptr<GpuSequentialBlock> net_;
+  std::unique_ptr<graph::Executor<float>> plan_;  // A graph network's plan (else null).
+  std::unique_ptr<GpuNetwork> net_;
   std::vector<nn::ParamInfo> params_;
   std::vector<nn::ParamInfo> buffer_infos_;
   std::vector<float> weights_;
@@ -153,7 +172,7 @@ class CudaModel final : public nn::Model {
   bool last_overflow_ = false;
 
   cudaStream_t copy_stream_ = nullptr;   // Device-to-host gradient copies.
-  std::vector<cudaEvent_t> layer_done_;  // Per top-level layer: its backward was enqueued.
+  std::vector<cudaEvent_t> layer_done_;  // Per part of the network: its backward was enqueued.
   bool grads_pinned_ = false;            // grads_ is page-locked (cudaHostRegister).
   bool copy_grads_during_backward_ = false;
   bool exchanged_ = false;  // gradient_exchange() was handed out since the last TrainStep.

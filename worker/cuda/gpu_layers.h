@@ -46,8 +46,8 @@ class GpuLinear final : public GpuLayer {
   DeviceBuffer<float> output_;
   DeviceBuffer<float> grad_input_;
   DeviceBuffer<uint16_t> x_half_, w_half_, dy_half_;  // fp16/bf16 only
-  TensorDescriptor y_desc_;     // batch x out x 1 x 1
-  TensorDescriptor bias_desc_;  // 1 x out x 1 x 1
+  TensorDescriptor y_desc_;                           // batch x out x 1 x 1
+  TensorDescriptor bias_desc_;                        // 1 x out x 1 x 1
 };
 
 // Cross-correlation with bias, as nn.Conv2d; weight [out, in, kh, kw]. In fp16/bf16 the
@@ -77,7 +77,7 @@ class GpuConv2d final : public GpuLayer {
     size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
     cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
   };
-  absl::Status Describe(DeviceContext& ctx);   // Once: filter, convolution, bias descriptors.
+  absl::Status Describe(DeviceContext& ctx);  // Once: filter, convolution, bias descriptors.
   absl::StatusOr<const Plan*> PlanFor(DeviceContext& ctx, int batch);
 
   int64_t weight_size() const {
@@ -199,9 +199,26 @@ class GpuFlatten final : public GpuLayer {
   nn::Dims in_dims_;
 };
 
+// A whole network as the model drives it (the built-ins' GpuSequentialBlock, a graph's
+// GpuGraph): a layer that says during Backward which ranges of the bound gradients are final,
+// so that the model can copy them out while the rest still computes.
+class GpuNetwork : public GpuLayer {
+ public:
+  // Called during Backward as soon as part `part`'s parameter gradients are enqueued:
+  // elements [offset, offset + size) of the bound gradients.
+  using GradsReady = std::function<absl::Status(int part, int64_t offset, int64_t size)>;
+  void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
+  // How many parts there are (`part` is below this).
+  virtual int num_parts() const = 0;
+
+ protected:
+  GradsReady grads_ready_;
+};
+
 // Layers in order, parameters and buffers back to back, names prefixed "<index>." (as
-// nn.Sequential's; the model's top level uses the same class).
-class GpuSequentialBlock final : public GpuLayer {
+// nn.Sequential's; the model's top level uses the same class). Its parts are its layers
+// (layers without parameters report nothing).
+class GpuSequentialBlock final : public GpuNetwork {
  public:
   explicit GpuSequentialBlock(std::vector<std::unique_ptr<GpuLayer>> layers);
   std::string ToString() const override;
@@ -215,18 +232,13 @@ class GpuSequentialBlock final : public GpuLayer {
   absl::StatusOr<DeviceTensor> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                         bool need_input_grad) override;
 
-  // Called during Backward as soon as layer `layer`'s parameter gradients are enqueued:
-  // elements [offset, offset + size) of the bound gradients (layers without parameters are
-  // skipped). Lets the model copy them out while the layers below still compute.
-  using GradsReady = std::function<absl::Status(int layer, int64_t offset, int64_t size)>;
-  void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
+  int num_parts() const override { return num_layers(); }
   int num_layers() const { return static_cast<int>(layers_.size()); }
 
  private:
   std::vector<std::unique_ptr<GpuLayer>> layers_;
   std::vector<int64_t> param_offsets_;  // Per layer, into the bound buffers; then the total.
   int first_with_params_ = 0;
-  GradsReady grads_ready_;
 };
 
 // d2l's Residual: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), laid out as
@@ -255,10 +267,10 @@ class GpuResidual final : public GpuLayer {
   GpuBatchNorm2d bn2_;
   GpuActivation relu1_{GpuActivation::Kind::kRelu};
   DeviceTensor input_;
-  DeviceBuffer<float> output_;     // relu(bn2(...) + shortcut(x))
-  DeviceBuffer<float> grad_sum_;   // d(loss)/d(bn2(...) + shortcut(x))
-  TensorDescriptor out_desc_;      // The block's output (batch x out x h' x w').
-  TensorDescriptor in_desc_;       // Its input.
+  DeviceBuffer<float> output_;    // relu(bn2(...) + shortcut(x))
+  DeviceBuffer<float> grad_sum_;  // d(loss)/d(bn2(...) + shortcut(x))
+  TensorDescriptor out_desc_;     // The block's output (batch x out x h' x w').
+  TensorDescriptor in_desc_;      // Its input.
 };
 
 }  // namespace cuda

@@ -114,6 +114,41 @@ __global__ void UnscaleKernel(float* x, int64_t n, float scale, int* non_finite)
 
 absl::Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
 
+__global__ void AddTensorsKernel(const float* a, const float* b, float* y, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
+}
+
+__global__ void AddIntoKernel(const float* x, float* y, int64_t n) {
+  DPTRAIN_GRID_STRIDE(i, n) { y[i] += x[i]; }
+}
+
+__global__ void FillKernel(float* x, int64_t n, float value) {
+  DPTRAIN_GRID_STRIDE(i, n) { x[i] = value; }
+}
+
+__device__ uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void DropoutForwardKernel(const float* x, float* y, uint8_t* keep, int64_t n,
+                                     uint64_t mask_key, double ratio, float scale) {
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const double u =
+        static_cast<double>(SplitMix64(mask_key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
+    const bool kept = u >= ratio;
+    keep[i] = kept ? 1 : 0;
+    y[i] = kept ? x[i] * scale : 0.0f;
+  }
+}
+
+__global__ void DropoutBackwardKernel(const float* dy, const uint8_t* keep, float* dx, int64_t n,
+                                      float scale) {
+  DPTRAIN_GRID_STRIDE(i, n) { dx[i] = keep[i] ? dy[i] * scale : 0.0f; }
+}
+
 }  // namespace
 
 absl::Status ReluForward(const float* x, float* y, int64_t n, cudaStream_t stream) {
@@ -188,6 +223,39 @@ absl::Status UnscaleAndCheck(float* x, int64_t n, float scale, int* non_finite,
   if (n <= 0) return absl::OkStatus();
   UnscaleKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, scale, non_finite);
   return Launched("UnscaleKernel<<<>>>");
+}
+
+absl::Status AddTensors(const float* a, const float* b, float* y, int64_t n,
+                        cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  AddTensorsKernel<<<Blocks(n), kThreads, 0, stream>>>(a, b, y, n);
+  return Launched("AddTensorsKernel<<<>>>");
+}
+
+absl::Status AddInto(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  AddIntoKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return Launched("AddIntoKernel<<<>>>");
+}
+
+absl::Status Fill(float* x, int64_t n, float value, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  FillKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, value);
+  return Launched("FillKernel<<<>>>");
+}
+
+absl::Status DropoutForward(const float* x, float* y, uint8_t* keep, int64_t n, uint64_t mask_key,
+                            double ratio, float scale, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  DropoutForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, keep, n, mask_key, ratio, scale);
+  return Launched("DropoutForwardKernel<<<>>>");
+}
+
+absl::Status DropoutBackward(const float* dy, const uint8_t* keep, float* dx, int64_t n,
+                             float scale, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  DropoutBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, keep, dx, n, scale);
+  return Launched("DropoutBackwardKernel<<<>>>");
 }
 
 }  // namespace cuda

@@ -24,8 +24,8 @@ absl::Status ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
 // For `batch` rows of `classes` logits and labels in [0, classes): adds the rows' summed
 // cross-entropy to *loss_sum and the rows whose argmax is the label to *correct (both
 // device scalars the caller zeroes), and writes d(mean loss)/d(logits) to dlogits.
-absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch,
-                                 int classes, float* loss_sum, int* correct, float* dlogits,
+absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch, int classes,
+                                 float* loss_sum, int* correct, float* dlogits,
                                  cudaStream_t stream);
 
 // torch.optim.SGD (dampening 0, no Nesterov): d = g + wd w; buf = mu buf + d (buf = d when
@@ -50,6 +50,19 @@ absl::Status Bf16ToFloat(const uint16_t* x, float* y, int64_t n, cudaStream_t st
 // caller zeroes): the unscale-and-check of a mixed-precision step in one pass.
 absl::Status UnscaleAndCheck(float* x, int64_t n, float scale, int* non_finite,
                              cudaStream_t stream);
+
+// The graph executor's element-wise work (gpu_graph.h): y = a + b; y += x; x[i] = value.
+absl::Status AddTensors(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream);
+absl::Status AddInto(const float* x, float* y, int64_t n, cudaStream_t stream);
+absl::Status Fill(float* x, int64_t n, float value, cudaStream_t stream);
+
+// Dropout with the CPU node's masks (worker/graph/shape_ops.cc), bit for bit: element i is
+// kept when (SplitMix64(mask_key + i) >> 11) * 2^-53 >= ratio; y = kept ? x * scale : 0 and
+// keep[i] records it; backward dx = keep[i] ? dy * scale : 0.
+absl::Status DropoutForward(const float* x, float* y, uint8_t* keep, int64_t n, uint64_t mask_key,
+                            double ratio, float scale, cudaStream_t stream);
+absl::Status DropoutBackward(const float* dy, const uint8_t* keep, float* dx, int64_t n,
+                             float scale, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace dptrain

@@ -91,7 +91,8 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyMatchesFloat64) {
   Device<uint8_t> dlabels(labels);
   Device<int> correct(std::vector<int>{0});
   ASSERT_TRUE(SoftmaxCrossEntropy(dz_in.get(), dlabels.get(), batch, classes, loss.get(),
-                                  correct.get(), dz.get(), nullptr).ok());
+                                  correct.get(), dz.get(), nullptr)
+                  .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   double loss_ref = 0;
   int correct_ref = 0;
@@ -130,7 +131,8 @@ TEST_F(KernelsTest, SgdMatchesTheCpuOptimizer) {
     std::vector<float> g = Random(n);
     Device<float> dg(g);
     ASSERT_TRUE(SgdUpdate(dw.get(), dg.get(), buf.get(), n, o.learning_rate, o.momentum,
-                          o.weight_decay, step == 0, nullptr).ok());
+                          o.weight_decay, step == 0, nullptr)
+                    .ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     (*cpu)->Apply(absl::MakeSpan(w_cpu), g, state);
   }
@@ -163,7 +165,8 @@ TEST_F(KernelsTest, AdamMatchesTheCpuOptimizer) {
       Device<float> dg(g);
       const float lr = o.learning_rate * (step + 1);  // As a schedule changes it.
       ASSERT_TRUE(AdamUpdate(dw.get(), dg.get(), m.get(), v.get(), n,
-                             AdamScalarsAt(o, step + 1, lr), nullptr).ok());
+                             AdamScalarsAt(o, step + 1, lr), nullptr)
+                      .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       (*cpu)->Apply(absl::MakeSpan(w_cpu), g, state, lr);
     }
@@ -182,7 +185,7 @@ TEST_F(KernelsTest, CastsRoundToNearestEven) {
   std::vector<float> x = Random(4099, -70000, 70000);
   x[0] = 1.0f + 1.0f / 2048;  // A tie for fp16.
   x[1] = std::numeric_limits<float>::infinity();
-  x[2] = 1e-8f;               // Underflows fp16.
+  x[2] = 1e-8f;  // Underflows fp16.
   const int64_t n = x.size();
   Device<float> dx(x), back(n);
   Device<uint16_t> h(n), b(n);
@@ -214,6 +217,55 @@ TEST_F(KernelsTest, UnscaleCountsNonFinite) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(count.Read()[0], 3);
   EXPECT_EQ(dx.Read()[0], 2.0f * x[0]);
+}
+
+TEST_F(KernelsTest, AddFillAndAddInto) {
+  const int64_t n = 70001;
+  const std::vector<float> a = Random(n), b = Random(n);
+  Device<float> da(a), db(b), y(n), filled(n);
+  ASSERT_TRUE(AddTensors(da.get(), db.get(), y.get(), n, nullptr).ok());
+  ASSERT_TRUE(AddInto(da.get(), db.get(), n, nullptr).ok());  // b += a
+  ASSERT_TRUE(Fill(filled.get(), n, 0.25f, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> yh = y.Read(), bh = db.Read(), fh = filled.Read();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(yh[i], a[i] + b[i]) << i;
+    ASSERT_EQ(bh[i], a[i] + b[i]) << i;
+    ASSERT_EQ(fh[i], 0.25f) << i;
+  }
+}
+
+// The CPU graph's Dropout (worker/graph/shape_ops.cc), written out: the kernel must keep the
+// same elements, bit for bit.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+TEST_F(KernelsTest, DropoutKeepsTheCpuGraphsElements) {
+  const int64_t n = 50021;
+  const double ratio = 0.3;
+  const float scale = static_cast<float>(1.0 / (1.0 - ratio));
+  const uint64_t key = SplitMix64(99 ^ SplitMix64(4));
+  const std::vector<float> x = Random(n), dy = Random(n);
+  Device<float> dx_in(x), ddy(dy), y(n), dx(n);
+  Device<uint8_t> keep(n);
+  ASSERT_TRUE(DropoutForward(dx_in.get(), y.get(), keep.get(), n, key, ratio, scale, nullptr).ok());
+  ASSERT_TRUE(DropoutBackward(ddy.get(), keep.get(), dx.get(), n, scale, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> yh = y.Read(), dxh = dx.Read();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double u =
+        static_cast<double>(SplitMix64(key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
+    const bool k = u >= ratio;
+    kept += k;
+    ASSERT_EQ(yh[i], k ? x[i] * scale : 0.0f) << i;
+    ASSERT_EQ(dxh[i], k ? dy[i] * scale : 0.0f) << i;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 1 - ratio, 0.01);
 }
 
 }  // namespace

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     NodeContext ctx{node, {}, SplitMix64(options.seed ^ SplitMix64(n))};
     NodeState state;
     state.name = node.name;
+    state.op = node.op;
     for (const std::string& name : node.inputs) {
       NodeInput in;
       in.name = name;

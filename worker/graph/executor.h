@@ -81,15 +81,25 @@ class Executor {
   // `need_input_grad` (valid until the next Backward), else an empty view.
   nn::TensorRef<T> Backward(nn::TensorRef<T> grad_output, bool need_input_grad);
 
- private:
+  // The plan, which another backend's executor follows with its twins of the nodes
+  // (worker/cuda/gpu_graph.h): the nodes in order, the values they read and write (value 0 is
+  // the graph's input) and where their tensors lie in the flat buffers.
   struct NodeState {
     std::string name;
+    std::string op;
     std::unique_ptr<NodeImpl<T>> impl;
     std::vector<int> inputs;  // Value ids of the runtime inputs, in order.
     int output = -1;          // Value id.
+    // Per Params() / Buffers() entry of the node.
     std::vector<int64_t> param_offsets, param_sizes, buffer_offsets;
   };
+  const std::vector<NodeState>& nodes() const { return nodes_; }
+  const std::vector<nn::Dims>& value_dims() const { return value_dims_; }
+  // How many runtime inputs read each value (+1 for the graph's output).
+  const std::vector<int>& value_consumers() const { return value_consumers_; }
+  int output_value() const { return output_; }
 
+ private:
   Executor() = default;
 
   // Adds `grad` to the gradient of value `v` (copies it first where `v` has several consumers).

@@ -169,6 +169,13 @@ class GraphModel final : public nn::Model {
 
 }  // namespace
 
+absl::Status CheckClassifierOutput(const Graph& graph, const nn::Dims& output) {
+  if (output.h == 1 && output.w == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("graph output '", graph.output, "' has dims ",
+                                                 output.ToString(),
+                                                 " per sample, expected [classes]"));
+}
+
 Graph WithoutDropout(Graph graph) {
   for (Node& node : graph.nodes) {
     if (node.op != "Dropout") continue;
@@ -204,12 +211,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
       options.dropout ? Executor<float>::Create(graph, registry, executor_options)
                       : Executor<float>::Create(WithoutDropout(graph), registry, executor_options);
   if (!executor.ok()) return executor.status();
-  const nn::Dims out = (*executor)->output_dims();
-  if (out.h != 1 || out.w != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("graph output '", graph.output, "' has dims ",
-                                                   out.ToString(),
-                                                   " per sample, expected [classes]"));
-  }
+  DPTRAIN_RETURN_IF_ERROR(CheckClassifierOutput(graph, (*executor)->output_dims()));
   // Set only once the graph is known to build: BLAS threads are process-wide.
   if (options.threads >= 1) nn::SetBlasThreads(1);
   return std::unique_ptr<nn::Model>(std::make_unique<GraphModel>(

@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
                                                             const OpRegistry& registry,
                                                             const GraphModelOptions& options);
 
+// OK if `output` (the per-sample dims of `graph`'s output) is [classes]; else InvalidArgument
+// naming the output. Every backend's model of a graph checks it.
+absl::Status CheckClassifierOutput(const Graph& graph, const nn::Dims& output);
+
 // `graph` with every Dropout node replaced by an Identity of its data input.
 Graph WithoutDropout(Graph graph);
 

@@ -46,6 +46,13 @@ class LayerNode final : public NodeImpl<T> {
         buffers_(std::move(buffers.parts)) {}
 
   Dims output_dims() const override { return output_dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.layer = layer_.get();
+    t.params = params_.parts();
+    t.buffers = buffers_.parts();
+    return t;
+  }
   std::vector<NodeTensorSpec> Params() const override { return param_specs_; }
   std::vector<NodeTensorSpec> Buffers() const override { return buffer_specs_; }
   void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {

@@ -74,10 +74,34 @@ struct NodeTensorSpec {
   int64_t size() const;
 };
 
+// What another backend (worker/cuda/gpu_graph.h) needs to build a node's twin: the facts the
+// CPU factory parsed and checked, so that attributes are read once. Each op fills what its twin
+// reads; the rest stay at their defaults.
+template <typename T>
+struct TwinSpec {
+  // A node that runs one nn::Layer: the layer, and for its parameters and buffers, how the
+  // layer's tensors map onto the graph's (tensor_block.h's parts; empty: none).
+  const nn::Layer<T>* layer = nullptr;
+  struct Part {
+    int64_t size = 0;
+    bool provided = true;  // False: the graph lacks it; the layer sees `fill`.
+    T fill = T(0);
+    int64_t transposed_rows = 0;  // > 0: the graph holds it transposed.
+  };
+  std::vector<Part> params, buffers;
+  // Dropout: the probability of zeroing an element and the seed of its masks (each training
+  // Forward draws mask k from SplitMix64(seed ^ SplitMix64(k)); shape_ops.h).
+  double dropout_ratio = 0;
+  uint64_t dropout_seed = 0;
+};
+
 template <typename T>
 class NodeImpl {
  public:
   virtual ~NodeImpl() = default;
+
+  // See TwinSpec; by default nothing (an op whose twin needs only its dims and output dims).
+  virtual TwinSpec<T> twin() const { return {}; }
 
   // Per-sample dims of the output (fixed by the factory from the input dims).
   virtual Dims output_dims() const = 0;

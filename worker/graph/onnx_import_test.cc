@@ -20,6 +20,7 @@
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "worker/graph/onnx_fixtures_testing.h"
 #include "worker/nn/layer_check.h"
 #include "worker/nn/safetensors.h"
 
@@ -27,19 +28,13 @@ namespace dptrain {
 namespace graph {
 namespace {
 
-constexpr char kTestdata[] = "worker/graph/testdata";
-
-std::string OnnxPath(const std::string& model, const std::string& dir = kTestdata) {
-  return absl::StrCat(dir, "/", model, ".onnx");
-}
-
-std::string ReferencePath(const std::string& model, const std::string& dir = kTestdata) {
-  return absl::StrCat(dir, "/", model, "_reference.safetensors");
-}
-
-std::vector<double> ToDouble(const float* data, int64_t n) {
-  return std::vector<double>(data, data + n);
-}
+using testing_fixtures::ExpectGradientsMatch;
+using testing_fixtures::ExpectTrainStepMatches;
+using testing_fixtures::kTestdata;
+using testing_fixtures::OnnxPath;
+using testing_fixtures::ReferenceBatch;
+using testing_fixtures::ReferencePath;
+using Batch = testing_fixtures::Batch;
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -52,54 +47,6 @@ std::string WriteTemp(const std::string& name, const std::string& bytes) {
   const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
-}
-
-struct Batch {
-  std::vector<float> images;
-  std::vector<uint8_t> labels;
-};
-
-Batch ReferenceBatch(const SafetensorsContents& ref) {
-  Batch b;
-  b.images = ref.Find("input")->data;
-  for (float l : ref.Find("labels")->data) b.labels.push_back(static_cast<uint8_t>(l));
-  return b;
-}
-
-// Expects the model's gradients equal `prefix` + name of `ref` for every parameter, and that
-// the model has exactly PyTorch's parameters.
-void ExpectGradientsMatch(nn::Model& model, const SafetensorsContents& ref,
-                          const std::string& prefix) {
-  std::set<std::string> torch_params;
-  for (const LoadedTensor& t : ref.tensors) {
-    if (absl::StartsWith(t.name, prefix)) torch_params.insert(t.name.substr(prefix.size()));
-  }
-  std::set<std::string> ours;
-  for (const nn::ParamInfo& p : model.params()) {
-    ours.insert(p.name);
-    const LoadedTensor* expected = ref.Find(prefix + p.name);
-    ASSERT_NE(expected, nullptr) << p.name;
-    EXPECT_EQ(p.shape, expected->shape) << p.name;
-    // Per tensor: the relative L2 error (the measure of worker/nn/pytorch_parity_test) at most
-    // 1e-4, and every element within 1e-3 of the tensor's largest gradient, with an absolute
-    // floor for gradients that are zero up to rounding (a convolution's bias before a batch
-    // norm: its sum over the batch cancels).
-    double scale = 1e-2, diff = 0, norm = 0, worst = 0;
-    for (float e : expected->data) scale = std::max(scale, std::abs(static_cast<double>(e)));
-    for (int64_t i = 0; i < p.size; ++i) {
-      const double e = expected->data[i];
-      const double d = model.grads()[p.offset + i] - e;
-      diff += d * d;
-      norm += e * e;
-      worst = std::max(worst, std::abs(d) / scale);
-    }
-    // (Skipped for a gradient that is zero up to rounding: no relative error to speak of.)
-    if (std::sqrt(norm / p.size) > 1e-6) {
-      EXPECT_LE(std::sqrt(diff / norm), 1e-4) << p.name << ": relative L2 error of the gradient";
-    }
-    EXPECT_LE(worst, 1e-3) << p.name << ": largest error relative to the largest gradient";
-  }
-  EXPECT_EQ(ours, torch_params);
 }
 
 // One train step of model `name` in `dir` on `threads` against PyTorch's reference.
@@ -140,22 +87,10 @@ void CheckParity(const std::string& dir, const std::string& name, int threads) {
   for (const LoadedTensor& t : ref->tensors) state_entries += absl::StartsWith(t.name, "state.");
   EXPECT_EQ(model.params().size() + model.buffers().size(), state_entries);
 
+  ExpectTrainStepMatches(model, *ref);
+
   const Batch batch = ReferenceBatch(*ref);
   const int n = static_cast<int>(batch.labels.size());
-  absl::StatusOr<nn::BatchResult> step =
-      model.TrainStep(batch.images.data(), batch.labels.data(), n);
-  ASSERT_TRUE(step.ok()) << step.status();
-  const double loss = ref->Find("loss")->data[0];
-  EXPECT_NEAR(step->loss, loss, 1e-5 * std::max(1.0, std::abs(loss)));
-  ExpectGradientsMatch(model, *ref, "grad.");
-  for (const nn::ParamInfo& b : model.buffers()) {
-    const LoadedTensor* after = ref->Find("after." + b.name);
-    ASSERT_NE(after, nullptr) << b.name;
-    nn::ExpectAllClose("after " + b.name, ToDouble(model.buffer_values().data() + b.offset, b.size),
-                       ToDouble(after->data.data(), static_cast<int64_t>(after->data.size())),
-                       1e-5);
-  }
-
   // Evaluation reads the updated running statistics and leaves the gradients alone.
   const std::vector<float> grads(model.grads().begin(), model.grads().end());
   absl::StatusOr<nn::BatchResult> eval =

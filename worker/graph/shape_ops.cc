@@ -210,6 +210,12 @@ template <typename T>
 class DropoutNode final : public NodeImpl<T> {
  public:
   DropoutNode(Dims dims, double ratio, uint64_t seed) : dims_(dims), ratio_(ratio), seed_(seed) {}
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.dropout_ratio = ratio_;
+    t.dropout_seed = seed_;
+    return t;
+  }
 
   Dims output_dims() const override { return dims_; }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "worker/graph/node.h"
 
 namespace dptrain {
 namespace graph {
@@ -22,14 +23,9 @@ namespace graph {
 template <typename T>
 class TensorBlock {
  public:
-  struct Part {
-    int64_t size = 0;
-    // False: the graph has no such tensor; the layer sees `fill` and its gradient is dropped.
-    bool provided = true;
-    T fill = T(0);
-    // > 0: the graph holds the layer's [rows, size / rows] matrix transposed.
-    int64_t transposed_rows = 0;
-  };
+  // The layer's tensors in its order (node.h): size, whether the graph provides it (else
+  // the layer sees `fill` and its gradient is dropped), whether the graph holds it transposed.
+  using Part = typename TwinSpec<T>::Part;
 
   explicit TensorBlock(std::vector<Part> parts);
 
@@ -50,6 +46,8 @@ class TensorBlock {
   void CopyIn();
   void CopyValuesOut();
   void CopyGradsOut();
+
+  const std::vector<Part>& parts() const { return parts_; }
 
  private:
   std::vector<Part> parts_;

@@ -1,0 +1,508 @@
+#include "worker/cuda/gpu_graph.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/mix.h"
+#include "common/status_macros.h"
+#include "worker/cuda/cuda_status.h"
+#include "worker/cuda/gpu_network.h"
+#include "worker/cuda/kernels.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+using Part = graph::TwinSpec<float>::Part;
+
+// Copies `count` floats between device addresses on the context's stream.
+absl::Status CopyOnDevice(DeviceContext& ctx, float* to, const float* from, int64_t count) {
+  if (count <= 0 || to == from) return absl::OkStatus();
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));
+  return absl::OkStatus();
+}
+
+// How a layer's tensors (in its order) lie among the graph's (tensor_block.h on the device):
+// bound directly where the graph keeps them back to back, else through a stage that takes
+// the values before each Forward and gives back the gradients after each Backward (and a
+// training Forward's buffers). A part the graph lacks is `fill` in the stage.
+class DeviceBlock {
+ public:
+  explicit DeviceBlock(std::vector<Part> parts) : parts_(std::move(parts)) {
+    for (const Part& p : parts_) total_ += p.size;
+  }
+
+  // One pointer per provided part (grads empty for buffers).
+  void Bind(absl::Span<const float* const> values, absl::Span<float* const> grads) {
+    values_.assign(parts_.size(), nullptr);
+    grads_.assign(parts_.size(), nullptr);
+    size_t next = 0;
+    direct_ = true;
+    const float* expect_value = nullptr;
+    const float* expect_grad = nullptr;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      if (!parts_[i].provided) {
+        direct_ = false;
+        continue;
+      }
+      values_[i] = values[next];
+      if (!grads.empty()) grads_[i] = grads[next];
+      ++next;
+      if (i > 0 &&
+          (values_[i] != expect_value || (grads_[i] != nullptr && grads_[i] != expect_grad))) {
+        direct_ = false;
+      }
+      expect_value = values_[i] + parts_[i].size;
+      if (grads_[i] != nullptr) expect_grad = grads_[i] + parts_[i].size;
+    }
+  }
+
+  bool empty() const { return parts_.empty(); }
+  bool direct() const { return direct_; }
+  // The layer's block: the caller's tensors (direct) or the stage, filled now.
+  absl::StatusOr<float*> ValuesIn(DeviceContext& ctx) {
+    if (direct_) return const_cast<float*>(values_.empty() ? nullptr : values_[0]);
+    DPTRAIN_ASSIGN_OR_RETURN(float* stage, stage_.Ensure(ctx, total_));
+    int64_t at = 0;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      if (parts_[i].provided) {
+        DPTRAIN_RETURN_IF_ERROR(CopyOnDevice(ctx, stage + at, values_[i], parts_[i].size));
+      } else {
+        DPTRAIN_RETURN_IF_ERROR(Fill(stage + at, parts_[i].size, parts_[i].fill, ctx.stream()));
+      }
+      at += parts_[i].size;
+    }
+    return stage;
+  }
+  absl::StatusOr<float*> GradsIn(DeviceContext& ctx) {
+    if (direct_) return grads_.empty() ? nullptr : grads_[0];
+    return grad_stage_.Ensure(ctx, total_);
+  }
+  // Staged only: the stage's values (buffers) or gradients back where the graph keeps them.
+  absl::Status ValuesOut(DeviceContext& ctx) { return Out(ctx, stage_.data(), values_); }
+  absl::Status GradsOut(DeviceContext& ctx) {
+    std::vector<const float*> to(grads_.begin(), grads_.end());
+    return Out(ctx, grad_stage_.data(), to);
+  }
+
+ private:
+  absl::Status Out(DeviceContext& ctx, const float* stage, const std::vector<const float*>& to) {
+    if (direct_ || stage == nullptr) return absl::OkStatus();
+    int64_t at = 0;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      if (parts_[i].provided && to[i] != nullptr) {
+        DPTRAIN_RETURN_IF_ERROR(
+            CopyOnDevice(ctx, const_cast<float*>(to[i]), stage + at, parts_[i].size));
+      }
+      at += parts_[i].size;
+    }
+    return absl::OkStatus();
+  }
+
+  const std::vector<Part> parts_;
+  int64_t total_ = 0;
+  std::vector<const float*> values_;
+  std::vector<float*> grads_;
+  bool direct_ = true;
+  DeviceBuffer<float> stage_;
+  DeviceBuffer<float> grad_stage_;
+};
+
+// A node that runs one nn::Layer: the layer's CUDA twin (gpu_network.h), its tensors bound
+// through DeviceBlocks.
+class LayerTwin final : public GpuNode {
+ public:
+  LayerTwin(std::unique_ptr<GpuLayer> layer, std::vector<Part> params, std::vector<Part> buffers)
+      : layer_(std::move(layer)), params_(std::move(params)), buffers_(std::move(buffers)) {}
+
+  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) override {
+    params_.Bind(params, grads);
+  }
+  void BindBuffers(absl::Span<float* const> buffers) override {
+    const std::vector<const float*> values(buffers.begin(), buffers.end());
+    buffers_.Bind(values, {});
+  }
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool training) override {
+    if (!params_.empty()) {
+      DPTRAIN_ASSIGN_OR_RETURN(float* values, params_.ValuesIn(ctx));
+      DPTRAIN_ASSIGN_OR_RETURN(float* grads, params_.GradsIn(ctx));
+      layer_->BindParams(values, grads);
+    }
+    if (!buffers_.empty()) {
+      DPTRAIN_ASSIGN_OR_RETURN(float* values, buffers_.ValuesIn(ctx));
+      layer_->BindBuffers(values);
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor y, layer_->Forward(ctx, inputs[0], training));
+    if (training && !buffers_.empty()) DPTRAIN_RETURN_IF_ERROR(buffers_.ValuesOut(ctx));
+    return y;
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(
+      DeviceContext& ctx, DeviceTensor grad_output,
+      const std::vector<bool>& need_input_grad) override {
+    DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor dx,
+                             layer_->Backward(ctx, grad_output, need_input_grad[0]));
+    if (!params_.empty()) DPTRAIN_RETURN_IF_ERROR(params_.GradsOut(ctx));
+    return std::vector<DeviceTensor>{dx};
+  }
+
+ private:
+  std::unique_ptr<GpuLayer> layer_;
+  DeviceBlock params_;
+  DeviceBlock buffers_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeLayerTwin(const GpuNodeContext& ctx) {
+  const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  if (spec.layer == nullptr || ctx.input_dims.size() != 1) {
+    return ctx.Error("this form of the op");
+  }
+  for (const std::vector<Part>* parts : {&spec.params, &spec.buffers}) {
+    for (const Part& p : *parts) {
+      if (p.transposed_rows > 0) {
+        return ctx.Error("a weight the graph holds transposed (MatMul's [in, out])");
+      }
+    }
+  }
+  absl::StatusOr<std::unique_ptr<GpuLayer>> layer = ToGpu(*spec.layer, ctx.input_dims[0]);
+  if (!layer.ok()) return ctx.Error(layer.status().message());
+  return std::unique_ptr<GpuNode>(
+      std::make_unique<LayerTwin>(*std::move(layer), spec.params, spec.buffers));
+}
+
+// The same elements seen with other per-sample dims (Identity, Reshape, Flatten, Dropout in
+// evaluation or with ratio 0).
+class ViewTwin final : public GpuNode {
+ public:
+  ViewTwin(nn::Dims in, nn::Dims out) : in_(in), out_(out) {}
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext&, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    return DeviceTensor{inputs[0].data, inputs[0].batch, out_};
+  }
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext&, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    return std::vector<DeviceTensor>{DeviceTensor{grad_output.data, grad_output.batch, in_}};
+  }
+
+ private:
+  const nn::Dims in_, out_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeViewTwin(const GpuNodeContext& ctx) {
+  if (ctx.input_dims.size() != 1) return ctx.Error("more than one computed input");
+  const nn::Dims out = ctx.cpu.output_dims();
+  if (out.size() != ctx.input_dims[0].size()) return ctx.Error("a view that changes the size");
+  return std::unique_ptr<GpuNode>(std::make_unique<ViewTwin>(ctx.input_dims[0], out));
+}
+
+// Dropout with the CPU node's masks: the k-th training Forward draws from
+// Mix64(seed ^ Mix64(k)) (shape_ops.cc's SplitMix64 is common/mix.h's Mix64).
+class DropoutTwin final : public GpuNode {
+ public:
+  DropoutTwin(nn::Dims dims, double ratio, uint64_t seed)
+      : dims_(dims), ratio_(ratio), seed_(seed), scale_(static_cast<float>(1.0 / (1.0 - ratio))) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool training) override {
+    const DeviceTensor& x = inputs[0];
+    dropped_ = training && ratio_ > 0;
+    if (!dropped_) return x;
+    const int64_t n = x.size();
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n));
+    DPTRAIN_ASSIGN_OR_RETURN(uint8_t * keep, keep_.Ensure(ctx, n));
+    const uint64_t key = Mix64(seed_ ^ Mix64(step_++));
+    DPTRAIN_RETURN_IF_ERROR(DropoutForward(x.data, y, keep, n, key, ratio_, scale_, ctx.stream()));
+    return DeviceTensor{y, x.batch, dims_};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    if (!dropped_) return std::vector<DeviceTensor>{grad_output};
+    const int64_t n = grad_output.size();
+    DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, n));
+    DPTRAIN_RETURN_IF_ERROR(
+        DropoutBackward(grad_output.data, keep_.data(), dx, n, scale_, ctx.stream()));
+    return std::vector<DeviceTensor>{DeviceTensor{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  const nn::Dims dims_;
+  const double ratio_;
+  const uint64_t seed_;
+  const float scale_;
+  uint64_t step_ = 0;
+  bool dropped_ = false;
+  DeviceBuffer<float> output_;
+  DeviceBuffer<uint8_t> keep_;
+  DeviceBuffer<float> grad_input_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeDropoutTwin(const GpuNodeContext& ctx) {
+  if (ctx.input_dims.size() != 1) return ctx.Error("more than one computed input");
+  const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  return std::unique_ptr<GpuNode>(
+      std::make_unique<DropoutTwin>(ctx.input_dims[0], spec.dropout_ratio, spec.dropout_seed));
+}
+
+// a + b of the same dims (a residual connection).
+class AddTwin final : public GpuNode {
+ public:
+  explicit AddTwin(nn::Dims dims) : dims_(dims) {}
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const int64_t n = inputs[0].size();
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n));
+    DPTRAIN_RETURN_IF_ERROR(AddTensors(inputs[0].data, inputs[1].data, y, n, ctx.stream()));
+    return DeviceTensor{y, inputs[0].batch, dims_};
+  }
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext&, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    std::vector<DeviceTensor> grads(2);
+    for (int i = 0; i < 2; ++i) {
+      if (need[i]) grads[i] = grad_output;  // The executor copies before it adds to one.
+    }
+    return grads;
+  }
+
+ private:
+  const nn::Dims dims_;
+  DeviceBuffer<float> output_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeAddTwin(const GpuNodeContext& ctx) {
+  if (ctx.input_dims.size() != 2 || !(ctx.input_dims[0] == ctx.input_dims[1]) ||
+      !(ctx.cpu.output_dims() == ctx.input_dims[0])) {
+    return ctx.Error("Add other than of two computed values of the same dims");
+  }
+  return std::unique_ptr<GpuNode>(std::make_unique<AddTwin>(ctx.input_dims[0]));
+}
+
+// The inputs side by side along the channels: per sample, input k's c*h*w elements after
+// those of inputs 0..k-1 (one strided copy per input and direction).
+class ConcatTwin final : public GpuNode {
+ public:
+  ConcatTwin(std::vector<nn::Dims> inputs, nn::Dims output)
+      : inputs_(std::move(inputs)), output_dims_(output) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const int batch = inputs[0].batch;
+    const int64_t out_sample = output_dims_.size();
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, batch * out_sample));
+    int64_t at = 0;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const int64_t in_sample = inputs_[k].size();
+      DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+          y + at, out_sample * sizeof(float), inputs[k].data, in_sample * sizeof(float),
+          in_sample * sizeof(float), batch, cudaMemcpyDeviceToDevice, ctx.stream()));
+      at += in_sample;
+    }
+    return DeviceTensor{y, batch, output_dims_};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    const int batch = grad_output.batch;
+    const int64_t out_sample = output_dims_.size();
+    grads_.resize(inputs_.size());
+    std::vector<DeviceTensor> dx(inputs_.size());
+    int64_t at = 0;
+    for (size_t k = 0; k < inputs_.size(); ++k) {
+      const int64_t in_sample = inputs_[k].size();
+      if (need[k]) {
+        DPTRAIN_ASSIGN_OR_RETURN(float* g, grads_[k].Ensure(ctx, batch * in_sample));
+        DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+            g, in_sample * sizeof(float), grad_output.data + at, out_sample * sizeof(float),
+            in_sample * sizeof(float), batch, cudaMemcpyDeviceToDevice, ctx.stream()));
+        dx[k] = DeviceTensor{g, batch, inputs_[k]};
+      }
+      at += in_sample;
+    }
+    return dx;
+  }
+
+ private:
+  const std::vector<nn::Dims> inputs_;
+  const nn::Dims output_dims_;
+  DeviceBuffer<float> output_;
+  std::vector<DeviceBuffer<float>> grads_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeConcatTwin(const GpuNodeContext& ctx) {
+  const nn::Dims out = ctx.cpu.output_dims();
+  int channels = 0;
+  for (const nn::Dims& d : ctx.input_dims) {
+    if (d.h != out.h || d.w != out.w) return ctx.Error("Concat other than over the channels");
+    channels += d.c;
+  }
+  if (ctx.input_dims.empty() || channels != out.c) {
+    return ctx.Error("Concat of constants (computed values only)");
+  }
+  return std::unique_ptr<GpuNode>(std::make_unique<ConcatTwin>(ctx.input_dims, out));
+}
+
+}  // namespace
+
+absl::Status GpuNodeContext::Error(absl::string_view what) const {
+  return absl::InvalidArgumentError(absl::StrCat("node '", name, "' (", op, "): ", what,
+                                                 " (no CUDA version yet; --device=cpu trains it)"));
+}
+
+absl::StatusOr<std::unique_ptr<GpuNode>> GpuOpRegistry::Create(
+    const GpuNodeContext& context) const {
+  auto it = ops_.find(context.op);
+  if (it == ops_.end()) {
+    return absl::UnimplementedError(absl::StrCat("node '", context.name, "' (", context.op,
+                                                 "): no CUDA version yet; --device=cpu trains it"));
+  }
+  return it->second(context);
+}
+
+GpuOpRegistry GpuOps() {
+  GpuOpRegistry r;
+  for (const char* op : {"Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Sigmoid",
+                         "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten"}) {
+    r.Register(op, &MakeLayerTwin);
+  }
+  r.Register("Identity", &MakeViewTwin);
+  r.Register("Reshape", &MakeViewTwin);
+  r.Register("Dropout", &MakeDropoutTwin);
+  r.Register("Add", &MakeAddTwin);
+  r.Register("Concat", &MakeConcatTwin);
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor<float>& cpu,
+                                                           const GpuOpRegistry& registry) {
+  std::unique_ptr<GpuGraph> g(new GpuGraph(cpu));
+  for (const auto& node : cpu.nodes()) {
+    GpuNodeContext ctx{node.name, node.op, *node.impl, {}};
+    for (int v : node.inputs) ctx.input_dims.push_back(cpu.value_dims()[v]);
+    DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, registry.Create(ctx));
+    g->nodes_.push_back(std::move(twin));
+  }
+  const size_t values = cpu.value_dims().size();
+  g->values_.resize(values);
+  g->grad_views_.resize(values);
+  g->grad_ready_.resize(values);
+  g->requires_grad_.resize(values);
+  g->grad_sums_.resize(values);
+  return g;
+}
+
+std::string GpuGraph::ToString() const {
+  return absl::StrCat("GpuGraph(", nodes_.size(), " nodes)");
+}
+
+std::vector<nn::TensorSpec> GpuGraph::ParamSpecs() const {
+  std::vector<nn::TensorSpec> specs;
+  for (const nn::ParamInfo& p : cpu_.params()) specs.push_back({p.name, p.shape});
+  return specs;
+}
+
+std::vector<nn::TensorSpec> GpuGraph::BufferSpecs() const {
+  std::vector<nn::TensorSpec> specs;
+  for (const nn::ParamInfo& b : cpu_.buffers()) specs.push_back({b.name, b.shape});
+  return specs;
+}
+
+void GpuGraph::BindParams(const float* params, float* grads) {
+  grads_ = grads;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    std::vector<const float*> values;
+    std::vector<float*> grad_ptrs;
+    for (int64_t offset : cpu_.nodes()[n].param_offsets) {
+      values.push_back(params + offset);
+      grad_ptrs.push_back(grads + offset);
+    }
+    nodes_[n]->BindParams(values, grad_ptrs);
+  }
+}
+
+void GpuGraph::BindBuffers(float* buffers) {
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    std::vector<float*> ptrs;
+    for (int64_t offset : cpu_.nodes()[n].buffer_offsets) ptrs.push_back(buffers + offset);
+    nodes_[n]->BindBuffers(ptrs);
+  }
+}
+
+absl::StatusOr<DeviceTensor> GpuGraph::Forward(DeviceContext& ctx, DeviceTensor input,
+                                               bool training) {
+  values_[0] = input;
+  std::vector<DeviceTensor> inputs;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    inputs.clear();
+    for (int v : cpu_.nodes()[n].inputs) inputs.push_back(values_[v]);
+    DPTRAIN_ASSIGN_OR_RETURN(values_[cpu_.nodes()[n].output],
+                             nodes_[n]->Forward(ctx, inputs, training));
+  }
+  return values_[cpu_.output_value()];
+}
+
+absl::Status GpuGraph::Accumulate(DeviceContext& ctx, int v, DeviceTensor grad) {
+  if (!grad_ready_[v]) {
+    grad_ready_[v] = true;
+    if (cpu_.value_consumers()[v] == 1) {
+      grad_views_[v] = grad;  // The only contribution: no copy.
+      return absl::OkStatus();
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(float* sum, grad_sums_[v].Ensure(ctx, grad.size()));
+    DPTRAIN_RETURN_IF_ERROR(CopyOnDevice(ctx, sum, grad.data, grad.size()));
+    grad_views_[v] = DeviceTensor{sum, grad.batch, cpu_.value_dims()[v]};
+    return absl::OkStatus();
+  }
+  return AddInto(grad.data, grad_sums_[v].data(), grad.size(), ctx.stream());
+}
+
+absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                bool need_input_grad) {
+  const auto& plan = cpu_.nodes();
+  requires_grad_[0] = need_input_grad;
+  for (const auto& node : plan) {
+    bool needed = !node.param_offsets.empty();
+    for (int v : node.inputs) needed = needed || requires_grad_[v];
+    requires_grad_[node.output] = needed;
+  }
+  std::fill(grad_ready_.begin(), grad_ready_.end(), false);
+  DPTRAIN_RETURN_IF_ERROR(Accumulate(ctx, cpu_.output_value(), grad_output));
+  std::vector<bool> need;
+  for (int n = static_cast<int>(plan.size()) - 1; n >= 0; --n) {
+    const auto& node = plan[n];
+    if (!requires_grad_[node.output]) continue;
+    if (!grad_ready_[node.output]) {
+      // The output does not reach the loss: the parameters' gradients are zero.
+      for (size_t s = 0; s < node.param_offsets.size(); ++s) {
+        DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+            grads_ + node.param_offsets[s], 0, node.param_sizes[s] * sizeof(float), ctx.stream()));
+      }
+      continue;
+    }
+    need.clear();
+    for (int v : node.inputs) need.push_back(requires_grad_[v]);
+    DPTRAIN_ASSIGN_OR_RETURN(std::vector<DeviceTensor> grads,
+                             nodes_[n]->Backward(ctx, grad_views_[node.output], need));
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (need[i]) DPTRAIN_RETURN_IF_ERROR(Accumulate(ctx, node.inputs[i], grads[i]));
+    }
+  }
+  if (grads_ready_ && cpu_.num_params() > 0) {
+    DPTRAIN_RETURN_IF_ERROR(grads_ready_(0, 0, cpu_.num_params()));
+  }
+  if (!need_input_grad) return DeviceTensor{};
+  if (!grad_ready_[0]) {
+    const int64_t n = values_[0].size();
+    DPTRAIN_ASSIGN_OR_RETURN(float* zero, grad_sums_[0].Ensure(ctx, n));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zero, 0, n * sizeof(float), ctx.stream()));
+    return DeviceTensor{zero, values_[0].batch, cpu_.input_dims()};
+  }
+  return grad_views_[0];
+}
+
+}  // namespace cuda
+}  // namespace dptrain

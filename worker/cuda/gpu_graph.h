@@ -1,0 +1,114 @@
+// A graph model (worker/graph/) on the GPU: the CPU executor's plan (which node reads which
+// value, where each node's parameters and buffers lie in the flat buffers) run with each
+// node's CUDA twin, built through a registry keyed by op (GpuOps) from what the CPU node's
+// factory parsed (graph::TwinSpec): no attribute is read twice, no downcast looks for a type.
+//
+// Twins so far: the ops that run one nn::Layer which has a CUDA layer (Conv without groups,
+// Gemm/MatMul as nn.Linear, BatchNormalization, Relu, Sigmoid, MaxPool and AveragePool
+// without ceil_mode, GlobalAveragePool, ReduceMean over H and W, Flatten), Identity and
+// Reshape (views), Dropout (the CPU node's masks, bit for bit), Add of two values of the same
+// dims, and Concat over the channels. Any other node is refused when the graph is built, with
+// one line naming its op and node ("... no CUDA version yet; --device=cpu trains it").
+//
+// Gradients of a value read by several nodes are summed on the device, in the CPU
+// executor's order. Not thread-safe (one DeviceContext, one thread).
+#ifndef DPTRAIN_WORKER_CUDA_GPU_GRAPH_H_
+#define DPTRAIN_WORKER_CUDA_GPU_GRAPH_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/cuda/device_context.h"
+#include "worker/cuda/gpu_layers.h"
+#include "worker/graph/executor.h"
+
+namespace dptrain {
+namespace cuda {
+
+// One node on the GPU: the device counterpart of graph::NodeImpl<float>, with its parameters
+// and buffers in the same slots (the CPU node's Params() / Buffers() order).
+class GpuNode {
+ public:
+  virtual ~GpuNode() = default;
+  virtual void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) {}
+  virtual void BindBuffers(absl::Span<float* const> buffers) {}
+  // As graph::NodeImpl::Forward: the output is owned by the node (or is a view of an input)
+  // and valid until its next Forward; the inputs stay valid until Backward returns.
+  virtual absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx,
+                                               absl::Span<const DeviceTensor> inputs,
+                                               bool training) = 0;
+  // As graph::NodeImpl::Backward: overwrites the parameter gradients; d(loss)/d(input) for
+  // each runtime input whose `need_input_grad` is true (an empty tensor for the others).
+  virtual absl::StatusOr<std::vector<DeviceTensor>> Backward(
+      DeviceContext& ctx, DeviceTensor grad_output, const std::vector<bool>& need_input_grad) = 0;
+};
+
+// What a twin's factory reads: the node as the CPU executor planned it.
+struct GpuNodeContext {
+  const std::string& name;
+  const std::string& op;
+  const graph::NodeImpl<float>& cpu;  // The CPU twin (its TwinSpec, output dims).
+  std::vector<nn::Dims> input_dims;   // Of the runtime inputs, in order.
+  // InvalidArgument "node 'n' (Op): <what> (no CUDA version yet; --device=cpu trains it)".
+  absl::Status Error(absl::string_view what) const;
+};
+
+using GpuNodeFactory = absl::StatusOr<std::unique_ptr<GpuNode>> (*)(const GpuNodeContext&);
+
+class GpuOpRegistry {
+ public:
+  void Register(const std::string& op, GpuNodeFactory factory) { ops_[op] = factory; }
+  bool Has(const std::string& op) const { return ops_.count(op) > 0; }
+  // The twin, or Unimplemented "node 'n' (Op): no CUDA version yet; --device=cpu trains it".
+  absl::StatusOr<std::unique_ptr<GpuNode>> Create(const GpuNodeContext& context) const;
+
+ private:
+  std::map<std::string, GpuNodeFactory> ops_;
+};
+
+// Every twin listed at the top.
+GpuOpRegistry GpuOps();
+
+// The graph that `cpu` runs, on the GPU: same parameters, buffers and names (in the CPU
+// executor's layout), one part (its whole gradient is reported at the end of Backward).
+class GpuGraph final : public GpuNetwork {
+ public:
+  // `cpu` must outlive the GpuGraph (its nodes describe the twins). Unimplemented for a node
+  // without a twin; InvalidArgument for one whose configuration its twin does not support.
+  static absl::StatusOr<std::unique_ptr<GpuGraph>> Create(const graph::Executor<float>& cpu,
+                                                          const GpuOpRegistry& registry);
+
+  std::string ToString() const override;
+  std::vector<nn::TensorSpec> ParamSpecs() const override;
+  void BindParams(const float* params, float* grads) override;
+  std::vector<nn::TensorSpec> BufferSpecs() const override;
+  void BindBuffers(float* buffers) override;
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, DeviceTensor input,
+                                       bool training) override;
+  absl::StatusOr<DeviceTensor> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                        bool need_input_grad) override;
+  int num_parts() const override { return 1; }
+
+ private:
+  explicit GpuGraph(const graph::Executor<float>& cpu) : cpu_(cpu) {}
+  // Adds `grad` to the gradient of value `v` (copied first where `v` has several readers).
+  absl::Status Accumulate(DeviceContext& ctx, int v, DeviceTensor grad);
+
+  const graph::Executor<float>& cpu_;
+  std::vector<std::unique_ptr<GpuNode>> nodes_;  // One per cpu_.nodes() entry.
+  float* grads_ = nullptr;
+  std::vector<DeviceTensor> values_;      // Per value id, this step's.
+  std::vector<DeviceTensor> grad_views_;  // Per value id: its gradient so far.
+  std::vector<bool> grad_ready_;
+  std::vector<bool> requires_grad_;
+  std::vector<DeviceBuffer<float>> grad_sums_;  // Where several readers' gradients add up.
+};
+
+}  // namespace cuda
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_CUDA_GPU_GRAPH_H_

@@ -1,0 +1,91 @@
+#include "worker/graph/onnx_fixtures_testing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/nn/layer_check.h"
+
+namespace dptrain {
+namespace graph {
+namespace testing_fixtures {
+
+std::string OnnxPath(const std::string& model, const std::string& dir) {
+  return absl::StrCat(dir, "/", model, ".onnx");
+}
+
+std::string ReferencePath(const std::string& model, const std::string& dir) {
+  return absl::StrCat(dir, "/", model, "_reference.safetensors");
+}
+
+std::vector<double> ToDouble(const float* data, int64_t n) {
+  return std::vector<double>(data, data + n);
+}
+
+Batch ReferenceBatch(const SafetensorsContents& ref) {
+  Batch b;
+  b.images = ref.Find("input")->data;
+  for (float l : ref.Find("labels")->data) b.labels.push_back(static_cast<uint8_t>(l));
+  return b;
+}
+
+// Expects the model's gradients equal `prefix` + name of `ref` for every parameter, and that
+// the model has exactly PyTorch's parameters.
+void ExpectGradientsMatch(nn::Model& model, const SafetensorsContents& ref,
+                          const std::string& prefix) {
+  std::set<std::string> torch_params;
+  for (const LoadedTensor& t : ref.tensors) {
+    if (absl::StartsWith(t.name, prefix)) torch_params.insert(t.name.substr(prefix.size()));
+  }
+  std::set<std::string> ours;
+  for (const nn::ParamInfo& p : model.params()) {
+    ours.insert(p.name);
+    const LoadedTensor* expected = ref.Find(prefix + p.name);
+    ASSERT_NE(expected, nullptr) << p.name;
+    EXPECT_EQ(p.shape, expected->shape) << p.name;
+    // Per tensor: the relative L2 error (the measure of worker/nn/pytorch_parity_test) at most
+    // 1e-4, and every element within 1e-3 of the tensor's largest gradient, with an absolute
+    // floor for gradients that are zero up to rounding (a convolution's bias before a batch
+    // norm: its sum over the batch cancels).
+    double scale = 1e-2, diff = 0, norm = 0, worst = 0;
+    for (float e : expected->data) scale = std::max(scale, std::abs(static_cast<double>(e)));
+    for (int64_t i = 0; i < p.size; ++i) {
+      const double e = expected->data[i];
+      const double d = model.grads()[p.offset + i] - e;
+      diff += d * d;
+      norm += e * e;
+      worst = std::max(worst, std::abs(d) / scale);
+    }
+    // (Skipped for a gradient that is zero up to rounding: no relative error to speak of.)
+    if (std::sqrt(norm / p.size) > 1e-6) {
+      EXPECT_LE(std::sqrt(diff / norm), 1e-4) << p.name << ": relative L2 error of the gradient";
+    }
+    EXPECT_LE(worst, 1e-3) << p.name << ": largest error relative to the largest gradient";
+  }
+  EXPECT_EQ(ours, torch_params);
+}
+
+void ExpectTrainStepMatches(nn::Model& model, const SafetensorsContents& ref) {
+  const Batch batch = ReferenceBatch(ref);
+  const int n = static_cast<int>(batch.labels.size());
+  absl::StatusOr<nn::BatchResult> step =
+      model.TrainStep(batch.images.data(), batch.labels.data(), n);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const double loss = ref.Find("loss")->data[0];
+  EXPECT_NEAR(step->loss, loss, 1e-5 * std::max(1.0, std::abs(loss)));
+  ExpectGradientsMatch(model, ref, "grad.");
+  for (const nn::ParamInfo& b : model.buffers()) {
+    const LoadedTensor* after = ref.Find("after." + b.name);
+    ASSERT_NE(after, nullptr) << b.name;
+    nn::ExpectAllClose("after " + b.name, ToDouble(model.buffer_values().data() + b.offset, b.size),
+                       ToDouble(after->data.data(), static_cast<int64_t>(after->data.size())),
+                       1e-5);
+  }
+}
+
+}  // namespace testing_fixtures
+}  // namespace graph
+}  // namespace dptrain

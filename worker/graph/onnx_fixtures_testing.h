@@ -1,0 +1,45 @@
+// The ONNX fixtures of worker/graph/testdata (tools/make_onnx_fixtures.py): each model's file
+// and PyTorch's float64 results of one train-mode step from its weights, and the checks that a
+// model's step matches them. Shared by the CPU's onnx_import_test and the GPU's gpu_graph_test.
+#ifndef DPTRAIN_WORKER_GRAPH_ONNX_FIXTURES_TESTING_H_
+#define DPTRAIN_WORKER_GRAPH_ONNX_FIXTURES_TESTING_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/safetensors.h"
+#include "worker/nn/model.h"
+
+namespace dptrain {
+namespace graph {
+namespace testing_fixtures {
+
+inline constexpr char kTestdata[] = "worker/graph/testdata";
+
+std::string OnnxPath(const std::string& model, const std::string& dir = kTestdata);
+std::string ReferencePath(const std::string& model, const std::string& dir = kTestdata);
+std::vector<double> ToDouble(const float* data, int64_t n);
+
+// The reference's input batch.
+struct Batch {
+  std::vector<float> images;
+  std::vector<uint8_t> labels;
+};
+Batch ReferenceBatch(const SafetensorsContents& ref);
+
+// Expects the model's gradients equal `prefix` + name of `ref` for every parameter (relative L2
+// error <= 1e-4 per tensor, every element within 1e-3 of the tensor's largest gradient), and
+// that the model has exactly PyTorch's parameters.
+void ExpectGradientsMatch(nn::Model& model, const SafetensorsContents& ref,
+                          const std::string& prefix);
+
+// One TrainStep of `model` on the reference batch: PyTorch's loss (1e-5 relative), gradients
+// (ExpectGradientsMatch, "grad.") and updated buffers ("after.", 1e-5).
+void ExpectTrainStepMatches(nn::Model& model, const SafetensorsContents& ref);
+
+}  // namespace testing_fixtures
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_ONNX_FIXTURES_TESTING_H_
