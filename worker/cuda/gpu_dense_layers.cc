@@ -125,11 +125,12 @@ GpuConv2d::~GpuConv2d() {
 std::string GpuConv2d::ToString() const {
   return absl::StrCat("Conv2d(", o_.in_channels, ", ", o_.out_channels, ", kernel_size=(",
                       o_.kernel_h, ", ", o_.kernel_w, "), stride=(", o_.stride_h, ", ", o_.stride_w,
-                      "), padding=(", o_.pad_h, ", ", o_.pad_w, "))");
+                      "), padding=(", o_.pad_h, ", ", o_.pad_w, ")",
+                      groups_ > 1 ? absl::StrCat(", groups=", groups_) : "", ")");
 }
 
 std::vector<nn::TensorSpec> GpuConv2d::ParamSpecs() const {
-  return {{"weight", {o_.out_channels, o_.in_channels, o_.kernel_h, o_.kernel_w}},
+  return {{"weight", {o_.out_channels, o_.in_channels / groups_, o_.kernel_h, o_.kernel_w}},
           {"bias", {o_.out_channels}}};
 }
 
@@ -142,14 +143,15 @@ absl::Status GpuConv2d::Describe(DeviceContext& ctx) {
   if (filter_ != nullptr) return absl::OkStatus();
   const Precision p = ctx.options().precision;
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&filter_));
-  DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(filter_, CudnnType(p), CUDNN_TENSOR_NCHW,
-                                                           o_.out_channels, o_.in_channels,
-                                                           o_.kernel_h, o_.kernel_w));
+  DPTRAIN_CUDNN_RETURN_IF_ERROR(
+      cudnnSetFilter4dDescriptor(filter_, CudnnType(p), CUDNN_TENSOR_NCHW, o_.out_channels,
+                                 o_.in_channels / groups_, o_.kernel_h, o_.kernel_w));
   for (cudnnConvolutionDescriptor_t* d : {&conv_fwd_, &conv_bwd_data_, &conv_bwd_filter_}) {
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(d));
     DPTRAIN_CUDNN_RETURN_IF_ERROR(
         cudnnSetConvolution2dDescriptor(*d, o_.pad_h, o_.pad_w, o_.stride_h, o_.stride_w, 1, 1,
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    if (groups_ > 1) DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(*d, groups_));
   }
   DPTRAIN_RETURN_IF_ERROR(bias_desc_.Set(1, o_.out_channels, 1, 1));
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/gpu_network.h"
+#include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/kernels.h"
 
 namespace dptrain {
@@ -26,7 +27,8 @@ absl::Status CopyOnDevice(DeviceContext& ctx, float* to, const float* from, int6
 // How a layer's tensors (in its order) lie among the graph's (tensor_block.h on the device):
 // bound directly where the graph keeps them back to back, else through a stage that takes
 // the values before each Forward and gives back the gradients after each Backward (and a
-// training Forward's buffers). A part the graph lacks is `fill` in the stage.
+// training Forward's buffers). A part the graph lacks is `fill` in the stage; one the graph
+// holds transposed (MatMul's [in, out] weight) is transposed on the way in and out.
 class DeviceBlock {
  public:
   explicit DeviceBlock(std::vector<Part> parts) : parts_(std::move(parts)) {
@@ -46,6 +48,7 @@ class DeviceBlock {
         direct_ = false;
         continue;
       }
+      if (parts_[i].transposed_rows > 0) direct_ = false;
       values_[i] = values[next];
       if (!grads.empty()) grads_[i] = grads[next];
       ++next;
@@ -66,8 +69,13 @@ class DeviceBlock {
     DPTRAIN_ASSIGN_OR_RETURN(float* stage, stage_.Ensure(ctx, total_));
     int64_t at = 0;
     for (size_t i = 0; i < parts_.size(); ++i) {
-      if (parts_[i].provided) {
-        DPTRAIN_RETURN_IF_ERROR(CopyOnDevice(ctx, stage + at, values_[i], parts_[i].size));
+      const Part& p = parts_[i];
+      if (p.provided && p.transposed_rows > 0) {
+        // The graph's [cols, rows] into the layer's [rows, cols].
+        DPTRAIN_RETURN_IF_ERROR(Transpose(values_[i], stage + at, p.size / p.transposed_rows,
+                                          p.transposed_rows, ctx.stream()));
+      } else if (p.provided) {
+        DPTRAIN_RETURN_IF_ERROR(CopyOnDevice(ctx, stage + at, values_[i], p.size));
       } else {
         DPTRAIN_RETURN_IF_ERROR(Fill(stage + at, parts_[i].size, parts_[i].fill, ctx.stream()));
       }
@@ -91,9 +99,14 @@ class DeviceBlock {
     if (direct_ || stage == nullptr) return absl::OkStatus();
     int64_t at = 0;
     for (size_t i = 0; i < parts_.size(); ++i) {
-      if (parts_[i].provided && to[i] != nullptr) {
-        DPTRAIN_RETURN_IF_ERROR(
-            CopyOnDevice(ctx, const_cast<float*>(to[i]), stage + at, parts_[i].size));
+      const Part& p = parts_[i];
+      float* out = const_cast<float*>(to[i]);
+      if (p.provided && out != nullptr && p.transposed_rows > 0) {
+        // The layer's [rows, cols] back into the graph's [cols, rows].
+        DPTRAIN_RETURN_IF_ERROR(Transpose(stage + at, out, p.transposed_rows,
+                                          p.size / p.transposed_rows, ctx.stream()));
+      } else if (p.provided && out != nullptr) {
+        DPTRAIN_RETURN_IF_ERROR(CopyOnDevice(ctx, out, stage + at, p.size));
       }
       at += parts_[i].size;
     }
@@ -157,15 +170,15 @@ class LayerTwin final : public GpuNode {
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeLayerTwin(const GpuNodeContext& ctx) {
   const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  if (spec.grouped_conv.has_value() && ctx.input_dims.size() == 1) {
+    // Grouped and depthwise: one cuDNN convolution with a group count.
+    return std::unique_ptr<GpuNode>(std::make_unique<LayerTwin>(
+        std::make_unique<GpuConv2d>(*spec.grouped_conv, ctx.input_dims[0], ctx.cpu.output_dims(),
+                                    spec.groups),
+        spec.params, spec.buffers));
+  }
   if (spec.layer == nullptr || ctx.input_dims.size() != 1) {
     return ctx.Error("this form of the op");
-  }
-  for (const std::vector<Part>* parts : {&spec.params, &spec.buffers}) {
-    for (const Part& p : *parts) {
-      if (p.transposed_rows > 0) {
-        return ctx.Error("a weight the graph holds transposed (MatMul's [in, out])");
-      }
-    }
   }
   absl::StatusOr<std::unique_ptr<GpuLayer>> layer = ToGpu(*spec.layer, ctx.input_dims[0]);
   if (!layer.ok()) return ctx.Error(layer.status().message());
@@ -249,37 +262,208 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeDropoutTwin(const GpuNodeContext& c
       std::make_unique<DropoutTwin>(ctx.input_dims[0], spec.dropout_ratio, spec.dropout_seed));
 }
 
-// a + b of the same dims (a residual connection).
-class AddTwin final : public GpuNode {
+// Add, Sub, Mul, Div: the CPU node's forms (multi_input_ops.h), the same element loops.
+class BinaryTwin final : public GpuNode {
  public:
-  explicit AddTwin(nn::Dims dims) : dims_(dims) {}
+  BinaryTwin(const graph::TwinSpec<float>& spec, nn::Dims dims, nn::Dims other_dims)
+      : op_(static_cast<int>(*spec.binary)),
+        broadcast_(static_cast<int>(spec.broadcast)),
+        swapped_(spec.swapped),
+        scalar_(static_cast<float>(spec.scalar)),
+        dims_(dims),
+        other_dims_(other_dims),
+        // The runtime inputs' positions (a constant is left out of them).
+        full_(spec.broadcast == graph::Broadcast::kScalar ? 0
+              : spec.swapped                              ? 1
+                                                          : 0),
+        other_(spec.broadcast == graph::Broadcast::kScalar ? 1
+               : spec.swapped                              ? 0
+                                                           : 1) {}
+
   absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
                                        bool) override {
-    const int64_t n = inputs[0].size();
+    full_in_ = inputs[full_];
+    other_in_ = scalar() ? DeviceTensor{} : inputs[other_];
+    const int64_t n = full_in_.size();
     DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n));
-    DPTRAIN_RETURN_IF_ERROR(AddTensors(inputs[0].data, inputs[1].data, y, n, ctx.stream()));
-    return DeviceTensor{y, inputs[0].batch, dims_};
+    DPTRAIN_RETURN_IF_ERROR(BinaryForward(op_, broadcast_, swapped_, full_in_.data, other_in_.data,
+                                          scalar_, y, n, plane(), ctx.stream()));
+    return DeviceTensor{y, full_in_.batch, dims_};
   }
-  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext&, DeviceTensor grad_output,
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                      const std::vector<bool>& need) override {
-    std::vector<DeviceTensor> grads(2);
-    for (int i = 0; i < 2; ++i) {
-      if (need[i]) grads[i] = grad_output;  // The executor copies before it adds to one.
+    std::vector<DeviceTensor> grads(need.size());
+    const int64_t n = grad_output.size();
+    // Add and Sub pass the gradient of the full operand through unchanged (aliased).
+    const bool identity_full = op_ == 0 || (op_ == 1 && !swapped_);
+    if (need[full_]) {
+      if (identity_full) {
+        grads[full_] = grad_output;
+      } else {
+        DPTRAIN_ASSIGN_OR_RETURN(float* d, grad_full_.Ensure(ctx, n));
+        DPTRAIN_RETURN_IF_ERROR(BinaryBackwardFull(op_, broadcast_, swapped_, full_in_.data,
+                                                   other_in_.data, scalar_, grad_output.data, d, n,
+                                                   plane(), ctx.stream()));
+        grads[full_] = DeviceTensor{d, grad_output.batch, dims_};
+      }
+    }
+    if (!scalar() && other_ < need.size() && need[other_]) {
+      const int64_t m = other_in_.size();
+      DPTRAIN_ASSIGN_OR_RETURN(float* d, grad_other_.Ensure(ctx, m));
+      DPTRAIN_RETURN_IF_ERROR(BinaryBackwardOther(op_, broadcast_, swapped_, full_in_.data,
+                                                  other_in_.data, grad_output.data, d, m, plane(),
+                                                  ctx.stream()));
+      grads[other_] = DeviceTensor{d, other_in_.batch, other_dims_};
     }
     return grads;
   }
 
  private:
-  const nn::Dims dims_;
-  DeviceBuffer<float> output_;
+  bool scalar() const { return broadcast_ == static_cast<int>(graph::Broadcast::kScalar); }
+  int64_t plane() const { return int64_t{dims_.h} * dims_.w; }
+
+  const int op_, broadcast_;
+  const bool swapped_;
+  const float scalar_;
+  const nn::Dims dims_, other_dims_;
+  const size_t full_, other_;
+  DeviceTensor full_in_, other_in_;
+  DeviceBuffer<float> output_, grad_full_, grad_other_;
 };
 
-absl::StatusOr<std::unique_ptr<GpuNode>> MakeAddTwin(const GpuNodeContext& ctx) {
-  if (ctx.input_dims.size() != 2 || !(ctx.input_dims[0] == ctx.input_dims[1]) ||
-      !(ctx.cpu.output_dims() == ctx.input_dims[0])) {
-    return ctx.Error("Add other than of two computed values of the same dims");
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeBinaryTwin(const GpuNodeContext& ctx) {
+  const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  const bool scalar = spec.broadcast == graph::Broadcast::kScalar;
+  if (!spec.binary.has_value() || ctx.input_dims.size() != (scalar ? 1u : 2u)) {
+    return ctx.Error("this form of the op");
   }
-  return std::unique_ptr<GpuNode>(std::make_unique<AddTwin>(ctx.input_dims[0]));
+  const nn::Dims out = ctx.cpu.output_dims();
+  const nn::Dims other = scalar ? out : ctx.input_dims[spec.swapped ? 0 : 1];
+  return std::unique_ptr<GpuNode>(std::make_unique<BinaryTwin>(spec, out, other));
+}
+
+// Tanh, Erf, HardSigmoid, HardSwish, LeakyRelu, Clip: one element-wise kernel each way.
+class FunctionTwin final : public GpuNode {
+ public:
+  FunctionTwin(const graph::TwinSpec<float>& spec, nn::Dims dims)
+      : function_(static_cast<int>(spec.function)),
+        a_(static_cast<float>(spec.a)),
+        b_(static_cast<float>(spec.b)),
+        c_(static_cast<float>(spec.c)),
+        dims_(dims) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    input_ = inputs[0];
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, input_.size()));
+    DPTRAIN_RETURN_IF_ERROR(
+        ElementwiseForward(function_, input_.data, y, input_.size(), a_, b_, c_, ctx.stream()));
+    return DeviceTensor{y, input_.batch, dims_};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    const int64_t n = grad_output.size();
+    DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, n));
+    DPTRAIN_RETURN_IF_ERROR(ElementwiseBackward(function_, input_.data, output_.data(),
+                                                grad_output.data, dx, n, a_, b_, c_, ctx.stream()));
+    return std::vector<DeviceTensor>{DeviceTensor{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  const int function_;
+  const float a_, b_, c_;
+  const nn::Dims dims_;
+  DeviceTensor input_;
+  DeviceBuffer<float> output_, grad_input_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeFunctionTwin(const GpuNodeContext& ctx) {
+  const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  if (spec.function == graph::ElementFunction::kNone || ctx.input_dims.size() != 1) {
+    return ctx.Error("this form of the op");
+  }
+  return std::unique_ptr<GpuNode>(std::make_unique<FunctionTwin>(spec, ctx.input_dims[0]));
+}
+
+// Zero padding over H and W.
+class PadTwin final : public GpuNode {
+ public:
+  PadTwin(nn::Dims in, nn::Dims out, int top, int left)
+      : in_(in), out_(out), top_(top), left_(left) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const DeviceTensor& x = inputs[0];
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, x.batch * out_.size()));
+    DPTRAIN_RETURN_IF_ERROR(PadForward(x.data, y, int64_t{x.batch} * in_.c, in_.h, in_.w, out_.h,
+                                       out_.w, top_, left_, ctx.stream()));
+    return DeviceTensor{y, x.batch, out_};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    const int batch = grad_output.batch;
+    DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, batch * in_.size()));
+    DPTRAIN_RETURN_IF_ERROR(PadBackward(grad_output.data, dx, int64_t{batch} * in_.c, in_.h, in_.w,
+                                        out_.h, out_.w, top_, left_, ctx.stream()));
+    return std::vector<DeviceTensor>{DeviceTensor{dx, batch, in_}};
+  }
+
+ private:
+  const nn::Dims in_, out_;
+  const int top_, left_;
+  DeviceBuffer<float> output_, grad_input_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakePadTwin(const GpuNodeContext& ctx) {
+  if (ctx.input_dims.size() != 1) return ctx.Error("more than one computed input");
+  const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  return std::unique_ptr<GpuNode>(std::make_unique<PadTwin>(
+      ctx.input_dims[0], ctx.cpu.output_dims(), spec.pad_top, spec.pad_left));
+}
+
+// Softmax and LogSoftmax over the channels.
+class SoftmaxTwin final : public GpuNode {
+ public:
+  SoftmaxTwin(nn::Dims dims, bool log) : dims_(dims), log_(log) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const DeviceTensor& x = inputs[0];
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, x.size()));
+    DPTRAIN_RETURN_IF_ERROR(
+        SoftmaxChannelsForward(x.data, y, x.batch, dims_.c, plane(), log_, ctx.stream()));
+    return DeviceTensor{y, x.batch, dims_};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, grad_output.size()));
+    DPTRAIN_RETURN_IF_ERROR(SoftmaxChannelsBackward(output_.data(), grad_output.data, dx,
+                                                    grad_output.batch, dims_.c, plane(), log_,
+                                                    ctx.stream()));
+    return std::vector<DeviceTensor>{DeviceTensor{dx, grad_output.batch, dims_}};
+  }
+
+ private:
+  int64_t plane() const { return int64_t{dims_.h} * dims_.w; }
+  const nn::Dims dims_;
+  const bool log_;
+  DeviceBuffer<float> output_, grad_input_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeSoftmaxTwin(const GpuNodeContext& ctx) {
+  const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  if (!(spec.softmax || spec.log_softmax) || ctx.input_dims.size() != 1) {
+    return ctx.Error("this form of the op");
+  }
+  return std::unique_ptr<GpuNode>(
+      std::make_unique<SoftmaxTwin>(ctx.input_dims[0], spec.log_softmax));
 }
 
 // The inputs side by side along the channels: per sample, input k's c*h*w elements after
@@ -369,10 +553,15 @@ GpuOpRegistry GpuOps() {
                          "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten"}) {
     r.Register(op, &MakeLayerTwin);
   }
-  r.Register("Identity", &MakeViewTwin);
-  r.Register("Reshape", &MakeViewTwin);
+  for (const char* op : {"Identity", "Reshape", "Cast"}) r.Register(op, &MakeViewTwin);
+  for (const char* op : {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip"}) {
+    r.Register(op, &MakeFunctionTwin);
+  }
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) r.Register(op, &MakeBinaryTwin);
+  r.Register("Pad", &MakePadTwin);
+  r.Register("Softmax", &MakeSoftmaxTwin);
+  r.Register("LogSoftmax", &MakeSoftmaxTwin);
   r.Register("Dropout", &MakeDropoutTwin);
-  r.Register("Add", &MakeAddTwin);
   r.Register("Concat", &MakeConcatTwin);
   return r;
 }

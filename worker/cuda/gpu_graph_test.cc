@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/cuda/cuda_model.h"
+#include "worker/graph/graph_check.h"
 #include "worker/graph/graph_model.h"
 #include "worker/graph/onnx_fixtures_testing.h"
 #include "worker/graph/onnx_import.h"
@@ -62,16 +63,17 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
   EXPECT_EQ((*gpu)->BufferSpecs().size(), (*cpu)->buffers().size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest, ::testing::Values("vgg", "resnet"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
+                         ::testing::Values("vgg", "resnet", "branching", "gated"));
 
-// "gated" has LeakyRelu, Clip, Erf, HardSwish, grouped Conv...; "branching" Pad, Tanh, MatMul
-// by an [in, out] weight: none has a twin yet.
-class GpuGraphRefusalTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GpuGraphRefusalTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
-  absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(GetParam());
+// Every CPU op has a twin in GpuOps(); a registry without one refuses the node in one line.
+TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
+  absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan("vgg");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
+  const graph::OpRegistry ops = graph::BuiltinOps();
+  const GpuOpRegistry all = GpuOps();
+  for (const std::string& op : ops.ops()) EXPECT_TRUE(all.Has(op)) << op;
+  absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOpRegistry());
   ASSERT_FALSE(gpu.ok());
   const std::string message(gpu.status().message());
   EXPECT_NE(message.find("node '"), std::string::npos) << message;
@@ -79,8 +81,6 @@ TEST_P(GpuGraphRefusalTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
       << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
-
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphRefusalTest, ::testing::Values("gated", "branching"));
 
 // One training step of fixture `name` on the GPU (strict fp32, deterministic cuDNN) against
 // PyTorch's.
@@ -111,7 +111,8 @@ TEST_P(GpuGraphParityTest, OneTrainStepMatchesPyTorch) {
   EXPECT_TRUE(std::isfinite(eval->loss));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest, ::testing::Values("vgg", "resnet"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
+                         ::testing::Values("vgg", "resnet", "branching", "gated"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's.
@@ -153,6 +154,175 @@ TEST(GpuGraphTest, DropoutMasksAreTheCpuModelsOnes) {
     ASSERT_TRUE((*gpu)->ApplyUpdate(0.05f).ok());
     ASSERT_TRUE((*cpu)->ApplyUpdate(0.05f).ok());
   }
+}
+
+// Each twin against its CPU node: a small graph run forward (training) and backward on the
+// GPU and by the CPU executor from the same weights, input and output gradient: output,
+// d(input) and every parameter's gradient within fp32 rounding.
+class GpuTwinTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+    absl::StatusOr<std::unique_ptr<DeviceContext>> ctx = DeviceContext::Create(DeviceOptions{});
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ctx_ = *std::move(ctx);
+  }
+
+  static std::vector<float> Random(int64_t n, uint64_t seed, float scale = 1.5f) {
+    std::vector<float> v(n);
+    uint64_t x = seed;
+    for (float& f : v) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      f = scale * (static_cast<float>(x >> 40) / static_cast<float>(1 << 24) * 2 - 1);
+    }
+    return v;
+  }
+
+  float* Upload(const std::vector<float>& host) {
+    float* d = nullptr;
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(host.size(), 1) * 4),
+              cudaSuccess);
+    if (!host.empty()) {
+      EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    device_.push_back(d);
+    return d;
+  }
+  static std::vector<double> Download(const float* d, int64_t n) {
+    std::vector<float> host(n);
+    if (n > 0) EXPECT_EQ(cudaMemcpy(host.data(), d, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return std::vector<double>(host.begin(), host.end());
+  }
+  void TearDown() override {
+    for (float* d : device_) cudaFree(d);
+  }
+
+  void Check(const graph::Graph& g, int batch = 3) {
+    const graph::OpRegistry ops = graph::BuiltinOps();
+    absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
+        graph::Executor<float>::Create(g, ops);
+    absl::StatusOr<std::unique_ptr<graph::Executor<float>>> plan =
+        graph::Executor<float>::Create(g, ops);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**plan, GpuOps());
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    graph::Executor<float>& c = **cpu;
+    std::vector<float> params = c.initial_params(), buffers = c.initial_buffers();
+    std::vector<float> grads(params.size(), 0.0f);
+    const std::vector<float> x = Random(batch * c.input_dims().size(), 1);
+    const std::vector<float> gy = Random(batch * c.output_dims().size(), 2, 1.0f);
+    c.Bind(params.data(), grads.data(), buffers.data());
+    const nn::TensorRef<float> y = c.Forward(x.data(), batch, /*training=*/true);
+    const std::vector<double> y_cpu(y.data, y.data + y.size());
+    const nn::TensorRef<float> dx =
+        c.Backward({gy.data(), batch, c.output_dims()}, /*need_input_grad=*/true);
+    const std::vector<double> dx_cpu(dx.data, dx.data + dx.size());
+
+    float* d_params = Upload(c.initial_params());
+    float* d_grads = Upload(std::vector<float>(params.size(), 0.0f));
+    float* d_buffers = Upload(c.initial_buffers());
+    float* d_x = Upload(x);
+    float* d_gy = Upload(gy);
+    (*gpu)->BindParams(d_params, d_grads);
+    (*gpu)->BindBuffers(d_buffers);
+    absl::StatusOr<DeviceTensor> y_gpu =
+        (*gpu)->Forward(*ctx_, DeviceTensor{d_x, batch, c.input_dims()}, /*training=*/true);
+    ASSERT_TRUE(y_gpu.ok()) << y_gpu.status();
+    const std::vector<double> y_dev = Download(y_gpu->data, y_gpu->size());
+    absl::StatusOr<DeviceTensor> dx_gpu =
+        (*gpu)->Backward(*ctx_, DeviceTensor{d_gy, batch, c.output_dims()}, true);
+    ASSERT_TRUE(dx_gpu.ok()) << dx_gpu.status();
+    ASSERT_TRUE(ctx_->Synchronize().ok());
+    nn::ExpectAllClose("output", y_dev, y_cpu, 1e-5);
+    nn::ExpectAllClose("d(input)", Download(dx_gpu->data, dx_gpu->size()), dx_cpu, 1e-5);
+    nn::ExpectAllClose("parameter gradients", Download(d_grads, static_cast<int64_t>(grads.size())),
+                       std::vector<double>(grads.begin(), grads.end()), 1e-5);
+    nn::ExpectAllClose("buffers", Download(d_buffers, static_cast<int64_t>(buffers.size())),
+                       std::vector<double>(buffers.begin(), buffers.end()), 1e-5);
+  }
+
+  std::unique_ptr<DeviceContext> ctx_;
+  std::vector<float*> device_;
+};
+
+using graph::Chain;
+using graph::FloatScalar;
+using graph::MakeNode;
+using graph::RandomConstant;
+using Ints = std::vector<int64_t>;
+
+TEST_F(GpuTwinTest, ElementWiseFunctions) {
+  Check(
+      Chain({2, 3, 4}, {MakeNode("Tanh", "t", {"x"}, {"t"}), MakeNode("Erf", "e", {"t"}, {"y"})}));
+  Check(Chain({2, 3, 4},
+              {MakeNode("HardSigmoid", "h", {"x"}, {"y"}, {{"alpha", 1.5f}, {"beta", 0.4f}})}));
+  Check(Chain({2, 3, 4},
+              {MakeNode("Mul", "m", {"x", "k"}, {"s"}), MakeNode("HardSwish", "h", {"s"}, {"y"})},
+              {FloatScalar("k", 4.0f)}));
+  Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"}, {{"alpha", 0.2f}})}));
+  Check(Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x", "lo", "hi"}, {"y"})},
+              {FloatScalar("lo", -0.2f), FloatScalar("hi", 0.3f)}));
+  Check(Chain({2, 3, 4}, {MakeNode("Cast", "c", {"x"}, {"y"}, {{"to", int64_t{1}}})}));
+}
+
+TEST_F(GpuTwinTest, BinaryOpsInEveryForm) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4},
+                {MakeNode("Sigmoid", "s", {"x"}, {"s"}), MakeNode(op, "b", {"x", "s"}, {"y"})}));
+    Check(Chain({3, 4, 5},
+                {MakeNode("GlobalAveragePool", "g", {"x"}, {"g"}),
+                 MakeNode("Sigmoid", "s", {"g"}, {"s"}), MakeNode(op, "b", {"x", "s"}, {"y"})}));
+    Check(Chain({3, 4, 5},
+                {MakeNode("GlobalAveragePool", "g", {"x"}, {"g"}),
+                 MakeNode("Sigmoid", "s", {"g"}, {"s"}), MakeNode(op, "b", {"s", "x"}, {"y"})}));
+    Check(Chain({2, 3, 4}, {MakeNode(op, "b", {"x", "k"}, {"y"})}, {FloatScalar("k", 0.5f)}));
+    Check(Chain({2, 3, 4},
+                {MakeNode("Sigmoid", "s", {"x"}, {"s"}), MakeNode(op, "b", {"k", "s"}, {"y"})},
+                {FloatScalar("k", 2.0f)}));
+  }
+}
+
+TEST_F(GpuTwinTest, PadSoftmaxConcatAndStagedWeights) {
+  Check(Chain({2, 3, 4}, {MakeNode("Pad", "p", {"x", "pads"}, {"y"})},
+              {graph::IntConstant("pads", {0, 0, 1, 2, 0, 0, 2, 1})}));
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    Check(Chain({4, 2, 3}, {MakeNode(op, "s", {"x"}, {"y"}, {{"axis", int64_t{1}}})}));
+  }
+  // Two branches side by side, the second a bias-free convolution (its zero bias staged).
+  graph::Graph g = Chain(
+      {2, 4, 4},
+      {MakeNode("Conv", "a", {"x", "wa", "ba"}, {"a"}), MakeNode("Conv", "b", {"x", "wb"}, {"b"}),
+       MakeNode("Concat", "c", {"a", "b"}, {"y"}, {{"axis", int64_t{1}}})},
+      {RandomConstant("wa", {3, 2, 1, 1}, 3), RandomConstant("ba", {3}, 4),
+       RandomConstant("wb", {2, 2, 3, 3}, 5)});
+  g.nodes[1].attributes["pads"] = Ints{1, 1, 1, 1};
+  Check(g);
+  // Parameters apart (bias first) and a MatMul by an [in, out] weight: both staged.
+  Check(Chain({2, 3, 3},
+              {MakeNode("Conv", "conv", {"x", "w", "b"}, {"c"}),
+               MakeNode("Flatten", "f", {"c"}, {"f"}), MakeNode("MatMul", "m", {"f", "k"}, {"y"})},
+              {RandomConstant("b", {3}, 6), RandomConstant("w", {3, 2, 1, 1}, 7),
+               RandomConstant("k", {27, 5}, 8)}));
+  // Grouped and depthwise convolutions (cuDNN's group count), with and without a bias.
+  Check(Chain({4, 5, 6},
+              {MakeNode("Conv", "conv", {"x", "w", "b"}, {"y"},
+                        {{"group", int64_t{2}}, {"pads", Ints{1, 1, 1, 1}}})},
+              {RandomConstant("w", {6, 2, 3, 3}, 21), RandomConstant("b", {6}, 22)}));
+  Check(Chain(
+      {3, 7, 7},
+      {MakeNode("Conv", "dw", {"x", "w"}, {"y"},
+                {{"group", int64_t{3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})},
+      {RandomConstant("w", {3, 1, 3, 3}, 23)}));
+  // MaxPool with ceil_mode (our kernels): a last window partly outside the input.
+  Check(Chain({2, 7, 7}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
+                                   {{"kernel_shape", Ints{3, 3}},
+                                    {"strides", Ints{2, 2}},
+                                    {"ceil_mode", int64_t{1}}})}));
+  // Dropout in training: the CPU's masks.
+  Check(Chain({2, 3, 4}, {MakeNode("Dropout", "d", {"x"}, {"y"}, {{"ratio", 0.3f}})}), 5);
 }
 
 }  // namespace

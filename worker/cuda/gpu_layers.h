@@ -57,8 +57,11 @@ class GpuLinear final : public GpuLayer {
 // dW overflows when scale * |dW| > 65504: the loss scaler's business.
 class GpuConv2d final : public GpuLayer {
  public:
-  GpuConv2d(const nn::Conv2dOptions& options, const nn::Dims& input, const nn::Dims& output)
-      : o_(options), in_dims_(input), out_dims_(output) {}
+  // `groups` > 1: grouped (depthwise when groups == in_channels) as nn.Conv2d(groups=g), by
+  // cuDNN's group count; the weight is then [out, in / groups, kh, kw].
+  GpuConv2d(const nn::Conv2dOptions& options, const nn::Dims& input, const nn::Dims& output,
+            int groups = 1)
+      : o_(options), in_dims_(input), out_dims_(output), groups_(groups) {}
   ~GpuConv2d() override;
   std::string ToString() const override;
   std::vector<nn::TensorSpec> ParamSpecs() const override;
@@ -81,12 +84,13 @@ class GpuConv2d final : public GpuLayer {
   absl::StatusOr<const Plan*> PlanFor(DeviceContext& ctx, int batch);
 
   int64_t weight_size() const {
-    return int64_t{o_.out_channels} * o_.in_channels * o_.kernel_h * o_.kernel_w;
+    return int64_t{o_.out_channels} * (o_.in_channels / groups_) * o_.kernel_h * o_.kernel_w;
   }
 
   const nn::Conv2dOptions o_;
   const nn::Dims in_dims_;
   const nn::Dims out_dims_;
+  const int groups_;
   const float* w_ = nullptr;
   float* dw_ = nullptr;
   DeviceTensor input_;
@@ -184,6 +188,29 @@ class GpuPool2d final : public GpuLayer {
   TensorDescriptor x_desc_;
   TensorDescriptor y_desc_;
   cudnnPoolingDescriptor_t pool_ = nullptr;
+};
+
+// MaxPool2d of any output size by our kernels (graph_kernels.h): what ceil_mode needs, which
+// cuDNN's floor-rounding pooling cannot give. The same maxima and gradient as the CPU layer.
+class GpuDirectMaxPool2d final : public GpuLayer {
+ public:
+  GpuDirectMaxPool2d(const nn::Pool2dOptions& options, const nn::Dims& input,
+                     const nn::Dims& output)
+      : o_(options), in_dims_(input), out_dims_(output) {}
+  std::string ToString() const override;
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, DeviceTensor input,
+                                       bool training) override;
+  absl::StatusOr<DeviceTensor> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                        bool need_input_grad) override;
+
+ private:
+  const nn::Pool2dOptions o_;
+  const nn::Dims in_dims_;
+  const nn::Dims out_dims_;
+  int batch_ = 0;
+  DeviceBuffer<float> output_;
+  DeviceBuffer<int32_t> argmax_;
+  DeviceBuffer<float> grad_input_;
 };
 
 // Per-sample dims c x h x w become (c*h*w) x 1 x 1; no data moves.

@@ -40,9 +40,8 @@ absl::StatusOr<std::unique_ptr<GpuLayer>> ToGpu(const nn::Layer<float>& layer,
     return std::make_unique<GpuFlatten>();
   }
   if (auto* p = dynamic_cast<const nn::MaxPool2d<float>*>(&layer)) {
-    if (p->options().ceil_mode) {  // cuDNN's pooling rounds its output size down.
-      return absl::UnimplementedError(
-          absl::StrCat(p->ToString(), ": ceil_mode has no GPU version yet"));
+    if (p->options().ceil_mode) {  // cuDNN's pooling rounds its output size down: ours.
+      return std::make_unique<GpuDirectMaxPool2d>(p->options(), input, *output);
     }
     return std::make_unique<GpuPool2d>(GpuPool2d::Kind::kMax, p->options(), input, *output);
   }

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/cuda/gpu_layers.h"
+#include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/library_status.h"
 
@@ -12,7 +13,7 @@ namespace {
 
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
-constexpr double kBnEps = 1e-5;       // nn.BatchNorm2d's defaults, as the CPU layer's.
+constexpr double kBnEps = 1e-5;  // nn.BatchNorm2d's defaults, as the CPU layer's.
 constexpr double kBnMomentum = 0.1;
 
 }  // namespace
@@ -66,16 +67,15 @@ absl::StatusOr<DeviceTensor> GpuBatchNorm2d::Forward(DeviceContext& ctx, DeviceT
   return DeviceTensor{y, input.batch, input.dims};
 }
 
-absl::StatusOr<DeviceTensor> GpuBatchNorm2d::Backward(DeviceContext& ctx,
-                                                      DeviceTensor grad_output,
+absl::StatusOr<DeviceTensor> GpuBatchNorm2d::Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                       bool need_input_grad) {
   // cuDNN always computes the input gradient; it is returned only if asked for.
   DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, grad_output.size()));
   const float* saved = saved_.data();
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnBatchNormalizationBackward(
       ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.get(),
-      input_.data, x_desc_.get(), grad_output.data, x_desc_.get(), dx, param_desc_.get(),
-      params_, grads_, grads_ + c_, kBnEps, saved, saved + c_));
+      input_.data, x_desc_.get(), grad_output.data, x_desc_.get(), dx, param_desc_.get(), params_,
+      grads_, grads_ + c_, kBnEps, saved, saved + c_));
   if (!need_input_grad) return DeviceTensor{};
   return DeviceTensor{dx, grad_output.batch, input_.dims};
 }
@@ -99,13 +99,13 @@ absl::StatusOr<DeviceTensor> GpuActivation::Forward(DeviceContext& ctx, DeviceTe
   } else {
     if (act_ == nullptr) {
       DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnCreateActivationDescriptor(&act_));
-      DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnSetActivationDescriptor(
-          act_, CUDNN_ACTIVATION_SIGMOID, CUDNN_PROPAGATE_NAN, 0.0));
+      DPTRAIN_CUDNN_RETURN_IF_ERROR(
+          cudnnSetActivationDescriptor(act_, CUDNN_ACTIVATION_SIGMOID, CUDNN_PROPAGATE_NAN, 0.0));
     }
     // The real shape: cuDNN kernels may not take more than 65535 in one dimension.
     DPTRAIN_RETURN_IF_ERROR(desc_.Set(input.batch, input.dims));
-    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnActivationForward(
-        ctx.cudnn(), act_, &kOne, desc_.get(), input.data, &kZero, desc_.get(), y));
+    DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnActivationForward(ctx.cudnn(), act_, &kOne, desc_.get(),
+                                                         input.data, &kZero, desc_.get(), y));
   }
   output_view_ = DeviceTensor{y, input.batch, input.dims};
   return output_view_;
@@ -117,8 +117,7 @@ absl::StatusOr<DeviceTensor> GpuActivation::Backward(DeviceContext& ctx, DeviceT
   const int64_t n = grad_output.size();
   DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, n));
   if (kind_ == Kind::kRelu) {
-    DPTRAIN_RETURN_IF_ERROR(ReluBackward(output_view_.data, grad_output.data, dx, n,
-                                         ctx.stream()));
+    DPTRAIN_RETURN_IF_ERROR(ReluBackward(output_view_.data, grad_output.data, dx, n, ctx.stream()));
   } else {
     DPTRAIN_RETURN_IF_ERROR(desc_.Set(grad_output.batch, grad_output.dims));
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnActivationBackward(
@@ -166,8 +165,7 @@ absl::StatusOr<DeviceTensor> GpuPool2d::Forward(DeviceContext& ctx, DeviceTensor
   }
   DPTRAIN_RETURN_IF_ERROR(x_desc_.Set(input.batch, in_dims_));
   DPTRAIN_RETURN_IF_ERROR(y_desc_.Set(input.batch, out_dims_));
-  DPTRAIN_ASSIGN_OR_RETURN(float* y,
-                           output_.Ensure(ctx, int64_t{input.batch} * out_dims_.size()));
+  DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, int64_t{input.batch} * out_dims_.size()));
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnPoolingForward(ctx.cudnn(), pool_, &kOne, x_desc_.get(),
                                                     input.data, &kZero, y_desc_.get(), y));
   return DeviceTensor{y, input.batch, out_dims_};
@@ -181,6 +179,40 @@ absl::StatusOr<DeviceTensor> GpuPool2d::Backward(DeviceContext& ctx, DeviceTenso
       ctx.cudnn(), pool_, &kOne, y_desc_.get(), output_.data(), y_desc_.get(), grad_output.data,
       x_desc_.get(), input_.data, &kZero, x_desc_.get(), dx));
   return DeviceTensor{dx, grad_output.batch, in_dims_};
+}
+
+// ---- MaxPool2d by our kernels (ceil_mode) --------------------------------------------------
+
+std::string GpuDirectMaxPool2d::ToString() const {
+  return absl::StrCat("MaxPool2d(kernel_size=(", o_.kernel_h, ", ", o_.kernel_w, "), stride=(",
+                      o_.stride_h, ", ", o_.stride_w, "), padding=(", o_.pad_h, ", ", o_.pad_w,
+                      "), ceil_mode=", o_.ceil_mode ? "True" : "False", ")");
+}
+
+absl::StatusOr<DeviceTensor> GpuDirectMaxPool2d::Forward(DeviceContext& ctx, DeviceTensor input,
+                                                         bool training) {
+  batch_ = input.batch;
+  const int64_t planes = int64_t{input.batch} * in_dims_.c;
+  const int64_t n = planes * out_dims_.h * out_dims_.w;
+  DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n));
+  DPTRAIN_ASSIGN_OR_RETURN(int32_t * argmax, argmax_.Ensure(ctx, n));
+  DPTRAIN_RETURN_IF_ERROR(MaxPoolForward(
+      input.data, y, argmax, planes, in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w, o_.kernel_h,
+      o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w, ctx.stream()));
+  return DeviceTensor{y, input.batch, out_dims_};
+}
+
+absl::StatusOr<DeviceTensor> GpuDirectMaxPool2d::Backward(DeviceContext& ctx,
+                                                          DeviceTensor grad_output,
+                                                          bool need_input_grad) {
+  if (!need_input_grad) return DeviceTensor{};
+  const int64_t planes = int64_t{batch_} * in_dims_.c;
+  DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, planes * in_dims_.h * in_dims_.w));
+  DPTRAIN_RETURN_IF_ERROR(MaxPoolBackward(grad_output.data, argmax_.data(), dx, planes, in_dims_.h,
+                                          in_dims_.w, out_dims_.h, out_dims_.w, o_.kernel_h,
+                                          o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w,
+                                          ctx.stream()));
+  return DeviceTensor{dx, batch_, in_dims_};
 }
 
 // ---- Flatten ------------------------------------------------------------------------------

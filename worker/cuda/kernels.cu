@@ -6,21 +6,11 @@
 #include <algorithm>
 
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/kernel_launch.h"
 
 namespace dptrain {
 namespace cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-// Enough blocks for n elements with a grid-stride loop, capped (the loops cover the rest).
-int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-}
-
-#define DPTRAIN_GRID_STRIDE(i, n)                                              \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
-       i += int64_t{blockDim.x} * gridDim.x)
 
 __global__ void ReluForwardKernel(const float* x, float* y, int64_t n) {
   DPTRAIN_GRID_STRIDE(i, n) {
@@ -111,8 +101,6 @@ __global__ void UnscaleKernel(float* x, int64_t n, float scale, int* non_finite)
   }
   if (local > 0) atomicAdd(non_finite, local);
 }
-
-absl::Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
 
 __global__ void AddTensorsKernel(const float* a, const float* b, float* y, int64_t n) {
   DPTRAIN_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }

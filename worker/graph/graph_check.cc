@@ -48,6 +48,23 @@ NamedConstant IntConstant(const std::string& name, std::vector<int64_t> values) 
   return {name, std::move(t)};
 }
 
+NamedConstant FloatScalar(const std::string& name, float value) {
+  Tensor t;
+  t.floats = {value};
+  return {name, std::move(t)};
+}
+
+Graph Chain(nn::Dims dims, std::vector<Node> nodes, std::vector<NamedConstant> constants) {
+  Graph g;
+  g.name = "test";
+  g.input = "x";
+  g.input_dims = dims;
+  g.output = nodes.back().outputs[0];
+  g.nodes = std::move(nodes);
+  g.constants = std::move(constants);
+  return g;
+}
+
 void CheckGraphGradients(const Graph& graph, const OpRegistry& registry,
                          const GraphCheckOptions& options) {
   absl::StatusOr<std::unique_ptr<Executor<double>>> made_d =

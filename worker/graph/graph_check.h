@@ -22,6 +22,10 @@ Node MakeNode(const std::string& op, const std::string& name, std::vector<std::s
 NamedConstant RandomConstant(const std::string& name, std::vector<int64_t> shape, uint64_t seed,
                              double scale = 0.5, double offset = 0);
 NamedConstant IntConstant(const std::string& name, std::vector<int64_t> values);
+// A float scalar constant (shape []).
+NamedConstant FloatScalar(const std::string& name, float value);
+// A graph from input "x" of `dims` through `nodes` to the first output of the last node.
+Graph Chain(nn::Dims dims, std::vector<Node> nodes, std::vector<NamedConstant> constants = {});
 
 struct GraphCheckOptions {
   int batch = 3;

@@ -207,6 +207,17 @@ class GroupedConvNode final : public NodeImpl<T> {
   }
 
   Dims output_dims() const override { return out_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    nn::Conv2dOptions all = groups_[0]->options();
+    all.in_channels = in_.c;
+    all.out_channels = out_.c;
+    t.grouped_conv = all;
+    t.groups = static_cast<int>(groups_.size());
+    t.params.push_back({specs_[0].size(), true, T(0), 0});
+    t.params.push_back({int64_t{out_.c}, specs_.size() > 1, T(0), 0});
+    return t;
+  }
   std::vector<NodeTensorSpec> Params() const override { return specs_; }
   void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
     weight_ = params[0];

@@ -14,8 +14,8 @@ namespace {
 
 using nn::EnsureSize;
 
-// The element-wise binary ops: y = f(a, b) and the partial derivatives, per element.
-enum class Binary { kAdd, kSub, kMul, kDiv };
+// The element-wise binary ops (node.h): y = f(a, b) and the partial derivatives, per element.
+using Binary = BinaryOp;
 
 const char* BinaryName(Binary op) {
   switch (op) {
@@ -57,10 +57,6 @@ T PartialB(Binary op, T a, T b) {
                               : -a / (b * b);
 }
 
-// How operand `b` lines up with `a` (per sample): the same dims; one value per channel
-// ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); or one constant scalar.
-enum class Broadcast { kNone, kChannel, kScalar };
-
 // y = f(a, b) for runtime a and b (or a constant scalar b); a may be the broadcast operand
 // too (then `swapped`: the node computes f(b, a) with a and b renamed so that `a` is full).
 template <typename T>
@@ -80,6 +76,14 @@ class BinaryNode final : public NodeImpl<T> {
                      : swapped                       ? 0
                                                      : 1) {}
   Dims output_dims() const override { return dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.binary = op_;
+    t.broadcast = broadcast_;
+    t.swapped = swapped_;
+    t.scalar = static_cast<double>(scalar_);
+    return t;
+  }
 
   TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
     full_ = inputs[full_index_];
@@ -145,7 +149,7 @@ class BinaryNode final : public NodeImpl<T> {
 };
 
 template <typename T, Binary kOp>
-struct BinaryOp {
+struct BinaryOpFactory {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
     if (ctx.inputs.size() != 2)
@@ -183,7 +187,7 @@ struct BinaryOp {
 };
 
 template <typename T>
-using Add = BinaryOp<T, Binary::kAdd>;
+using Add = BinaryOpFactory<T, Binary::kAdd>;
 
 template <typename T>
 class ConcatNode final : public NodeImpl<T> {
@@ -261,11 +265,11 @@ struct Concat {
 }  // namespace
 
 template <typename T>
-using Sub = BinaryOp<T, Binary::kSub>;
+using Sub = BinaryOpFactory<T, Binary::kSub>;
 template <typename T>
-using Mul = BinaryOp<T, Binary::kMul>;
+using Mul = BinaryOpFactory<T, Binary::kMul>;
 template <typename T>
-using Div = BinaryOp<T, Binary::kDiv>;
+using Div = BinaryOpFactory<T, Binary::kDiv>;
 
 OpFactory AddOp() { return MakeOpFactory<Add>(); }
 OpFactory SubOp() { return MakeOpFactory<Sub>(); }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "worker/graph/graph.h"
+#include "worker/nn/conv2d.h"
 #include "worker/nn/layer.h"
 #include "worker/nn/tensor.h"
 
@@ -74,6 +75,16 @@ struct NodeTensorSpec {
   int64_t size() const;
 };
 
+// The element-wise functions of one input:
+//   kTanh; kErf; kHardSigmoid max(0, min(1, a x + b)); kHardSwish;
+//   kPiecewiseLinear (LeakyRelu, Clip): x < a: a + b (x - a); x > c: c; else x.
+enum class ElementFunction { kNone, kTanh, kErf, kHardSigmoid, kHardSwish, kPiecewiseLinear };
+// The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
+// one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); or
+// one constant scalar.
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+enum class Broadcast { kNone, kChannel, kScalar };
+
 // What another backend (worker/cuda/gpu_graph.h) needs to build a node's twin: the facts the
 // CPU factory parsed and checked, so that attributes are read once. Each op fills what its twin
 // reads; the rest stay at their defaults.
@@ -93,6 +104,23 @@ struct TwinSpec {
   // Forward draws mask k from SplitMix64(seed ^ SplitMix64(k)); shape_ops.h).
   double dropout_ratio = 0;
   uint64_t dropout_seed = 0;
+  // Element-wise functions of one input (shape_ops.h), with their constants a, b, c.
+  ElementFunction function = ElementFunction::kNone;
+  double a = 0, b = 0, c = 0;
+  // Add, Sub, Mul, Div (multi_input_ops.h): the op, how the other operand lines up with the
+  // full one, whether they are swapped (the full one is the right operand), the constant.
+  std::optional<BinaryOp> binary;
+  Broadcast broadcast = Broadcast::kNone;
+  bool swapped = false;
+  double scalar = 0;
+  // Conv with group > 1 (layer_ops.h): the whole convolution's options (in and out channels
+  // of all groups) and the group count; `params` says how weight and bias map.
+  std::optional<nn::Conv2dOptions> grouped_conv;
+  int groups = 1;
+  // Pad: the zero rows above and columns left of the input (the rest follow from the dims).
+  int pad_top = 0, pad_left = 0;
+  // Softmax or LogSoftmax over the channels.
+  bool softmax = false, log_softmax = false;
 };
 
 template <typename T>

@@ -15,18 +15,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-// A graph from input "x" of `dims` through `nodes` to the first output of the last node.
-Graph Chain(nn::Dims dims, std::vector<Node> nodes, std::vector<NamedConstant> constants = {}) {
-  Graph g;
-  g.name = "test";
-  g.input = "x";
-  g.input_dims = dims;
-  g.output = nodes.back().outputs[0];
-  g.nodes = std::move(nodes);
-  g.constants = std::move(constants);
-  return g;
-}
-
 class OpsTest : public ::testing::Test {
  protected:
   void Check(const Graph& graph, const GraphCheckOptions& options = {}) {
@@ -109,13 +97,6 @@ TEST_F(OpsTest, ElementWise) {
     SCOPED_TRACE(op);
     Check(Chain({2, 3, 4}, {MakeNode(op, "e", {"x"}, {"y"})}));
   }
-}
-
-NamedConstant FloatScalar(const std::string& name, float value) {
-  NamedConstant c;
-  c.name = name;
-  c.value.floats = {value};
-  return c;
 }
 
 TEST_F(OpsTest, ErfHardSigmoidHardSwishCastAndReduceMean) {

@@ -128,6 +128,12 @@ class PadNode final : public NodeImpl<T> {
         left_(left) {}
 
   Dims output_dims() const override { return out_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.pad_top = top_;
+    t.pad_left = left_;
+    return t;
+  }
 
   TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
     const TensorRef<T>& x = inputs[0];
@@ -284,6 +290,11 @@ class TanhNode final : public NodeImpl<T> {
  public:
   explicit TanhNode(Dims dims) : dims_(dims) {}
   Dims output_dims() const override { return dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.function = ElementFunction::kTanh;
+    return t;
+  }
   TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
     const TensorRef<T>& x = inputs[0];
     T* y = EnsureSize(output_, x.size());
@@ -325,6 +336,11 @@ class FunctionNode final : public NodeImpl<T> {
  public:
   FunctionNode(Dims dims, Fn fn) : dims_(dims), fn_(fn) {}
   Dims output_dims() const override { return dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    fn_.Describe(t);
+    return t;
+  }
   TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
     input_ = inputs[0];
     T* y = EnsureSize(output_, input_.size());
@@ -352,6 +368,7 @@ template <typename T>
 struct ErfFn {
   T value(T x) const { return std::erf(x); }
   T slope(T x) const { return T(1.1283791670955126) * std::exp(-x * x); }  // 2 / sqrt(pi).
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kErf; }
 };
 
 // max(0, min(1, alpha x + beta)).
@@ -363,6 +380,11 @@ struct HardSigmoidFn {
     const T z = alpha * x + beta;
     return z > T(0) && z < T(1) ? alpha : T(0);
   }
+  void Describe(TwinSpec<T>& t) const {
+    t.function = ElementFunction::kHardSigmoid;
+    t.a = static_cast<double>(alpha);
+    t.b = static_cast<double>(beta);
+  }
 };
 
 // x * HardSigmoid(x) with alpha 1/6, beta 1/2 (MobileNetV3's).
@@ -370,6 +392,7 @@ template <typename T>
 struct HardSwishFn {
   T value(T x) const { return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))); }
   T slope(T x) const { return x < T(-3) ? T(0) : x > T(3) ? T(1) : x / T(3) + T(0.5); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kHardSwish; }
 };
 
 // The node of an element-wise function of one runtime input, once its attributes are read.
@@ -415,6 +438,12 @@ class SoftmaxNode final : public NodeImpl<T> {
  public:
   SoftmaxNode(Dims dims, bool log) : dims_(dims), log_(log) {}
   Dims output_dims() const override { return dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.softmax = !log_;
+    t.log_softmax = log_;
+    return t;
+  }
   TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
     const TensorRef<T>& x = inputs[0];
     T* y = EnsureSize(output_, x.size());
@@ -522,6 +551,14 @@ class PiecewiseLinearNode final : public NodeImpl<T> {
   PiecewiseLinearNode(Dims dims, T low, T below, T high)
       : dims_(dims), low_(low), below_(below), high_(high) {}
   Dims output_dims() const override { return dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.function = ElementFunction::kPiecewiseLinear;
+    t.a = static_cast<double>(low_);
+    t.b = static_cast<double>(below_);
+    t.c = static_cast<double>(high_);
+    return t;
+  }
   TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
     input_ = inputs[0];
     T* y = EnsureSize(output_, input_.size());

@@ -1,0 +1,335 @@
+#include "worker/cuda/graph_kernels.h"
+
+#include <algorithm>
+
+#include "worker/cuda/cuda_status.h"
+#include "worker/cuda/kernel_launch.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+__device__ float FunctionValue(int f, float x, float a, float b, float c) {
+  switch (f) {
+    case 1:
+      return tanhf(x);
+    case 2:
+      return erff(x);
+    case 3:
+      return fmaxf(0.0f, fminf(1.0f, a * x + b));
+    case 4:
+      return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
+    default:
+      return x < a ? a + b * (x - a) : x > c ? c : x;
+  }
+}
+
+__device__ float FunctionSlope(int f, float x, float y, float a, float b, float c) {
+  switch (f) {
+    case 1:
+      return 1.0f - y * y;
+    case 2:
+      return 1.1283791670955126f * expf(-x * x);  // 2 / sqrt(pi).
+    case 3: {
+      const float z = a * x + b;
+      return z > 0.0f && z < 1.0f ? a : 0.0f;
+    }
+    case 4:
+      return x < -3.0f ? 0.0f : x > 3.0f ? 1.0f : x / 3.0f + 0.5f;
+    default:
+      return x < a ? b : x > c ? 0.0f : 1.0f;
+  }
+}
+
+__global__ void ElementwiseForwardKernel(int f, const float* x, float* y, int64_t n, float a,
+                                         float b, float c) {
+  DPTRAIN_GRID_STRIDE(i, n) { y[i] = FunctionValue(f, x[i], a, b, c); }
+}
+
+__global__ void ElementwiseBackwardKernel(int f, const float* x, const float* y, const float* dy,
+                                          float* dx, int64_t n, float a, float b, float c) {
+  DPTRAIN_GRID_STRIDE(i, n) {
+    dx[i] = dy[i] * FunctionSlope(f, x != nullptr ? x[i] : 0.0f, y != nullptr ? y[i] : 0.0f, a,
+                                  b, c);
+  }
+}
+
+__device__ float Apply(int op, float a, float b) {
+  return op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
+}
+__device__ float PartialA(int op, float a, float b) {
+  return op == 2 ? b : op == 3 ? 1.0f / b : 1.0f;
+}
+__device__ float PartialB(int op, float a, float b) {
+  return op == 0 ? 1.0f : op == 1 ? -1.0f : op == 2 ? a : -a / (b * b);
+}
+__device__ float Other(int broadcast, const float* other, float scalar, int64_t i, int64_t plane) {
+  return broadcast == 2 ? scalar : broadcast == 1 ? other[i / plane] : other[i];
+}
+
+__global__ void BinaryForwardKernel(int op, int broadcast, bool swapped, const float* full,
+                                    const float* other, float scalar, float* y, int64_t n,
+                                    int64_t plane) {
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const float b = Other(broadcast, other, scalar, i, plane);
+    y[i] = swapped ? Apply(op, b, full[i]) : Apply(op, full[i], b);
+  }
+}
+
+__global__ void BinaryBackwardFullKernel(int op, int broadcast, bool swapped, const float* full,
+                                         const float* other, float scalar, const float* dy,
+                                         float* dfull, int64_t n, int64_t plane) {
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const float a = full[i], b = Other(broadcast, other, scalar, i, plane);
+    dfull[i] = dy[i] * (swapped ? PartialB(op, b, a) : PartialA(op, a, b));
+  }
+}
+
+// One thread per element of `other`: its partials summed over its plane (per channel) or its
+// one element (same dims), in element order as the CPU sums them.
+__global__ void BinaryBackwardOtherKernel(int op, int broadcast, bool swapped, const float* full,
+                                          const float* other, const float* dy, float* dother,
+                                          int64_t m, int64_t plane) {
+  DPTRAIN_GRID_STRIDE(j, m) {
+    const int64_t span = broadcast == 1 ? plane : 1;
+    float sum = 0.0f;
+    for (int64_t i = j * span; i < (j + 1) * span; ++i) {
+      const float a = full[i], b = other[j];
+      sum += dy[i] * (swapped ? PartialA(op, b, a) : PartialB(op, a, b));
+    }
+    dother[j] = sum;
+  }
+}
+
+__global__ void PadForwardKernel(const float* x, float* y, int64_t planes, int in_h, int in_w,
+                                 int out_h, int out_w, int top, int left) {
+  const int64_t n = planes * out_h * out_w;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const int64_t p = i / (int64_t{out_h} * out_w);
+    const int r = static_cast<int>(i / out_w % out_h) - top;
+    const int c = static_cast<int>(i % out_w) - left;
+    y[i] = r >= 0 && r < in_h && c >= 0 && c < in_w ? x[(p * in_h + r) * in_w + c] : 0.0f;
+  }
+}
+
+__global__ void PadBackwardKernel(const float* dy, float* dx, int64_t planes, int in_h, int in_w,
+                                  int out_h, int out_w, int top, int left) {
+  const int64_t n = planes * in_h * in_w;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const int64_t p = i / (int64_t{in_h} * in_w);
+    const int r = static_cast<int>(i / in_w % in_h);
+    const int c = static_cast<int>(i % in_w);
+    dx[i] = dy[(p * out_h + r + top) * out_w + c + left];
+  }
+}
+
+// One thread per (sample, pixel), over the channels (few: a classifier's head).
+__global__ void SoftmaxForwardKernel(const float* x, float* y, int batch, int channels,
+                                     int64_t plane, bool log) {
+  const int64_t n = int64_t{batch} * plane;
+  DPTRAIN_GRID_STRIDE(t, n) {
+    const int64_t at = t / plane * channels * plane + t % plane;
+    const float* in = x + at;
+    float* out = y + at;
+    float top = in[0];
+    for (int k = 1; k < channels; ++k) top = fmaxf(top, in[k * plane]);
+    float sum = 0.0f;
+    for (int k = 0; k < channels; ++k) sum += expf(in[k * plane] - top);
+    const float log_sum = logf(sum) + top;
+    for (int k = 0; k < channels; ++k) {
+      out[k * plane] = log ? in[k * plane] - log_sum : expf(in[k * plane] - log_sum);
+    }
+  }
+}
+
+__global__ void SoftmaxBackwardKernel(const float* y, const float* dy, float* dx, int batch,
+                                      int channels, int64_t plane, bool log) {
+  const int64_t n = int64_t{batch} * plane;
+  DPTRAIN_GRID_STRIDE(t, n) {
+    const int64_t at = t / plane * channels * plane + t % plane;
+    float dot = 0.0f;
+    for (int k = 0; k < channels; ++k) {
+      dot += log ? dy[at + k * plane] : dy[at + k * plane] * y[at + k * plane];
+    }
+    for (int k = 0; k < channels; ++k) {
+      const int64_t i = at + k * plane;
+      dx[i] = log ? dy[i] - expf(y[i]) * dot : y[i] * (dy[i] - dot);
+    }
+  }
+}
+
+__global__ void TransposeKernel(const float* in, float* out, int64_t rows, int64_t cols) {
+  DPTRAIN_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    out[c * rows + r] = in[i];
+  }
+}
+
+__global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, int64_t planes,
+                                     int in_h, int in_w, int out_h, int out_w, int kernel_h,
+                                     int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w) {
+  const int64_t n = planes * out_h * out_w;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const int64_t p = i / (int64_t{out_h} * out_w);
+    const int oh = static_cast<int>(i / out_w % out_h), ow = static_cast<int>(i % out_w);
+    const int r0 = oh * stride_h - pad_h, c0 = ow * stride_w - pad_w;
+    const float* plane = x + p * in_h * in_w;
+    float best = -INFINITY;
+    int32_t at = -1;
+    for (int r = max(r0, 0); r < min(r0 + kernel_h, in_h); ++r) {
+      for (int c = max(c0, 0); c < min(c0 + kernel_w, in_w); ++c) {
+        const float v = plane[r * in_w + c];
+        if (at < 0 || v > best) {
+          best = v;
+          at = r * in_w + c;
+        }
+      }
+    }
+    y[i] = best;
+    argmax[i] = at;
+  }
+}
+
+// One thread per input element: the dy of every window whose maximum it is, added in the
+// windows' row-major order (the CPU layer's order: deterministic, and the same bits).
+__global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, float* dx,
+                                      int64_t planes, int in_h, int in_w, int out_h, int out_w,
+                                      int kernel_h, int kernel_w, int stride_h, int stride_w,
+                                      int pad_h, int pad_w) {
+  const int64_t n = planes * in_h * in_w;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const int64_t p = i / (int64_t{in_h} * in_w);
+    const int r = static_cast<int>(i / in_w % in_h), c = static_cast<int>(i % in_w);
+    const int32_t self = r * in_w + c;
+    // Windows oh with oh * stride - pad <= r < oh * stride - pad + kernel.
+    const int oh0 = max(0, (r + pad_h - kernel_h + stride_h) / stride_h);
+    const int oh1 = min(out_h - 1, (r + pad_h) / stride_h);
+    const int ow0 = max(0, (c + pad_w - kernel_w + stride_w) / stride_w);
+    const int ow1 = min(out_w - 1, (c + pad_w) / stride_w);
+    const int64_t base = p * out_h * out_w;
+    float sum = 0.0f;
+    for (int oh = oh0; oh <= oh1; ++oh) {
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const int64_t o = base + int64_t{oh} * out_w + ow;
+        if (argmax[o] == self) sum += dy[o];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+}  // namespace
+
+absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a,
+                                float b, float c, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  ElementwiseForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(function, x, y, n, a, b, c);
+  return Launched("ElementwiseForwardKernel<<<>>>");
+}
+
+absl::Status ElementwiseBackward(int function, const float* x, const float* y, const float* dy,
+                                 float* dx, int64_t n, float a, float b, float c,
+                                 cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  ElementwiseBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(function, x, y, dy, dx, n, a, b,
+                                                                c);
+  return Launched("ElementwiseBackwardKernel<<<>>>");
+}
+
+absl::Status BinaryForward(int op, int broadcast, bool swapped, const float* full,
+                           const float* other, float scalar, float* y, int64_t n, int64_t plane,
+                           cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  BinaryForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(op, broadcast, swapped, full, other,
+                                                          scalar, y, n, plane);
+  return Launched("BinaryForwardKernel<<<>>>");
+}
+
+absl::Status BinaryBackwardFull(int op, int broadcast, bool swapped, const float* full,
+                                const float* other, float scalar, const float* dy, float* dfull,
+                                int64_t n, int64_t plane, cudaStream_t stream) {
+  if (n <= 0) return absl::OkStatus();
+  BinaryBackwardFullKernel<<<Blocks(n), kThreads, 0, stream>>>(op, broadcast, swapped, full,
+                                                               other, scalar, dy, dfull, n, plane);
+  return Launched("BinaryBackwardFullKernel<<<>>>");
+}
+
+absl::Status BinaryBackwardOther(int op, int broadcast, bool swapped, const float* full,
+                                 const float* other, const float* dy, float* dother, int64_t m,
+                                 int64_t plane, cudaStream_t stream) {
+  if (m <= 0) return absl::OkStatus();
+  BinaryBackwardOtherKernel<<<Blocks(m), kThreads, 0, stream>>>(op, broadcast, swapped, full,
+                                                                other, dy, dother, m, plane);
+  return Launched("BinaryBackwardOtherKernel<<<>>>");
+}
+
+absl::Status PadForward(const float* x, float* y, int64_t planes, int in_h, int in_w, int out_h,
+                        int out_w, int top, int left, cudaStream_t stream) {
+  const int64_t n = planes * out_h * out_w;
+  if (n <= 0) return absl::OkStatus();
+  PadForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, planes, in_h, in_w, out_h, out_w,
+                                                       top, left);
+  return Launched("PadForwardKernel<<<>>>");
+}
+
+absl::Status PadBackward(const float* dy, float* dx, int64_t planes, int in_h, int in_w,
+                         int out_h, int out_w, int top, int left, cudaStream_t stream) {
+  const int64_t n = planes * in_h * in_w;
+  if (n <= 0) return absl::OkStatus();
+  PadBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, dx, planes, in_h, in_w, out_h, out_w,
+                                                        top, left);
+  return Launched("PadBackwardKernel<<<>>>");
+}
+
+absl::Status SoftmaxChannelsForward(const float* x, float* y, int batch, int channels,
+                                    int64_t plane, bool log, cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * plane;
+  if (n <= 0) return absl::OkStatus();
+  SoftmaxForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, batch, channels, plane, log);
+  return Launched("SoftmaxForwardKernel<<<>>>");
+}
+
+absl::Status SoftmaxChannelsBackward(const float* y, const float* dy, float* dx, int batch,
+                                     int channels, int64_t plane, bool log, cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * plane;
+  if (n <= 0) return absl::OkStatus();
+  SoftmaxBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(y, dy, dx, batch, channels, plane,
+                                                            log);
+  return Launched("SoftmaxBackwardKernel<<<>>>");
+}
+
+absl::Status Transpose(const float* in, float* out, int64_t rows, int64_t cols,
+                       cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return absl::OkStatus();
+  TransposeKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, rows, cols);
+  return Launched("TransposeKernel<<<>>>");
+}
+
+absl::Status MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t planes, int in_h,
+                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                            int stride_h, int stride_w, int pad_h, int pad_w,
+                            cudaStream_t stream) {
+  const int64_t n = planes * out_h * out_w;
+  if (n <= 0) return absl::OkStatus();
+  MaxPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, argmax, planes, in_h, in_w,
+                                                           out_h, out_w, kernel_h, kernel_w,
+                                                           stride_h, stride_w, pad_h, pad_w);
+  return Launched("MaxPoolForwardKernel<<<>>>");
+}
+
+absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
+                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                             int stride_h, int stride_w, int pad_h, int pad_w,
+                             cudaStream_t stream) {
+  const int64_t n = planes * in_h * in_w;
+  if (n <= 0) return absl::OkStatus();
+  MaxPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, argmax, dx, planes, in_h, in_w,
+                                                            out_h, out_w, kernel_h, kernel_w,
+                                                            stride_h, stride_w, pad_h, pad_w);
+  return Launched("MaxPoolBackwardKernel<<<>>>");
+}
+
+}  // namespace cuda
+}  // namespace dptrain

@@ -1,0 +1,76 @@
+// Kernels of the graph ops' CUDA twins (gpu_graph.h): element-wise functions, the binary ops
+// with their broadcasts, zero padding, softmax over the channels, a transpose, max pooling of
+// any output size (ceil_mode); each the
+// device version of the CPU node's loops (worker/graph/shape_ops.cc, multi_input_ops.cc),
+// checked against them by gpu_graph_test. Pointers are device memory; every function
+// enqueues on `stream` and returns a Status naming the launch that failed.
+#ifndef DPTRAIN_WORKER_CUDA_GRAPH_KERNELS_H_
+#define DPTRAIN_WORKER_CUDA_GRAPH_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace dptrain {
+namespace cuda {
+
+// graph::ElementFunction's numbering: 1 tanh, 2 erf, 3 hard sigmoid (a, b), 4 hard swish,
+// 5 piecewise linear (low a, slope below b, high c).
+absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
+                                float c, cudaStream_t stream);
+// dx = dy * f'(x) (tanh reads y: 1 - y^2).
+absl::Status ElementwiseBackward(int function, const float* x, const float* y, const float* dy,
+                                 float* dx, int64_t n, float a, float b, float c,
+                                 cudaStream_t stream);
+
+// graph::BinaryOp (0 add, 1 sub, 2 mul, 3 div) and graph::Broadcast (0 same dims, 1 per
+// channel: other[i / plane], 2 the scalar): y[i] = f(full[i], other) or, swapped,
+// f(other, full[i]).
+absl::Status BinaryForward(int op, int broadcast, bool swapped, const float* full,
+                           const float* other, float scalar, float* y, int64_t n, int64_t plane,
+                           cudaStream_t stream);
+// d/d full, element by element.
+absl::Status BinaryBackwardFull(int op, int broadcast, bool swapped, const float* full,
+                                const float* other, float scalar, const float* dy, float* dfull,
+                                int64_t n, int64_t plane, cudaStream_t stream);
+// d/d other: `m` elements, each summed over its plane when per channel.
+absl::Status BinaryBackwardOther(int op, int broadcast, bool swapped, const float* full,
+                                 const float* other, const float* dy, float* dother, int64_t m,
+                                 int64_t plane, cudaStream_t stream);
+
+// Zero padding of `planes` planes of in_h x in_w into out_h x out_w at (top, left); backward
+// takes the inner window of dy.
+absl::Status PadForward(const float* x, float* y, int64_t planes, int in_h, int in_w, int out_h,
+                        int out_w, int top, int left, cudaStream_t stream);
+absl::Status PadBackward(const float* dy, float* dx, int64_t planes, int in_h, int in_w, int out_h,
+                         int out_w, int top, int left, cudaStream_t stream);
+
+// Softmax (or log-softmax) over `channels` at each of `plane` pixels of `batch` samples; and
+// its backward from the output y.
+absl::Status SoftmaxChannelsForward(const float* x, float* y, int batch, int channels,
+                                    int64_t plane, bool log, cudaStream_t stream);
+absl::Status SoftmaxChannelsBackward(const float* y, const float* dy, float* dx, int batch,
+                                     int channels, int64_t plane, bool log, cudaStream_t stream);
+
+// out[c * rows + r] = in[r * cols + c].
+absl::Status Transpose(const float* in, float* out, int64_t rows, int64_t cols,
+                       cudaStream_t stream);
+
+// Max pooling by direct loops over each window's part inside the input (padding never
+// wins), the output size given (PyTorch's ceil_mode sizes too, which cuDNN's floor-only
+// pooling cannot give): y and the in-plane index of each window's first maximum (row-major,
+// as the CPU layer picks it); backward gives each input element the dy of the windows whose
+// maximum it is, summed in the windows' order (deterministic).
+absl::Status MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t planes, int in_h,
+                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
+absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
+                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                             int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_CUDA_GRAPH_KERNELS_H_
