@@ -89,7 +89,7 @@ absl::Status SparseTable::CheckIds(absl::Span<const int64_t> ids) const {
 }
 
 std::optional<SparseTableCheckpoint> SparseTable::Snapshot(int64_t step) const {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
   if (step != step_) return std::nullopt;
   SparseTableCheckpoint cp;
   cp.shard = options_.shard;
@@ -139,7 +139,7 @@ absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
       rows.t = cp->state_steps.empty() ? std::vector<int64_t>(n) : cp->state_steps;
     }
   }
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
   rows_ = std::move(rows);
   step_ = cp != nullptr ? cp->step : 0;
   for (int r = 0; r < options_.num_workers; ++r) {
@@ -204,10 +204,10 @@ absl::Status SparseTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> 
   if (auto s = CheckIds(ids); !s.ok()) return s;
   {
     // Rows already held (after a job's first steps, nearly all): workers pull at once.
-    absl::ReaderMutexLock lock(&mu_);
+    absl::ReaderMutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
     if (CopyHeldRowsLocked(ids, out.data())) return absl::OkStatus();
   }
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
   const size_t d = spec_.dim;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t slot = SlotLocked(ids[i]);
@@ -273,38 +273,79 @@ void SparseTable::ApplySlotsLocked(absl::Span<const int64_t> slots, const float*
   rows_applied_ += static_cast<int64_t>(slots.size());
 }
 
-void SparseTable::ApplyMeanLocked() {
-  // The mean of the workers' gradients, each row's summed in rank order (bit-reproducible).
-  // A row's place in the sums is found through its slot (mean_at_), not a hash of its id.
-  const size_t d = spec_.dim;
-  size_t total = 0;
-  for (int r = 0; r < options_.num_workers; ++r) total += pending_slots_[r].size();
+void SparseTable::StartApplyLocked() {
   const size_t held = static_cast<size_t>(rows_.slot.size());
   if (mean_at_.size() < held) mean_at_.resize(held, -1);
-  if (mean_sums_.size() < total * d) mean_sums_.resize(total * d);  // Kept: no fresh pages.
-  std::vector<int64_t>& order = mean_slots_;
+  apply_parts_ = options_.num_workers;
+  next_part_ = 0;
+  parts_done_ = 0;
+  if (part_slots_.size() < static_cast<size_t>(apply_parts_)) {
+    part_slots_.resize(apply_parts_);
+    part_sums_.resize(apply_parts_);
+  }
+  applying_ = true;
+}
+
+void SparseTable::HelpApplyLocked() {
+  while (applying_ && next_part_ < apply_parts_) {
+    const int part = next_part_++;
+    const absl::Time start = absl::Now();
+    mu_.Unlock();
+    ApplyMeanPart(part);
+    mu_.Lock();
+    apply_time_ += absl::Now() - start;
+    rows_applied_ += static_cast<int64_t>(part_slots_[part].size());
+    if (++parts_done_ < apply_parts_) continue;
+    for (int r = 0; r < options_.num_workers; ++r) {
+      pending_slots_[r].clear();
+      pending_grads_[r] = nullptr;
+      pending_owned_[r].clear();
+    }
+    applying_ = false;
+    pushed_.assign(options_.num_workers, false);
+    arrived_ = 0;
+    ++step_;
+  }
+}
+
+void SparseTable::ApplyMeanPart(int part) {
+  // The mean of the workers' gradients of this part's rows, each row's summed in rank order.
+  // A row's place in the sums is found through its slot (mean_at_), not a hash of its id.
+  const size_t d = spec_.dim;
+  const int64_t parts = apply_parts_;  // Constant while applying.
+  std::vector<int64_t>& order = part_slots_[part];
+  std::vector<float>& sums = part_sums_[part];
   order.clear();
-  float* sums = mean_sums_.data();
   for (int r = 0; r < options_.num_workers; ++r) {
     const std::vector<int64_t>& slots = pending_slots_[r];
     const float* g = pending_grads_[r];
     for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i] % parts != part) continue;
       int64_t& at = mean_at_[slots[i]];
       if (at < 0) {
         at = static_cast<int64_t>(order.size());
         order.push_back(slots[i]);
-        std::copy_n(g + i * d, d, sums + at * d);
+        if (sums.size() < order.size() * d)
+          sums.resize(std::max(2 * sums.size(), order.size() * d));
+        std::copy_n(g + i * d, d, sums.data() + at * d);
       } else {
-        float* sum = sums + at * d;
+        float* sum = sums.data() + at * d;
         for (size_t k = 0; k < d; ++k) sum[k] += g[i * d + k];
       }
     }
-    pending_slots_[r].clear();
-    pending_grads_[r] = nullptr;
-    pending_owned_[r].clear();
   }
   for (int64_t slot : order) mean_at_[slot] = -1;
-  ApplySlotsLocked(order, sums, 1.0f / static_cast<float>(options_.num_workers));
+  // The rows of this part, fetched a few ahead (ApplySlotsLocked's loop, without the lock:
+  // this thread owns them while applying_).
+  constexpr size_t kAhead = 4;
+  const float scale = 1.0f / static_cast<float>(options_.num_workers);
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i + kAhead < order.size()) {
+      __builtin_prefetch(rows_.w.data() + order[i + kAhead] * d, 1);
+      if (!rows_.a.empty()) __builtin_prefetch(rows_.a.data() + order[i + kAhead] * d, 1);
+    }
+    ApplyLocked(order[i], sums.data() + i * d, scale);
+  }
 }
 
 absl::Status SparseTable::PushNowLocked(int rank, int64_t step, absl::Span<const int64_t> ids,
@@ -362,7 +403,7 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
     absl::ReaderMutexLock lock(&mu_);
     if (HeldSlotsLocked(ids, slots)) slots_restores = restores_;
   }
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
   if (!options_.bsp) return PushNowLocked(rank, step, ids, grads, deadline);
   if (step == step_ - 1) return absl::OkStatus();  // A retry of a step already applied.
   if (step != step_) {
@@ -382,17 +423,30 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
       pending_grads_[rank] = grads.data();  // Read in place until this call stops waiting.
     }
     if (++arrived_ == options_.num_workers) {
-      if (options_.num_workers > 1) ApplyMeanLocked();
-      pushed_.assign(options_.num_workers, false);
-      arrived_ = 0;
-      ++step_;
+      if (options_.num_workers > 1) {
+        StartApplyLocked();
+      } else {
+        pushed_.assign(options_.num_workers, false);
+        arrived_ = 0;
+        ++step_;
+      }
     }
   }
   const int64_t restores = restores_;
-  auto applied = [this, step, restores]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return step_ > step || restores_ != restores || stopping_;
+  // Wait for the step, helping with its apply when there is a part left to take.
+  auto applied_or_work = [this, step, restores]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return step_ > step || restores_ != restores || stopping_ ||
+           (applying_ && next_part_ < apply_parts_);
   };
-  const bool done = mu_.AwaitWithDeadline(absl::Condition(&applied), deadline);
+  bool done = false;
+  while (true) {
+    done = mu_.AwaitWithDeadline(absl::Condition(&applied_or_work), deadline);
+    HelpApplyLocked();
+    if (!done || step_ > step || restores_ != restores || stopping_) break;
+  }
+  // Never leave while a part may still read this call's gradients in place.
+  mu_.Await(absl::Condition(this, &SparseTable::NotApplying));
+  done = step_ > step || restores_ != restores || stopping_;
   if (pushed_[rank] && pending_grads_[rank] == grads.data() && !grads.empty()) {
     // Leaving before the step was applied: the gradients stay pending, in the table's copy.
     pending_owned_[rank].assign(grads.begin(), grads.end());

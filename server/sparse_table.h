@@ -138,8 +138,18 @@ class SparseTable {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // One optimizer step on the row in `slot` with gradient `g` (dim values) times `scale`.
   void ApplyLocked(int64_t slot, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // BSP: applies the mean of the pending pushes of every rank.
-  void ApplyMeanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BSP, once every rank pushed the step: the mean of their pushes is applied in `parts`
+  // parts (rows by slot mod parts), each run WITHOUT mu_ by a pushing thread that claims it
+  // (the step's pushers are otherwise idle), so that two cores update rows at once. While
+  // applying_, nothing else reads or writes the rows: every other entry point waits for it.
+  void StartApplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Claims and runs parts while any are left (unlocking mu_ around each), finishing the step
+  // after the last one. Returns with mu_ held.
+  void HelpApplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Part `part`: its rows' sums in rank order (bit-reproducible), then their updates.
+  void ApplyMeanPart(int part) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // No step is being applied (absl::Condition of every entry point that touches rows).
+  bool NotApplying() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !applying_; }
   // Applies `ids` (unique) with their gradients (ids.size() x dim) times `scale`.
   void ApplyAllLocked(absl::Span<const int64_t> ids, const float* grads, float scale)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -162,11 +172,17 @@ class SparseTable {
   std::vector<std::vector<float>> pending_owned_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  // ApplyMeanLocked's rows (slots) and sums, kept to be reused, and each slot's place in them
-  // (-1: not in this step; reset after each step).
-  std::vector<int64_t> mean_slots_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> mean_sums_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> mean_at_ ABSL_GUARDED_BY(mu_);
+  // The step's parallel apply: parts to run, claimed, done. While applying_, a part's
+  // thread owns its rows (slot mod parts), its entries of mean_at_ and its own part_slots_
+  // and part_sums_ (kept from step to step: no fresh pages).
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;
+  int apply_parts_ ABSL_GUARDED_BY(mu_) = 0;
+  int next_part_ ABSL_GUARDED_BY(mu_) = 0;
+  int parts_done_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::vector<int64_t>> part_slots_;
+  std::vector<std::vector<float>> part_sums_;
+  // Each slot's place in its part's sums (-1: not in this step; reset after each step).
+  std::vector<int64_t> mean_at_;
   int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // SSP/async: each rank's newest pushed step (-1: none yet).

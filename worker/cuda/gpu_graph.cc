@@ -8,6 +8,7 @@
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/gpu_network.h"
 #include "worker/cuda/graph_kernels.h"
+#include "worker/nn/sequential_block.h"
 #include "worker/cuda/kernels.h"
 
 namespace dptrain {
@@ -168,22 +169,41 @@ class LayerTwin final : public GpuNode {
   DeviceBlock buffers_;
 };
 
+// The twin of a layer node, once its CUDA layer is known to take exactly the tensors the CPU
+// node stages for its layer (else the stage would be read past its end).
+absl::StatusOr<std::unique_ptr<GpuNode>> LayerTwinOf(const GpuNodeContext& ctx,
+                                                     std::unique_ptr<GpuLayer> layer,
+                                                     const graph::TwinSpec<float>& spec) {
+  auto total = [](const std::vector<Part>& parts) {
+    int64_t n = 0;
+    for (const Part& p : parts) n += p.size;
+    return n;
+  };
+  if (nn::SpecsSize(layer->ParamSpecs()) != total(spec.params) ||
+      nn::SpecsSize(layer->BufferSpecs()) != total(spec.buffers)) {
+    return absl::InternalError(absl::StrCat("node '", ctx.name, "' (", ctx.op, "): its CUDA layer ",
+                                            layer->ToString(),
+                                            " holds other tensors than its CPU layer"));
+  }
+  return std::unique_ptr<GpuNode>(
+      std::make_unique<LayerTwin>(std::move(layer), spec.params, spec.buffers));
+}
+
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeLayerTwin(const GpuNodeContext& ctx) {
   const graph::TwinSpec<float> spec = ctx.cpu.twin();
   if (spec.grouped_conv.has_value() && ctx.input_dims.size() == 1) {
     // Grouped and depthwise: one cuDNN convolution with a group count.
-    return std::unique_ptr<GpuNode>(std::make_unique<LayerTwin>(
-        std::make_unique<GpuConv2d>(*spec.grouped_conv, ctx.input_dims[0], ctx.cpu.output_dims(),
-                                    spec.groups),
-        spec.params, spec.buffers));
+    return LayerTwinOf(ctx,
+                       std::make_unique<GpuConv2d>(*spec.grouped_conv, ctx.input_dims[0],
+                                                   ctx.cpu.output_dims(), spec.groups),
+                       spec);
   }
   if (spec.layer == nullptr || ctx.input_dims.size() != 1) {
     return ctx.Error("this form of the op");
   }
   absl::StatusOr<std::unique_ptr<GpuLayer>> layer = ToGpu(*spec.layer, ctx.input_dims[0]);
   if (!layer.ok()) return ctx.Error(layer.status().message());
-  return std::unique_ptr<GpuNode>(
-      std::make_unique<LayerTwin>(*std::move(layer), spec.params, spec.buffers));
+  return LayerTwinOf(ctx, *std::move(layer), spec);
 }
 
 // The same elements seen with other per-sample dims (Identity, Reshape, Flatten, Dropout in

@@ -227,9 +227,11 @@ class GpuTwinTest : public ::testing::Test {
     float* d_gy = Upload(gy);
     (*gpu)->BindParams(d_params, d_grads);
     (*gpu)->BindBuffers(d_buffers);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // The uploads, before the stream's work.
     absl::StatusOr<DeviceTensor> y_gpu =
         (*gpu)->Forward(*ctx_, DeviceTensor{d_x, batch, c.input_dims()}, /*training=*/true);
     ASSERT_TRUE(y_gpu.ok()) << y_gpu.status();
+    ASSERT_TRUE(ctx_->Synchronize().ok());  // The context's stream does not wait for cudaMemcpy.
     const std::vector<double> y_dev = Download(y_gpu->data, y_gpu->size());
     absl::StatusOr<DeviceTensor> dx_gpu =
         (*gpu)->Backward(*ctx_, DeviceTensor{d_gy, batch, c.output_dims()}, true);
@@ -316,11 +318,15 @@ TEST_F(GpuTwinTest, PadSoftmaxConcatAndStagedWeights) {
       {MakeNode("Conv", "dw", {"x", "w"}, {"y"},
                 {{"group", int64_t{3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})},
       {RandomConstant("w", {3, 1, 3, 3}, 23)}));
-  // MaxPool with ceil_mode (our kernels): a last window partly outside the input.
-  Check(Chain({2, 7, 7}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
-                                   {{"kernel_shape", Ints{3, 3}},
-                                    {"strides", Ints{2, 2}},
-                                    {"ceil_mode", int64_t{1}}})}));
+  // MaxPool with ceil_mode (our kernels): 8 x 8 by 3 / 2 gives 4 windows a side (3 without
+  // ceil_mode), the last one partly outside the input; and with padding.
+  for (const Ints& pads : {Ints{0, 0, 0, 0}, Ints{1, 1, 1, 1}}) {
+    Check(Chain({2, 8, 8}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
+                                     {{"kernel_shape", Ints{3, 3}},
+                                      {"strides", Ints{2, 2}},
+                                      {"pads", pads},
+                                      {"ceil_mode", int64_t{1}}})}));
+  }
   // Dropout in training: the CPU's masks.
   Check(Chain({2, 3, 4}, {MakeNode("Dropout", "d", {"x"}, {"y"}, {{"ratio", 0.3f}})}), 5);
 }

@@ -1,8 +1,7 @@
-#include "worker/cuda/graph_kernels.h"
-
 #include <algorithm>
 
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/kernel_launch.h"
 
 namespace dptrain {
@@ -49,8 +48,8 @@ __global__ void ElementwiseForwardKernel(int f, const float* x, float* y, int64_
 __global__ void ElementwiseBackwardKernel(int f, const float* x, const float* y, const float* dy,
                                           float* dx, int64_t n, float a, float b, float c) {
   DPTRAIN_GRID_STRIDE(i, n) {
-    dx[i] = dy[i] * FunctionSlope(f, x != nullptr ? x[i] : 0.0f, y != nullptr ? y[i] : 0.0f, a,
-                                  b, c);
+    dx[i] =
+        dy[i] * FunctionSlope(f, x != nullptr ? x[i] : 0.0f, y != nullptr ? y[i] : 0.0f, a, b, c);
   }
 }
 
@@ -180,7 +179,7 @@ __global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, 
     for (int r = max(r0, 0); r < min(r0 + kernel_h, in_h); ++r) {
       for (int c = max(c0, 0); c < min(c0 + kernel_w, in_w); ++c) {
         const float v = plane[r * in_w + c];
-        if (at < 0 || v > best) {
+        if (at < 0 || v > best || (isnan(v) && !isnan(best))) {  // NaN wins, as on the CPU.
           best = v;
           at = r * in_w + c;
         }
@@ -221,8 +220,8 @@ __global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, fl
 
 }  // namespace
 
-absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a,
-                                float b, float c, cudaStream_t stream) {
+absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
+                                float c, cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
   ElementwiseForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(function, x, y, n, a, b, c);
   return Launched("ElementwiseForwardKernel<<<>>>");
@@ -232,8 +231,7 @@ absl::Status ElementwiseBackward(int function, const float* x, const float* y, c
                                  float* dx, int64_t n, float a, float b, float c,
                                  cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
-  ElementwiseBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(function, x, y, dy, dx, n, a, b,
-                                                                c);
+  ElementwiseBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(function, x, y, dy, dx, n, a, b, c);
   return Launched("ElementwiseBackwardKernel<<<>>>");
 }
 
@@ -250,8 +248,8 @@ absl::Status BinaryBackwardFull(int op, int broadcast, bool swapped, const float
                                 const float* other, float scalar, const float* dy, float* dfull,
                                 int64_t n, int64_t plane, cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
-  BinaryBackwardFullKernel<<<Blocks(n), kThreads, 0, stream>>>(op, broadcast, swapped, full,
-                                                               other, scalar, dy, dfull, n, plane);
+  BinaryBackwardFullKernel<<<Blocks(n), kThreads, 0, stream>>>(op, broadcast, swapped, full, other,
+                                                               scalar, dy, dfull, n, plane);
   return Launched("BinaryBackwardFullKernel<<<>>>");
 }
 
@@ -259,8 +257,8 @@ absl::Status BinaryBackwardOther(int op, int broadcast, bool swapped, const floa
                                  const float* other, const float* dy, float* dother, int64_t m,
                                  int64_t plane, cudaStream_t stream) {
   if (m <= 0) return absl::OkStatus();
-  BinaryBackwardOtherKernel<<<Blocks(m), kThreads, 0, stream>>>(op, broadcast, swapped, full,
-                                                                other, dy, dother, m, plane);
+  BinaryBackwardOtherKernel<<<Blocks(m), kThreads, 0, stream>>>(op, broadcast, swapped, full, other,
+                                                                dy, dother, m, plane);
   return Launched("BinaryBackwardOtherKernel<<<>>>");
 }
 
@@ -268,13 +266,13 @@ absl::Status PadForward(const float* x, float* y, int64_t planes, int in_h, int 
                         int out_w, int top, int left, cudaStream_t stream) {
   const int64_t n = planes * out_h * out_w;
   if (n <= 0) return absl::OkStatus();
-  PadForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, planes, in_h, in_w, out_h, out_w,
-                                                       top, left);
+  PadForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, planes, in_h, in_w, out_h, out_w, top,
+                                                       left);
   return Launched("PadForwardKernel<<<>>>");
 }
 
-absl::Status PadBackward(const float* dy, float* dx, int64_t planes, int in_h, int in_w,
-                         int out_h, int out_w, int top, int left, cudaStream_t stream) {
+absl::Status PadBackward(const float* dy, float* dx, int64_t planes, int in_h, int in_w, int out_h,
+                         int out_w, int top, int left, cudaStream_t stream) {
   const int64_t n = planes * in_h * in_w;
   if (n <= 0) return absl::OkStatus();
   PadBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, dx, planes, in_h, in_w, out_h, out_w,
@@ -294,8 +292,7 @@ absl::Status SoftmaxChannelsBackward(const float* y, const float* dy, float* dx,
                                      int channels, int64_t plane, bool log, cudaStream_t stream) {
   const int64_t n = int64_t{batch} * plane;
   if (n <= 0) return absl::OkStatus();
-  SoftmaxBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(y, dy, dx, batch, channels, plane,
-                                                            log);
+  SoftmaxBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(y, dy, dx, batch, channels, plane, log);
   return Launched("SoftmaxBackwardKernel<<<>>>");
 }
 
@@ -309,13 +306,12 @@ absl::Status Transpose(const float* in, float* out, int64_t rows, int64_t cols,
 
 absl::Status MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t planes, int in_h,
                             int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                            int stride_h, int stride_w, int pad_h, int pad_w,
-                            cudaStream_t stream) {
+                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream) {
   const int64_t n = planes * out_h * out_w;
   if (n <= 0) return absl::OkStatus();
-  MaxPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, argmax, planes, in_h, in_w,
-                                                           out_h, out_w, kernel_h, kernel_w,
-                                                           stride_h, stride_w, pad_h, pad_w);
+  MaxPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, argmax, planes, in_h, in_w, out_h,
+                                                           out_w, kernel_h, kernel_w, stride_h,
+                                                           stride_w, pad_h, pad_w);
   return Launched("MaxPoolForwardKernel<<<>>>");
 }
 
