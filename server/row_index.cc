@@ -1,5 +1,7 @@
 #include "server/row_index.h"
 
+#include <algorithm>
+
 namespace dptrain {
 namespace {
 
@@ -16,8 +18,8 @@ int64_t RowIndex::FindOrAdd(int64_t id, bool& created) {
   size_t at = Home(id);
   for (;; at = (at + 1) & mask_) {
     Entry& e = entries_[at];
-    if (e.id == id) return e.slot;
     if (e.id == kEmpty) break;
+    if (e.id == id) return e.slot;
   }
   created = true;
   entries_[at] = Entry{id, size_};
@@ -25,7 +27,7 @@ int64_t RowIndex::FindOrAdd(int64_t id, bool& created) {
 }
 
 void RowIndex::Reserve(int64_t rows) {
-  size_t capacity = entries_.size();
+  size_t capacity = std::max<size_t>(entries_.size(), 16);
   while (OverLoaded(rows, capacity)) capacity *= 2;
   if (capacity != entries_.size()) Rehash(capacity);
 }

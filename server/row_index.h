@@ -20,15 +20,16 @@ class RowIndex {
   RowIndex() { Clear(); }
 
   int64_t size() const { return size_; }
-  // The slot of row `id` (>= 0), or -1 if it is not held.
+  // The slot of row `id`, or -1 if it is not held (any negative id: never held).
   int64_t Find(int64_t id) const {
     for (size_t at = Home(id);; at = (at + 1) & mask_) {
       const Entry& e = entries_[at];
-      if (e.id == id) return e.slot;
       if (e.id == kEmpty) return -1;
+      if (e.id == id) return e.slot;
     }
   }
-  // The slot of row `id` (>= 0); a row not held yet gets slot size(), and `created` is set.
+  // The slot of row `id` (which must be >= 0: row ids are); a row not held yet gets slot
+  // size(), and `created` is set.
   int64_t FindOrAdd(int64_t id, bool& created);
   // Starts fetching the cache line where a lookup of `id` begins.
   void Prefetch(int64_t id) const { __builtin_prefetch(&entries_[Home(id)]); }

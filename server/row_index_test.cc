@@ -45,6 +45,7 @@ TEST(RowIndexTest, ReserveKeepsRowsAndClearDropsThem) {
   EXPECT_EQ(index.Find(7), 0);
   EXPECT_EQ(index.Find(9), 1);
   EXPECT_EQ(index.size(), 2);
+  EXPECT_EQ(index.Find(-1), -1);  // Negative ids are never held (-1 marks empty entries).
   index.Clear();
   EXPECT_EQ(index.size(), 0);
   EXPECT_EQ(index.Find(7), -1);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -125,6 +126,11 @@ absl::Status SparseTable::Restore(const SparseTableCheckpoint* cp) {
     const size_t n = cp->ids.size(), d = spec_.dim;
     rows.slot.Reserve(static_cast<int64_t>(n));
     for (size_t i = 0; i < n; ++i) {
+      if (cp->ids[i] < 0 || cp->ids[i] >= spec_.rows) {
+        return absl::DataLossError(absl::StrCat("sparse table '", spec_.name,
+                                                "': its checkpoint holds row ", cp->ids[i],
+                                                ", outside [0, ", spec_.rows, ")"));
+      }
       bool created = false;
       if (rows.slot.FindOrAdd(cp->ids[i], created) != static_cast<int64_t>(i)) {
         return absl::DataLossError(absl::StrCat(
@@ -276,7 +282,8 @@ void SparseTable::ApplySlotsLocked(absl::Span<const int64_t> slots, const float*
 void SparseTable::StartApplyLocked() {
   const size_t held = static_cast<size_t>(rows_.slot.size());
   if (mean_at_.size() < held) mean_at_.resize(held, -1);
-  apply_parts_ = options_.num_workers;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  apply_parts_ = std::min(options_.num_workers, cores);
   next_part_ = 0;
   parts_done_ = 0;
   if (part_slots_.size() < static_cast<size_t>(apply_parts_)) {
@@ -313,6 +320,7 @@ void SparseTable::ApplyMeanPart(int part) {
   // A row's place in the sums is found through its slot (mean_at_), not a hash of its id.
   const size_t d = spec_.dim;
   const int64_t parts = apply_parts_;  // Constant while applying.
+  constexpr int kBlockShift = 6;       // Blocks of 64 slots: no cache line shared by parts.
   std::vector<int64_t>& order = part_slots_[part];
   std::vector<float>& sums = part_sums_[part];
   order.clear();
@@ -320,14 +328,16 @@ void SparseTable::ApplyMeanPart(int part) {
     const std::vector<int64_t>& slots = pending_slots_[r];
     const float* g = pending_grads_[r];
     for (size_t i = 0; i < slots.size(); ++i) {
-      if (slots[i] % parts != part) continue;
+      if ((slots[i] >> kBlockShift) % parts != part) continue;
       int64_t& at = mean_at_[slots[i]];
       if (at < 0) {
         at = static_cast<int64_t>(order.size());
         order.push_back(slots[i]);
         if (sums.size() < order.size() * d)
           sums.resize(std::max(2 * sums.size(), order.size() * d));
-        std::copy_n(g + i * d, d, sums.data() + at * d);
+        // 0 + g, as a sum from zero gives (-0 becomes +0): the serial apply's bits.
+        float* sum = sums.data() + at * d;
+        for (size_t k = 0; k < d; ++k) sum[k] = 0.0f + g[i * d + k];
       } else {
         float* sum = sums.data() + at * d;
         for (size_t k = 0; k < d; ++k) sum[k] += g[i * d + k];
@@ -399,11 +409,12 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   // valid while the table is not restored (rows are only ever appended).
   std::vector<int64_t> slots;
   int64_t slots_restores = -1;
-  {
+  if (options_.bsp) {
     absl::ReaderMutexLock lock(&mu_);
     if (HeldSlotsLocked(ids, slots)) slots_restores = restores_;
   }
   absl::MutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
+  if (stopping_) return StoppingError();  // Nothing registered, nothing applied.
   if (!options_.bsp) return PushNowLocked(rank, step, ids, grads, deadline);
   if (step == step_ - 1) return absl::OkStatus();  // A retry of a step already applied.
   if (step != step_) {
@@ -436,16 +447,16 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   // Wait for the step, helping with its apply when there is a part left to take.
   auto applied_or_work = [this, step, restores]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return step_ > step || restores_ != restores || stopping_ ||
-           (applying_ && next_part_ < apply_parts_);
+           (applying_ && step_ == step && next_part_ < apply_parts_);
   };
   bool done = false;
   while (true) {
     done = mu_.AwaitWithDeadline(absl::Condition(&applied_or_work), deadline);
-    HelpApplyLocked();
+    if (step_ == step) HelpApplyLocked();  // Not a later step's: this call is done with.
     if (!done || step_ > step || restores_ != restores || stopping_) break;
   }
-  // Never leave while a part may still read this call's gradients in place.
-  mu_.Await(absl::Condition(this, &SparseTable::NotApplying));
+  // Never leave while a part of this step may still read this call's gradients in place.
+  if (step_ == step) mu_.Await(absl::Condition(this, &SparseTable::NotApplying));
   done = step_ > step || restores_ != restores || stopping_;
   if (pushed_[rank] && pending_grads_[rank] == grads.data() && !grads.empty()) {
     // Leaving before the step was applied: the gradients stay pending, in the table's copy.

@@ -100,8 +100,10 @@ class SparseTable {
   // `rank`'s gradients of rows `ids` (ids.size() x dim in `grads`) for `step`. BSP: `step`
   // must be the current step (or the one before: a retry, answered at once); returns once
   // every worker pushed it and the rows were updated, DeadlineExceeded naming the missing
-  // ranks at `deadline`, OutOfRange for another step. Async: applied at once. Bad ids or
-  // sizes are InvalidArgument and change nothing.
+  // ranks at `deadline` (later if the step's apply is already running: a call never leaves
+  // while its gradients may be read), OutOfRange for another step. Async: applied at once.
+  // Bad ids or sizes are InvalidArgument and change nothing; after Shutdown, Unavailable and
+  // nothing is registered.
   absl::Status Push(int rank, int64_t step, absl::Span<const int64_t> ids,
                     absl::Span<const float> grads, absl::Time deadline);
 
@@ -115,8 +117,6 @@ class SparseTable {
                              absl::Span<const float> grads, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
- public:
- private:
   enum class Rule { kSgd, kAdagrad, kAdam };
   // The rows held, each in a slot of the flat arrays (dim values per slot; the state arrays
   // only for the rules that keep them), so that a step touches contiguous memory.
@@ -138,8 +138,10 @@ class SparseTable {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // One optimizer step on the row in `slot` with gradient `g` (dim values) times `scale`.
   void ApplyLocked(int64_t slot, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // BSP, once every rank pushed the step: the mean of their pushes is applied in `parts`
-  // parts (rows by slot mod parts), each run WITHOUT mu_ by a pushing thread that claims it
+  // BSP, once every rank pushed the step: the mean of their pushes is applied in parts
+  // (rows by blocks of 64 slots, so that two parts never share a cache line of the per-slot
+  // arrays; as many parts as workers, at most the cores), each run WITHOUT mu_ by a pushing
+  // thread that claims it
   // (the step's pushers are otherwise idle), so that two cores update rows at once. While
   // applying_, nothing else reads or writes the rows: every other entry point waits for it.
   void StartApplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -183,12 +185,12 @@ class SparseTable {
   std::vector<std::vector<float>> part_sums_;
   // Each slot's place in its part's sums (-1: not in this step; reset after each step).
   std::vector<int64_t> mean_at_;
-  int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;  // Restore calls: ends the waits they cut off.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // SSP/async: each rank's newest pushed step (-1: none yet).
   std::vector<int64_t> newest_ ABSL_GUARDED_BY(mu_);
   int64_t rows_applied_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Duration apply_time_ ABSL_GUARDED_BY(mu_);  // Restore calls: ends the waits they cut off.
+  absl::Duration apply_time_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dptrain

@@ -1,7 +1,9 @@
 #include "server/sparse_table.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -125,6 +127,81 @@ TEST(SparseTableTest, BspAppliesTheMeanOnceEveryRankPushed) {
       table.Push(0, 1, ids1, std::vector<float>{1}, absl::Now() + absl::Milliseconds(100));
   EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(late.message(), "sparse table 'emb': step 1 timed out waiting for rank(s) 1");
+}
+
+// 4 ranks x 30 BSP steps of overlapping random rows (adam: per-row step counts), pushed from
+// 4 threads, so that the step's apply runs in parts on several threads: the rows equal a
+// serial reference that sums each row's gradients in rank order (bitwise), and a push after
+// Shutdown is Unavailable and applies nothing.
+TEST(SparseTableTest, ParallelBspApplyEqualsTheSerialMeanInRankOrder) {
+  constexpr int kRanks = 4, kSteps = 30, kDim = 5;
+  constexpr int64_t kRows = 2000;
+  SparseTableOptions o;
+  o.num_workers = kRanks;
+  SparseTableSpec spec = Spec("adam", kRows, kDim);
+  SparseTable table(spec, o);
+  // The reference: the same rule through a one-worker table, fed the rank-order mean.
+  SparseTable reference(spec, SparseTableOptions{});
+  auto ids_of = [](int rank, int step) {
+    std::vector<int64_t> ids;
+    uint64_t x = 1000 * step + rank;
+    for (int i = 0; i < 300; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const int64_t id = static_cast<int64_t>((x >> 33) % (i % 3 == 0 ? 64 : kRows));
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    return ids;
+  };
+  auto grads_of = [](int rank, int step, size_t n) {
+    std::vector<float> g(n * kDim);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.37f * (i + 1) + rank + 0.1f * step);
+    return g;
+  };
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<absl::Status> pushed(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+      threads.emplace_back([&, r] {
+        const std::vector<int64_t> ids = ids_of(r, step);
+        pushed[r] = table.Push(r, step, ids, grads_of(r, step, ids.size()), Soon());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const absl::Status& p : pushed) ASSERT_TRUE(p.ok()) << p;
+    // Reference: each row's sum in rank order, divided as the table scales it.
+    std::map<int64_t, std::vector<float>> sums;
+    for (int r = 0; r < kRanks; ++r) {
+      const std::vector<int64_t> ids = ids_of(r, step);
+      const std::vector<float> g = grads_of(r, step, ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto [it, fresh] = sums.try_emplace(ids[i], std::vector<float>(kDim, 0.0f));
+        for (int k = 0; k < kDim; ++k) it->second[k] += g[i * kDim + k];
+      }
+    }
+    std::vector<int64_t> ids;
+    std::vector<float> mean;
+    for (const auto& [id, sum] : sums) {
+      ids.push_back(id);
+      for (float v : sum) mean.push_back(v * (1.0f / kRanks));
+    }
+    ASSERT_TRUE(reference.Push(0, step, ids, mean, Soon()).ok());
+  }
+  EXPECT_EQ(table.step(), kSteps);
+  std::vector<int64_t> all(kRows);
+  for (int64_t i = 0; i < kRows; ++i) all[i] = i;
+  std::vector<float> got(kRows * kDim), want(kRows * kDim);
+  ASSERT_TRUE(table.Pull(all, absl::MakeSpan(got)).ok());
+  ASSERT_TRUE(reference.Pull(all, absl::MakeSpan(want)).ok());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "row " << i / kDim;
+
+  table.Shutdown();
+  const std::vector<int64_t> one = {3};
+  std::vector<float> before(kDim), after(kDim);
+  ASSERT_TRUE(table.Pull(one, absl::MakeSpan(before)).ok());
+  EXPECT_EQ(table.Push(0, kSteps, one, std::vector<float>(kDim, 1.0f), Soon()).code(),
+            absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(table.Pull(one, absl::MakeSpan(after)).ok());
+  EXPECT_EQ(after, before);
 }
 
 TEST(SparseTableTest, AsyncAppliesEachPushAtOnce) {
