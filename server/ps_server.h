@@ -64,6 +64,7 @@ class PsServer {
   const PsService& service() const { return *service_; }
   const TensorStreamService& stream_service() const { return *stream_service_; }
   const SparseService& sparse_service() const { return *sparse_service_; }
+  const SparseRowsMethods& sparse_rows() const { return *sparse_rows_; }
   // Message bytes this shard's link carried, over both services.
   int64_t bytes_received() const {
     return service_->bytes_received() + stream_service_->bytes_received() +

@@ -23,6 +23,8 @@ class SparseRowsMethods {
   // Adds Pull and Push to `methods`. This object must outlive the server.
   void AddTo(GenericMethods& methods);
 
+  // Pushes being served now (status and tests).
+  int pushes_in_flight() const { return pushes_.load(); }
   // Frame bytes received and sent.
   int64_t bytes_received() const { return bytes_received_.load(); }
   int64_t bytes_sent() const { return bytes_sent_.load(); }

@@ -528,19 +528,32 @@ TEST(SparseTablesGrpcTest, BadRawFramesAreRefusedAndAWaitingPushEndsAtShutdown) 
   ASSERT_TRUE((*client)->Pull("ids", 2, {5}, absl::MakeSpan(after)).ok());
   EXPECT_EQ(after, before);  // Nothing was applied.
 
-  // Rank 0 pushes step 0 and waits for rank 1, which never comes: stopping the shard ends
-  // the wait with UNAVAILABLE at once, not at the step timeout.
-  grpc::Status waited;
-  std::thread push([&] {
-    grpc::ByteBuffer answer;
-    waited = RawSparseCall(address, kSparsePushMethod, SparseRowsFrame(h, id, {1, 1}, 2), &answer);
-  });
-  absl::SleepFor(absl::Milliseconds(300));
+  // Rank 0 pushes step 0 (and retries it) and waits for rank 1, which never comes: the
+  // shard serves 4 pushes per worker at once (8 here); one more is RESOURCE_EXHAUSTED at once.
+  // Stopping the shard then ends the waits with UNAVAILABLE, not at the step timeout.
+  constexpr int kAllowed = 8;
+  std::vector<grpc::Status> waited(kAllowed);
+  std::vector<std::thread> pushes;
+  for (int k = 0; k < kAllowed; ++k) {
+    pushes.emplace_back([&, k] {
+      grpc::ByteBuffer answer;
+      waited[k] =
+          RawSparseCall(address, kSparsePushMethod, SparseRowsFrame(h, id, {1, 1}, 2), &answer);
+    });
+  }
+  for (int wait = 0; wait < 400 && (*server)->sparse_rows().pushes_in_flight() < kAllowed; ++wait) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ((*server)->sparse_rows().pushes_in_flight(), kAllowed);
+  s = RawSparseCall(address, kSparsePushMethod, SparseRowsFrame(h, id, {1, 1}, 2), &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   const absl::Time stop = absl::Now();
   (*server)->Shutdown();
-  push.join();
+  for (auto& t : pushes) t.join();
   EXPECT_LT(absl::Now() - stop, absl::Seconds(10));
-  EXPECT_EQ(waited.error_code(), grpc::StatusCode::UNAVAILABLE) << waited.error_message();
+  for (const grpc::Status& w : waited) {
+    EXPECT_EQ(w.error_code(), grpc::StatusCode::UNAVAILABLE) << w.error_message();
+  }
 }
 
 }  // namespace
