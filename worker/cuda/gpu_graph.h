@@ -5,8 +5,9 @@
 //
 // Every CPU op has a twin: the ops that run one nn::Layer through gpu_network.h's layers
 // (Conv, Gemm/MatMul as nn.Linear with a transposed weight staged, BatchNormalization, Relu,
-// Sigmoid, MaxPool (ceil_mode by our kernels), AveragePool, GlobalAveragePool, ReduceMean,
-// Flatten); grouped and depthwise Conv (cuDNN's group count); Identity, Reshape, Cast
+// Sigmoid, MaxPool and AveragePool (ceil_mode and count_include_pad=False by our kernels),
+// GlobalAveragePool, ReduceMean, Flatten); grouped and depthwise Conv (cuDNN's group count);
+// Identity, Reshape, Cast
 // (views); Dropout (the CPU node's masks, bit for bit); Tanh, Erf, HardSigmoid, HardSwish,
 // LeakyRelu, Clip; Add, Sub, Mul, Div in the CPU's forms (same dims, per channel, a scalar);
 // Pad; Softmax and LogSoftmax over the channels; Concat over the channels (graph_kernels.h).

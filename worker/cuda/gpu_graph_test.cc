@@ -327,6 +327,15 @@ TEST_F(GpuTwinTest, PadSoftmaxConcatAndStagedWeights) {
                                       {"pads", pads},
                                       {"ceil_mode", int64_t{1}}})}));
   }
+  // AveragePool with ceil_mode and count_include_pad=0 (our kernels, the CPU's divisors).
+  for (int64_t include : {0, 1}) {
+    Check(Chain({2, 6, 6}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
+                                     {{"kernel_shape", Ints{3, 3}},
+                                      {"strides", Ints{2, 2}},
+                                      {"pads", Ints{1, 1, 1, 1}},
+                                      {"ceil_mode", int64_t{1}},
+                                      {"count_include_pad", include}})}));
+  }
   // Dropout in training: the CPU's masks.
   Check(Chain({2, 3, 4}, {MakeNode("Dropout", "d", {"x"}, {"y"}, {{"ratio", 0.3f}})}), 5);
 }

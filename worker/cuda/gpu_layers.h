@@ -190,13 +190,14 @@ class GpuPool2d final : public GpuLayer {
   cudnnPoolingDescriptor_t pool_ = nullptr;
 };
 
-// MaxPool2d of any output size by our kernels (graph_kernels.h): what ceil_mode needs, which
-// cuDNN's floor-rounding pooling cannot give. The same maxima and gradient as the CPU layer.
-class GpuDirectMaxPool2d final : public GpuLayer {
+// MaxPool2d and AvgPool2d of any output size by our kernels (graph_kernels.h): what
+// ceil_mode and AvgPool2d's count_include_pad=False need, which cuDNN's floor-rounding pooling
+// cannot give. The same values and gradients as the CPU layers, summed in their order.
+class GpuDirectPool2d final : public GpuLayer {
  public:
-  GpuDirectMaxPool2d(const nn::Pool2dOptions& options, const nn::Dims& input,
-                     const nn::Dims& output)
-      : o_(options), in_dims_(input), out_dims_(output) {}
+  enum class Kind { kMax, kAvg };
+  GpuDirectPool2d(Kind kind, const nn::Pool2dOptions& options, const nn::Dims& input,
+                  const nn::Dims& output);
   std::string ToString() const override;
   absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, DeviceTensor input,
                                        bool training) override;
@@ -204,12 +205,15 @@ class GpuDirectMaxPool2d final : public GpuLayer {
                                         bool need_input_grad) override;
 
  private:
+  const Kind kind_;
   const nn::Pool2dOptions o_;
   const nn::Dims in_dims_;
   const nn::Dims out_dims_;
+  std::vector<float> scale_;  // kAvg: 1 / each window's divisor (nn::AvgPoolDivisor).
   int batch_ = 0;
   DeviceBuffer<float> output_;
   DeviceBuffer<int32_t> argmax_;
+  DeviceBuffer<float> scale_on_device_;
   DeviceBuffer<float> grad_input_;
 };
 

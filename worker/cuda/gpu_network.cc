@@ -41,11 +41,16 @@ absl::StatusOr<std::unique_ptr<GpuLayer>> ToGpu(const nn::Layer<float>& layer,
   }
   if (auto* p = dynamic_cast<const nn::MaxPool2d<float>*>(&layer)) {
     if (p->options().ceil_mode) {  // cuDNN's pooling rounds its output size down: ours.
-      return std::make_unique<GpuDirectMaxPool2d>(p->options(), input, *output);
+      return std::make_unique<GpuDirectPool2d>(GpuDirectPool2d::Kind::kMax, p->options(), input,
+                                               *output);
     }
     return std::make_unique<GpuPool2d>(GpuPool2d::Kind::kMax, p->options(), input, *output);
   }
   if (auto* p = dynamic_cast<const nn::AvgPool2d<float>*>(&layer)) {
+    if (p->options().ceil_mode || !p->options().count_include_pad) {  // Ours, as for MaxPool.
+      return std::make_unique<GpuDirectPool2d>(GpuDirectPool2d::Kind::kAvg, p->options(), input,
+                                               *output);
+    }
     return std::make_unique<GpuPool2d>(GpuPool2d::Kind::kAvg, p->options(), input, *output);
   }
   if (dynamic_cast<const nn::GlobalAvgPool2d<float>*>(&layer) != nullptr) {

@@ -6,6 +6,7 @@
 #include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/library_status.h"
+#include "worker/nn/avg_pool2d.h"
 
 namespace dptrain {
 namespace cuda {
@@ -181,37 +182,66 @@ absl::StatusOr<DeviceTensor> GpuPool2d::Backward(DeviceContext& ctx, DeviceTenso
   return DeviceTensor{dx, grad_output.batch, in_dims_};
 }
 
-// ---- MaxPool2d by our kernels (ceil_mode) --------------------------------------------------
+// ---- Pooling by our kernels (ceil_mode, count_include_pad=False) --------------------------
 
-std::string GpuDirectMaxPool2d::ToString() const {
-  return absl::StrCat("MaxPool2d(kernel_size=(", o_.kernel_h, ", ", o_.kernel_w, "), stride=(",
-                      o_.stride_h, ", ", o_.stride_w, "), padding=(", o_.pad_h, ", ", o_.pad_w,
-                      "), ceil_mode=", o_.ceil_mode ? "True" : "False", ")");
+GpuDirectPool2d::GpuDirectPool2d(Kind kind, const nn::Pool2dOptions& options, const nn::Dims& input,
+                                 const nn::Dims& output)
+    : kind_(kind), o_(options), in_dims_(input), out_dims_(output) {
+  if (kind_ != Kind::kAvg) return;
+  for (int oy = 0; oy < out_dims_.h; ++oy) {
+    for (int ox = 0; ox < out_dims_.w; ++ox) {
+      scale_.push_back(1.0f /
+                       static_cast<float>(nn::AvgPoolDivisor(o_, in_dims_.h, in_dims_.w, oy, ox)));
+    }
+  }
 }
 
-absl::StatusOr<DeviceTensor> GpuDirectMaxPool2d::Forward(DeviceContext& ctx, DeviceTensor input,
-                                                         bool training) {
+std::string GpuDirectPool2d::ToString() const {
+  return nn::PoolToString(kind_ == Kind::kMax ? "MaxPool2d" : "AvgPool2d", o_);
+}
+
+absl::StatusOr<DeviceTensor> GpuDirectPool2d::Forward(DeviceContext& ctx, DeviceTensor input,
+                                                      bool training) {
   batch_ = input.batch;
   const int64_t planes = int64_t{input.batch} * in_dims_.c;
   const int64_t n = planes * out_dims_.h * out_dims_.w;
   DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n));
-  DPTRAIN_ASSIGN_OR_RETURN(int32_t * argmax, argmax_.Ensure(ctx, n));
-  DPTRAIN_RETURN_IF_ERROR(MaxPoolForward(
-      input.data, y, argmax, planes, in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w, o_.kernel_h,
-      o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w, ctx.stream()));
+  if (kind_ == Kind::kMax) {
+    DPTRAIN_ASSIGN_OR_RETURN(int32_t * argmax, argmax_.Ensure(ctx, n));
+    DPTRAIN_RETURN_IF_ERROR(MaxPoolForward(
+        input.data, y, argmax, planes, in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w,
+        o_.kernel_h, o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w, ctx.stream()));
+    return DeviceTensor{y, input.batch, out_dims_};
+  }
+  if (scale_on_device_.data() == nullptr) {  // Once: the divisors depend on the dims only.
+    DPTRAIN_ASSIGN_OR_RETURN(float* scale,
+                             scale_on_device_.Ensure(ctx, static_cast<int64_t>(scale_.size())));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        scale, scale_.data(), scale_.size() * sizeof(float), cudaMemcpyHostToDevice, ctx.stream()));
+  }
+  DPTRAIN_RETURN_IF_ERROR(AvgPoolForward(input.data, y, scale_on_device_.data(), planes, in_dims_.h,
+                                         in_dims_.w, out_dims_.h, out_dims_.w, o_.kernel_h,
+                                         o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w,
+                                         ctx.stream()));
   return DeviceTensor{y, input.batch, out_dims_};
 }
 
-absl::StatusOr<DeviceTensor> GpuDirectMaxPool2d::Backward(DeviceContext& ctx,
-                                                          DeviceTensor grad_output,
-                                                          bool need_input_grad) {
+absl::StatusOr<DeviceTensor> GpuDirectPool2d::Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                       bool need_input_grad) {
   if (!need_input_grad) return DeviceTensor{};
   const int64_t planes = int64_t{batch_} * in_dims_.c;
   DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, planes * in_dims_.h * in_dims_.w));
-  DPTRAIN_RETURN_IF_ERROR(MaxPoolBackward(grad_output.data, argmax_.data(), dx, planes, in_dims_.h,
-                                          in_dims_.w, out_dims_.h, out_dims_.w, o_.kernel_h,
-                                          o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w,
-                                          ctx.stream()));
+  if (kind_ == Kind::kMax) {
+    DPTRAIN_RETURN_IF_ERROR(MaxPoolBackward(grad_output.data, argmax_.data(), dx, planes,
+                                            in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w,
+                                            o_.kernel_h, o_.kernel_w, o_.stride_h, o_.stride_w,
+                                            o_.pad_h, o_.pad_w, ctx.stream()));
+  } else {
+    DPTRAIN_RETURN_IF_ERROR(AvgPoolBackward(grad_output.data, scale_on_device_.data(), dx, planes,
+                                            in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w,
+                                            o_.kernel_h, o_.kernel_w, o_.stride_h, o_.stride_w,
+                                            o_.pad_h, o_.pad_w, ctx.stream()));
+  }
   return DeviceTensor{dx, batch_, in_dims_};
 }
 

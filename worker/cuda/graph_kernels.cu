@@ -218,6 +218,47 @@ __global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, fl
   }
 }
 
+__global__ void AvgPoolForwardKernel(const float* x, float* y, const float* scale, int64_t planes,
+                                     int in_h, int in_w, int out_h, int out_w, int kernel_h,
+                                     int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w) {
+  const int64_t n = planes * out_h * out_w;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const int64_t p = i / (int64_t{out_h} * out_w);
+    const int oh = static_cast<int>(i / out_w % out_h), ow = static_cast<int>(i % out_w);
+    const int r0 = oh * stride_h - pad_h, c0 = ow * stride_w - pad_w;
+    const float* plane = x + p * in_h * in_w;
+    float sum = 0.0f;
+    for (int r = max(r0, 0); r < min(r0 + kernel_h, in_h); ++r) {
+      for (int c = max(c0, 0); c < min(c0 + kernel_w, in_w); ++c) sum += plane[r * in_w + c];
+    }
+    y[i] = sum * scale[oh * out_w + ow];
+  }
+}
+
+__global__ void AvgPoolBackwardKernel(const float* dy, const float* scale, float* dx,
+                                      int64_t planes, int in_h, int in_w, int out_h, int out_w,
+                                      int kernel_h, int kernel_w, int stride_h, int stride_w,
+                                      int pad_h, int pad_w) {
+  const int64_t n = planes * in_h * in_w;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const int64_t p = i / (int64_t{in_h} * in_w);
+    const int r = static_cast<int>(i / in_w % in_h), c = static_cast<int>(i % in_w);
+    const int oh0 = max(0, (r + pad_h - kernel_h + stride_h) / stride_h);
+    const int oh1 = min(out_h - 1, (r + pad_h) / stride_h);
+    const int ow0 = max(0, (c + pad_w - kernel_w + stride_w) / stride_w);
+    const int ow1 = min(out_w - 1, (c + pad_w) / stride_w);
+    const int64_t base = p * out_h * out_w;
+    float sum = 0.0f;
+    for (int oh = oh0; oh <= oh1; ++oh) {
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        sum += dy[base + int64_t{oh} * out_w + ow] * scale[oh * out_w + ow];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
 }  // namespace
 
 absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
@@ -325,6 +366,29 @@ absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, 
                                                             out_h, out_w, kernel_h, kernel_w,
                                                             stride_h, stride_w, pad_h, pad_w);
   return Launched("MaxPoolBackwardKernel<<<>>>");
+}
+
+absl::Status AvgPoolForward(const float* x, float* y, const float* scale, int64_t planes, int in_h,
+                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream) {
+  const int64_t n = planes * out_h * out_w;
+  if (n <= 0) return absl::OkStatus();
+  AvgPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, scale, planes, in_h, in_w, out_h,
+                                                           out_w, kernel_h, kernel_w, stride_h,
+                                                           stride_w, pad_h, pad_w);
+  return Launched("AvgPoolForwardKernel<<<>>>");
+}
+
+absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, int64_t planes,
+                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                             int stride_h, int stride_w, int pad_h, int pad_w,
+                             cudaStream_t stream) {
+  const int64_t n = planes * in_h * in_w;
+  if (n <= 0) return absl::OkStatus();
+  AvgPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, scale, dx, planes, in_h, in_w,
+                                                            out_h, out_w, kernel_h, kernel_w,
+                                                            stride_h, stride_w, pad_h, pad_w);
+  return Launched("AvgPoolBackwardKernel<<<>>>");
 }
 
 }  // namespace cuda

@@ -70,6 +70,17 @@ absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, 
                              int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
                              int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
 
+// Average pooling of any output size (ceil_mode, count_include_pad=False): each window's sum,
+// row-major from zero as the CPU layer sums it, times scale[oy * out_w + ox] (1 / the window's
+// divisor, nn::AvgPoolDivisor); backward gives each input element the dy * scale of every
+// window covering it, in the windows' order.
+absl::Status AvgPoolForward(const float* x, float* y, const float* scale, int64_t planes, int in_h,
+                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
+absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, int64_t planes,
+                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
+                             int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace dptrain
 

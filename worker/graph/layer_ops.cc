@@ -465,10 +465,9 @@ struct BatchNorm {
   }
 };
 
-// `ceil_mode_allowed`: MaxPool's (AveragePool with ceil_mode is refused).
-absl::StatusOr<nn::Pool2dOptions> ReadPool(const NodeContext& ctx, bool ceil_mode_allowed) {
+absl::StatusOr<nn::Pool2dOptions> ReadPool(const NodeContext& ctx) {
   DPTRAIN_ASSIGN_OR_RETURN(const int64_t ceil_mode, IntAttribute(ctx.node, "ceil_mode", 0));
-  if (ceil_mode != 0 && (ceil_mode != 1 || !ceil_mode_allowed)) {
+  if (ceil_mode != 0 && ceil_mode != 1) {
     return ctx.Error(absl::StrCat("ceil_mode=", ceil_mode, " unsupported"));
   }
   DPTRAIN_ASSIGN_OR_RETURN(const Window w, ReadWindow(ctx, {}));
@@ -485,7 +484,7 @@ struct MaxPool {
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t storage_order,
                              IntAttribute(ctx.node, "storage_order", 0));
     if (storage_order != 0) return ctx.Error("storage_order=1 unsupported");
-    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx, /*ceil_mode_allowed=*/true));
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx));
     return MakeLayerNode<T>(ctx, std::make_unique<nn::MaxPool2d<T>>(o));
   }
 };
@@ -496,14 +495,13 @@ struct AveragePool {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(
         ctx.node,
         {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}));
-    DPTRAIN_ASSIGN_OR_RETURN(const nn::Pool2dOptions o, ReadPool(ctx, /*ceil_mode_allowed=*/false));
+    DPTRAIN_ASSIGN_OR_RETURN(nn::Pool2dOptions o, ReadPool(ctx));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t include_pad,
                              IntAttribute(ctx.node, "count_include_pad", 0));
-    if ((o.pad_h > 0 || o.pad_w > 0) && include_pad == 0) {
-      return ctx.Error(
-          "padding with count_include_pad=0 unsupported (only AvgPool2d's default "
-          "count_include_pad=True)");
+    if (include_pad != 0 && include_pad != 1) {
+      return ctx.Error(absl::StrCat("count_include_pad=", include_pad, " unsupported"));
     }
+    o.count_include_pad = include_pad == 1;
     return MakeLayerNode<T>(ctx, std::make_unique<nn::AvgPool2d<T>>(o));
   }
 };

@@ -254,6 +254,23 @@ TEST_F(OpsTest, Pooling) {
   Check(Chain({3, 4, 5}, {MakeNode("GlobalAveragePool", "p", {"x"}, {"y"})}));
 }
 
+// AveragePool with ceil_mode and count_include_pad=0 (ONNX's default; PyTorch's
+// count_include_pad=False, as ResNet-D's shortcut pooling), with and without padding.
+TEST_F(OpsTest, AveragePoolCeilModeAndCountExcludePad) {
+  for (int64_t include : {0, 1}) {
+    Check(Chain({2, 6, 6}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
+                                     {{"kernel_shape", Ints{3, 3}},
+                                      {"strides", Ints{2, 2}},
+                                      {"pads", Ints{1, 1, 1, 1}},
+                                      {"ceil_mode", int64_t{1}},
+                                      {"count_include_pad", include}})}));
+  }
+  Check(Chain({2, 5, 7}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
+                                   {{"kernel_shape", Ints{2, 2}},
+                                    {"strides", Ints{2, 2}},
+                                    {"ceil_mode", int64_t{1}}})}));
+}
+
 // torchvision's GoogLeNet/SqueezeNet pooling: MaxPool2d(3, 2, ceil_mode=True), 7x7 -> 3x3.
 TEST_F(OpsTest, MaxPoolCeilMode) {
   Check(Chain({2, 7, 7}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
@@ -349,13 +366,12 @@ TEST_F(OpsTest, FactoriesRefuseWhatTheyDoNotImplement) {
             "node 'c' (Conv): unsupported attribute 'foo'");
   EXPECT_EQ(BuildError(Chain(
                 {2, 5, 5}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
-                                     {{"kernel_shape", Ints{2, 2}}, {"ceil_mode", int64_t{1}}})})),
-            "node 'p' (AveragePool): ceil_mode=1 unsupported");
-  EXPECT_EQ(BuildError(Chain(
-                {2, 5, 5}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
-                                     {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}})})),
-            "node 'p' (AveragePool): padding with count_include_pad=0 unsupported (only "
-            "AvgPool2d's default count_include_pad=True)");
+                                     {{"kernel_shape", Ints{2, 2}}, {"ceil_mode", int64_t{2}}})})),
+            "node 'p' (AveragePool): ceil_mode=2 unsupported");
+  EXPECT_EQ(BuildError(Chain({2, 5, 5}, {MakeNode("AveragePool", "p", {"x"}, {"y"},
+                                                  {{"kernel_shape", Ints{3, 3}},
+                                                   {"count_include_pad", int64_t{3}}})})),
+            "node 'p' (AveragePool): count_include_pad=3 unsupported");
   EXPECT_TRUE(absl::StrContains(
       BuildError(Chain({3, 1, 1},
                        {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"},

@@ -55,26 +55,32 @@ std::string AvgPool2d<T>::ToString() const {
 
 template <typename T>
 absl::StatusOr<Dims> AvgPool2d<T>::OutputDims(const Dims& input) const {
-  if (o_.ceil_mode) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(PoolToString("AvgPool2d", o_), ": ceil_mode unsupported"));
-  }
   return PoolOutputDims("AvgPool2d", o_, input);
 }
 
 template <typename T>
 bool AvgPool2d<T>::is_2x2() const {
   return o_.kernel_h == 2 && o_.kernel_w == 2 && o_.stride_h == 2 && o_.stride_w == 2 &&
-         o_.pad_h == 0 && o_.pad_w == 0;
+         o_.pad_h == 0 && o_.pad_w == 0 && !o_.ceil_mode;
+}
+
+int AvgPoolDivisor(const Pool2dOptions& o, int h, int w, int oy, int ox) {
+  // PyTorch's avg_pool2d: the window's extent up to the padded input's end, then (without
+  // count_include_pad) only the part inside the input.
+  const int hs = oy * o.stride_h - o.pad_h, ws = ox * o.stride_w - o.pad_w;
+  const int he = std::min(hs + o.kernel_h, h + o.pad_h),
+            we = std::min(ws + o.kernel_w, w + o.pad_w);
+  if (o.count_include_pad) return (he - hs) * (we - ws);
+  return (std::min(he, h) - std::max(hs, 0)) * (std::min(we, w) - std::max(ws, 0));
 }
 
 template <typename T>
 TensorRef<T> AvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
   in_dims_ = input.dims;
-  out_dims_ = Dims{input.dims.c, (input.dims.h + 2 * o_.pad_h - o_.kernel_h) / o_.stride_h + 1,
-                   (input.dims.w + 2 * o_.pad_w - o_.kernel_w) / o_.stride_w + 1};
+  out_dims_ = Dims{input.dims.c,
+                   PooledLength(input.dims.h, o_.kernel_h, o_.stride_h, o_.pad_h, o_.ceil_mode),
+                   PooledLength(input.dims.w, o_.kernel_w, o_.stride_w, o_.pad_w, o_.ceil_mode)};
   const int h = in_dims_.h, w = in_dims_.w, oh = out_dims_.h, ow = out_dims_.w;
-  const T scale = T(1) / T(o_.kernel_h * o_.kernel_w);
   const int64_t planes = int64_t{input.batch} * in_dims_.c;
   T* y = EnsureSize(output_, planes * oh * ow);
   const int64_t min_planes =
@@ -104,7 +110,7 @@ TensorRef<T> AvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
               for (int iy = y0; iy < y1; ++iy) {
                 for (int ix = x0; ix < x1; ++ix) sum += x[iy * w + ix];
               }
-              yp[oy * ow + ox] = sum * scale;
+              yp[oy * ow + ox] = sum * (T(1) / T(AvgPoolDivisor(o_, h, w, oy, ox)));
             }
           }
         }
@@ -117,7 +123,6 @@ template <typename T>
 TensorRef<T> AvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
   if (!need_input_grad) return {};
   const int h = in_dims_.h, w = in_dims_.w, oh = out_dims_.h, ow = out_dims_.w;
-  const T scale = T(1) / T(o_.kernel_h * o_.kernel_w);
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
   T* dx = this->GradInputBuffer(grad_output.data, planes * h * w);
   const int64_t min_planes = planes * h * w >= kMinParallelElements ? 2 : planes + 1;
@@ -143,7 +148,7 @@ TensorRef<T> AvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_gr
             for (int ox = 0; ox < ow; ++ox) {
               const int x0 = std::max(0, ox * o_.stride_w - o_.pad_w);
               const int x1 = std::min(w, ox * o_.stride_w - o_.pad_w + o_.kernel_w);
-              const T g = dy[oy * ow + ox] * scale;
+              const T g = dy[oy * ow + ox] * (T(1) / T(AvgPoolDivisor(o_, h, w, oy, ox)));
               for (int iy = y0; iy < y1; ++iy) {
                 for (int ix = x0; ix < x1; ++ix) dxp[iy * w + ix] += g;
               }

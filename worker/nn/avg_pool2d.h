@@ -1,6 +1,6 @@
-// Average pooling as PyTorch's nn.AvgPool2d(kernel_size, stride, padding) with the defaults
-// ceil_mode=False and count_include_pad=True: every window is divided by kh * kw, padded zeros
-// included. No parameters.
+// Average pooling as PyTorch's nn.AvgPool2d(kernel_size, stride, padding, ceil_mode,
+// count_include_pad): each window's sum divided by AvgPoolDivisor (kh * kw, padded zeros
+// included, by default). No parameters.
 #ifndef DPTRAIN_WORKER_NN_AVG_POOL2D_H_
 #define DPTRAIN_WORKER_NN_AVG_POOL2D_H_
 
@@ -15,6 +15,11 @@ namespace dptrain {
 namespace nn {
 
 using AvgPool2dOptions = Pool2dOptions;
+
+// The divisor of output (oy, ox) of an h x w plane, as PyTorch's avg_pool2d: the window's
+// extent up to the end of the padded input (a ceil_mode window may end past it), then, without
+// count_include_pad, only the part inside the input.
+int AvgPoolDivisor(const Pool2dOptions& o, int h, int w, int oy, int ox);
 
 template <typename T>
 class AvgPool2d final : public Layer<T> {

@@ -21,8 +21,11 @@ struct Pool2dOptions {
   int pad_h = 0;
   int pad_w = 0;
   // Output size rounded up (PyTorch's ceil_mode=True): a last, partial window is kept if it
-  // starts inside the input or its left padding. MaxPool2d only (AvgPool2d refuses it).
+  // starts inside the input or its left padding.
   bool ceil_mode = false;
+  // AvgPool2d: whether padded zeros count in a window's divisor (PyTorch's default), or only
+  // the input elements it covers (count_include_pad=False). MaxPool2d ignores it.
+  bool count_include_pad = true;
 
   // As nn.*Pool2d(kernel_size=k, stride=s, padding=p); stride 0 means stride = kernel.
   static Pool2dOptions Square(int kernel, int stride = 0, int padding = 0) {
