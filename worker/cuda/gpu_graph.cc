@@ -8,8 +8,8 @@
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/gpu_network.h"
 #include "worker/cuda/graph_kernels.h"
-#include "worker/nn/sequential_block.h"
 #include "worker/cuda/kernels.h"
+#include "worker/nn/sequential_block.h"
 
 namespace dptrain {
 namespace cuda {
@@ -595,6 +595,10 @@ absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor
     DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, registry.Create(ctx));
     g->nodes_.push_back(std::move(twin));
   }
+  for (const auto& node : cpu.nodes()) {  // One part per parameter, numbered node by node.
+    g->first_part_.push_back(g->num_parts_);
+    g->num_parts_ += static_cast<int>(node.param_offsets.size());
+  }
   const size_t values = cpu.value_dims().size();
   g->values_.resize(values);
   g->grad_views_.resize(values);
@@ -669,6 +673,16 @@ absl::Status GpuGraph::Accumulate(DeviceContext& ctx, int v, DeviceTensor grad) 
   return AddInto(grad.data, grad_sums_[v].data(), grad.size(), ctx.stream());
 }
 
+absl::Status GpuGraph::ReportGrads(int node) {
+  if (!grads_ready_) return absl::OkStatus();
+  const auto& plan = cpu_.nodes()[node];
+  for (size_t s = 0; s < plan.param_offsets.size(); ++s) {
+    DPTRAIN_RETURN_IF_ERROR(grads_ready_(first_part_[node] + static_cast<int>(s),
+                                         plan.param_offsets[s], plan.param_sizes[s]));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                 bool need_input_grad) {
   const auto& plan = cpu_.nodes();
@@ -690,6 +704,7 @@ absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor
         DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
             grads_ + node.param_offsets[s], 0, node.param_sizes[s] * sizeof(float), ctx.stream()));
       }
+      DPTRAIN_RETURN_IF_ERROR(ReportGrads(n));
       continue;
     }
     need.clear();
@@ -699,9 +714,7 @@ absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (need[i]) DPTRAIN_RETURN_IF_ERROR(Accumulate(ctx, node.inputs[i], grads[i]));
     }
-  }
-  if (grads_ready_ && cpu_.num_params() > 0) {
-    DPTRAIN_RETURN_IF_ERROR(grads_ready_(0, 0, cpu_.num_params()));
+    DPTRAIN_RETURN_IF_ERROR(ReportGrads(n));
   }
   if (!need_input_grad) return DeviceTensor{};
   if (!grad_ready_[0]) {

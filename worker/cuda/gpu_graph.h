@@ -79,7 +79,8 @@ class GpuOpRegistry {
 GpuOpRegistry GpuOps();
 
 // The graph that `cpu` runs, on the GPU: same parameters, buffers and names (in the CPU
-// executor's layout), one part (its whole gradient is reported at the end of Backward).
+// executor's layout). Its parts are the parameters: each is reported (GradsReady) as soon as
+// its node's backward is enqueued, so the model copies it out while earlier nodes compute.
 class GpuGraph final : public GpuNetwork {
  public:
   // `cpu` must outlive the GpuGraph (its nodes describe the twins). Unimplemented for a node
@@ -96,15 +97,19 @@ class GpuGraph final : public GpuNetwork {
                                        bool training) override;
   absl::StatusOr<DeviceTensor> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                         bool need_input_grad) override;
-  int num_parts() const override { return 1; }
+  int num_parts() const override { return num_parts_; }
 
  private:
   explicit GpuGraph(const graph::Executor<float>& cpu) : cpu_(cpu) {}
   // Adds `grad` to the gradient of value `v` (copied first where `v` has several readers).
   absl::Status Accumulate(DeviceContext& ctx, int v, DeviceTensor grad);
+  // GradsReady for each parameter of node `node`, its backward (or zeroing) enqueued.
+  absl::Status ReportGrads(int node);
 
   const graph::Executor<float>& cpu_;
   std::vector<std::unique_ptr<GpuNode>> nodes_;  // One per cpu_.nodes() entry.
+  std::vector<int> first_part_;                  // Per node: the part of its first parameter.
+  int num_parts_ = 0;
   float* grads_ = nullptr;
   std::vector<DeviceTensor> values_;      // Per value id, this step's.
   std::vector<DeviceTensor> grad_views_;  // Per value id: its gradient so far.

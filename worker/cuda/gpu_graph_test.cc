@@ -115,7 +115,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
-// Dropout) stay within fp32 rounding of the CPU graph model's.
+// Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
+// are those copied down parameter by parameter during backward.
 TEST(GpuGraphTest, DropoutMasksAreTheCpuModelsOnes) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
@@ -137,6 +138,9 @@ TEST(GpuGraphTest, DropoutMasksAreTheCpuModelsOnes) {
   absl::StatusOr<std::unique_ptr<nn::Model>> cpu =
       graph::CreateGraphModel(g, graph::BuiltinOps(), options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
+  // As a synchroniser does: from now on each parameter's gradient is copied down as soon as
+  // its node's backward is enqueued (one part per parameter).
+  (*gpu)->gradient_exchange();
   const fixtures::Batch batch = fixtures::ReferenceBatch(*ref);
   const int n = static_cast<int>(batch.labels.size());
   for (int step = 0; step < 3; ++step) {
