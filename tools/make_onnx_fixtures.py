@@ -24,6 +24,9 @@ The models:
   resnet     torchvision's ResNet layout (conv1 7x7/2 + bn1 + relu + maxpool 3/2, layer1..4 of
              two BasicBlocks each with a 1x1 downsample where the shape changes,
              avgpool, fc), at widths 8, 16, 24, 32 so that the file stays small.
+  pooling    AvgPool2d with ceil_mode and count_include_pad=False (ResNet-D's shortcut), with
+             ceil_mode alone, MaxPool2d with ceil_mode, nn.LayerNorm over a feature map and
+             over a Linear's features (exported with opset 17, as LayerNormalization).
   gated      A MobileNet/EfficientNet-style block: ReLU6 (Clip with constant bounds), a
              depthwise 3x3 and a grouped 1x1 convolution (group 8 and 2), a
              squeeze-and-excitation gate (Mul of [N, C, 1, 1] against [N, C, H, W]),
@@ -192,13 +195,41 @@ class Gated(nn.Module):
         return torch.log_softmax(self.fc(z.mean((2, 3))), dim=1)
 
 
+class Pooling(nn.Module):
+    """ResNet-D/Inception-style pooling and a LayerNorm head: AvgPool2d with ceil_mode and
+    count_include_pad=False, with ceil_mode and padding, MaxPool with ceil_mode, then
+    Linear + LayerNorm (exported as LayerNormalization: opset 17) + ReLU + Linear, and a
+    LayerNorm over a whole [C, H, W] feature map."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.pool1 = nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False)
+        self.pool2 = nn.AvgPool2d(2, 2, ceil_mode=True)
+        self.pool3 = nn.MaxPool2d(2, 2, ceil_mode=True)
+        self.norm_map = nn.LayerNorm([8, 5, 5])
+        self.fc1 = nn.Linear(8 * 5 * 5, 24)
+        self.norm = nn.LayerNorm(24)
+        self.fc2 = nn.Linear(24, classes)
+
+    def forward(self, x):
+        z = torch.relu(self.conv(x))                      # 32x32
+        z = self.pool3(self.pool2(self.pool1(z)))          # 17x17 -> 9x9 -> 5x5 (ceil)
+        z = self.norm_map(z).flatten(1)
+        return self.fc2(torch.relu(self.norm(self.fc1(z))))
+
+
 # name -> () -> (module, classes)
 MODELS = {
     "vgg": lambda: (VGG(), 10),
     "resnet": lambda: (ResNet([8, 16, 24, 32]), 10),
     "branching": lambda: (Branching(), 7),
     "gated": lambda: (Gated(), 10),
+    "pooling": lambda: (Pooling(), 10),
 }
+
+# Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
+MIN_OPSET = {"pooling": 17}
 
 
 def randomize_batch_norms(net):
@@ -243,7 +274,8 @@ def make_fixture(name, out_dir, opset):
     # (the C++ test checks that its state equals the file's initializers).
     onnx_path = os.path.join(out_dir, "%s.onnx" % name)
     torch.onnx.export(net, x, onnx_path, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, opset_version=opset)
+                      do_constant_folding=False,
+                      opset_version=opset if opset is not None else MIN_OPSET.get(name))
     # The trace also counted a batch in num_batches_tracked, which the file does not hold (the
     # importer starts it at 0): start the reference from 0 too.
     with torch.no_grad():

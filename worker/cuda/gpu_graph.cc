@@ -486,6 +486,64 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeSoftmaxTwin(const GpuNodeContext& c
       std::make_unique<SoftmaxTwin>(ctx.input_dims[0], spec.log_softmax));
 }
 
+// LayerNormalization over each whole sample (norm_ops.h): its scale and optional bias bound
+// where the graph keeps them.
+class LayerNormTwin final : public GpuNode {
+ public:
+  LayerNormTwin(nn::Dims dims, double eps) : dims_(dims), eps_(eps) {}
+
+  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) override {
+    scale_ = params[0];
+    scale_grad_ = grads[0];
+    bias_ = params.size() > 1 ? params[1] : nullptr;
+    bias_grad_ = grads.size() > 1 ? grads[1] : nullptr;
+  }
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const DeviceTensor& x = inputs[0];
+    batch_ = x.batch;
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, x.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(float* xhat, xhat_.Ensure(ctx, x.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(float* inv, inv_std_.Ensure(ctx, x.batch));
+    DPTRAIN_RETURN_IF_ERROR(LayerNormForward(x.data, scale_, bias_, y, xhat, inv, x.batch,
+                                             dims_.size(), eps_, ctx.stream()));
+    return DeviceTensor{y, x.batch, dims_};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    float* dx = nullptr;
+    if (need[0]) {
+      DPTRAIN_ASSIGN_OR_RETURN(dx, grad_input_.Ensure(ctx, grad_output.size()));
+    }
+    DPTRAIN_RETURN_IF_ERROR(LayerNormBackward(grad_output.data, xhat_.data(), inv_std_.data(),
+                                              scale_, scale_grad_, bias_grad_, dx, batch_,
+                                              dims_.size(), ctx.stream()));
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    return std::vector<DeviceTensor>{DeviceTensor{dx, batch_, dims_}};
+  }
+
+ private:
+  const nn::Dims dims_;
+  const double eps_;
+  const float* scale_ = nullptr;
+  const float* bias_ = nullptr;
+  float* scale_grad_ = nullptr;
+  float* bias_grad_ = nullptr;
+  int batch_ = 0;
+  DeviceBuffer<float> output_, xhat_, inv_std_, grad_input_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeLayerNormTwin(const GpuNodeContext& ctx) {
+  const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  if (!(spec.layer_norm_eps > 0) || ctx.input_dims.size() != 1) {
+    return ctx.Error("this form of the op");
+  }
+  return std::unique_ptr<GpuNode>(
+      std::make_unique<LayerNormTwin>(ctx.input_dims[0], spec.layer_norm_eps));
+}
+
 // The inputs side by side along the channels: per sample, input k's c*h*w elements after
 // those of inputs 0..k-1 (one strided copy per input and direction).
 class ConcatTwin final : public GpuNode {
@@ -583,6 +641,7 @@ GpuOpRegistry GpuOps() {
   r.Register("LogSoftmax", &MakeSoftmaxTwin);
   r.Register("Dropout", &MakeDropoutTwin);
   r.Register("Concat", &MakeConcatTwin);
+  r.Register("LayerNormalization", &MakeLayerNormTwin);
   return r;
 }
 

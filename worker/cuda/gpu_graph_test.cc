@@ -64,7 +64,7 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
-                         ::testing::Values("vgg", "resnet", "branching", "gated"));
+                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling"));
 
 // Every CPU op has a twin in GpuOps(); a registry without one refuses the node in one line.
 TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
@@ -112,7 +112,7 @@ TEST_P(GpuGraphParityTest, OneTrainStepMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
-                         ::testing::Values("vgg", "resnet", "branching", "gated"));
+                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
@@ -340,6 +340,12 @@ TEST_F(GpuTwinTest, PadSoftmaxConcatAndStagedWeights) {
                                       {"ceil_mode", int64_t{1}},
                                       {"count_include_pad", include}})}));
   }
+  // LayerNormalization over [N, F] with a bias and over a whole image without one.
+  Check(Chain({6, 1, 1}, {MakeNode("LayerNormalization", "ln", {"x", "s", "b"}, {"y"})},
+              {RandomConstant("s", {6}, 31, 0.5, 1.0), RandomConstant("b", {6}, 32)}));
+  Check(Chain({2, 3, 4},
+              {MakeNode("LayerNormalization", "ln", {"x", "s"}, {"y"}, {{"axis", int64_t{1}}})},
+              {RandomConstant("s", {2, 3, 4}, 33, 0.5, 1.0)}));
   // Dropout in training: the CPU's masks.
   Check(Chain({2, 3, 4}, {MakeNode("Dropout", "d", {"x"}, {"y"}, {{"ratio", 0.3f}})}), 5);
 }

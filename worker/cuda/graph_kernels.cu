@@ -1,7 +1,8 @@
+#include "worker/cuda/graph_kernels.h"
+
 #include <algorithm>
 
 #include "worker/cuda/cuda_status.h"
-#include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/kernel_launch.h"
 
 namespace dptrain {
@@ -259,6 +260,58 @@ __global__ void AvgPoolBackwardKernel(const float* dy, const float* scale, float
   }
 }
 
+// One thread per sample (feature counts are small: a normalization after a Linear).
+__global__ void LayerNormForwardKernel(const float* x, const float* scale, const float* bias,
+                                       float* y, float* xhat, float* inv_std, int batch,
+                                       int64_t size, double eps) {
+  DPTRAIN_GRID_STRIDE(n, batch) {
+    const float* in = x + n * size;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < size; ++i) mean += in[i];
+    mean /= static_cast<double>(size);
+    for (int64_t i = 0; i < size; ++i) var += (in[i] - mean) * (in[i] - mean);
+    var /= static_cast<double>(size);
+    const float inv = static_cast<float>(1.0 / sqrt(var + eps));
+    inv_std[n] = inv;
+    for (int64_t i = 0; i < size; ++i) {
+      const float h = static_cast<float>((in[i] - mean) * inv);
+      xhat[n * size + i] = h;
+      y[n * size + i] = __fadd_rn(__fmul_rn(h, scale[i]), bias != nullptr ? bias[i] : 0.0f);
+    }
+  }
+}
+
+// One thread per feature: its scale and bias gradients over the batch, in sample order.
+__global__ void LayerNormParamGradKernel(const float* dy, const float* xhat, float* scale_grad,
+                                         float* bias_grad, int batch, int64_t size) {
+  DPTRAIN_GRID_STRIDE(i, size) {
+    float ds = 0.0f, db = 0.0f;
+    for (int n = 0; n < batch; ++n) {
+      ds = __fadd_rn(ds, __fmul_rn(dy[n * size + i], xhat[n * size + i]));
+      db = __fadd_rn(db, dy[n * size + i]);
+    }
+    scale_grad[i] = ds;
+    if (bias_grad != nullptr) bias_grad[i] = db;
+  }
+}
+
+__global__ void LayerNormInputGradKernel(const float* dy, const float* xhat, const float* inv_std,
+                                         const float* scale, float* dx, int batch, int64_t size) {
+  DPTRAIN_GRID_STRIDE(n, batch) {
+    double sum = 0, dot = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      const double d = static_cast<double>(dy[n * size + i]) * scale[i];
+      sum += d;
+      dot += d * xhat[n * size + i];
+    }
+    const double k = inv_std[n] / static_cast<double>(size);
+    for (int64_t i = 0; i < size; ++i) {
+      const double d = static_cast<double>(dy[n * size + i]) * scale[i];
+      dx[n * size + i] = static_cast<float>(k * (size * d - sum - xhat[n * size + i] * dot));
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
@@ -389,6 +442,28 @@ absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, int
                                                             out_h, out_w, kernel_h, kernel_w,
                                                             stride_h, stride_w, pad_h, pad_w);
   return Launched("AvgPoolBackwardKernel<<<>>>");
+}
+
+absl::Status LayerNormForward(const float* x, const float* scale, const float* bias, float* y,
+                              float* xhat, float* inv_std, int batch, int64_t size, double eps,
+                              cudaStream_t stream) {
+  if (batch <= 0 || size <= 0) return absl::OkStatus();
+  LayerNormForwardKernel<<<Blocks(batch), kThreads, 0, stream>>>(x, scale, bias, y, xhat,
+                                                                 inv_std, batch, size, eps);
+  return Launched("LayerNormForwardKernel<<<>>>");
+}
+
+absl::Status LayerNormBackward(const float* dy, const float* xhat, const float* inv_std,
+                               const float* scale, float* scale_grad, float* bias_grad, float* dx,
+                               int batch, int64_t size, cudaStream_t stream) {
+  if (batch <= 0 || size <= 0) return absl::OkStatus();
+  LayerNormParamGradKernel<<<Blocks(size), kThreads, 0, stream>>>(dy, xhat, scale_grad,
+                                                                  bias_grad, batch, size);
+  if (absl::Status s = Launched("LayerNormParamGradKernel<<<>>>"); !s.ok()) return s;
+  if (dx == nullptr) return absl::OkStatus();
+  LayerNormInputGradKernel<<<Blocks(batch), kThreads, 0, stream>>>(dy, xhat, inv_std, scale, dx,
+                                                                   batch, size);
+  return Launched("LayerNormInputGradKernel<<<>>>");
 }
 
 }  // namespace cuda

@@ -81,6 +81,17 @@ absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, int
                              int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
                              int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
 
+// LayerNormalization over each of `batch` samples of `size` values (norm_ops.h), as the CPU
+// node computes it: the statistics in double, xhat and inv_std kept for backward; `bias` may be
+// null. Backward: d(scale) and d(bias) summed over the batch in sample order (bias_grad may be
+// null), and dx (when not null) = inv / S (S dxhat - sum dxhat - xhat sum(dxhat xhat)).
+absl::Status LayerNormForward(const float* x, const float* scale, const float* bias, float* y,
+                              float* xhat, float* inv_std, int batch, int64_t size, double eps,
+                              cudaStream_t stream);
+absl::Status LayerNormBackward(const float* dy, const float* xhat, const float* inv_std,
+                               const float* scale, float* scale_grad, float* bias_grad, float* dx,
+                               int batch, int64_t size, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace dptrain
 

@@ -119,6 +119,9 @@ struct TwinSpec {
   int groups = 1;
   // Pad: the zero rows above and columns left of the input (the rest follow from the dims).
   int pad_top = 0, pad_left = 0;
+  // LayerNormalization over each whole sample (norm_ops.h): its epsilon (0: not one);
+  // Params() say whether there is a bias.
+  double layer_norm_eps = 0;
   // Softmax or LogSoftmax over the channels.
   bool softmax = false, log_softmax = false;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/graph/layer_ops.h"
 #include "worker/graph/multi_input_ops.h"
+#include "worker/graph/norm_ops.h"
 #include "worker/graph/shape_ops.h"
 
 namespace dptrain {
@@ -92,6 +93,8 @@ OpRegistry BuiltinOps() {
   add("Mul", MulOp());
   add("Div", DivOp());
   add("Concat", ConcatOp());
+  // Normalizations with their own parameters (norm_ops.h):
+  add("LayerNormalization", LayerNormalizationOp());
   return r;
 }
 

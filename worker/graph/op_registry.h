@@ -3,8 +3,10 @@
 //
 // BuiltinOps() holds the CPU ops (ONNX names and semantics, restricted as each op's factory
 // says; the list is in op_registry.cc):
-//   Conv, Gemm, MatMul, Relu, Sigmoid, Tanh, BatchNormalization, MaxPool, AveragePool,
-//   GlobalAveragePool, Flatten, Reshape, Pad, Dropout, Identity, Add, Concat.
+//   Conv, Gemm, MatMul, Relu, Sigmoid, Tanh, LeakyRelu, Clip, Erf, HardSigmoid, HardSwish,
+//   BatchNormalization, LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
+//   ReduceMean, Flatten, Reshape, Pad, Dropout, Identity, Cast, Softmax, LogSoftmax, Add, Sub,
+//   Mul, Div, Concat.
 // A registry is a plain value: built once (e.g. in main), passed by const reference; it is
 // thread-compatible (concurrent const use is safe).
 #ifndef DPTRAIN_WORKER_GRAPH_OP_REGISTRY_H_

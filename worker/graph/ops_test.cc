@@ -271,6 +271,25 @@ TEST_F(OpsTest, AveragePoolCeilModeAndCountExcludePad) {
                                     {"ceil_mode", int64_t{1}}})}));
 }
 
+// LayerNormalization over each whole sample: nn.LayerNorm(F) on [N, F] (axis -1) with a
+// bias, and nn.LayerNorm([C, H, W]) (axis 1) without one; scale around 1.
+TEST_F(OpsTest, LayerNormalization) {
+  Check(Chain({6, 1, 1}, {MakeNode("LayerNormalization", "ln", {"x", "s", "b"}, {"y"})},
+              {RandomConstant("s", {6}, 31, 0.5, 1.0), RandomConstant("b", {6}, 32)}));
+  Check(Chain({2, 3, 4},
+              {MakeNode("LayerNormalization", "ln", {"x", "s"}, {"y"},
+                        {{"axis", int64_t{1}}, {"epsilon", 1e-3f}})},
+              {RandomConstant("s", {2, 3, 4}, 33, 0.5, 1.0)}));
+  const std::string error =
+      BuildError(Chain({2, 3, 4}, {MakeNode("LayerNormalization", "ln", {"x", "s"}, {"y"})},
+                       {RandomConstant("s", {4}, 34)}));
+  EXPECT_NE(error.find("axis -1 unsupported"), std::string::npos) << error;
+  EXPECT_NE(BuildError(Chain({6, 1, 1}, {MakeNode("LayerNormalization", "ln", {"x", "s"}, {"y"})},
+                             {RandomConstant("s", {5}, 35)}))
+                .find("expected 6 values"),
+            std::string::npos);
+}
+
 // torchvision's GoogLeNet/SqueezeNet pooling: MaxPool2d(3, 2, ceil_mode=True), 7x7 -> 3x3.
 TEST_F(OpsTest, MaxPoolCeilMode) {
   Check(Chain({2, 7, 7}, {MakeNode("MaxPool", "p", {"x"}, {"y"},

@@ -1,0 +1,146 @@
+#include "worker/graph/norm_ops.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/nn/tensor.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+using nn::EnsureSize;
+
+// y = (x - mean) / sqrt(var + eps) * scale + bias over each sample's S values (biased variance,
+// as nn.LayerNorm); the statistics in double.
+template <typename T>
+class LayerNormNode final : public NodeImpl<T> {
+ public:
+  LayerNormNode(Dims dims, double eps, std::vector<NodeTensorSpec> specs)
+      : dims_(dims), eps_(eps), specs_(std::move(specs)) {}
+
+  Dims output_dims() const override { return dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.layer_norm_eps = eps_;
+    return t;
+  }
+  std::vector<NodeTensorSpec> Params() const override { return specs_; }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    scale_ = params[0];
+    scale_grad_ = grads[0];
+    bias_ = specs_.size() > 1 ? params[1] : nullptr;
+    bias_grad_ = specs_.size() > 1 ? grads[1] : nullptr;
+  }
+
+  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    const int64_t s = dims_.size();
+    T* y = EnsureSize(output_, x.size());
+    T* xhat = EnsureSize(xhat_, x.size());
+    T* inv = EnsureSize(inv_std_, x.batch);
+    for (int n = 0; n < x.batch; ++n) {
+      const T* in = x.data + n * s;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < s; ++i) mean += in[i];
+      mean /= static_cast<double>(s);
+      for (int64_t i = 0; i < s; ++i) var += (in[i] - mean) * (in[i] - mean);
+      var /= static_cast<double>(s);
+      inv[n] = static_cast<T>(1.0 / std::sqrt(var + eps_));
+      for (int64_t i = 0; i < s; ++i) {
+        xhat[n * s + i] = static_cast<T>((in[i] - mean) * inv[n]);
+        y[n * s + i] = xhat[n * s + i] * scale_[i] + (bias_ != nullptr ? bias_[i] : T(0));
+      }
+    }
+    batch_ = x.batch;
+    return {y, x.batch, dims_};
+  }
+
+  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    const int64_t s = dims_.size();
+    const T* dy = grad_output.data;
+    const T* xhat = xhat_.data();
+    std::fill(scale_grad_, scale_grad_ + s, T(0));
+    if (bias_grad_ != nullptr) std::fill(bias_grad_, bias_grad_ + s, T(0));
+    for (int n = 0; n < batch_; ++n) {
+      for (int64_t i = 0; i < s; ++i) {
+        scale_grad_[i] += dy[n * s + i] * xhat[n * s + i];
+        if (bias_grad_ != nullptr) bias_grad_[i] += dy[n * s + i];
+      }
+    }
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    // dx = inv / S * (S dxhat - sum(dxhat) - xhat sum(dxhat xhat)), dxhat = dy * scale.
+    T* dx = EnsureSize(grad_input_, int64_t{batch_} * s);
+    for (int n = 0; n < batch_; ++n) {
+      double sum = 0, dot = 0;
+      for (int64_t i = 0; i < s; ++i) {
+        const double d = static_cast<double>(dy[n * s + i]) * scale_[i];
+        sum += d;
+        dot += d * xhat[n * s + i];
+      }
+      const double k = inv_std_[n] / static_cast<double>(s);
+      for (int64_t i = 0; i < s; ++i) {
+        const double d = static_cast<double>(dy[n * s + i]) * scale_[i];
+        dx[n * s + i] = static_cast<T>(k * (s * d - sum - xhat[n * s + i] * dot));
+      }
+    }
+    return {TensorRef<T>{dx, batch_, dims_}};
+  }
+
+ private:
+  const Dims dims_;
+  const double eps_;
+  const std::vector<NodeTensorSpec> specs_;
+  const T* scale_ = nullptr;
+  const T* bias_ = nullptr;
+  T* scale_grad_ = nullptr;
+  T* bias_grad_ = nullptr;
+  int batch_ = 0;
+  std::vector<T> output_, xhat_, inv_std_, grad_input_;
+};
+
+template <typename T>
+struct LayerNormalization {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis", "epsilon", "stash_type"}));
+    if (ctx.inputs.size() < 2 || ctx.inputs.size() > 3) {
+      return ctx.Error("LayerNormalization takes 2 or 3 inputs");
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims x, ctx.RuntimeInput(0));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(ctx.node, "axis", -1));
+    DPTRAIN_ASSIGN_OR_RETURN(const float eps, FloatAttribute(ctx.node, "epsilon", 1e-5f));
+    // The whole sample: axis 1; -3 of a [N, C, H, W] value (nn.LayerNorm([C, H, W]), the
+    // only rank where -3 normalizes anything but the batch); -1 of a [N, F] value.
+    const bool features = x.h == 1 && x.w == 1;
+    if (axis != 1 && axis != -3 && !(features && axis == -1)) {
+      return ctx.Error(absl::StrCat("axis ", axis,
+                                    " unsupported (over each whole sample: 1, -3 of a [N, C, H, "
+                                    "W] value or -1 of a [N, F] value)"));
+    }
+    if (!(eps > 0)) return ctx.Error(absl::StrCat("epsilon ", eps, " must be > 0"));
+    std::vector<NodeTensorSpec> specs;
+    for (size_t k : {size_t{1}, size_t{2}}) {
+      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t,
+                               ctx.ConstantInput(k, Tensor::Type::kFloat, /*optional=*/k == 2));
+      if (t == nullptr) continue;
+      if (t->num_elements() != x.size()) {
+        return ctx.Error(absl::StrCat(k == 1 ? "Scale" : "B", " is ", t->ToString(), ", expected ",
+                                      x.size(), " values (the sample's)"));
+      }
+      specs.push_back({ctx.inputs[k].name, t->shape, t, 0.0f});
+    }
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<LayerNormNode<T>>(x, static_cast<double>(eps), std::move(specs)));
+  }
+};
+
+}  // namespace
+
+OpFactory LayerNormalizationOp() { return MakeOpFactory<LayerNormalization>(); }
+
+}  // namespace graph
+}  // namespace dptrain
