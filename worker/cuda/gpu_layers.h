@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "worker/cuda/gpu_layer.h"
+#include "worker/cuda/graph_kernels.h"
 #include "worker/nn/conv2d.h"
 #include "worker/nn/pool2d_options.h"
 #include "worker/nn/residual.h"
@@ -205,6 +206,8 @@ class GpuDirectPool2d final : public GpuLayer {
                                         bool need_input_grad) override;
 
  private:
+  PoolGeometry Geometry(int batch) const;
+
   const Kind kind_;
   const nn::Pool2dOptions o_;
   const nn::Dims in_dims_;

@@ -200,17 +200,29 @@ std::string GpuDirectPool2d::ToString() const {
   return nn::PoolToString(kind_ == Kind::kMax ? "MaxPool2d" : "AvgPool2d", o_);
 }
 
+PoolGeometry GpuDirectPool2d::Geometry(int batch) const {
+  return {int64_t{batch} * in_dims_.c,
+          in_dims_.h,
+          in_dims_.w,
+          out_dims_.h,
+          out_dims_.w,
+          o_.kernel_h,
+          o_.kernel_w,
+          o_.stride_h,
+          o_.stride_w,
+          o_.pad_h,
+          o_.pad_w};
+}
+
 absl::StatusOr<DeviceTensor> GpuDirectPool2d::Forward(DeviceContext& ctx, DeviceTensor input,
                                                       bool training) {
   batch_ = input.batch;
-  const int64_t planes = int64_t{input.batch} * in_dims_.c;
-  const int64_t n = planes * out_dims_.h * out_dims_.w;
+  const PoolGeometry g = Geometry(input.batch);
+  const int64_t n = g.planes * g.out_h * g.out_w;
   DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n));
   if (kind_ == Kind::kMax) {
     DPTRAIN_ASSIGN_OR_RETURN(int32_t * argmax, argmax_.Ensure(ctx, n));
-    DPTRAIN_RETURN_IF_ERROR(MaxPoolForward(
-        input.data, y, argmax, planes, in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w,
-        o_.kernel_h, o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w, ctx.stream()));
+    DPTRAIN_RETURN_IF_ERROR(MaxPoolForward(input.data, y, argmax, g, ctx.stream()));
     return DeviceTensor{y, input.batch, out_dims_};
   }
   if (scale_on_device_.data() == nullptr) {  // Once: the divisors depend on the dims only.
@@ -219,28 +231,20 @@ absl::StatusOr<DeviceTensor> GpuDirectPool2d::Forward(DeviceContext& ctx, Device
     DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
         scale, scale_.data(), scale_.size() * sizeof(float), cudaMemcpyHostToDevice, ctx.stream()));
   }
-  DPTRAIN_RETURN_IF_ERROR(AvgPoolForward(input.data, y, scale_on_device_.data(), planes, in_dims_.h,
-                                         in_dims_.w, out_dims_.h, out_dims_.w, o_.kernel_h,
-                                         o_.kernel_w, o_.stride_h, o_.stride_w, o_.pad_h, o_.pad_w,
-                                         ctx.stream()));
+  DPTRAIN_RETURN_IF_ERROR(AvgPoolForward(input.data, y, scale_on_device_.data(), g, ctx.stream()));
   return DeviceTensor{y, input.batch, out_dims_};
 }
 
 absl::StatusOr<DeviceTensor> GpuDirectPool2d::Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                        bool need_input_grad) {
   if (!need_input_grad) return DeviceTensor{};
-  const int64_t planes = int64_t{batch_} * in_dims_.c;
-  DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, planes * in_dims_.h * in_dims_.w));
+  const PoolGeometry g = Geometry(batch_);
+  DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, g.planes * g.in_h * g.in_w));
   if (kind_ == Kind::kMax) {
-    DPTRAIN_RETURN_IF_ERROR(MaxPoolBackward(grad_output.data, argmax_.data(), dx, planes,
-                                            in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w,
-                                            o_.kernel_h, o_.kernel_w, o_.stride_h, o_.stride_w,
-                                            o_.pad_h, o_.pad_w, ctx.stream()));
+    DPTRAIN_RETURN_IF_ERROR(MaxPoolBackward(grad_output.data, argmax_.data(), dx, g, ctx.stream()));
   } else {
-    DPTRAIN_RETURN_IF_ERROR(AvgPoolBackward(grad_output.data, scale_on_device_.data(), dx, planes,
-                                            in_dims_.h, in_dims_.w, out_dims_.h, out_dims_.w,
-                                            o_.kernel_h, o_.kernel_w, o_.stride_h, o_.stride_w,
-                                            o_.pad_h, o_.pad_w, ctx.stream()));
+    DPTRAIN_RETURN_IF_ERROR(
+        AvgPoolBackward(grad_output.data, scale_on_device_.data(), dx, g, ctx.stream()));
   }
   return DeviceTensor{dx, batch_, in_dims_};
 }

@@ -165,24 +165,33 @@ __global__ void TransposeKernel(const float* in, float* out, int64_t rows, int64
   }
 }
 
-__global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, int64_t planes,
-                                     int in_h, int in_w, int out_h, int out_w, int kernel_h,
-                                     int kernel_w, int stride_h, int stride_w, int pad_h,
-                                     int pad_w) {
-  const int64_t n = planes * out_h * out_w;
+// The windows (oh, ow) that contain input element (r, c): oh * stride - pad <= r < that +
+// kernel, clamped to the output.
+struct WindowRange {
+  int oh0, oh1, ow0, ow1;
+};
+__device__ WindowRange WindowsOf(const PoolGeometry& g, int r, int c) {
+  return {max(0, (r + g.pad_h - g.kernel_h + g.stride_h) / g.stride_h),
+          min(g.out_h - 1, (r + g.pad_h) / g.stride_h),
+          max(0, (c + g.pad_w - g.kernel_w + g.stride_w) / g.stride_w),
+          min(g.out_w - 1, (c + g.pad_w) / g.stride_w)};
+}
+
+__global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, PoolGeometry g) {
+  const int64_t n = g.planes * g.out_h * g.out_w;
   DPTRAIN_GRID_STRIDE(i, n) {
-    const int64_t p = i / (int64_t{out_h} * out_w);
-    const int oh = static_cast<int>(i / out_w % out_h), ow = static_cast<int>(i % out_w);
-    const int r0 = oh * stride_h - pad_h, c0 = ow * stride_w - pad_w;
-    const float* plane = x + p * in_h * in_w;
+    const int64_t p = i / (int64_t{g.out_h} * g.out_w);
+    const int oh = static_cast<int>(i / g.out_w % g.out_h), ow = static_cast<int>(i % g.out_w);
+    const int r0 = oh * g.stride_h - g.pad_h, c0 = ow * g.stride_w - g.pad_w;
+    const float* plane = x + p * g.in_h * g.in_w;
     float best = -INFINITY;
     int32_t at = -1;
-    for (int r = max(r0, 0); r < min(r0 + kernel_h, in_h); ++r) {
-      for (int c = max(c0, 0); c < min(c0 + kernel_w, in_w); ++c) {
-        const float v = plane[r * in_w + c];
+    for (int r = max(r0, 0); r < min(r0 + g.kernel_h, g.in_h); ++r) {
+      for (int c = max(c0, 0); c < min(c0 + g.kernel_w, g.in_w); ++c) {
+        const float v = plane[r * g.in_w + c];
         if (at < 0 || v > best || (isnan(v) && !isnan(best))) {  // NaN wins, as on the CPU.
           best = v;
-          at = r * in_w + c;
+          at = r * g.in_w + c;
         }
       }
     }
@@ -194,24 +203,18 @@ __global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, 
 // One thread per input element: the dy of every window whose maximum it is, added in the
 // windows' row-major order (the CPU layer's order: deterministic, and the same bits).
 __global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, float* dx,
-                                      int64_t planes, int in_h, int in_w, int out_h, int out_w,
-                                      int kernel_h, int kernel_w, int stride_h, int stride_w,
-                                      int pad_h, int pad_w) {
-  const int64_t n = planes * in_h * in_w;
+                                      PoolGeometry g) {
+  const int64_t n = g.planes * g.in_h * g.in_w;
   DPTRAIN_GRID_STRIDE(i, n) {
-    const int64_t p = i / (int64_t{in_h} * in_w);
-    const int r = static_cast<int>(i / in_w % in_h), c = static_cast<int>(i % in_w);
-    const int32_t self = r * in_w + c;
-    // Windows oh with oh * stride - pad <= r < oh * stride - pad + kernel.
-    const int oh0 = max(0, (r + pad_h - kernel_h + stride_h) / stride_h);
-    const int oh1 = min(out_h - 1, (r + pad_h) / stride_h);
-    const int ow0 = max(0, (c + pad_w - kernel_w + stride_w) / stride_w);
-    const int ow1 = min(out_w - 1, (c + pad_w) / stride_w);
-    const int64_t base = p * out_h * out_w;
+    const int64_t p = i / (int64_t{g.in_h} * g.in_w);
+    const int r = static_cast<int>(i / g.in_w % g.in_h), c = static_cast<int>(i % g.in_w);
+    const int32_t self = r * g.in_w + c;
+    const WindowRange w = WindowsOf(g, r, c);
+    const int64_t base = p * g.out_h * g.out_w;
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; ++oh) {
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        const int64_t o = base + int64_t{oh} * out_w + ow;
+    for (int oh = w.oh0; oh <= w.oh1; ++oh) {
+      for (int ow = w.ow0; ow <= w.ow1; ++ow) {
+        const int64_t o = base + int64_t{oh} * g.out_w + ow;
         if (argmax[o] == self) sum += dy[o];
       }
     }
@@ -219,41 +222,33 @@ __global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, fl
   }
 }
 
-__global__ void AvgPoolForwardKernel(const float* x, float* y, const float* scale, int64_t planes,
-                                     int in_h, int in_w, int out_h, int out_w, int kernel_h,
-                                     int kernel_w, int stride_h, int stride_w, int pad_h,
-                                     int pad_w) {
-  const int64_t n = planes * out_h * out_w;
+__global__ void AvgPoolForwardKernel(const float* x, float* y, const float* scale, PoolGeometry g) {
+  const int64_t n = g.planes * g.out_h * g.out_w;
   DPTRAIN_GRID_STRIDE(i, n) {
-    const int64_t p = i / (int64_t{out_h} * out_w);
-    const int oh = static_cast<int>(i / out_w % out_h), ow = static_cast<int>(i % out_w);
-    const int r0 = oh * stride_h - pad_h, c0 = ow * stride_w - pad_w;
-    const float* plane = x + p * in_h * in_w;
+    const int64_t p = i / (int64_t{g.out_h} * g.out_w);
+    const int oh = static_cast<int>(i / g.out_w % g.out_h), ow = static_cast<int>(i % g.out_w);
+    const int r0 = oh * g.stride_h - g.pad_h, c0 = ow * g.stride_w - g.pad_w;
+    const float* plane = x + p * g.in_h * g.in_w;
     float sum = 0.0f;
-    for (int r = max(r0, 0); r < min(r0 + kernel_h, in_h); ++r) {
-      for (int c = max(c0, 0); c < min(c0 + kernel_w, in_w); ++c) sum += plane[r * in_w + c];
+    for (int r = max(r0, 0); r < min(r0 + g.kernel_h, g.in_h); ++r) {
+      for (int c = max(c0, 0); c < min(c0 + g.kernel_w, g.in_w); ++c) sum += plane[r * g.in_w + c];
     }
-    y[i] = sum * scale[oh * out_w + ow];
+    y[i] = sum * scale[oh * g.out_w + ow];
   }
 }
 
 __global__ void AvgPoolBackwardKernel(const float* dy, const float* scale, float* dx,
-                                      int64_t planes, int in_h, int in_w, int out_h, int out_w,
-                                      int kernel_h, int kernel_w, int stride_h, int stride_w,
-                                      int pad_h, int pad_w) {
-  const int64_t n = planes * in_h * in_w;
+                                      PoolGeometry g) {
+  const int64_t n = g.planes * g.in_h * g.in_w;
   DPTRAIN_GRID_STRIDE(i, n) {
-    const int64_t p = i / (int64_t{in_h} * in_w);
-    const int r = static_cast<int>(i / in_w % in_h), c = static_cast<int>(i % in_w);
-    const int oh0 = max(0, (r + pad_h - kernel_h + stride_h) / stride_h);
-    const int oh1 = min(out_h - 1, (r + pad_h) / stride_h);
-    const int ow0 = max(0, (c + pad_w - kernel_w + stride_w) / stride_w);
-    const int ow1 = min(out_w - 1, (c + pad_w) / stride_w);
-    const int64_t base = p * out_h * out_w;
+    const int64_t p = i / (int64_t{g.in_h} * g.in_w);
+    const int r = static_cast<int>(i / g.in_w % g.in_h), c = static_cast<int>(i % g.in_w);
+    const WindowRange w = WindowsOf(g, r, c);
+    const int64_t base = p * g.out_h * g.out_w;
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; ++oh) {
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        sum += dy[base + int64_t{oh} * out_w + ow] * scale[oh * out_w + ow];
+    for (int oh = w.oh0; oh <= w.oh1; ++oh) {
+      for (int ow = w.ow0; ow <= w.ow1; ++ow) {
+        sum += dy[base + int64_t{oh} * g.out_w + ow] * scale[oh * g.out_w + ow];
       }
     }
     dx[i] = sum;
@@ -398,49 +393,35 @@ absl::Status Transpose(const float* in, float* out, int64_t rows, int64_t cols,
   return Launched("TransposeKernel<<<>>>");
 }
 
-absl::Status MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t planes, int in_h,
-                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream) {
-  const int64_t n = planes * out_h * out_w;
+absl::Status MaxPoolForward(const float* x, float* y, int32_t* argmax, const PoolGeometry& g,
+                            cudaStream_t stream) {
+  const int64_t n = g.planes * g.out_h * g.out_w;
   if (n <= 0) return absl::OkStatus();
-  MaxPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, argmax, planes, in_h, in_w, out_h,
-                                                           out_w, kernel_h, kernel_w, stride_h,
-                                                           stride_w, pad_h, pad_w);
+  MaxPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, argmax, g);
   return Launched("MaxPoolForwardKernel<<<>>>");
 }
 
-absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
-                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                             int stride_h, int stride_w, int pad_h, int pad_w,
-                             cudaStream_t stream) {
-  const int64_t n = planes * in_h * in_w;
+absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx,
+                             const PoolGeometry& g, cudaStream_t stream) {
+  const int64_t n = g.planes * g.in_h * g.in_w;
   if (n <= 0) return absl::OkStatus();
-  MaxPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, argmax, dx, planes, in_h, in_w,
-                                                            out_h, out_w, kernel_h, kernel_w,
-                                                            stride_h, stride_w, pad_h, pad_w);
+  MaxPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, argmax, dx, g);
   return Launched("MaxPoolBackwardKernel<<<>>>");
 }
 
-absl::Status AvgPoolForward(const float* x, float* y, const float* scale, int64_t planes, int in_h,
-                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream) {
-  const int64_t n = planes * out_h * out_w;
+absl::Status AvgPoolForward(const float* x, float* y, const float* scale, const PoolGeometry& g,
+                            cudaStream_t stream) {
+  const int64_t n = g.planes * g.out_h * g.out_w;
   if (n <= 0) return absl::OkStatus();
-  AvgPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, scale, planes, in_h, in_w, out_h,
-                                                           out_w, kernel_h, kernel_w, stride_h,
-                                                           stride_w, pad_h, pad_w);
+  AvgPoolForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, scale, g);
   return Launched("AvgPoolForwardKernel<<<>>>");
 }
 
-absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, int64_t planes,
-                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                             int stride_h, int stride_w, int pad_h, int pad_w,
+absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, const PoolGeometry& g,
                              cudaStream_t stream) {
-  const int64_t n = planes * in_h * in_w;
+  const int64_t n = g.planes * g.in_h * g.in_w;
   if (n <= 0) return absl::OkStatus();
-  AvgPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, scale, dx, planes, in_h, in_w,
-                                                            out_h, out_w, kernel_h, kernel_w,
-                                                            stride_h, stride_w, pad_h, pad_w);
+  AvgPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, scale, dx, g);
   return Launched("AvgPoolBackwardKernel<<<>>>");
 }
 
@@ -448,8 +429,8 @@ absl::Status LayerNormForward(const float* x, const float* scale, const float* b
                               float* xhat, float* inv_std, int batch, int64_t size, double eps,
                               cudaStream_t stream) {
   if (batch <= 0 || size <= 0) return absl::OkStatus();
-  LayerNormForwardKernel<<<Blocks(batch), kThreads, 0, stream>>>(x, scale, bias, y, xhat,
-                                                                 inv_std, batch, size, eps);
+  LayerNormForwardKernel<<<Blocks(batch), kThreads, 0, stream>>>(x, scale, bias, y, xhat, inv_std,
+                                                                 batch, size, eps);
   return Launched("LayerNormForwardKernel<<<>>>");
 }
 
@@ -457,8 +438,8 @@ absl::Status LayerNormBackward(const float* dy, const float* xhat, const float* 
                                const float* scale, float* scale_grad, float* bias_grad, float* dx,
                                int batch, int64_t size, cudaStream_t stream) {
   if (batch <= 0 || size <= 0) return absl::OkStatus();
-  LayerNormParamGradKernel<<<Blocks(size), kThreads, 0, stream>>>(dy, xhat, scale_grad,
-                                                                  bias_grad, batch, size);
+  LayerNormParamGradKernel<<<Blocks(size), kThreads, 0, stream>>>(dy, xhat, scale_grad, bias_grad,
+                                                                  batch, size);
   if (absl::Status s = Launched("LayerNormParamGradKernel<<<>>>"); !s.ok()) return s;
   if (dx == nullptr) return absl::OkStatus();
   LayerNormInputGradKernel<<<Blocks(batch), kThreads, 0, stream>>>(dy, xhat, inv_std, scale, dx,

@@ -58,28 +58,32 @@ absl::Status SoftmaxChannelsBackward(const float* y, const float* dy, float* dx,
 absl::Status Transpose(const float* in, float* out, int64_t rows, int64_t cols,
                        cudaStream_t stream);
 
-// Max pooling by direct loops over each window's part inside the input (padding never
-// wins), the output size given (PyTorch's ceil_mode sizes too, which cuDNN's floor-only
-// pooling cannot give): y and the in-plane index of each window's first maximum (row-major,
-// as the CPU layer picks it); backward gives each input element the dy of the windows whose
-// maximum it is, summed in the windows' order (deterministic).
-absl::Status MaxPoolForward(const float* x, float* y, int32_t* argmax, int64_t planes, int in_h,
-                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
-absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
-                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                             int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
+// The shape of a direct pooling: `planes` planes of in_h x in_w pooled to out_h x out_w (any
+// output size: PyTorch's ceil_mode sizes too, which cuDNN's floor-only pooling cannot give) by
+// a kernel_h x kernel_w window moved by the strides over the input padded by pad_h, pad_w.
+struct PoolGeometry {
+  int64_t planes = 0;
+  int in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
 
-// Average pooling of any output size (ceil_mode, count_include_pad=False): each window's sum,
-// row-major from zero as the CPU layer sums it, times scale[oy * out_w + ox] (1 / the window's
-// divisor, nn::AvgPoolDivisor); backward gives each input element the dy * scale of every
-// window covering it, in the windows' order.
-absl::Status AvgPoolForward(const float* x, float* y, const float* scale, int64_t planes, int in_h,
-                            int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                            int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
-absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, int64_t planes,
-                             int in_h, int in_w, int out_h, int out_w, int kernel_h, int kernel_w,
-                             int stride_h, int stride_w, int pad_h, int pad_w, cudaStream_t stream);
+// Max pooling by direct loops over each window's part inside the input (padding never wins):
+// y and the in-plane index of each window's first maximum (row-major, NaN winning, as the CPU
+// layer picks it); backward gives each input element the dy of the windows whose maximum it
+// is, summed in the windows' order (deterministic).
+absl::Status MaxPoolForward(const float* x, float* y, int32_t* argmax, const PoolGeometry& g,
+                            cudaStream_t stream);
+absl::Status MaxPoolBackward(const float* dy, const int32_t* argmax, float* dx,
+                             const PoolGeometry& g, cudaStream_t stream);
+
+// Average pooling (ceil_mode, count_include_pad=False): each window's sum, row-major from zero
+// as the CPU layer sums it, times scale[oy * out_w + ox] (1 / the window's divisor,
+// nn::AvgPoolDivisor); backward gives each input element the dy * scale of every window
+// covering it, in the windows' order.
+absl::Status AvgPoolForward(const float* x, float* y, const float* scale, const PoolGeometry& g,
+                            cudaStream_t stream);
+absl::Status AvgPoolBackward(const float* dy, const float* scale, float* dx, const PoolGeometry& g,
+                             cudaStream_t stream);
 
 // LayerNormalization over each of `batch` samples of `size` values (norm_ops.h), as the CPU
 // node computes it: the statistics in double, xhat and inv_std kept for backward; `bias` may be
