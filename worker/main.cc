@@ -218,8 +218,8 @@ absl::Status Run(const WorkerConfig& config) {
   DPTRAIN_ASSIGN_OR_RETURN(auto telemetry,
                            TelemetryFromFlags(absl::StrCat("gpu_worker rank ", config.rank)));
   const DeviceKind device = config.device.kind;
-  // An ONNX model runs on the GPU when asked for (--device=cuda): not every op has a CUDA
-  // version yet (worker/cuda/gpu_graph.h), so --device=auto keeps it on the CPU.
+  // An ONNX model runs on the GPU when asked for (--device=cuda, worker/cuda/gpu_graph.h);
+  // --device=auto keeps it on the CPU until that path has been checked on a GPU.
   GpuProbe gpu{nullptr, 0, "ONNX models train on the GPU with --device=cuda only", ""};
   if (device == DeviceKind::kCuda || (device != DeviceKind::kCpu && !IsOnnxModel(config.model))) {
     DPTRAIN_ASSIGN_OR_RETURN(gpu, ProbeForTraining(config));
