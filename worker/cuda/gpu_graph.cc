@@ -632,7 +632,8 @@ GpuOpRegistry GpuOps() {
     r.Register(op, &MakeLayerTwin);
   }
   for (const char* op : {"Identity", "Reshape", "Cast"}) r.Register(op, &MakeViewTwin);
-  for (const char* op : {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip"}) {
+  for (const char* op : {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip", "Elu",
+                         "Selu", "Softplus", "Softsign"}) {
     r.Register(op, &MakeFunctionTwin);
   }
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) r.Register(op, &MakeBinaryTwin);

@@ -9,11 +9,11 @@
 // GlobalAveragePool, ReduceMean, Flatten); grouped and depthwise Conv (cuDNN's group count);
 // Identity, Reshape, Cast
 // (views); Dropout (the CPU node's masks, bit for bit); Tanh, Erf, HardSigmoid, HardSwish,
-// LeakyRelu, Clip; Add, Sub, Mul, Div in the CPU's forms (same dims, per channel, a scalar);
-// Pad; Softmax and LogSoftmax over the channels; Concat over the channels; LayerNormalization
-// over each whole sample (graph_kernels.h).
-// A node whose op is missing from the registry, or whose twin refuses its form, is refused
-// when the graph is built, with one line naming its op and node ("... no CUDA version yet;
+// LeakyRelu, Clip, Elu, Selu, Softplus, Softsign; Add, Sub, Mul, Div in the CPU's forms (same dims,
+// per channel, a scalar); Pad; Softmax and LogSoftmax over the channels; Concat over the channels;
+// LayerNormalization over each whole sample (graph_kernels.h). A node whose op is missing from the
+// registry, or whose twin refuses its form, is refused when the graph is built, with one line
+// naming its op and node ("... no CUDA version yet;
 // --device=cpu trains it").
 //
 // Gradients of a value read by several nodes are summed on the device, in the CPU

@@ -271,6 +271,10 @@ TEST_F(GpuTwinTest, ElementWiseFunctions) {
   Check(Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x", "lo", "hi"}, {"y"})},
               {FloatScalar("lo", -0.2f), FloatScalar("hi", 0.3f)}));
   Check(Chain({2, 3, 4}, {MakeNode("Cast", "c", {"x"}, {"y"}, {{"to", int64_t{1}}})}));
+  for (const char* op : {"Elu", "Selu", "Softplus", "Softsign"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4}, {MakeNode(op, "e", {"x"}, {"y"})}));
+  }
 }
 
 TEST_F(GpuTwinTest, BinaryOpsInEveryForm) {

@@ -19,6 +19,12 @@ __device__ float FunctionValue(int f, float x, float a, float b, float c) {
       return fmaxf(0.0f, fminf(1.0f, a * x + b));
     case 4:
       return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
+    case 6:
+      return b * (x > 0.0f ? x : a * (expf(x) - 1.0f));
+    case 7:
+      return x > 20.0f ? x : log1pf(expf(x));
+    case 8:
+      return x / (1.0f + fabsf(x));
     default:
       return x < a ? a + b * (x - a) : x > c ? c : x;
   }
@@ -36,6 +42,12 @@ __device__ float FunctionSlope(int f, float x, float y, float a, float b, float 
     }
     case 4:
       return x < -3.0f ? 0.0f : x > 3.0f ? 1.0f : x / 3.0f + 0.5f;
+    case 6:
+      return b * (x > 0.0f ? 1.0f : a * expf(x));
+    case 7:
+      return x > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-x));
+    case 8:
+      return 1.0f / ((1.0f + fabsf(x)) * (1.0f + fabsf(x)));
     default:
       return x < a ? b : x > c ? 0.0f : 1.0f;
   }

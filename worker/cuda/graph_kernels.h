@@ -17,7 +17,8 @@ namespace dptrain {
 namespace cuda {
 
 // graph::ElementFunction's numbering: 1 tanh, 2 erf, 3 hard sigmoid (a, b), 4 hard swish,
-// 5 piecewise linear (low a, slope below b, high c).
+// 5 piecewise linear (low a, slope below b, high c), 6 elu/selu (alpha a, scale b),
+// 7 softplus, 8 softsign.
 absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
                                 float c, cudaStream_t stream);
 // dx = dy * f'(x) (tanh reads y: 1 - y^2).

@@ -77,8 +77,20 @@ struct NodeTensorSpec {
 
 // The element-wise functions of one input:
 //   kTanh; kErf; kHardSigmoid max(0, min(1, a x + b)); kHardSwish;
-//   kPiecewiseLinear (LeakyRelu, Clip): x < a: a + b (x - a); x > c: c; else x.
-enum class ElementFunction { kNone, kTanh, kErf, kHardSigmoid, kHardSwish, kPiecewiseLinear };
+//   kPiecewiseLinear (LeakyRelu, Clip): x < a: a + b (x - a); x > c: c; else x;
+//   kElu (Elu, Selu): b (x > 0 ? x : a (exp(x) - 1)); kSoftplus log(1 + exp(x)) (x past 20:
+//   x, as PyTorch's); kSoftsign x / (1 + |x|).
+enum class ElementFunction {
+  kNone,
+  kTanh,
+  kErf,
+  kHardSigmoid,
+  kHardSwish,
+  kPiecewiseLinear,
+  kElu,
+  kSoftplus,
+  kSoftsign
+};
 // The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
 // one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); or
 // one constant scalar.

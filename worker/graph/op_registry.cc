@@ -84,6 +84,10 @@ OpRegistry BuiltinOps() {
   add("Erf", ErfOp());
   add("HardSigmoid", HardSigmoidOp());
   add("HardSwish", HardSwishOp());
+  add("Elu", EluOp());
+  add("Selu", SeluOp());
+  add("Softplus", SoftplusOp());
+  add("Softsign", SoftsignOp());
   add("Cast", CastOp());
   add("Softmax", SoftmaxOp());
   add("LogSoftmax", LogSoftmaxOp());

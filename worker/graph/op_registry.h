@@ -4,6 +4,7 @@
 // BuiltinOps() holds the CPU ops (ONNX names and semantics, restricted as each op's factory
 // says; the list is in op_registry.cc):
 //   Conv, Gemm, MatMul, Relu, Sigmoid, Tanh, LeakyRelu, Clip, Erf, HardSigmoid, HardSwish,
+//   Elu, Selu, Softplus, Softsign,
 //   BatchNormalization, LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
 //   ReduceMean, Flatten, Reshape, Pad, Dropout, Identity, Cast, Softmax, LogSoftmax, Add, Sub,
 //   Mul, Div, Concat.

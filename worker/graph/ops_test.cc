@@ -141,6 +141,20 @@ TEST_F(OpsTest, SoftmaxAndLogSoftmax) {
   }
 }
 
+// Elu (alpha 1 and 0.5), Selu, Softplus (inputs past its threshold of 20 too), Softsign.
+TEST_F(OpsTest, EluSeluSoftplusSoftsign) {
+  for (const char* op : {"Elu", "Selu", "Softplus", "Softsign"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4}, {MakeNode(op, "e", {"x"}, {"y"})}));
+  }
+  Check(Chain({2, 3, 4}, {MakeNode("Elu", "e", {"x"}, {"y"}, {{"alpha", 0.5f}})}));
+  GraphCheckOptions wide;
+  Check(Chain({2, 3, 4},
+              {MakeNode("Mul", "m", {"x", "k"}, {"s"}), MakeNode("Softplus", "p", {"s"}, {"y"})},
+              {FloatScalar("k", 60.0f)}),
+        wide);
+}
+
 TEST_F(OpsTest, LeakyReluAndClip) {
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"}, {{"alpha", 0.2f}})}));
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"})}));  // alpha 0.01.

@@ -395,6 +395,35 @@ struct HardSwishFn {
   void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kHardSwish; }
 };
 
+// Elu and Selu: scale (x > 0 ? x : alpha (exp(x) - 1)).
+template <typename T>
+struct EluFn {
+  T alpha, scale;
+  T value(T x) const { return scale * (x > T(0) ? x : alpha * (std::exp(x) - T(1))); }
+  T slope(T x) const { return scale * (x > T(0) ? T(1) : alpha * std::exp(x)); }
+  void Describe(TwinSpec<T>& t) const {
+    t.function = ElementFunction::kElu;
+    t.a = static_cast<double>(alpha);
+    t.b = static_cast<double>(scale);
+  }
+};
+
+// log(1 + exp(x)), x itself past 20 (PyTorch's threshold); its slope is sigmoid(x).
+template <typename T>
+struct SoftplusFn {
+  T value(T x) const { return x > T(20) ? x : std::log1p(std::exp(x)); }
+  T slope(T x) const { return x > T(20) ? T(1) : T(1) / (T(1) + std::exp(-x)); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kSoftplus; }
+};
+
+// x / (1 + |x|).
+template <typename T>
+struct SoftsignFn {
+  T value(T x) const { return x / (T(1) + std::abs(x)); }
+  T slope(T x) const { return T(1) / ((T(1) + std::abs(x)) * (T(1) + std::abs(x))); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kSoftsign; }
+};
+
 // The node of an element-wise function of one runtime input, once its attributes are read.
 template <typename T, typename Fn>
 absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeFunctionNode(const NodeContext& ctx, Fn fn) {
@@ -426,6 +455,44 @@ struct HardSwish {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
     return MakeFunctionNode<T>(ctx, HardSwishFn<T>{});
+  }
+};
+
+template <typename T>
+struct Elu {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"alpha"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const float alpha, FloatAttribute(ctx.node, "alpha", 1.0f));
+    return MakeFunctionNode<T>(ctx, EluFn<T>{static_cast<T>(alpha), T(1)});
+  }
+};
+
+// Selu: ONNX's (and PyTorch's) default alpha and gamma.
+template <typename T>
+struct Selu {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"alpha", "gamma"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const float alpha,
+                             FloatAttribute(ctx.node, "alpha", 1.67326319217681884765625f));
+    DPTRAIN_ASSIGN_OR_RETURN(const float gamma,
+                             FloatAttribute(ctx.node, "gamma", 1.05070102214813232421875f));
+    return MakeFunctionNode<T>(ctx, EluFn<T>{static_cast<T>(alpha), static_cast<T>(gamma)});
+  }
+};
+
+template <typename T>
+struct Softplus {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    return MakeFunctionNode<T>(ctx, SoftplusFn<T>{});
+  }
+};
+
+template <typename T>
+struct Softsign {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    return MakeFunctionNode<T>(ctx, SoftsignFn<T>{});
   }
 };
 
@@ -639,6 +706,10 @@ OpFactory ClipOp() { return MakeOpFactory<Clip>(); }
 OpFactory ErfOp() { return MakeOpFactory<Erf>(); }
 OpFactory HardSigmoidOp() { return MakeOpFactory<HardSigmoid>(); }
 OpFactory HardSwishOp() { return MakeOpFactory<HardSwish>(); }
+OpFactory EluOp() { return MakeOpFactory<Elu>(); }
+OpFactory SeluOp() { return MakeOpFactory<Selu>(); }
+OpFactory SoftplusOp() { return MakeOpFactory<Softplus>(); }
+OpFactory SoftsignOp() { return MakeOpFactory<Softsign>(); }
 OpFactory CastOp() { return MakeOpFactory<Cast>(); }
 OpFactory SoftmaxOp() { return MakeOpFactory<Softmax>(); }
 OpFactory LogSoftmaxOp() { return MakeOpFactory<LogSoftmax>(); }

@@ -16,8 +16,9 @@
 //             In evaluation, and for ratio 0, the identity. The executor's mode decides; the
 //             file's training_mode input is not read.
 //   Tanh      tanh(x).
-//   LeakyRelu, Clip, Erf, HardSigmoid, HardSwish   as ONNX defines them (Clip's bounds from
-//             constant inputs or the opset-6 attributes; the gradient is 0 where clipped).
+//   LeakyRelu, Clip, Erf, HardSigmoid, HardSwish, Elu, Selu, Softplus, Softsign   as ONNX
+//             defines them (Clip's bounds from constant inputs or the opset-6 attributes; the
+//             gradient is 0 where clipped; Softplus is x past 20, as PyTorch computes it).
 //   Cast      to float only: the identity.
 //   Softmax, LogSoftmax   over the channels (axis 1, or -1 of a [N, C] value).
 #ifndef DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
@@ -38,6 +39,10 @@ OpFactory ClipOp();       // Bounds from constant inputs 1, 2 or the min/max att
 OpFactory ErfOp();
 OpFactory HardSigmoidOp();  // alpha (0.2), beta (0.5).
 OpFactory HardSwishOp();
+OpFactory EluOp();       // alpha (1).
+OpFactory SeluOp();      // alpha, gamma (ONNX's defaults).
+OpFactory SoftplusOp();  // log(1 + exp(x)); x past 20, as PyTorch's threshold.
+OpFactory SoftsignOp();
 OpFactory CastOp();
 OpFactory SoftmaxOp();
 OpFactory LogSoftmaxOp();
