@@ -3,18 +3,17 @@
 // node's CUDA twin, built through a registry keyed by op (GpuOps) from what the CPU node's
 // factory parsed (graph::TwinSpec): no attribute is read twice, no downcast looks for a type.
 //
-// Every CPU op has a twin: the ops that run one nn::Layer through gpu_network.h's layers
-// (Conv, Gemm/MatMul as nn.Linear with a transposed weight staged, BatchNormalization, Relu,
-// Sigmoid, MaxPool and AveragePool (ceil_mode and count_include_pad=False by our kernels),
+// Every CPU op has a twin: the ops that run one nn::Layer through gpu_network.h's layers (Conv,
+// Gemm/MatMul as nn.Linear with a transposed weight staged, BatchNormalization, Relu, Sigmoid,
+// MaxPool and AveragePool (ceil_mode and count_include_pad=False by our kernels),
 // GlobalAveragePool, ReduceMean, Flatten); grouped and depthwise Conv (cuDNN's group count);
-// Identity, Reshape, Cast
-// (views); Dropout (the CPU node's masks, bit for bit); Tanh, Erf, HardSigmoid, HardSwish,
-// LeakyRelu, Clip, Elu, Selu, Softplus, Softsign; Add, Sub, Mul, Div in the CPU's forms (same dims,
-// per channel, a scalar); Pad; Softmax and LogSoftmax over the channels; Concat over the channels;
-// LayerNormalization over each whole sample (graph_kernels.h). A node whose op is missing from the
-// registry, or whose twin refuses its form, is refused when the graph is built, with one line
-// naming its op and node ("... no CUDA version yet;
-// --device=cpu trains it").
+// Identity, Reshape, Cast (views); Dropout (the CPU node's masks, bit for bit); Tanh, Erf,
+// HardSigmoid, HardSwish, LeakyRelu, Clip, Elu, Selu, Softplus, Softsign; Add, Sub, Mul, Div in
+// the CPU's forms (same dims, per channel, a scalar); Pad; Softmax and LogSoftmax over the
+// channels; Concat over the channels; LayerNormalization over each whole sample
+// (graph_kernels.h). A node whose op is missing from the registry, or whose twin refuses its
+// form, is refused when the graph is built, with one line naming its op and node ("... no CUDA
+// version yet; --device=cpu trains it").
 //
 // Gradients of a value read by several nodes are summed on the device, in the CPU
 // executor's order. Not thread-safe (one DeviceContext, one thread).
