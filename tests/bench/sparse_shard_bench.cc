@@ -2,13 +2,16 @@
 // `--clients` workers (threads, each its own SparseClient and connection) pull `--ids`
 // random unique rows of a `--rows` x `--dim` table and push their gradients, every step, on
 // one shard (BSP); rows and bytes per second through the shard, against one TCP stream on
-// loopback measured in the same run, the rounds interleaved, medians reported. Only C++ on
+// loopback measured in the same run, the rounds interleaved, medians reported; and the CPU time
+// each spends per byte (getrusage: clients and shard, both ends of the stream), which depends
+// far less than the rates on how the scheduler shares the cores. Only C++ on
 // both sides: the shard's capacity, not a Python worker's step rate
 // (tests/bench/sparse_bench.py measures the latter).
 //
 //   bazel run -c opt //tests/bench:sparse_shard_bench -- --rounds=5
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -42,13 +45,26 @@ ABSL_FLAG(int, tcp_mb, 512, "MiB sent through the TCP stream per round.");
 namespace dptrain {
 namespace {
 
+// CPU seconds (user + system) this process has used so far, all threads.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) { return t.tv_sec + 1e-6 * t.tv_usec; };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// One TCP stream on loopback: `mib` MiB in 4 MiB writes; bytes per second.
-double TcpStream(int mib) {
+struct StreamRound {
+  double bytes_per_s = 0, cpu_ns_per_byte = 0;
+};
+
+// One TCP stream on loopback: `mib` MiB in 4 MiB writes; bytes per second, and the CPU time of
+// both ends per byte.
+StreamRound TcpStream(int mib) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -79,6 +95,7 @@ double TcpStream(int mib) {
   }
   std::vector<char> data(chunk, 1);
   const absl::Time start = absl::Now();
+  const double cpu_start = CpuSeconds();
   for (size_t sent = 0; sent < total;) {
     const ssize_t n = write(fd, data.data(), std::min(chunk, total - sent));
     if (n <= 0) break;
@@ -87,8 +104,9 @@ double TcpStream(int mib) {
   close(fd);
   receiver.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double cpu = CpuSeconds() - cpu_start;
   close(listener);
-  return static_cast<double>(total) / seconds;
+  return {static_cast<double>(total) / seconds, 1e9 * cpu / static_cast<double>(total)};
 }
 
 constexpr int kBatches = 8;  // Distinct batches per client, reused round-robin.
@@ -96,6 +114,7 @@ constexpr int kWarmup = kBatches;
 
 struct ShardRound {
   double rows_per_s = 0, bytes_per_s = 0, step_ms = 0;
+  double cpu_ns_per_byte = 0;  // Clients and shard together, per byte of rows moved.
 };
 
 ShardRound ShardRoundTrip(const std::vector<std::vector<std::vector<int64_t>>>& ids) {
@@ -133,6 +152,7 @@ ShardRound ShardRoundTrip(const std::vector<std::vector<std::vector<int64_t>>>& 
     }
   }
   absl::Time start;
+  double cpu_start = 0;
   std::vector<std::thread> threads;
   std::vector<absl::Status> failed(clients);
   for (int r = 0; r < clients; ++r) {
@@ -143,7 +163,10 @@ ShardRound ShardRoundTrip(const std::vector<std::vector<std::vector<int64_t>>>& 
       for (const std::vector<int64_t>& batch : ids[r]) most = std::max(most, batch.size());
       const std::vector<float> all_grads(most * dim, 1e-3f);
       for (int k = 0; k < steps + kWarmup; ++k) {
-        if (k == kWarmup && r == 0) start = absl::Now();  // After every rank's warm-up.
+        if (k == kWarmup && r == 0) {  // After every rank's warm-up.
+          start = absl::Now();
+          cpu_start = CpuSeconds();
+        }
         const std::vector<int64_t>& mine = ids[r][k % ids[r].size()];
         rows.resize(mine.size() * dim);
         const auto grads = absl::MakeConstSpan(all_grads).subspan(0, mine.size() * dim);
@@ -158,6 +181,7 @@ ShardRound ShardRoundTrip(const std::vector<std::vector<std::vector<int64_t>>>& 
   }
   for (auto& t : threads) t.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double cpu = CpuSeconds() - cpu_start;
   for (const absl::Status& s : failed) {
     if (!s.ok()) {
       std::cerr << s << "\n";
@@ -170,7 +194,8 @@ ShardRound ShardRoundTrip(const std::vector<std::vector<std::vector<int64_t>>>& 
       rows += 2.0 * ids[r][k % ids[r].size()].size();
     }
   }
-  return {rows / seconds, rows * dim * 4 / seconds, 1e3 * seconds / steps};
+  return {rows / seconds, rows * dim * 4 / seconds, 1e3 * seconds / steps,
+          1e9 * cpu / (rows * dim * 4)};
 }
 
 int Main() {
@@ -202,18 +227,21 @@ int Main() {
       "load before: %s; nproc %u\n",
       clients, table_rows, absl::GetFlag(FLAGS_dim), n, absl::GetFlag(FLAGS_steps),
       absl::GetFlag(FLAGS_rounds), load, std::thread::hardware_concurrency());
-  std::vector<double> rows, bytes, steps, tcp;
+  std::vector<double> rows, bytes, steps, tcp, shard_cpu, tcp_cpu;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     const ShardRound r = ShardRoundTrip(ids);
-    const double t = TcpStream(absl::GetFlag(FLAGS_tcp_mb));
+    const StreamRound t = TcpStream(absl::GetFlag(FLAGS_tcp_mb));
     std::cout << absl::StrFormat(
-        "round %d: shard %.0f rows/s, %.1f MB/s (step %.2f ms); TCP stream %.1f MB/s; ratio "
-        "%.3f\n",
-        round + 1, r.rows_per_s, r.bytes_per_s / 1e6, r.step_ms, t / 1e6, r.bytes_per_s / t);
+        "round %d: shard %.0f rows/s, %.1f MB/s (step %.2f ms, %.2f CPU ns/byte); TCP stream "
+        "%.1f MB/s (%.2f CPU ns/byte); ratio %.3f\n",
+        round + 1, r.rows_per_s, r.bytes_per_s / 1e6, r.step_ms, r.cpu_ns_per_byte,
+        t.bytes_per_s / 1e6, t.cpu_ns_per_byte, r.bytes_per_s / t.bytes_per_s);
     rows.push_back(r.rows_per_s);
     bytes.push_back(r.bytes_per_s);
     steps.push_back(r.step_ms);
-    tcp.push_back(t);
+    tcp.push_back(t.bytes_per_s);
+    shard_cpu.push_back(r.cpu_ns_per_byte);
+    tcp_cpu.push_back(t.cpu_ns_per_byte);
   }
   std::ifstream after("/proc/loadavg");
   std::getline(after, load);
@@ -221,8 +249,11 @@ int Main() {
   for (size_t i = 0; i < bytes.size(); ++i) ratios.push_back(bytes[i] / tcp[i]);
   std::cout << absl::StrFormat(
       "median: shard %.0f rows/s, %.1f MB/s of rows (pulled + pushed), step %.2f ms; one TCP "
-      "stream %.1f MB/s; shard / TCP %.3f (target >= 0.5)\n# load after: %s\n",
-      Median(rows), Median(bytes) / 1e6, Median(steps), Median(tcp) / 1e6, Median(ratios), load);
+      "stream %.1f MB/s; shard / TCP %.3f (target >= 0.5)\n"
+      "# CPU time per byte moved (this process, all threads: clients and shard; both ends of "
+      "the stream), median: shard %.2f ns, TCP stream %.2f ns\n# load after: %s\n",
+      Median(rows), Median(bytes) / 1e6, Median(steps), Median(tcp) / 1e6, Median(ratios),
+      Median(shard_cpu), Median(tcp_cpu), load);
   return 0;
 }
 
