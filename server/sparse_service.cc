@@ -196,7 +196,7 @@ absl::Status SparseService::PullRows(
   const size_t values = ids.size() * (*table)->table->spec().dim;
   rows_pulled_ += static_cast<int64_t>(ids.size());
   (*table)->rows_pulled += static_cast<int64_t>(ids.size());
-  return (*table)->table->Pull(ids, out_for(values));
+  return (*table)->table->Pull(ids, out_for(values), caller.rank());
 }
 
 absl::Status SparseService::PushRows(const proto::Caller& caller, const std::string& name,

@@ -52,6 +52,7 @@ SparseTable::SparseTable(const SparseTableSpec& spec, const SparseTableOptions& 
       pending_grads_(options.num_workers, nullptr),
       pending_owned_(options.num_workers),
       pushed_(options.num_workers, false),
+      last_pull_(options.num_workers),
       newest_(options.num_workers, -1) {}
 
 int64_t SparseTable::step() const {
@@ -188,12 +189,12 @@ bool SparseTable::HeldSlotsLocked(absl::Span<const int64_t> ids,
   return true;
 }
 
-bool SparseTable::CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out) const {
+bool SparseTable::CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out,
+                                     std::vector<int64_t>& slots) const {
   const size_t d = spec_.dim;
   // Every slot first, then the rows, each fetched a few rows ahead: the lookups' cache misses
   // overlap instead of queueing behind the copies.
   constexpr size_t kAhead = 8;
-  std::vector<int64_t> slots;
   if (!HeldSlotsLocked(ids, slots)) return false;
   const float* w = rows_.w.data();
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -203,7 +204,7 @@ bool SparseTable::CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out) 
   return true;
 }
 
-absl::Status SparseTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> out) {
+absl::Status SparseTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> out, int rank) {
   if (out.size() != ids.size() * spec_.dim) {
     return absl::InvalidArgumentError("sparse pull: the output does not hold ids x dim values");
   }
@@ -211,7 +212,17 @@ absl::Status SparseTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> 
   {
     // Rows already held (after a job's first steps, nearly all): workers pull at once.
     absl::ReaderMutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
-    if (CopyHeldRowsLocked(ids, out.data())) return absl::OkStatus();
+    std::vector<int64_t> slots;
+    if (CopyHeldRowsLocked(ids, out.data(), slots)) {
+      if (rank >= 0 && rank < options_.num_workers) {
+        absl::MutexLock cache(&last_pull_mu_);
+        LastPull& last = last_pull_[rank];
+        last.ids.assign(ids.begin(), ids.end());
+        last.slots = std::move(slots);
+        last.restores = restores_;
+      }
+      return absl::OkStatus();
+    }
   }
   absl::MutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
   const size_t d = spec_.dim;
@@ -410,8 +421,19 @@ absl::Status SparseTable::Push(int rank, int64_t step, absl::Span<const int64_t>
   std::vector<int64_t> slots;
   int64_t slots_restores = -1;
   if (options_.bsp) {
-    absl::ReaderMutexLock lock(&mu_);
-    if (HeldSlotsLocked(ids, slots)) slots_restores = restores_;
+    {  // The same ids as this rank's last pull (the usual step): its lookups.
+      absl::MutexLock cache(&last_pull_mu_);
+      LastPull& last = last_pull_[rank];
+      if (last.ids.size() == ids.size() && std::equal(ids.begin(), ids.end(), last.ids.begin())) {
+        slots = std::move(last.slots);
+        slots_restores = last.restores;
+        last.ids.clear();
+      }
+    }
+    if (slots_restores < 0) {
+      absl::ReaderMutexLock lock(&mu_);
+      if (HeldSlotsLocked(ids, slots)) slots_restores = restores_;
+    }
   }
   absl::MutexLock lock(&mu_, absl::Condition(this, &SparseTable::NotApplying));
   if (stopping_) return StoppingError();  // Nothing registered, nothing applied.

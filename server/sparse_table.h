@@ -95,7 +95,9 @@ class SparseTable {
   // The current values of rows `ids` (each in [0, rows) and owned by this shard), back to
   // back in `out` (ids.size() x dim). InvalidArgument naming the table and the first bad id
   // (nothing is created then).
-  absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> out);
+  // `rank` (optional): the worker pulling; its push of the same ids (in the same order) then
+  // reuses this pull's row lookups.
+  absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> out, int rank = -1);
 
   // `rank`'s gradients of rows `ids` (ids.size() x dim in `grads`) for `step`. BSP: `step`
   // must be the current step (or the one before: a retry, answered at once); returns once
@@ -132,10 +134,10 @@ class SparseTable {
   // The slots of rows `ids` if every one is held (a reader lock is enough); else false.
   bool HeldSlotsLocked(absl::Span<const int64_t> ids, std::vector<int64_t>& slots) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Copies rows `ids` to `out` if every one is held (a reader lock is enough); false, with
-  // `out` partly written, if one is not.
-  bool CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Copies rows `ids` to `out` (their slots to `slots`) if every one is held (a reader lock is
+  // enough); false, with `out` partly written, if one is not.
+  bool CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out,
+                          std::vector<int64_t>& slots) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // One optimizer step on the row in `slot` with gradient `g` (dim values) times `scale`.
   void ApplyLocked(int64_t slot, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BSP, once every rank pushed the step: the mean of their pushes is applied in parts
@@ -187,6 +189,14 @@ class SparseTable {
   std::vector<int64_t> mean_at_;
   int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;  // Restore calls: ends the waits they cut off.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Per rank, the ids and slots of its last pull of held rows (taken under the reader lock,
+  // so guarded by a lock of their own) and the restores_ they were valid for.
+  struct LastPull {
+    std::vector<int64_t> ids, slots;
+    int64_t restores = -1;
+  };
+  mutable absl::Mutex last_pull_mu_;
+  std::vector<LastPull> last_pull_ ABSL_GUARDED_BY(last_pull_mu_);
   // SSP/async: each rank's newest pushed step (-1: none yet).
   std::vector<int64_t> newest_ ABSL_GUARDED_BY(mu_);
   int64_t rows_applied_ ABSL_GUARDED_BY(mu_) = 0;

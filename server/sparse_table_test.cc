@@ -130,7 +130,8 @@ TEST(SparseTableTest, BspAppliesTheMeanOnceEveryRankPushed) {
 }
 
 // 4 ranks x 30 BSP steps of overlapping random rows (adam: per-row step counts), pushed from
-// 4 threads, so that the step's apply runs in parts on several threads: the rows equal a
+// 4 threads (every other step after the rank's pull of the same ids, whose lookups the push
+// reuses), so that the step's apply runs in parts on several threads: the rows equal a
 // serial reference that sums each row's gradients in rank order (bitwise), and a push after
 // Shutdown is Unavailable and applies nothing.
 TEST(SparseTableTest, ParallelBspApplyEqualsTheSerialMeanInRankOrder) {
@@ -163,6 +164,12 @@ TEST(SparseTableTest, ParallelBspApplyEqualsTheSerialMeanInRankOrder) {
     for (int r = 0; r < kRanks; ++r) {
       threads.emplace_back([&, r] {
         const std::vector<int64_t> ids = ids_of(r, step);
+        if (step % 2 == 0 && step > 0) {
+          // As a worker's step: its pull first, whose lookups its push then reuses.
+          std::vector<float> rows(ids.size() * kDim);
+          pushed[r] = table.Pull(ids, absl::MakeSpan(rows), r);
+          if (!pushed[r].ok()) return;
+        }
         pushed[r] = table.Push(r, step, ids, grads_of(r, step, ids.size()), Soon());
       });
     }
