@@ -432,12 +432,16 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeFunctionNode(const NodeContext&
   return std::unique_ptr<NodeImpl<T>>(std::make_unique<FunctionNode<T, Fn>>(input, fn));
 }
 
-template <typename T>
-struct Erf {
-  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
-    return MakeFunctionNode<T>(ctx, ErfFn<T>{});
-  }
+// An element-wise function op without attributes (Erf, HardSwish, Softplus, Softsign).
+template <template <typename> class Fn>
+struct PlainFunction {
+  template <typename T>
+  struct Op {
+    static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+      DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+      return MakeFunctionNode<T>(ctx, Fn<T>{});
+    }
+  };
 };
 
 template <typename T>
@@ -447,14 +451,6 @@ struct HardSigmoid {
     DPTRAIN_ASSIGN_OR_RETURN(const float alpha, FloatAttribute(ctx.node, "alpha", 0.2f));
     DPTRAIN_ASSIGN_OR_RETURN(const float beta, FloatAttribute(ctx.node, "beta", 0.5f));
     return MakeFunctionNode<T>(ctx, HardSigmoidFn<T>{static_cast<T>(alpha), static_cast<T>(beta)});
-  }
-};
-
-template <typename T>
-struct HardSwish {
-  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
-    return MakeFunctionNode<T>(ctx, HardSwishFn<T>{});
   }
 };
 
@@ -477,22 +473,6 @@ struct Selu {
     DPTRAIN_ASSIGN_OR_RETURN(const float gamma,
                              FloatAttribute(ctx.node, "gamma", 1.05070102214813232421875f));
     return MakeFunctionNode<T>(ctx, EluFn<T>{static_cast<T>(alpha), static_cast<T>(gamma)});
-  }
-};
-
-template <typename T>
-struct Softplus {
-  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
-    return MakeFunctionNode<T>(ctx, SoftplusFn<T>{});
-  }
-};
-
-template <typename T>
-struct Softsign {
-  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
-    return MakeFunctionNode<T>(ctx, SoftsignFn<T>{});
   }
 };
 
@@ -703,13 +683,13 @@ OpFactory DropoutOp() { return MakeOpFactory<Dropout>(); }
 OpFactory TanhOp() { return MakeOpFactory<Tanh>(); }
 OpFactory LeakyReluOp() { return MakeOpFactory<LeakyRelu>(); }
 OpFactory ClipOp() { return MakeOpFactory<Clip>(); }
-OpFactory ErfOp() { return MakeOpFactory<Erf>(); }
+OpFactory ErfOp() { return MakeOpFactory<PlainFunction<ErfFn>::Op>(); }
 OpFactory HardSigmoidOp() { return MakeOpFactory<HardSigmoid>(); }
-OpFactory HardSwishOp() { return MakeOpFactory<HardSwish>(); }
+OpFactory HardSwishOp() { return MakeOpFactory<PlainFunction<HardSwishFn>::Op>(); }
 OpFactory EluOp() { return MakeOpFactory<Elu>(); }
 OpFactory SeluOp() { return MakeOpFactory<Selu>(); }
-OpFactory SoftplusOp() { return MakeOpFactory<Softplus>(); }
-OpFactory SoftsignOp() { return MakeOpFactory<Softsign>(); }
+OpFactory SoftplusOp() { return MakeOpFactory<PlainFunction<SoftplusFn>::Op>(); }
+OpFactory SoftsignOp() { return MakeOpFactory<PlainFunction<SoftsignFn>::Op>(); }
 OpFactory CastOp() { return MakeOpFactory<Cast>(); }
 OpFactory SoftmaxOp() { return MakeOpFactory<Softmax>(); }
 OpFactory LogSoftmaxOp() { return MakeOpFactory<LogSoftmax>(); }
