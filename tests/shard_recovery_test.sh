@@ -40,13 +40,16 @@ run_job() {
       read -r s after <<<"$plan"
       local want
       want=$(printf "%s/ckpt%d/shard-%d-step-%012d.safetensors" "$dir" "$s" "$s" "$after")
-      for _ in $(seq 1200); do
+      # Killed as soon as that checkpoint is seen: a fast machine runs a step in ~3 ms, so
+      # any wait here (there was a 0.3 s one) can let the job finish before the kill. The
+      # workers are then at or past step $after; shard 1's newest checkpoint is truncated
+      # below, so its restart always sends them back.
+      for _ in $(seq 6000); do
         [[ -f "$want" ]] && break
         kill -0 "${workers[0]}" 2>/dev/null || die "worker 0 ended before shard $s was killed: $(tail -n 5 "$dir/w0.log")"
-        sleep 0.05
+        sleep 0.01
       done
       [[ -f "$want" ]] || die "no checkpoint of step $after from shard $s"
-      sleep 0.3  # Into the next steps, so the workers must go back.
       kill -KILL "${pids[$s]}"
       wait "${pids[$s]}" 2>/dev/null || true
       echo "killed shard $s after its checkpoint of step $after"
