@@ -6,6 +6,7 @@
 #include "tests/train_harness.h"
 #include "worker/comm/ps_client.h"
 #include "worker/data/synthetic.h"
+#include "worker/graph/builtin_models.h"
 
 namespace dptrain {
 namespace {
@@ -45,7 +46,8 @@ TEST_P(InvariantTest, TwoWorkersEqualOneWorkerWithDoubleBatch) {
   HarnessConfig one = two;
   one.workers = 1;
   one.batch_size = 64;
-  const std::vector<float> initial = (*nn::CreateModel({GetParam(), two.model_seed, 1}))->weights();
+  const std::vector<float> initial =
+      (*graph::CreateBuiltinModel({GetParam(), two.model_seed, 1}))->weights();
   const std::vector<float> w2 = TrainThroughPs(two, /*shards=*/2, data);
   const std::vector<float> w1 = TrainThroughPs(one, /*shards=*/1, data);
   ASSERT_FALSE(w1.empty());

@@ -10,6 +10,7 @@
 #include "worker/comm/ps_client.h"
 #include "worker/comm/sharded_ring_store.h"
 #include "worker/data/synthetic.h"
+#include "worker/graph/builtin_models.h"
 
 namespace dptrain {
 namespace {
@@ -147,7 +148,7 @@ TEST_P(ModesTest, PsMasterAndAllReduceAgree) {
   c.workers = GetParam();
   c.batch_size = 20;
   c.steps = 5;
-  const auto initial = (*nn::CreateModel({"mlp", c.model_seed, 1}))->weights();
+  const auto initial = (*graph::CreateBuiltinModel({"mlp", c.model_seed, 1}))->weights();
   const auto ps = TrainWithReducer(c, /*shards=*/2, data);
   const auto master = TrainWithReducer(c, /*shards=*/1, data);
   const auto ring = TrainWithAllReduce(c, data, /*sharded=*/false);
@@ -195,7 +196,7 @@ TEST_P(ScheduleTest, EveryModeAppliesTheSameAdamAndSchedule) {
     schedule.scale = c.workers;
   }
   update.schedule = schedule;
-  const auto initial = (*nn::CreateModel({"mlp", c.model_seed, 1}))->weights();
+  const auto initial = (*graph::CreateBuiltinModel({"mlp", c.model_seed, 1}))->weights();
   const auto ps = TrainWithReducer(c, /*shards=*/2, data, nullptr, update);
   const auto master = TrainWithReducer(c, /*shards=*/1, data, nullptr, update);
   const auto ring = TrainWithAllReduce(c, data, /*sharded=*/false, nullptr, update);
@@ -226,7 +227,7 @@ TEST(BatchNormTest, RunningStatisticsAgreeAcrossReplicasAfterAnEpoch) {
   c.workers = 2;
   c.batch_size = 4;
   c.steps = 2;
-  auto model = nn::CreateModel({"resnet18", c.model_seed, 1});
+  auto model = graph::CreateBuiltinModel({"resnet18", c.model_seed, 1});
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<float> initial = (*model)->buffer_values();
   ASSERT_FALSE(initial.empty());

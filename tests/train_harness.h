@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "worker/comm/step_sync.h"
 #include "worker/data/dataset.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/model.h"
 #include "worker/trainer.h"
 
@@ -52,7 +53,7 @@ inline std::vector<std::vector<float>> RunWorkers(
       mo.seed = c.model_seed;
       mo.threads = 1;
       mo.optimizer = c.optimizer;
-      auto model = nn::CreateModel(mo);
+      auto model = graph::CreateBuiltinModel(mo);
       if (!model.ok()) {
         statuses[r] = model.status();
         return;

@@ -28,6 +28,7 @@
 #include "worker/data/data_source.h"
 #include "worker/data/transforms.h"
 #include "worker/device_choice.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/gpu_backend.h"
 #include "worker/graph/graph_model.h"
 #include "worker/graph/onnx_import.h"
@@ -105,7 +106,7 @@ absl::StatusOr<GpuProbe> ProbeForTraining(const WorkerConfig& config) {
 absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(cuda::Backend* gpu,
                                                          const nn::ModelOptions& options,
                                                          const cuda::BackendOptions& backend) {
-  if (gpu == nullptr) return nn::CreateModel(options);
+  if (gpu == nullptr) return graph::CreateBuiltinModel(options);
   return gpu->CreateModel(options, backend);
 }
 

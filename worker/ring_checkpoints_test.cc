@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/in_memory_link.h"
 #include "gtest/gtest.h"
+#include "worker/graph/builtin_models.h"
 
 namespace dptrain {
 namespace {
@@ -36,7 +37,7 @@ std::unique_ptr<Rank> MakeRank(const std::string& dir, PosixFileSystem* fs,
   nn::ModelOptions m;
   m.name = "mlp";
   m.seed = 3;
-  auto model = nn::CreateModel(m);
+  auto model = graph::CreateBuiltinModel(m);
   EXPECT_TRUE(model.ok()) << model.status();
   rank->model = *std::move(model);
   ShardedRingStoreOptions s;

@@ -36,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/model.h"
 #include "worker/thread_plan.h"
 
@@ -131,7 +132,7 @@ int RunOne(const std::string& spec) {
   options.threads = threads;
   options.dense_gemm = plan->dense_gemm;
   options.conv_algorithm = conv_algorithm;
-  absl::StatusOr<std::unique_ptr<nn::Model>> created = nn::CreateModel(options);
+  absl::StatusOr<std::unique_ptr<nn::Model>> created = graph::CreateBuiltinModel(options);
   if (!created.ok()) {
     const bool unknown = absl::StrContains(created.status().message(), "unknown model");
     std::cout << "skip model=" << name << " reason=" << created.status() << std::endl;

@@ -45,8 +45,8 @@ namespace cuda {
 
 class CudaModel final : public nn::Model {
  public:
-  // InvalidArgument as nn::CreateModel for a bad name, init or optimizer; Unavailable (naming the
-  // CUDA call) without a working GPU. options.threads is ignored.
+  // InvalidArgument as graph::CreateBuiltinModel for a bad name, init or optimizer; Unavailable
+  // (naming the CUDA call) without a working GPU. options.threads is ignored.
   static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const nn::ModelOptions& options,
                                                            const DeviceOptions& device);
   // A graph model (worker/graph/graph_model.h) on the GPU: the CPU executor's layout, names

@@ -627,8 +627,9 @@ absl::StatusOr<std::unique_ptr<GpuNode>> GpuOpRegistry::Create(
 
 GpuOpRegistry GpuOps() {
   GpuOpRegistry r;
-  for (const char* op : {"Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Sigmoid",
-                         "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten"}) {
+  for (const char* op :
+       {"Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Sigmoid", "MaxPool", "AveragePool",
+        "GlobalAveragePool", "ReduceMean", "Flatten", "Residual"}) {
     r.Register(op, &MakeLayerTwin);
   }
   for (const char* op : {"Identity", "Reshape", "Cast"}) r.Register(op, &MakeViewTwin);

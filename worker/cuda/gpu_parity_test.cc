@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "worker/cuda/cuda_model.h"
 #include "worker/cuda/gpu_network.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/activations.h"
 #include "worker/nn/architectures.h"
 #include "worker/nn/avg_pool2d.h"
@@ -301,7 +302,7 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
   options.name = name;
   options.seed = 3;
   options.threads = 1;
-  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
+  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = graph::CreateBuiltinModel(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   // Deterministic algorithms: the same trajectory every run. With timed ones it differs from
   // run to run, and ResNet-18 at batch 4 can reach a point where one float32
@@ -398,7 +399,7 @@ TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
   options.threads = 1;
   DeviceOptions device = OptionsFor(Math::kFp32);
   device.deterministic = deterministic;
-  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
+  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = graph::CreateBuiltinModel(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, device);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -486,7 +487,7 @@ TEST(ResNetPrecision, GradientErrorsAgainstFloat64) {
   options.name = "resnet18";
   options.seed = 3;
   options.threads = 1;
-  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
+  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = graph::CreateBuiltinModel(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const int batch = 4;
   std::mt19937 gen(11);
@@ -591,7 +592,7 @@ TEST_P(ApplyUpdateTest, SameAsTheCpuModel) {
   options.optimizer = optimizer;
   absl::StatusOr<std::unique_ptr<CudaModel>> gpu = CudaModel::Create(options, {});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = nn::CreateModel(options);
+  absl::StatusOr<std::unique_ptr<nn::Model>> cpu = graph::CreateBuiltinModel(options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   std::mt19937 gen(9);
   std::vector<float> images = Random(16 * 784, gen);

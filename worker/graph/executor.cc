@@ -63,11 +63,12 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   };
   std::map<std::string, ParamUse> param_uses;
   std::vector<std::vector<NodeTensorSpec>> node_buffers;
+  SharedScratch scratch;  // The nodes keep what they take from it.
 
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     DPTRAIN_RETURN_IF_ERROR(CheckOpSupported(registry, node));
-    NodeContext ctx{node, {}, SplitMix64(options.seed ^ SplitMix64(n))};
+    NodeContext ctx{node, {}, SplitMix64(options.seed ^ SplitMix64(n)), &scratch};
     NodeState state;
     state.name = node.name;
     state.op = node.op;
@@ -147,7 +148,11 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   e->output_ = output->second;
   ++e->value_consumers_[e->output_];
 
-  // Parameters in the order of the graph's constants.
+  // Parameters in the order of the graph's constants (reserved at once: growing a vector of
+  // hundreds of MB step by step leaves its old blocks in the heap, RSS that never goes back).
+  int64_t total_params = 0;
+  for (const auto& [name, use] : param_uses) total_params += use.spec.size();
+  e->initial_params_.reserve(total_params);
   for (const NamedConstant& c : graph.constants) {
     auto it = param_uses.find(c.name);
     if (it == param_uses.end()) continue;
@@ -185,6 +190,10 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       e->num_buffers_ += size;
     }
   }
+
+  // The nodes' input gradients share two buffers, as a Sequential's layers do (Backward keeps
+  // them safe: see Accumulate).
+  for (NodeState& node : e->nodes_) node.impl->SetGradBuffers(&e->grad_pair_);
 
   const size_t num_values = e->value_dims_.size();
   e->values_.resize(num_values);
@@ -230,11 +239,13 @@ nn::TensorRef<T> Executor<T>::Forward(const T* input, int batch, bool training) 
 }
 
 template <typename T>
-void Executor<T>::Accumulate(int v, nn::TensorRef<T> grad) {
+void Executor<T>::Accumulate(int v, nn::TensorRef<T> grad, bool consumed_next) {
   if (!grad_ready_[v]) {
     grad_ready_[v] = true;
-    if (value_consumers_[v] == 1) {
-      grad_views_[v] = grad;  // The only contribution: no copy.
+    // The only contribution: no copy, unless it lies in the shared pair and another node's
+    // backward runs before v's producer reads it (that node writes the pair).
+    if (value_consumers_[v] == 1 && (consumed_next || !grad_pair_.Contains(grad.data))) {
+      grad_views_[v] = grad;
       return;
     }
     T* sum = nn::EnsureSize(grad_sums_[v], grad.size());
@@ -257,11 +268,11 @@ nn::TensorRef<T> Executor<T>::Backward(nn::TensorRef<T> grad_output, bool need_i
     requires_grad_[node.output] = needed;
   }
   std::fill(grad_ready_.begin(), grad_ready_.end(), false);
-  Accumulate(output_, grad_output);
+  Accumulate(output_, grad_output, /*consumed_next=*/true);
 
   std::vector<bool> need;
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
-    NodeState& node = *it;
+  for (int n = static_cast<int>(nodes_.size()) - 1; n >= 0; --n) {
+    NodeState& node = nodes_[n];
     if (!requires_grad_[node.output]) continue;
     if (!grad_ready_[node.output]) {
       // The output does not reach the loss: the parameters' gradients are zero.
@@ -275,7 +286,9 @@ nn::TensorRef<T> Executor<T>::Backward(nn::TensorRef<T> grad_output, bool need_i
     for (int v : node.inputs) need.push_back(requires_grad_[v]);
     const std::vector<nn::TensorRef<T>> grads = node.impl->Backward(grad_views_[node.output], need);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (need[i]) Accumulate(node.inputs[i], grads[i]);
+      // Node n - 1 is the next to run backward (value 0, the input's, goes to the caller).
+      const int v = node.inputs[i];
+      if (need[i]) Accumulate(v, grads[i], value_producer_[v] == n - 1);
     }
   }
   if (!need_input_grad) return {};

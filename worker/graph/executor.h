@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,6 +62,9 @@ class Executor {
   // Their initial values, from the graph's constants (buffers it lacks: their nodes' fill).
   const std::vector<T>& initial_params() const { return initial_params_; }
   const std::vector<T>& initial_buffers() const { return initial_buffers_; }
+  // Moves them out (both empty afterwards): for the model that keeps them as its weights.
+  std::vector<T> ReleaseInitialParams() { return std::move(initial_params_); }
+  std::vector<T> ReleaseInitialBuffers() { return std::move(initial_buffers_); }
 
   nn::Dims input_dims() const { return input_dims_; }
   nn::Dims output_dims() const;
@@ -102,8 +106,10 @@ class Executor {
  private:
   Executor() = default;
 
-  // Adds `grad` to the gradient of value `v` (copies it first where `v` has several consumers).
-  void Accumulate(int v, nn::TensorRef<T> grad);
+  // Adds `grad` to the gradient of value `v`: keeps the view where it is v's only contribution,
+  // else copies it first (several consumers; or it lies in grad_pair_ and `consumed_next` is
+  // false: v's producer is not the next node back, and the nodes in between write the pair).
+  void Accumulate(int v, nn::TensorRef<T> grad, bool consumed_next);
 
   nn::Dims input_dims_;
   std::vector<NodeState> nodes_;
@@ -118,6 +124,7 @@ class Executor {
   std::vector<T> initial_params_;
   std::vector<T> initial_buffers_;
   T* grads_ = nullptr;
+  nn::GradBufferPair<T> grad_pair_;  // The nodes' input gradients (see Accumulate).
 
   // Per value, reused from step to step.
   std::vector<nn::TensorRef<T>> values_;

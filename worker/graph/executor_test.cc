@@ -79,6 +79,26 @@ TEST_F(ExecutorTest, ConcatOfBranchesAndAddOfAValueWithItself) {
   CheckGraphGradients(g, registry_);
 }
 
+TEST_F(ExecutorTest, AJoinsGradientOutlivesTheOtherBranchsBackward) {
+  // The layers write their input gradients into one shared pair of buffers. Add passes its
+  // gradient (which lies in the pair: the Relu after it wrote it there) straight to both
+  // inputs; the short branch's producer (node "short", first in order) reads it only after the
+  // long branch's four nodes have written the pair back and forth, so the executor must have
+  // copied it out (a torchvision ResNet exported with its downsample first has this shape).
+  const Graph g =
+      MakeGraph({2, 4, 4},
+                {MakeNode("Conv", "short", {"x", "ws"}, {"a"}),
+                 MakeNode("Conv", "c1", {"x", "w1"}, {"h1"}, {{"pads", Ints{1, 1, 1, 1}}}),
+                 MakeNode("Relu", "r1", {"h1"}, {"g1"}),
+                 MakeNode("Conv", "c2", {"g1", "w2"}, {"h2"}, {{"pads", Ints{1, 1, 1, 1}}}),
+                 MakeNode("Sigmoid", "r2", {"h2"}, {"g2"}),
+                 MakeNode("Add", "add", {"a", "g2"}, {"s"}), MakeNode("Relu", "out", {"s"}, {"y"})},
+                {RandomConstant("ws", {3, 2, 1, 1}, 21), RandomConstant("w1", {3, 2, 3, 3}, 22),
+                 RandomConstant("w2", {3, 3, 3, 3}, 23)},
+                "y");
+  CheckGraphGradients(g, registry_);
+}
+
 TEST_F(ExecutorTest, OutputThatAlsoFeedsANode) {
   // The output "h" also feeds a dead branch, whose parameters get zero gradients.
   const Graph g =
@@ -158,7 +178,7 @@ TEST(OpRegistryTest, OneEntryPerOp) {
   EXPECT_EQ(r.Register("Conv", ConvOp()).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(r.Register("Sin", OpFactory{}).code(), absl::StatusCode::kInvalidArgument);
   const std::vector<std::string> ops = r.ops();
-  EXPECT_EQ(ops.size(), 34u);
+  EXPECT_EQ(ops.size(), 35u);
   OpRegistry empty;
   Node node = MakeNode("Conv", "c", {"x"}, {"y"});
   EXPECT_EQ(CheckOpSupported(empty, node).message(), "unsupported op 'Conv' (node 'c')");

@@ -44,9 +44,9 @@ class GraphModel final : public nn::Model {
         pool_(std::move(pool)),
         executor_(std::move(executor)),
         classes_(static_cast<int>(executor_->output_dims().size())),
-        weights_(executor_->initial_params()),
+        weights_(executor_->ReleaseInitialParams()),
         grads_(executor_->num_params() + 1, 0.0f),  // + the overflow flag's slot
-        buffer_values_(executor_->initial_buffers()),
+        buffer_values_(executor_->ReleaseInitialBuffers()),
         optimizer_(std::move(optimizer)) {}
 
   const std::vector<nn::ParamInfo>& params() const override { return executor_->params(); }
@@ -198,14 +198,11 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
     DPTRAIN_ASSIGN_OR_RETURN(optimizer, CreateOptimizer(*options.optimizer));
   }
   bool convolutions = false;
-  for (const Node& node : graph.nodes) convolutions |= node.op == "Conv";
-  std::unique_ptr<nn::ThreadPool> pool;
-  if (options.threads > 1 || (options.threads == 1 && convolutions)) {
-    pool = std::make_unique<nn::ThreadPool>(options.threads);
-  }
+  for (const Node& node : graph.nodes) convolutions |= node.op == "Conv" || node.op == "Residual";
+  nn::MathThreads threads = nn::PlanMathThreads(options.threads, options.dense_gemm, convolutions);
   ExecutorOptions executor_options;
   executor_options.seed = options.seed;
-  executor_options.pool = pool.get();
+  executor_options.pool = threads.pool.get();
   executor_options.conv_algorithm = options.conv_algorithm;
   absl::StatusOr<std::unique_ptr<Executor<float>>> executor =
       options.dropout ? Executor<float>::Create(graph, registry, executor_options)
@@ -213,9 +210,10 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
   if (!executor.ok()) return executor.status();
   DPTRAIN_RETURN_IF_ERROR(CheckClassifierOutput(graph, (*executor)->output_dims()));
   // Set only once the graph is known to build: BLAS threads are process-wide.
-  if (options.threads >= 1) nn::SetBlasThreads(1);
-  return std::unique_ptr<nn::Model>(std::make_unique<GraphModel>(
-      options.name, options.loss, std::move(pool), *std::move(executor), std::move(optimizer)));
+  if (threads.blas_threads > 0) nn::SetBlasThreads(threads.blas_threads);
+  return std::unique_ptr<nn::Model>(
+      std::make_unique<GraphModel>(options.name, options.loss, std::move(threads.pool),
+                                   *std::move(executor), std::move(optimizer)));
 }
 
 }  // namespace graph

@@ -1,6 +1,7 @@
 // A graph as the worker's nn::Model on the CPU: an Executor<float> with its parameters,
 // gradients and buffers in the flat buffers the synchronisers exchange, a loss on the graph's
-// output, and ApplyUpdate through common/optimizer.h (as the built-in CpuModel).
+// output, and ApplyUpdate through common/optimizer.h (the built-in networks are such graphs too:
+// builtin_models.h).
 //
 // The class count (num_classes()) is the output's size: the output must be [batch, classes];
 // labels are uint8 and must be < classes (nn::CheckBatch). Like every nn::Model, not
@@ -42,11 +43,14 @@ struct GraphModelOptions {
   // False: Dropout is the identity in training too (what a comparison with PyTorch, whose
   // masks cannot be reproduced, needs with dropout turned off on its side as well).
   bool dropout = true;
-  // Math threads, as ModelOptions::threads under DenseGemm::kPoolSplit: > 1: an intra-op pool
-  // of this many threads and OpenBLAS set to 1 thread (process-wide); 1: OpenBLAS 1 thread
-  // (and a pool of one thread for a graph with convolutions, lending oneDNN its scratch);
-  // 0: no pool, BLAS left alone.
+  // Math threads, as nn::ModelOptions::threads: > 1: an intra-op pool of this many threads
+  // and OpenBLAS set to 1 thread (process-wide), or no pool and OpenBLAS this many threads
+  // (dense_gemm); 1: OpenBLAS 1 thread (and a pool of one thread for a graph with
+  // convolutions, lending oneDNN its scratch); 0: no pool, BLAS left alone.
   int threads = 0;
+  // With threads > 1: a pool the nodes split over, or BLAS's own threads (nn::ModelOptions's
+  // dense_gemm and nn::PlanMathThreads).
+  nn::DenseGemm dense_gemm = nn::DenseGemm::kPoolSplit;
   nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
 };
 

@@ -19,6 +19,7 @@
 #include "worker/nn/global_avg_pool2d.h"
 #include "worker/nn/linear.h"
 #include "worker/nn/max_pool2d.h"
+#include "worker/nn/residual.h"
 
 namespace dptrain {
 namespace graph {
@@ -68,6 +69,7 @@ class LayerNode final : public NodeImpl<T> {
   void SetConvAlgorithm(nn::ConvAlgorithm algorithm) override {
     layer_->SetConvAlgorithm(algorithm);
   }
+  void SetGradBuffers(nn::GradBufferPair<T>* pair) override { layer_->SetGradBuffers(pair); }
 
   TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
     params_.CopyIn();
@@ -416,10 +418,10 @@ struct Sigmoid {
   }
 };
 
-// The state_dict name of a batch norm's num_batches_tracked: beside its running mean
-// ("layer1.0.bn1.running_mean" -> "layer1.0.bn1.num_batches_tracked").
-std::string NumBatchesTrackedName(const NodeContext& ctx) {
-  const std::string& mean = ctx.inputs[3].name;
+// The state_dict name of a batch norm's num_batches_tracked: beside its running mean (input
+// `mean` of the node: "layer1.0.bn1.running_mean" -> "layer1.0.bn1.num_batches_tracked").
+std::string NumBatchesTrackedName(const NodeContext& ctx, size_t mean_input = 3) {
+  const std::string& mean = ctx.inputs[mean_input].name;
   constexpr absl::string_view kSuffix = "running_mean";
   if (absl::EndsWith(mean, kSuffix)) {
     return absl::StrCat(mean.substr(0, mean.size() - kSuffix.size()), "num_batches_tracked");
@@ -541,8 +543,66 @@ struct Flatten {
   }
 };
 
+template <typename T>
+struct Residual {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"stride"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t stride, IntAttribute(ctx.node, "stride", 1));
+    if (ctx.inputs.size() != 15) {
+      return ctx.Error(absl::StrCat("has ", ctx.inputs.size(), " inputs, expected 15"));
+    }
+    const bool shortcut_conv = ctx.input(5) != nullptr;
+    for (size_t i = 1; i < 15; ++i) {
+      const bool optional = i == 5 || i == 6;
+      if (optional && ctx.input(i) == nullptr && !shortcut_conv) continue;
+      DPTRAIN_RETURN_IF_ERROR(ctx.ConstantInput(i, Tensor::Type::kFloat, false).status());
+    }
+    const std::vector<int64_t>& w1 = ctx.inputs[1].constant->shape;
+    if (w1.size() != 4 || w1[0] < 1) {
+      return ctx.Error(absl::StrCat("conv1 weight ", ShapeText(w1), " is not [out, in, 3, 3]"));
+    }
+    const int64_t out = w1[0], in = input.c;
+    DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 1, {out, in, 3, 3}));
+    DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 3, {out, out, 3, 3}));
+    for (size_t i : {2, 4, 7, 8, 9, 10, 11, 12, 13, 14}) {
+      DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, i, {out}));
+    }
+    if (shortcut_conv) {
+      DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 5, {out, in, 1, 1}));
+      DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, 6, {out}));
+    } else if (in != out || stride != 1) {
+      return ctx.Error(
+          absl::StrCat("an identity shortcut needs in == out channels and stride 1, "
+                       "got ",
+                       in, " -> ", out, " with stride ", stride));
+    }
+    if (stride < 1) return ctx.Error(absl::StrCat("stride ", stride, " unsupported"));
+    const nn::ResidualOptions o{static_cast<int>(in), static_cast<int>(out), shortcut_conv,
+                                static_cast<int>(stride)};
+    auto layer = std::make_unique<nn::Residual<T>>(
+        o, ctx.scratch != nullptr ? ctx.scratch->Get<nn::ResidualScratch<T>>() : nullptr);
+    typename LayerNode<T>::Tensors params, buffers;
+    for (size_t i : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+      if (ctx.input(i) == nullptr) continue;
+      params.specs.push_back(SpecOf(ctx.inputs[i]));
+      params.parts.push_back({params.specs.back().size()});
+    }
+    for (size_t mean : {11, 13}) {
+      for (size_t i : {mean, mean + 1}) {
+        buffers.specs.push_back(SpecOf(ctx.inputs[i]));
+        buffers.parts.push_back({out});
+      }
+      buffers.specs.push_back({NumBatchesTrackedName(ctx, mean), {}, nullptr, 0.0f});
+      buffers.parts.push_back({1});
+    }
+    return MakeLayerNode<T>(ctx, std::move(layer), std::move(params), std::move(buffers));
+  }
+};
+
 }  // namespace
 
+OpFactory ResidualOp() { return MakeOpFactory<Residual>(); }
 OpFactory ConvOp() { return MakeOpFactory<Conv>(); }
 OpFactory LinearOp() { return MakeOpFactory<Linear>(); }
 OpFactory ReluOp() { return MakeOpFactory<Relu>(); }

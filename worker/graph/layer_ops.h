@@ -17,6 +17,15 @@
 //                       (PyTorch exports AvgPool2d(padding=p) as Pad + AveragePool anyway).
 //   GlobalAveragePool   nn::GlobalAvgPool2d.
 //   Flatten             axis 1 (nn::Flatten).
+//   Residual            not ONNX: d2l's residual block fused into one node (nn::Residual), the
+//                       built-in resnet18's fast path (builtin_models.h); the same as
+//                       relu(BN(Conv(relu(BN(Conv(x))))) + shortcut(x)) in plain ops. Inputs:
+//                       x, then constants conv1 weight [out, in, 3, 3] and bias, conv2 weight
+//                       [out, out, 3, 3] and bias, conv3 (the 1x1 shortcut) weight [out, in,
+//                       1, 1] and bias or "" "" for the identity, bn1 scale and bias, bn2 scale
+//                       and bias, bn1 running mean and variance, bn2 running mean and variance
+//                       (nn::Residual's order: state_dict order). Attribute stride (default 1;
+//                       the identity shortcut needs stride 1 and in == out).
 #ifndef DPTRAIN_WORKER_GRAPH_LAYER_OPS_H_
 #define DPTRAIN_WORKER_GRAPH_LAYER_OPS_H_
 
@@ -35,6 +44,7 @@ OpFactory AveragePoolOp();
 OpFactory GlobalAveragePoolOp();
 OpFactory ReduceMeanOp();  // Over H and W only.
 OpFactory FlattenOp();
+OpFactory ResidualOp();
 
 }  // namespace graph
 }  // namespace dptrain

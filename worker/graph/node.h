@@ -14,9 +14,12 @@
 #define DPTRAIN_WORKER_GRAPH_NODE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,6 +46,22 @@ struct NodeInput {
   bool is_runtime() const { return dims.has_value(); }
 };
 
+// Scratch that the nodes of one executor may share: its nodes run one at a time, so buffers a
+// node uses only inside one Forward or Backward call (nn::Residual's backward gradients) need
+// not be one per node. One object per type, made on first use; nodes keep it alive.
+class SharedScratch {
+ public:
+  template <typename S>
+  std::shared_ptr<S> Get() {
+    std::shared_ptr<void>& item = items_[std::type_index(typeid(S))];
+    if (item == nullptr) item = std::make_shared<S>();
+    return std::static_pointer_cast<S>(item);
+  }
+
+ private:
+  std::map<std::type_index, std::shared_ptr<void>> items_;
+};
+
 // Everything a factory may read; valid only during the factory call.
 struct NodeContext {
   const Node& node;
@@ -50,6 +69,8 @@ struct NodeContext {
   // Seeds the node's randomness (Dropout's masks); the executor derives it from its own seed and
   // the node's position, so that runs with the same seed are identical.
   uint64_t seed = 0;
+  // The executor's shared scratch (see SharedScratch); null: the node keeps its own.
+  SharedScratch* scratch = nullptr;
 
   // The input at `index` if present, else null (also past the end: absent optional inputs).
   const NodeInput* input(size_t index) const {
@@ -162,6 +183,10 @@ class NodeImpl {
   // Passed on to wrapped layers (nn::Layer::SetThreadPool / SetConvAlgorithm).
   virtual void SetThreadPool(nn::ThreadPool* pool) {}
   virtual void SetConvAlgorithm(nn::ConvAlgorithm algorithm) {}
+  // Passed on to a wrapped layer (nn::Layer::SetGradBuffers): its input gradient then goes to
+  // the executor's shared pair (the buffer not holding grad_output; the executor copies out
+  // what must outlive the next node's backward). Nodes of their own keep their own buffers.
+  virtual void SetGradBuffers(nn::GradBufferPair<T>* pair) {}
 
   // The output for the runtime inputs (in input order, constants left out), owned by the node
   // and valid until its next Forward. The inputs stay valid until Backward returns.

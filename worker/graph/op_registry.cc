@@ -73,6 +73,7 @@ OpRegistry BuiltinOps() {
   add("GlobalAveragePool", GlobalAveragePoolOp());
   add("ReduceMean", ReduceMeanOp());
   add("Flatten", FlattenOp());
+  add("Residual", ResidualOp());
   // Shapes and element-wise ops of one input (shape_ops.h):
   add("Reshape", ReshapeOp());
   add("Identity", IdentityOp());

@@ -7,7 +7,7 @@
 //   Elu, Selu, Softplus, Softsign,
 //   BatchNormalization, LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
 //   ReduceMean, Flatten, Reshape, Pad, Dropout, Identity, Cast, Softmax, LogSoftmax, Add, Sub,
-//   Mul, Div, Concat.
+//   Mul, Div, Concat; and Residual (not ONNX: the built-in resnet18's fused block).
 // A registry is a plain value: built once (e.g. in main), passed by const reference; it is
 // thread-compatible (concurrent const use is safe).
 #ifndef DPTRAIN_WORKER_GRAPH_OP_REGISTRY_H_

@@ -18,17 +18,7 @@ void Transpose(const T* src, int64_t src_rows, int64_t src_cols, T* dst) {
 }  // namespace
 
 template <typename T>
-TensorBlock<T>::TensorBlock(std::vector<Part> parts) : parts_(std::move(parts)) {
-  int64_t total = 0;
-  for (const Part& p : parts_) total += p.size;
-  stage_.assign(total, T(0));
-  grad_stage_.assign(total, T(0));
-  int64_t at = 0;
-  for (const Part& p : parts_) {
-    if (!p.provided) std::fill(stage_.begin() + at, stage_.begin() + at + p.size, p.fill);
-    at += p.size;
-  }
-}
+TensorBlock<T>::TensorBlock(std::vector<Part> parts) : parts_(std::move(parts)) {}
 
 template <typename T>
 void TensorBlock<T>::Bind(absl::Span<const T* const> values, absl::Span<T* const> grads,
@@ -60,6 +50,20 @@ void TensorBlock<T>::Bind(absl::Span<const T* const> values, absl::Span<T* const
     direct_values_ = values_[0];
     direct_writable_ = writable_[0];
     direct_grads_ = grads_.empty() ? nullptr : grads_[0];
+    // No stage (a model's worth of parameters would otherwise be held twice more).
+    std::vector<T>().swap(stage_);
+    std::vector<T>().swap(grad_stage_);
+    return;
+  }
+  if (!stage_.empty()) return;
+  int64_t total = 0;
+  for (const Part& p : parts_) total += p.size;
+  stage_.assign(total, T(0));
+  grad_stage_.assign(total, T(0));
+  int64_t at = 0;
+  for (const Part& p : parts_) {
+    if (!p.provided) std::fill(stage_.begin() + at, stage_.begin() + at + p.size, p.fill);
+    at += p.size;
   }
 }
 

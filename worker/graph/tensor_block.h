@@ -33,7 +33,8 @@ class TensorBlock {
   // empty for buffers. `writable` (buffers) says CopyValuesOut may write the values back.
   void Bind(absl::Span<const T* const> values, absl::Span<T* const> grads, bool writable);
 
-  // The block the layer binds to: stable between Binds (the stage, or the caller's buffers).
+  // The block the layer binds to: stable between Binds (the stage, made by the first Bind that
+  // needs one, or the caller's buffers).
   const T* values() const { return direct_ ? direct_values_ : stage_.data(); }
   T* mutable_values() { return direct_ ? direct_writable_ : stage_.data(); }
   T* grads() { return direct_ ? direct_grads_ : grad_stage_.data(); }

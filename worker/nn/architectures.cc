@@ -40,10 +40,6 @@ absl::StatusOr<Sequential<T>> BuildMlp(const NetworkShape& shape) {
 template <typename T>
 absl::StatusOr<Sequential<T>> BuildLeNet(const NetworkShape& shape) {
   const int h = (shape.input.h / 2 - 4) / 2, w = (shape.input.w / 2 - 4) / 2;
-  if (shape.input.h < 12 || shape.input.w < 12) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lenet needs images of at least 12x12, got ", shape.input.ToString()));
-  }
   std::vector<std::unique_ptr<Layer<T>>> layers;
   layers.push_back(std::make_unique<Conv2d<T>>(Conv2dOptions::Square(shape.input.c, 6, 5, 1, 2)));
   layers.push_back(std::make_unique<Sigmoid<T>>());
@@ -106,14 +102,23 @@ absl::StatusOr<Sequential<T>> BuildResNet(const ResNetConfig& config) {
 template absl::StatusOr<Sequential<float>> BuildResNet<float>(const ResNetConfig&);
 template absl::StatusOr<Sequential<double>> BuildResNet<double>(const ResNetConfig&);
 
-template <typename T>
-absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name, const NetworkShape& shape) {
+absl::Status CheckNetworkShape(absl::string_view name, const NetworkShape& shape) {
   if (name != "mlp" && name != "lenet" && name != "resnet18") return UnknownModel(name);
   if (shape.input.c < 1 || shape.input.h < 1 || shape.input.w < 1 || shape.classes < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": needs an input of at least 1x1x1 and 2 or more classes, got ",
                      shape.input.ToString(), " and ", shape.classes, " classes"));
   }
+  if (name == "lenet" && (shape.input.h < 12 || shape.input.w < 12)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lenet needs images of at least 12x12, got ", shape.input.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name, const NetworkShape& shape) {
+  if (absl::Status s = CheckNetworkShape(name, shape); !s.ok()) return s;
   if (name == "mlp") return BuildMlp<T>(shape);
   if (name == "lenet") return BuildLeNet<T>(shape);
   return BuildResNet<T>(ResNet18Config(shape));
@@ -124,8 +129,8 @@ template absl::StatusOr<Sequential<float>> BuildNetwork<float>(absl::string_view
 template absl::StatusOr<Sequential<double>> BuildNetwork<double>(absl::string_view,
                                                                  const NetworkShape&);
 
-absl::Status InitializeParams(absl::string_view name, const Sequential<float>& net, uint64_t seed,
-                              float* params, absl::string_view init) {
+absl::Status InitializeParams(absl::string_view name, absl::Span<const TensorSpec> specs,
+                              uint64_t seed, float* params, absl::string_view init) {
   if (name != "mlp" && name != "lenet" && name != "resnet18") return UnknownModel(name);
   if (init == "default") init = name == "mlp" ? "normal" : "xavier";
   if (init != "normal" && init != "xavier" && init != "kaiming") {
@@ -133,27 +138,34 @@ absl::Status InitializeParams(absl::string_view name, const Sequential<float>& n
         absl::StrCat("unknown init '", init, "' (expected default, normal, xavier or kaiming)"));
   }
   InitRng rng(seed);
-  for (int i = 0; i < net.num_layers(); ++i) {
-    float* p = params + net.param_offset(i);
-    for (const TensorSpec& spec : net.layer(i).ParamSpecs()) {
-      if (absl::EndsWith(spec.name, "bias")) {
-        std::fill(p, p + spec.size(), 0.0f);
-      } else if (spec.shape.size() == 1) {  // Batch norm's weight (gamma).
-        std::fill(p, p + spec.size(), 1.0f);
-      } else if (init == "normal") {
-        FillNormal(rng, 0.0, 0.01, p, spec.size());
-      } else if (init == "xavier") {
-        const double bound = XavierUniformBound(spec.shape);
-        FillUniform(rng, -bound, bound, p, spec.size());
-      } else {
-        int64_t fan_in, fan_out;
-        ComputeFans(spec.shape, &fan_in, &fan_out);
-        FillNormal(rng, 0.0, std::sqrt(2.0 / static_cast<double>(fan_out)), p, spec.size());
-      }
-      p += spec.size();
+  float* p = params;
+  for (const TensorSpec& spec : specs) {
+    if (absl::EndsWith(spec.name, "bias")) {
+      std::fill(p, p + spec.size(), 0.0f);
+    } else if (spec.shape.size() == 1) {  // Batch norm's weight (gamma).
+      std::fill(p, p + spec.size(), 1.0f);
+    } else if (init == "normal") {
+      FillNormal(rng, 0.0, 0.01, p, spec.size());
+    } else if (init == "xavier") {
+      const double bound = XavierUniformBound(spec.shape);
+      FillUniform(rng, -bound, bound, p, spec.size());
+    } else {
+      int64_t fan_in, fan_out;
+      ComputeFans(spec.shape, &fan_in, &fan_out);
+      FillNormal(rng, 0.0, std::sqrt(2.0 / static_cast<double>(fan_out)), p, spec.size());
     }
+    p += spec.size();
   }
   return absl::OkStatus();
+}
+
+absl::Status InitializeParams(absl::string_view name, const Sequential<float>& net, uint64_t seed,
+                              float* params, absl::string_view init) {
+  std::vector<TensorSpec> specs;  // Layer by layer: the layout order (params are back to back).
+  for (int i = 0; i < net.num_layers(); ++i) {
+    for (TensorSpec& spec : net.layer(i).ParamSpecs()) specs.push_back(std::move(spec));
+  }
+  return InitializeParams(name, specs, seed, params, init);
 }
 
 }  // namespace nn

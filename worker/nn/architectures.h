@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "worker/nn/sequential.h"
 
 namespace dptrain {
@@ -42,6 +43,7 @@ struct NetworkShape {
 // "mlp", "lenet" or "resnet18"; InvalidArgument
 // "unknown model 'x' (expected mlp, lenet or resnet18)" otherwise, or naming the shape a
 // network cannot take.
+absl::Status CheckNetworkShape(absl::string_view name, const NetworkShape& shape);
 template <typename T>
 absl::StatusOr<Sequential<T>> BuildNetwork(absl::string_view name,
                                            const NetworkShape& shape = NetworkShape());
@@ -71,6 +73,11 @@ absl::StatusOr<Sequential<T>> BuildResNet(const ResNetConfig& config);
 // InvalidArgument for an unknown model or init name.
 absl::Status InitializeParams(absl::string_view name, const Sequential<float>& net, uint64_t seed,
                               float* params, absl::string_view init = "default");
+// The same for any layout of those parameters: `specs` (names and shapes, in layout order,
+// back to back from `params`) drawn in that order, so that the same specs give the same values
+// whatever holds them (the Sequential above, or the built-in graphs of builtin_models.h).
+absl::Status InitializeParams(absl::string_view name, absl::Span<const TensorSpec> specs,
+                              uint64_t seed, float* params, absl::string_view init = "default");
 
 }  // namespace nn
 }  // namespace dptrain

@@ -39,6 +39,8 @@ class GradBufferPair {
   // A buffer of at least `n` elements that does not hold `in_use`. Growing it moves it, so
   // earlier views into it die; they belong to layers already done with them.
   T* Other(const T* in_use, int64_t n) { return EnsureSize(buffers_[Holds(0, in_use) ? 1 : 0], n); }
+  // Whether `p` points into one of the two buffers.
+  bool Contains(const T* p) const { return Holds(0, p) || Holds(1, p); }
 
  private:
   bool Holds(int i, const T* p) const {

@@ -2,7 +2,9 @@
 // exactly as the parameter server and the all-reduce see them, plus one call for a training step
 // (forward + backward) and one for evaluation.
 //
-// Backends (CPU today, CUDA later) implement Model; CreateModel picks one. A Model is not
+// Backends implement Model: on the CPU, worker/graph's graph model (the built-in networks are
+// graphs too: worker/graph/builtin_models.h's CreateBuiltinModel); on a GPU, the CUDA
+// backend's. A Model is not
 // thread-safe: one thread at a time may call it, and buffers returned by weights()/grads() are
 // only stable between calls from that thread.
 #ifndef DPTRAIN_WORKER_NN_MODEL_H_
@@ -173,8 +175,9 @@ struct ModelOptions {
   NetworkShape shape;
 };
 
-// What the backends share when they build a model: the CPU network (layers, dims, layout)
-// and the initial weights CreateModel would give it, and the ParamInfo lists of its
+// What the CUDA backend builds a built-in network from: the CPU network (layers, dims, layout)
+// and the initial weights the CPU model of it has (the same InitializeParams), and the
+// ParamInfo lists of its
 // parameters and buffers, named "<layer index>.<name>" as Model::params()/buffers().
 struct InitialNetwork {
   Sequential<float> net;
@@ -188,10 +191,15 @@ std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net);
 // batch < 1, null images or labels, or a label >= `classes` (naming the sample).
 absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch, int classes);
 
-// Builds the named model on the CPU with freshly initialised weights and zero gradients.
-// InvalidArgument "unknown model 'x' (expected mlp, lenet or resnet18)" for another name, for an
-// unknown init, or for threads < 0. Buffers start at PyTorch's values (running_var 1, others 0).
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);
+// How a model uses `threads` math threads (ModelOptions::threads and dense_gemm, whose comments
+// say the rules; `convolutions`: whether it has any): the pool to hand its layers (null: none)
+// and the BLAS threads to set (process-wide) once the model is known to build (0: leave BLAS
+// alone).
+struct MathThreads {
+  std::unique_ptr<ThreadPool> pool;
+  int blas_threads = 0;
+};
+MathThreads PlanMathThreads(int threads, DenseGemm dense_gemm, bool convolutions);
 
 }  // namespace nn
 }  // namespace dptrain

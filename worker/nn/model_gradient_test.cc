@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/architectures.h"
 #include "worker/nn/layer_check.h"
 #include "worker/nn/model.h"
@@ -19,7 +20,7 @@ namespace {
 constexpr int kImage = 28 * 28;
 
 std::unique_ptr<Model> MustCreate(const std::string& name, uint64_t seed) {
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel({name, seed});
+  absl::StatusOr<std::unique_ptr<Model>> model = graph::CreateBuiltinModel({name, seed});
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
 }

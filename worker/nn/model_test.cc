@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/graph/builtin_models.h"
 
 namespace dptrain {
 namespace nn {
@@ -14,7 +15,7 @@ namespace {
 constexpr int kImage = 28 * 28;
 
 std::unique_ptr<Model> MustCreate(const std::string& name, uint64_t seed = 0) {
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel({name, seed});
+  absl::StatusOr<std::unique_ptr<Model>> model = graph::CreateBuiltinModel({name, seed});
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
 }
@@ -78,7 +79,7 @@ TEST(ModelTest, BuiltInsTakeTheDataShape) {
     SCOPED_TRACE(name);
     ModelOptions options{name, 1};
     options.shape = {{3, 32, 32}, 100};
-    absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(options);
+    absl::StatusOr<std::unique_ptr<Model>> model = graph::CreateBuiltinModel(options);
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_EQ((*model)->input_dims(), (Dims{3, 32, 32}));
     EXPECT_EQ((*model)->num_classes(), 100);
@@ -100,18 +101,18 @@ TEST(ModelTest, BuiltInsTakeTheDataShape) {
   }
   ModelOptions tiny{"lenet", 1};
   tiny.shape = {{1, 8, 8}, 10};
-  EXPECT_EQ(CreateModel(tiny).status().message(),
+  EXPECT_EQ(graph::CreateBuiltinModel(tiny).status().message(),
             "lenet needs images of at least 12x12, got [1, 8, 8]");
   tiny.shape = {{1, 28, 28}, 1};
-  EXPECT_FALSE(CreateModel(tiny).ok());
+  EXPECT_FALSE(graph::CreateBuiltinModel(tiny).ok());
 }
 
 TEST(ModelTest, UnknownModel) {
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel({"resnet"});
+  absl::StatusOr<std::unique_ptr<Model>> model = graph::CreateBuiltinModel({"resnet"});
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model.status().message(), "unknown model 'resnet' (expected mlp, lenet or resnet18)");
-  EXPECT_FALSE(CreateModel({"mlp", 0, -1}).ok());
+  EXPECT_FALSE(graph::CreateBuiltinModel({"mlp", 0, -1}).ok());
 }
 
 TEST(ModelTest, SameSeedSameWeights) {
@@ -223,7 +224,7 @@ TEST(ModelTest, ExportsAndImportsTheOptimizerState) {
   adam.name = "adam";
   adam.learning_rate = 0.01;
   options.optimizer = adam;
-  auto a = CreateModel(options), b = CreateModel(options);
+  auto a = graph::CreateBuiltinModel(options), b = graph::CreateBuiltinModel(options);
   ASSERT_TRUE(a.ok() && b.ok());
   std::vector<float> images(4 * kImage);
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i % 13) / 13;
@@ -244,7 +245,7 @@ TEST(ModelTest, ExportsAndImportsTheOptimizerState) {
   EXPECT_EQ((*a)->weights(), (*b)->weights());
 
   // Without the state, Adam's bias correction and moments start over: different weights.
-  auto c = CreateModel(options);
+  auto c = graph::CreateBuiltinModel(options);
   ASSERT_TRUE(c.ok());
   (*c)->weights() = (*b)->weights();
   step(**b);

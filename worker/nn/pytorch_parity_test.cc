@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/architectures.h"
 #include "worker/nn/model.h"
 #include "worker/nn/safetensors.h"
@@ -41,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFor(const std::string& name,
                                                       ConvAlgorithm algorithm) {
   ModelOptions options{name, /*seed=*/0, /*threads=*/1};
   options.conv_algorithm = algorithm;
-  return CreateModel(options);
+  return graph::CreateBuiltinModel(options);
 }
 
 std::string AlgorithmName(ConvAlgorithm a) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/architectures.h"
 #include "worker/nn/init.h"
 #include "worker/nn/layer_check.h"
@@ -43,7 +44,7 @@ TEST(ResNetTest, StateDictAsPyTorch) {
     if (line.rfind("buffer ", 0) == 0) expected_buffers.push_back(line);
     if (line.rfind("total_params ", 0) == 0) expected_total = std::stoll(line.substr(13));
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel({"resnet18"});
+  absl::StatusOr<std::unique_ptr<Model>> model = graph::CreateBuiltinModel({"resnet18"});
   ASSERT_TRUE(model.ok()) << model.status();
   std::vector<std::string> params, buffers;
   int64_t offset = 0;
@@ -213,7 +214,7 @@ TEST(ResNetTest, SmallResNetMatchesPyTorch) {
 }
 
 std::unique_ptr<Model> MustCreate(const ModelOptions& options) {
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(options);
+  absl::StatusOr<std::unique_ptr<Model>> model = graph::CreateBuiltinModel(options);
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
 }
@@ -337,7 +338,7 @@ TEST(ResNetTest, Initialisation) {
 
   auto n = MustCreate({"lenet", 5, 0, "normal"});
   EXPECT_LT(std::abs(n->weights()[0]), 0.06);
-  absl::StatusOr<std::unique_ptr<Model>> bad = CreateModel({"mlp", 0, 0, "uniform"});
+  absl::StatusOr<std::unique_ptr<Model>> bad = graph::CreateBuiltinModel({"mlp", 0, 0, "uniform"});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "unknown init 'uniform' (expected default, normal, xavier or kaiming)");

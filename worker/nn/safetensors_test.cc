@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/graph/builtin_models.h"
 
 namespace dptrain {
 namespace nn {
@@ -200,7 +201,7 @@ TEST(SafetensorsTest, FileErrorsNameThePath) {
 }
 
 std::unique_ptr<Model> MakeModel(const std::string& name, uint64_t seed) {
-  auto model = CreateModel({name, seed, 0});
+  auto model = graph::CreateBuiltinModel({name, seed, 0});
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
 }

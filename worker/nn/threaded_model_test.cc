@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
@@ -26,7 +27,7 @@ std::unique_ptr<Model> MustCreate(const std::string& name, int threads, DenseGem
   options.threads = threads;
   options.dense_gemm = dense_gemm;
   options.conv_algorithm = conv;
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(options);
+  absl::StatusOr<std::unique_ptr<Model>> model = graph::CreateBuiltinModel(options);
   EXPECT_TRUE(model.ok()) << model.status();
   return *std::move(model);
 }
