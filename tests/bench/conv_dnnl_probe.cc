@@ -28,7 +28,7 @@ double Ours(const Shape& sh, int threads, int reps) {
   std::unique_ptr<ThreadPool> pool;
   SetBlasThreads(1);
   if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
-  conv.SetThreadPool(pool.get());
+  const LayerContext<float> ctx{pool.get(), ConvAlgorithm::kAuto, nullptr};
   Dims in{sh.c, sh.h, sh.h};
   Dims out = *conv.OutputDims(in);
   std::vector<float> params(int64_t{sh.oc} * sh.c * sh.k * sh.k + sh.oc, 0.01f),
@@ -38,8 +38,8 @@ double Ours(const Shape& sh, int threads, int reps) {
   double best = 1e9;
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
-    conv.Forward({x.data(), sh.n, in}, true);
-    conv.Backward({dy.data(), sh.n, out}, true);
+    conv.Forward(ctx, {x.data(), sh.n, in}, true);
+    conv.Backward(ctx, {dy.data(), sh.n, out}, true);
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return best * 1e3;

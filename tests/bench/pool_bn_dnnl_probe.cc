@@ -59,7 +59,7 @@ double Ours(const Shape& sh, int threads, int reps) {
   }
   std::unique_ptr<ThreadPool> pool;
   if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
-  layer->SetThreadPool(pool.get());
+  const LayerContext<float> ctx{pool.get(), ConvAlgorithm::kAuto, nullptr};
   std::vector<float> params(2 * sh.c, 1.0f), grads(params.size()), buffers(2 * sh.c + 1);
   if (sh.kind == Kind::kBatchNorm) {
     layer->BindParams(params.data(), grads.data());
@@ -71,8 +71,8 @@ double Ours(const Shape& sh, int threads, int reps) {
   std::vector<float> x(int64_t{sh.n} * in.size()), dy(int64_t{sh.n} * out.size(), 0.1f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
   return BestMs(reps, [&] {
-    layer->Forward({x.data(), sh.n, in}, true);
-    layer->Backward({dy.data(), sh.n, out}, true);
+    layer->Forward(ctx, {x.data(), sh.n, in}, true);
+    layer->Backward(ctx, {dy.data(), sh.n, out}, true);
   });
 }
 

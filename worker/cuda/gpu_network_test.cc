@@ -54,8 +54,14 @@ class Identity final : public nn::Layer<float> {
  public:
   std::string ToString() const override { return "Identity()"; }
   absl::StatusOr<nn::Dims> OutputDims(const nn::Dims& input) const override { return input; }
-  nn::TensorRef<float> Forward(nn::TensorRef<float> input, bool) override { return input; }
-  nn::TensorRef<float> Backward(nn::TensorRef<float> grad, bool) override { return grad; }
+  nn::TensorRef<float> Forward(const nn::LayerContext<float>&, nn::TensorRef<float> input,
+                               bool) override {
+    return input;
+  }
+  nn::TensorRef<float> Backward(const nn::LayerContext<float>&, nn::TensorRef<float> grad,
+                                bool) override {
+    return grad;
+  }
 };
 
 TEST(GpuNetworkTest, UnknownLayerIsUnimplementedAndNamed) {

@@ -188,7 +188,7 @@ class ParityTest : public ::testing::TestWithParam<Math> {
 
     for (bool training : {true, false}) {
       SCOPED_TRACE(training ? "training" : "evaluation");
-      const nn::TensorRef<float> y = cpu.Forward({x.data(), batch, in}, training);
+      const nn::TensorRef<float> y = cpu.Forward({}, {x.data(), batch, in}, training);
       const std::vector<float> cpu_y(y.data, y.data + y.size());
       absl::StatusOr<DeviceTensor> gy = gpu.Forward(*ctx_, {dx_in, batch, in}, training);
       ASSERT_TRUE(gy.ok()) << gy.status();
@@ -206,7 +206,7 @@ class ParityTest : public ::testing::TestWithParam<Math> {
         EXPECT_LE(RelativeError(gb, cb), Bound()) << "running statistics";
       }
       if (!training) continue;
-      const nn::TensorRef<float> dx = cpu.Backward({dy.data(), batch, *out}, true);
+      const nn::TensorRef<float> dx = cpu.Backward({}, {dy.data(), batch, *out}, true);
       const std::vector<float> cpu_dx(dx.data, dx.data + dx.size());
       absl::StatusOr<DeviceTensor> gdx = gpu.Backward(*ctx_, {ddy, batch, *out}, true);
       ASSERT_TRUE(gdx.ok()) << gdx.status();

@@ -92,8 +92,6 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     absl::StatusOr<std::unique_ptr<NodeImpl<T>>> impl = registry.Create<T>(ctx);
     if (!impl.ok()) return impl.status();
     state.impl = *std::move(impl);
-    state.impl->SetThreadPool(options.pool);
-    state.impl->SetConvAlgorithm(options.conv_algorithm);
 
     const std::vector<NodeTensorSpec> params = state.impl->Params();
     for (size_t s = 0; s < params.size(); ++s) {
@@ -191,9 +189,12 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     }
   }
 
-  // The nodes' input gradients share two buffers, as a Sequential's layers do (Backward keeps
-  // them safe: see Accumulate).
-  for (NodeState& node : e->nodes_) node.impl->SetGradBuffers(&e->grad_pair_);
+  // What every node computes with: the options' pool and algorithm, and two input-gradient
+  // buffers that all share, as a Sequential's layers do (Backward keeps them safe: see
+  // Accumulate).
+  e->ctx_.pool = options.pool;
+  e->ctx_.conv_algorithm = options.conv_algorithm;
+  e->ctx_.grad_buffers = &e->grad_pair_;
 
   const size_t num_values = e->value_dims_.size();
   e->values_.resize(num_values);
@@ -233,7 +234,7 @@ nn::TensorRef<T> Executor<T>::Forward(const T* input, int batch, bool training) 
   for (NodeState& node : nodes_) {
     inputs.clear();
     for (int v : node.inputs) inputs.push_back(values_[v]);
-    values_[node.output] = node.impl->Forward(inputs, training);
+    values_[node.output] = node.impl->Forward(ctx_, inputs, training);
   }
   return values_[output_];
 }
@@ -284,7 +285,8 @@ nn::TensorRef<T> Executor<T>::Backward(nn::TensorRef<T> grad_output, bool need_i
     }
     need.clear();
     for (int v : node.inputs) need.push_back(requires_grad_[v]);
-    const std::vector<nn::TensorRef<T>> grads = node.impl->Backward(grad_views_[node.output], need);
+    const std::vector<nn::TensorRef<T>> grads =
+        node.impl->Backward(ctx_, grad_views_[node.output], need);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       // Node n - 1 is the next to run backward (value 0, the input's, goes to the caller).
       const int v = node.inputs[i];

@@ -125,6 +125,7 @@ class Executor {
   std::vector<T> initial_buffers_;
   T* grads_ = nullptr;
   nn::GradBufferPair<T> grad_pair_;  // The nodes' input gradients (see Accumulate).
+  nn::LayerContext<T> ctx_;          // Every node's, every call.
 
   // Per value, reused from step to step.
   std::vector<nn::TensorRef<T>> values_;

@@ -65,23 +65,19 @@ class LayerNode final : public NodeImpl<T> {
     buffers_.Bind(values, {}, /*writable=*/true);
     layer_->BindBuffers(buffers_.mutable_values());
   }
-  void SetThreadPool(nn::ThreadPool* pool) override { layer_->SetThreadPool(pool); }
-  void SetConvAlgorithm(nn::ConvAlgorithm algorithm) override {
-    layer_->SetConvAlgorithm(algorithm);
-  }
-  void SetGradBuffers(nn::GradBufferPair<T>* pair) override { layer_->SetGradBuffers(pair); }
 
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     params_.CopyIn();
     buffers_.CopyIn();
-    TensorRef<T> y = layer_->Forward(inputs[0], training);
+    TensorRef<T> y = layer_->Forward(ctx, inputs[0], training);
     if (training) buffers_.CopyValuesOut();
     return y;
   }
 
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
-    TensorRef<T> dx = layer_->Backward(grad_output, need_input_grad[0]);
+    TensorRef<T> dx = layer_->Backward(ctx, grad_output, need_input_grad[0]);
     params_.CopyGradsOut();
     return {dx};
   }
@@ -227,14 +223,9 @@ class GroupedConvNode final : public NodeImpl<T> {
     bias_ = specs_.size() > 1 ? params[1] : nullptr;
     bias_grad_ = specs_.size() > 1 ? grads[1] : nullptr;
   }
-  void SetThreadPool(nn::ThreadPool* pool) override {
-    for (auto& g : groups_) g->SetThreadPool(pool);
-  }
-  void SetConvAlgorithm(nn::ConvAlgorithm algorithm) override {
-    for (auto& g : groups_) g->SetConvAlgorithm(algorithm);
-  }
 
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     const TensorRef<T>& x = inputs[0];
     const int batch = x.batch;
     T* y = nn::EnsureSize(output_, int64_t{batch} * out_.size());
@@ -247,7 +238,7 @@ class GroupedConvNode final : public NodeImpl<T> {
         const T* from = x.data + n * in_.size() + g * in_g_.size();
         std::copy(from, from + in_g_.size(), xg + n * in_g_.size());
       }
-      const TensorRef<T> yg = groups_[g]->Forward({xg, batch, in_g_}, training);
+      const TensorRef<T> yg = groups_[g]->Forward(ctx, {xg, batch, in_g_}, training);
       for (int n = 0; n < batch; ++n) {
         std::copy(yg.data + n * out_g_.size(), yg.data + (n + 1) * out_g_.size(),
                   y + n * out_.size() + g * out_g_.size());
@@ -256,8 +247,12 @@ class GroupedConvNode final : public NodeImpl<T> {
     return {y, batch, out_};
   }
 
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
+    // The groups' input gradients stay in their own buffers: they are gathered while
+    // grad_output, which may lie in the shared pair, is still being read.
+    nn::LayerContext<T> own = ctx;
+    own.grad_buffers = nullptr;
     const int batch = grad_output.batch;
     T* dx = need_input_grad[0] ? nn::EnsureSize(grad_input_, int64_t{batch} * in_.size()) : nullptr;
     for (size_t g = 0; g < groups_.size(); ++g) {
@@ -266,7 +261,7 @@ class GroupedConvNode final : public NodeImpl<T> {
         const T* from = grad_output.data + n * out_.size() + g * out_g_.size();
         std::copy(from, from + out_g_.size(), dyg + n * out_g_.size());
       }
-      const TensorRef<T> dxg = groups_[g]->Backward({dyg, batch, out_g_}, need_input_grad[0]);
+      const TensorRef<T> dxg = groups_[g]->Backward(own, {dyg, batch, out_g_}, need_input_grad[0]);
       const std::vector<T>& sg = staged_grads_[g];
       std::copy(sg.begin(), sg.begin() + weight_g_, weight_grad_ + g * weight_g_);
       if (bias_grad_ != nullptr) {

@@ -85,7 +85,8 @@ class BinaryNode final : public NodeImpl<T> {
     return t;
   }
 
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     full_ = inputs[full_index_];
     other_ = broadcast_ == Broadcast::kScalar ? TensorRef<T>{} : inputs[other_index_];
     T* y = EnsureSize(output_, full_.size());
@@ -97,7 +98,7 @@ class BinaryNode final : public NodeImpl<T> {
     return {y, full_.batch, dims_};
   }
 
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     const size_t full_index = full_index_, other_index = other_index_;
     std::vector<TensorRef<T>> grads(need_input_grad.size());
@@ -197,7 +198,8 @@ class ConcatNode final : public NodeImpl<T> {
 
   Dims output_dims() const override { return out_; }
 
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     const int batch = inputs[0].batch;
     T* y = EnsureSize(output_, batch * out_.size());
     for (int n = 0; n < batch; ++n) {
@@ -211,7 +213,7 @@ class ConcatNode final : public NodeImpl<T> {
     return {y, batch, out_};
   }
 
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     const int batch = grad_output.batch;
     std::vector<TensorRef<T>> grads(inputs_.size());

@@ -180,22 +180,18 @@ class NodeImpl {
   virtual void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) {}
   // One pointer per Buffers() entry; a training Forward updates them.
   virtual void BindBuffers(absl::Span<T* const> buffers) {}
-  // Passed on to wrapped layers (nn::Layer::SetThreadPool / SetConvAlgorithm).
-  virtual void SetThreadPool(nn::ThreadPool* pool) {}
-  virtual void SetConvAlgorithm(nn::ConvAlgorithm algorithm) {}
-  // Passed on to a wrapped layer (nn::Layer::SetGradBuffers): its input gradient then goes to
-  // the executor's shared pair (the buffer not holding grad_output; the executor copies out
-  // what must outlive the next node's backward). Nodes of their own keep their own buffers.
-  virtual void SetGradBuffers(nn::GradBufferPair<T>* pair) {}
-
   // The output for the runtime inputs (in input order, constants left out), owned by the node
-  // and valid until its next Forward. The inputs stay valid until Backward returns.
-  virtual TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) = 0;
+  // and valid until its next Forward. The inputs stay valid until Backward returns. `ctx` is
+  // what wrapped layers compute with (nn::LayerContext: the pool, the convolution algorithm,
+  // the executor's shared input-gradient buffers), per call as for the layers.
+  virtual TensorRef<T> Forward(const nn::LayerContext<T>& ctx,
+                               absl::Span<const TensorRef<T>> inputs, bool training) = 0;
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
   // the others), owned by the node (or aliasing grad_output) and valid until its next Backward.
-  virtual std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  virtual std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx,
+                                             TensorRef<T> grad_output,
                                              const std::vector<bool>& need_input_grad) = 0;
 };
 

@@ -36,7 +36,8 @@ class LayerNormNode final : public NodeImpl<T> {
     bias_grad_ = specs_.size() > 1 ? grads[1] : nullptr;
   }
 
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     const TensorRef<T>& x = inputs[0];
     const int64_t s = dims_.size();
     T* y = EnsureSize(output_, x.size());
@@ -59,7 +60,7 @@ class LayerNormNode final : public NodeImpl<T> {
     return {y, x.batch, dims_};
   }
 
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     const int64_t s = dims_.size();
     const T* dy = grad_output.data;

@@ -41,10 +41,11 @@ class AliasNode : public NodeImpl<T> {
  public:
   AliasNode(Dims input_dims, Dims output_dims) : in_(input_dims), out_(output_dims) {}
   Dims output_dims() const override { return out_; }
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     return {inputs[0].data, inputs[0].batch, out_};
   }
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     return {TensorRef<T>{grad_output.data, grad_output.batch, in_}};
@@ -135,7 +136,8 @@ class PadNode final : public NodeImpl<T> {
     return t;
   }
 
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     const TensorRef<T>& x = inputs[0];
     T* y = EnsureSize(output_, x.batch * out_.size());
     std::fill(y, y + x.batch * out_.size(), T(0));
@@ -149,7 +151,7 @@ class PadNode final : public NodeImpl<T> {
     return {y, x.batch, out_};
   }
 
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     const int batch = grad_output.batch;
@@ -225,7 +227,8 @@ class DropoutNode final : public NodeImpl<T> {
 
   Dims output_dims() const override { return dims_; }
 
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     const TensorRef<T>& x = inputs[0];
     dropped_ = training && ratio_ > 0;
     if (!dropped_) return x;
@@ -243,7 +246,7 @@ class DropoutNode final : public NodeImpl<T> {
     return {y, x.batch, dims_};
   }
 
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     if (!dropped_) return {grad_output};
@@ -295,14 +298,15 @@ class TanhNode final : public NodeImpl<T> {
     t.function = ElementFunction::kTanh;
     return t;
   }
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     const TensorRef<T>& x = inputs[0];
     T* y = EnsureSize(output_, x.size());
     for (int64_t i = 0; i < x.size(); ++i) y[i] = std::tanh(x.data[i]);
     output_ref_ = {y, x.batch, dims_};
     return output_ref_;
   }
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     const int64_t n = grad_output.size();
@@ -341,13 +345,14 @@ class FunctionNode final : public NodeImpl<T> {
     fn_.Describe(t);
     return t;
   }
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     input_ = inputs[0];
     T* y = EnsureSize(output_, input_.size());
     for (int64_t i = 0; i < input_.size(); ++i) y[i] = fn_.value(input_.data[i]);
     return {y, input_.batch, dims_};
   }
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     const int64_t n = grad_output.size();
@@ -491,7 +496,8 @@ class SoftmaxNode final : public NodeImpl<T> {
     t.log_softmax = log_;
     return t;
   }
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     const TensorRef<T>& x = inputs[0];
     T* y = EnsureSize(output_, x.size());
     const int64_t plane = int64_t{dims_.h} * dims_.w, c = dims_.c;
@@ -513,7 +519,7 @@ class SoftmaxNode final : public NodeImpl<T> {
     return output_ref_;
   }
   // Softmax: dx = y (dy - sum(dy y)); LogSoftmax: dx = dy - exp(y) sum(dy), per pixel.
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     T* dx = EnsureSize(grad_input_, grad_output.size());
@@ -606,7 +612,8 @@ class PiecewiseLinearNode final : public NodeImpl<T> {
     t.c = static_cast<double>(high_);
     return t;
   }
-  TensorRef<T> Forward(absl::Span<const TensorRef<T>> inputs, bool training) override {
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
     input_ = inputs[0];
     T* y = EnsureSize(output_, input_.size());
     for (int64_t i = 0; i < input_.size(); ++i) {
@@ -615,7 +622,7 @@ class PiecewiseLinearNode final : public NodeImpl<T> {
     }
     return {y, input_.batch, dims_};
   }
-  std::vector<TensorRef<T>> Backward(TensorRef<T> grad_output,
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     const int64_t n = grad_output.size();

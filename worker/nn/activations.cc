@@ -55,12 +55,12 @@ void SigmoidKernel(const double* x, double* y, int64_t n) {
 }  // namespace
 
 template <typename T>
-TensorRef<T> ReLU<T>::Forward(TensorRef<T> input, bool /*training*/) {
+TensorRef<T> ReLU<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool /*training*/) {
   const int64_t n = input.size();
   T* y = EnsureSize(output_, n);
   const T* x = input.data;
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [x, y](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];  // NaN stays NaN.
       },
@@ -70,14 +70,15 @@ TensorRef<T> ReLU<T>::Forward(TensorRef<T> input, bool /*training*/) {
 }
 
 template <typename T>
-TensorRef<T> ReLU<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> ReLU<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                               bool need_input_grad) {
   if (!need_input_grad) return {};
   const int64_t n = grad_output.size();
-  T* dx = this->GradInputBuffer(grad_output.data, n);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, n);
   const T* y = output_ref_.data;
   const T* dy = grad_output.data;
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [dx, y, dy](int64_t begin, int64_t end, int) {
         // Both operands loaded unconditionally, so the select vectorises.
         for (int64_t i = begin; i < end; ++i) {
@@ -90,12 +91,13 @@ TensorRef<T> ReLU<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
 }
 
 template <typename T>
-TensorRef<T> Sigmoid<T>::Forward(TensorRef<T> input, bool /*training*/) {
+TensorRef<T> Sigmoid<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
+                                 bool /*training*/) {
   const int64_t n = input.size();
   T* y = EnsureSize(output_, n);
   const T* x = input.data;
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [x, y](int64_t begin, int64_t end, int) { SigmoidKernel(x + begin, y + begin, end - begin); },
       kMinParallelElements);
   output_ref_ = {y, input.batch, input.dims};
@@ -103,14 +105,15 @@ TensorRef<T> Sigmoid<T>::Forward(TensorRef<T> input, bool /*training*/) {
 }
 
 template <typename T>
-TensorRef<T> Sigmoid<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> Sigmoid<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                  bool need_input_grad) {
   if (!need_input_grad) return {};
   const int64_t n = grad_output.size();
-  T* dx = this->GradInputBuffer(grad_output.data, n);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, n);
   const T* y = output_ref_.data;
   const T* dy = grad_output.data;
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [dx, y, dy](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
       },
@@ -124,13 +127,15 @@ absl::StatusOr<Dims> Flatten<T>::OutputDims(const Dims& input) const {
 }
 
 template <typename T>
-TensorRef<T> Flatten<T>::Forward(TensorRef<T> input, bool /*training*/) {
+TensorRef<T> Flatten<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
+                                 bool /*training*/) {
   in_dims_ = input.dims;
   return {input.data, input.batch, Dims{static_cast<int>(input.dims.size()), 1, 1}};
 }
 
 template <typename T>
-TensorRef<T> Flatten<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> Flatten<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                  bool need_input_grad) {
   if (!need_input_grad) return {};
   return {grad_output.data, grad_output.batch, in_dims_};
 }

@@ -18,14 +18,13 @@ class ReLU final : public Layer<T> {
  public:
   std::string ToString() const override { return "ReLU()"; }
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override { return input; }
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
-  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   std::vector<T> output_;
   TensorRef<T> output_ref_;
-  ThreadPool* pool_ = nullptr;
 };
 
 // 1 / (1 + exp(-x)); saturates to exactly 0 or 1 for large |x| without overflow trouble. The
@@ -35,14 +34,13 @@ class Sigmoid final : public Layer<T> {
  public:
   std::string ToString() const override { return "Sigmoid()"; }
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override { return input; }
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
-  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   std::vector<T> output_;
   TensorRef<T> output_ref_;
-  ThreadPool* pool_ = nullptr;
 };
 
 // [c, h, w] -> [c * h * w, 1, 1]. No copies: the output aliases the input and the input gradient
@@ -52,8 +50,9 @@ class Flatten final : public Layer<T> {
  public:
   std::string ToString() const override { return "Flatten()"; }
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   Dims in_dims_;

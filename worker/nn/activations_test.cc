@@ -44,14 +44,14 @@ TEST(ActivationsTest, SigmoidBatchOne) {
 TEST(ActivationsTest, SigmoidSaturatesWithoutNaN) {
   Sigmoid<float> f;
   const std::vector<float> x = {-1e4f, -100.0f, -88.8f, 0.0f, 88.8f, 100.0f, 1e4f};
-  TensorRef<float> y = f.Forward({x.data(), 1, {7, 1, 1}}, true);
+  TensorRef<float> y = f.Forward({}, {x.data(), 1, {7, 1, 1}}, true);
   EXPECT_LT(y.data[0], 1e-37f);
   EXPECT_GE(y.data[0], 0.0f);
   EXPECT_EQ(y.data[3], 0.5f);
   EXPECT_EQ(y.data[6], 1.0f);
   for (int i = 0; i < 7; ++i) EXPECT_TRUE(std::isfinite(y.data[i])) << i;
   const std::vector<float> g(7, 1.0f);
-  TensorRef<float> dx = f.Backward({g.data(), 1, {7, 1, 1}}, true);
+  TensorRef<float> dx = f.Backward({}, {g.data(), 1, {7, 1, 1}}, true);
   for (int i = 0; i < 7; ++i) EXPECT_TRUE(std::isfinite(dx.data[i])) << i;
   EXPECT_EQ(dx.data[3], 0.25f);
 }
@@ -62,7 +62,7 @@ TEST(ActivationsTest, FloatSigmoidIsAccurate) {
   for (float v = -110.0f; v <= 110.0f; v += 0.0137f) x.push_back(v);
   x.push_back(std::nanf(""));
   Sigmoid<float> f;
-  TensorRef<float> y = f.Forward({x.data(), 1, {static_cast<int>(x.size()), 1, 1}}, false);
+  TensorRef<float> y = f.Forward({}, {x.data(), 1, {static_cast<int>(x.size()), 1, 1}}, false);
   double worst = 0;
   for (size_t i = 0; i + 1 < x.size(); ++i) {
     const double exact = 1 / (1 + std::exp(-double{x[i]}));
@@ -82,7 +82,7 @@ TEST(ActivationsTest, FlattenAliasesBuffers) {
   CheckLayer(d, f, options, Elementwise([](double v) { return v; }));
   EXPECT_EQ(*f.OutputDims({16, 5, 5}), (Dims{400, 1, 1}));
   const std::vector<float> x(24);
-  TensorRef<float> y = f.Forward({x.data(), 1, {2, 3, 4}}, true);
+  TensorRef<float> y = f.Forward({}, {x.data(), 1, {2, 3, 4}}, true);
   EXPECT_EQ(y.data, x.data());
   EXPECT_EQ(y.dims, (Dims{24, 1, 1}));
 }

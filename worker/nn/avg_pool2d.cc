@@ -75,7 +75,8 @@ int AvgPoolDivisor(const Pool2dOptions& o, int h, int w, int oy, int ox) {
 }
 
 template <typename T>
-TensorRef<T> AvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
+TensorRef<T> AvgPool2d<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
+                                   bool /*training*/) {
   in_dims_ = input.dims;
   out_dims_ = Dims{input.dims.c,
                    PooledLength(input.dims.h, o_.kernel_h, o_.stride_h, o_.pad_h, o_.ceil_mode),
@@ -87,7 +88,7 @@ TensorRef<T> AvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
       planes * h * w >= kMinParallelElements ? 2 : planes + 1;  // Else one thread.
   if (is_2x2()) {
     ParallelFor(
-        pool_, planes,
+        ctx.pool, planes,
         [&](int64_t p0, int64_t p1, int) {
           Pool2x2Forward(input.data + p0 * h * w, p1 - p0, h, w, y + p0 * oh * ow);
         },
@@ -95,7 +96,7 @@ TensorRef<T> AvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
     return {y, input.batch, out_dims_};
   }
   ParallelFor(
-      pool_, planes,
+      ctx.pool, planes,
       [&](int64_t p0, int64_t p1, int) {
         for (int64_t pl = p0; pl < p1; ++pl) {
           const T* x = input.data + pl * h * w;
@@ -120,15 +121,16 @@ TensorRef<T> AvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
 }
 
 template <typename T>
-TensorRef<T> AvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> AvgPool2d<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                    bool need_input_grad) {
   if (!need_input_grad) return {};
   const int h = in_dims_.h, w = in_dims_.w, oh = out_dims_.h, ow = out_dims_.w;
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
-  T* dx = this->GradInputBuffer(grad_output.data, planes * h * w);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, planes * h * w);
   const int64_t min_planes = planes * h * w >= kMinParallelElements ? 2 : planes + 1;
   if (is_2x2()) {
     ParallelFor(
-        pool_, planes,
+        ctx.pool, planes,
         [&](int64_t p0, int64_t p1, int) {
           Pool2x2Backward(grad_output.data + p0 * oh * ow, p1 - p0, h, w, dx + p0 * h * w);
         },
@@ -136,7 +138,7 @@ TensorRef<T> AvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_gr
     return {dx, grad_output.batch, in_dims_};
   }
   ParallelFor(
-      pool_, planes,
+      ctx.pool, planes,
       [&](int64_t p0, int64_t p1, int) {
         std::fill(dx + p0 * h * w, dx + p1 * h * w, T(0));
         for (int64_t pl = p0; pl < p1; ++pl) {

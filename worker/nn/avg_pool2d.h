@@ -30,11 +30,11 @@ class AvgPool2d final : public Layer<T> {
 
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
   // Splits the planes (sample x channel) over the pool's threads.
-  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
 
  private:
   bool is_2x2() const;  // Kernel 2x2, stride 2, no padding: a fast path.
@@ -43,7 +43,6 @@ class AvgPool2d final : public Layer<T> {
   Dims in_dims_;
   Dims out_dims_;
   std::vector<T> output_;
-  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

@@ -115,10 +115,10 @@ TEST(AvgPool2dTest, CeilModeMatchesPyTorch) {
   for (const Expected& e : cases) {
     SCOPED_TRACE(e.include ? "count_include_pad=True" : "count_include_pad=False");
     AvgPool2d<float> pool(Ceil(AvgPool2dOptions::Square(3, 2, 1), e.include));
-    TensorRef<float> y = pool.Forward({x.data(), 1, {1, 6, 6}}, true);
+    TensorRef<float> y = pool.Forward({}, {x.data(), 1, {1, 6, 6}}, true);
     ASSERT_EQ(y.dims, (Dims{1, 4, 4}));
     ExpectAllClose("y", std::vector<double>(y.data, y.data + 16), e.y, 1e-6);
-    TensorRef<float> dx = pool.Backward({dy.data(), 1, {1, 4, 4}}, true);
+    TensorRef<float> dx = pool.Backward({}, {dy.data(), 1, {1, 4, 4}}, true);
     ExpectAllClose("dx", std::vector<double>(dx.data, dx.data + 36), e.dx, 1e-6);
   }
 }
@@ -126,7 +126,7 @@ TEST(AvgPool2dTest, CeilModeMatchesPyTorch) {
 TEST(AvgPool2dTest, KnownValues) {
   AvgPool2d<float> pool(AvgPool2dOptions::Square(2, 2));
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  TensorRef<float> y = pool.Forward({x.data(), 1, {1, 4, 4}}, false);
+  TensorRef<float> y = pool.Forward({}, {x.data(), 1, {1, 4, 4}}, false);
   ASSERT_EQ(y.dims, (Dims{1, 2, 2}));
   EXPECT_EQ(std::vector<float>(y.data, y.data + 4), (std::vector<float>{3.5, 5.5, 11.5, 13.5}));
 }

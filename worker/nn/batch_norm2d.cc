@@ -59,12 +59,12 @@ void CenteredSums(const T* x, const T* dy, int64_t n, T mean, T* sq, T* dot) {
 // between the passes.
 template <typename T>
 template <typename Fn>
-void BatchNorm2d<T>::ForEachChannelBlock(int64_t count, Fn&& fn) {
+void BatchNorm2d<T>::ForEachChannelBlock(ThreadPool* pool, int64_t count, Fn&& fn) {
   constexpr int64_t kBlockBytes = int64_t{256} << 10;
   const int64_t per_block =
       std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, count * int64_t{sizeof(T)}));
   ParallelFor(
-      pool_, c_,
+      pool, c_,
       [&](int64_t c0, int64_t c1, int) {
         for (int64_t b = c0; b < c1; b += per_block) {
           fn(static_cast<int>(b), static_cast<int>(std::min(c1, b + per_block)));
@@ -122,14 +122,16 @@ void BatchNorm2d<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
-TensorRef<T> BatchNorm2d<T>::Forward(TensorRef<T> input, bool training) {
+TensorRef<T> BatchNorm2d<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
+                                     bool training) {
   T* y = EnsureSize(output_, input.size());
-  ForwardInto(input, training, y);
+  ForwardInto(ctx, input, training, y);
   return {y, input.batch, input.dims};
 }
 
 template <typename T>
-void BatchNorm2d<T>::ForwardInto(TensorRef<T> input, bool training, T* y) {
+void BatchNorm2d<T>::ForwardInto(const LayerContext<T>& ctx, TensorRef<T> input, bool training,
+                                 T* y) {
   input_ = input;
   training_ = training;
   const int batch = input.batch;
@@ -182,23 +184,24 @@ void BatchNorm2d<T>::ForwardInto(TensorRef<T> input, bool training, T* y) {
       }
     }
   };
-  ForEachChannelBlock(count, [&](int c0, int c1) { block(c0, c1); });
+  ForEachChannelBlock(ctx.pool, count, [&](int c0, int c1) { block(c0, c1); });
   if (training) *num_batches_tracked_ += T(1);
 }
 
 template <typename T>
-TensorRef<T> BatchNorm2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> BatchNorm2d<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                      bool need_input_grad) {
   if (!need_input_grad) {
-    BackwardInto(grad_output, nullptr);
+    BackwardInto(ctx, grad_output, nullptr);
     return {};
   }
-  T* dx = this->GradInputBuffer(grad_output.data, input_.size());
-  BackwardInto(grad_output, dx);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, input_.size());
+  BackwardInto(ctx, grad_output, dx);
   return {dx, grad_output.batch, input_.dims};
 }
 
 template <typename T>
-void BatchNorm2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
+void BatchNorm2d<T>::BackwardInto(const LayerContext<T>& ctx, TensorRef<T> grad_output, T* dx) {
   const int batch = grad_output.batch;
   const int64_t plane = int64_t{input_.dims.h} * input_.dims.w;
   const int64_t count = batch * plane;
@@ -240,7 +243,7 @@ void BatchNorm2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
       }
     }
   };
-  ForEachChannelBlock(count, [&](int c0, int c1) { block(c0, c1); });
+  ForEachChannelBlock(ctx.pool, count, [&](int c0, int c1) { block(c0, c1); });
 }
 
 template class BatchNorm2d<float>;

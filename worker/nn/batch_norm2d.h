@@ -40,21 +40,21 @@ class BatchNorm2d final : public Layer<T> {
   std::vector<TensorSpec> BufferSpecs() const override;
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
   // Forward and Backward writing to caller-owned buffers instead of the layer's own (input-sized,
   // not aliasing the argument; a null grad_input computes parameter gradients only). Backward
   // reads the input and the statistics, never the output, so a caller may modify the output
   // in place (Residual applies its ReLU there).
-  void ForwardInto(TensorRef<T> input, bool training, T* output);
-  void BackwardInto(TensorRef<T> grad_output, T* grad_input);
-  // Splits the channels over the pool's threads (each channel's sums as on one thread).
-  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
+  void ForwardInto(const LayerContext<T>& ctx, TensorRef<T> input, bool training, T* output);
+  // Both split the channels over ctx.pool's threads (each channel's sums as on one thread).
+  void BackwardInto(const LayerContext<T>& ctx, TensorRef<T> grad_output, T* grad_input);
 
  private:
   template <typename Fn>
-  void ForEachChannelBlock(int64_t count, Fn&& fn);
+  void ForEachChannelBlock(ThreadPool* pool, int64_t count, Fn&& fn);
 
   const int c_;
   const T* weight_ = nullptr;
@@ -69,7 +69,6 @@ class BatchNorm2d final : public Layer<T> {
   std::vector<double> mean_;     // Per channel: the mean and 1 / sqrt(var + eps) used by the last
   std::vector<double> inv_std_;  // Forward (batch statistics in training, running ones if not).
   std::vector<T> output_;
-  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

@@ -87,12 +87,12 @@ TEST(BatchNorm2dTest, RunningStatisticsAsPyTorch) {
   EXPECT_EQ(buffers, (std::vector<double>{0, 1, 0}));
   bn.BindBuffers(buffers.data());
   const std::vector<double> x = {1, 2, 3, 4, 5, 9};
-  TensorRef<double> y = bn.Forward({x.data(), 2, {1, 1, 3}}, true);
+  TensorRef<double> y = bn.Forward({}, {x.data(), 2, {1, 1, 3}}, true);
   EXPECT_NEAR(y.data[0], 1.5 * (1 - 4) / std::sqrt(20.0 / 3 + 1e-5) + 0.25, 1e-12);
   EXPECT_NEAR(buffers[0], 0.1 * 4, 1e-12);
   EXPECT_NEAR(buffers[1], 0.9 * 1 + 0.1 * 8, 1e-12);
   EXPECT_EQ(buffers[2], 1);
-  bn.Forward({x.data(), 2, {1, 1, 3}}, true);
+  bn.Forward({}, {x.data(), 2, {1, 1, 3}}, true);
   EXPECT_NEAR(buffers[0], 0.9 * 0.4 + 0.1 * 4, 1e-12);
   EXPECT_NEAR(buffers[1], 0.9 * 1.7 + 0.1 * 8, 1e-12);
   EXPECT_EQ(buffers[2], 2);
@@ -101,7 +101,7 @@ TEST(BatchNorm2dTest, RunningStatisticsAsPyTorch) {
   // ones it gives the training output.
   buffers = {4, 20.0 / 3, 2};
   const std::vector<double> train(y.data, y.data + 6);
-  TensorRef<double> e = bn.Forward({x.data(), 2, {1, 1, 3}}, false);
+  TensorRef<double> e = bn.Forward({}, {x.data(), 2, {1, 1, 3}}, false);
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(e.data[i], train[i], 1e-12);
   EXPECT_EQ(buffers, (std::vector<double>{4, 20.0 / 3, 2}));
 }

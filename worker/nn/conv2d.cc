@@ -214,9 +214,10 @@ OneDnnConv* Conv2d<T>::OneDnnFor(const TensorRef<T>& input) {
         (pool_ == nullptr || !PreferOneDnn(o_, input.dims, pool_->num_threads()))) {
       return nullptr;
     }
-    if (input.dims != onednn_dims_) {
+    if (input.dims != onednn_dims_ || NumThreads(pool_) != onednn_threads_) {
       onednn_.clear();
       onednn_dims_ = input.dims;
+      onednn_threads_ = NumThreads(pool_);
     }
     std::unique_ptr<OneDnnConv>& conv = onednn_[input.batch];
     if (conv == nullptr) {
@@ -243,7 +244,14 @@ OneDnnConv::Scratch Conv2d<T>::OneDnnScratch() {
 }
 
 template <typename T>
-TensorRef<T> Conv2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
+void Conv2d<T>::BeginCall(const LayerContext<T>& ctx) {
+  pool_ = ctx.pool;
+  algorithm_ = ctx.conv_algorithm;
+}
+
+template <typename T>
+TensorRef<T> Conv2d<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool /*training*/) {
+  BeginCall(ctx);
   input_ = input;
   out_dims_ = Dims{o_.out_channels, (input.dims.h + 2 * o_.pad_h - o_.kernel_h) / o_.stride_h + 1,
                    (input.dims.w + 2 * o_.pad_w - o_.kernel_w) / o_.stride_w + 1};
@@ -295,18 +303,20 @@ void Conv2d<T>::ForwardGroup(int n0, int count, int thread, T* y) {
 }
 
 template <typename T>
-TensorRef<T> Conv2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> Conv2d<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                 bool need_input_grad) {
   if (!need_input_grad) {
-    BackwardInto(grad_output, nullptr);
+    BackwardInto(ctx, grad_output, nullptr);
     return {};
   }
-  T* dx = this->GradInputBuffer(grad_output.data, input_.size());
-  BackwardInto(grad_output, dx);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, input_.size());
+  BackwardInto(ctx, grad_output, dx);
   return {dx, grad_output.batch, input_.dims};
 }
 
 template <typename T>
-void Conv2d<T>::BackwardInto(TensorRef<T> grad_output, T* dx) {
+void Conv2d<T>::BackwardInto(const LayerContext<T>& ctx, TensorRef<T> grad_output, T* dx) {
+  BeginCall(ctx);
   if constexpr (std::is_same_v<T, float>) {
     if (use_onednn_) {
       onednn_[input_.batch]->Backward(input_.data, weight_, grad_output.data, grad_weight_,

@@ -56,21 +56,21 @@ class Conv2d final : public Layer<T> {
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
   std::vector<TensorSpec> ParamSpecs() const override;
   void BindParams(const T* params, T* grads) override;
-  // With a pool, Forward and Backward split the batch's sample groups over its threads (each
-  // builds its own groups' im2col matrices and runs their GEMMs, which should then be
-  // single-threaded BLAS). Backward cuts the groups into one contiguous part per thread, sums
+  // With a pool (ctx.pool), Forward and Backward split the batch's sample groups over its
+  // threads (each builds its own groups' im2col matrices and runs their GEMMs, which should then
+  // be single-threaded BLAS). Backward cuts the groups into one contiguous part per thread, sums
   // each part's weight gradient on its own and then the parts in order, so the result depends
   // on the number of threads but not on scheduling. Scratch comes from the pool then.
-  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
-  void SetConvAlgorithm(ConvAlgorithm algorithm) override { algorithm_ = algorithm; }
+  // ctx.conv_algorithm picks im2col or oneDNN (float only).
   // Whether the last Forward ran on oneDNN.
   bool last_used_onednn() const { return use_onednn_; }
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
   // Backward that writes d(loss)/d(input) to `grad_input` (input-sized, caller-owned, not aliasing
   // grad_output), or computes parameter gradients only if it is null. Lets a block (Residual)
   // share its gradient buffers between its layers.
-  void BackwardInto(TensorRef<T> grad_output, T* grad_input);
+  void BackwardInto(const LayerContext<T>& ctx, TensorRef<T> grad_output, T* grad_input);
 
  private:
   // Rows of the im2col matrix (in_c * kh * kw) = columns of the weight matrix.
@@ -113,9 +113,13 @@ class Conv2d final : public Layer<T> {
   std::vector<T> grad_columns_;  // Its gradient, same shape.
   std::vector<T> grad_padded_;   // The gradient of padded_.
   std::vector<T> output_;
+  // The current call's pool and algorithm (its LayerContext's), for the helpers above.
+  void BeginCall(const LayerContext<T>& ctx);
   ThreadPool* pool_ = nullptr;
   ConvAlgorithm algorithm_ = ConvAlgorithm::kAuto;
-  std::map<int, std::unique_ptr<OneDnnConv>> onednn_;  // By batch size, for onednn_dims_.
+  // By batch size, for onednn_dims_ and onednn_threads_ (the pool's threads they were made for).
+  std::map<int, std::unique_ptr<OneDnnConv>> onednn_;
+  int onednn_threads_ = 0;
   Dims onednn_dims_;
   bool onednn_refused_ = false;
   bool use_onednn_ = false;  // The last Forward ran on onednn_[input_.batch].

@@ -52,8 +52,8 @@ class Conv2dTest : public ::testing::TestWithParam<ConvAlgorithm> {
   void Check(const Conv2dOptions& o, const Dims& in, int batch) {
     Conv2d<double> d(o);
     Conv2d<float> f(o);
-    f.SetConvAlgorithm(GetParam());
     LayerCheckOptions options;
+    options.float_context.conv_algorithm = GetParam();
     options.batch = batch;
     options.input = in;
     SCOPED_TRACE(d.ToString() + " on " + in.ToString());
@@ -102,17 +102,17 @@ TEST_P(Conv2dTest, Pointwise) { Check(Conv2dOptions::Square(5, 3, 1), {5, 4, 3},
 
 // One forward and backward of `conv` on fixed data: the output, the input gradient and the
 // parameter gradients, back to back.
-std::vector<float> Step(Conv2d<float>& conv, const Dims& in, int batch,
-                        const std::vector<float>& params) {
+std::vector<float> Step(Conv2d<float>& conv, const LayerContext<float>& ctx, const Dims& in,
+                        int batch, const std::vector<float>& params) {
   const Dims out = *conv.OutputDims(in);
   std::vector<float> grads(params.size());
   conv.BindParams(params.data(), grads.data());
   std::vector<float> x(batch * in.size()), dy(batch * out.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 113) / 113 - 0.5f;
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>((i * 104729) % 97) / 97 - 0.5f;
-  TensorRef<float> y = conv.Forward({x.data(), batch, in}, true);
+  TensorRef<float> y = conv.Forward(ctx, {x.data(), batch, in}, true);
   std::vector<float> result(y.data, y.data + y.size());
-  TensorRef<float> dx = conv.Backward({dy.data(), batch, out}, true);
+  TensorRef<float> dx = conv.Backward(ctx, {dy.data(), batch, out}, true);
   result.insert(result.end(), dx.data, dx.data + dx.size());
   result.insert(result.end(), grads.begin(), grads.end());
   return result;
@@ -131,12 +131,10 @@ TEST(Conv2dOneDnnTest, OnAPoolMatchesIm2colAndRepeatsBitIdentically) {
   ThreadPool pool(2);
   for (int batch : {5, 3}) {
     Conv2d<float> reference(o), onednn(o);
-    reference.SetThreadPool(&pool);
-    reference.SetConvAlgorithm(ConvAlgorithm::kIm2col);
-    onednn.SetThreadPool(&pool);
-    onednn.SetConvAlgorithm(ConvAlgorithm::kOneDnn);
-    const std::vector<float> expected = Step(reference, in, batch, params);
-    const std::vector<float> first = Step(onednn, in, batch, params);
+    const LayerContext<float> im2col_ctx{&pool, ConvAlgorithm::kIm2col, nullptr};
+    const LayerContext<float> onednn_ctx{&pool, ConvAlgorithm::kOneDnn, nullptr};
+    const std::vector<float> expected = Step(reference, im2col_ctx, in, batch, params);
+    const std::vector<float> first = Step(onednn, onednn_ctx, in, batch, params);
     EXPECT_TRUE(onednn.last_used_onednn());
     EXPECT_FALSE(reference.last_used_onednn());
     ASSERT_EQ(first.size(), expected.size());
@@ -146,7 +144,7 @@ TEST(Conv2dOneDnnTest, OnAPoolMatchesIm2colAndRepeatsBitIdentically) {
       scale = std::max(scale, std::abs(double{expected[i]}));
     }
     EXPECT_LE(worst, 1e-5 * scale) << "batch " << batch;
-    EXPECT_EQ(Step(onednn, in, batch, params), first) << "batch " << batch;
+    EXPECT_EQ(Step(onednn, onednn_ctx, in, batch, params), first) << "batch " << batch;
   }
 }
 
@@ -170,11 +168,10 @@ TEST(Conv2dOneDnnTest, AutoWithoutAPoolIsIm2col) {
   const Conv2dOptions o = Conv2dOptions::Square(64, 64, 3, 1, 1);
   std::vector<float> params(64 * 64 * 9 + 64, 0.01f);
   Conv2d<float> conv(o);
-  Step(conv, {64, 28, 28}, 1, params);
+  Step(conv, {}, {64, 28, 28}, 1, params);
   EXPECT_FALSE(conv.last_used_onednn());
   ThreadPool pool(1);
-  conv.SetThreadPool(&pool);
-  Step(conv, {64, 28, 28}, 1, params);
+  Step(conv, {&pool, ConvAlgorithm::kAuto, nullptr}, {64, 28, 28}, 1, params);
   EXPECT_TRUE(conv.last_used_onednn());
 }
 

@@ -16,7 +16,8 @@ absl::StatusOr<Dims> GlobalAvgPool2d<T>::OutputDims(const Dims& input) const {
 }
 
 template <typename T>
-TensorRef<T> GlobalAvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
+TensorRef<T> GlobalAvgPool2d<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
+                                         bool /*training*/) {
   in_dims_ = input.dims;
   const int64_t plane = int64_t{in_dims_.h} * in_dims_.w;
   const int64_t planes = int64_t{input.batch} * in_dims_.c;
@@ -32,11 +33,12 @@ TensorRef<T> GlobalAvgPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) 
 }
 
 template <typename T>
-TensorRef<T> GlobalAvgPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> GlobalAvgPool2d<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                          bool need_input_grad) {
   if (!need_input_grad) return {};
   const int64_t plane = int64_t{in_dims_.h} * in_dims_.w;
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
-  T* dx = this->GradInputBuffer(grad_output.data, planes * plane);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, planes * plane);
   const T scale = T(1) / T(plane);
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T g = grad_output.data[pl] * scale;

@@ -16,8 +16,9 @@ class GlobalAvgPool2d final : public Layer<T> {
  public:
   std::string ToString() const override { return "AdaptiveAvgPool2d(output_size=(1, 1))"; }
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   Dims in_dims_;

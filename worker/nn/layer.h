@@ -8,6 +8,11 @@
 // of its own), so a deep network holds two gradient tensors rather than one per layer.
 // Parameters and parameter gradients live in flat buffers owned by the caller (see BindParams).
 //
+// What a layer computes with (the thread pool, the convolution algorithm, the shared gradient
+// buffers) comes with each call, in a LayerContext, as the GPU layers get their DeviceContext:
+// a composite hands its sub-layers the context it was given, and nothing has to be set on a
+// layer before it runs.
+//
 // A layer is not thread-safe; one thread drives it at a time.
 #ifndef DPTRAIN_WORKER_NN_LAYER_H_
 #define DPTRAIN_WORKER_NN_LAYER_H_
@@ -51,6 +56,19 @@ class GradBufferPair {
   std::vector<T> buffers_[2];
 };
 
+// The per-call context of Forward and Backward. The default: the calling thread only, kAuto,
+// each layer's own input-gradient buffer.
+template <typename T>
+struct LayerContext {
+  // The intra-op thread pool to split the work over (not owned), or null: the calling thread.
+  ThreadPool* pool = nullptr;
+  // How convolutions compute (ConvAlgorithm).
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kAuto;
+  // The network's shared input-gradient buffers (not owned; must outlive the views Backward
+  // returns), or null: a buffer of the layer's own.
+  GradBufferPair<T>* grad_buffers = nullptr;
+};
+
 template <typename T>
 class Layer {
  public:
@@ -83,39 +101,26 @@ class Layer {
   // Writes PyTorch's initial buffer values (BufferSpecs() layout) to `buffers`.
   virtual void InitBuffers(T* buffers) const {}
 
-  // The intra-op thread pool to split Forward/Backward over (not owned; must outlive every later
-  // Forward/Backward), or null to run on the calling thread only. Layers with sub-layers pass it
-  // on. The default ignores it.
-  virtual void SetThreadPool(ThreadPool* pool) {}
-
-  // How convolutions compute (ConvAlgorithm); layers with sub-layers pass it on. The default
-  // ignores it.
-  virtual void SetConvAlgorithm(ConvAlgorithm algorithm) {}
-
-  // The network's shared input-gradient buffers (not owned; must outlive every later
-  // Backward), or null for a buffer of the layer's own. Layers whose sub-layers return input
-  // gradients pass it on.
-  virtual void SetGradBuffers(GradBufferPair<T>* pair) { grad_buffers_ = pair; }
-
   // Computes the output for `input`. The returned view is owned by the layer and valid until its
   // next Forward. `input` must stay valid and unchanged until Backward (if any) returns.
-  virtual TensorRef<T> Forward(TensorRef<T> input, bool training) = 0;
+  virtual TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) = 0;
 
   // Given d(loss)/d(output) for the last Forward (same batch and dims as that output), overwrites
   // the bound parameter gradients with d(loss)/d(params) and returns d(loss)/d(input), owned by
-  // the layer and valid until its next Backward. Returns an empty view (data == nullptr) when
-  // `need_input_grad` is false, which saves the work for the first layer of a network.
-  virtual TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) = 0;
+  // the layer (or by ctx.grad_buffers) and valid until its next Backward. Returns an empty view
+  // (data == nullptr) when `need_input_grad` is false, which saves the work for the first layer
+  // of a network.
+  virtual TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                bool need_input_grad) = 0;
 
  protected:
   // Where Backward writes d(loss)/d(input) (`n` elements), given where grad_output lives.
-  T* GradInputBuffer(const T* grad_output, int64_t n) {
-    if (grad_buffers_ != nullptr) return grad_buffers_->Other(grad_output, n);
+  T* GradInputBuffer(const LayerContext<T>& ctx, const T* grad_output, int64_t n) {
+    if (ctx.grad_buffers != nullptr) return ctx.grad_buffers->Other(grad_output, n);
     return EnsureSize(own_grad_input_, n);
   }
 
  private:
-  GradBufferPair<T>* grad_buffers_ = nullptr;
   std::vector<T> own_grad_input_;
 };
 

@@ -54,10 +54,10 @@ void ExpectMatchesFiniteDifferences(const std::string& what, Layer<double>& laye
     const double saved = values[i];
     values[i] = saved + options.fd_step;
     const double plus =
-        Dot(layer.Forward({x.data(), options.batch, options.input}, options.training), g);
+        Dot(layer.Forward({}, {x.data(), options.batch, options.input}, options.training), g);
     values[i] = saved - options.fd_step;
     const double minus =
-        Dot(layer.Forward({x.data(), options.batch, options.input}, options.training), g);
+        Dot(layer.Forward({}, {x.data(), options.batch, options.input}, options.training), g);
     values[i] = saved;
     numeric.push_back((plus - minus) / (2 * options.fd_step));
     expected.push_back(analytic[i]);
@@ -127,39 +127,40 @@ void CheckLayer(Layer<double>& d, Layer<float>& f, const LayerCheckOptions& opti
     const std::vector<double> x0 = RandomVector((batch + 1) * options.input.size(), 3.0, 99);
     const std::vector<double> g0 = RandomVector((batch + 1) * out_dims->size(), 3.0, 98);
     const std::vector<float> x0f = Cast<float>(x0), g0f = Cast<float>(g0);
-    d.Forward({x0.data(), batch + 1, options.input}, options.training);
-    d.Backward({g0.data(), batch + 1, *out_dims}, true);
-    f.Forward({x0f.data(), batch + 1, options.input}, options.training);
-    f.Backward({g0f.data(), batch + 1, *out_dims}, true);
+    d.Forward({}, {x0.data(), batch + 1, options.input}, options.training);
+    d.Backward({}, {g0.data(), batch + 1, *out_dims}, true);
+    f.Forward(options.float_context, {x0f.data(), batch + 1, options.input}, options.training);
+    f.Backward(options.float_context, {g0f.data(), batch + 1, *out_dims}, true);
   }
 
   // Forward: double against the reference, float against double.
-  TensorRef<double> y = d.Forward({x.data(), batch, options.input}, options.training);
+  TensorRef<double> y = d.Forward({}, {x.data(), batch, options.input}, options.training);
   ASSERT_EQ(y.batch, batch);
   ASSERT_EQ(y.dims, *out_dims);
   const std::vector<double> yd = ToVector(y);
   if (reference) ExpectAllClose("forward vs reference", yd, reference(x, params, batch), 1e-12);
-  TensorRef<float> yf = f.Forward({xf.data(), batch, options.input}, options.training);
+  TensorRef<float> yf =
+      f.Forward(options.float_context, {xf.data(), batch, options.input}, options.training);
   ASSERT_EQ(yf.dims, *out_dims);
   ExpectAllClose("float forward", ToVector(yf), yd, options.float_tolerance);
 
   // Backward twice: parameter gradients are overwritten, not accumulated.
   std::vector<double> dx;
   for (int round = 0; round < 2; ++round) {
-    TensorRef<double> dxd = d.Backward({g.data(), batch, *out_dims}, true);
+    TensorRef<double> dxd = d.Backward({}, {g.data(), batch, *out_dims}, true);
     ASSERT_EQ(dxd.batch, batch);
     ASSERT_EQ(dxd.dims, options.input);
     if (round == 1) ExpectAllClose("second backward", ToVector(dxd), dx, 0.0);
     dx = ToVector(dxd);
   }
   const std::vector<double> param_grads = grads;
-  d.Backward({g.data(), batch, *out_dims}, true);
+  d.Backward({}, {g.data(), batch, *out_dims}, true);
   ExpectAllClose("repeated parameter gradients", grads, param_grads, 0.0);
   // Without an input gradient the parameter gradients must come out the same.
-  EXPECT_EQ(d.Backward({g.data(), batch, *out_dims}, false).data, nullptr);
+  EXPECT_EQ(d.Backward({}, {g.data(), batch, *out_dims}, false).data, nullptr);
   ExpectAllClose("parameter gradients without input gradient", grads, param_grads, 0.0);
 
-  TensorRef<float> dxf = f.Backward({gf.data(), batch, *out_dims}, true);
+  TensorRef<float> dxf = f.Backward(options.float_context, {gf.data(), batch, *out_dims}, true);
   ExpectAllClose("float input gradient", ToVector(dxf), dx, options.float_tolerance);
   ExpectAllClose("float parameter gradients", Cast<double>(gradsf), param_grads,
                  options.float_tolerance);

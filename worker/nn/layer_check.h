@@ -50,6 +50,9 @@ struct LayerCheckOptions {
   // Initial buffer values (Layer::BufferSpecs layout) for the double layer; the float one gets
   // them rounded. Empty: the layer's InitBuffers.
   std::function<void(std::vector<double>& buffers)> init_buffers;
+  // What the float layer computes with (its pool, convolution algorithm); the double layer
+  // always runs on the calling thread.
+  LayerContext<float> float_context;
 };
 
 // Runs every check on `d` and `f`, two instances of the same layer configuration in double and

@@ -50,13 +50,13 @@ constexpr int kGemmChunksPerThread = 1;
 }  // namespace
 
 template <typename T>
-TensorRef<T> Linear<T>::Forward(TensorRef<T> input, bool /*training*/) {
+TensorRef<T> Linear<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool /*training*/) {
   input_ = input;
   const int n = input.batch;
   T* y = EnsureSize(output_, int64_t{n} * out_);
   const int64_t min_rows = int64_t{n} * in_ * out_ >= kMinParallelFlops ? 2 : int64_t{n} + 1;
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [&](int64_t r0, int64_t r1, int) {
         for (int64_t i = r0; i < r1; ++i) std::copy(bias_, bias_ + out_, y + i * out_);
         Gemm(false, true, static_cast<int>(r1 - r0), out_, in_, T(1), input.data + r0 * in_, in_,
@@ -67,13 +67,14 @@ TensorRef<T> Linear<T>::Forward(TensorRef<T> input, bool /*training*/) {
 }
 
 template <typename T>
-TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> Linear<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                 bool need_input_grad) {
   const int n = grad_output.batch;
   const T* dy = grad_output.data;
   const bool parallel = int64_t{n} * in_ * out_ >= kMinParallelFlops;
   // dW = dY^T X, db = column sums of dY; split over output rows.
   ParallelFor(
-      pool_, out_,
+      ctx.pool, out_,
       [&](int64_t o0, int64_t o1, int) {
         Gemm(true, false, static_cast<int>(o1 - o0), in_, n, T(1), dy + o0, out_, input_.data, in_,
              T(0), grad_weight_ + o0 * in_, in_);
@@ -86,9 +87,9 @@ TensorRef<T> Linear<T>::Backward(TensorRef<T> grad_output, bool need_input_grad)
       parallel ? 2 : int64_t{out_} + 1, kGemmChunksPerThread);
   if (!need_input_grad) return {};
   // dX = dY W; split over rows.
-  T* dx = this->GradInputBuffer(grad_output.data, int64_t{n} * in_);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, int64_t{n} * in_);
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [&](int64_t r0, int64_t r1, int) {
         Gemm(false, false, static_cast<int>(r1 - r0), in_, out_, T(1), dy + r0 * out_, out_,
              weight_, in_, T(0), dx + r0 * in_, in_);

@@ -27,9 +27,9 @@ class Linear final : public Layer<T> {
   // weight and bias gradients their output rows (no cross-thread sums, so the same results as
   // without). Small layers stay on one thread. Without a pool each GEMM runs whole, on as many
   // threads as BLAS is set to.
-  void SetThreadPool(ThreadPool* pool) override { pool_ = pool; }
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   const int in_;
@@ -40,7 +40,6 @@ class Linear final : public Layer<T> {
   T* grad_bias_ = nullptr;
   TensorRef<T> input_;
   std::vector<T> output_;
-  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

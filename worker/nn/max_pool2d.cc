@@ -20,7 +20,8 @@ absl::StatusOr<Dims> MaxPool2d<T>::OutputDims(const Dims& input) const {
 }
 
 template <typename T>
-TensorRef<T> MaxPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
+TensorRef<T> MaxPool2d<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
+                                   bool /*training*/) {
   in_dims_ = input.dims;
   out_dims_ = Dims{input.dims.c,
                    PooledLength(input.dims.h, o_.kernel_h, o_.stride_h, o_.pad_h, o_.ceil_mode),
@@ -60,12 +61,13 @@ TensorRef<T> MaxPool2d<T>::Forward(TensorRef<T> input, bool /*training*/) {
 }
 
 template <typename T>
-TensorRef<T> MaxPool2d<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> MaxPool2d<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                    bool need_input_grad) {
   if (!need_input_grad) return {};
   const int64_t in_plane = int64_t{in_dims_.h} * in_dims_.w;
   const int64_t out_plane = int64_t{out_dims_.h} * out_dims_.w;
   const int64_t planes = int64_t{grad_output.batch} * in_dims_.c;
-  T* dx = this->GradInputBuffer(grad_output.data, planes * in_plane);
+  T* dx = this->GradInputBuffer(ctx, grad_output.data, planes * in_plane);
   std::fill(dx, dx + planes * in_plane, T(0));
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T* dy = grad_output.data + pl * out_plane;

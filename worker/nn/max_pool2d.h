@@ -27,8 +27,9 @@ class MaxPool2d final : public Layer<T> {
 
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   const MaxPool2dOptions o_;

@@ -80,11 +80,11 @@ TEST(MaxPool2dTest, RectangularKernelAndStride) { CheckMax({2, 3, 1, 2, 1, 1}, {
 TEST(MaxPool2dTest, KnownValuesAndTies) {
   MaxPool2d<float> pool(MaxPool2dOptions::Square(2));
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 1, 16, 16};
-  TensorRef<float> y = pool.Forward({x.data(), 1, {1, 4, 4}}, true);
+  TensorRef<float> y = pool.Forward({}, {x.data(), 1, {1, 4, 4}}, true);
   ASSERT_EQ(y.dims, (Dims{1, 2, 2}));
   EXPECT_EQ(std::vector<float>(y.data, y.data + 4), (std::vector<float>{6, 8, 10, 16}));
   const std::vector<float> g = {1, 2, 3, 4};
-  TensorRef<float> dx = pool.Backward({g.data(), 1, {1, 2, 2}}, true);
+  TensorRef<float> dx = pool.Backward({}, {g.data(), 1, {1, 2, 2}}, true);
   // The tie 16, 16 sends its gradient to the first.
   EXPECT_EQ(std::vector<float>(dx.data, dx.data + 16),
             (std::vector<float>{0, 0, 0, 0, 0, 1, 0, 2, 0, 3, 0, 0, 0, 0, 4, 0}));

@@ -102,37 +102,26 @@ void Residual<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
-void Residual<T>::SetThreadPool(ThreadPool* pool) {
-  pool_ = pool;
-  for (Layer<T>* layer : ParamLayers()) layer->SetThreadPool(pool);
-}
-
-template <typename T>
-void Residual<T>::SetConvAlgorithm(ConvAlgorithm algorithm) {
-  for (Layer<T>* layer : ParamLayers()) layer->SetConvAlgorithm(algorithm);
-}
-
-template <typename T>
-TensorRef<T> Residual<T>::Forward(TensorRef<T> input, bool training) {
+TensorRef<T> Residual<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) {
   input_ = input;
-  const TensorRef<T> y1 = conv1_.Forward(input, training);
+  const TensorRef<T> y1 = conv1_.Forward(ctx, input, training);
   dims_ = y1.dims;
   const int64_t n = y1.size();
   T* __restrict a1 = EnsureSize(act1_, n);
-  bn1_.ForwardInto(y1, training, a1);
+  bn1_.ForwardInto(ctx, y1, training, a1);
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [a1](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) a1[i] = a1[i] < T(0) ? T(0) : a1[i];  // NaN stays.
       },
       kMinParallelElements);
-  const TensorRef<T> y2 = conv2_.Forward({a1, input.batch, dims_}, training);
+  const TensorRef<T> y2 = conv2_.Forward(ctx, {a1, input.batch, dims_}, training);
   T* __restrict out = EnsureSize(output_, n);
-  bn2_.ForwardInto(y2, training, out);
-  const TensorRef<T> shortcut = conv3_ ? conv3_->Forward(input, training) : input;
+  bn2_.ForwardInto(ctx, y2, training, out);
+  const TensorRef<T> shortcut = conv3_ ? conv3_->Forward(ctx, input, training) : input;
   const T* __restrict s = shortcut.data;
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [out, s](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) {
           const T v = out[i] + s[i];
@@ -144,7 +133,8 @@ TensorRef<T> Residual<T>::Forward(TensorRef<T> input, bool training) {
 }
 
 template <typename T>
-TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> Residual<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                   bool need_input_grad) {
   const int batch = grad_output.batch;
   const int64_t n = grad_output.size(), m = input_.size();
   T* __restrict gs = EnsureSize(scratch_->grad_sum, n);
@@ -152,7 +142,7 @@ TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_gra
     const T* __restrict out = output_.data();
     const T* __restrict g = grad_output.data;
     ParallelFor(
-        pool_, n,
+        ctx.pool, n,
         [gs, out, g](int64_t begin, int64_t end, int) {
           for (int64_t i = begin; i < end; ++i) {
             const T d = g[i];  // Loaded unconditionally, so the select vectorises.
@@ -163,26 +153,26 @@ TensorRef<T> Residual<T>::Backward(TensorRef<T> grad_output, bool need_input_gra
   }
   T* __restrict a = EnsureSize(scratch_->a, std::max(n, m));
   T* __restrict b = EnsureSize(scratch_->b, n);
-  bn2_.BackwardInto({gs, batch, dims_}, a);
-  conv2_.BackwardInto({a, batch, dims_}, b);
+  bn2_.BackwardInto(ctx, {gs, batch, dims_}, a);
+  conv2_.BackwardInto(ctx, {a, batch, dims_}, b);
   const T* __restrict a1 = act1_.data();
   ParallelFor(
-      pool_, n,
+      ctx.pool, n,
       [a1, b](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) b[i] = a1[i] > T(0) ? b[i] : T(0);
       },
       kMinParallelElements);
-  bn1_.BackwardInto({b, batch, dims_}, a);
-  T* __restrict dx = need_input_grad ? this->GradInputBuffer(grad_output.data, m) : nullptr;
-  conv1_.BackwardInto({a, batch, dims_}, dx);
+  bn1_.BackwardInto(ctx, {b, batch, dims_}, a);
+  T* __restrict dx = need_input_grad ? this->GradInputBuffer(ctx, grad_output.data, m) : nullptr;
+  conv1_.BackwardInto(ctx, {a, batch, dims_}, dx);
   const T* shortcut_grad = gs;
   if (conv3_) {
-    conv3_->BackwardInto({gs, batch, dims_}, need_input_grad ? a : nullptr);
+    conv3_->BackwardInto(ctx, {gs, batch, dims_}, need_input_grad ? a : nullptr);
     shortcut_grad = a;
   }
   if (!need_input_grad) return {};
   ParallelFor(
-      pool_, m,
+      ctx.pool, m,
       [dx, shortcut_grad](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) dx[i] += shortcut_grad[i];
       },

@@ -61,10 +61,9 @@ class Residual final : public Layer<T> {
   std::vector<TensorSpec> BufferSpecs() const override;
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
-  void SetThreadPool(ThreadPool* pool) override;
-  void SetConvAlgorithm(ConvAlgorithm algorithm) override;
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   // The sub-layers with parameters in state_dict order (conv3 only if use_1x1conv).
@@ -81,7 +80,6 @@ class Residual final : public Layer<T> {
   std::vector<T> act1_;    // relu(bn1(conv1(x))), the input of conv2.
   std::vector<T> output_;  // relu(bn2(...) + shortcut(x)), built in place.
   std::shared_ptr<ResidualScratch<T>> scratch_;
-  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace nn

@@ -27,7 +27,7 @@ std::vector<double> Run(Layer<double>& layer, const double*& params, TensorRef<d
   layer.InitBuffers(buffers.data());
   layer.BindBuffers(buffers.data());
   for (const TensorSpec& spec : layer.ParamSpecs()) params += spec.size();
-  TensorRef<double> y = layer.Forward(x, true);
+  TensorRef<double> y = layer.Forward({}, x, true);
   return std::vector<double>(y.data, y.data + y.size());
 }
 

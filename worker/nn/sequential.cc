@@ -39,7 +39,6 @@ absl::StatusOr<Sequential<T>> Sequential<T>::Create(const Dims& input,
     seq.buffer_offsets_.push_back(seq.buffer_offsets_.back() + buffers);
   }
   seq.layers_ = std::move(layers);
-  for (auto& layer : seq.layers_) layer->SetGradBuffers(seq.grad_buffers_.get());
   return seq;
 }
 
@@ -61,19 +60,9 @@ void Sequential<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
-void Sequential<T>::SetThreadPool(ThreadPool* pool) {
-  for (auto& layer : layers_) layer->SetThreadPool(pool);
-}
-
-template <typename T>
-void Sequential<T>::SetConvAlgorithm(ConvAlgorithm algorithm) {
-  for (auto& layer : layers_) layer->SetConvAlgorithm(algorithm);
-}
-
-template <typename T>
 TensorRef<T> Sequential<T>::Forward(const T* input, int batch, bool training) {
   TensorRef<T> x{input, batch, input_dims()};
-  for (auto& layer : layers_) x = layer->Forward(x, training);
+  for (auto& layer : layers_) x = layer->Forward(ctx_, x, training);
   return x;
 }
 
@@ -81,7 +70,7 @@ template <typename T>
 void Sequential<T>::Backward(TensorRef<T> grad_output) {
   TensorRef<T> g = grad_output;
   for (int i = num_layers() - 1; i >= first_with_params_; --i) {
-    g = layers_[i]->Backward(g, /*need_input_grad=*/i > first_with_params_);
+    g = layers_[i]->Backward(ctx_, g, /*need_input_grad=*/i > first_with_params_);
   }
 }
 

@@ -51,10 +51,11 @@ class Sequential {
   void BindBuffers(T* buffers);
   void InitBuffers(T* buffers) const;
 
-  // Hands every layer the intra-op thread pool (Layer::SetThreadPool); null: single-threaded.
-  void SetThreadPool(ThreadPool* pool);
-  // Hands every layer the convolution algorithm (Layer::SetConvAlgorithm).
-  void SetConvAlgorithm(ConvAlgorithm algorithm);
+  // The intra-op thread pool every layer's Forward and Backward get (LayerContext::pool; not
+  // owned, must outlive every later call); null (the default): single-threaded.
+  void SetThreadPool(ThreadPool* pool) { ctx_.pool = pool; }
+  // The convolution algorithm they get (LayerContext::conv_algorithm).
+  void SetConvAlgorithm(ConvAlgorithm algorithm) { ctx_.conv_algorithm = algorithm; }
 
   // Runs `batch` >= 1 samples of input_dims() each. The result (batch x output_dims()) is owned by
   // the last layer and valid until the next Forward. `input` must stay valid until Backward.
@@ -68,8 +69,9 @@ class Sequential {
   Sequential() = default;
 
   std::vector<std::unique_ptr<Layer<T>>> layers_;
-  // The input gradients of every layer (a stable address: the layers point to it).
+  // The input gradients of every layer (a stable address: ctx_ points to it, and moves along).
   std::unique_ptr<GradBufferPair<T>> grad_buffers_ = std::make_unique<GradBufferPair<T>>();
+  LayerContext<T> ctx_{nullptr, ConvAlgorithm::kAuto, grad_buffers_.get()};
   std::vector<Dims> dims_;               // num_layers() + 1 entries.
   std::vector<int64_t> offsets_;         // num_layers() + 1 entries; the last is the total.
   std::vector<int64_t> buffer_offsets_;  // Likewise for the buffers.

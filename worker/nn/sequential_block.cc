@@ -92,21 +92,6 @@ void SequentialBlock<T>::BindBuffers(T* buffers) {
 }
 
 template <typename T>
-void SequentialBlock<T>::SetThreadPool(ThreadPool* pool) {
-  for (auto& layer : layers_) layer->SetThreadPool(pool);
-}
-
-template <typename T>
-void SequentialBlock<T>::SetConvAlgorithm(ConvAlgorithm algorithm) {
-  for (auto& layer : layers_) layer->SetConvAlgorithm(algorithm);
-}
-
-template <typename T>
-void SequentialBlock<T>::SetGradBuffers(GradBufferPair<T>* pair) {
-  for (auto& layer : layers_) layer->SetGradBuffers(pair);
-}
-
-template <typename T>
 void SequentialBlock<T>::InitBuffers(T* buffers) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->InitBuffers(buffers);
@@ -115,15 +100,17 @@ void SequentialBlock<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
-TensorRef<T> SequentialBlock<T>::Forward(TensorRef<T> input, bool training) {
-  for (auto& layer : layers_) input = layer->Forward(input, training);
+TensorRef<T> SequentialBlock<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
+                                         bool training) {
+  for (auto& layer : layers_) input = layer->Forward(ctx, input, training);
   return input;
 }
 
 template <typename T>
-TensorRef<T> SequentialBlock<T>::Backward(TensorRef<T> grad_output, bool need_input_grad) {
+TensorRef<T> SequentialBlock<T>::Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                          bool need_input_grad) {
   for (size_t i = layers_.size(); i-- > 0;) {
-    grad_output = layers_[i]->Backward(grad_output, i > 0 || need_input_grad);
+    grad_output = layers_[i]->Backward(ctx, grad_output, i > 0 || need_input_grad);
   }
   return grad_output;
 }

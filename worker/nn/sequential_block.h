@@ -31,11 +31,9 @@ class SequentialBlock final : public Layer<T> {
   std::vector<TensorSpec> BufferSpecs() const override;
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
-  void SetThreadPool(ThreadPool* pool) override;
-  void SetConvAlgorithm(ConvAlgorithm algorithm) override;
-  void SetGradBuffers(GradBufferPair<T>* pair) override;
-  TensorRef<T> Forward(TensorRef<T> input, bool training) override;
-  TensorRef<T> Backward(TensorRef<T> grad_output, bool need_input_grad) override;
+  TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
+  TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
+                        bool need_input_grad) override;
 
  private:
   std::vector<std::unique_ptr<Layer<T>>> layers_;
