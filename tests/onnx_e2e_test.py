@@ -2,9 +2,12 @@
 PyTorch (Conv, BatchNorm, ReLU, MaxPool, Dropout, Linear) is exported to ONNX
 (torch.onnx.export, training mode, no constant folding), 2 gpu_worker processes train it
 through 2 real ps_server shards (BSP, sgd) on a generated 3x32x32 data set in the CIFAR-10
-binary format, and again on the same images as an ImageFolder tree of PNG files; each time
-rank 0 saves the weights, which load into the PyTorch model with a strict load_state_dict
-and give, in PyTorch, the test accuracy the worker printed. Then the bad input: an
+binary format, again on the same images as an ImageFolder tree of PNG files, and on an
+ImageFolder of those images at other sizes (64x64 and 48x40) brought back to 32x32 by
+--image_size=32; each time rank 0 saves the weights, which load into the PyTorch model with a
+strict load_state_dict and give, in PyTorch, the test accuracy the worker printed (for the
+resized folder, on the test PNGs through torchvision's Resize(32) + CenterCrop(32), written out
+with PIL as in tools/make_resize_fixtures.py). Then the bad input: an
 unsupported op, a model whose input is not the data's shape, too few outputs for the
 classes. Run by tests/onnx_e2e_test.sh; every case prints one line, the first failure
 ends the run with a non-zero exit."""
@@ -87,6 +90,40 @@ def write_image_folder(folder, train, test):
             with open(os.path.join(folder, split, f"class{int(y):02d}", f"{i:05d}.png"),
                       "wb") as f:
                 f.write(png(x))
+
+
+def write_resized_folder(folder, train, test):
+    """The images at other sizes: even ones 2x (64x64, pixels repeated), odd ones 48x40 (height x
+    width, PIL's bilinear). Returns the test images as PyTorch would load them with
+    Resize(32) + CenterCrop(32): [n, 3, 32, 32] uint8."""
+    from PIL import Image
+    loaded = []
+    for split, (xs, ys) in (("train", train), ("test", test)):
+        for c in range(CLASSES):
+            os.makedirs(os.path.join(folder, split, f"class{c:02d}"), exist_ok=True)
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            img = Image.fromarray(x.permute(1, 2, 0).contiguous().numpy(), "RGB")
+            img = img.resize((64, 64), Image.NEAREST) if i % 2 == 0 else img.resize(
+                (40, 48), Image.BILINEAR)
+            path = os.path.join(folder, split, f"class{int(y):02d}", f"{i:05d}.png")
+            img.save(path)
+            if split == "test":
+                loaded.append(resize_32_center_crop(Image.open(path).convert("RGB")))
+    return torch.stack(loaded)
+
+
+def resize_32_center_crop(img):
+    """torchvision's Resize(32) then CenterCrop(32) on a PIL image, as a 3x32x32 uint8 tensor."""
+    from PIL import Image
+    w, h = img.size
+    short, long = (w, h) if w <= h else (h, w)
+    new_long = int(32 * long / short)
+    img = img.resize((32, new_long) if w <= h else (new_long, 32), Image.BILINEAR)
+    w, h = img.size
+    top, left = int(round((h - 32) / 2.0)), int(round((w - 32) / 2.0))
+    img = img.crop((left, top, left + 32, top + 32))
+    return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(32, 32, 3).permute(
+        2, 0, 1)
 
 
 class Net(nn.Module):
@@ -197,9 +234,14 @@ def main():
     write_image_folder(folder, train_set, test_set)
     model_path = os.path.join(SCRATCH, "net.onnx")
     export(Net(), model_path)
-    for name, data in (("cifar", cifar), ("imagefolder", folder)):
-        printed, saved, text = train(f"onnx_{name}", model_path, data)
-        ours = pytorch_accuracy(saved, test_set)
+    resized = os.path.join(SCRATCH, "resized")
+    resized_test = (write_resized_folder(resized, train_set, test_set), test_set[1])
+    for name, data, extra, test in (("cifar", cifar, (), test_set),
+                                    ("imagefolder", folder, (), test_set),
+                                    ("resized imagefolder", resized, ("--image_size=32",),
+                                     resized_test)):
+        printed, saved, text = train(f"onnx_{name.replace(' ', '_')}", model_path, data, extra)
+        ours = pytorch_accuracy(saved, test)
         # One test image may fall on the other side of an argmax between the two float paths.
         if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.3 < printed < 0.99:
             fail(f"{name}: the worker printed test_acc {printed}, PyTorch gets {ours} from the "

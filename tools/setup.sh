@@ -16,6 +16,7 @@ packages=(
   libcivetweb-dev                                # the /metrics and /status HTTP endpoint
   prometheus                                     # promtool + a real server in tests/metrics_test
   python3-matplotlib                             # tools/plot_curves.py (training curves)
+  python3-pil                                    # Pillow: the resize reference in tests/onnx_e2e_test
   libopenblas-dev                                # CPU GEMMs
   libdnnl-dev                                    # oneDNN convolutions where they win (onednn_conv.h)
   libonnx-dev                                    # ONNX models (worker/graph/onnx_import.h)

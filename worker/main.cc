@@ -163,8 +163,10 @@ class StatusService final : public proto::Worker::Service {
 // The training and test sets of --data_dir in --data_format (detected when empty), cut to
 // the subsets and normalised; the same classes and image shape in both.
 absl::Status LoadData(const DataConfig& data, Dataset& train, Dataset& test) {
-  DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true));
-  DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false));
+  LoadOptions load;
+  load.image_size = data.image_size;
+  DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
+  DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
   if (test.channels != train.channels || test.rows != train.rows || test.cols != train.cols) {
     return absl::InvalidArgumentError(absl::StrCat(
         data.dir, ": the training images are ", train.channels, "x", train.rows, "x", train.cols,

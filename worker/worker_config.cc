@@ -63,6 +63,11 @@ ABSL_FLAG(std::string, data_format, "",
           "data_batch_1..5.bin + test_batch.bin; CIFAR-100: train.bin + test.bin), imagefolder "
           "(train/<class>/*.png|jpg and test/<class>/...), npy (train_images.npy, "
           "train_labels.npy, test_images.npy, test_labels.npy); empty: detected from the files.");
+ABSL_FLAG(std::string, image_size, "",
+          "ImageFolder data: the size every image is brought to as it is decoded, as "
+          "torchvision's transforms with Pillow's bilinear resampling: S = Resize(S) then "
+          "CenterCrop(S); HxW = Resize((H, W)). Empty: kept (all images must then have one "
+          "size).");
 ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "Per-channel means to subtract after scaling pixels to [0, 1] (with --data_std), "
           "e.g. 0.4914,0.4822,0.4465; empty: no normalisation.");
@@ -302,6 +307,14 @@ absl::Status ReadData(WorkerConfig& c) {
     return Bad("data_format",
                absl::StrCat("must be idx, cifar, imagefolder or npy (or empty: detected), got '",
                             d.format, "'"));
+  }
+  absl::StatusOr<ImageSize> size = ParseImageSize(absl::GetFlag(FLAGS_image_size));
+  if (!size.ok()) return Bad("image_size", size.status().message());
+  d.image_size = *size;
+  if (!d.image_size.keep() && !d.format.empty() && d.format != "imagefolder") {
+    return Bad("image_size", absl::StrCat("applies to image folders (--data_format=imagefolder), "
+                                          "not to ",
+                                          d.format));
   }
   d.train_subset = absl::GetFlag(FLAGS_train_subset);
   d.test_subset = absl::GetFlag(FLAGS_test_subset);

@@ -74,6 +74,11 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
       {{{"mode", "master"}}, "--lr must be > 0 in master mode (the workers apply the optimizer)"},
       {{{"ps", "a:1"}, {"data_format", "csv"}},
        "--data_format: must be idx, cifar, imagefolder or npy (or empty: detected), got 'csv'"},
+      {{{"ps", "a:1"}, {"image_size", "32x"}},
+       "--image_size: image size '32x': expected S (Resize(S) + CenterCrop(S)) or HxW "
+       "(Resize((H, W))), sides in [1, 4096]"},
+      {{{"ps", "a:1"}, {"data_format", "cifar"}, {"image_size", "32"}},
+       "--image_size: applies to image folders (--data_format=imagefolder), not to cifar"},
       {{{"ps", "a:1"}, {"data_mean", "0.5"}},
        "--data_mean: and --data_std need one value per channel each; got 1 and 0"},
       {{{"ps", "a:1"}, {"data_mean", "0.5"}, {"data_std", "0"}},

@@ -51,12 +51,23 @@ absl::StatusOr<std::string> DetectDataFormat(const std::string& dir) {
   return found[0];
 }
 
-absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train) {
+absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train,
+                                    const LoadOptions& options) {
   std::string chosen = format;
   if (chosen.empty()) {
     absl::StatusOr<std::string> detected = DetectDataFormat(dir);
     if (!detected.ok()) return detected.status();
     chosen = *detected;
+  }
+  if (chosen == "imagefolder") {
+    ImageFolderOptions folder;
+    folder.size = options.image_size;
+    return LoadImageFolder(dir, train, folder);
+  }
+  if (!options.image_size.keep()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": an image size (", options.image_size.ToString(),
+                     ") applies to image folders only; this data set is ", chosen));
   }
   if (chosen == "idx") {
     const std::string prefix = train ? "train" : "t10k";
@@ -65,7 +76,6 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& f
   }
   if (chosen == "cifar") return LoadCifar(dir, train);
   if (chosen == "npy") return LoadNpy(dir, train);
-  if (chosen == "imagefolder") return LoadImageFolder(dir, train);
   return absl::InvalidArgumentError(
       absl::StrCat("unknown data format '", format,
                    "' (known: idx, cifar, npy, imagefolder, or empty to detect)"));

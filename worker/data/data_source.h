@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
+#include "worker/data/image_resize.h"
 
 namespace dptrain {
 
@@ -32,9 +33,16 @@ namespace dptrain {
 // LoadDataset detects it. NotFound if `dir` is not a directory or nothing matches.
 absl::StatusOr<std::string> DetectDataFormat(const std::string& dir);
 
+struct LoadOptions {
+  // Image folders: the size every image is brought to (worker/data/image_resize.h); the
+  // other formats hold images of one size and refuse one (InvalidArgument).
+  ImageSize image_size;
+};
+
 // Loads the training set (train = true) or the test set of the data set in `dir`. InvalidArgument
 // for an unknown format; otherwise the reader's errors.
-absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train);
+absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train,
+                                    const LoadOptions& options = {});
 
 }  // namespace dptrain
 

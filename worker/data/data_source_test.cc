@@ -13,6 +13,7 @@
 namespace dptrain {
 namespace {
 
+using testing_files::ExpectError;
 using testing_files::FreshDir;
 using testing_files::WriteFile;
 using Bytes = std::vector<uint8_t>;
@@ -111,6 +112,11 @@ TEST(DataSourceTest, DetectsAndLoadsEachFormat) {
   }
   EXPECT_EQ(LoadDataset(idx_gz, "idx", true)->labels, (Bytes{5, 6}));
   EXPECT_EQ(LoadDataset(cifar, "", true)->labels, (Bytes{42, 42}));
+  // An image size is for image folders; a CIFAR set (detected) refuses it.
+  LoadOptions sized;
+  sized.image_size = *ParseImageSize("16");
+  ExpectError(LoadDataset(cifar, "", true, sized), absl::StatusCode::kInvalidArgument,
+              ": an image size (16) applies to image folders only; this data set is cifar");
 }
 
 TEST(DataSourceTest, NothingToDetect) {

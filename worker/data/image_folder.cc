@@ -69,7 +69,7 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
 // failing example in order, whatever the number of threads: a thread stops taking examples
 // after any failure, but all examples before a failing one were taken before it.
 absl::Status DecodeAll(const std::string& split_dir, const std::vector<Example>& examples,
-                       int threads, std::vector<DecodedImage>& images) {
+                       int threads, const ImageSize& size, std::vector<DecodedImage>& images) {
   const int64_t n = static_cast<int64_t>(examples.size());
   images.assign(n, DecodedImage());
   std::vector<absl::Status> errors(n);
@@ -89,6 +89,7 @@ absl::Status DecodeAll(const std::string& split_dir, const std::vector<Example>&
         stop = true;
         continue;
       }
+      if (!size.keep()) *image = FitImage(*image, size);
       // Counted as 3 channels: the set may turn out to be RGB.
       if (values.fetch_add(int64_t{3} * image->width * image->height) > kMaxSetValues) {
         too_large = true;
@@ -181,8 +182,10 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
   }
 
   std::vector<DecodedImage> images;
-  if (absl::Status s = DecodeAll(split_dir, examples, ThreadCount(options), images); !s.ok())
+  if (absl::Status s = DecodeAll(split_dir, examples, ThreadCount(options), options.size, images);
+      !s.ok()) {
     return s;
+  }
   const int height = images[0].height, width = images[0].width;
   bool any_color = false;
   for (size_t i = 0; i < images.size(); ++i) {
@@ -190,7 +193,8 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
       return absl::InvalidArgumentError(
           absl::StrCat(examples[i].path, ": image is ", images[i].height, "x", images[i].width,
                        " (height x width) but ", examples[0].path, " is ", height, "x", width,
-                       "; all images of a set must have one size (there is no resizing)"));
+                       "; all images of a set must have one size, or give one to bring them "
+                       "to (--image_size=S or HxW)"));
     }
     any_color = any_color || images[i].channels == 3;
   }

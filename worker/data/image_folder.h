@@ -16,13 +16,16 @@
 // images replicated to the three channels) unless every image of the set is grayscale, then
 // channels 1; so a training and a test set can differ in channels only if one of them is
 // all gray, which the trainer's shape check reports. All images of a set must have the same
-// width and height: there is no resizing. Pixels are byte / 255 (torchvision's ToTensor), NCHW.
+// width and height, unless options.size brings each one to one size as it is decoded
+// (torchvision's Resize(S) + CenterCrop(S), or Resize((H, W)); worker/data/image_resize.h).
+// Pixels are byte / 255 (torchvision's ToTensor), NCHW.
 //
-// Decoding runs on a small pool of threads (std::thread) owned by the call; the result does
-// not depend on their number. Errors are one-line statuses naming a folder or file: NotFound
-// (no DIR/train or DIR/<split> folder), InvalidArgument (no class folders, more than 256,
-// a test class missing from train, a class folder without images, an image that cannot be
-// decoded, an image of another size than the set's first), or the error of a failed read.
+// Decoding (and resizing) runs on a small pool of threads (std::thread) owned by the call; the
+// result does not depend on their number. Only resized images are kept, so a folder of large
+// photos needs no more memory than the set at its final size. Errors are one-line statuses naming a
+// folder or file: NotFound (no DIR/train or DIR/<split> folder), InvalidArgument (no class folders,
+// more than 256, a test class missing from train, a class folder without images, an image that
+// cannot be decoded, an image of another size than the set's first), or the error of a failed read.
 // When several images fail, the first in the set's order is reported.
 //
 // Thread-compatible: the function touches no shared state.
@@ -34,12 +37,15 @@
 
 #include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
+#include "worker/data/image_resize.h"
 
 namespace dptrain {
 
 struct ImageFolderOptions {
   // Decoding threads; 0: min(std::thread::hardware_concurrency(), 8), at least 1. At most 64.
   int threads = 0;
+  // The size every image is brought to (default: kept, and then all must agree).
+  ImageSize size;
 };
 
 // Loads DIR/train (train = true) or DIR/test.

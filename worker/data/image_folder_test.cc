@@ -144,6 +144,40 @@ TEST(ImageFolderTest, ImagesOfAnotherSizeNameTheFirstThatDiffers) {
               odd + ": image is 4x3 (height x width) but " + dir + "/train/a/1.png is 3x4");
 }
 
+// With a size, images of any sizes load, each brought to it as image_resize.h says (here
+// Resize(2) + CenterCrop(2) and Resize((3, 5))), before the bytes become floats.
+TEST(ImageFolderTest, ImagesOfManySizesAreBroughtToTheGivenSize) {
+  const std::string dir = FreshDir("folder_resize");
+  WriteFile(dir + "/train/a/1.png", EncodePng8(4, 3, 3, Rgb(0)));
+  WriteFile(dir + "/train/b/1.png", EncodePng8(3, 4, 1, Gray(7)));
+  WriteFile(dir + "/train/b/2.png", EncodePng8(2, 2, 1, {1, 2, 3, 4}));
+  for (const char* text : {"2", "3x5"}) {
+    SCOPED_TRACE(text);
+    ImageFolderOptions options;
+    options.size = *ParseImageSize(text);
+    absl::StatusOr<Dataset> d = LoadImageFolder(dir, true, options);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->size, 3);
+    EXPECT_EQ(d->channels, 3);
+    EXPECT_EQ(d->rows, options.size.rows);
+    EXPECT_EQ(d->cols, options.size.cols);
+    DecodedImage first;
+    first.width = 4;
+    first.height = 3;
+    first.channels = 3;
+    first.pixels = Rgb(0);
+    const DecodedImage fitted = FitImage(first, options.size);
+    const int plane = d->rows * d->cols;
+    for (int p = 0; p < plane; ++p) {
+      for (int c = 0; c < 3; ++c) {
+        EXPECT_EQ(At(*d, 0, c, p), fitted.pixels[p * 3 + c] / 255.0f) << p << " " << c;
+      }
+    }
+  }
+  ExpectError(LoadImageFolder(dir, true), absl::StatusCode::kInvalidArgument,
+              "(--image_size=S or HxW)");
+}
+
 TEST(ImageFolderTest, LayoutErrors) {
   const std::string none = FreshDir("folder_none");
   ExpectError(LoadImageFolder(none, true), absl::StatusCode::kNotFound,
