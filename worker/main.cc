@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& c
   onnx.optimizer = options.optimizer;
   onnx.seed = config.seed;
   onnx.threads = options.threads;
+  onnx.dense_gemm = options.dense_gemm;
   onnx.conv_algorithm = options.conv_algorithm;
   return graph::LoadOnnxModel(config.model, onnx);
 }

@@ -41,7 +41,7 @@
 #include "worker/thread_plan.h"
 
 ABSL_FLAG(std::string, models, "mlp,lenet,resnet18",
-          "Models to measure; one CreateModel does not know is skipped with a note.");
+          "Models to measure; one CreateBuiltinModel does not know is skipped with a note.");
 ABSL_FLAG(std::string, threads, "1,2",
           "Math-thread counts (or auto, gpu_worker's default plan for this machine); each point "
           "in a fresh process.");
@@ -280,7 +280,7 @@ int RunAll(const char* argv0) {
       std::string out;
       const int code = RunChild(args, out);
       if (code == kUnknownModelExit) {
-        notes.push_back(absl::StrCat("skipped ", model, ": CreateModel does not know it (",
+        notes.push_back(absl::StrCat("skipped ", model, ": CreateBuiltinModel does not know it (",
                                      absl::StripAsciiWhitespace(out), ")"));
         break;  // Same answer for every thread count.
       }

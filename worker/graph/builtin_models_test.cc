@@ -5,6 +5,7 @@
 // (worker/nn/pytorch_parity_test, resnet_test) run through CreateBuiltinModel too.
 #include "worker/graph/builtin_models.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -207,10 +208,42 @@ TEST(ResidualNode, RefusesWhatTheBlockCannotBe) {
   ASSERT_FALSE(e.ok());
   EXPECT_TRUE(absl::StrContains(e.status().message(), "identity shortcut needs")) << e.status();
   residual->attributes.erase("stride");
+  // A shortcut bias without its weight (the block's layout has no conv3: the bias would be
+  // bound where bn1's scale lies).
+  residual->inputs[6] = residual->inputs[2];
+  e = Executor<float>::Create(*g, BuiltinOps());
+  ASSERT_FALSE(e.ok());
+  EXPECT_TRUE(absl::StrContains(e.status().message(),
+                                "needs both its weight (input 5) and its "
+                                "bias (input 6), or neither"))
+      << e.status();
+  residual->inputs[6] = "";
   residual->inputs.pop_back();
   e = Executor<float>::Create(*g, BuiltinOps());
   ASSERT_FALSE(e.ok());
   EXPECT_TRUE(absl::StrContains(e.status().message(), "expected 15")) << e.status();
+}
+
+// Running means not named "...running_mean": the two batch norms' counters are told apart by
+// the node's name.
+TEST(ResidualNode, CountersOfUnnamedBatchNormsAreNamedAfterTheNode) {
+  absl::StatusOr<Graph> g = ResNetGraph({{4, 6, 6}, {4}, 1, 3});
+  ASSERT_TRUE(g.ok());
+  for (NamedConstant& c : g->constants) {
+    if (absl::StartsWith(c.name, "1.0.") && absl::EndsWith(c.name, "running_mean")) {
+      const std::string old = c.name;
+      c.name = old + "_m";
+      for (Node& n : g->nodes) {
+        for (std::string& in : n.inputs) in = in == old ? c.name : in;
+      }
+    }
+  }
+  auto e = Executor<float>::Create(*g, BuiltinOps());
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<std::string> names;
+  for (const nn::ParamInfo& b : (*e)->buffers()) names.push_back(b.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "1.0.bn1.num_batches_tracked"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "1.0.bn2.num_batches_tracked"), names.end());
 }
 
 TEST(BuiltinGraph, ErrorsNameTheProblem) {

@@ -414,14 +414,16 @@ struct Sigmoid {
 };
 
 // The state_dict name of a batch norm's num_batches_tracked: beside its running mean (input
-// `mean` of the node: "layer1.0.bn1.running_mean" -> "layer1.0.bn1.num_batches_tracked").
-std::string NumBatchesTrackedName(const NodeContext& ctx, size_t mean_input = 3) {
+// `mean_input` of the node: "layer1.0.bn1.running_mean" -> "layer1.0.bn1.num_batches_tracked"),
+// else "<node><suffix>.num_batches_tracked" (`suffix` tells a node's batch norms apart).
+std::string NumBatchesTrackedName(const NodeContext& ctx, size_t mean_input = 3,
+                                  absl::string_view suffix = "") {
   const std::string& mean = ctx.inputs[mean_input].name;
   constexpr absl::string_view kSuffix = "running_mean";
   if (absl::EndsWith(mean, kSuffix)) {
     return absl::StrCat(mean.substr(0, mean.size() - kSuffix.size()), "num_batches_tracked");
   }
-  return absl::StrCat(ctx.node.name, ".num_batches_tracked");
+  return absl::StrCat(ctx.node.name, suffix, ".num_batches_tracked");
 }
 
 template <typename T>
@@ -548,6 +550,11 @@ struct Residual {
       return ctx.Error(absl::StrCat("has ", ctx.inputs.size(), " inputs, expected 15"));
     }
     const bool shortcut_conv = ctx.input(5) != nullptr;
+    if (shortcut_conv != (ctx.input(6) != nullptr)) {
+      return ctx.Error(
+          "the shortcut convolution needs both its weight (input 5) and its bias "
+          "(input 6), or neither (an identity shortcut)");
+    }
     for (size_t i = 1; i < 15; ++i) {
       const bool optional = i == 5 || i == 6;
       if (optional && ctx.input(i) == nullptr && !shortcut_conv) continue;
@@ -588,7 +595,8 @@ struct Residual {
         buffers.specs.push_back(SpecOf(ctx.inputs[i]));
         buffers.parts.push_back({out});
       }
-      buffers.specs.push_back({NumBatchesTrackedName(ctx, mean), {}, nullptr, 0.0f});
+      buffers.specs.push_back(
+          {NumBatchesTrackedName(ctx, mean, mean == 11 ? ".bn1" : ".bn2"), {}, nullptr, 0.0f});
       buffers.parts.push_back({1});
     }
     return MakeLayerNode<T>(ctx, std::move(layer), std::move(params), std::move(buffers));

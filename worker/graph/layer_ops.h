@@ -24,8 +24,9 @@
 //                       [out, out, 3, 3] and bias, conv3 (the 1x1 shortcut) weight [out, in,
 //                       1, 1] and bias or "" "" for the identity, bn1 scale and bias, bn2 scale
 //                       and bias, bn1 running mean and variance, bn2 running mean and variance
-//                       (nn::Residual's order: state_dict order). Attribute stride (default 1;
-//                       the identity shortcut needs stride 1 and in == out).
+//                       (the parameters in nn::Residual's layout order, then the buffers).
+//                       Attribute stride (default 1; the identity shortcut needs stride 1 and
+//                       in == out).
 #ifndef DPTRAIN_WORKER_GRAPH_LAYER_OPS_H_
 #define DPTRAIN_WORKER_GRAPH_LAYER_OPS_H_
 

@@ -189,7 +189,9 @@ class NodeImpl {
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
-  // the others), owned by the node (or aliasing grad_output) and valid until its next Backward.
+  // the others), owned by the node (or aliasing grad_output) and valid until its next Backward;
+  // or, for a node that wraps a layer, in ctx.grad_buffers and valid only until the next node
+  // writes that pair (the executor copies out what must live longer).
   virtual std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx,
                                              TensorRef<T> grad_output,
                                              const std::vector<bool>& need_input_grad) = 0;

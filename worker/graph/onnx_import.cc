@@ -305,6 +305,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> LoadOnnxModel(const std::string& path
   model.seed = options.seed;
   model.dropout = options.dropout;
   model.threads = options.threads;
+  model.dense_gemm = options.dense_gemm;
   model.conv_algorithm = options.conv_algorithm;
   absl::StatusOr<std::unique_ptr<nn::Model>> made = CreateGraphModel(graph, registry, model);
   if (!made.ok()) return WithPath(path, made.status());

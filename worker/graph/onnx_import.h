@@ -40,6 +40,7 @@ struct OnnxModelOptions {
   uint64_t seed = 0;
   bool dropout = true;
   int threads = 0;
+  nn::DenseGemm dense_gemm = nn::DenseGemm::kPoolSplit;
   nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
 };
 

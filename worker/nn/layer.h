@@ -107,7 +107,9 @@ class Layer {
 
   // Given d(loss)/d(output) for the last Forward (same batch and dims as that output), overwrites
   // the bound parameter gradients with d(loss)/d(params) and returns d(loss)/d(input), owned by
-  // the layer (or by ctx.grad_buffers) and valid until its next Backward. Returns an empty view
+  // the layer and valid until its next Backward; or, with ctx.grad_buffers, in that pair and
+  // valid only until the next Backward of any layer writes the pair (the caller consumes it
+  // first or copies it). Returns an empty view
   // (data == nullptr) when `need_input_grad` is false, which saves the work for the first layer
   // of a network.
   virtual TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,

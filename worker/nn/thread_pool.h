@@ -1,6 +1,6 @@
-// An intra-op thread pool for the CPU layers: a model owns one (CreateModel makes it from
-// ModelOptions.threads) and hands it to its layers, which split their work over samples,
-// channels or element ranges with ParallelFor.
+// An intra-op thread pool for the CPU layers: a model owns one (nn::PlanMathThreads makes it
+// from ModelOptions.threads) and passes it to its layers with every call (LayerContext), and
+// they split their work over samples, channels or element ranges with ParallelFor.
 //
 // Work is cut into chunks whose boundaries depend only on the problem size and the pool's size,
 // and the threads claim chunks as they come: a thread that the OS runs late (a shared machine)
@@ -33,10 +33,10 @@ namespace nn {
 // pool; every layer splits its batch over it (each GEMM piece single-threaded in BLAS, BLAS
 // set to 1 thread). kBlasThreads: no pool; every GEMM runs whole on the calling thread with
 // BLAS's own threads, the rest of the step on the caller. Measured on 2 cores
-// (tools/compute_bench.sh, docs/benchmarks/compute.md): BLAS threads win on a model of Linear layers only (mlp:
-// the step is a few large GEMMs, and a pool's idle threads beside BLAS's spinning ones
-// oversubscribe the cores), the pool wins where there are convolutions (LeNet: many small
-// im2col GEMMs). kByModel picks by that rule (model.h's CreateModel).
+// (tools/compute_bench.sh, docs/benchmarks/compute.md): BLAS threads win on a model of Linear
+// layers only (mlp: the step is a few large GEMMs, and a pool's idle threads beside BLAS's spinning
+// ones oversubscribe the cores), the pool wins where there are convolutions (LeNet: many small
+// im2col GEMMs). kByModel picks by that rule (model.h's PlanMathThreads).
 enum class DenseGemm { kPoolSplit, kBlasThreads, kByModel };
 
 class ThreadPool {
