@@ -23,6 +23,8 @@
 #   parity: the strict-fp32 ResNet-18 model test REPEAT (10) times and issue 28's diagnosis;
 #   device: --device=cuda:N and LOCAL_RANK; resume: tests/resume_test.sh allreduce on the GPU;
 #   bench_ours: gpu_benchmark's ResNet-18 step in fp32, fp32det, tf32, bf16;
+#   bench_graph: the built-ins' step through their graphs (--builtin_graph) beside the
+#          Sequential path, same call: what CudaModel::Create moving onto the graph would cost;
 #   torch: dptrain.torch on CUDA tensors (tools/gpu/torch_gpu_check.py);
 #   onnx:  an ONNX model on the GPU (worker/graph/testdata/vgg.onnx, --device=cuda) on a
 #          generated CIFAR-format set, 3 epochs, beside the same run on the CPU: final loss
@@ -319,6 +321,16 @@ if [[ "$stages" == *,bench_ours,* ]]; then
     >"$out/gpu_benchmark_ours.md" 2>"$out/gpu_benchmark_ours.err" ||
     { row "gpu_benchmark" "FAIL (see gpu_benchmark_ours.err)"; fail=1; }
   { echo; sed -n '/^Ours/,$p' "$out/gpu_benchmark_ours.md"; } >>"$summary"
+fi
+
+if [[ "$stages" == *,bench_graph,* ]]; then
+  for path in sequential graph; do
+    flag=$([[ $path == graph ]] && echo --builtin_graph || echo --nobuiltin_graph)
+    limited 90 "$bin/gpu_benchmark" --models=resnet18,lenet,mlp --math=fp32,bf16 "$flag" \
+      >"$out/gpu_benchmark_$path.md" 2>"$out/gpu_benchmark_$path.err" ||
+      { row "gpu_benchmark $path" "FAIL (see gpu_benchmark_$path.err)"; fail=1; }
+    { echo; echo "built-ins through the $path path:"; sed -n '/^Ours/,$p' "$out/gpu_benchmark_$path.md"; } >>"$summary"
+  done
 fi
 
 if [[ "$stages" == *,bench,* ]]; then

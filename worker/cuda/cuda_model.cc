@@ -9,6 +9,7 @@
 #include "worker/cuda/half.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/library_status.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/nn/architectures.h"
 
 namespace dptrain {
@@ -81,6 +82,21 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
   return Assemble(options.name, options.optimizer, device, *std::move(plan), std::move(gpu),
                   std::move(params), std::move(weights), std::move(buffers),
                   std::move(buffer_values), input, classes);
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateBuiltinFromGraph(
+    const nn::ModelOptions& options, const DeviceOptions& device) {
+  graph::BuiltinGraphOptions built;
+  built.name = options.name;
+  built.shape = options.shape;
+  built.seed = options.seed;
+  built.init = options.init;
+  DPTRAIN_ASSIGN_OR_RETURN(const graph::Graph graph, graph::BuiltinGraph(built));
+  graph::GraphModelOptions model;
+  model.name = options.name;
+  model.optimizer = options.optimizer;
+  model.seed = options.seed;
+  return CreateFromGraph(graph, graph::BuiltinOps(), model, device);
 }
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Assemble(

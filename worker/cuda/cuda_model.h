@@ -57,6 +57,13 @@ class CudaModel final : public nn::Model {
   static absl::StatusOr<std::unique_ptr<CudaModel>> CreateFromGraph(
       const graph::Graph& graph, const graph::OpRegistry& cpu_ops,
       const graph::GraphModelOptions& options, const DeviceOptions& device);
+  // A built-in network (mlp, lenet, resnet18) as its graph (worker/graph/builtin_models.h)
+  // through CreateFromGraph: the same layout and initial weights as Create, each node run by
+  // its twin. Create still builds the built-ins from their Sequential, the path verified on a
+  // GPU; this one is verified against it by gpu_graph_test on a GPU before it replaces it.
+  // The errors of both.
+  static absl::StatusOr<std::unique_ptr<CudaModel>> CreateBuiltinFromGraph(
+      const nn::ModelOptions& options, const DeviceOptions& device);
   ~CudaModel() override;
 
   const std::vector<nn::ParamInfo>& params() const override { return params_; }

@@ -24,6 +24,9 @@ ABSL_FLAG(std::string, math, "fp32,tf32,bf16,fp16",
           "Any of fp32 (strict), fp32det (strict, deterministic cuDNN algorithms), tf32, bf16, "
           "fp16.");
 ABSL_FLAG(int, batch_size, 256, "Images per step.");
+ABSL_FLAG(bool, builtin_graph, false,
+          "Time the built-ins as graphs (CudaModel::CreateBuiltinFromGraph: the graph executor's "
+          "twins) instead of their Sequential (CudaModel::Create), to compare the two paths.");
 ABSL_FLAG(int, warmup, 10, "Untimed steps (the first finds the convolution algorithms).");
 ABSL_FLAG(int, steps, 50, "Timed steps.");
 ABSL_FLAG(double, lr, 0.01, "SGD learning rate.");
@@ -65,7 +68,9 @@ int Run() {
       dev.precision = math == "bf16"   ? Precision::kBf16
                       : math == "fp16" ? Precision::kFp16
                                        : Precision::kFp32;
-      auto model = CudaModel::Create(options, dev);
+      auto model = absl::GetFlag(FLAGS_builtin_graph)
+                       ? CudaModel::CreateBuiltinFromGraph(options, dev)
+                       : CudaModel::Create(options, dev);
       if (!model.ok()) {
         std::cerr << "gpu_benchmark: " << name << " " << math << ": " << model.status() << "\n";
         ++failures;
