@@ -8,9 +8,10 @@ ImageFolder of those images at other sizes (64x64 and 48x40) brought back to 32x
 strict load_state_dict and give, in PyTorch, the test accuracy the worker printed (for the
 resized folder, on the test PNGs through torchvision's Resize(32) + CenterCrop(32), written out
 with PIL as in tools/make_resize_fixtures.py). Then the bad input: an
-unsupported op, a model whose input is not the data's shape, too few outputs for the
-classes. Run by tests/onnx_e2e_test.sh; every case prints one line, the first failure
-ends the run with a non-zero exit."""
+unsupported op, a model whose input is not the data's shape, a model exported with
+torch.onnx.export's defaults (for evaluation), too few outputs for the classes. Run by
+tests/onnx_e2e_test.sh; every case prints one line, the first failure ends the run with a
+non-zero exit."""
 
 import os
 import re
@@ -266,6 +267,13 @@ def main():
     export(gray, small, shape=(2, 1, 32, 32))
     expect_error("input shape", small, cifar,
                  r"the training set holds 3x32x32 images but model gray takes 1x32x32 inputs")
+    # torch.onnx.export's defaults (eval mode, constant folding: BatchNorm folded into the
+    # convolution, Dropout gone): refused, with how to export for training.
+    default = os.path.join(SCRATCH, "default.onnx")
+    torch.onnx.export(Net().eval(), torch.zeros(2, 3, 32, 32), default)
+    expect_error("default export", default, cifar,
+                 r"default.onnx: the weight of node .* is 'onnx::Conv_\d+', not a state_dict name"
+                 r".*training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False\)")
     few = os.path.join(SCRATCH, "five.onnx")
     export(Net(classes=5), few)
     expect_error("too few outputs", few, cifar, r"five.onnx has 5 outputs, and the data in .* has "

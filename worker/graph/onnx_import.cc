@@ -215,6 +215,39 @@ absl::Status WithPath(const std::string& path, const absl::Status& s) {
 
 }  // namespace
 
+absl::Status CheckExportedForTraining(const Graph& graph) {
+  constexpr absl::string_view kHow =
+      "; export it with torch.onnx.export(model, x, FILE, "
+      "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)";
+  for (const Node& node : graph.nodes) {
+    if (node.op == "BatchNormalization") {
+      absl::StatusOr<int64_t> training = IntAttribute(node, "training_mode", 0);
+      if (training.ok() && *training != 1 && node.outputs.size() < 2) {
+        return Invalid(absl::StrCat(
+            "node '", node.name,
+            "' (BatchNormalization) was exported for evaluation (no training_mode, no running "
+            "statistics outputs): the file holds the model in eval mode, whose Dropout is gone",
+            kHow));
+      }
+    }
+    const bool weighted = node.op == "Conv" || node.op == "Gemm" || node.op == "MatMul" ||
+                          node.op == "BatchNormalization" || node.op == "LayerNormalization";
+    if (!weighted || node.inputs.size() < 2) continue;
+    const std::string& weight = node.inputs[1];
+    const Tensor* constant = graph.FindConstant(weight);
+    if (constant != nullptr && constant->type == Tensor::Type::kFloat &&
+        absl::StartsWith(weight, "onnx::")) {
+      return Invalid(absl::StrCat(
+          "the weight of node '", node.name, "' (", node.op, ") is '", weight,
+          "', not a state_dict name: the file was exported with constant folding (in eval mode "
+          "torch.onnx.export folds BatchNorm into Conv and drops Dropout), so it would train "
+          "another network whose saved weights do not load into the PyTorch model",
+          kHow));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string& name) {
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
@@ -280,6 +313,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   }
   DPTRAIN_RETURN_IF_ERROR(FoldShapeConstants(graph));
   FuseLinear(graph);
+  DPTRAIN_RETURN_IF_ERROR(CheckExportedForTraining(graph));
   return graph;
 }
 

@@ -44,10 +44,19 @@ struct OnnxModelOptions {
   nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
 };
 
+// InvalidArgument, one line saying how to export instead, for a file that torch.onnx.export
+// wrote for evaluation (its defaults): a BatchNormalization without training_mode=1 and without
+// its running-statistics outputs (eval mode: Dropout is gone too), or a Conv, Gemm, MatMul or
+// normalisation whose weight is named "onnx::..." (constant folding: in eval mode BatchNorm is
+// folded into the convolution; the saved weights would not load into the PyTorch model). A
+// model without BatchNorm exported in eval mode without folding cannot be told apart (only its
+// Dropout is missing).
+absl::Status CheckExportedForTraining(const Graph& graph);
+
 // The graph of a serialized ONNX ModelProto, rewritten as above, named `name`. InvalidArgument
 // for bytes that do not parse, a graph without the input, output or initializers described
-// above, an unsupported tensor type or attribute type, or external data. Does not check that
-// the ops exist.
+// above, an unsupported tensor type or attribute type, external data, or what
+// CheckExportedForTraining refuses. Does not check that the ops exist.
 absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string& name);
 
 // ParseOnnxGraph of the file at `path`, named after its base name without ".onnx", then

@@ -319,6 +319,55 @@ TEST(OnnxImportTest, ReadingAsecondaryOutputIsRefused) {
   EXPECT_TRUE(absl::StrContains(made.status().message(), "which is not computed")) << made.status();
 }
 
+// torch.onnx.export's defaults write the model for evaluation: refused with how to export.
+TEST(OnnxImportTest, AFileExportedForEvaluationIsRefusedWithHowToExport) {
+  const std::string how =
+      "export it with torch.onnx.export(model, x, FILE, "
+      "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)";
+  {
+    // Eval mode without folding: BatchNormalization without training_mode=1 and its outputs.
+    onnx::ModelProto model;
+    ASSERT_TRUE(model.ParseFromString(ReadBytes(OnnxPath("vgg"))));
+    onnx::NodeProto& bn = *model.mutable_graph()->mutable_node(1);
+    ASSERT_EQ(bn.op_type(), "BatchNormalization");
+    bn.mutable_output()->DeleteSubrange(1, bn.output_size() - 1);
+    for (onnx::AttributeProto& a : *bn.mutable_attribute()) {
+      if (a.name() == "training_mode") a.set_i(0);
+    }
+    const std::string path = WriteTemp("eval.onnx", model.SerializeAsString());
+    absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(path, {});
+    ASSERT_FALSE(made.ok());
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(made.status().message(), "was exported for evaluation"))
+        << made.status();
+    EXPECT_TRUE(absl::StrContains(made.status().message(), how)) << made.status();
+  }
+  {
+    // Constant folding: the first convolution's weight is a folded constant "onnx::Conv_9".
+    onnx::ModelProto model;
+    ASSERT_TRUE(model.ParseFromString(ReadBytes(OnnxPath("vgg"))));
+    onnx::GraphProto& g = *model.mutable_graph();
+    ASSERT_EQ(g.node(0).op_type(), "Conv");
+    const std::string old = g.node(0).input(1);
+    for (onnx::TensorProto& t : *g.mutable_initializer()) {
+      if (t.name() == old) t.set_name("onnx::Conv_9");
+    }
+    for (onnx::ValueInfoProto& v : *g.mutable_input()) {
+      if (v.name() == old) v.set_name("onnx::Conv_9");
+    }
+    g.mutable_node(0)->set_input(1, "onnx::Conv_9");
+    const std::string path = WriteTemp("folded.onnx", model.SerializeAsString());
+    absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(path, {});
+    ASSERT_FALSE(made.ok());
+    EXPECT_TRUE(absl::StrContains(made.status().message(),
+                                  "is 'onnx::Conv_9', not a state_dict "
+                                  "name"))
+        << made.status();
+    EXPECT_TRUE(absl::StrContains(made.status().message(), how)) << made.status();
+    EXPECT_EQ(std::string(made.status().message()).find('\n'), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace graph
 }  // namespace dptrain
