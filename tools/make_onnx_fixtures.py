@@ -33,6 +33,8 @@ The models:
              LeakyReLU, Sub, Div and Mul by scalars, Add, HardSwish, GELU (exported as Erf
              and arithmetic), MaxPool with ceil_mode, x.mean((2, 3)) (ReduceMean) and a
              log_softmax head.
+  shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
+             twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
              branches joined by torch.cat), tanh(z) + sigmoid(z), a residual Add, MaxPool,
              AdaptiveAvgPool2d(1), x.view(x.size(0), -1), Identity, a bias-free Linear
@@ -219,6 +221,28 @@ class Pooling(nn.Module):
         return self.fc2(torch.relu(self.norm(self.fc1(z))))
 
 
+class Shared(nn.Module):
+    """Tied weights: one Conv2d (with its BatchNorm) applied twice, a square Linear applied
+    twice; PyTorch's export reads each of their initializers from two nodes."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.block = nn.Conv2d(8, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.square = nn.Linear(16, 16)
+        self.head = nn.Linear(8 * 4 * 4, 16)
+        self.out = nn.Linear(16, classes)
+
+    def forward(self, x):
+        z = torch.relu(self.stem(x))
+        z = nn.functional.max_pool2d(torch.relu(self.norm(self.block(z))), 2)   # 16x16
+        z = nn.functional.max_pool2d(torch.relu(self.norm(self.block(z))), 4)   # 4x4, same block
+        z = torch.tanh(self.head(z.flatten(1)))
+        z = torch.tanh(self.square(torch.tanh(self.square(z))))                  # applied twice
+        return self.out(z)
+
+
 # name -> () -> (module, classes)
 MODELS = {
     "vgg": lambda: (VGG(), 10),
@@ -226,6 +250,7 @@ MODELS = {
     "branching": lambda: (Branching(), 7),
     "gated": lambda: (Gated(), 10),
     "pooling": lambda: (Pooling(), 10),
+    "shared": lambda: (Shared(), 10),
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).

@@ -651,6 +651,13 @@ absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor
                                                            const GpuOpRegistry& registry) {
   std::unique_ptr<GpuGraph> g(new GpuGraph(cpu));
   for (const auto& node : cpu.nodes()) {
+    for (size_t s = 0; s < node.param_tied.size(); ++s) {
+      if (node.param_tied[s] < 0) continue;
+      return absl::UnimplementedError(absl::StrCat(
+          "node '", node.name, "' (", node.op,
+          ") learns a weight tied to an earlier node's (a module applied twice): tied weights "
+          "have no CUDA version yet; --device=cpu trains it"));
+    }
     GpuNodeContext ctx{node.name, node.op, *node.impl, {}};
     for (int v : node.inputs) ctx.input_dims.push_back(cpu.value_dims()[v]);
     DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, registry.Create(ctx));

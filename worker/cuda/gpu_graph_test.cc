@@ -169,6 +169,20 @@ TEST_P(BuiltinGraphTest, StepsEqualTheSequentialPath) {
 
 INSTANTIATE_TEST_SUITE_P(Builtins, BuiltinGraphTest, ::testing::Values("mlp", "lenet", "resnet18"));
 
+// Tied weights (the "shared" fixture: a module applied twice) train on the CPU only so far:
+// refused in one line naming the node, before any GPU work.
+TEST(GpuGraphTest, TiedWeightsAreRefusedInOneLine) {
+  absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan("shared");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string message(gpu.status().message());
+  EXPECT_NE(message.find("learns a weight tied to an earlier node's"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
 // One training step of fixture `name` on the GPU (strict fp32, deterministic cuDNN) against
 // PyTorch's.
 class GpuGraphParityTest : public ::testing::TestWithParam<std::string> {};

@@ -55,13 +55,14 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   e->value_producer_.push_back(-1);
   e->value_consumers_.push_back(0);
 
-  // Parameters: name -> (node, index in its Params()).
+  // Parameters: name -> every (node, index in its Params()) using it, in node order (a weight
+  // tied between several nodes has several).
   struct ParamUse {
     int node;
     int slot;
     NodeTensorSpec spec;
   };
-  std::map<std::string, ParamUse> param_uses;
+  std::map<std::string, std::vector<ParamUse>> param_uses;
   std::vector<std::vector<NodeTensorSpec>> node_buffers;
   SharedScratch scratch;  // The nodes keep what they take from it.
 
@@ -99,13 +100,13 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       if (graph.FindConstant(spec.name) == nullptr) {
         return NodeError(node, absl::StrCat("parameter '", spec.name, "' is not a constant"));
       }
-      auto [it, added] =
-          param_uses.emplace(spec.name, ParamUse{static_cast<int>(n), static_cast<int>(s), spec});
-      if (!added) {
-        return NodeError(node, absl::StrCat("parameter '", spec.name, "' is also used by node '",
-                                            graph.nodes[it->second.node].name,
-                                            "': shared parameters are unsupported"));
+      std::vector<ParamUse>& uses = param_uses[spec.name];
+      if (!uses.empty() && uses.front().spec.shape != spec.shape) {
+        return NodeError(node,
+                         absl::StrCat("parameter '", spec.name, "' is also used by node '",
+                                      graph.nodes[uses.front().node].name, "' with another shape"));
       }
+      uses.push_back(ParamUse{static_cast<int>(n), static_cast<int>(s), spec});
     }
     node_buffers.push_back(state.impl->Buffers());
 
@@ -123,14 +124,18 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     e->nodes_.push_back(std::move(state));
   }
 
-  // A parameter may not double as a plain constant operand of another node.
-  for (const Node& node : graph.nodes) {
+  // A parameter may not double as a plain constant operand of a node that does not learn it.
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
     for (const std::string& name : node.inputs) {
       auto it = param_uses.find(name);
-      if (it != param_uses.end() && graph.nodes[it->second.node].name != node.name) {
+      if (it == param_uses.end()) continue;
+      bool learns = false;
+      for (const ParamUse& use : it->second) learns = learns || use.node == static_cast<int>(n);
+      if (!learns) {
         return NodeError(node, absl::StrCat("reads '", name, "', a parameter of node '",
-                                            graph.nodes[it->second.node].name,
-                                            "': shared parameters are unsupported"));
+                                            graph.nodes[it->second.front().node].name,
+                                            "', as a plain operand: unsupported"));
       }
     }
   }
@@ -149,37 +154,64 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   // Parameters in the order of the graph's constants (reserved at once: growing a vector of
   // hundreds of MB step by step leaves its old blocks in the heap, RSS that never goes back).
   int64_t total_params = 0;
-  for (const auto& [name, use] : param_uses) total_params += use.spec.size();
+  for (const auto& [name, uses] : param_uses) total_params += uses.front().spec.size();
   e->initial_params_.reserve(total_params);
   for (const NamedConstant& c : graph.constants) {
     auto it = param_uses.find(c.name);
     if (it == param_uses.end()) continue;
-    const ParamUse& use = it->second;
-    const int64_t size = use.spec.size();
-    NodeState& state = e->nodes_[use.node];
-    if (state.param_offsets.empty()) {
-      const size_t slots = state.impl->Params().size();
-      state.param_offsets.assign(slots, -1);
-      state.param_sizes.assign(slots, 0);
+    const ParamUse& first = it->second.front();
+    const int64_t size = first.spec.size();
+    // Every use reads the one copy; the first (in node order) writes its gradient there, each
+    // later one into a buffer of its own that Backward adds in (a tied weight).
+    for (const ParamUse& use : it->second) {
+      NodeState& state = e->nodes_[use.node];
+      if (state.param_offsets.empty()) {
+        const size_t slots = state.impl->Params().size();
+        state.param_offsets.assign(slots, -1);
+        state.param_sizes.assign(slots, 0);
+        state.param_tied.assign(slots, -1);
+      }
+      state.param_offsets[use.slot] = e->num_params_;
+      state.param_sizes[use.slot] = size;
+      if (&use != &first) {
+        state.param_tied[use.slot] = static_cast<int>(e->tied_grads_.size());
+        e->tied_grads_.push_back({e->num_params_, std::vector<T>(size), first.node});
+      }
     }
-    state.param_offsets[use.slot] = e->num_params_;
-    state.param_sizes[use.slot] = size;
-    e->params_.push_back({c.name, use.spec.shape, e->num_params_, size});
+    e->params_.push_back({c.name, first.spec.shape, e->num_params_, size});
     e->initial_params_.resize(e->num_params_ + size);
-    DPTRAIN_RETURN_IF_ERROR(
-        InitialValue(graph.nodes[use.node], use.spec, e->initial_params_.data() + e->num_params_));
+    DPTRAIN_RETURN_IF_ERROR(InitialValue(graph.nodes[first.node], first.spec,
+                                         e->initial_params_.data() + e->num_params_));
     e->num_params_ += size;
   }
 
-  // Buffers node by node.
-  std::map<std::string, int> buffer_names;
+  // Buffers node by node. A buffer that a later node of the same op uses too (a batch norm
+  // applied twice: its running statistics) is laid out once and bound to both, which update it
+  // in node order, as PyTorch's module called twice does.
+  struct BufferUse {
+    int node;
+    int64_t offset, size;
+  };
+  std::map<std::string, BufferUse> buffer_names;
   for (size_t n = 0; n < e->nodes_.size(); ++n) {
     for (const NodeTensorSpec& spec : node_buffers[n]) {
-      if (param_uses.count(spec.name) > 0 || !buffer_names.emplace(spec.name, n).second) {
+      if (param_uses.count(spec.name) > 0) {
         return NodeError(graph.nodes[n],
-                         absl::StrCat("buffer '", spec.name, "' is also used elsewhere"));
+                         absl::StrCat("buffer '", spec.name, "' is also a parameter"));
+      }
+      if (auto it = buffer_names.find(spec.name); it != buffer_names.end()) {
+        const BufferUse& first = it->second;
+        if (graph.nodes[first.node].op != graph.nodes[n].op || first.size != spec.size()) {
+          return NodeError(graph.nodes[n],
+                           absl::StrCat("buffer '", spec.name, "' is also used by node '",
+                                        graph.nodes[first.node].name, "' (",
+                                        graph.nodes[first.node].op, ") in another way"));
+        }
+        e->nodes_[n].buffer_offsets.push_back(first.offset);
+        continue;
       }
       const int64_t size = spec.size();
+      buffer_names[spec.name] = BufferUse{static_cast<int>(n), e->num_buffers_, size};
       e->nodes_[n].buffer_offsets.push_back(e->num_buffers_);
       e->buffers_.push_back({spec.name, spec.shape, e->num_buffers_, size});
       e->initial_buffers_.resize(e->num_buffers_ + size);
@@ -206,6 +238,12 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
 }
 
 template <typename T>
+T* Executor<T>::GradOf(NodeState& node, size_t slot) {
+  const int tied = node.param_tied[slot];
+  return tied < 0 ? grads_ + node.param_offsets[slot] : tied_grads_[tied].grad.data();
+}
+
+template <typename T>
 nn::Dims Executor<T>::output_dims() const {
   return value_dims_[output_];
 }
@@ -216,9 +254,9 @@ void Executor<T>::Bind(const T* params, T* grads, T* buffers) {
   for (NodeState& node : nodes_) {
     std::vector<const T*> values;
     std::vector<T*> grad_ptrs;
-    for (int64_t offset : node.param_offsets) {
-      values.push_back(params + offset);
-      grad_ptrs.push_back(grads + offset);
+    for (size_t s = 0; s < node.param_offsets.size(); ++s) {
+      values.push_back(params + node.param_offsets[s]);
+      grad_ptrs.push_back(GradOf(node, s));
     }
     node.impl->BindParams(values, grad_ptrs);
     std::vector<T*> buffer_ptrs;
@@ -278,8 +316,8 @@ nn::TensorRef<T> Executor<T>::Backward(nn::TensorRef<T> grad_output, bool need_i
     if (!grad_ready_[node.output]) {
       // The output does not reach the loss: the parameters' gradients are zero.
       for (size_t s = 0; s < node.param_offsets.size(); ++s) {
-        std::fill(grads_ + node.param_offsets[s],
-                  grads_ + node.param_offsets[s] + node.param_sizes[s], T(0));
+        T* g = GradOf(node, s);
+        std::fill(g, g + node.param_sizes[s], T(0));
       }
       continue;
     }
@@ -292,6 +330,12 @@ nn::TensorRef<T> Executor<T>::Backward(nn::TensorRef<T> grad_output, bool need_i
       const int v = node.inputs[i];
       if (need[i]) Accumulate(v, grads[i], value_producer_[v] == n - 1);
     }
+  }
+  // Tied weights: every later use's gradient into the first's (the one in the flat buffer), in
+  // node order, whatever ran first.
+  for (const TiedGrad& tied : tied_grads_) {
+    T* g = grads_ + tied.offset;
+    for (size_t i = 0; i < tied.grad.size(); ++i) g[i] += tied.grad[i];
   }
   if (!need_input_grad) return {};
   if (!grad_ready_[0]) {

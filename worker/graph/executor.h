@@ -5,8 +5,9 @@
 //
 // Layout: the parameters in the order of the graph's constants (for an ONNX file, its
 // initializers: PyTorch's state_dict order), back to back; the buffers node by node, each
-// node's in its own order. A parameter must belong to one node (tied weights are refused) and
-// may not also be a plain constant operand of another.
+// node's in its own order. A parameter several nodes learn (a tied weight: a module applied
+// twice) is laid out once, its gradient the sum of theirs; it may not also be a plain constant
+// operand of a node that does not learn it.
 //
 // Templated on the scalar type: float for training, double for gradient checks. Not
 // thread-safe: one thread drives an executor (its layers may split work over a pool).
@@ -44,8 +45,9 @@ class Executor {
   // Validates `graph` (ValidateGraph), then builds its nodes. InvalidArgument, one line naming the
   // node, for: an op `registry` does not have ("unsupported op 'X' (node 'n')"), whatever a
   // factory refuses, a node reading a value that is not computed (a secondary output such as
-  // BatchNormalization's running mean, or a missing one), a shared parameter, and an output
-  // that is not a computed value. `graph` may be destroyed afterwards.
+  // BatchNormalization's running mean, or a missing one), a parameter read as a plain operand or
+  // tied with another shape, and an output that is not a computed value. `graph` may be destroyed
+  // afterwards.
   static absl::StatusOr<std::unique_ptr<Executor<T>>> Create(const Graph& graph,
                                                              const OpRegistry& registry,
                                                              const ExecutorOptions& options = {});
@@ -96,6 +98,9 @@ class Executor {
     int output = -1;          // Value id.
     // Per Params() / Buffers() entry of the node.
     std::vector<int64_t> param_offsets, param_sizes, buffer_offsets;
+    // Per Params() entry: -1, or, for a weight tied to an earlier node's (a later use of the
+    // same constant), which of the executor's tied gradients this node writes instead.
+    std::vector<int> param_tied;
   };
   const std::vector<NodeState>& nodes() const { return nodes_; }
   const std::vector<nn::Dims>& value_dims() const { return value_dims_; }
@@ -105,6 +110,9 @@ class Executor {
 
  private:
   Executor() = default;
+
+  // Where node's Params() entry `slot` writes its gradient (grads_ must be bound).
+  T* GradOf(NodeState& node, size_t slot);
 
   // Adds `grad` to the gradient of value `v`: keeps the view where it is v's only contribution,
   // else copies it first (several consumers; or it lies in grad_pair_ and `consumed_next` is
@@ -125,6 +133,14 @@ class Executor {
   std::vector<T> initial_buffers_;
   T* grads_ = nullptr;
   nn::GradBufferPair<T> grad_pair_;  // The nodes' input gradients (see Accumulate).
+  // A later use of a tied weight: its gradient, added into the flat one at `offset` after each
+  // Backward; `first` is the node that owns the weight.
+  struct TiedGrad {
+    int64_t offset;
+    std::vector<T> grad;
+    int first;
+  };
+  std::vector<TiedGrad> tied_grads_;
   nn::LayerContext<T> ctx_;          // Every node's, every call.
 
   // Per value, reused from step to step.
