@@ -69,7 +69,8 @@ w0=$WORKER_PID
 start_worker stop 1
 w1=$WORKER_PID
 wait_for_line "$SCRATCH/stop.w0.log" "epoch 1/$epochs"
-kill -STOP $w1
+kill -STOP $w1 2>/dev/null ||
+  die "worker 1 ended before it could be stopped in epoch 2: $(tail -n 2 "$SCRATCH/stop.w1.log")"
 stopped_at=$(date +%s.%N)
 set +e
 wait $w0

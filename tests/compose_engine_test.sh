@@ -33,20 +33,26 @@ done
 compose down -v -t 2 >/dev/null 2>&1
 
 echo "== 2. a shard container killed mid-training"
-DPTRAIN_EPOCHS=3 DPTRAIN_RECONNECT_TIMEOUT=0s compose up -d --quiet-pull >/dev/null 2>&1
-for _ in $(seq 600); do
-  compose logs --no-color worker-0 2>/dev/null | grep -c "epoch 1/3" >/dev/null && break
-  sleep 0.5
-done
-compose logs --no-color worker-0 | grep -c "epoch 1/3" >/dev/null || die "worker-0 never finished epoch 1"
-step_timeout=$(grep -o -- '--step_timeout=[0-9]*s' "$PROJECT_DIR/docker-compose.yml" | head -n 1 | tr -dc 0-9)
+# 20 epochs: the job never has to finish, so however fast the machine, the kill below lands
+# while the workers train (with 3, a CI machine ~1.5x faster than ours could have finished
+# in the wait for epoch 1 to be logged plus the kill's own delays).
+DPTRAIN_EPOCHS=20 DPTRAIN_RECONNECT_TIMEOUT=0s compose up -d --quiet-pull >/dev/null 2>&1
 # The workers' first exits (the file restarts a failed worker up to 3 times; each retry
 # then fails to connect within --connect_timeout, so the last exit comes minutes later).
 "$DOCKER" events --filter event=die --filter "label=com.docker.compose.project=$PROJECT" \
   --format '{{.Actor.Attributes.name}} {{.Actor.Attributes.exitCode}} {{.TimeNano}}' \
   >"$SCRATCH/die.txt" &
 _started+=($!)
-sleep 0.5
+for _ in $(seq 600); do
+  compose logs --no-color worker-0 2>/dev/null | grep -c "epoch 1/20" >/dev/null && break
+  sleep 0.5
+done
+compose logs --no-color worker-0 | grep -c "epoch 1/20" >/dev/null || die "worker-0 never finished epoch 1"
+step_timeout=$(grep -o -- '--step_timeout=[0-9]*s' "$PROJECT_DIR/docker-compose.yml" | head -n 1 | tr -dc 0-9)
+for r in 0 1; do
+  [[ "$("$DOCKER" inspect -f '{{.State.Running}}' "$(cid worker-$r)")" == true ]] ||
+    die "worker-$r is not running before the kill: $(compose logs --no-color --tail=3 worker-$r)"
+done
 kill_ns=$(date +%s%N)
 "$DOCKER" kill "$(cid ps-1)" >/dev/null
 for _ in $(seq $(((step_timeout + 30) * 2))); do

@@ -2,7 +2,8 @@
 # deploy/docker-compose.yml on a real Docker engine (issue 15): a shard container that dies
 # mid-training (its processes SIGKILLed from the host, as in a crash or an OOM kill; unlike
 # `docker kill`, the restart policy applies) is restarted by `restart: on-failure` and
-# restores its newest checkpoint from its volume; the workers ride it out
+# restores its newest valid checkpoint from its volume (the newest is truncated first, so it
+# falls back to the one before); the workers ride it out
 # (--reconnect_timeout) and the job ends with final weights bit-identical to the same job
 # run without the crash (compare tests/shard_recovery_test.sh, the process-level version).
 # Skips (SKIPPED in the log) only where no engine can run: not root and no daemon.
@@ -16,7 +17,11 @@ run_job() {
   local name=$1 kill_shard=${2:-}
   compose up -d --quiet-pull >/dev/null 2>&1 || die "$name: compose up failed"
   if [[ -n "$kill_shard" ]]; then
-    local want=shard-1-step-000000000100.safetensors
+    # Its checkpoint of step 200 is truncated (a crash mid-write, a bad disk) and the shard
+    # killed at once: the restart falls back to step 100 (the newest 3 are kept), so the
+    # workers, at step 200 or later, always go back, however fast the machine (a fixed wait
+    # before the kill could let them run into the next checkpoint first).
+    local want=shard-1-step-000000000200.safetensors
     # The shard's PID first: docker-compose's own start-up takes a second or more on a loaded
     # machine, and looking the PID up after the checkpoint let a CI run kill the shard only
     # after its next checkpoint (step 200, where the workers already were: nothing to go back to).
@@ -31,9 +36,13 @@ run_job() {
       sleep 0.05
     done
     checkpoints | grep -c "$want" >/dev/null || die "no checkpoint $want"
-    sleep 0.3  # Into the next steps, so that the workers must go back.
+    if [[ -d "$vol" ]]; then
+      truncate -s 100 "$vol/$want"
+    else
+      "$DOCKER" exec "$(cid ps-1)" truncate -s 100 "/checkpoints/$want"
+    fi
     kill -KILL "$pid"
-    echo "killed ps-1's processes once its checkpoint of step 100 was written"
+    echo "killed ps-1's processes once its checkpoint of step 200 was written (and truncated)"
   fi
   wait_exit 600 worker-0 worker-1
   for r in 0 1; do

@@ -228,8 +228,9 @@ def main():
         accuracies = [float(l.split("test accuracy ")[1].split(",")[0]) for l in last]
         # Async is not deterministic, and its staleness grows with the machine's load (LeNet's
         # sigmoids then leave their plateau later): runs here gave 0.75 to 0.84 after 2 epochs
-        # alone, 0.55 and 0.57 under the whole suite's load. Chance is 0.10.
-        if r.returncode != 0 or len(accuracies) != 2 or min(accuracies) < 0.45:
+        # alone, 0.55 and 0.57 under the whole suite's load. Chance is 0.10: the bound (0.35)
+        # says that it trains, with room for a slower, busier CI machine.
+        if r.returncode != 0 or len(accuracies) != 2 or min(accuracies) < 0.35:
             fail(f"async ServerOptimizer: {r.returncode} {r.stdout[-800:]} {r.stderr[-500:]}")
         print("ok: ServerOptimizer under --sync=async, 2 workers, LeNet on Fashion-MNIST, 2 "
               f"epochs: test accuracy {accuracies[0]:.4f} and {accuracies[1]:.4f}")
@@ -511,16 +512,22 @@ def runs_with_a_shard_killed(prefix, flags, worker_flags, kill_at, script=WORKER
 
         def kill_and_restart(outs, shards=shards, name=name):
             step_file = outs[0] + ".step"
-            for _ in range(600):
-                if os.path.exists(step_file) and int(open(step_file).read() or 0) >= kill_at:
-                    break
+            # 120 s: two Python processes importing torch on a loaded 2-core machine first.
+            step = 0
+            for _ in range(2400):
+                if os.path.exists(step_file):
+                    # The worker rewrites the file every step: it may be caught empty.
+                    text = open(step_file).read().strip()
+                    step = int(text) if text.isdigit() else step
+                    if step >= kill_at:
+                        break
                 time.sleep(0.05)
             else:
                 fail(f"{prefix}: the workers never reached step {kill_at}")
             proc, address = shards[1]
             proc.kill()
             proc.wait()
-            killed["at"] = int(open(step_file).read())
+            killed["at"] = step
             time.sleep(0.5)
             start_shard(1, 2, 2, flags + [f"--checkpoint_dir={SCRATCH}/{name}_ckpt1"],
                         port=int(address.split(":")[1]))
