@@ -26,6 +26,7 @@ import zlib
 import torch
 from torch import nn
 
+import dptrain.export
 import dptrain.safetensors
 
 ROOT = os.environ["DPTRAIN_ROOT"]
@@ -141,8 +142,12 @@ class Net(nn.Module):
 
 
 def export(model, path, shape=(2, 3, 32, 32)):
-    torch.onnx.export(model, torch.zeros(*shape), path, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False)
+    """dptrain.export_onnx, checked to leave the model as it was (its state and mode)."""
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.eval()
+    dptrain.export.export_onnx(model, torch.zeros(*shape), path)
+    if model.training or any(not torch.equal(v, before[k]) for k, v in model.state_dict().items()):
+        fail(f"export_onnx changed the model it exported ({path})")
 
 
 def free_port():
@@ -249,6 +254,30 @@ def main():
                  f"saved weights: {text[-600:]}")
         print(f"ok: an exported CNN, 2 workers x 2 shards on the {name} data: test_acc "
               f"{printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights", flush=True)
+
+    # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built
+    # for that data (the same names and shapes as gpu_worker's) and evaluates as it printed.
+    import dptrain.models
+    saved = os.path.join(SCRATCH, "mlp_cifar.safetensors")
+    r = subprocess.run([GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.1",
+                        "--model=mlp", f"--data_dir={cifar}", "--epochs=3", "--batch_size=25",
+                        "--threads=1", "--data_mean=0.5,0.5,0.5", "--data_std=0.25,0.25,0.25",
+                        f"--save_model={saved}"], capture_output=True, text=True, timeout=240)
+    done = re.search(r"done: .* test_acc ([0-9.]+)", r.stdout + r.stderr)
+    if r.returncode != 0 or not done:
+        fail(f"mlp on the CIFAR-shaped data: exit {r.returncode}: {r.stderr[-600:]}")
+    net = dptrain.models.mlp(input=(3, 32, 32), classes=CLASSES)
+    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    net.eval()
+    x = (test_set[0].float() / 255 - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+    with torch.no_grad():
+        ours = (net(x).argmax(1) == test_set[1]).float().mean().item()
+    if abs(ours - float(done.group(1))) > 1.0 / TEST + 1e-9 or ours < 0.3:
+        fail(f"mlp: the worker printed test_acc {done.group(1)}, dptrain.models.mlp(input=(3, "
+             f"32, 32)) gets {ours} from the saved weights")
+    print(f"ok: the built-in mlp trained on 3x32x32 data loads into dptrain.models.mlp(input="
+          f"(3, 32, 32), classes=10): test_acc {float(done.group(1)):.4f} printed, {ours:.4f} in "
+          "PyTorch", flush=True)
 
     class Sine(nn.Module):
         def __init__(self):

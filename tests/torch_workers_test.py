@@ -304,6 +304,13 @@ def load_saved_models():
     images, labels = load("t10k")
     for model, steps, batch, lr in (("mlp", 100, 64, 0.1), ("lenet", 100, 64, 0.9),
                                     ("resnet18", 4, 16, 0.05)):
+        # Built for other data than the default Fashion-MNIST (tests/onnx_e2e_test loads what
+        # gpu_worker saved for CIFAR-shaped data into one): any shape, any class count.
+        for shape, classes in (((3, 32, 32), 10), ((1, 40, 24), 5)):
+            net = getattr(dptrain.models, model)(input=shape, classes=classes)
+            out = net(torch.zeros(2, *shape))
+            if tuple(out.shape) != (2, classes):
+                fail(f"dptrain.models.{model}(input={shape}, classes={classes}) gives {out.shape}")
         saved = os.path.join(SCRATCH, f"{model}.safetensors")
         metrics = os.path.join(SCRATCH, f"{model}.jsonl")
         r = subprocess.run([GPU_WORKER, "--mode=allreduce", "--world_size=1", f"--lr={lr}",

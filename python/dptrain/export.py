@@ -1,0 +1,36 @@
+"""Writing a PyTorch model as gpu_worker trains it (--model=FILE.onnx)."""
+
+import inspect
+
+
+def export_onnx(model, example_input, path, opset_version=None):
+    """Writes `model` to `path` as gpu_worker --model=PATH trains it, and returns `path`.
+
+    That is torch.onnx.export(model, example_input, path,
+    training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False): the model in
+    training mode, so BatchNorm and Dropout stay what they are, and no constant folding, so the
+    initializers keep their state_dict names and the weights gpu_worker saves load back with
+    model.load_state_dict (torch.onnx.export's defaults do neither, and gpu_worker refuses
+    such a file). On PyTorch 2.x the TorchScript exporter is asked for (dynamo=False): it is
+    the one that exports training mode. `example_input` is one batch, [N, C, H, W] (its batch
+    size does not matter); `opset_version` as torch.onnx.export's (LayerNorm needs 17).
+
+    Exporting runs one training-mode forward pass, which moves BatchNorm's running statistics
+    (the file holds them so moved); the model itself is left as it was, its state and its
+    train/eval mode restored."""
+    import torch
+
+    kwargs = {"training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False}
+    if opset_version is not None:
+        kwargs["opset_version"] = opset_version
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False
+    was_training = model.training
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    try:
+        torch.onnx.export(model, example_input, path, **kwargs)
+    finally:
+        with torch.no_grad():
+            model.load_state_dict(state)
+        model.train(was_training)
+    return path
