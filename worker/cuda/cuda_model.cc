@@ -86,12 +86,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateBuiltinFromGraph(
     const nn::ModelOptions& options, const DeviceOptions& device) {
-  graph::BuiltinGraphOptions built;
-  built.name = options.name;
-  built.shape = options.shape;
-  built.seed = options.seed;
-  built.init = options.init;
-  DPTRAIN_ASSIGN_OR_RETURN(const graph::Graph graph, graph::BuiltinGraph(built));
+  DPTRAIN_ASSIGN_OR_RETURN(const graph::Graph graph, graph::BuiltinGraph(options));
   graph::GraphModelOptions model;
   model.name = options.name;
   model.optimizer = options.optimizer;

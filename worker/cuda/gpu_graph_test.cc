@@ -100,11 +100,7 @@ nn::ModelOptions BuiltinOptions(const std::string& name) {
 
 TEST_P(BuiltinGraphTest, TwinsHaveTheSequentialsLayout) {
   const nn::ModelOptions options = BuiltinOptions(GetParam());
-  graph::BuiltinGraphOptions built;
-  built.name = options.name;
-  built.shape = options.shape;
-  built.seed = options.seed;
-  absl::StatusOr<graph::Graph> g = graph::BuiltinGraph(built);
+  absl::StatusOr<graph::Graph> g = graph::BuiltinGraph(options);
   ASSERT_TRUE(g.ok()) << g.status();
   auto cpu = graph::Executor<float>::Create(*g, graph::BuiltinOps());
   ASSERT_TRUE(cpu.ok()) << cpu.status();

@@ -214,13 +214,17 @@ absl::StatusOr<Graph> BuiltinGraph(const BuiltinGraphOptions& options) {
   return graph;
 }
 
-absl::StatusOr<std::unique_ptr<nn::Model>> CreateBuiltinModel(const nn::ModelOptions& options) {
+absl::StatusOr<Graph> BuiltinGraph(const nn::ModelOptions& options) {
   BuiltinGraphOptions g;
   g.name = options.name;
   g.shape = options.shape;
   g.seed = options.seed;
   g.init = options.init;
-  DPTRAIN_ASSIGN_OR_RETURN(const Graph graph, BuiltinGraph(g));
+  return BuiltinGraph(g);
+}
+
+absl::StatusOr<std::unique_ptr<nn::Model>> CreateBuiltinModel(const nn::ModelOptions& options) {
+  DPTRAIN_ASSIGN_OR_RETURN(const Graph graph, BuiltinGraph(options));
   GraphModelOptions m;
   m.name = options.name;
   m.optimizer = options.optimizer;

@@ -37,6 +37,8 @@ struct BuiltinGraphOptions {
 // InvalidArgument for an unknown name or init, or a shape the network cannot take (the
 // messages of nn::BuildNetwork and nn::InitializeParams).
 absl::StatusOr<Graph> BuiltinGraph(const BuiltinGraphOptions& options);
+// The same for a model's options (their name, shape, seed and init; fused residuals).
+absl::StatusOr<Graph> BuiltinGraph(const nn::ModelOptions& options);
 
 // A d2l-style ResNet (nn::ResNetConfig) as a graph with every weight 0 (tests fill them).
 absl::StatusOr<Graph> ResNetGraph(const nn::ResNetConfig& config, bool fused_residuals = true);
