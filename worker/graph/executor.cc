@@ -175,7 +175,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       state.param_sizes[use.slot] = size;
       if (&use != &first) {
         state.param_tied[use.slot] = static_cast<int>(e->tied_grads_.size());
-        e->tied_grads_.push_back({e->num_params_, std::vector<T>(size), first.node});
+        e->tied_grads_.push_back({e->num_params_, std::vector<T>(size)});
       }
     }
     e->params_.push_back({c.name, first.spec.shape, e->num_params_, size});

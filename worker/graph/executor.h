@@ -134,11 +134,10 @@ class Executor {
   T* grads_ = nullptr;
   nn::GradBufferPair<T> grad_pair_;  // The nodes' input gradients (see Accumulate).
   // A later use of a tied weight: its gradient, added into the flat one at `offset` after each
-  // Backward; `first` is the node that owns the weight.
+  // Backward.
   struct TiedGrad {
     int64_t offset;
     std::vector<T> grad;
-    int first;
   };
   std::vector<TiedGrad> tied_grads_;
   nn::LayerContext<T> ctx_;          // Every node's, every call.
