@@ -42,20 +42,10 @@ set -e
 ((rc != 0)) && grep -q "trace_out.*/nonexistent/t.json" "$SCRATCH/badtrace.txt" ||
   die "bad --trace_out: rc=$rc $(cat "$SCRATCH/badtrace.txt")"
 
-for r in 0 1; do
-  "$GPU_WORKER" --ps="$PS" --rank=$r --world_size=2 --model=mlp --epochs=6 --batch_size=64 \
-    --threads=1 --data_dir="$DATA_DIR" --stream_min_bytes=$((r == 0 ? 0 : 1 << 30)) --metrics_port=0 --metrics_port_file="$SCRATCH/worker$r.mport" \
-    --trace_out="$SCRATCH/worker$r.trace.json" --trace_steps=5 --log_every=0.5s \
-    --metrics_out="$SCRATCH/worker$r.jsonl" >"$SCRATCH/worker$r.log" 2>&1 &
-  wpids[$r]=$!
-  _started+=($!)
-done
-for r in 0 1; do
-  wait_file "$SCRATCH/worker$r.mport" "worker $r metrics port"
-  wports[$r]=$(cat "$SCRATCH/worker$r.mport")
-done
-
-# A real Prometheus scraping all four.
+# A real Prometheus scraping all four, started (and ready) before the workers, whose metrics
+# ports are chosen now: on a fast machine the workers' 6 epochs take a few seconds, which
+# Prometheus's own start could otherwise use up before its first scrape.
+wports=("$(free_port)" "$(free_port)")
 PROM_PORT=$(free_port)
 cat >"$SCRATCH/prometheus.yml" <<YAML
 global:
@@ -69,6 +59,20 @@ promtool check config "$SCRATCH/prometheus.yml" >/dev/null || die "promtool reje
 prometheus --config.file="$SCRATCH/prometheus.yml" --storage.tsdb.path="$SCRATCH/tsdb" \
   --web.listen-address="127.0.0.1:$PROM_PORT" >"$SCRATCH/prometheus.log" 2>&1 &
 _started+=($!)
+for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null ||
+  die "Prometheus not ready after 30 s: $(tail -3 "$SCRATCH/prometheus.log")"
+
+for r in 0 1; do
+  "$GPU_WORKER" --ps="$PS" --rank=$r --world_size=2 --model=mlp --epochs=6 --batch_size=64 \
+    --threads=1 --data_dir="$DATA_DIR" --stream_min_bytes=$((r == 0 ? 0 : 1 << 30)) \
+    --metrics_port="${wports[$r]}" --metrics_port_file="$SCRATCH/worker$r.mport" \
+    --trace_out="$SCRATCH/worker$r.trace.json" --trace_steps=5 --log_every=0.5s \
+    --metrics_out="$SCRATCH/worker$r.jsonl" >"$SCRATCH/worker$r.log" 2>&1 &
+  wpids[$r]=$!
+  _started+=($!)
+done
+for r in 0 1; do wait_file "$SCRATCH/worker$r.mport" "worker $r metrics port"; done
 
 # Scrape the workers while they train; every scrape must pass promtool.
 scrapes=0
@@ -157,7 +161,7 @@ PY
 done
 
 # Progress lines within an epoch, and one per epoch as before.
-grep -q "rank 0 epoch 1/6 step [0-9]*/469 .*images/s .*compute [0-9]*% sync [0-9]*% .*ETA" "$SCRATCH/worker0.log" ||
+grep -q "rank 0 epoch [1-6]/6 step [0-9]*/469 .*images/s .*compute [0-9]*% sync [0-9]*% .*ETA" "$SCRATCH/worker0.log" ||
   die "no progress line: $(head -20 "$SCRATCH/worker0.log")"
 grep -q "rank 0 epoch 6/6  loss" "$SCRATCH/worker0.log" || die "no epoch line"
 # Curves from the metrics files (Debian's matplotlib, so the system python).
