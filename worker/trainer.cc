@@ -234,9 +234,16 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
     return s;
   }
   int64_t correct = 0;
+  std::vector<float> images;  // A byte store's images as floats, one batch at a time.
   for (int64_t begin = 0; begin < data.size; begin += batch_size) {
     const int n = static_cast<int>(std::min<int64_t>(batch_size, data.size - begin));
-    auto result = model.Evaluate(data.image(begin), data.labels.data() + begin, n);
+    const float* batch = data.byte_storage ? nullptr : data.image(begin);
+    if (data.byte_storage) {
+      images.resize(static_cast<size_t>(n * data.image_size()));
+      data.CopyImages(begin, n, images.data());
+      batch = images.data();
+    }
+    auto result = model.Evaluate(batch, data.labels.data() + begin, n);
     if (!result.ok()) return result.status();
     correct += result->correct;
   }

@@ -26,8 +26,7 @@ absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
         absl::StrCat("a batch of ", n, " samples of ", pixels, " values does not fit buffers of ",
                      images.size(), " values and ", labels.size(), " labels"));
   }
-  if (static_cast<int64_t>(data.images.size()) != data.size * pixels ||
-      static_cast<int64_t>(data.labels.size()) != data.size) {
+  if (!data.consistent() || static_cast<int64_t>(data.labels.size()) != data.size) {
     return absl::InvalidArgumentError("the data set's arrays do not match its size");
   }
   for (int64_t idx : indices) {
@@ -37,7 +36,7 @@ absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
     }
   }
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(images.data() + i * pixels, data.image(indices[i]), pixels * sizeof(float));
+    data.CopyImages(indices[i], 1, images.data() + i * pixels);
     labels[i] = data.labels[indices[i]];
   }
   return absl::OkStatus();

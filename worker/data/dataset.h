@@ -1,14 +1,18 @@
 // An in-memory image classification dataset (Fashion-MNIST, CIFAR, ImageFolder, .npy arrays).
 //
-// Images are stored back to back as float values, each image channels x rows x cols (NCHW per
-// sample: channel planes, each row-major), so image i starts at images[i * image_size()]. The
-// readers scale bytes to [0, 1] (byte / 255, as torchvision's ToTensor); float .npy data and
-// Normalize (worker/data/transforms.h) may leave that range. Labels are bytes, so a data set has
-// at most kMaxClasses classes. A Dataset is a plain value: copy or move it freely; readers must
-// not mutate it while another thread reads it.
+// Images are stored back to back, each image channels x rows x cols (NCHW per sample: channel
+// planes, each row-major): as float values in `images` (image i starts at
+// images[i * image_size()]), or, for byte data read as bytes (ImageFolder's), as bytes in
+// `bytes`, a quarter of the memory, whose value is byte / 255 (torchvision's ToTensor), then
+// normalised per channel if Normalize (worker/data/transforms.h) recorded a mean and standard
+// deviation, computed as Normalize computes it on floats, so both stores give the same values
+// bit for bit. Read images with CopyImages, whatever the store; image() is for float stores. Labels
+// are bytes, so a data set has at most kMaxClasses classes. A Dataset is a plain value: copy or
+// move it freely; readers must not mutate it while another thread reads it.
 #ifndef DPTRAIN_WORKER_DATA_DATASET_H_
 #define DPTRAIN_WORKER_DATA_DATASET_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -23,23 +27,60 @@ struct Dataset {
   int channels = 1;  // 1 (gray) or 3 (RGB) from the readers.
   int rows = 0;
   int cols = 0;
-  std::vector<float> images;    // size * image_size() values.
+  std::vector<float> images;    // size * image_size() values, or empty with byte storage.
   std::vector<uint8_t> labels;  // size labels in [0, num_classes).
   int num_classes = 10;         // In [1, kMaxClasses].
+  // Byte storage: size * image_size() bytes; `images` is then empty.
+  bool byte_storage = false;
+  std::vector<uint8_t> bytes;
+  // With byte storage, the per-channel normalisation Normalize recorded (empty: none).
+  std::vector<float> norm_mean, norm_inv_std;
 
   // Values per image: channels * rows * cols.
   int64_t image_size() const { return static_cast<int64_t>(channels) * rows * cols; }
-  // First pixel of image i; requires 0 <= i < size.
+  // First pixel of image i of a float store; requires 0 <= i < size.
   const float* image(int64_t i) const { return images.data() + i * image_size(); }
   float* mutable_image(int64_t i) { return images.data() + i * image_size(); }
   int label(int64_t i) const { return labels[i]; }
+  // Whether the store holds size * image_size() values (floats or bytes).
+  bool consistent() const {
+    const size_t n = static_cast<size_t>(size * image_size());
+    return size >= 0 && (byte_storage ? bytes.size() == n && images.empty() : images.size() == n);
+  }
+
+  // The float values of images [first, first + count), back to back, into `out`
+  // (count * image_size() floats); requires them in range.
+  void CopyImages(int64_t first, int64_t count, float* out) const {
+    const int64_t n = image_size();
+    if (!byte_storage) {
+      std::copy(image(first), image(first) + count * n, out);
+      return;
+    }
+    const int64_t plane = static_cast<int64_t>(rows) * cols;
+    for (int64_t i = 0; i < count; ++i) {
+      const uint8_t* in = bytes.data() + (first + i) * n;
+      float* o = out + i * n;
+      for (int c = 0; c < channels; ++c) {
+        const bool norm = !norm_mean.empty();
+        const float m = norm ? norm_mean[c] : 0.0f, inv = norm ? norm_inv_std[c] : 1.0f;
+        for (int64_t k = 0; k < plane; ++k) {
+          const float v = static_cast<float>(in[c * plane + k]) / 255.0f;
+          o[c * plane + k] = norm ? (v - m) * inv : v;
+        }
+      }
+    }
+  }
 
   // Keeps only the first n examples (all of them if n <= 0 or n >= size): quick runs on a
   // subset, e.g. ResNet-18 on a CPU.
   void KeepFirst(int64_t n) {
     if (n <= 0 || n >= size) return;
     size = n;
-    images.resize(static_cast<size_t>(n * image_size()));
+    if (byte_storage) {
+      bytes.resize(static_cast<size_t>(n * image_size()));
+    } else {
+      images.resize(static_cast<size_t>(n * image_size()));
+    }
     labels.resize(static_cast<size_t>(n));
   }
 };

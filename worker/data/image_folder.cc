@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr int kMaxThreads = 8;
 constexpr int64_t kMaxFileBytes = int64_t{1} << 30;
-// Values (pixels x channels) of a whole set: 16 GiB of floats.
-constexpr int64_t kMaxSetValues = int64_t{1} << 32;
+// Values (pixels x channels) of a whole set: 16 GiB of bytes.
+constexpr int64_t kMaxSetValues = int64_t{1} << 34;
 
 struct Example {
   std::string path;
@@ -206,19 +206,17 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
   data.cols = width;
   data.num_classes = static_cast<int>(classes->size());
   const int64_t plane = int64_t{height} * width;
-  data.images.resize(static_cast<size_t>(data.size * data.image_size()));
+  data.byte_storage = true;  // A quarter of the memory of floats (dataset.h).
+  data.bytes.resize(static_cast<size_t>(data.size * data.image_size()));
   data.labels.resize(static_cast<size_t>(data.size));
-  float scale[256];
-  for (int b = 0; b < 256; ++b) scale[b] = static_cast<float>(b) / 255.0f;
   for (int64_t i = 0; i < data.size; ++i) {
     data.labels[i] = static_cast<uint8_t>(examples[i].label);
     const DecodedImage& image = images[i];
-    float* out = data.mutable_image(i);
+    uint8_t* out = data.bytes.data() + i * data.image_size();
     for (int c = 0; c < data.channels; ++c) {
       const int from = image.channels == 1 ? 0 : c;
-      for (int64_t p = 0; p < plane; ++p) {
-        out[c * plane + p] = scale[image.pixels[p * image.channels + from]];
-      }
+      for (int64_t p = 0; p < plane; ++p)
+        out[c * plane + p] = image.pixels[p * image.channels + from];
     }
     std::vector<uint8_t>().swap(images[i].pixels);  // Frees as it goes.
   }

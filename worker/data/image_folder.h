@@ -18,7 +18,8 @@
 // all gray, which the trainer's shape check reports. All images of a set must have the same
 // width and height, unless options.size brings each one to one size as it is decoded
 // (torchvision's Resize(S) + CenterCrop(S), or Resize((H, W)); worker/data/image_resize.h).
-// Pixels are byte / 255 (torchvision's ToTensor), NCHW.
+// Pixels are byte / 255 (torchvision's ToTensor), NCHW, held as bytes (Dataset::byte_storage:
+// read them with Dataset::CopyImages).
 //
 // Decoding (and resizing) runs on a small pool of threads (std::thread) owned by the call; the
 // result does not depend on their number. Only resized images are kept, so a folder of large

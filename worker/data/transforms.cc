@@ -30,8 +30,18 @@ absl::Status Normalize(Dataset& data, absl::Span<const float> mean, absl::Span<c
                                                      " (std must be > 0, both finite)"));
     }
   }
-  if (data.size < 0 || static_cast<int64_t>(data.images.size()) != data.size * data.image_size()) {
+  if (!data.consistent()) {
     return absl::InvalidArgumentError("Normalize: the data set's arrays do not match its size");
+  }
+  if (data.byte_storage) {  // Recorded, applied as images are read (CopyImages).
+    if (!data.norm_mean.empty()) {
+      return absl::FailedPreconditionError("Normalize: the data set is normalised already");
+    }
+    for (int c = 0; c < data.channels; ++c) {
+      data.norm_mean.push_back(mean[c]);
+      data.norm_inv_std.push_back(1.0f / std[c]);
+    }
+    return absl::OkStatus();
   }
   const int64_t plane = static_cast<int64_t>(data.rows) * data.cols;
   for (int64_t i = 0; i < data.size; ++i) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/data/batch.h"
 
 namespace dptrain {
 namespace {
@@ -42,6 +43,47 @@ TEST(NormalizeTest, PerChannelAndValidated) {
   EXPECT_EQ(Normalize(d, {0, 0}, {1, 1}).code(), absl::StatusCode::kInvalidArgument);
   d.images.push_back(10);
   EXPECT_EQ(d.images, before) << "a failed Normalize changes nothing";
+}
+
+// A set held as bytes (ImageFolder's) reads, normalised or not, bit for bit as the same set
+// held as floats (byte / 255, then (v - mean) / std as Normalize computes it), through
+// CopyImages and GatherBatch; Normalize records its mean and std once.
+TEST(NormalizeTest, ByteStorageReadsAsTheFloatStore) {
+  Dataset bytes;
+  bytes.size = 3;
+  bytes.channels = 2;
+  bytes.rows = 2;
+  bytes.cols = 3;
+  bytes.byte_storage = true;
+  for (int i = 0; i < 36; ++i) bytes.bytes.push_back(static_cast<uint8_t>(i * 7 % 256));
+  bytes.labels = {0, 1, 2};
+  Dataset floats = bytes;
+  floats.byte_storage = false;
+  floats.bytes.clear();
+  for (uint8_t b : bytes.bytes) floats.images.push_back(static_cast<float>(b) / 255.0f);
+  ASSERT_TRUE(bytes.consistent() && floats.consistent());
+  for (bool normalised : {false, true}) {
+    if (normalised) {
+      ASSERT_TRUE(Normalize(bytes, {0.4f, 0.6f}, {0.2f, 0.3f}).ok());
+      ASSERT_TRUE(Normalize(floats, {0.4f, 0.6f}, {0.2f, 0.3f}).ok());
+      EXPECT_TRUE(bytes.images.empty());
+    }
+    std::vector<float> a(36), b(36);
+    bytes.CopyImages(0, 3, a.data());
+    floats.CopyImages(0, 3, b.data());
+    EXPECT_EQ(a, b) << normalised;
+    std::vector<float> batch_a(24), batch_b(24);
+    std::vector<uint8_t> la(2), lb(2);
+    ASSERT_TRUE(GatherBatch(bytes, {2, 0}, absl::MakeSpan(batch_a), absl::MakeSpan(la)).ok());
+    ASSERT_TRUE(GatherBatch(floats, {2, 0}, absl::MakeSpan(batch_b), absl::MakeSpan(lb)).ok());
+    EXPECT_EQ(batch_a, batch_b) << normalised;
+    EXPECT_EQ(la, lb);
+  }
+  EXPECT_EQ(Normalize(bytes, {0.4f, 0.6f}, {0.2f, 0.3f}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  bytes.KeepFirst(2);
+  EXPECT_TRUE(bytes.consistent());
+  EXPECT_EQ(bytes.bytes.size(), 24u);
 }
 
 TEST(AugmentTest, DisabledIsANoOp) {
