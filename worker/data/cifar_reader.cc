@@ -56,12 +56,11 @@ absl::Status ReadFile(const std::string& path, const Variant& v, Dataset& out) {
         "-byte records (", records, " records and ", file->size() % record_bytes, " bytes)"));
   }
   if (records == 0) return absl::DataLossError(absl::StrCat(path, ": empty file (0 records)"));
-  float scale[256];
-  for (int b = 0; b < 256; ++b) scale[b] = static_cast<float>(b) / 255.0f;
-  // The file's size bounds these: 4 floats per pixel byte.
+  // Held as bytes (Dataset::byte_storage), as the file stores them; its size bounds these.
   const size_t old_size = out.labels.size();
+  out.byte_storage = true;
   out.labels.resize(old_size + records);
-  out.images.resize((old_size + records) * kPixels);
+  out.bytes.resize((old_size + records) * kPixels);
   std::vector<uint8_t> chunk(std::min(records, kRecordsPerChunk) * record_bytes);
   for (int64_t first = 0; first < records; first += kRecordsPerChunk) {
     const int64_t n = std::min(records - first, kRecordsPerChunk);
@@ -78,8 +77,7 @@ absl::Status ReadFile(const std::string& path, const Variant& v, Dataset& out) {
       const size_t index = old_size + first + r;
       out.labels[index] = static_cast<uint8_t>(label);
       const uint8_t* pixels = record + v.label_bytes;
-      float* image = out.images.data() + index * kPixels;
-      for (int64_t p = 0; p < kPixels; ++p) image[p] = scale[pixels[p]];
+      std::copy(pixels, pixels + kPixels, out.bytes.data() + index * kPixels);
     }
   }
   out.size += records;

@@ -8,7 +8,8 @@
 // label byte in [0, 100) and the same 3072 pixel bytes. The fine label is used.
 //
 // The loaded Dataset: channels 3, rows 32, cols 32 (the planes as stored, i.e. CHW), pixels
-// byte / 255 (torchvision's ToTensor), num_classes 10 or 100.
+// byte / 255 (torchvision's ToTensor), held as the bytes (Dataset::byte_storage: a quarter of
+// the memory of floats; read with Dataset::CopyImages), num_classes 10 or 100.
 //
 // Errors are one-line statuses that name the offending file:
 //   NotFound         no CIFAR file in the directory, or a missing file of the detected set
