@@ -27,7 +27,7 @@ class Builder {
 
   const std::string& current() const { return current_; }
 
-  // A learnable constant (zeros until Initialize), in layout order.
+  // A learnable constant (zeros until BuiltinGraph draws the weights), in layout order.
   std::string Param(const std::string& name, std::vector<int64_t> shape) {
     param_specs_.push_back({name, shape});
     return Constant(name, std::move(shape), 0.0f);
