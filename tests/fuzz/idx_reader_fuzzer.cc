@@ -67,8 +67,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const dptrain::Dataset& d = *loaded;
   FUZZ_CHECK(d.channels == 1 && d.rows >= 1 && d.cols >= 1 && d.num_classes == 10);
   FUZZ_CHECK(static_cast<int64_t>(d.labels.size()) == d.size);
-  FUZZ_CHECK(static_cast<int64_t>(d.images.size()) == d.size * d.image_size());
-  for (float p : d.images) FUZZ_CHECK(p >= 0.0f && p <= 1.0f);
+  FUZZ_CHECK(d.consistent() && d.byte_storage);
+  std::vector<float> values(static_cast<size_t>(d.size * d.image_size()));
+  if (d.size > 0) d.CopyImages(0, d.size, values.data());
+  for (float p : values) FUZZ_CHECK(p >= 0.0f && p <= 1.0f);
   for (uint8_t l : d.labels) FUZZ_CHECK(l < d.num_classes);
 
   // Reader to first batch, as the trainer goes for a model that takes 1x28x28 images.

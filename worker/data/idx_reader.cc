@@ -141,17 +141,17 @@ absl::Status ReadImages(const std::string& path, Dataset& out) {
         path, ": absurd dimensions ", count, " x ", rows, " x ", cols,
         " (rows and cols must be in [1, ", kMaxSide, "], at most ", kMaxElements, " pixels)"));
   }
-  std::array<float, 256> scale;
-  for (int b = 0; b < 256; ++b) scale[b] = static_cast<float>(b) / 255.0f;
   const int64_t pixels = count * rows * cols;
   out.size = count;
   out.channels = 1;
   out.rows = static_cast<int>(rows);
   out.cols = static_cast<int>(cols);
   out.images.clear();
+  out.byte_storage = true;  // The file's bytes, as stored (Dataset::CopyImages reads them).
+  out.bytes.clear();
   return ReadPayload(f->get(), path, pixels, [&](const uint8_t* data, int64_t n) {
-    ReserveFor(out.images, n, pixels);
-    for (int64_t i = 0; i < n; ++i) out.images.push_back(scale[data[i]]);
+    ReserveFor(out.bytes, n, pixels);
+    out.bytes.insert(out.bytes.end(), data, data + n);
   });
 }
 

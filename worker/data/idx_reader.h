@@ -3,7 +3,9 @@
 // Images: magic 0x00000803 (unsigned bytes, 3 dims), then big-endian int32 count, rows, cols,
 // then count * rows * cols pixel bytes. Labels: magic 0x00000801 (unsigned bytes, 1 dim), then
 // big-endian int32 count, then count label bytes. A file must hold exactly what its header
-// promises: no fewer bytes (truncated) and no more (trailing data).
+// promises: no fewer bytes (truncated) and no more (trailing data). The pixels are held as the
+// file's bytes (Dataset::byte_storage; their value is byte / 255, read with
+// Dataset::CopyImages).
 //
 // Errors are one-line statuses that name the offending file:
 //   NotFound         the file does not exist;

@@ -95,13 +95,16 @@ void ExpectGood(const absl::StatusOr<Dataset>& data) {
   EXPECT_EQ(data->rows, 2);
   EXPECT_EQ(data->cols, 3);
   EXPECT_EQ(data->num_classes, 10);
-  ASSERT_EQ(data->images.size(), 12u);
+  ASSERT_TRUE(data->byte_storage);
+  ASSERT_TRUE(data->consistent());
   EXPECT_EQ(data->labels, kLabels);
-  EXPECT_FLOAT_EQ(data->image(0)[0], 0.0f);
-  EXPECT_FLOAT_EQ(data->image(0)[1], 0.2f);
-  EXPECT_FLOAT_EQ(data->image(0)[5], 1.0f);
-  EXPECT_FLOAT_EQ(data->image(1)[0], 1.0f);
-  EXPECT_FLOAT_EQ(data->image(1)[5], 1.0f / 255.0f);
+  std::vector<float> v(12);  // As the trainer reads them.
+  data->CopyImages(0, 2, v.data());
+  EXPECT_FLOAT_EQ(v[0], 0.0f);
+  EXPECT_FLOAT_EQ(v[1], 0.2f);
+  EXPECT_FLOAT_EQ(v[5], 1.0f);
+  EXPECT_FLOAT_EQ(v[6], 1.0f);
+  EXPECT_FLOAT_EQ(v[11], 1.0f / 255.0f);
   EXPECT_EQ(data->label(1), 9);
 }
 
@@ -247,21 +250,23 @@ void CheckFashionMnist(bool train, int64_t expected_size) {
   EXPECT_EQ(data->size, expected_size);
   EXPECT_EQ(data->rows, 28);
   EXPECT_EQ(data->cols, 28);
-  ASSERT_EQ(data->images.size(), static_cast<size_t>(expected_size * 28 * 28));
+  ASSERT_TRUE(data->consistent());
+  std::vector<float> values(static_cast<size_t>(expected_size * 28 * 28));
+  data->CopyImages(0, expected_size, values.data());
   ASSERT_EQ(data->labels.size(), static_cast<size_t>(expected_size));
   std::vector<int64_t> histogram(10, 0);
   for (uint8_t label : data->labels) ++histogram[label];
   for (int c = 0; c < 10; ++c) EXPECT_EQ(histogram[c], expected_size / 10) << "class " << c;
   float lo = 1, hi = 0;
   double sum = 0;
-  for (float p : data->images) {
+  for (float p : values) {
     lo = std::min(lo, p);
     hi = std::max(hi, p);
     sum += p;
   }
   EXPECT_EQ(lo, 0.0f);
   EXPECT_EQ(hi, 1.0f);
-  const double mean = sum / data->images.size();
+  const double mean = sum / values.size();
   EXPECT_GT(mean, 0.2);  // Fashion-MNIST's mean pixel is about 0.286.
   EXPECT_LT(mean, 0.4);
 }
