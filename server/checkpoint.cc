@@ -9,10 +9,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/json_number.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -131,32 +132,32 @@ absl::StatusOr<ShardCheckpoint> ParseCheckpoint(absl::string_view bytes,
   }
   ShardCheckpoint cp;
   try {
-    if (m.at("format_version").get<int>() != kFormatVersion) {
+    if (JsonNumber<int>(m.at("format_version")) != kFormatVersion) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint format version ",
                                                      m.at("format_version").dump(),
                                                      " is not ", kFormatVersion));
     }
     cp.job_id = m.at("job_id").get<std::string>();
-    cp.shard = m.at("shard").get<int>();
-    cp.num_shards = m.at("num_shards").get<int>();
+    cp.shard = JsonNumber<int>(m.at("shard"));
+    cp.num_shards = JsonNumber<int>(m.at("num_shards"));
     if (!absl::SimpleAtoi(m.at("init_fingerprint").get<std::string>(), &cp.init_fingerprint)) {
       return absl::InvalidArgumentError("manifest: init_fingerprint is not a number");
     }
-    cp.model.max_chunk_elements = m.at("max_chunk_elements").get<int64_t>();
-    cp.model.num_shards = m.at("model_num_shards").get<int>();
+    cp.model.max_chunk_elements = JsonNumber<int64_t>(m.at("max_chunk_elements"));
+    cp.model.num_shards = JsonNumber<int>(m.at("model_num_shards"));
     for (const nlohmann::json& t : m.at("tensors")) {
       cp.model.tensors.push_back(
-          {t.at("name").get<std::string>(), t.at("num_elements").get<int64_t>()});
+          {t.at("name").get<std::string>(), JsonNumber<int64_t>(t.at("num_elements"))});
     }
     cp.optimizer = m.at("optimizer").get<std::string>();
     cp.policy = m.at("policy").get<std::string>();
-    cp.step = m.at("step").get<int64_t>();
+    cp.step = JsonNumber<int64_t>(m.at("step"));
     for (const nlohmann::json& j : m.at("chunks")) {
       ChunkCheckpoint& c = cp.chunks.emplace_back();
-      c.tensor_id = j.at("tensor_id").get<int>();
-      c.chunk_index = j.at("chunk_index").get<int>();
-      c.version = j.at("version").get<int64_t>();
-      c.state.steps = j.at("optimizer_steps").get<int64_t>();
+      c.tensor_id = JsonNumber<int>(j.at("tensor_id"));
+      c.chunk_index = JsonNumber<int>(j.at("chunk_index"));
+      c.version = JsonNumber<int64_t>(j.at("version"));
+      c.state.steps = JsonNumber<int64_t>(j.at("optimizer_steps"));
       const LoadedTensor* w = contents->Find(TensorName(c, "weights"));
       if (w == nullptr) {
         return absl::InvalidArgumentError(
@@ -177,10 +178,11 @@ absl::StatusOr<ShardCheckpoint> ParseCheckpoint(absl::string_view bytes,
         *it->second = t->data;
       }
     }
-    if (m.contains("world_size")) cp.world_size = m.at("world_size").get<int>();
+    if (m.contains("world_size")) cp.world_size = JsonNumber<int>(m.at("world_size"));
     if (m.contains("buffers")) {
       const LoadedTensor* b = contents->Find(kBuffersKey);
-      if (b == nullptr || static_cast<int64_t>(b->data.size()) != m.at("buffers").get<int64_t>()) {
+      if (b == nullptr ||
+          static_cast<int64_t>(b->data.size()) != JsonNumber<int64_t>(m.at("buffers"))) {
         return absl::InvalidArgumentError("buffers missing or of the wrong size");
       }
       cp.buffers = b->data;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/json_number.h"
 #include "nlohmann/json.hpp"
 
 namespace dptrain {
@@ -98,23 +99,24 @@ absl::StatusOr<SparseTableCheckpoint> ParseSparseCheckpoint(absl::string_view by
   SparseTableCheckpoint cp;
   uint64_t held = 0;
   try {
-    if (m.at("format_version").get<int>() != kFormatVersion) return bad("unknown format version");
+    if (JsonNumber<int>(m.at("format_version")) != kFormatVersion)
+      return bad("unknown format version");
     cp.job_id = m.at("job_id").get<std::string>();
-    cp.shard = m.at("shard").get<int>();
-    cp.num_shards = m.at("num_shards").get<int>();
-    cp.step = m.at("step").get<int64_t>();
-    held = m.at("rows_held").get<uint64_t>();
+    cp.shard = JsonNumber<int>(m.at("shard"));
+    cp.num_shards = JsonNumber<int>(m.at("num_shards"));
+    cp.step = JsonNumber<int64_t>(m.at("step"));
+    held = JsonNumber<uint64_t>(m.at("rows_held"));
     const nlohmann::json& t = m.at("table");
     SparseTableSpec& s = cp.spec;
     s.name = t.at("name").get<std::string>();
-    s.rows = t.at("rows").get<int64_t>();
-    s.dim = t.at("dim").get<int>();
+    s.rows = JsonNumber<int64_t>(t.at("rows"));
+    s.dim = JsonNumber<int>(t.at("dim"));
     s.optimizer = t.at("optimizer").get<std::string>();
-    s.lr = t.at("lr").get<float>();
-    s.eps = t.at("eps").get<double>();
-    s.beta1 = t.at("beta1").get<double>();
-    s.beta2 = t.at("beta2").get<double>();
-    s.seed = t.at("seed").get<uint64_t>();
+    s.lr = JsonNumber<float>(t.at("lr"));
+    s.eps = JsonNumber<double>(t.at("eps"));
+    s.beta1 = JsonNumber<double>(t.at("beta1"));
+    s.beta2 = JsonNumber<double>(t.at("beta2"));
+    s.seed = JsonNumber<uint64_t>(t.at("seed"));
   } catch (const nlohmann::json::exception& e) {
     return bad(absl::StrCat("manifest: ", e.what()));
   }

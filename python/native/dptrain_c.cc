@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/json_number.h"
 #include "common/sparse_rows.h"
 #include "common/wire_dtype.h"
 #include "nlohmann/json.hpp"
@@ -29,15 +30,17 @@ absl::Status ParseOptions(const char* text, dptrain::SessionOptions& o) {
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("the session options are not a JSON object");
   }
-  auto seconds = [](const nlohmann::json& v) { return absl::Seconds(v.get<double>()); };
+  auto seconds = [](const nlohmann::json& v) {
+    return absl::Seconds(dptrain::JsonNumber<double>(v));
+  };
   try {
     for (const auto& [key, v] : j.items()) {
       if (key == "mode")
         o.mode = v.get<std::string>();
       else if (key == "rank")
-        o.rank = v.get<int>();
+        o.rank = dptrain::JsonNumber<int>(v);
       else if (key == "world_size")
-        o.world_size = v.get<int>();
+        o.world_size = dptrain::JsonNumber<int>(v);
       else if (key == "job_id")
         o.job_id = v.get<std::string>();
       else if (key == "ps")
@@ -45,7 +48,7 @@ absl::Status ParseOptions(const char* text, dptrain::SessionOptions& o) {
       else if (key == "master_addr")
         o.master_addr = v.get<std::string>();
       else if (key == "master_port")
-        o.master_port = v.get<int>();
+        o.master_port = dptrain::JsonNumber<int>(v);
       else if (key == "bind_address")
         o.bind_address = v.get<std::string>();
       else if (key == "advertise_host")
