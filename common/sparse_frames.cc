@@ -29,25 +29,69 @@ grpc::ByteBuffer SparseRowsFrame(proto::SparseFrameHeader header, absl::Span<con
   return FrameOwning(header, std::move(payload));
 }
 
-absl::Status ReadSparseFrame(const SparseFrame& frame, int dim, std::vector<int64_t>& ids,
-                             std::vector<float>* values) {
+grpc::ByteBuffer SparseRowsFrameReferencing(proto::SparseFrameHeader header,
+                                            absl::Span<const int64_t> ids,
+                                            absl::Span<const float> values) {
+  header.set_rows(static_cast<int64_t>(ids.size()));
+  grpc::ByteBuffer frame = SparseRowsFrame(header, ids, {}, 0);
+  if (!values.empty()) {
+    grpc::Slice referenced(values.data(), values.size() * sizeof(float), grpc::Slice::STATIC_SLICE);
+    std::vector<grpc::Slice> slices;
+    (void)frame.Dump(&slices);
+    slices.push_back(std::move(referenced));
+    frame = grpc::ByteBuffer(slices.data(), slices.size());
+  }
+  return frame;
+}
+
+namespace {
+
+// Checks the payload size and reads the ids; the values (if any) are left in `reader`.
+absl::Status ReadSparseIds(const SparseFrame& frame, int dim, bool with_values,
+                           std::vector<int64_t>& ids, FramePayload::Reader& reader,
+                           size_t& value_bytes) {
   const int64_t rows = frame.header().rows();
   const size_t size = frame.payload_size();
   const size_t id_bytes = static_cast<size_t>(rows) * sizeof(int64_t);
-  const size_t value_bytes =
-      values == nullptr ? 0 : static_cast<size_t>(rows) * static_cast<size_t>(dim) * sizeof(float);
+  value_bytes =
+      !with_values ? 0 : static_cast<size_t>(rows) * static_cast<size_t>(dim) * sizeof(float);
   if (rows < 0 || dim < 0 || rows > static_cast<int64_t>(size) || size != id_bytes + value_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sparse frame of table '", frame.header().table(), "': ", size, " payload bytes for ", rows,
-        " ids", values == nullptr ? "" : absl::StrCat(" and their rows of ", dim, " fp32")));
+        " ids", !with_values ? "" : absl::StrCat(" and their rows of ", dim, " fp32")));
   }
-  FramePayload::Reader reader = frame.PayloadReader();
   ids.resize(static_cast<size_t>(rows));
   reader.Read(reinterpret_cast<char*>(ids.data()), id_bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadSparseFrame(const SparseFrame& frame, int dim, std::vector<int64_t>& ids,
+                             std::vector<float>* values) {
+  FramePayload::Reader reader = frame.PayloadReader();
+  size_t value_bytes = 0;
+  if (auto s = ReadSparseIds(frame, dim, values != nullptr, ids, reader, value_bytes); !s.ok()) {
+    return s;
+  }
   if (values != nullptr) {
-    values->resize(static_cast<size_t>(rows) * dim);
+    values->resize(value_bytes / sizeof(float));
     reader.Read(reinterpret_cast<char*>(values->data()), value_bytes);
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSparseFrame(const SparseFrame& frame, int dim, std::vector<int64_t>& ids,
+                             absl::Span<float> values) {
+  FramePayload::Reader reader = frame.PayloadReader();
+  size_t value_bytes = 0;
+  if (auto s = ReadSparseIds(frame, dim, true, ids, reader, value_bytes); !s.ok()) return s;
+  if (value_bytes != values.size() * sizeof(float)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse frame of table '", frame.header().table(), "': ", value_bytes,
+                     " value bytes for a buffer of ", values.size(), " fp32"));
+  }
+  reader.Read(reinterpret_cast<char*>(values.data()), value_bytes);
   return absl::OkStatus();
 }
 

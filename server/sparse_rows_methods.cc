@@ -1,6 +1,7 @@
 #include "server/sparse_rows_methods.h"
 
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -92,8 +93,11 @@ class SparseRowsReactor final : public grpc::ServerGenericBidiReactor {
     }
     const int dim = rows == 0 ? 0 : static_cast<int>(value_bytes / sizeof(float) / rows);
     std::vector<int64_t> ids;
-    std::vector<float> grads;
-    if (auto s = ReadSparseFrame(*frame, dim, ids, &grads); !s.ok()) return s;
+    // Not zeroed first: every value is read from the frame.
+    const size_t values = rows * static_cast<size_t>(dim);
+    std::unique_ptr<float[]> buffer(new float[values]);
+    const absl::Span<float> grads(buffer.get(), values);
+    if (auto s = ReadSparseFrame(*frame, dim, ids, grads); !s.ok()) return s;
     in_.Clear();
     return methods_->service_->PushRows(
         h.caller(), h.table(), h.step(), ids, grads,

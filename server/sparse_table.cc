@@ -174,6 +174,21 @@ int64_t SparseTable::SlotLocked(int64_t id) {
   return next;
 }
 
+namespace {
+
+// Asks for every cache line of a row ahead of its use: a row of 64 fp32 spans 4 or 5 lines
+// and one __builtin_prefetch brings only the first (the rows of a large table are far beyond
+// the caches, so each line not asked for is a miss of its own).
+template <int kForWrite>
+inline void PrefetchRow(const float* row, size_t d) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const char* const last = p + d * sizeof(float) - 1;
+  for (; p <= last; p += 64) __builtin_prefetch(p, kForWrite);
+  __builtin_prefetch(last, kForWrite);  // The line the row ends in, if not yet asked for.
+}
+
+}  // namespace
+
 bool SparseTable::HeldSlotsLocked(absl::Span<const int64_t> ids,
                                   std::vector<int64_t>& slots) const {
   // Each id's place in the map fetched a few ids ahead: the cache misses of the lookups (the
@@ -198,7 +213,7 @@ bool SparseTable::CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out,
   if (!HeldSlotsLocked(ids, slots)) return false;
   const float* w = rows_.w.data();
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kAhead < ids.size()) __builtin_prefetch(w + slots[i + kAhead] * d);
+    if (i + kAhead < ids.size()) PrefetchRow<0>(w + slots[i + kAhead] * d, d);
     std::copy_n(w + slots[i] * d, d, out + i * d);
   }
   return true;
@@ -281,8 +296,9 @@ void SparseTable::ApplySlotsLocked(absl::Span<const int64_t> slots, const float*
   const size_t d = spec_.dim;
   for (size_t i = 0; i < slots.size(); ++i) {
     if (i + kAhead < slots.size()) {
-      __builtin_prefetch(rows_.w.data() + slots[i + kAhead] * d, 1);
-      if (!rows_.a.empty()) __builtin_prefetch(rows_.a.data() + slots[i + kAhead] * d, 1);
+      PrefetchRow<1>(rows_.w.data() + slots[i + kAhead] * d, d);
+      if (!rows_.a.empty()) PrefetchRow<1>(rows_.a.data() + slots[i + kAhead] * d, d);
+      if (!rows_.b.empty()) PrefetchRow<1>(rows_.b.data() + slots[i + kAhead] * d, d);
     }
     ApplyLocked(slots[i], grads + i * d, scale);
   }
@@ -362,8 +378,9 @@ void SparseTable::ApplyMeanPart(int part) {
   const float scale = 1.0f / static_cast<float>(options_.num_workers);
   for (size_t i = 0; i < order.size(); ++i) {
     if (i + kAhead < order.size()) {
-      __builtin_prefetch(rows_.w.data() + order[i + kAhead] * d, 1);
-      if (!rows_.a.empty()) __builtin_prefetch(rows_.a.data() + order[i + kAhead] * d, 1);
+      PrefetchRow<1>(rows_.w.data() + order[i + kAhead] * d, d);
+      if (!rows_.a.empty()) PrefetchRow<1>(rows_.a.data() + order[i + kAhead] * d, d);
+      if (!rows_.b.empty()) PrefetchRow<1>(rows_.b.data() + order[i + kAhead] * d, d);
     }
     ApplyLocked(order[i], sums.data() + i * d, scale);
   }

@@ -172,7 +172,11 @@ absl::Status SparseClient::Push(const std::string& table, int dim, int64_t step,
       [&](int s, grpc::ClientContext& context) {
         proto::SparseFrameHeader h = Header(table);
         h.set_step(step);
-        const grpc::ByteBuffer request = SparseRowsFrame(h, shard_ids[s], grads, dim, rows_of[s]);
+        // All the rows on one shard (a one-shard job): the frame refers to `grads` (no copy).
+        const grpc::ByteBuffer request =
+            rows_of[s].size() == ids.size()
+                ? SparseRowsFrameReferencing(h, shard_ids[s], grads)
+                : SparseRowsFrame(h, shard_ids[s], grads, dim, rows_of[s]);
         grpc::ByteBuffer response;
         return RawCall(s, context, kSparsePushMethod, request, &response);
       });
