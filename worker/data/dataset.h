@@ -2,8 +2,8 @@
 //
 // Images are stored back to back, each image channels x rows x cols (NCHW per sample: channel
 // planes, each row-major): as float values in `images` (image i starts at
-// images[i * image_size()]), or, for byte data read as bytes (IDX, CIFAR, ImageFolder), as
-// bytes in `bytes`, a quarter of the memory, whose value is byte / 255 (ToTensor's), then
+// images[i * image_size()]), or, for byte data read as bytes (IDX, CIFAR, ImageFolder, uint8 .npy),
+// as bytes in `bytes`, a quarter of the memory, whose value is byte / 255 (ToTensor's), then
 // normalised per channel if Normalize (worker/data/transforms.h) recorded a mean and standard
 // deviation, computed as Normalize computes it on floats, so both stores give the same values
 // bit for bit. Read images with CopyImages, whatever the store; image() is for float stores. Labels

@@ -288,11 +288,24 @@ absl::Status ReadImages(const std::string& path, Dataset& out) {
   out.channels = static_cast<int>(channels);
   out.rows = static_cast<int>(rows);
   out.cols = static_cast<int>(cols);
-  out.images.assign(static_cast<size_t>(n * values), 0.0f);  // At most 4x the file's size.
+  // uint8 images are held as the file's bytes (Dataset's byte storage: a quarter of the
+  // memory of floats, read as byte / 255 by CopyImages); float32 ones as floats.
+  out.byte_storage = is_u8;
+  if (is_u8) {
+    out.bytes.resize(static_cast<size_t>(n * values));  // The file's size bounds it.
+  } else {
+    out.images.resize(static_cast<size_t>(n * values));
+  }
   const int64_t sample_bytes = values * h->dtype.size;
   const int64_t per_chunk = std::max<int64_t>(1, kChunkBytes / sample_bytes);
   std::vector<uint8_t> chunk(std::min(n, per_chunk) * sample_bytes);
-  std::vector<float> sample(values);
+  // Channels last: [(y * W + x) * C + c] -> [c * H * W + y * W + x].
+  auto to_channels_first = [plane, channels](const auto* in, auto* out_image) {
+    for (int64_t p = 0; p < plane; ++p) {
+      for (int64_t c = 0; c < channels; ++c) out_image[c * plane + p] = in[p * channels + c];
+    }
+  };
+  std::vector<float> sample(is_u8 ? 0 : values);
   for (int64_t first = 0; first < n; first += per_chunk) {
     const int64_t count = std::min(n - first, per_chunk);
     if (absl::Status st = file->ReadExactly(chunk.data(), count * sample_bytes, "data"); !st.ok()) {
@@ -300,17 +313,21 @@ absl::Status ReadImages(const std::string& path, Dataset& out) {
     }
     for (int64_t i = 0; i < count; ++i) {
       const uint8_t* src = chunk.data() + i * sample_bytes;
-      float* dst = out.images.data() + (first + i) * values;
-      float* staged = channels_last ? sample.data() : dst;
       if (is_u8) {
-        for (int64_t v = 0; v < values; ++v) staged[v] = static_cast<float>(src[v]) / 255.0f;
-      } else {
-        std::memcpy(staged, src, values * sizeof(float));
-      }
-      if (channels_last) {  // staged[(y * W + x) * C + c] -> dst[c * H * W + y * W + x].
-        for (int64_t p = 0; p < plane; ++p) {
-          for (int64_t c = 0; c < channels; ++c) dst[c * plane + p] = staged[p * channels + c];
+        uint8_t* dst = out.bytes.data() + (first + i) * values;
+        if (channels_last) {
+          to_channels_first(src, dst);
+        } else {
+          std::memcpy(dst, src, values);
         }
+        continue;
+      }
+      float* dst = out.images.data() + (first + i) * values;
+      if (channels_last) {  // Through an aligned copy: the file's floats may be unaligned.
+        std::memcpy(sample.data(), src, values * sizeof(float));
+        to_channels_first(sample.data(), dst);
+      } else {
+        std::memcpy(dst, src, values * sizeof(float));
       }
     }
   }

@@ -51,6 +51,13 @@ std::string Pair(const std::string& dir, const std::string& images, const std::s
 // Two 2x3 one-channel uint8 images.
 const std::vector<uint8_t> kPixels = {0, 51, 102, 153, 204, 255, 255, 0, 0, 0, 0, 1};
 
+// Every image of `data` as floats, whatever its store (Dataset::CopyImages).
+std::vector<float> Floats(const Dataset& data) {
+  std::vector<float> out(static_cast<size_t>(data.size * data.image_size()));
+  data.CopyImages(0, data.size, out.data());
+  return out;
+}
+
 TEST(NpyReaderTest, LoadsUint8ImagesWithInt64Labels) {
   const std::string dir = Pair(FreshDir("npy_u8"), Npy("|u1", {2, 2, 3}, Bytes(kPixels)),
                                Npy("<i8", {2}, Raw<int64_t>({3, 1})));
@@ -62,10 +69,15 @@ TEST(NpyReaderTest, LoadsUint8ImagesWithInt64Labels) {
   EXPECT_EQ(data->cols, 3);
   EXPECT_EQ(data->num_classes, 4);
   EXPECT_EQ(data->labels, (std::vector<uint8_t>{3, 1}));
-  ASSERT_EQ(data->images.size(), 12u);
-  EXPECT_FLOAT_EQ(data->image(0)[1], 0.2f);
-  EXPECT_FLOAT_EQ(data->image(0)[5], 1.0f);
-  EXPECT_FLOAT_EQ(data->image(1)[5], 1.0f / 255.0f);
+  // Held as the file's bytes (a quarter of the memory), read as byte / 255 (ToTensor's).
+  EXPECT_TRUE(data->byte_storage);
+  EXPECT_TRUE(data->consistent());
+  EXPECT_EQ(data->bytes.size(), 12u);
+  EXPECT_TRUE(data->images.empty());
+  const std::vector<float> images = Floats(*data);
+  EXPECT_EQ(images[1], 51.0f / 255.0f);
+  EXPECT_EQ(images[5], 1.0f);
+  EXPECT_EQ(images[6 + 5], 1.0f / 255.0f);
 }
 
 TEST(NpyReaderTest, Float32ChannelsFirstIsTakenAsIs) {
@@ -95,10 +107,27 @@ TEST(NpyReaderTest, ChannelsLastIsTransposedToChannelsFirst) {
   EXPECT_EQ(data->channels, 3);
   EXPECT_EQ(data->rows, 2);
   EXPECT_EQ(data->cols, 2);
+  const std::vector<float> image = Floats(*data);
   for (int c = 0; c < 3; ++c) {
     for (int p = 0; p < 4; ++p) {
-      EXPECT_FLOAT_EQ(data->image(0)[c * 4 + p], (10 * p + c) / 255.0f) << c << " " << p;
+      EXPECT_EQ(image[c * 4 + p], (10 * p + c) / 255.0f) << c << " " << p;
     }
+  }
+}
+
+TEST(NpyReaderTest, Float32ChannelsLastIsTransposedToo) {
+  // One 2x2 image of 3 channels, HWC: pixel p has (p, p + 0.25, p + 0.5).
+  std::vector<float> hwc;
+  for (int p = 0; p < 4; ++p) {
+    for (int c = 0; c < 3; ++c) hwc.push_back(p + 0.25f * c);
+  }
+  const std::string dir = Pair(FreshDir("npy_nhwc_f4"), Npy("<f4", {1, 2, 2, 3}, Raw(hwc)),
+                               Npy("|u1", {1}, Bytes({0})));
+  absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_FALSE(data->byte_storage);
+  for (int c = 0; c < 3; ++c) {
+    for (int p = 0; p < 4; ++p) EXPECT_EQ(data->image(0)[c * 4 + p], p + 0.25f * c);
   }
 }
 
