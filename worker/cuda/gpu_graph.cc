@@ -713,6 +713,12 @@ void GpuGraph::BindBuffers(float* buffers) {
   }
 }
 
+absl::Status GpuGraph::NodeError(int n, const absl::Status& error) const {
+  const auto& node = cpu_.nodes()[n];
+  return absl::Status(error.code(),
+                      absl::StrCat("node '", node.name, "' (", node.op, "): ", error.message()));
+}
+
 absl::StatusOr<DeviceTensor> GpuGraph::Forward(DeviceContext& ctx, DeviceTensor input,
                                                bool training) {
   values_[0] = input;
@@ -720,8 +726,9 @@ absl::StatusOr<DeviceTensor> GpuGraph::Forward(DeviceContext& ctx, DeviceTensor 
   for (size_t n = 0; n < nodes_.size(); ++n) {
     inputs.clear();
     for (int v : cpu_.nodes()[n].inputs) inputs.push_back(values_[v]);
-    DPTRAIN_ASSIGN_OR_RETURN(values_[cpu_.nodes()[n].output],
-                             nodes_[n]->Forward(ctx, inputs, training));
+    absl::StatusOr<DeviceTensor> out = nodes_[n]->Forward(ctx, inputs, training);
+    if (!out.ok()) return NodeError(n, out.status());
+    values_[cpu_.nodes()[n].output] = *out;
   }
   return values_[cpu_.output_value()];
 }
@@ -777,8 +784,10 @@ absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor
     }
     need.clear();
     for (int v : node.inputs) need.push_back(requires_grad_[v]);
-    DPTRAIN_ASSIGN_OR_RETURN(std::vector<DeviceTensor> grads,
-                             nodes_[n]->Backward(ctx, grad_views_[node.output], need));
+    absl::StatusOr<std::vector<DeviceTensor>> backward =
+        nodes_[n]->Backward(ctx, grad_views_[node.output], need);
+    if (!backward.ok()) return NodeError(n, backward.status());
+    const std::vector<DeviceTensor>& grads = *backward;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (need[i]) DPTRAIN_RETURN_IF_ERROR(Accumulate(ctx, node.inputs[i], grads[i]));
     }

@@ -105,6 +105,8 @@ class GpuGraph final : public GpuNetwork {
   absl::Status Accumulate(DeviceContext& ctx, int v, DeviceTensor grad);
   // GradsReady for each parameter of node `node`, its backward (or zeroing) enqueued.
   absl::Status ReportGrads(int node);
+  // `error` (of node n's forward or backward) with the node's name and op in front.
+  absl::Status NodeError(int n, const absl::Status& error) const;
 
   const graph::Executor<float>& cpu_;
   std::vector<std::unique_ptr<GpuNode>> nodes_;  // One per cpu_.nodes() entry.
