@@ -334,6 +334,29 @@ def load_saved_models():
               "gpu_worker (300 images)", flush=True)
 
 
+def sparse_prefetch(without):
+    """SparseEmbedding.prefetch of the next batch (before and after the optimizer's step, and
+    once of ids the next forward does not use): the same bits as `without` (the run without
+    prefetching), and every other forward served by the prefetched rows."""
+    shards = [start_shard(s, 2, 2, ["--optimizer=none", "--step_timeout=30s"])
+              for s in range(2)]
+    outs, _, _ = run_workers("sparse_prefetch", "allreduce", ["--optimizer=adagrad", "--prefetch"],
+                             env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
+                             script=SPARSE_WORKER)
+    stop([p for p, _ in shards])
+    for rank, out in enumerate(outs):
+        got = torch.load(out)
+        if not (torch.equal(got["table"], without[rank]["table"])
+                and all(torch.equal(got["head"][k], without[rank]["head"][k])
+                        for k in got["head"])):
+            fail(f"sparse prefetch: rank {rank} differs from the run without prefetch")
+        hits = json.load(open(out + ".json"))["stats"]["prefetched"]
+        if hits != 6:  # 8 steps: 7 prefetches, one of ids the next forward does not use.
+            fail(f"sparse prefetch: rank {rank}'s forwards took {hits} prefetched pulls, not 6")
+    print("ok: SparseEmbedding.prefetch: 6 of 8 forwards served by the prefetched rows, "
+          "the same bits as without", flush=True)
+
+
 def sparse():
     """SparseEmbedding: rows on 2 shards, the dense head through the ring, against
     nn.Embedding in one process on the global batch, for each of the shards' rules; one
@@ -369,6 +392,8 @@ def sparse():
             print(f"ok: SparseEmbedding ({optimizer}), {world} worker(s) x 2 shards: "
                   f"{worst:.1e} from nn.Embedding in one process on the global batch "
                   f"(rows moved by up to {moved:.2f})", flush=True)
+            if optimizer == "adagrad" and world == 2:
+                sparse_prefetch(got)
     # A table of 100M rows x 16 (6.4 GB dense) trained for 200 steps: each worker stays well
     # under 1 GiB and the shards hold only the rows touched.
     shards = [start_shard(s, 2, 2, ["--optimizer=none", "--metrics_port=0",

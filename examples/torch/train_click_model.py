@@ -9,6 +9,7 @@ usage: deploy/local_cluster.sh --workers=2 --shards=2 --run -- \\
          [--steps=0] [--batch=2048] [--rows=1000000] [--fields=3] [--dim=16] [--lr=1.0]
          [--dense_lr=0.003] [--emb_scale=0.1] [--hidden=64] [--zipf=1.5] [--effect_std=0.6]
          [--true_dim=4] [--pair_std=0.3] [--bias=-1.4] [--test=200000] [--evals=4] [--seed=1]
+         [--prefetch=1]
 The tables need the shards (DPTRAIN_PS): local_cluster.sh's ps mode, its default, starts them
 (averaging only, so the head's gradients are averaged there too); in allreduce or master mode
 start ps_server shards yourself (--optimizer=none) and set DPTRAIN_PS, and the head goes
@@ -52,7 +53,12 @@ AUC is computed here (rank-based: the Mann-Whitney statistic, ties at their aver
 is the log loss. Rank 0 prints a line at each of --evals points (and at each epoch's end):
 the training loss since the previous line (mean over ranks), the test log loss and AUC each
 beside its best possible, and the training speed (evaluation excluded); and last
-`test AUC 0.7xxx (best possible 0.7yyy), gap 0.0zzz; ...`."""
+`test AUC 0.7xxx (best possible 0.7yyy), gap 0.0zzz; ...`.
+
+--prefetch=1 (the default): each step, after backward, the next batch is drawn and every table
+prefetches its rows (SparseEmbedding.prefetch), so a table's pull of the next rows leaves as
+soon as its push of this step is done, beside the other tables' pushes; the rows and the
+results are the same as with --prefetch=0."""
 
 import math
 import sys
@@ -65,7 +71,7 @@ from torch import nn
 FLAGS = {"train": 10_000_000, "epochs": 1, "steps": 0, "batch": 2048, "rows": 1_000_000,
          "fields": 3, "dim": 16, "lr": 1.0, "dense_lr": 0.003, "emb_scale": 0.1, "hidden": 64,
          "zipf": 1.5, "effect_std": 0.6, "true_dim": 4, "pair_std": 0.3, "bias": -1.4,
-         "test": 200_000, "evals": 4, "seed": 1}
+         "test": 200_000, "evals": 4, "seed": 1, "prefetch": 1}
 
 
 def parse_flags(argv):
@@ -290,14 +296,22 @@ def main():
         # shuffled (by the seed and the epoch) in later ones.
         order = (np.arange(steps_per_epoch) if epoch == 0 else
                  np.random.default_rng([flags["seed"], epoch]).permutation(steps_per_epoch))
-        for b in order:
+        upcoming = None  # The next batch, when its rows were prefetched.
+        for i, b in enumerate(order):
             if step == total:
                 break
-            ids, labels, _ = log.impressions(ClickLog.TRAIN, int(b) * batch + rank * part,
-                                             part)
+            ids, labels = upcoming or log.impressions(ClickLog.TRAIN,
+                                                      int(b) * batch + rank * part, part)[:2]
+            upcoming = None
             optimizer.zero_grad()
             loss = loss_fn(model(ids), labels)
             loss.backward()
+            if flags["prefetch"] and step + 1 < total and i + 1 < len(order):
+                # Each table pulls the next batch's rows as soon as it has pushed this step's.
+                upcoming = log.impressions(ClickLog.TRAIN,
+                                           int(order[i + 1]) * batch + rank * part, part)[:2]
+                for f, table in enumerate(tables):
+                    table.prefetch(upcoming[0][:, f])
             optimizer.step()  # The head by the job's mode, the touched rows to the shards.
             loss_sum, seen, step = loss_sum + loss.item() * part, seen + part, step + 1
             trained += part

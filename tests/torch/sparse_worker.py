@@ -4,12 +4,16 @@ workers, or as the single-process reference with nn.Embedding (tests/torch_worke
 
 usage: sparse_worker.py OUT [--reference] [--world=N] [--optimizer=sgd|adagrad|adam]
                             [--steps=S] [--dim=D] [--bad_id] [--declare_dim=D] [--bag]
-                            [--server [--sleep=SECONDS]]
+                            [--server [--sleep=SECONDS]] [--prefetch]
 --bag: the fields of a row are one bag of an (Sparse)EmbeddingBag (sum, through offsets)
 instead of the mean of Embedding rows.
 --server: the head through ServerOptimizer (ps mode, the shards' optimizer) instead of the
 ring, the loop driven by its step (a shard restarted from its checkpoint sends the job back);
-OUT.step holds the step reached, and every step sleeps --sleep."""
+OUT.step holds the step reached, and every step sleeps --sleep.
+--prefetch: each step prefetches the next batch's rows (SparseEmbedding.prefetch), before the
+optimizer's step on even steps (the pull waits for the push), after it on odd ones, and
+prefetches ids its next forward does not use at step 3 (that forward pulls as usual); after
+the step it zeroes the tensor it passed: the result must be the same bits as without."""
 
 import json
 import math
@@ -21,7 +25,7 @@ from torch import nn
 
 args = {"reference": False, "world": 2, "optimizer": "adagrad", "steps": 8, "dim": 8,
         "bad_id": False, "declare_dim": 0, "bag": False, "rows": 500, "server": False,
-        "sleep": 0.0}
+        "sleep": 0.0, "prefetch": False}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -121,7 +125,17 @@ else:
             batch[0, 0] = ROWS  # One past the table.
         loss = loss_fn(head(features(emb, batch)), labels[step][mine])
         loss.backward()
+        following = ids[step + 1][mine] if step + 1 < args["steps"] else None
+        if step == 3 and following is not None:
+            following = following.flip(0)  # Not what the next forward reads.
+        prefetch = args["prefetch"] and following is not None
+        if prefetch and step % 2 == 0:
+            emb.prefetch(following)
         opt.step()  # The head through the ring (or the shards), the rows through the shards.
+        if prefetch and step % 2 == 1:
+            mine_copy = following.clone()
+            emb.prefetch(mine_copy)
+            mine_copy.zero_()  # The caller's tensor changes after prefetch: no matter.
         step += 1
         if args["server"]:
             with open(out + ".step", "w") as f:

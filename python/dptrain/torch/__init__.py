@@ -113,6 +113,8 @@ def init(**overrides):
 def shutdown():
     """Leaves the job (closes links and servers). init() may be called again."""
     global _state
+    for table in _sparse_tables:
+        table._drop_prefetch()  # No pull may still run on the session closed below.
     _sparse_tables.clear()
     if _state is not None:
         _state[0].close()
@@ -664,6 +666,7 @@ def _rewind_sparse(server, dense_step):
         server._rewind(target)
     server.steps = target
     for t in _sparse_tables:
+        t._drop_prefetch()
         session.sparse_rollback(t.table, target)
         t.steps = target
         t._pending = []
@@ -677,7 +680,8 @@ class SparseEmbedding(torch.nn.Module):
     optimizer updates just those rows: sgd, adagrad (torch.optim.Adagrad's rule) or adam
     (lazy: per-row step counts). Every worker declares the table identically; rows start as
     sparse_initial_weight() says. The shards' --sync=bsp averages the workers' gradients of a
-    step (async: each applies at once)."""
+    step (async: each applies at once). prefetch(next_ids) pulls the next batch's rows in the
+    background while this step finishes."""
 
     def __init__(self, num_embeddings, embedding_dim, name, optimizer="adagrad", lr=0.01,
                  eps=1e-10, betas=(0.9, 0.999), seed=0):
@@ -689,16 +693,19 @@ class SparseEmbedding(torch.nn.Module):
             "name": name, "rows": num_embeddings, "dim": embedding_dim, "optimizer": optimizer,
             "lr": lr, "eps": eps, "beta1": betas[0], "beta2": betas[1], "seed": seed})
         self._pending = []  # (unique ids, their rows as a leaf tensor) per forward.
+        self._prefetched = None  # prefetch()'s pull: see _Prefetch.
         # What this worker moved: ids looked up, the unique ones among them (rows pulled),
-        # rows pushed; bytes are rows x embedding_dim x 4.
-        self.stats = {"ids": 0, "rows_pulled": 0, "rows_pushed": 0}
+        # rows pushed; bytes are rows x embedding_dim x 4; forwards whose rows prefetch()
+        # had pulled.
+        self.stats = {"ids": 0, "rows_pulled": 0, "rows_pushed": 0, "prefetched": 0}
         _sparse_tables.append(self)
 
     def unique_ratio(self):
         """Rows pulled per id looked up so far (1.0: no id repeated within a batch)."""
         return self.stats["rows_pulled"] / max(1, self.stats["ids"])
 
-    def forward(self, ids):
+    def _flat_ids(self, ids):
+        """ids as one CPU int64 vector, each checked against the table's size."""
         flat = ids.detach().reshape(-1).to("cpu", torch.int64).contiguous()
         if flat.numel():
             low, high = int(flat.min()), int(flat.max())
@@ -706,10 +713,39 @@ class SparseEmbedding(torch.nn.Module):
                 bad = low if low < 0 else high
                 raise DptrainError(f"sparse table '{self.table}': id {bad} is not in [0, "
                                    f"{self.num_embeddings})")
-        unique, inverse = torch.unique(flat, return_inverse=True)
-        rows = torch.empty(len(unique), self.embedding_dim, dtype=torch.float32)
-        self._session.sparse_pull(self.table, self.embedding_dim, unique.data_ptr(),
-                                  len(unique), rows.data_ptr())
+        return flat
+
+    def prefetch(self, ids):
+        """Starts pulling the rows of `ids` (the next batch's) on a background thread, so
+        that the next forward() with the same ids finds them there instead of waiting for the
+        shards. The pull starts when this table's pending gradients are pushed (the
+        optimizer's step), or at once if none are pending, and its rows are used only if no
+        push came after it: with the shards' --sync=bsp they are exactly the rows forward's
+        own pull would read. A forward with other ids pulls as usual. Bad ids raise here."""
+        flat = self._flat_ids(ids)
+        self._drop_prefetch()
+        self._prefetched = _Prefetch(self, flat)
+        if not self._pending:
+            self._prefetched.start()
+
+    def _drop_prefetch(self):
+        """Forgets prefetch()'s pull (waiting for it if it is running)."""
+        if self._prefetched is not None:
+            self._prefetched.join()
+            self._prefetched = None
+
+    def forward(self, ids):
+        flat = self._flat_ids(ids)
+        taken = self._prefetched.take(flat) if self._prefetched is not None else None
+        self._drop_prefetch()
+        if taken is not None:
+            unique, inverse, rows = taken
+            self.stats["prefetched"] += 1
+        else:
+            unique, inverse = torch.unique(flat, return_inverse=True)
+            rows = torch.empty(len(unique), self.embedding_dim, dtype=torch.float32)
+            self._session.sparse_pull(self.table, self.embedding_dim, unique.data_ptr(),
+                                      len(unique), rows.data_ptr())
         self.stats["ids"] += flat.numel()
         self.stats["rows_pulled"] += len(unique)
         if torch.is_grad_enabled():
@@ -737,6 +773,54 @@ class SparseEmbedding(torch.nn.Module):
                                   len(unique), summed.contiguous().data_ptr())
         self.stats["rows_pushed"] += len(unique)
         self.steps += 1
+        if self._prefetched is not None and not self._prefetched.started():
+            self._prefetched.start()  # The rows of the step just pushed (applied, with bsp).
+
+
+class _Prefetch:
+    """One SparseEmbedding.prefetch(): the unique ids, and their rows pulled by a thread
+    (the session's sparse pull may run beside its other calls; ctypes lets go of the GIL
+    while it waits). `step` is the table's push count when the pull started: the rows are
+    used only while it is unchanged."""
+
+    def __init__(self, table, flat):
+        # A copy: `flat` may be a view of the caller's batch, which may change before forward.
+        self.table, self.flat = table, flat.clone()
+        self.unique, self.inverse = torch.unique(flat, return_inverse=True)
+        self.rows = torch.empty(len(self.unique), table.embedding_dim, dtype=torch.float32)
+        self.thread, self.step, self.error = None, None, None
+
+    def started(self):
+        return self.thread is not None
+
+    def start(self):
+        t = self.table
+        self.step = t.steps
+
+        def pull():
+            try:
+                t._session.sparse_pull(t.table, t.embedding_dim, self.unique.data_ptr(),
+                                       len(self.unique), self.rows.data_ptr())
+            except DptrainError as e:
+                self.error = e
+
+        self.thread = threading.Thread(target=pull, name=f"prefetch {t.table}", daemon=True)
+        self.thread.start()
+
+    def join(self):
+        if self.thread is not None:
+            self.thread.join()
+
+    def take(self, flat):
+        """(unique ids, inverse, rows) if this pull is of `flat` and still current, else None;
+        the pull's error, if it failed."""
+        if (not self.started() or self.step != self.table.steps
+                or not torch.equal(flat, self.flat)):
+            return None
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.unique, self.inverse, self.rows
 
 
 class SparseEmbeddingBag(SparseEmbedding):
