@@ -272,7 +272,10 @@ absl::StatusOr<PulledChunk> ParameterShard::PullChunk(int rank, int64_t step, in
     return absl::CancelledError(absl::StrCat("rank ", rank, " step ", step, ": the call ended"));
   }
   if (!woke) return policy_->TimedOut(slot, rank, step);
-  if (!ready || shutdown_) return absl::UnavailableError("parameter server is shutting down");
+  // A complete step is answered even while the shard shuts down: at a job's end in master mode
+  // rank 0 may stop the reducer it hosts while another rank's stream still waits for the
+  // last step's chunks (the server's grace period lets that answer leave).
+  if (!ready) return absl::UnavailableError("parameter server is shutting down");
   PulledChunk result = policy_->Pulled(slot, rank);
   const absl::Time send_start = absl::Now();
   observer_->OnWait(rank, step, wait_start, send_start);

@@ -180,6 +180,33 @@ TEST(ParameterShardTest, ShutdownWakesWaiters) {
   EXPECT_EQ(v.status().code(), StatusCode::kUnavailable);
 }
 
+// The job's last step at its end: rank 0 got its answer and stopped the shard (master mode:
+// the reducer lives in rank 0) while rank 1's stream still waits for its chunks. A step that
+// is complete is still answered during shutdown; one that is not, and any new push, is not.
+TEST(ParameterShardTest, ShutdownStillAnswersACompleteStep) {
+  auto shard = MakeShard(2);
+  InitShard(*shard);
+  Payload g0 = Shard0({1, 1, 1}, {2, 2});
+  Payload g1 = Shard0({3, 3, 3}, {0, 4});
+  for (const ChunkView& v : g0.views()) ASSERT_TRUE(shard->PushChunk("job", 0, 0, v, nullptr).ok());
+  for (const ChunkView& v : g1.views()) ASSERT_TRUE(shard->PushChunk("job", 1, 0, v, nullptr).ok());
+  shard->Shutdown();
+  Collected got;
+  for (int slot = 0; slot < shard->num_chunks(); ++slot) {
+    auto pulled = shard->PullChunk(1, 0, slot, Soon(), got.sink());
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+  }
+  EXPECT_EQ(got.values, (std::vector<float>{0, 1, 2, 9.5f, 18.5f}));
+  // Step 1 never completes: its wait ends at once, and new pushes are refused.
+  for (const ChunkView& v : g0.views()) {
+    EXPECT_EQ(shard->PushChunk("job", 0, 1, v, nullptr).status().code(), StatusCode::kUnavailable);
+  }
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(shard->PullChunk(0, 1, 0, Soon(), got.sink()).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+}
+
 // Every invalid request gets a precise code and leaves the shard unchanged.
 TEST(ParameterShardTest, BadInputIsRejectedAndChangesNothing) {
   auto shard = MakeShard(1);
