@@ -511,13 +511,13 @@ def example():
 
 def click_example():
     """examples/torch/train_click_model.py at small flags (20,000 rows a field, 300,000
-    training impressions, a few seconds) through deploy/local_cluster.sh --run, 2 workers x 2
-    shards: its last line parses, names the best possible AUC, and the model learned (its test
+    training impressions, a few seconds; the tables prefetching the next batch's rows) through
+    deploy/local_cluster.sh --run, 2 workers x 2 shards: its last line parses, names the best possible AUC, and the model learned (its test
     AUC well above chance and near that optimum)."""
     r = subprocess.run([LAUNCHER, "--workers=2", "--shards=2", f"--bin={ROOT}",
                         f"--logs={SCRATCH}/launcher_click", "--run", "--", PYTHON,
                         CLICK_EXAMPLE, "--rows=20000", "--train=300000", "--test=20000",
-                        "--evals=1"], capture_output=True, text=True, timeout=300)
+                        "--evals=1", "--prefetch=1"], capture_output=True, text=True, timeout=300)
     last = next((l for l in reversed(r.stdout.splitlines()) if "test AUC" in l), "")
     m = re.search(r"\] test AUC ([0-9.]+) \(best possible ([0-9.]+)\), gap (-?[0-9.]+)", last)
     if r.returncode != 0 or m is None:

@@ -9,7 +9,7 @@ usage: deploy/local_cluster.sh --workers=2 --shards=2 --run -- \\
          [--steps=0] [--batch=2048] [--rows=1000000] [--fields=3] [--dim=16] [--lr=1.0]
          [--dense_lr=0.003] [--emb_scale=0.1] [--hidden=64] [--zipf=1.5] [--effect_std=0.6]
          [--true_dim=4] [--pair_std=0.3] [--bias=-1.4] [--test=200000] [--evals=4] [--seed=1]
-         [--prefetch=1]
+         [--prefetch=0]
 The tables need the shards (DPTRAIN_PS): local_cluster.sh's ps mode, its default, starts them
 (averaging only, so the head's gradients are averaged there too); in allreduce or master mode
 start ps_server shards yourself (--optimizer=none) and set DPTRAIN_PS, and the head goes
@@ -55,10 +55,12 @@ the training loss since the previous line (mean over ranks), the test log loss a
 beside its best possible, and the training speed (evaluation excluded); and last
 `test AUC 0.7xxx (best possible 0.7yyy), gap 0.0zzz; ...`.
 
---prefetch=1 (the default): each step, after backward, the next batch is drawn and every table
-prefetches its rows (SparseEmbedding.prefetch), so a table's pull of the next rows leaves as
-soon as its push of this step is done, beside the other tables' pushes; the rows and the
-results are the same as with --prefetch=0."""
+--prefetch=1: each step, after backward, the next batch is drawn and every table prefetches
+its rows (SparseEmbedding.prefetch), so a table's pull of the next rows leaves as soon as its
+push of this step is done, beside the other tables' pushes; the rows and the results are the
+same as with --prefetch=0. It is for shards on other machines, where a pull waits on the
+network: with the workers and shards on one 2-core machine it gained nothing measurable
+(docs/torch.md)."""
 
 import math
 import sys
@@ -71,7 +73,7 @@ from torch import nn
 FLAGS = {"train": 10_000_000, "epochs": 1, "steps": 0, "batch": 2048, "rows": 1_000_000,
          "fields": 3, "dim": 16, "lr": 1.0, "dense_lr": 0.003, "emb_scale": 0.1, "hidden": 64,
          "zipf": 1.5, "effect_std": 0.6, "true_dim": 4, "pair_std": 0.3, "bias": -1.4,
-         "test": 200_000, "evals": 4, "seed": 1, "prefetch": 1}
+         "test": 200_000, "evals": 4, "seed": 1, "prefetch": 0}
 
 
 def parse_flags(argv):
