@@ -361,6 +361,13 @@ def sparse():
     """SparseEmbedding: rows on 2 shards, the dense head through the ring, against
     nn.Embedding in one process on the global batch, for each of the shards' rules; one
     worker alone; a bad id and a table declared differently by two workers."""
+    # The ids' unique values and inverse by one sort: torch.unique's, exactly.
+    g = torch.Generator().manual_seed(5)
+    for n, high in ((0, 5), (1, 5), (17, 4), (5000, 100), (20000, 2_000_000)):
+        ids = torch.randint(0, high, (n,), generator=g)
+        got, want = dpt._unique_ids(ids), torch.unique(ids, return_inverse=True)
+        if not all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(got, want)):
+            fail(f"_unique_ids differs from torch.unique on {n} ids below {high}")
     for optimizer in ("sgd", "adagrad", "adam"):
         ref_out = os.path.join(SCRATCH, f"sparse_{optimizer}.reference.pt")
         r = subprocess.run([PYTHON, SPARSE_WORKER, ref_out, "--reference",
