@@ -123,31 +123,30 @@ absl::Status SparseClient::Pull(const std::string& table, int dim, absl::Span<co
     positions[s].push_back(i);
     work[s] = true;
   }
-  std::vector<grpc::ByteBuffer> responses(n);
-  auto status = ForShards(work, absl::StrCat("sparse pull of table '", table, "'"),
-                          [&](int s, grpc::ClientContext& context) {
-                            const grpc::ByteBuffer request =
-                                SparseRowsFrame(Header(table), shard_ids[s], {}, dim);
-                            return RawCall(s, context, kSparsePullMethod, request, &responses[s]);
-                          });
-  if (!status.ok()) return status;
   const size_t row_bytes = dim * sizeof(float);
-  for (int s = 0; s < n; ++s) {
-    if (!work[s]) continue;
-    auto frame = SparseFrame::Parse(responses[s]);
-    if (!frame.ok()) return frame.status();
-    if (frame->payload_size() != positions[s].size() * row_bytes) {
-      return absl::DataLossError(absl::StrCat("sparse pull of table '", table, "': shard ", s,
-                                              " answered with ", frame->payload_size(),
-                                              " bytes for ", positions[s].size(), " rows"));
-    }
-    // Each row from the answer's slices straight to its place (one copy).
-    FramePayload::Reader reader = frame->PayloadReader();
-    for (size_t position : positions[s]) {
-      reader.Read(reinterpret_cast<char*>(out.data() + position * dim), row_bytes);
-    }
-  }
-  return absl::OkStatus();
+  // Each shard's answer is scattered on its own thread as soon as it arrives (the shards'
+  // rows go to disjoint places of `out`).
+  return ForShards(
+      work, absl::StrCat("sparse pull of table '", table, "'"),
+      [&](int s, grpc::ClientContext& context) {
+        const grpc::ByteBuffer request = SparseRowsFrame(Header(table), shard_ids[s], {}, dim);
+        grpc::ByteBuffer response;
+        grpc::Status called = RawCall(s, context, kSparsePullMethod, request, &response);
+        if (!called.ok()) return called;
+        auto frame = SparseFrame::Parse(response);
+        if (!frame.ok()) return ToGrpcStatus(frame.status());
+        if (frame->payload_size() != positions[s].size() * row_bytes) {
+          return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                              absl::StrCat("answered with ", frame->payload_size(), " bytes for ",
+                                           positions[s].size(), " rows"));
+        }
+        // Each row from the answer's slices straight to its place (one copy).
+        FramePayload::Reader reader = frame->PayloadReader();
+        for (size_t position : positions[s]) {
+          reader.Read(reinterpret_cast<char*>(out.data() + position * dim), row_bytes);
+        }
+        return grpc::Status::OK;
+      });
 }
 
 absl::Status SparseClient::Push(const std::string& table, int dim, int64_t step,
