@@ -18,8 +18,8 @@
 namespace dptrain {
 
 // Integers: a JSON integer within T's range (a JSON float, even 3.0, is refused).
-// Floating point: any JSON number whose magnitude T can hold (NaN and infinities cannot be
-// written in JSON). Throws nlohmann::json::type_error (not a number of that kind) or
+// Floating point: any JSON number whose magnitude T can hold, a nonzero one not rounding to
+// zero (NaN and infinities cannot be written in JSON). Throws nlohmann::json::type_error (not a number of that kind) or
 // nlohmann::json::out_of_range (outside T's range); both derive from nlohmann::json::exception.
 template <typename T>
 T JsonNumber(const nlohmann::json& v) {
@@ -55,6 +55,8 @@ T JsonNumber(const nlohmann::json& v) {
     if (std::isfinite(d) && std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max())) {
       throw out_of_range();
     }
+    // Nor a nonzero value too small for T (1e-50 as float would read as 0).
+    if (d != 0 && static_cast<T>(d) == 0) throw out_of_range();
     return static_cast<T>(d);
   }
 }

@@ -44,6 +44,9 @@ TEST(JsonNumberTest, FloatingPoint) {
   EXPECT_THROW(JsonNumber<float>(Json::parse("-1e39")), Json::out_of_range);
   EXPECT_EQ(JsonNumber<float>(Json::parse("3.4e38")), 3.4e38f);
   EXPECT_THROW(JsonNumber<double>(Json::parse("\"0.5\"")), Json::type_error);
+  EXPECT_THROW(JsonNumber<float>(Json::parse("1e-50")), Json::out_of_range);  // Not 0.
+  EXPECT_EQ(JsonNumber<float>(Json::parse("0.0")), 0.0f);
+  EXPECT_EQ(JsonNumber<double>(Json::parse("1e-50")), 1e-50);
 }
 
 TEST(JsonNumberTest, ErrorsNameTheValue) {

@@ -29,21 +29,6 @@ grpc::ByteBuffer SparseRowsFrame(proto::SparseFrameHeader header, absl::Span<con
   return FrameOwning(header, std::move(payload));
 }
 
-grpc::ByteBuffer SparseRowsFrameReferencing(proto::SparseFrameHeader header,
-                                            absl::Span<const int64_t> ids,
-                                            absl::Span<const float> values) {
-  header.set_rows(static_cast<int64_t>(ids.size()));
-  grpc::ByteBuffer frame = SparseRowsFrame(header, ids, {}, 0);
-  if (!values.empty()) {
-    grpc::Slice referenced(values.data(), values.size() * sizeof(float), grpc::Slice::STATIC_SLICE);
-    std::vector<grpc::Slice> slices;
-    (void)frame.Dump(&slices);
-    slices.push_back(std::move(referenced));
-    frame = grpc::ByteBuffer(slices.data(), slices.size());
-  }
-  return frame;
-}
-
 namespace {
 
 // Checks the payload size and reads the ids; the values (if any) are left in `reader`.

@@ -28,12 +28,6 @@ grpc::ByteBuffer SparseRowsFrame(proto::SparseFrameHeader header, absl::Span<con
                                  absl::Span<const float> values, int dim,
                                  absl::Span<const size_t> order = {});
 
-// The same frame with the values not copied: the frame refers to `values` (ids.size() x dim,
-// in order), which must stay unchanged until the call that sends it is over.
-grpc::ByteBuffer SparseRowsFrameReferencing(proto::SparseFrameHeader header,
-                                            absl::Span<const int64_t> ids,
-                                            absl::Span<const float> values);
-
 // The ids of `frame` (its header's `rows`) into `ids` and, with `values` not null, the
 // rest of the payload into `values` (it must be rows x dim fp32). InvalidArgument if the
 // payload is not that size.

@@ -182,9 +182,9 @@ namespace {
 template <int kForWrite>
 inline void PrefetchRow(const float* row, size_t d) {
   const char* p = reinterpret_cast<const char*>(row);
-  const char* const last = p + d * sizeof(float) - 1;
-  for (; p <= last; p += 64) __builtin_prefetch(p, kForWrite);
-  __builtin_prefetch(last, kForWrite);  // The line the row ends in, if not yet asked for.
+  const size_t bytes = d * sizeof(float);
+  for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, kForWrite);
+  __builtin_prefetch(p + bytes - 1, kForWrite);  // The line the row ends in, if not yet asked.
 }
 
 }  // namespace

@@ -337,24 +337,39 @@ def load_saved_models():
 def sparse_prefetch(without):
     """SparseEmbedding.prefetch of the next batch (before and after the optimizer's step, and
     once of ids the next forward does not use): the same bits as `without` (the run without
-    prefetching), and every other forward served by the prefetched rows."""
-    shards = [start_shard(s, 2, 2, ["--optimizer=none", "--step_timeout=30s"])
-              for s in range(2)]
-    outs, _, _ = run_workers("sparse_prefetch", "allreduce", ["--optimizer=adagrad", "--prefetch"],
-                             env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
-                             script=SPARSE_WORKER)
-    stop([p for p, _ in shards])
-    for rank, out in enumerate(outs):
-        got = torch.load(out)
-        if not (torch.equal(got["table"], without[rank]["table"])
-                and all(torch.equal(got["head"][k], without[rank]["head"][k])
-                        for k in got["head"])):
+    prefetching), and every other forward served by the prefetched rows. Then with rank 0's
+    forward of step 4 under no_grad, so that its prefetch starts before that step's push
+    (which changes rows): that prefetch must be left unused, the bits again the same."""
+    def run(name, flags):
+        shards = [start_shard(s, 2, 2, ["--optimizer=none", "--step_timeout=30s"])
+                  for s in range(2)]
+        outs, _, _ = run_workers(name, "allreduce", ["--optimizer=adagrad"] + flags,
+                                 env={"DPTRAIN_PS": ",".join(a for _, a in shards)},
+                                 script=SPARSE_WORKER)
+        stop([p for p, _ in shards])
+        return [(torch.load(o), json.load(open(o + ".json"))["stats"]["prefetched"])
+                for o in outs]
+
+    def same(a, b):
+        return (torch.equal(a["table"], b["table"])
+                and all(torch.equal(a["head"][k], b["head"][k]) for k in a["head"]))
+
+    # 8 steps: 7 prefetches, one of ids the next forward does not use.
+    for rank, (got, hits) in enumerate(run("sparse_prefetch", ["--prefetch"])):
+        if not same(got, without[rank]):
             fail(f"sparse prefetch: rank {rank} differs from the run without prefetch")
-        hits = json.load(open(out + ".json"))["stats"]["prefetched"]
-        if hits != 6:  # 8 steps: 7 prefetches, one of ids the next forward does not use.
+        if hits != 6:
             fail(f"sparse prefetch: rank {rank}'s forwards took {hits} prefetched pulls, not 6")
+    plain = run("sparse_nograd", ["--nograd_at=4"])
+    for rank, (got, hits) in enumerate(run("sparse_nograd_prefetch",
+                                           ["--nograd_at=4", "--prefetch"])):
+        if not same(got, plain[rank][0]):
+            fail(f"sparse prefetch: rank {rank} used rows pulled before a push")
+        if hits != (5 if rank == 0 else 6):
+            fail(f"sparse prefetch, no_grad step: rank {rank} took {hits} prefetched pulls")
     print("ok: SparseEmbedding.prefetch: 6 of 8 forwards served by the prefetched rows, "
-          "the same bits as without", flush=True)
+          "the same bits as without; a prefetch that started before a push left unused",
+          flush=True)
 
 
 def sparse():

@@ -222,16 +222,21 @@ int dpt_sparse_declare(dpt_session* s, const char* spec_json, int64_t* step) {
     return Fail(absl::InvalidArgumentError("the sparse table spec is not a JSON object"));
   }
   dptrain::proto::SparseTableSpec spec;
+  // A number the field's type cannot hold (seed=2**64, seed=-1, dim=16.5) is an error.
+  auto number = [&j](const char* key, auto fallback) {
+    using T = decltype(fallback);
+    return j.contains(key) ? dptrain::JsonNumber<T>(j.at(key)) : fallback;
+  };
   try {
     spec.set_name(j.value("name", ""));
-    spec.set_rows(j.value("rows", int64_t{0}));
-    spec.set_dim(j.value("dim", 0));
+    spec.set_rows(number("rows", int64_t{0}));
+    spec.set_dim(number("dim", 0));
     spec.set_optimizer(j.value("optimizer", "adagrad"));
-    spec.set_lr(j.value("lr", 0.01f));
-    spec.set_eps(j.value("eps", 1e-10));
-    spec.set_beta1(j.value("beta1", 0.9));
-    spec.set_beta2(j.value("beta2", 0.999));
-    spec.set_seed(j.value("seed", uint64_t{0}));
+    spec.set_lr(number("lr", 0.01f));
+    spec.set_eps(number("eps", 1e-10));
+    spec.set_beta1(number("beta1", 0.9));
+    spec.set_beta2(number("beta2", 0.999));
+    spec.set_seed(number("seed", uint64_t{0}));
   } catch (const nlohmann::json::exception& e) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("bad sparse table spec: ", e.what())));
   }

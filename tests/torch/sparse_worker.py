@@ -10,6 +10,8 @@ instead of the mean of Embedding rows.
 --server: the head through ServerOptimizer (ps mode, the shards' optimizer) instead of the
 ring, the loop driven by its step (a shard restarted from its checkpoint sends the job back);
 OUT.step holds the step reached, and every step sleeps --sleep.
+--nograd_at=K: at step K rank 0's forward of the table runs under no_grad (it pushes no
+gradient that step; the other rank does).
 --prefetch: each step prefetches the next batch's rows (SparseEmbedding.prefetch), before the
 optimizer's step on even steps (the pull waits for the push), after it on odd ones, and
 prefetches ids its next forward does not use at step 3 (that forward pulls as usual); after
@@ -25,7 +27,7 @@ from torch import nn
 
 args = {"reference": False, "world": 2, "optimizer": "adagrad", "steps": 8, "dim": 8,
         "bad_id": False, "declare_dim": 0, "bag": False, "rows": 500, "server": False,
-        "sleep": 0.0, "prefetch": False}
+        "sleep": 0.0, "prefetch": False, "nograd_at": -1}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -123,7 +125,12 @@ else:
         if args["bad_id"] and step == 2 and rank == 1:
             batch = batch.clone()
             batch[0, 0] = ROWS  # One past the table.
-        loss = loss_fn(head(features(emb, batch)), labels[step][mine])
+        if step == args["nograd_at"] and rank == 0:
+            with torch.no_grad():  # Nothing pending: a prefetch now starts at once, before
+                rows = features(emb, batch)  # this step's push (which changes rows).
+        else:
+            rows = features(emb, batch)
+        loss = loss_fn(head(rows), labels[step][mine])
         loss.backward()
         following = ids[step + 1][mine] if step + 1 < args["steps"] else None
         if step == 3 and following is not None:

@@ -171,11 +171,9 @@ absl::Status SparseClient::Push(const std::string& table, int dim, int64_t step,
       [&](int s, grpc::ClientContext& context) {
         proto::SparseFrameHeader h = Header(table);
         h.set_step(step);
-        // All the rows on one shard (a one-shard job): the frame refers to `grads` (no copy).
-        const grpc::ByteBuffer request =
-            rows_of[s].size() == ids.size()
-                ? SparseRowsFrameReferencing(h, shard_ids[s], grads)
-                : SparseRowsFrame(h, shard_ids[s], grads, dim, rows_of[s]);
+        // A copy, not a frame referring to `grads`: a cancelled call's data may still be in
+        // the transport's buffers when the call returns and the caller frees `grads`.
+        const grpc::ByteBuffer request = SparseRowsFrame(h, shard_ids[s], grads, dim, rows_of[s]);
         grpc::ByteBuffer response;
         return RawCall(s, context, kSparsePushMethod, request, &response);
       });

@@ -747,8 +747,10 @@ class SparseEmbedding(torch.nn.Module):
 
     def forward(self, ids):
         flat = self._flat_ids(ids)
-        taken = self._prefetched.take(flat) if self._prefetched is not None else None
-        self._drop_prefetch()
+        try:  # A failed prefetch raises once; the next forward pulls again.
+            taken = self._prefetched.take(flat) if self._prefetched is not None else None
+        finally:
+            self._drop_prefetch()
         if taken is not None:
             unique, inverse, rows = taken
             self.stats["prefetched"] += 1
@@ -812,7 +814,7 @@ class _Prefetch:
             try:
                 t._session.sparse_pull(t.table, t.embedding_dim, self.unique.data_ptr(),
                                        len(self.unique), self.rows.data_ptr())
-            except DptrainError as e:
+            except BaseException as e:  # Any failure: the rows were not (all) written.
                 self.error = e
 
         self.thread = threading.Thread(target=pull, name=f"prefetch {t.table}", daemon=True)
