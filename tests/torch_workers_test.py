@@ -546,6 +546,9 @@ def click_example():
         fail(f"click example: exit {r.returncode}, last line {last!r}: {r.stdout[-800:]} "
              f"{r.stderr[-800:]}")
     got, best = float(m.group(1)), float(m.group(2))
+    served = re.search(r"prefetch: ([0-9]+) of the tables' ([0-9]+) training forwards", r.stdout)
+    if served is None or not 0 < int(served.group(1)) < int(served.group(2)):
+        fail(f"click example: no prefetched rows were used: {r.stdout[-800:]}")
     # At these flags the run is deterministic (BSP, one thread a worker): 0.7346 of 0.7634.
     if not (got > 0.65 and 0.65 < best < 0.9 and best - got < 0.05):
         fail(f"click example: test AUC {got} (best possible {best}): {last}")

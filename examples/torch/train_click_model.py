@@ -330,6 +330,10 @@ def main():
                           f"{best_loss:.4f}), test AUC {test_auc:.4f} (best possible "
                           f"{best_auc:.4f}), {rate:,.0f} impressions/s", flush=True)
                 loss_sum, seen = 0.0, 0
+    if rank == 0 and flags["prefetch"]:
+        served = sum(t.stats["prefetched"] for t in tables)
+        print(f"prefetch: {served} of the tables' {len(tables) * total} training forwards took "
+              f"prefetched rows", flush=True)
     if rank == 0:
         print(f"test AUC {test_auc:.4f} (best possible {best_auc:.4f}), gap "
               f"{best_auc - test_auc:.4f}; test loss {test_loss:.4f} (best possible "
