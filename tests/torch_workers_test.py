@@ -481,7 +481,9 @@ def sparse():
              "sparse table 'clicks': id 500 is not in [0, 500)"),
             ("sparse_declared", ["--optimizer=sgd"],
              lambda r: ["--declare_dim=9"] if r == 1 else [],
-             "sparse table 'clicks' is declared as 500 rows x ")):
+             "sparse table 'clicks' is declared as 500 rows x "),
+            ("sparse_bad_seed", ["--optimizer=sgd"], lambda r: ["--seed=-1"] if r == 1 else [],
+             "bad sparse table spec: seed: ")):
         shards = [start_shard(s, 2, 2, ["--optimizer=none", "--step_timeout=5s"])
                   for s in range(2)]
         _, texts, codes = run_workers(name, "allreduce", flags, rank_flags=rank_flags,
@@ -494,7 +496,8 @@ def sparse():
         lines = [next((l for l in reversed(t.splitlines()) if "DptrainError:" in l), "")
                  for t in texts]
         line = next((l for l in lines if want_text in l), "")
-        if not line or (name == "sparse_bad_id" and want_text not in lines[1]):
+        if not line or (name in ("sparse_bad_id", "sparse_bad_seed")
+                        and want_text not in lines[1]):
             fail(f"{name}: exit codes {codes}, the ranks said: {texts[0][-500:]} | "
                  f"{texts[1][-700:]}")
         if 0 in codes:

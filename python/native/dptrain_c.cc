@@ -223,14 +223,18 @@ int dpt_sparse_declare(dpt_session* s, const char* spec_json, int64_t* step) {
   }
   dptrain::proto::SparseTableSpec spec;
   // A number the field's type cannot hold (seed=2**64, seed=-1, dim=16.5) is an error.
-  auto number = [&j](const char* key, auto fallback) {
+  const char* field = "";  // The one being read, for the error.
+  auto number = [&j, &field](const char* key, auto fallback) {
     using T = decltype(fallback);
+    field = key;
     return j.contains(key) ? dptrain::JsonNumber<T>(j.at(key)) : fallback;
   };
   try {
+    field = "name";
     spec.set_name(j.value("name", ""));
     spec.set_rows(number("rows", int64_t{0}));
     spec.set_dim(number("dim", 0));
+    field = "optimizer";
     spec.set_optimizer(j.value("optimizer", "adagrad"));
     spec.set_lr(number("lr", 0.01f));
     spec.set_eps(number("eps", 1e-10));
@@ -238,7 +242,8 @@ int dpt_sparse_declare(dpt_session* s, const char* spec_json, int64_t* step) {
     spec.set_beta2(number("beta2", 0.999));
     spec.set_seed(number("seed", uint64_t{0}));
   } catch (const nlohmann::json::exception& e) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("bad sparse table spec: ", e.what())));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("bad sparse table spec: ", *field ? absl::StrCat(field, ": ") : "", e.what())));
   }
   auto declared = s->session->SparseDeclare(spec);
   if (!declared.ok()) return Fail(declared.status());

@@ -10,6 +10,7 @@ instead of the mean of Embedding rows.
 --server: the head through ServerOptimizer (ps mode, the shards' optimizer) instead of the
 ring, the loop driven by its step (a shard restarted from its checkpoint sends the job back);
 OUT.step holds the step reached, and every step sleeps --sleep.
+--seed=S: the table's seed (-1: refused as no uint64).
 --nograd_at=K: at step K rank 0's forward of the table runs under no_grad (it pushes no
 gradient that step; the other rank does).
 --prefetch: each step prefetches the next batch's rows (SparseEmbedding.prefetch), before the
@@ -27,7 +28,7 @@ from torch import nn
 
 args = {"reference": False, "world": 2, "optimizer": "adagrad", "steps": 8, "dim": 8,
         "bad_id": False, "declare_dim": 0, "bag": False, "rows": 500, "server": False,
-        "sleep": 0.0, "prefetch": False, "nograd_at": -1}
+        "sleep": 0.0, "prefetch": False, "nograd_at": -1, "seed": 0}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -105,7 +106,7 @@ else:
     mine = slice(rank * part, (rank + 1) * part)
     kind = dpt.SparseEmbeddingBag if args["bag"] else dpt.SparseEmbedding
     emb = kind(ROWS, args["declare_dim"] or DIM, "clicks", optimizer=args["optimizer"], lr=LR,
-               **({"mode": "sum"} if args["bag"] else {}))
+               seed=args["seed"], **({"mode": "sum"} if args["bag"] else {}))
     if args["server"]:
         opt = dpt.ServerOptimizer(head.named_parameters())
     else:
