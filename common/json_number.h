@@ -19,8 +19,9 @@ namespace dptrain {
 
 // Integers: a JSON integer within T's range (a JSON float, even 3.0, is refused).
 // Floating point: any JSON number whose magnitude T can hold, a nonzero one not rounding to
-// zero (NaN and infinities cannot be written in JSON). Throws nlohmann::json::type_error (not a number of that kind) or
-// nlohmann::json::out_of_range (outside T's range); both derive from nlohmann::json::exception.
+// zero (NaN and infinities cannot be written in JSON). Throws nlohmann::json::type_error (not
+// a number of that kind) or nlohmann::json::out_of_range (outside T's range); both derive
+// from nlohmann::json::exception.
 template <typename T>
 T JsonNumber(const nlohmann::json& v) {
   static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "a number type");

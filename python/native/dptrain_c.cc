@@ -242,8 +242,8 @@ int dpt_sparse_declare(dpt_session* s, const char* spec_json, int64_t* step) {
     spec.set_beta2(number("beta2", 0.999));
     spec.set_seed(number("seed", uint64_t{0}));
   } catch (const nlohmann::json::exception& e) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("bad sparse table spec: ", *field ? absl::StrCat(field, ": ") : "", e.what())));
+    const std::string where = *field ? absl::StrCat(field, ": ") : "";
+    return Fail(absl::InvalidArgumentError(absl::StrCat("bad sparse table spec: ", where, e.what())));
   }
   auto declared = s->session->SparseDeclare(spec);
   if (!declared.ok()) return Fail(declared.status());
