@@ -1,9 +1,9 @@
 // What one parameter-server shard moves for row-sparse embedding tables (server/sparse_table.h):
 // `--clients` workers (threads, each its own SparseClient and connection) pull `--ids`
 // random unique rows of a `--rows` x `--dim` table and push their gradients, every step, on
-// one shard (BSP); rows and bytes per second through the shard, against one TCP stream on
-// loopback measured in the same run, the rounds interleaved, medians reported; and the CPU time
-// each spends per byte (getrusage: clients and shard, both ends of the stream), which depends
+// one shard (BSP, or each push at once with --sync=async); rows and bytes per second through
+// the shard, against one TCP stream on loopback measured in the same run, the rounds
+// interleaved, medians reported; and the CPU time each spends per byte (getrusage: clients and shard, both ends of the stream), which depends
 // far less than the rates on how the scheduler shares the cores. Only C++ on
 // both sides: the shard's capacity, not a Python worker's step rate
 // (tests/bench/sparse_bench.py measures the latter).
@@ -41,6 +41,9 @@ ABSL_FLAG(int, steps, 30,
           "(the shard then holds them: row creation is not timed).");
 ABSL_FLAG(int, rounds, 3, "Rounds (shard, then TCP stream, interleaved); medians reported.");
 ABSL_FLAG(int, tcp_mb, 512, "MiB sent through the TCP stream per round.");
+ABSL_FLAG(std::string, sync, "bsp",
+          "The shard's policy: bsp (each step applied once every client pushed it) or async "
+          "(each push applied at once).");
 
 namespace dptrain {
 namespace {
@@ -125,6 +128,7 @@ ShardRound ShardRoundTrip(const std::vector<std::vector<std::vector<int64_t>>>& 
   o.shard.num_shards = 1;
   o.shard.num_workers = clients;
   o.shard.optimizer.name = "none";
+  o.shard.policy = absl::GetFlag(FLAGS_sync) == "async" ? SyncPolicy::kAsync : SyncPolicy::kBsp;
   o.max_receive_memory_bytes = -1;
   auto server = PsServer::Start(o);
   if (!server.ok()) {
@@ -199,6 +203,10 @@ ShardRound ShardRoundTrip(const std::vector<std::vector<std::vector<int64_t>>>& 
 }
 
 int Main() {
+  if (absl::GetFlag(FLAGS_sync) != "bsp" && absl::GetFlag(FLAGS_sync) != "async") {
+    std::cerr << "sparse_shard_bench: --sync must be bsp or async\n";
+    return 2;
+  }
   const int clients = absl::GetFlag(FLAGS_clients), n = absl::GetFlag(FLAGS_ids);
   const int64_t table_rows = absl::GetFlag(FLAGS_rows);
   // Each client's steps: `n` unique rows drawn uniformly from the table (8 batches reused).
@@ -222,10 +230,11 @@ int Main() {
   std::string load;
   std::getline(loadavg, load);
   std::cout << absl::StrFormat(
-      "# sparse_shard_bench: 1 shard (in process, BSP), %d client(s), table %d x %d fp32, "
+      "# sparse_shard_bench: 1 shard (in process, %s), %d client(s), table %d x %d fp32, "
       "%d unique rows per client and step (pull + push), %d steps per round, %d rounds; "
       "load before: %s; nproc %u\n",
-      clients, table_rows, absl::GetFlag(FLAGS_dim), n, absl::GetFlag(FLAGS_steps),
+      absl::GetFlag(FLAGS_sync), clients, table_rows, absl::GetFlag(FLAGS_dim), n,
+      absl::GetFlag(FLAGS_steps),
       absl::GetFlag(FLAGS_rounds), load, std::thread::hardware_concurrency());
   std::vector<double> rows, bytes, steps, tcp, shard_cpu, tcp_cpu;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
