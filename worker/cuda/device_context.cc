@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/cuda/cuda_raw_allocator.h"
+#include "worker/cuda/cuda_status.h"
 #include "worker/cuda/library_status.h"
 
 namespace dptrain {
@@ -64,6 +65,13 @@ absl::StatusOr<void*> DeviceContext::Workspace(size_t bytes) {
 
 absl::Status DeviceContext::Synchronize() {
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CopyOnDevice(DeviceContext& ctx, float* to, const float* from, int64_t count) {
+  if (count <= 0 || to == from) return absl::OkStatus();
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));
   return absl::OkStatus();
 }
 

@@ -126,6 +126,10 @@ class DeviceBuffer {
   CachingAllocator* allocator_ = nullptr;
 };
 
+// Copies `count` floats between device addresses on ctx's stream (nothing for count <= 0 or
+// the same address).
+absl::Status CopyOnDevice(DeviceContext& ctx, float* to, const float* from, int64_t count);
+
 }  // namespace cuda
 }  // namespace dptrain
 
