@@ -15,6 +15,7 @@ non-zero exit."""
 
 import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -222,9 +223,10 @@ def pytorch_accuracy(saved, test):
         return (net(x).argmax(1) == test[1]).float().mean().item()
 
 
-def expect_error(name, model_path, data_dir, pattern):
+def expect_error(name, model_path, data_dir, pattern, extra=()):
     r = subprocess.run([GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.1",
-                        f"--model={model_path}", f"--data_dir={data_dir}", "--epochs=1"],
+                        f"--model={model_path}", f"--data_dir={data_dir}", "--epochs=1",
+                        "--threads=1", *extra],
                        capture_output=True, text=True, timeout=60)
     line = next((l for l in r.stderr.splitlines() if l.startswith("gpu_worker: error:")), "")
     if r.returncode != 1 or not re.search(pattern, line):
@@ -254,6 +256,18 @@ def main():
                  f"saved weights: {text[-600:]}")
         print(f"ok: an exported CNN, 2 workers x 2 shards on the {name} data: test_acc "
               f"{printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights", flush=True)
+
+    # The same image folder decoded as training reads it (--image_decode=stream) trains the
+    # same model bit for bit as the folder decoded at load (the run above).
+    printed, saved, text = train("onnx_imagefolder_stream", model_path, folder,
+                                 ("--image_decode=stream",))
+    held = os.path.join(SCRATCH, "onnx_imagefolder.safetensors")
+    if "training images (decoded as read)" not in text:
+        fail(f"streamed imagefolder: no 'decoded as read' line: {text[:800]}")
+    if open(saved, "rb").read() != open(held, "rb").read():
+        fail("streamed imagefolder: the saved weights differ from the run that held the images")
+    print(f"ok: the image folder decoded as read (--image_decode=stream): test_acc {printed:.4f}, "
+          f"weights bit-identical to the run that decoded it at load", flush=True)
 
     # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built
     # for that data (the same names and shapes as gpu_worker's) and evaluates as it printed.
@@ -307,6 +321,20 @@ def main():
     export(Net(classes=5), few)
     expect_error("too few outputs", few, cifar, r"five.onnx has 5 outputs, and the data in .* has "
                  r"10 classes")
+    # Streamed image folders: only folders stream; an image whose header reads but whose data
+    # do not decode stops training when it is reached, naming the file.
+    expect_error("stream a cifar set", model_path, cifar,
+                 r"images are streamed \(decoded as read\) from image folders only; this data set "
+                 r"is cifar", ("--image_decode=stream",))
+    broken = os.path.join(SCRATCH, "images_broken")
+    shutil.copytree(folder, broken)
+    victim = os.path.join(broken, "train", "class03", sorted(
+        os.listdir(os.path.join(broken, "train", "class03")))[0])
+    data = bytearray(open(victim, "rb").read())
+    data[-17] ^= 0x55  # IDAT's last data byte: the header still reads, the pixels do not.
+    open(victim, "wb").write(bytes(data))
+    expect_error("an image that does not decode, streamed", model_path, broken,
+                 re.escape(victim) + r": cannot decode PNG", ("--image_decode=stream",))
 
 
 if __name__ == "__main__":

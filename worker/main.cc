@@ -166,6 +166,7 @@ class StatusService final : public proto::Worker::Service {
 absl::Status LoadData(const DataConfig& data, Dataset& train, Dataset& test) {
   LoadOptions load;
   load.image_size = data.image_size;
+  load.image_decode = data.image_decode;
   DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
   DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
   if (test.channels != train.channels || test.rows != train.rows || test.cols != train.cols) {
@@ -265,6 +266,11 @@ absl::Status Run(const WorkerConfig& config) {
   DPTRAIN_RETURN_IF_ERROR(ServeMetrics(*telemetry, who, credentials->tls()));
   Dataset train, test;
   DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, train, test));
+  auto held = [](const Dataset& d) { return d.source != nullptr ? "decoded as read" : "held"; };
+  std::cout << who << ": data " << config.data.dir << ": " << train.size << " training images ("
+            << held(train) << "), " << test.size << " test images (" << held(test) << "), "
+            << train.channels << "x" << train.rows << "x" << train.cols << ", " << train.num_classes
+            << " classes" << std::endl;
 
   nn::ModelOptions model_options;
   model_options.name = config.model;

@@ -223,6 +223,23 @@ absl::Status AfterStep(const TrainerOptions& o, int64_t next_step, nn::Model& mo
   return o.checkpointer == nullptr ? absl::OkStatus() : o.checkpointer->AfterStep(next_step, model);
 }
 
+// What a data set whose images are read as needed (Dataset::source) reads ahead of the step
+// at `begin` of `epoch` (whose sample order is `indices`): the samples of the rest of the epoch,
+// then those of the next one, if any. An epoch's steps read its first `epoch_samples` indices.
+std::vector<int64_t> ReadOrder(const DistributedSampler& sampler,
+                               const std::vector<int64_t>& indices, int epoch, int64_t begin,
+                               int64_t epoch_samples, int epochs) {
+  auto used = [epoch_samples](const std::vector<int64_t>& v) {
+    return std::min<int64_t>(static_cast<int64_t>(v.size()), epoch_samples);
+  };
+  std::vector<int64_t> order(indices.begin() + begin, indices.begin() + used(indices));
+  if (epoch + 1 < epochs) {
+    const std::vector<int64_t> next = sampler.EpochIndices(epoch + 1);
+    order.insert(order.end(), next.begin(), next.begin() + used(next));
+  }
+  return order;
+}
+
 }  // namespace
 
 absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size) {
@@ -235,10 +252,25 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
   }
   int64_t correct = 0;
   std::vector<float> images;  // A byte store's images as floats, one batch at a time.
+  std::vector<int64_t> order;
+  if (data.source != nullptr) {
+    order.resize(static_cast<size_t>(data.size));
+    for (int64_t i = 0; i < data.size; ++i) order[i] = i;
+    data.source->Plan(order);
+  }
   for (int64_t begin = 0; begin < data.size; begin += batch_size) {
     const int n = static_cast<int>(std::min<int64_t>(batch_size, data.size - begin));
     const float* batch = data.byte_storage ? nullptr : data.image(begin);
-    if (data.byte_storage) {
+    if (data.source != nullptr) {
+      images.resize(static_cast<size_t>(n * data.image_size()));
+      std::vector<uint8_t> labels(static_cast<size_t>(n));
+      if (absl::Status s = GatherBatch(data, absl::MakeConstSpan(order).subspan(begin, n),
+                                       absl::MakeSpan(images), absl::MakeSpan(labels));
+          !s.ok()) {
+        return s;
+      }
+      batch = images.data();
+    } else if (data.byte_storage) {
       images.resize(static_cast<size_t>(n * data.image_size()));
       data.CopyImages(begin, n, images.data());
       batch = images.data();
@@ -315,6 +347,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   // images, so that going back drops exactly the steps undone.
   int current_epoch = -1;
   std::vector<int64_t> indices;
+  int64_t planned_next = -1;  // The step whose batch the source's plan reads next.
   struct StepRecord {
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
@@ -348,6 +381,12 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     const int n = static_cast<int>(
         std::min<int64_t>(o.batch_size, static_cast<int64_t>(indices.size()) - begin));
     const auto batch_indices = absl::MakeConstSpan(indices).subspan(begin, n);
+    if (train.source != nullptr && (planned_next != step || b == 0)) {
+      // Planned again at each epoch's start and after a rewind or a join (they start elsewhere).
+      train.source->Plan(
+          ReadOrder(*sampler, indices, epoch, begin, steps_per_epoch * o.batch_size, o.epochs));
+    }
+    planned_next = step + 1;
     if (auto s = GatherBatch(train, batch_indices, absl::MakeSpan(batch_images),
                              absl::MakeSpan(batch_labels));
         !s.ok()) {

@@ -6,6 +6,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -39,7 +40,8 @@ class FakeModel final : public nn::Model {
     for (int i = 0; i < 2; ++i) weights_[i] -= grads_[i];
     return absl::OkStatus();
   }
-  absl::StatusOr<nn::BatchResult> TrainStep(const float*, const uint8_t*, int) override {
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t*, int n) override {
+    for (int i = 0; i < n; ++i) first_pixels.push_back(images[i * 784]);
     bool overflow = false;
     for (int s : overflow_steps_) overflow = overflow || s == steps_;
     ++steps_;
@@ -58,6 +60,7 @@ class FakeModel final : public nn::Model {
   std::vector<float>& buffer_values() override { return buffer_values_; }
 
   std::vector<bool> outcomes;
+  std::vector<float> first_pixels;  // Of every sample trained on, in order.
   int exchanges = 0;
   int updates = 0;
 
@@ -272,6 +275,105 @@ TEST(TrainerTest, GoingBackWithoutARecordOfThatStepSaysSo) {
   EXPECT_EQ(model.weights(), (std::vector<float>{-8, -8}));
   EXPECT_EQ(model.buffer_values(), (std::vector<float>{10}));
   EXPECT_NE(progress.str().find("not rewound"), std::string::npos) << progress.str();
+}
+
+// 28x28 images held as bytes, image i all (i + 1).
+Dataset NumberedImages(int n) {
+  Dataset data;
+  data.size = n;
+  data.rows = 28;
+  data.cols = 28;
+  data.byte_storage = true;
+  for (int i = 0; i < n; ++i) data.bytes.insert(data.bytes.end(), 784, static_cast<uint8_t>(i + 1));
+  data.labels.assign(n, 1);
+  return data;
+}
+
+// The images of a byte store, read as needed: records each plan and the reads that follow it
+// and fails the read numbered fail_at (from 0).
+class FakeSource final : public ImageSource {
+ public:
+  FakeSource(const Dataset& held, int fail_at) : held_(held), fail_at_(fail_at) {}
+  void Plan(absl::Span<const int64_t> order) override {
+    plans.emplace_back(order.begin(), order.end());
+    at_ = 0;
+  }
+  absl::Status Read(int64_t index, uint8_t* out) override {
+    if (reads++ == fail_at_) return absl::DataLossError("img.png: truncated");
+    const bool planned = !plans.empty() && at_ < plans.back().size() && plans.back()[at_] == index;
+    if (planned) ++at_;
+    ++(planned ? planned_reads : unplanned_reads);
+    std::copy_n(held_.bytes.begin() + index * 784, 784, out);
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<int64_t>> plans;
+  int reads = 0, planned_reads = 0, unplanned_reads = 0;
+
+ private:
+  const Dataset held_;
+  const int fail_at_;
+  size_t at_ = 0;
+};
+
+Dataset FromSource(const Dataset& held, std::shared_ptr<ImageSource> source) {
+  Dataset d = held;
+  d.bytes.clear();
+  d.source = std::move(source);
+  return d;
+}
+
+// A data set read as needed trains on the same batches as the same images held, and its
+// source hears the order ahead: each epoch's rest and the next epoch's, at each epoch's start
+// and after the job goes back; every read then comes in the planned order.
+TEST(TrainerTest, ImagesReadAsNeededTrainTheSameBatchesInThePlannedOrder) {
+  const Dataset held = NumberedImages(8);
+  for (bool rewind : {false, true}) {
+    std::ostringstream metrics;
+    FakeModel held_model({}), source_model({});
+    auto source = std::make_shared<FakeSource>(held, /*fail_at=*/-1);
+    const Dataset streamed = FromSource(held, source);
+    ASSERT_TRUE(streamed.consistent());
+    if (rewind) {
+      RewindingStore a(/*interval=*/2, /*fail_at=*/5, /*back_to=*/2);
+      RewindingStore b(/*interval=*/2, /*fail_at=*/5, /*back_to=*/2);
+      ASSERT_TRUE(Train(EightSteps(&metrics), held_model, &a, held, nullptr, nullptr).ok());
+      ASSERT_TRUE(Train(EightSteps(&metrics), source_model, &b, streamed, nullptr, nullptr).ok());
+    } else {
+      FakeStore a, b;
+      ASSERT_TRUE(Train(EightSteps(&metrics), held_model, &a, held, nullptr, nullptr).ok());
+      ASSERT_TRUE(Train(EightSteps(&metrics), source_model, &b, streamed, nullptr, nullptr).ok());
+    }
+    const size_t samples = rewind ? 2 * 12 : 2 * 8;  // Steps 2-5 are done twice.
+    ASSERT_EQ(held_model.first_pixels.size(), samples);
+    EXPECT_EQ(source_model.first_pixels, held_model.first_pixels);
+    std::vector<float> distinct = held_model.first_pixels;
+    std::sort(distinct.begin(), distinct.end());
+    EXPECT_EQ(std::unique(distinct.begin(), distinct.end()) - distinct.begin(), 8);
+    EXPECT_EQ(source->unplanned_reads, 0) << "rewind " << rewind;
+    EXPECT_EQ(source->planned_reads, static_cast<int>(samples));
+    // Step 0: epochs 0 and 1 (16); step 4: epoch 1 (8); [back to step 2: the rest of epoch 0
+    // and epoch 1 (12), then epoch 1 again (8)].
+    std::vector<size_t> sizes;
+    for (const auto& plan : source->plans) sizes.push_back(plan.size());
+    EXPECT_EQ(sizes, rewind ? std::vector<size_t>({16, 8, 12, 8}) : std::vector<size_t>({16, 8}));
+    EXPECT_TRUE(std::equal(source->plans.back().begin(), source->plans.back().end(),
+                           source->plans.front().begin() + 8));
+  }
+}
+
+TEST(TrainerTest, AFailedReadOfASourceEndsTrainingWithItsError) {
+  const Dataset held = NumberedImages(8);
+  std::ostringstream metrics;
+  FakeModel model({});
+  FakeStore store;
+  const Dataset streamed = FromSource(held, std::make_shared<FakeSource>(held, /*fail_at=*/5));
+  const absl::Status s = Train(EightSteps(&metrics), model, &store, streamed, nullptr, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(s.message(), "img.png: truncated");
+  EXPECT_EQ(model.first_pixels.size(), 4u) << "two steps trained before the failed read";
+  const absl::StatusOr<double> eval =
+      EvaluateAccuracy(model, FromSource(held, std::make_shared<FakeSource>(held, 0)), 4);
+  EXPECT_EQ(eval.status().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "common/optimizer_flags.h"
 #include "common/status_macros.h"
 #include "common/wire_dtype.h"
+#include "worker/data/data_source.h"
 
 ABSL_FLAG(std::string, mode, "ps",
           "How gradients are synchronised: ps (sharded parameter servers, --ps), master (rank 0 "
@@ -68,6 +69,12 @@ ABSL_FLAG(std::string, image_size, "",
           "torchvision's transforms with Pillow's bilinear resampling: S = Resize(S) then "
           "CenterCrop(S); HxW = Resize((H, W)). Empty: kept (all images must then have one "
           "size).");
+ABSL_FLAG(std::string, image_decode, "auto",
+          "ImageFolder data: load (every image decoded once, at load, and held as bytes), "
+          "stream (decoded as training reads them, on a pool of threads a window ahead of the "
+          "steps: for sets too large to hold; costs a decode per image and epoch) or auto "
+          "(stream when the decoded set would take more than a quarter of this machine's "
+          "memory).");
 ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "Per-channel means to subtract after scaling pixels to [0, 1] (with --data_std), "
           "e.g. 0.4914,0.4822,0.4465; empty: no normalisation.");
@@ -315,6 +322,14 @@ absl::Status ReadData(WorkerConfig& c) {
     return Bad("image_size", absl::StrCat("applies to image folders (--data_format=imagefolder), "
                                           "not to ",
                                           d.format));
+  }
+  absl::StatusOr<ImageDecode> decode = ParseImageDecode(absl::GetFlag(FLAGS_image_decode));
+  if (!decode.ok()) return Bad("image_decode", decode.status().message());
+  d.image_decode = *decode;
+  if (d.image_decode == ImageDecode::kStream && !d.format.empty() && d.format != "imagefolder") {
+    return Bad("image_decode", absl::StrCat("stream applies to image folders "
+                                            "(--data_format=imagefolder), not to ",
+                                            d.format));
   }
   d.train_subset = absl::GetFlag(FLAGS_train_subset);
   d.test_subset = absl::GetFlag(FLAGS_test_subset);

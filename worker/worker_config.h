@@ -17,6 +17,7 @@
 #include "common/lr_schedule.h"
 #include "common/optimizer.h"
 #include "server/aggregation_policy.h"
+#include "worker/data/image_folder.h"
 #include "worker/data/image_resize.h"
 #include "worker/device_choice.h"
 #include "worker/nn/layer.h"
@@ -31,6 +32,7 @@ struct DataConfig {
   std::string dir;
   std::string format;  // idx | cifar | imagefolder | npy; empty: detected from the files.
   ImageSize image_size;  // ImageFolder images brought to one size (default: kept).
+  ImageDecode image_decode = ImageDecode::kAuto;  // ImageFolder: held or streamed.
   int64_t train_subset = 0;
   int64_t test_subset = 0;
   // Per-channel normalisation after scaling to [0, 1]; empty: none.

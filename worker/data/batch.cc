@@ -35,8 +35,11 @@ absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
           absl::StrCat("sample index ", idx, " is outside the data set of ", data.size));
     }
   }
+  std::vector<uint8_t> scratch;
   for (int64_t i = 0; i < n; ++i) {
-    data.CopyImages(indices[i], 1, images.data() + i * pixels);
+    if (absl::Status s = data.ReadImage(indices[i], images.data() + i * pixels, scratch); !s.ok()) {
+      return s;
+    }
     labels[i] = data.labels[indices[i]];
   }
   return absl::OkStatus();

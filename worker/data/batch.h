@@ -28,7 +28,8 @@ absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
 
 // Copies the images and labels of `indices` into the front of `images` and `labels`.
 // InvalidArgument (copying nothing) for an index outside the data set, or buffers too small
-// for indices.size() samples of data.image_size() values.
+// for indices.size() samples of data.image_size() values; the error of a source's read
+// (Dataset::source) when one fails.
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
                          absl::Span<float> images, absl::Span<uint8_t> labels);
 

@@ -1,5 +1,9 @@
 #include "worker/data/data_source.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +55,22 @@ absl::StatusOr<std::string> DetectDataFormat(const std::string& dir) {
   return found[0];
 }
 
+absl::StatusOr<ImageDecode> ParseImageDecode(const std::string& text) {
+  if (text == "auto") return ImageDecode::kAuto;
+  if (text == "load") return ImageDecode::kLoad;
+  if (text == "stream") return ImageDecode::kStream;
+  return absl::InvalidArgumentError(absl::StrCat("must be auto, load or stream, got '", text, "'"));
+}
+
+int64_t AutoStreamAboveBytes() {
+  int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  // A container's limit (cgroup v2; "max" when none).
+  std::ifstream limit("/sys/fs/cgroup/memory.max");
+  int64_t cgroup = 0;
+  if (limit >> cgroup && cgroup > 0) memory = std::min(memory, cgroup);
+  return std::max<int64_t>(memory / 4, 1);
+}
+
 absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train,
                                     const LoadOptions& options) {
   std::string chosen = format;
@@ -62,7 +82,14 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& f
   if (chosen == "imagefolder") {
     ImageFolderOptions folder;
     folder.size = options.image_size;
+    folder.decode = options.image_decode;
+    if (folder.decode == ImageDecode::kAuto) folder.stream_above_bytes = AutoStreamAboveBytes();
     return LoadImageFolder(dir, train, folder);
+  }
+  if (options.image_decode == ImageDecode::kStream) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": images are streamed (decoded as read) from image folders only; this data set is ",
+        chosen, ", held in memory"));
   }
   if (!options.image_size.keep()) {
     return absl::InvalidArgumentError(

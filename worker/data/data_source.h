@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
+#include "worker/data/image_folder.h"
 #include "worker/data/image_resize.h"
 
 namespace dptrain {
@@ -37,7 +38,18 @@ struct LoadOptions {
   // Image folders: the size every image is brought to (worker/data/image_resize.h); the
   // other formats hold images of one size and refuse one (InvalidArgument).
   ImageSize image_size;
+  // Image folders: decoded at load, or as training reads them (worker/data/image_folder.h);
+  // auto streams a set whose decoded images would take more than a quarter of the memory this
+  // process may use (the machine's, or its cgroup's limit if lower). The other formats are
+  // held, and refuse kStream (InvalidArgument).
+  ImageDecode image_decode = ImageDecode::kAuto;
 };
+
+// "auto", "load" or "stream" as an ImageDecode; InvalidArgument naming the text otherwise.
+absl::StatusOr<ImageDecode> ParseImageDecode(const std::string& text);
+
+// The bytes above which auto streams: a quarter of the memory this process may use.
+int64_t AutoStreamAboveBytes();
 
 // Loads the training set (train = true) or the test set of the data set in `dir`. InvalidArgument
 // for an unknown format; otherwise the reader's errors.

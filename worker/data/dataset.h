@@ -6,18 +6,39 @@
 // as bytes in `bytes`, a quarter of the memory, whose value is byte / 255 (ToTensor's), then
 // normalised per channel if Normalize (worker/data/transforms.h) recorded a mean and standard
 // deviation, computed as Normalize computes it on floats, so both stores give the same values
-// bit for bit. Read images with CopyImages, whatever the store; image() is for float stores. Labels
-// are bytes, so a data set has at most kMaxClasses classes. A Dataset is a plain value: copy or
-// move it freely; readers must not mutate it while another thread reads it.
+// bit for bit. A third store holds no images: an ImageSource reads them as training reaches
+// them (an image folder too large to hold decoded, worker/data/image_stream.h), as bytes read
+// like the byte store's. Read images with ReadImage (any store) or CopyImages (held stores);
+// image() is for float stores. Labels are bytes, so a data set has at most kMaxClasses classes.
+// A Dataset is a plain value: copy or move it freely (copies share a source); readers must not
+// mutate it while another thread reads it.
 #ifndef DPTRAIN_WORKER_DATA_DATASET_H_
 #define DPTRAIN_WORKER_DATA_DATASET_H_
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
 namespace dptrain {
+
+// Images read from elsewhere as they are needed, as bytes (channels x rows x cols each, the
+// byte store's layout). Thread-safe.
+class ImageSource {
+ public:
+  virtual ~ImageSource() = default;
+  // The examples in the order Read will next be asked for them (an epoch's sample order, from
+  // a batch on): the source may prepare them ahead. A new plan replaces the last.
+  virtual void Plan(absl::Span<const int64_t> order) = 0;
+  // Image `index`'s bytes into out (image_size() bytes); index in [0, size). Reads in the
+  // planned order are the fast ones; any other is answered too, at its own cost. An error
+  // names what failed (e.g. the file).
+  virtual absl::Status Read(int64_t index, uint8_t* out) = 0;
+};
 
 // Labels are uint8_t: classes 0..255.
 inline constexpr int kMaxClasses = 256;
@@ -35,6 +56,8 @@ struct Dataset {
   std::vector<uint8_t> bytes;
   // With byte storage, the per-channel normalisation Normalize recorded (empty: none).
   std::vector<float> norm_mean, norm_inv_std;
+  // Images read as needed (byte_storage is then true, `bytes` and `images` empty).
+  std::shared_ptr<ImageSource> source;
 
   // Values per image: channels * rows * cols.
   int64_t image_size() const { return static_cast<int64_t>(channels) * rows * cols; }
@@ -45,28 +68,43 @@ struct Dataset {
   // Whether the store holds size * image_size() values (floats or bytes).
   bool consistent() const {
     const size_t n = static_cast<size_t>(size * image_size());
+    if (source != nullptr) return size >= 0 && byte_storage && bytes.empty() && images.empty();
     return size >= 0 && (byte_storage ? bytes.size() == n && images.empty() : images.size() == n);
   }
 
   // The float values of images [first, first + count), back to back, into `out`
-  // (count * image_size() floats); requires them in range.
+  // (count * image_size() floats); requires them in range and held (no source).
   void CopyImages(int64_t first, int64_t count, float* out) const {
     const int64_t n = image_size();
     if (!byte_storage) {
       std::copy(image(first), image(first) + count * n, out);
       return;
     }
+    for (int64_t i = 0; i < count; ++i) BytesToValues(bytes.data() + (first + i) * n, out + i * n);
+  }
+
+  // The float values of image `index` into `out` (image_size() floats), from any store;
+  // requires index in range. Only a source's read can fail.
+  absl::Status ReadImage(int64_t index, float* out, std::vector<uint8_t>& scratch) const {
+    if (source == nullptr) {
+      CopyImages(index, 1, out);
+      return absl::OkStatus();
+    }
+    scratch.resize(static_cast<size_t>(image_size()));
+    if (absl::Status s = source->Read(index, scratch.data()); !s.ok()) return s;
+    BytesToValues(scratch.data(), out);
+    return absl::OkStatus();
+  }
+
+  // One image's bytes as values: byte / 255, then the recorded normalisation.
+  void BytesToValues(const uint8_t* in, float* out) const {
     const int64_t plane = static_cast<int64_t>(rows) * cols;
-    for (int64_t i = 0; i < count; ++i) {
-      const uint8_t* in = bytes.data() + (first + i) * n;
-      float* o = out + i * n;
-      for (int c = 0; c < channels; ++c) {
-        const bool norm = !norm_mean.empty();
-        const float m = norm ? norm_mean[c] : 0.0f, inv = norm ? norm_inv_std[c] : 1.0f;
-        for (int64_t k = 0; k < plane; ++k) {
-          const float v = static_cast<float>(in[c * plane + k]) / 255.0f;
-          o[c * plane + k] = norm ? (v - m) * inv : v;
-        }
+    const bool norm = !norm_mean.empty();
+    for (int c = 0; c < channels; ++c) {
+      const float m = norm ? norm_mean[c] : 0.0f, inv = norm ? norm_inv_std[c] : 1.0f;
+      for (int64_t k = 0; k < plane; ++k) {
+        const float v = static_cast<float>(in[c * plane + k]) / 255.0f;
+        out[c * plane + k] = norm ? (v - m) * inv : v;
       }
     }
   }
@@ -76,7 +114,9 @@ struct Dataset {
   void KeepFirst(int64_t n) {
     if (n <= 0 || n >= size) return;
     size = n;
-    if (byte_storage) {
+    if (source != nullptr) {
+      // Nothing held: the source is asked only for indices below n.
+    } else if (byte_storage) {
       bytes.resize(static_cast<size_t>(n * image_size()));
     } else {
       images.resize(static_cast<size_t>(n * image_size()));

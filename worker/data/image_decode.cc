@@ -7,12 +7,14 @@
 // clang-format on
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstring>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/data/input_file.h"
 
 namespace dptrain {
 namespace {
@@ -61,7 +63,9 @@ void PngRead(png_structp png, png_bytep out, png_size_t n) {
 // Runs libpng over state->data into *image. Everything that changes between setjmp and a
 // jump lives in the caller's frame (image, rows, state) or in libpng's structs, as the C rules
 // for setjmp want; no object with a destructor is created between them.
-bool RunPng(PngState* state, DecodedImage* image, std::vector<png_bytep>* rows) {
+// With header_only, stops after the header: *image gets the size and the channels a decode
+// gives, and no pixels.
+bool RunPng(PngState* state, bool header_only, DecodedImage* image, std::vector<png_bytep>* rows) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, state, PngOnError, PngOnWarning);
   if (png == nullptr) {
     std::snprintf(state->message, kMessageBytes, "out of memory");
@@ -85,6 +89,13 @@ bool RunPng(PngState* state, DecodedImage* image, std::vector<png_bytep>* rows) 
   const int bit_depth = png_get_bit_depth(png, info);
   const int color_type = png_get_color_type(png, info);
   if (!SizeOk(width, height)) png_error(png, "image beyond the size limits");
+  if (header_only) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    image->width = static_cast<int>(width);
+    image->height = static_cast<int>(height);
+    image->channels = (color_type & PNG_COLOR_MASK_COLOR) != 0 ? 3 : 1;
+    return true;
+  }
   if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
   if (bit_depth == 16) png_set_scale_16(png);
@@ -108,13 +119,15 @@ bool RunPng(PngState* state, DecodedImage* image, std::vector<png_bytep>* rows) 
   return true;
 }
 
-absl::StatusOr<DecodedImage> DecodePng(absl::string_view bytes, absl::string_view name) {
+absl::StatusOr<DecodedImage> DecodePng(absl::string_view bytes, absl::string_view name,
+                                       bool header_only) {
   PngState state{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0, {0}};
   DecodedImage image;
   std::vector<png_bytep> rows;
-  if (!RunPng(&state, &image, &rows)) {
+  if (!RunPng(&state, header_only, &image, &rows)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": cannot decode PNG: ", state.message));
   }
+  if (header_only) return image;
   const int channels = image.channels;
   image.channels = channels <= 2 ? 1 : 3;
   DropAlpha(image.pixels, int64_t{image.width} * image.height, channels, image.channels);
@@ -147,8 +160,8 @@ void JpegOnMessage(j_common_ptr cinfo, int level) {
 
 // Runs libjpeg over bytes into *image; on failure, error->message says why. As RunPng: what
 // changes between setjmp and a jump lives in the caller's frame or in libjpeg's structs.
-bool RunJpeg(absl::string_view bytes, jpeg_decompress_struct* cinfo, JpegError* error,
-             DecodedImage* image) {
+bool RunJpeg(absl::string_view bytes, bool header_only, jpeg_decompress_struct* cinfo,
+             JpegError* error, DecodedImage* image) {
   cinfo->err = jpeg_std_error(&error->manager);
   error->manager.error_exit = JpegOnError;
   error->manager.emit_message = JpegOnMessage;
@@ -173,6 +186,13 @@ bool RunJpeg(absl::string_view bytes, jpeg_decompress_struct* cinfo, JpegError* 
     jpeg_destroy_decompress(cinfo);
     return false;
   }
+  if (header_only) {
+    image->width = static_cast<int>(cinfo->image_width);
+    image->height = static_cast<int>(cinfo->image_height);
+    image->channels = gray ? 1 : 3;
+    jpeg_destroy_decompress(cinfo);
+    return true;
+  }
   cinfo->out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(cinfo);
   const int channels = cinfo->output_components;
@@ -190,30 +210,83 @@ bool RunJpeg(absl::string_view bytes, jpeg_decompress_struct* cinfo, JpegError* 
   return true;
 }
 
-absl::StatusOr<DecodedImage> DecodeJpeg(absl::string_view bytes, absl::string_view name) {
+absl::StatusOr<DecodedImage> DecodeJpeg(absl::string_view bytes, absl::string_view name,
+                                        bool header_only) {
   jpeg_decompress_struct cinfo;
   JpegError error;
   error.message[0] = '\0';
   DecodedImage image;
-  if (!RunJpeg(bytes, &cinfo, &error, &image)) {
+  if (!RunJpeg(bytes, header_only, &cinfo, &error, &image)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": cannot decode JPEG: ", error.message));
   }
   return image;
 }
 
-}  // namespace
-
-absl::StatusOr<DecodedImage> DecodeImage(absl::string_view bytes, absl::string_view name) {
+absl::StatusOr<DecodedImage> Run(absl::string_view bytes, absl::string_view name,
+                                 bool header_only) {
   static constexpr unsigned char kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPngSignature, 8) == 0) {
-    return DecodePng(bytes, name);
+    return DecodePng(bytes, name, header_only);
   }
   if (bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF &&
       static_cast<uint8_t>(bytes[1]) == 0xD8 && static_cast<uint8_t>(bytes[2]) == 0xFF) {
-    return DecodeJpeg(bytes, name);
+    return DecodeJpeg(bytes, name, header_only);
   }
   return absl::InvalidArgumentError(
       absl::StrCat(name, ": not a PNG or JPEG image (", bytes.size(), " bytes)"));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t at_most) {
+  absl::StatusOr<InputFile> file = InputFile::Open(path);
+  if (!file.ok()) return file.status();
+  if (file->size() > kMaxImageFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", file->size(), " bytes is too large for an image file"));
+  }
+  const int64_t n = std::min(file->size(), at_most);
+  std::string bytes(static_cast<size_t>(n), '\0');
+  if (absl::Status s = file->ReadExactly(bytes.data(), n, "image"); !s.ok()) return s;
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedImage> DecodeImage(absl::string_view bytes, absl::string_view name) {
+  return Run(bytes, name, /*header_only=*/false);
+}
+
+absl::StatusOr<ImageInfo> ProbeImage(absl::string_view bytes, absl::string_view name) {
+  absl::StatusOr<DecodedImage> header = Run(bytes, name, /*header_only=*/true);
+  if (!header.ok()) return header.status();
+  return ImageInfo{header->width, header->height, header->channels};
+}
+
+absl::StatusOr<DecodedImage> DecodeImageFile(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFile(path, kMaxImageFileBytes);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeImage(*bytes, path);
+}
+
+absl::StatusOr<ImageInfo> ProbeImageFile(const std::string& path) {
+  // The header is nearly always within the first 64 KiB (JPEG's EXIF data may come first and
+  // be larger): the whole file is read only when the prefix does not hold it.
+  constexpr int64_t kPrefix = 64 << 10;
+  absl::StatusOr<std::string> head = ReadFile(path, kPrefix);
+  if (!head.ok()) return head.status();
+  absl::StatusOr<ImageInfo> info = ProbeImage(*head, path);
+  if (info.ok() || static_cast<int64_t>(head->size()) < kPrefix) return info;
+  absl::StatusOr<std::string> whole = ReadFile(path, kMaxImageFileBytes);
+  if (!whole.ok()) return whole.status();
+  return ProbeImage(*whole, path);
+}
+
+void ToPlanes(const DecodedImage& image, int channels, uint8_t* out) {
+  const int64_t plane = int64_t{image.height} * image.width;
+  for (int c = 0; c < channels; ++c) {
+    const int from = image.channels == 1 ? 0 : c;
+    for (int64_t p = 0; p < plane; ++p)
+      out[c * plane + p] = image.pixels[p * image.channels + from];
+  }
 }
 
 }  // namespace dptrain

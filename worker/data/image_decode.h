@@ -36,11 +36,35 @@ struct DecodedImage {
 inline constexpr int kMaxDecodedSide = 16384;
 inline constexpr int64_t kMaxDecodedPixels = int64_t{1} << 26;
 
+// What a decode of an image will give, from its header alone.
+struct ImageInfo {
+  int width = 0;
+  int height = 0;
+  int channels = 0;  // 1 (gray) or 3 (RGB), as DecodeImage gives.
+};
+
+// Image files larger than this are refused (InvalidArgument naming the file).
+inline constexpr int64_t kMaxImageFileBytes = int64_t{1} << 30;
+
 // Decodes `bytes`; `name` (e.g. the file's path) starts every error message. Errors are
 // InvalidArgument, one line ("NAME: cannot decode PNG: why" and the like): neither PNG nor
 // JPEG, corrupt or truncated data, an unsupported JPEG color space, an image beyond the
 // limits above.
 absl::StatusOr<DecodedImage> DecodeImage(absl::string_view bytes, absl::string_view name);
+
+// The size and channels DecodeImage(bytes, name) gives, from the header alone (no pixel is
+// decoded), with DecodeImage's errors for a header it would refuse.
+absl::StatusOr<ImageInfo> ProbeImage(absl::string_view bytes, absl::string_view name);
+
+// DecodeImage and ProbeImage of the file at `path` (the error of a failed read, or of a file
+// beyond kMaxImageFileBytes, names it). ProbeImageFile reads the file's first 64 KiB, and the
+// whole file only when they do not hold the header.
+absl::StatusOr<DecodedImage> DecodeImageFile(const std::string& path);
+absl::StatusOr<ImageInfo> ProbeImageFile(const std::string& path);
+
+// `image`'s pixels as `channels` planes (CHW) into out (channels x height x width bytes):
+// channels is image.channels, or 3 for a gray image (replicated, as PIL's convert("RGB")).
+void ToPlanes(const DecodedImage& image, int channels, uint8_t* out);
 
 }  // namespace dptrain
 

@@ -3,7 +3,9 @@
 #include <png.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -169,6 +171,92 @@ TEST(ImageDecodeTest, TruncatedAndCmykJpegs) {
   ExpectError(jpeg.substr(0, jpeg.size() / 2), "cannot decode JPEG");
   ExpectError(jpeg.substr(0, 3), "cannot decode JPEG");
   ExpectError(EncodeJpeg(8, 8, 4, Pixels(8 * 8 * 4, 50)), "unsupported color space");
+}
+
+// ProbeImage tells, from the header alone, the size and channels DecodeImage gives.
+void ExpectProbeMatchesDecode(const std::string& bytes) {
+  const absl::StatusOr<ImageInfo> info = ProbeImage(bytes, "img");
+  ASSERT_TRUE(info.ok()) << info.status();
+  const DecodedImage image = Decode(bytes);
+  EXPECT_EQ(info->width, image.width);
+  EXPECT_EQ(info->height, image.height);
+  EXPECT_EQ(info->channels, image.channels);
+}
+
+TEST(ImageDecodeTest, ProbeTellsWhatADecodeGives) {
+  ExpectProbeMatchesDecode(EncodePng8(5, 3, 1, Pixels(15, 9)));
+  ExpectProbeMatchesDecode(EncodePng8(4, 6, 3, Pixels(72, 9)));
+  // Gray + alpha (gray), RGBA (RGB), palette (RGB), 16-bit gray, 1-bit gray.
+  ExpectProbeMatchesDecode(EncodePng(2, 2, PNG_COLOR_TYPE_GRAY_ALPHA, 8, {1, 2, 3, 4, 5, 6, 7, 8}));
+  ExpectProbeMatchesDecode(EncodePng(1, 2, PNG_COLOR_TYPE_RGB_ALPHA, 8, {1, 2, 3, 4, 5, 6, 7, 8}));
+  ExpectProbeMatchesDecode(
+      EncodePng(2, 1, PNG_COLOR_TYPE_PALETTE, 8, {0, 1}, {10, 20, 30, 40, 50, 60}));
+  ExpectProbeMatchesDecode(EncodePng(1, 1, PNG_COLOR_TYPE_GRAY, 16, {0x12, 0x34}));
+  ExpectProbeMatchesDecode(EncodePng(8, 1, PNG_COLOR_TYPE_GRAY, 1, {0xA5}));
+  ExpectProbeMatchesDecode(EncodeJpeg(9, 7, 1, Pixels(63, 100)));
+  ExpectProbeMatchesDecode(EncodeJpeg(7, 9, 3, Pixels(189, 100)));
+}
+
+TEST(ImageDecodeTest, ProbeRefusesWhatADecodeRefusesInTheHeader) {
+  const std::string png = EncodePng8(8, 8, 3, Pixels(192, 1));
+  for (const std::string& bytes :
+       {std::string("GIF89a......"), png.substr(0, 20), WithSize(png, 16000, 16000),
+        EncodeJpeg(8, 8, 4, Pixels(8 * 8 * 4, 50))}) {
+    const absl::StatusOr<ImageInfo> info = ProbeImage(bytes, "dir/bad.img");
+    ASSERT_FALSE(info.ok());
+    EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument) << info.status();
+    EXPECT_EQ(std::string(info.status().message()).rfind("dir/bad.img: ", 0), 0u);
+  }
+  // The header is all a probe reads: corrupt pixel data passes it (the decode refuses it).
+  std::string corrupt = png;
+  corrupt[png.size() - 17] ^= 0x55;  // IDAT's last data byte (before its CRC and IEND).
+  EXPECT_TRUE(ProbeImage(corrupt, "img").ok());
+  EXPECT_FALSE(DecodeImage(corrupt, "img").ok());
+}
+
+// A JPEG with a comment segment of `bytes` bytes before its frame header (as EXIF data can be).
+std::string JpegWithCommentFirst(const std::string& jpeg, size_t bytes) {
+  std::string out = jpeg.substr(0, 2);  // SOI.
+  for (size_t left = bytes; left > 0;) {
+    const size_t n = std::min<size_t>(left, 65533);
+    out += "\xFF\xFE";
+    out += static_cast<char>((n + 2) >> 8);
+    out += static_cast<char>((n + 2) & 0xFF);
+    out += std::string(n, 'c');
+    left -= n;
+  }
+  return out + jpeg.substr(2);
+}
+
+TEST(ImageDecodeTest, ProbeFileReadsPastAHeaderBeyondItsPrefix) {
+  const std::string dir = ::testing::TempDir();
+  const std::string jpeg = JpegWithCommentFirst(EncodeJpeg(6, 4, 3, Pixels(72, 200)), 200000);
+  const std::string path = dir + "/late_header.jpg";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite(jpeg.data(), 1, jpeg.size(), f), jpeg.size());
+  std::fclose(f);
+  const absl::StatusOr<ImageInfo> info = ProbeImageFile(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->width, 6);
+  EXPECT_EQ(info->height, 4);
+  EXPECT_EQ(info->channels, 3);
+  const absl::StatusOr<DecodedImage> image = DecodeImageFile(path);
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(image->width, 6);
+  const absl::StatusOr<ImageInfo> missing = ProbeImageFile(dir + "/no_such.png");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.status().message()).find("no_such.png"), std::string::npos);
+}
+
+TEST(ImageDecodeTest, ToPlanesReplicatesGrayToRgb) {
+  DecodedImage gray{2, 1, 1, {7, 9}};
+  uint8_t out[6];
+  ToPlanes(gray, 3, out);
+  EXPECT_EQ(std::vector<uint8_t>(out, out + 6), (std::vector<uint8_t>{7, 9, 7, 9, 7, 9}));
+  DecodedImage rgb{2, 1, 3, {1, 2, 3, 4, 5, 6}};
+  ToPlanes(rgb, 3, out);
+  EXPECT_EQ(std::vector<uint8_t>(out, out + 6), (std::vector<uint8_t>{1, 4, 2, 5, 3, 6}));
 }
 
 }  // namespace

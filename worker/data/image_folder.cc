@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/data/image_decode.h"
+#include "worker/data/image_stream.h"
 #include "worker/data/input_file.h"
 
 namespace dptrain {
@@ -22,7 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kMaxThreads = 8;
-constexpr int64_t kMaxFileBytes = int64_t{1} << 30;
 // Values (pixels x channels) of a whole set: 16 GiB of bytes.
 constexpr int64_t kMaxSetValues = int64_t{1} << 34;
 
@@ -53,69 +53,91 @@ absl::StatusOr<std::vector<std::string>> ListSorted(const std::string& dir, Keep
   return names;
 }
 
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  absl::StatusOr<InputFile> file = InputFile::Open(path);
-  if (!file.ok()) return file.status();
-  if (file->size() > kMaxFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", file->size(), " bytes is too large for an image file"));
-  }
-  std::string bytes(static_cast<size_t>(file->size()), '\0');
-  if (absl::Status s = file->ReadExactly(bytes.data(), file->size(), "image"); !s.ok()) return s;
-  return bytes;
-}
-
-// Decodes examples[i] into images[i] on `threads` threads. Returns the error of the first
-// failing example in order, whatever the number of threads: a thread stops taking examples
-// after any failure, but all examples before a failing one were taken before it.
-absl::Status DecodeAll(const std::string& split_dir, const std::vector<Example>& examples,
-                       int threads, const ImageSize& size, std::vector<DecodedImage>& images) {
-  const int64_t n = static_cast<int64_t>(examples.size());
-  images.assign(n, DecodedImage());
+// Runs work(i) for every example i on `threads` threads. Returns the error of the first failing
+// example in order, whatever the number of threads: a thread stops taking examples after any
+// failure, but all examples before a failing one were taken before it.
+template <typename Work>
+absl::Status ForEachExample(int64_t n, int threads, Work work) {
   std::vector<absl::Status> errors(n);
   std::atomic<int64_t> next{0};
-  std::atomic<int64_t> values{0};
   std::atomic<bool> stop{false};
-  std::atomic<bool> too_large{false};
-  auto work = [&] {
+  auto loop = [&] {
     while (!stop.load(std::memory_order_relaxed)) {
       const int64_t i = next.fetch_add(1);
       if (i >= n) return;
-      absl::StatusOr<std::string> bytes = ReadAll(examples[i].path);
-      absl::StatusOr<DecodedImage> image =
-          bytes.ok() ? DecodeImage(*bytes, examples[i].path) : bytes.status();
-      if (!image.ok()) {
-        errors[i] = image.status();
-        stop = true;
-        continue;
-      }
-      if (!size.keep()) *image = FitImage(*image, size);
-      // Counted as 3 channels: the set may turn out to be RGB.
-      if (values.fetch_add(int64_t{3} * image->width * image->height) > kMaxSetValues) {
-        too_large = true;
-        stop = true;
-      }
-      images[i] = *std::move(image);
+      errors[i] = work(i);
+      if (!errors[i].ok()) stop = true;
     }
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < std::min<int64_t>(threads, n); ++t) {
     try {
-      pool.emplace_back(work);
+      pool.emplace_back(loop);
     } catch (const std::system_error&) {
       break;  // Fewer threads: the work is the same.
     }
   }
-  work();
+  loop();
   for (std::thread& t : pool) t.join();
   for (int64_t i = 0; i < n; ++i) {
     if (!errors[i].ok()) return errors[i];
   }
-  if (too_large) {
-    return absl::ResourceExhaustedError(absl::StrCat(split_dir, ": the images hold more than ",
-                                                     kMaxSetValues,
-                                                     " values in all, too many to hold in memory"));
+  return absl::OkStatus();
+}
+
+// Decodes examples[i] into images[i], each brought to `size`.
+absl::Status DecodeAll(const std::string& split_dir, const std::vector<Example>& examples,
+                       int threads, const ImageSize& size, std::vector<DecodedImage>& images) {
+  images.assign(examples.size(), DecodedImage());
+  std::atomic<int64_t> values{0};
+  return ForEachExample(static_cast<int64_t>(examples.size()), threads, [&](int64_t i) {
+    absl::StatusOr<DecodedImage> image = DecodeImageFile(examples[i].path);
+    if (!image.ok()) return image.status();
+    if (!size.keep()) *image = FitImage(*image, size);
+    // Counted as 3 channels: the set may turn out to be RGB.
+    if (values.fetch_add(int64_t{3} * image->width * image->height) > kMaxSetValues) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(split_dir, ": the images hold more than ", kMaxSetValues,
+                       " values in all, too many to hold in memory (--image_decode=stream "
+                       "reads them as training reaches them)"));
+    }
+    images[i] = *std::move(image);
+    return absl::OkStatus();
+  });
+}
+
+// What each of examples[i] decodes to (brought to `size`), from its header: into shapes[i].
+absl::Status ProbeAll(const std::vector<Example>& examples, int threads, const ImageSize& size,
+                      std::vector<ImageInfo>& shapes) {
+  shapes.assign(examples.size(), ImageInfo());
+  return ForEachExample(static_cast<int64_t>(examples.size()), threads, [&](int64_t i) {
+    absl::StatusOr<ImageInfo> info = ProbeImageFile(examples[i].path);
+    if (!info.ok()) return info.status();
+    if (!size.keep()) info->height = size.rows, info->width = size.cols;
+    shapes[i] = *info;
+    return absl::OkStatus();
+  });
+}
+
+// The set's image shape (channels x rows x cols) from its images' (as decoded): one size, and
+// 3 channels unless every image is gray.
+absl::Status SetShape(const std::vector<Example>& examples, const std::vector<ImageInfo>& shapes,
+                      Dataset& data) {
+  const int height = shapes[0].height, width = shapes[0].width;
+  bool any_color = false;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (shapes[i].height != height || shapes[i].width != width) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(examples[i].path, ": image is ", shapes[i].height, "x", shapes[i].width,
+                       " (height x width) but ", examples[0].path, " is ", height, "x", width,
+                       "; all images of a set must have one size, or give one to bring them "
+                       "to (--image_size=S or HxW)"));
+    }
+    any_color = any_color || shapes[i].channels == 3;
   }
+  data.channels = any_color ? 3 : 1;
+  data.rows = height;
+  data.cols = width;
   return absl::OkStatus();
 }
 
@@ -181,43 +203,44 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
     for (const std::string& file : *files) examples.push_back({JoinPath(class_dir, file), label});
   }
 
+  Dataset data;
+  data.size = static_cast<int64_t>(examples.size());
+  data.num_classes = static_cast<int>(classes->size());
+  data.byte_storage = true;  // A quarter of the memory of floats (dataset.h).
+  data.labels.resize(static_cast<size_t>(data.size));
+  for (int64_t i = 0; i < data.size; ++i) data.labels[i] = static_cast<uint8_t>(examples[i].label);
+  const int threads = ThreadCount(options);
+  if (options.decode != ImageDecode::kLoad) {
+    std::vector<ImageInfo> shapes;
+    if (absl::Status s = ProbeAll(examples, threads, options.size, shapes); !s.ok()) return s;
+    if (absl::Status s = SetShape(examples, shapes, data); !s.ok()) return s;
+    if (options.decode == ImageDecode::kStream ||
+        data.size * data.image_size() > options.stream_above_bytes) {
+      std::vector<std::string> paths;
+      paths.reserve(examples.size());
+      for (Example& e : examples) paths.push_back(std::move(e.path));
+      ImageStream::Options stream;
+      stream.threads = threads;
+      stream.size = options.size;
+      absl::StatusOr<std::shared_ptr<ImageStream>> source =
+          ImageStream::Create(std::move(paths), data.channels, data.rows, data.cols, stream);
+      if (!source.ok()) return source.status();
+      data.source = *std::move(source);
+      return data;
+    }
+  }
   std::vector<DecodedImage> images;
-  if (absl::Status s = DecodeAll(split_dir, examples, ThreadCount(options), options.size, images);
-      !s.ok()) {
+  if (absl::Status s = DecodeAll(split_dir, examples, threads, options.size, images); !s.ok()) {
     return s;
   }
-  const int height = images[0].height, width = images[0].width;
-  bool any_color = false;
+  std::vector<ImageInfo> shapes(images.size());
   for (size_t i = 0; i < images.size(); ++i) {
-    if (images[i].height != height || images[i].width != width) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(examples[i].path, ": image is ", images[i].height, "x", images[i].width,
-                       " (height x width) but ", examples[0].path, " is ", height, "x", width,
-                       "; all images of a set must have one size, or give one to bring them "
-                       "to (--image_size=S or HxW)"));
-    }
-    any_color = any_color || images[i].channels == 3;
+    shapes[i] = {images[i].width, images[i].height, images[i].channels};
   }
-
-  Dataset data;
-  data.size = static_cast<int64_t>(images.size());
-  data.channels = any_color ? 3 : 1;
-  data.rows = height;
-  data.cols = width;
-  data.num_classes = static_cast<int>(classes->size());
-  const int64_t plane = int64_t{height} * width;
-  data.byte_storage = true;  // A quarter of the memory of floats (dataset.h).
+  if (absl::Status s = SetShape(examples, shapes, data); !s.ok()) return s;
   data.bytes.resize(static_cast<size_t>(data.size * data.image_size()));
-  data.labels.resize(static_cast<size_t>(data.size));
   for (int64_t i = 0; i < data.size; ++i) {
-    data.labels[i] = static_cast<uint8_t>(examples[i].label);
-    const DecodedImage& image = images[i];
-    uint8_t* out = data.bytes.data() + i * data.image_size();
-    for (int c = 0; c < data.channels; ++c) {
-      const int from = image.channels == 1 ? 0 : c;
-      for (int64_t p = 0; p < plane; ++p)
-        out[c * plane + p] = image.pixels[p * image.channels + from];
-    }
+    ToPlanes(images[i], data.channels, data.bytes.data() + i * data.image_size());
     std::vector<uint8_t>().swap(images[i].pixels);  // Frees as it goes.
   }
   return data;

@@ -22,12 +22,15 @@
 // read them with Dataset::CopyImages).
 //
 // Decoding (and resizing) runs on a small pool of threads (std::thread) owned by the call; the
-// result does not depend on their number. Only resized images are kept, so a folder of large
-// photos needs no more memory than the set at its final size. Errors are one-line statuses naming a
-// folder or file: NotFound (no DIR/train or DIR/<split> folder), InvalidArgument (no class folders,
-// more than 256, a test class missing from train, a class folder without images, an image that
-// cannot be decoded, an image of another size than the set's first), or the error of a failed read.
-// When several images fail, the first in the set's order is reported.
+// result does not depend on their number. To stream (options.decode), the images' headers are
+// read at load instead (ProbeImageFile: their size and channels, so that the set's shape and
+// the errors above but a corrupt image's data are known before training); a stream's read of an
+// image that fails is an error of that read, naming the file. Only resized images are kept, so a
+// folder of large photos needs no more memory than the set at its final size. Errors are one-line
+// statuses naming a folder or file: NotFound (no DIR/train or DIR/<split> folder), InvalidArgument
+// (no class folders, more than 256, a test class missing from train, a class folder without images,
+// an image that cannot be decoded, an image of another size than the set's first), or the error of
+// a failed read. When several images fail, the first in the set's order is reported.
 //
 // Thread-compatible: the function touches no shared state.
 #ifndef DPTRAIN_WORKER_DATA_IMAGE_FOLDER_H_
@@ -42,11 +45,18 @@
 
 namespace dptrain {
 
+// How a set's images are had: all decoded at load and held (as bytes), or decoded as training
+// reads them (worker/data/image_stream.h: the Dataset then has a source and holds no image),
+// or (auto) the first unless the decoded set would take more than stream_above_bytes.
+enum class ImageDecode { kLoad, kStream, kAuto };
+
 struct ImageFolderOptions {
   // Decoding threads; 0: min(std::thread::hardware_concurrency(), 8), at least 1. At most 64.
   int threads = 0;
   // The size every image is brought to (default: kept, and then all must agree).
   ImageSize size;
+  ImageDecode decode = ImageDecode::kLoad;
+  int64_t stream_above_bytes = int64_t{1} << 32;  // For kAuto.
 };
 
 // Loads DIR/train (train = true) or DIR/test.
