@@ -40,7 +40,7 @@ class ImageStream final : public ImageSource {
     // The size every image is brought to (default: kept; each must then be rows x cols).
     ImageSize size;
     // Decoded images held ahead of the reader, at most (and at least 2 per thread).
-    int64_t window_bytes = int64_t{256} << 20;
+    int64_t window_bytes = int64_t{64} << 20;
   };
 
   // Image i is the file paths[i]; each decodes (after options.size) to rows x cols, and is
