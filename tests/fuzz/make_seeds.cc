@@ -2,6 +2,7 @@
 // inputs, built with the project's own writers, from which the fuzzers mutate their way into
 // the parsers. Regenerate with
 //   bazel run //tests/fuzz:make_seeds -- $PWD/tests/fuzz/corpus
+#include <png.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "common/tensor_frame.h"
 #include "proto/ps.pb.h"
 #include "worker/comm/ring_wire.h"
+#include "worker/data/test_images.h"
 
 namespace dptrain {
 namespace {
@@ -261,6 +263,32 @@ void RingWireSeeds() {
   Write("ring_wire_fuzzer", "keyed", keyed.Bytes());
 }
 
+// Small images of every kind the decoders take (and two they refuse), for image_decode_fuzzer.
+void ImageSeeds() {
+  using testing_images::EncodeJpeg;
+  using testing_images::EncodePng;
+  using testing_images::EncodePng8;
+  std::vector<uint8_t> rgb(5 * 3 * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 17);
+  const std::string png = EncodePng8(5, 3, 3, rgb);
+  Write("image_decode_fuzzer", "rgb.png", png);
+  Write("image_decode_fuzzer", "gray.png", EncodePng8(4, 2, 1, {0, 50, 100, 150, 200, 250, 1, 2}));
+  Write("image_decode_fuzzer", "gray_alpha.png",
+        EncodePng(2, 1, PNG_COLOR_TYPE_GRAY_ALPHA, 8, {77, 0, 200, 255}));
+  Write("image_decode_fuzzer", "rgba.png",
+        EncodePng(2, 1, PNG_COLOR_TYPE_RGB_ALPHA, 8, {1, 2, 3, 0, 250, 128, 0, 99}));
+  Write("image_decode_fuzzer", "palette_trns.png",
+        EncodePng(3, 1, PNG_COLOR_TYPE_PALETTE, 8, {2, 0, 1}, {255, 0, 0, 0, 255, 0, 10, 20, 30},
+                  {0, 128, 255}));
+  Write("image_decode_fuzzer", "gray16.png",
+        EncodePng(2, 1, PNG_COLOR_TYPE_GRAY, 16, {0x12, 0x34, 0xFF, 0xFF}));
+  Write("image_decode_fuzzer", "gray1.png", EncodePng(3, 1, PNG_COLOR_TYPE_GRAY, 1, {0xA0}));
+  Write("image_decode_fuzzer", "truncated.png", png.substr(0, png.size() / 2));
+  Write("image_decode_fuzzer", "rgb.jpg", EncodeJpeg(9, 6, 3, std::vector<uint8_t>(162, 90)));
+  Write("image_decode_fuzzer", "gray.jpg", EncodeJpeg(8, 8, 1, std::vector<uint8_t>(64, 30)));
+  Write("image_decode_fuzzer", "cmyk.jpg", EncodeJpeg(8, 8, 4, std::vector<uint8_t>(256, 50)));
+}
+
 }  // namespace
 }  // namespace dptrain
 
@@ -276,5 +304,6 @@ int main(int argc, char** argv) {
   dptrain::ModelDescriptionSeeds();
   dptrain::InitRequestSeeds();
   dptrain::RingWireSeeds();
+  dptrain::ImageSeeds();
   return 0;
 }
