@@ -27,6 +27,7 @@ packages=(
   iproute2                                       # tests/netns_test.sh: ip netns, veth, tc
   python3-yaml docker-compose yamllint           # tests/deploy_*: compose/manifest checks
   clang-16 libfuzzer-16-dev libclang-rt-16-dev   # tests/fuzz: libFuzzer, ASan, UBSan runtimes
+  libomp-16-dev                                  # tests/fuzz: omp.h for clang (onnx_import_fuzzer)
 )
 for arg in "$@"; do
   case "$arg" in

@@ -12,7 +12,7 @@ clang=${DPTRAIN_FUZZ_CLANG:-/usr/bin/clang++-16}
 missing() {
   echo "tests/fuzz/clang.sh: ERROR: $1" >&2
   echo "  the fuzz targets need Debian's clang-16, libfuzzer-16-dev and libclang-rt-16-dev:" >&2
-  echo "  run tools/setup.sh (or apt-get install clang-16 libfuzzer-16-dev libclang-rt-16-dev)" >&2
+  echo "  run tools/setup.sh (or apt-get install clang-16 libfuzzer-16-dev libclang-rt-16-dev libomp-16-dev)" >&2
   exit 1
 }
 [[ -x $clang ]] || missing "$clang not found"

@@ -5,8 +5,9 @@ code under test. So an aspect walks the `deps` of a fuzzer (cc_library targets, 
 and compiles each of their sources again with tests/fuzz/clang.sh; the fuzzer links those
 objects with the system libraries the deps name in `linkopts`. Every object is a cached Bazel
 action, shared by all fuzzers that need it, and a dependency that splits or gains files is
-followed without editing anything here. (Not supported, not needed so far: `defines`,
-`includes` and `copts` of the deps.)
+followed without editing anything here. The deps' `defines` reach every object above them, as
+they do in a cc_library. (Not supported, not needed so far: `includes` and `copts` of the
+deps.)
 
 Adding a target (e.g. a checkpoint reader) is one call in tests/fuzz/BUILD,
 
@@ -28,14 +29,16 @@ FuzzObjectsInfo = provider(
         "objects": "depset of clang-instrumented object files",
         "headers": "depset of headers (for compiling dependents)",
         "linkopts": "depset of linker options (system libraries)",
+        "defines": "depset of preprocessor definitions (cc_library defines, transitively)",
     },
 )
 
-def _compile(ctx, clang, src, headers, subdir):
+def _compile(ctx, clang, src, headers, defines, subdir):
     obj = ctx.actions.declare_file("_fuzz_objs/%s/%s.o" % (subdir, src.short_path.replace("/", "_")))
     ctx.actions.run(
         executable = clang,
-        arguments = ["compile", src.path, obj.path, "-I.", "-I" + ctx.bin_dir.path],
+        arguments = ["compile", src.path, obj.path, "-I.", "-I" + ctx.bin_dir.path] +
+                    ["-D" + d for d in defines.to_list()],
         inputs = depset([src], transitive = [headers]),
         outputs = [obj],
         mnemonic = "FuzzCompile",
@@ -54,7 +57,14 @@ def _fuzz_objects_aspect_impl(target, ctx):
     hdrs = ctx.rule.files.hdrs if hasattr(ctx.rule.files, "hdrs") else []
     sources, private_headers = _split(srcs)
     headers = depset(hdrs + private_headers, transitive = [b.headers for b in below])
-    objects = [_compile(ctx, ctx.executable._clang, s, headers, target.label.name) for s in sources]
+    defines = depset(
+        getattr(ctx.rule.attr, "defines", []),
+        transitive = [b.defines for b in below],
+    )
+    objects = [
+        _compile(ctx, ctx.executable._clang, s, headers, defines, target.label.name)
+        for s in sources
+    ]
     return [FuzzObjectsInfo(
         objects = depset(objects, transitive = [b.objects for b in below]),
         headers = headers,
@@ -62,6 +72,7 @@ def _fuzz_objects_aspect_impl(target, ctx):
             getattr(ctx.rule.attr, "linkopts", []),
             transitive = [b.linkopts for b in below],
         ),
+        defines = defines,
     )]
 
 _CLANG_ATTR = {
@@ -83,8 +94,9 @@ def _fuzzer_impl(ctx):
     below = [d[FuzzObjectsInfo] for d in ctx.attr.deps]
     sources, own_headers = _split(ctx.files.srcs)
     headers = depset(own_headers, transitive = [b.headers for b in below])
+    defines = depset(transitive = [b.defines for b in below])
     objects = depset(
-        [_compile(ctx, ctx.executable._clang, s, headers, ctx.label.name) for s in sources],
+        [_compile(ctx, ctx.executable._clang, s, headers, defines, ctx.label.name) for s in sources],
         transitive = [b.objects for b in below],
     )
     linkopts = depset(transitive = [b.linkopts for b in below]).to_list()
