@@ -327,6 +327,7 @@ def main():
                  r"images are streamed \(decoded as read\) from image folders only; this data set "
                  r"is cifar", ("--image_decode=stream",))
     broken = os.path.join(SCRATCH, "images_broken")
+    shutil.rmtree(broken, ignore_errors=True)
     shutil.copytree(folder, broken)
     victim = os.path.join(broken, "train", "class03", sorted(
         os.listdir(os.path.join(broken, "train", "class03")))[0])

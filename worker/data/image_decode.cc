@@ -268,16 +268,19 @@ absl::StatusOr<DecodedImage> DecodeImageFile(const std::string& path) {
 }
 
 absl::StatusOr<ImageInfo> ProbeImageFile(const std::string& path) {
-  // The header is nearly always within the first 64 KiB (JPEG's EXIF data may come first and
-  // be larger): the whole file is read only when the prefix does not hold it.
-  constexpr int64_t kPrefix = 64 << 10;
-  absl::StatusOr<std::string> head = ReadFile(path, kPrefix);
-  if (!head.ok()) return head.status();
-  absl::StatusOr<ImageInfo> info = ProbeImage(*head, path);
-  if (info.ok() || static_cast<int64_t>(head->size()) < kPrefix) return info;
-  absl::StatusOr<std::string> whole = ReadFile(path, kMaxImageFileBytes);
-  if (!whole.ok()) return whole.status();
-  return ProbeImage(*whole, path);
+  // The header is nearly always within the first 4 KiB, else (JPEG's EXIF data, which may
+  // come first, up to 64 KiB a segment) within 64 KiB: the whole file is read only when neither
+  // holds it (a set of a million photos is then not read whole at load).
+  int64_t prefix = int64_t{4} << 10;
+  while (true) {
+    absl::StatusOr<std::string> head = ReadFile(path, prefix);
+    if (!head.ok()) return head.status();
+    absl::StatusOr<ImageInfo> info = ProbeImage(*head, path);
+    if (info.ok() || static_cast<int64_t>(head->size()) < prefix || prefix == kMaxImageFileBytes) {
+      return info;
+    }
+    prefix = prefix < (int64_t{64} << 10) ? int64_t{64} << 10 : kMaxImageFileBytes;
+  }
 }
 
 void ToPlanes(const DecodedImage& image, int channels, uint8_t* out) {

@@ -57,8 +57,8 @@ absl::StatusOr<DecodedImage> DecodeImage(absl::string_view bytes, absl::string_v
 absl::StatusOr<ImageInfo> ProbeImage(absl::string_view bytes, absl::string_view name);
 
 // DecodeImage and ProbeImage of the file at `path` (the error of a failed read, or of a file
-// beyond kMaxImageFileBytes, names it). ProbeImageFile reads the file's first 64 KiB, and the
-// whole file only when they do not hold the header.
+// beyond kMaxImageFileBytes, names it). ProbeImageFile reads the file's first 4 KiB, then 64 KiB,
+// and the whole file only when they do not hold the header.
 absl::StatusOr<DecodedImage> DecodeImageFile(const std::string& path);
 absl::StatusOr<ImageInfo> ProbeImageFile(const std::string& path);
 

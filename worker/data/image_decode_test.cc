@@ -230,20 +230,23 @@ std::string JpegWithCommentFirst(const std::string& jpeg, size_t bytes) {
 
 TEST(ImageDecodeTest, ProbeFileReadsPastAHeaderBeyondItsPrefix) {
   const std::string dir = ::testing::TempDir();
-  const std::string jpeg = JpegWithCommentFirst(EncodeJpeg(6, 4, 3, Pixels(72, 200)), 200000);
-  const std::string path = dir + "/late_header.jpg";
-  FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(std::fwrite(jpeg.data(), 1, jpeg.size(), f), jpeg.size());
-  std::fclose(f);
-  const absl::StatusOr<ImageInfo> info = ProbeImageFile(path);
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->width, 6);
-  EXPECT_EQ(info->height, 4);
-  EXPECT_EQ(info->channels, 3);
-  const absl::StatusOr<DecodedImage> image = DecodeImageFile(path);
-  ASSERT_TRUE(image.ok()) << image.status();
-  EXPECT_EQ(image->width, 6);
+  // Headers after 10 KB (beyond the first read, 4 KiB) and after 200 KB (beyond 64 KiB).
+  for (size_t before : {size_t{0}, size_t{10000}, size_t{200000}}) {
+    const std::string jpeg = JpegWithCommentFirst(EncodeJpeg(6, 4, 3, Pixels(72, 200)), before);
+    const std::string path = dir + "/late_header.jpg";
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(jpeg.data(), 1, jpeg.size(), f), jpeg.size());
+    std::fclose(f);
+    const absl::StatusOr<ImageInfo> info = ProbeImageFile(path);
+    ASSERT_TRUE(info.ok()) << before << ": " << info.status();
+    EXPECT_EQ(info->width, 6);
+    EXPECT_EQ(info->height, 4);
+    EXPECT_EQ(info->channels, 3);
+    const absl::StatusOr<DecodedImage> image = DecodeImageFile(path);
+    ASSERT_TRUE(image.ok()) << image.status();
+    EXPECT_EQ(image->width, 6);
+  }
   const absl::StatusOr<ImageInfo> missing = ProbeImageFile(dir + "/no_such.png");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(std::string(missing.status().message()).find("no_such.png"), std::string::npos);

@@ -23,8 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kMaxThreads = 8;
-// Values (pixels x channels) of a whole set: 16 GiB of bytes.
-constexpr int64_t kMaxSetValues = int64_t{1} << 34;
 
 struct Example {
   std::string path;
@@ -87,7 +85,8 @@ absl::Status ForEachExample(int64_t n, int threads, Work work) {
 
 // Decodes examples[i] into images[i], each brought to `size`.
 absl::Status DecodeAll(const std::string& split_dir, const std::vector<Example>& examples,
-                       int threads, const ImageSize& size, std::vector<DecodedImage>& images) {
+                       int threads, const ImageSize& size, int64_t max_values,
+                       std::vector<DecodedImage>& images) {
   images.assign(examples.size(), DecodedImage());
   std::atomic<int64_t> values{0};
   return ForEachExample(static_cast<int64_t>(examples.size()), threads, [&](int64_t i) {
@@ -95,9 +94,10 @@ absl::Status DecodeAll(const std::string& split_dir, const std::vector<Example>&
     if (!image.ok()) return image.status();
     if (!size.keep()) *image = FitImage(*image, size);
     // Counted as 3 channels: the set may turn out to be RGB.
-    if (values.fetch_add(int64_t{3} * image->width * image->height) > kMaxSetValues) {
+    const int64_t added = int64_t{3} * image->width * image->height;
+    if (values.fetch_add(added) + added > max_values) {
       return absl::ResourceExhaustedError(
-          absl::StrCat(split_dir, ": the images hold more than ", kMaxSetValues,
+          absl::StrCat(split_dir, ": the images hold more than ", max_values,
                        " values in all, too many to hold in memory (--image_decode=stream "
                        "reads them as training reaches them)"));
     }
@@ -214,7 +214,9 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
     std::vector<ImageInfo> shapes;
     if (absl::Status s = ProbeAll(examples, threads, options.size, shapes); !s.ok()) return s;
     if (absl::Status s = SetShape(examples, shapes, data); !s.ok()) return s;
-    if (options.decode == ImageDecode::kStream ||
+    // Auto streams a set larger than its limit, or than a load may hold (DecodeAll's bound).
+    const bool loadable = data.size * 3 * data.rows * data.cols <= options.max_load_values;
+    if (options.decode == ImageDecode::kStream || !loadable ||
         data.size * data.image_size() > options.stream_above_bytes) {
       std::vector<std::string> paths;
       paths.reserve(examples.size());
@@ -230,7 +232,9 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
     }
   }
   std::vector<DecodedImage> images;
-  if (absl::Status s = DecodeAll(split_dir, examples, threads, options.size, images); !s.ok()) {
+  if (absl::Status s =
+          DecodeAll(split_dir, examples, threads, options.size, options.max_load_values, images);
+      !s.ok()) {
     return s;
   }
   std::vector<ImageInfo> shapes(images.size());

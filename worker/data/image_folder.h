@@ -47,7 +47,8 @@ namespace dptrain {
 
 // How a set's images are had: all decoded at load and held (as bytes), or decoded as training
 // reads them (worker/data/image_stream.h: the Dataset then has a source and holds no image),
-// or (auto) the first unless the decoded set would take more than stream_above_bytes.
+// or (auto) the first unless the decoded set would take more than stream_above_bytes or more
+// than a load holds (16 GiB of values, counted as 3 channels).
 enum class ImageDecode { kLoad, kStream, kAuto };
 
 struct ImageFolderOptions {
@@ -57,6 +58,9 @@ struct ImageFolderOptions {
   ImageSize size;
   ImageDecode decode = ImageDecode::kLoad;
   int64_t stream_above_bytes = int64_t{1} << 32;  // For kAuto.
+  // A load holds at most this many values (each image counted as 3 channels: 16 GiB of
+  // bytes); beyond, kLoad fails (ResourceExhausted) and kAuto streams.
+  int64_t max_load_values = int64_t{1} << 34;
 };
 
 // Loads DIR/train (train = true) or DIR/test.

@@ -65,6 +65,10 @@ ImageStream::~ImageStream() {
 }
 
 absl::Status ImageStream::Decode(int64_t index, std::vector<uint8_t>& out) const {
+  if (index < 0 || index >= static_cast<int64_t>(paths_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("image stream: index ", index, " outside [0, ", paths_.size(), ")"));
+  }
   const std::string& path = paths_[index];
   absl::StatusOr<DecodedImage> image = DecodeImageFile(path);
   if (!image.ok()) return image.status();
@@ -123,13 +127,10 @@ void ImageStream::Plan(absl::Span<const int64_t> order) {
   plan_.assign(order.begin(), order.end());
   base_ = consumed_;
   next_ = consumed_ + kept;
+  ++plans_;  // A reader waiting on the old plan decodes on its own thread instead.
 }
 
 absl::Status ImageStream::Read(int64_t index, uint8_t* out) {
-  if (index < 0 || index >= static_cast<int64_t>(paths_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("image stream: index ", index, " outside [0, ", paths_.size(), ")"));
-  }
   std::vector<uint8_t> bytes;
   bool from_plan = false;
   absl::Status status;
@@ -138,12 +139,15 @@ absl::Status ImageStream::Read(int64_t index, uint8_t* out) {
     const int64_t position = consumed_;
     if (!threads_.empty() && position - base_ < static_cast<int64_t>(plan_.size()) &&
         plan_[position - base_] == index) {
+      // Until the image is there, or another reader took this position, or a new plan came:
+      // then the slot is not this read's, and it decodes on this thread.
       Slot& slot = slots_[position % window_];
-      auto ready = [&slot, position, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return slot.position == position || stopping_;
+      const int64_t plans = plans_;
+      auto ready = [&slot, position, plans, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return slot.position == position || consumed_ != position || plans_ != plans || stopping_;
       };
       mu_.Await(absl::Condition(&ready));
-      if (slot.position == position) {
+      if (slot.position == position && consumed_ == position && plans_ == plans) {
         std::swap(bytes, slot.bytes);
         status = std::move(slot.status);
         slot.position = -1;

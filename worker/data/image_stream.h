@@ -90,6 +90,7 @@ class ImageStream final : public ImageSource {
   int64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // Position p in slots_[p % window_].
+  int64_t plans_ ABSL_GUARDED_BY(mu_) = 0;        // Plans made so far.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t planned_reads_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t unplanned_reads_ ABSL_GUARDED_BY(mu_) = 0;
