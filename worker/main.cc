@@ -163,8 +163,9 @@ class StatusService final : public proto::Worker::Service {
 
 // The training and test sets of --data_dir in --data_format (detected when empty), cut to
 // the subsets and normalised; the same classes and image shape in both.
-absl::Status LoadData(const DataConfig& data, Dataset& train, Dataset& test) {
+absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Dataset& test) {
   LoadOptions load;
+  load.threads = threads;
   load.image_size = data.image_size;
   load.image_decode = data.image_decode;
   DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
@@ -194,14 +195,19 @@ absl::Status LoadData(const DataConfig& data, Dataset& train, Dataset& test) {
 }
 
 // The CPU's thread plan (--threads, the cores this process may use, the workers per host).
-absl::Status PlanCpu(const WorkerConfig& config, const std::string& who,
-                     nn::ModelOptions& options) {
+// This worker's share of the CPU (--threads, the cores this process may use, the workers per
+// host): the CPU model's math threads, and the image decoding threads of a streamed data set.
+absl::StatusOr<ThreadPlan> PlanCpuThreads(const WorkerConfig& config) {
   ThreadPlanInputs inputs;
   inputs.flag = config.threads;
   inputs.affinity_cores = AffinityCores();
   inputs.cgroup_cores = CgroupCpuLimit();
   inputs.local_workers = config.local_world_size;
-  DPTRAIN_ASSIGN_OR_RETURN(ThreadPlan plan, PlanThreads(inputs));
+  return PlanThreads(inputs);
+}
+
+void PlanCpu(const WorkerConfig& config, const std::string& who, const ThreadPlan& plan,
+             nn::ModelOptions& options) {
   options.threads = plan.threads;
   options.dense_gemm = plan.dense_gemm;
   options.conv_algorithm = config.conv;
@@ -209,7 +215,6 @@ absl::Status PlanCpu(const WorkerConfig& config, const std::string& who,
             << (config.conv_name == "auto" ? "oneDNN where measured faster, else im2col"
                                            : config.conv_name)
             << std::endl;
-  return absl::OkStatus();
 }
 
 absl::Status Run(const WorkerConfig& config) {
@@ -265,7 +270,8 @@ absl::Status Run(const WorkerConfig& config) {
   }
   DPTRAIN_RETURN_IF_ERROR(ServeMetrics(*telemetry, who, credentials->tls()));
   Dataset train, test;
-  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, train, test));
+  DPTRAIN_ASSIGN_OR_RETURN(const ThreadPlan cpu_plan, PlanCpuThreads(config));
+  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, cpu_plan.threads, train, test));
   auto held = [](const Dataset& d) { return d.source != nullptr ? "decoded as read" : "held"; };
   std::cout << who << ": data " << config.data.dir << ": " << train.size << " training images ("
             << held(train) << "), " << test.size << " test images (" << held(test) << "), "
@@ -276,7 +282,7 @@ absl::Status Run(const WorkerConfig& config) {
   model_options.name = config.model;
   model_options.seed = config.seed;
   model_options.shape = {{train.channels, train.rows, train.cols}, train.num_classes};
-  if (!on_gpu) DPTRAIN_RETURN_IF_ERROR(PlanCpu(config, who, model_options));
+  if (!on_gpu) PlanCpu(config, who, cpu_plan, model_options);
   // All-reduce mode on a GPU: every replica applies the averaged gradient itself, where its
   // weights are; on the CPU the ring shards the optimizer unless told otherwise. ps and
   // master: the server applies it.

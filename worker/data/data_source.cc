@@ -83,6 +83,7 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& f
     ImageFolderOptions folder;
     folder.size = options.image_size;
     folder.decode = options.image_decode;
+    folder.threads = options.threads;
     if (folder.decode == ImageDecode::kAuto) folder.stream_above_bytes = AutoStreamAboveBytes();
     return LoadImageFolder(dir, train, folder);
   }

@@ -43,6 +43,9 @@ struct LoadOptions {
   // process may use (the machine's, or its cgroup's limit if lower). The other formats are
   // held, and refuse kStream (InvalidArgument).
   ImageDecode image_decode = ImageDecode::kAuto;
+  // Image folders: decoding threads (ImageFolderOptions::threads; 0: as many as the cores, at
+  // most 8).
+  int threads = 0;
 };
 
 // "auto", "load" or "stream" as an ImageDecode; InvalidArgument naming the text otherwise.
