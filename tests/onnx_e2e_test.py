@@ -71,6 +71,15 @@ def write_cifar(folder, train, test):
             f.write(bytes([int(y)]) + x.numpy().tobytes())
 
 
+def write_npy(folder, train, test):
+    """The same images and labels as .npy arrays (uint8 N x 3 x 32 x 32, int64 labels)."""
+    import numpy
+    os.makedirs(folder, exist_ok=True)
+    for split, (xs, ys) in (("train", train), ("test", test)):
+        numpy.save(os.path.join(folder, f"{split}_images.npy"), xs.numpy())
+        numpy.save(os.path.join(folder, f"{split}_labels.npy"), ys.long().numpy())
+
+
 def png(image):
     """A 3x32x32 uint8 tensor as the bytes of an RGB PNG file."""
     height, width = image.shape[1], image.shape[2]
@@ -257,17 +266,30 @@ def main():
         print(f"ok: an exported CNN, 2 workers x 2 shards on the {name} data: test_acc "
               f"{printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights", flush=True)
 
-    # The same image folder decoded as training reads it (--image_decode=stream) trains the
+    # The same image folder decoded as training reads it (--data_loading=stream) trains the
     # same model bit for bit as the folder decoded at load (the run above).
     printed, saved, text = train("onnx_imagefolder_stream", model_path, folder,
-                                 ("--image_decode=stream",))
+                                 ("--data_loading=stream",))
     held = os.path.join(SCRATCH, "onnx_imagefolder.safetensors")
-    if "training images (decoded as read)" not in text:
-        fail(f"streamed imagefolder: no 'decoded as read' line: {text[:800]}")
+    if "training images (read as needed)" not in text:
+        fail(f"streamed imagefolder: no 'read as needed' line: {text[:800]}")
     if open(saved, "rb").read() != open(held, "rb").read():
         fail("streamed imagefolder: the saved weights differ from the run that held the images")
-    print(f"ok: the image folder decoded as read (--image_decode=stream): test_acc {printed:.4f}, "
+    print(f"ok: the image folder decoded as read (--data_loading=stream): test_acc {printed:.4f}, "
           f"weights bit-identical to the run that decoded it at load", flush=True)
+
+    # The CIFAR set's images as .npy arrays, read from the file as training goes: the same
+    # images in the same order as the CIFAR run, so the same weights bit for bit.
+    npy = os.path.join(SCRATCH, "npy")
+    write_npy(npy, train_set, test_set)
+    printed, saved, text = train("onnx_npy_stream", model_path, npy, ("--data_loading=stream",))
+    if "training images (read as needed)" not in text:
+        fail(f"streamed npy: no 'read as needed' line: {text[:800]}")
+    if open(saved, "rb").read() != open(os.path.join(SCRATCH, "onnx_cifar.safetensors"),
+                                        "rb").read():
+        fail("streamed npy: the saved weights differ from the CIFAR run on the same images")
+    print(f"ok: the same images as .npy read from the file (--data_loading=stream): test_acc "
+          f"{printed:.4f}, weights bit-identical to the CIFAR run", flush=True)
 
     # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built
     # for that data (the same names and shapes as gpu_worker's) and evaluates as it printed.
@@ -321,11 +343,11 @@ def main():
     export(Net(classes=5), few)
     expect_error("too few outputs", few, cifar, r"five.onnx has 5 outputs, and the data in .* has "
                  r"10 classes")
-    # Streamed image folders: only folders stream; an image whose header reads but whose data
-    # do not decode stops training when it is reached, naming the file.
+    # Streamed sets: only image folders and .npy arrays stream; an image whose header reads but
+    # whose data do not decode stops training when it is reached, naming the file.
     expect_error("stream a cifar set", model_path, cifar,
-                 r"images are streamed \(decoded as read\) from image folders only; this data set "
-                 r"is cifar", ("--image_decode=stream",))
+                 r"images are streamed \(read as training goes\) from image folders and \.npy "
+                 r"arrays only; this data set is cifar", ("--data_loading=stream",))
     broken = os.path.join(SCRATCH, "images_broken")
     shutil.rmtree(broken, ignore_errors=True)
     shutil.copytree(folder, broken)
@@ -335,7 +357,7 @@ def main():
     data[-17] ^= 0x55  # IDAT's last data byte: the header still reads, the pixels do not.
     open(victim, "wb").write(bytes(data))
     expect_error("an image that does not decode, streamed", model_path, broken,
-                 re.escape(victim) + r": cannot decode PNG", ("--image_decode=stream",))
+                 re.escape(victim) + r": cannot decode PNG", ("--data_loading=stream",))
 
 
 if __name__ == "__main__":

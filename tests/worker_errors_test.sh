@@ -24,10 +24,10 @@ expect_error "missing idx files" "empty/train-images-idx3-ubyte.gz: cannot open"
   --ps=127.0.0.1:1 --data_dir="$SCRATCH/empty" --data_format=idx
 expect_error "bad data format" "--data_format: must be idx, cifar, imagefolder or npy" \
   --ps=127.0.0.1:1 --data_format=csv
-expect_error "bad image decode" "--image_decode: must be auto, load or stream, got 'lazy'" \
-  --ps=127.0.0.1:1 --image_decode=lazy
-expect_error "streaming a cifar set" "--image_decode: stream applies to image folders (--data_format=imagefolder), not to cifar" \
-  --ps=127.0.0.1:1 --image_decode=stream --data_format=cifar
+expect_error "bad data loading" "--data_loading: must be auto, load or stream, got 'lazy'" \
+  --ps=127.0.0.1:1 --data_loading=lazy
+expect_error "streaming a cifar set" "--data_loading: stream applies to image folders and .npy arrays (--data_format=imagefolder or npy), not to cifar" \
+  --ps=127.0.0.1:1 --data_loading=stream --data_format=cifar
 printf 'this is not gzip idx data' >"$SCRATCH/corrupt/train-images-idx3-ubyte.gz"
 printf 'junk' >"$SCRATCH/corrupt/train-labels-idx1-ubyte.gz"
 expect_error "corrupt data" "train-images-idx3-ubyte.gz" --ps=127.0.0.1:1 \

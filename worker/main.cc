@@ -167,7 +167,7 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
   LoadOptions load;
   load.threads = threads;
   load.image_size = data.image_size;
-  load.image_decode = data.image_decode;
+  load.data_loading = data.data_loading;
   DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
   DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
   if (test.channels != train.channels || test.rows != train.rows || test.cols != train.cols) {
@@ -272,7 +272,7 @@ absl::Status Run(const WorkerConfig& config) {
   Dataset train, test;
   DPTRAIN_ASSIGN_OR_RETURN(const ThreadPlan cpu_plan, PlanCpuThreads(config));
   DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, cpu_plan.threads, train, test));
-  auto held = [](const Dataset& d) { return d.source != nullptr ? "decoded as read" : "held"; };
+  auto held = [](const Dataset& d) { return d.source != nullptr ? "read as needed" : "held"; };
   std::cout << who << ": data " << config.data.dir << ": " << train.size << " training images ("
             << held(train) << "), " << test.size << " test images (" << held(test) << "), "
             << train.channels << "x" << train.rows << "x" << train.cols << ", " << train.num_classes

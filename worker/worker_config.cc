@@ -69,12 +69,13 @@ ABSL_FLAG(std::string, image_size, "",
           "torchvision's transforms with Pillow's bilinear resampling: S = Resize(S) then "
           "CenterCrop(S); HxW = Resize((H, W)). Empty: kept (all images must then have one "
           "size).");
-ABSL_FLAG(std::string, image_decode, "auto",
-          "ImageFolder data: load (every image decoded once, at load, and held as bytes), "
-          "stream (decoded as training reads them, on a pool of threads a window ahead of the "
-          "steps: for sets too large to hold; costs a decode per image and epoch) or auto "
-          "(stream when the decoded set would take more than a quarter of this machine's "
-          "memory).");
+ABSL_FLAG(std::string, data_loading, "auto",
+          "Image folders and uint8 .npy arrays: load (every image read, and decoded, once at "
+          "load and held as bytes), stream (read as training reaches them: image files decoded "
+          "on a pool of threads a window ahead of the steps, costing a decode per image and "
+          "epoch; .npy images read from the file; for sets too large to hold) or auto (stream "
+          "when the images would take more than a quarter of this machine's memory). The other "
+          "formats are held.");
 ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "Per-channel means to subtract after scaling pixels to [0, 1] (with --data_std), "
           "e.g. 0.4914,0.4822,0.4465; empty: no normalisation.");
@@ -323,12 +324,13 @@ absl::Status ReadData(WorkerConfig& c) {
                                           "not to ",
                                           d.format));
   }
-  absl::StatusOr<ImageDecode> decode = ParseImageDecode(absl::GetFlag(FLAGS_image_decode));
-  if (!decode.ok()) return Bad("image_decode", decode.status().message());
-  d.image_decode = *decode;
-  if (d.image_decode == ImageDecode::kStream && !d.format.empty() && d.format != "imagefolder") {
-    return Bad("image_decode", absl::StrCat("stream applies to image folders "
-                                            "(--data_format=imagefolder), not to ",
+  absl::StatusOr<DataLoading> loading = ParseDataLoading(absl::GetFlag(FLAGS_data_loading));
+  if (!loading.ok()) return Bad("data_loading", loading.status().message());
+  d.data_loading = *loading;
+  if (d.data_loading == DataLoading::kStream && !d.format.empty() && d.format != "imagefolder" &&
+      d.format != "npy") {
+    return Bad("data_loading", absl::StrCat("stream applies to image folders and .npy arrays "
+                                            "(--data_format=imagefolder or npy), not to ",
                                             d.format));
   }
   d.train_subset = absl::GetFlag(FLAGS_train_subset);

@@ -55,10 +55,10 @@ absl::StatusOr<std::string> DetectDataFormat(const std::string& dir) {
   return found[0];
 }
 
-absl::StatusOr<ImageDecode> ParseImageDecode(const std::string& text) {
-  if (text == "auto") return ImageDecode::kAuto;
-  if (text == "load") return ImageDecode::kLoad;
-  if (text == "stream") return ImageDecode::kStream;
+absl::StatusOr<DataLoading> ParseDataLoading(const std::string& text) {
+  if (text == "auto") return DataLoading::kAuto;
+  if (text == "load") return DataLoading::kLoad;
+  if (text == "stream") return DataLoading::kStream;
   return absl::InvalidArgumentError(absl::StrCat("must be auto, load or stream, got '", text, "'"));
 }
 
@@ -82,20 +82,28 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& f
   if (chosen == "imagefolder") {
     ImageFolderOptions folder;
     folder.size = options.image_size;
-    folder.decode = options.image_decode;
+    folder.loading = options.data_loading;
     folder.threads = options.threads;
-    if (folder.decode == ImageDecode::kAuto) folder.stream_above_bytes = AutoStreamAboveBytes();
+    if (folder.loading == DataLoading::kAuto) folder.stream_above_bytes = AutoStreamAboveBytes();
     return LoadImageFolder(dir, train, folder);
-  }
-  if (options.image_decode == ImageDecode::kStream) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": images are streamed (decoded as read) from image folders only; this data set is ",
-        chosen, ", held in memory"));
   }
   if (!options.image_size.keep()) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": an image size (", options.image_size.ToString(),
                      ") applies to image folders only; this data set is ", chosen));
+  }
+  if (chosen == "npy") {
+    NpyOptions npy;
+    npy.loading = options.data_loading;
+    if (npy.loading == DataLoading::kAuto) npy.stream_above_bytes = AutoStreamAboveBytes();
+    return LoadNpy(dir, train, npy);
+  }
+  if (options.data_loading == DataLoading::kStream) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir,
+        ": images are streamed (read as training goes) from image folders and .npy arrays "
+        "only; this data set is ",
+        chosen, ", held in memory"));
   }
   if (chosen == "idx") {
     const std::string prefix = train ? "train" : "t10k";
@@ -103,7 +111,6 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& f
                        IdxPath(dir, prefix + "-labels-idx1-ubyte"));
   }
   if (chosen == "cifar") return LoadCifar(dir, train);
-  if (chosen == "npy") return LoadNpy(dir, train);
   return absl::InvalidArgumentError(
       absl::StrCat("unknown data format '", format,
                    "' (known: idx, cifar, npy, imagefolder, or empty to detect)"));

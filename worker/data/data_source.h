@@ -38,18 +38,18 @@ struct LoadOptions {
   // Image folders: the size every image is brought to (worker/data/image_resize.h); the
   // other formats hold images of one size and refuse one (InvalidArgument).
   ImageSize image_size;
-  // Image folders: decoded at load, or as training reads them (worker/data/image_folder.h);
-  // auto streams a set whose decoded images would take more than a quarter of the memory this
-  // process may use (the machine's, or its cgroup's limit if lower). The other formats are
-  // held, and refuse kStream (InvalidArgument).
-  ImageDecode image_decode = ImageDecode::kAuto;
+  // Image folders and .npy arrays: read (and decoded) at load, or as training reads them
+  // (worker/data/image_folder.h, npy_reader.h); auto streams a set whose images would take more
+  // than a quarter of the memory this process may use (the machine's, or its cgroup's limit if
+  // lower). The other formats are held, and refuse kStream (InvalidArgument).
+  DataLoading data_loading = DataLoading::kAuto;
   // Image folders: decoding threads (ImageFolderOptions::threads; 0: as many as the cores, at
   // most 8).
   int threads = 0;
 };
 
-// "auto", "load" or "stream" as an ImageDecode; InvalidArgument naming the text otherwise.
-absl::StatusOr<ImageDecode> ParseImageDecode(const std::string& text);
+// "auto", "load" or "stream" as a DataLoading; InvalidArgument naming the text otherwise.
+absl::StatusOr<DataLoading> ParseDataLoading(const std::string& text);
 
 // The bytes above which auto streams: a quarter of the memory this process may use.
 int64_t AutoStreamAboveBytes();

@@ -26,6 +26,11 @@
 
 namespace dptrain {
 
+// How a reader that can has a set's images: all read (and decoded) at load and held, or read
+// as training reaches them through an ImageSource, or (auto) held unless they would take more
+// memory than the reader's limit.
+enum class DataLoading { kLoad, kStream, kAuto };
+
 // Images read from elsewhere as they are needed, as bytes (channels x rows x cols each, the
 // byte store's layout). Thread-safe.
 class ImageSource {

@@ -37,7 +37,7 @@ void ExpectError(const std::string& bytes, const std::string& fragment) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
-TEST(ImageDecodeTest, GrayPng) {
+TEST(DataLoadingTest, GrayPng) {
   const Pixels gray = {0, 10, 20, 30, 40, 255};
   const DecodedImage image = Decode(EncodePng8(3, 2, 1, gray));
   EXPECT_EQ(image.width, 3);
@@ -46,21 +46,21 @@ TEST(ImageDecodeTest, GrayPng) {
   EXPECT_EQ(image.pixels, gray);
 }
 
-TEST(ImageDecodeTest, OneBitGrayIsExpandedTo8Bits) {
+TEST(DataLoadingTest, OneBitGrayIsExpandedTo8Bits) {
   // 3x1 image, bits 1 0 1 (packed MSB first).
   const DecodedImage image = Decode(EncodePng(3, 1, PNG_COLOR_TYPE_GRAY, 1, {0xA0}));
   EXPECT_EQ(image.channels, 1);
   EXPECT_EQ(image.pixels, (Pixels{255, 0, 255}));
 }
 
-TEST(ImageDecodeTest, GrayAlphaPngDropsAlpha) {
+TEST(DataLoadingTest, GrayAlphaPngDropsAlpha) {
   const DecodedImage image =
       Decode(EncodePng(2, 1, PNG_COLOR_TYPE_GRAY_ALPHA, 8, {77, 0, 200, 255}));
   EXPECT_EQ(image.channels, 1);
   EXPECT_EQ(image.pixels, (Pixels{77, 200}));
 }
 
-TEST(ImageDecodeTest, RgbAndRgbaPngs) {
+TEST(DataLoadingTest, RgbAndRgbaPngs) {
   const Pixels rgb = {1, 2, 3, 250, 128, 0};
   EXPECT_EQ(Decode(EncodePng8(2, 1, 3, rgb)).pixels, rgb);
   // Alpha is dropped, not composited: a transparent pixel keeps its colour (as PIL's
@@ -71,7 +71,7 @@ TEST(ImageDecodeTest, RgbAndRgbaPngs) {
   EXPECT_EQ(image.pixels, rgb);
 }
 
-TEST(ImageDecodeTest, PalettePngWithTransparency) {
+TEST(DataLoadingTest, PalettePngWithTransparency) {
   const Pixels palette = {255, 0, 0, 0, 255, 0, 10, 20, 30};
   const DecodedImage image =
       Decode(EncodePng(3, 1, PNG_COLOR_TYPE_PALETTE, 8, {2, 0, 1}, palette, {0, 128, 255}));
@@ -79,7 +79,7 @@ TEST(ImageDecodeTest, PalettePngWithTransparency) {
   EXPECT_EQ(image.pixels, (Pixels{10, 20, 30, 255, 0, 0, 0, 255, 0}));
 }
 
-TEST(ImageDecodeTest, SixteenBitPngsAreScaledTo8Bits) {
+TEST(DataLoadingTest, SixteenBitPngsAreScaledTo8Bits) {
   const std::vector<int> values = {0, 65535, 257 * 100, 257 * 100 + 128, 1000, 40000};
   Pixels be;  // Big-endian samples.
   for (int v : values) {
@@ -96,7 +96,7 @@ TEST(ImageDecodeTest, SixteenBitPngsAreScaledTo8Bits) {
   EXPECT_EQ(gray.pixels, expected);
 }
 
-TEST(ImageDecodeTest, ConstantColorJpegsDecodeToTheirColor) {
+TEST(DataLoadingTest, ConstantColorJpegsDecodeToTheirColor) {
   const DecodedImage gray = Decode(EncodeJpeg(16, 8, 1, Pixels(16 * 8, 200)));
   EXPECT_EQ(gray.width, 16);
   EXPECT_EQ(gray.height, 8);
@@ -110,7 +110,7 @@ TEST(ImageDecodeTest, ConstantColorJpegsDecodeToTheirColor) {
   for (size_t i = 0; i < rgb.size(); ++i) ASSERT_NEAR(color.pixels[i], rgb[i], 3) << i;
 }
 
-TEST(ImageDecodeTest, JpegGradientIsClose) {
+TEST(DataLoadingTest, JpegGradientIsClose) {
   Pixels rgb;
   for (int y = 0; y < 24; ++y) {
     for (int x = 0; x < 32; ++x) {
@@ -124,12 +124,12 @@ TEST(ImageDecodeTest, JpegGradientIsClose) {
   EXPECT_LT(error / rgb.size(), 3.0);
 }
 
-TEST(ImageDecodeTest, NotAnImage) {
+TEST(DataLoadingTest, NotAnImage) {
   ExpectError("", "not a PNG or JPEG image (0 bytes)");
   ExpectError("GIF89a......", "not a PNG or JPEG image");
 }
 
-TEST(ImageDecodeTest, TruncatedAndCorruptPngs) {
+TEST(DataLoadingTest, TruncatedAndCorruptPngs) {
   Pixels rgb(8 * 8 * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 37);
   const std::string png = EncodePng8(8, 8, 3, rgb);
@@ -153,7 +153,7 @@ std::string WithSize(std::string png, uint32_t width, uint32_t height) {
   return png;
 }
 
-TEST(ImageDecodeTest, HugeDimensionsAreRefusedBeforeAllocating) {
+TEST(DataLoadingTest, HugeDimensionsAreRefusedBeforeAllocating) {
   const std::string png = EncodePng8(1, 1, 1, {0});
   ExpectError(WithSize(png, 100000, 1), "cannot decode PNG");
   ExpectError(WithSize(png, 16000, 16000), "image beyond the size limits");
@@ -164,7 +164,7 @@ TEST(ImageDecodeTest, HugeDimensionsAreRefusedBeforeAllocating) {
   ExpectError(jpeg, "image beyond the size limits");
 }
 
-TEST(ImageDecodeTest, TruncatedAndCmykJpegs) {
+TEST(DataLoadingTest, TruncatedAndCmykJpegs) {
   Pixels rgb(16 * 16 * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 7);
   const std::string jpeg = EncodeJpeg(16, 16, 3, rgb);
@@ -183,7 +183,7 @@ void ExpectProbeMatchesDecode(const std::string& bytes) {
   EXPECT_EQ(info->channels, image.channels);
 }
 
-TEST(ImageDecodeTest, ProbeTellsWhatADecodeGives) {
+TEST(DataLoadingTest, ProbeTellsWhatADecodeGives) {
   ExpectProbeMatchesDecode(EncodePng8(5, 3, 1, Pixels(15, 9)));
   ExpectProbeMatchesDecode(EncodePng8(4, 6, 3, Pixels(72, 9)));
   // Gray + alpha (gray), RGBA (RGB), palette (RGB), 16-bit gray, 1-bit gray.
@@ -197,7 +197,7 @@ TEST(ImageDecodeTest, ProbeTellsWhatADecodeGives) {
   ExpectProbeMatchesDecode(EncodeJpeg(7, 9, 3, Pixels(189, 100)));
 }
 
-TEST(ImageDecodeTest, ProbeRefusesWhatADecodeRefusesInTheHeader) {
+TEST(DataLoadingTest, ProbeRefusesWhatADecodeRefusesInTheHeader) {
   const std::string png = EncodePng8(8, 8, 3, Pixels(192, 1));
   for (const std::string& bytes :
        {std::string("GIF89a......"), png.substr(0, 20), WithSize(png, 16000, 16000),
@@ -228,7 +228,7 @@ std::string JpegWithCommentFirst(const std::string& jpeg, size_t bytes) {
   return out + jpeg.substr(2);
 }
 
-TEST(ImageDecodeTest, ProbeFileReadsPastAHeaderBeyondItsPrefix) {
+TEST(DataLoadingTest, ProbeFileReadsPastAHeaderBeyondItsPrefix) {
   const std::string dir = ::testing::TempDir();
   // Headers after 10 KB (beyond the first read, 4 KiB) and after 200 KB (beyond 64 KiB).
   for (size_t before : {size_t{0}, size_t{10000}, size_t{200000}}) {
@@ -252,7 +252,7 @@ TEST(ImageDecodeTest, ProbeFileReadsPastAHeaderBeyondItsPrefix) {
   EXPECT_NE(std::string(missing.status().message()).find("no_such.png"), std::string::npos);
 }
 
-TEST(ImageDecodeTest, ToPlanesReplicatesGrayToRgb) {
+TEST(DataLoadingTest, ToPlanesReplicatesGrayToRgb) {
   DecodedImage gray{2, 1, 1, {7, 9}};
   uint8_t out[6];
   ToPlanes(gray, 3, out);

@@ -98,7 +98,7 @@ absl::Status DecodeAll(const std::string& split_dir, const std::vector<Example>&
     if (values.fetch_add(added) + added > max_values) {
       return absl::ResourceExhaustedError(
           absl::StrCat(split_dir, ": the images hold more than ", max_values,
-                       " values in all, too many to hold in memory (--image_decode=stream "
+                       " values in all, too many to hold in memory (--data_loading=stream "
                        "reads them as training reaches them)"));
     }
     images[i] = *std::move(image);
@@ -210,13 +210,13 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
   data.labels.resize(static_cast<size_t>(data.size));
   for (int64_t i = 0; i < data.size; ++i) data.labels[i] = static_cast<uint8_t>(examples[i].label);
   const int threads = ThreadCount(options);
-  if (options.decode != ImageDecode::kLoad) {
+  if (options.loading != DataLoading::kLoad) {
     std::vector<ImageInfo> shapes;
     if (absl::Status s = ProbeAll(examples, threads, options.size, shapes); !s.ok()) return s;
     if (absl::Status s = SetShape(examples, shapes, data); !s.ok()) return s;
     // Auto streams a set larger than its limit, or than a load may hold (DecodeAll's bound).
     const bool loadable = data.size * 3 * data.rows * data.cols <= options.max_load_values;
-    if (options.decode == ImageDecode::kStream || !loadable ||
+    if (options.loading == DataLoading::kStream || !loadable ||
         data.size * data.image_size() > options.stream_above_bytes) {
       std::vector<std::string> paths;
       paths.reserve(examples.size());

@@ -22,7 +22,7 @@
 // read them with Dataset::CopyImages).
 //
 // Decoding (and resizing) runs on a small pool of threads (std::thread) owned by the call; the
-// result does not depend on their number. To stream (options.decode), the images' headers are
+// result does not depend on their number. To stream (options.loading), the images' headers are
 // read at load instead (ProbeImageFile: their size and channels, so that the set's shape and
 // the errors above but a corrupt image's data are known before training); a stream's read of an
 // image that fails is an error of that read, naming the file. Only resized images are kept, so a
@@ -45,18 +45,16 @@
 
 namespace dptrain {
 
-// How a set's images are had: all decoded at load and held (as bytes), or decoded as training
-// reads them (worker/data/image_stream.h: the Dataset then has a source and holds no image),
-// or (auto) the first unless the decoded set would take more than stream_above_bytes or more
-// than a load holds (16 GiB of values, counted as 3 channels).
-enum class ImageDecode { kLoad, kStream, kAuto };
-
 struct ImageFolderOptions {
   // Decoding threads; 0: min(std::thread::hardware_concurrency(), 8), at least 1. At most 64.
   int threads = 0;
   // The size every image is brought to (default: kept, and then all must agree).
   ImageSize size;
-  ImageDecode decode = ImageDecode::kLoad;
+  // All decoded at load and held (as bytes), or decoded as training reads them
+  // (worker/data/image_stream.h: the Dataset then has a source and holds no image), or (auto)
+  // the first unless the decoded set would take more than stream_above_bytes or more than a
+  // load holds (max_load_values).
+  DataLoading loading = DataLoading::kLoad;
   int64_t stream_above_bytes = int64_t{1} << 32;  // For kAuto.
   // A load holds at most this many values (each image counted as 3 channels: 16 GiB of
   // bytes); beyond, kLoad fails (ResourceExhausted) and kAuto streams.

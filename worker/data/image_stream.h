@@ -8,7 +8,7 @@
 // training on a stream and on the loaded set is the same computation bit for bit.
 //
 // Decoding an image each time it is read costs every epoch what loading costs once; the
-// worker streams only when asked (--image_decode=stream) or when the decoded set would take
+// worker streams only when asked (--data_loading=stream) or when the decoded set would take
 // more than a quarter of the machine's memory (auto; worker/data/data_source.h).
 //
 // Thread-safe. The destructor stops the threads (an image being decoded is finished first).

@@ -47,10 +47,10 @@ std::string Folder(const std::string& name) {
   return dir;
 }
 
-ImageFolderOptions Options(ImageDecode decode, int threads) {
+ImageFolderOptions Options(DataLoading decode, int threads) {
   ImageFolderOptions o;
   o.threads = threads;
-  o.decode = decode;
+  o.loading = decode;
   o.size.mode = ImageSize::Mode::kExact;
   o.size.rows = 6;
   o.size.cols = 5;
@@ -68,12 +68,12 @@ std::vector<float> Image(const Dataset& d, int64_t i) {
 
 TEST(ImageStreamTest, StreamedImagesAreTheLoadedOnesInAnyOrder) {
   const std::string dir = Folder("stream_equal");
-  absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, true, Options(ImageDecode::kLoad, 2));
+  absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, true, Options(DataLoading::kLoad, 2));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_EQ(loaded->source, nullptr);
   for (int threads : {1, 3}) {
     absl::StatusOr<Dataset> streamed =
-        LoadImageFolder(dir, true, Options(ImageDecode::kStream, threads));
+        LoadImageFolder(dir, true, Options(DataLoading::kStream, threads));
     ASSERT_TRUE(streamed.ok()) << streamed.status();
     ASSERT_NE(streamed->source, nullptr);
     EXPECT_TRUE(streamed->consistent());
@@ -113,7 +113,7 @@ TEST(ImageStreamTest, StreamedImagesAreTheLoadedOnesInAnyOrder) {
 
 TEST(ImageStreamTest, AWindowSmallerThanThePlanStillReadsItAll) {
   const std::string dir = Folder("stream_window");
-  absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, true, Options(ImageDecode::kLoad, 1));
+  absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, true, Options(DataLoading::kLoad, 1));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   std::vector<std::string> paths;
   for (int i = 0; i < kImages; ++i) {
@@ -121,7 +121,7 @@ TEST(ImageStreamTest, AWindowSmallerThanThePlanStillReadsItAll) {
   }
   ImageStream::Options options;
   options.threads = 2;
-  options.size = Options(ImageDecode::kLoad, 1).size;
+  options.size = Options(DataLoading::kLoad, 1).size;
   options.window_bytes = 1;  // The smallest window: 2 images per thread.
   absl::StatusOr<std::shared_ptr<ImageStream>> stream =
       ImageStream::Create(paths, loaded->channels, 6, 5, options);
@@ -149,7 +149,7 @@ TEST(ImageStreamTest, AWindowSmallerThanThePlanStillReadsItAll) {
 
 TEST(ImageStreamTest, AFileThatNoLongerDecodesIsAnErrorOfItsReadNamingIt) {
   const std::string dir = Folder("stream_bad");
-  absl::StatusOr<Dataset> streamed = LoadImageFolder(dir, true, Options(ImageDecode::kStream, 2));
+  absl::StatusOr<Dataset> streamed = LoadImageFolder(dir, true, Options(DataLoading::kStream, 2));
   ASSERT_TRUE(streamed.ok()) << streamed.status();
   const std::string broken = dir + "/train/c0/img103.jpg";  // Image 1 of the set.
   WriteFile(broken, "no longer a JPEG");
@@ -165,7 +165,7 @@ TEST(ImageStreamTest, AFileThatNoLongerDecodesIsAnErrorOfItsReadNamingIt) {
   // Image 0 was gray (1 of the 5 gray ones: the set is RGB) and 6x5 after the resize, as is
   // the new one: still read. Without a size to bring it to, its size is the error.
   EXPECT_TRUE(streamed->ReadImage(0, out.data(), scratch).ok());
-  ImageFolderOptions keep = Options(ImageDecode::kStream, 1);
+  ImageFolderOptions keep = Options(DataLoading::kStream, 1);
   keep.size = ImageSize();
   const std::string same = FreshDir("stream_same_size");
   for (int i = 0; i < 3; ++i) {
@@ -186,7 +186,7 @@ TEST(ImageStreamTest, AFileThatNoLongerDecodesIsAnErrorOfItsReadNamingIt) {
 
 TEST(ImageStreamTest, LoadingAStreamReadsHeadersAndReportsTheirErrors) {
   const std::string dir = Folder("stream_probe_errors");
-  ImageFolderOptions keep = Options(ImageDecode::kStream, 2);
+  ImageFolderOptions keep = Options(DataLoading::kStream, 2);
   keep.size = ImageSize();
   absl::StatusOr<Dataset> sizes = LoadImageFolder(dir, true, keep);
   ASSERT_FALSE(sizes.ok());
@@ -194,7 +194,7 @@ TEST(ImageStreamTest, LoadingAStreamReadsHeadersAndReportsTheirErrors) {
             absl::string_view::npos)
       << sizes.status();
   WriteFile(dir + "/train/c1/img104.png", "not a PNG");
-  absl::StatusOr<Dataset> bad = LoadImageFolder(dir, true, Options(ImageDecode::kStream, 2));
+  absl::StatusOr<Dataset> bad = LoadImageFolder(dir, true, Options(DataLoading::kStream, 2));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("img104.png: not a PNG or JPEG image"),
             absl::string_view::npos)
@@ -203,7 +203,7 @@ TEST(ImageStreamTest, LoadingAStreamReadsHeadersAndReportsTheirErrors) {
 
 TEST(ImageStreamTest, AutoStreamsOnlyASetLargerThanItsLimit) {
   const std::string dir = Folder("stream_auto");
-  ImageFolderOptions o = Options(ImageDecode::kAuto, 2);
+  ImageFolderOptions o = Options(DataLoading::kAuto, 2);
   o.stream_above_bytes = int64_t{kImages} * 3 * 6 * 5;  // The set's bytes exactly: held.
   absl::StatusOr<Dataset> held = LoadImageFolder(dir, true, o);
   ASSERT_TRUE(held.ok()) << held.status();
@@ -220,11 +220,11 @@ TEST(ImageStreamTest, AutoStreamsOnlyASetLargerThanItsLimit) {
   absl::StatusOr<Dataset> big = LoadImageFolder(dir, true, o);
   ASSERT_TRUE(big.ok()) << big.status();
   EXPECT_NE(big->source, nullptr);
-  o.decode = ImageDecode::kLoad;
+  o.loading = DataLoading::kLoad;
   absl::StatusOr<Dataset> refused = LoadImageFolder(dir, true, o);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.status().message().find("--image_decode=stream"), absl::string_view::npos)
+  EXPECT_NE(refused.status().message().find("--data_loading=stream"), absl::string_view::npos)
       << refused.status();
 }
 
@@ -233,8 +233,8 @@ TEST(ImageStreamTest, AutoStreamsOnlyASetLargerThanItsLimit) {
 // a plan replaced while a reader waits leaves that reader its own image.
 TEST(ImageStreamTest, ConcurrentReadersAndPlansEachGetTheirImage) {
   const std::string dir = Folder("stream_concurrent");
-  absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, true, Options(ImageDecode::kLoad, 1));
-  absl::StatusOr<Dataset> streamed = LoadImageFolder(dir, true, Options(ImageDecode::kStream, 2));
+  absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, true, Options(DataLoading::kLoad, 1));
+  absl::StatusOr<Dataset> streamed = LoadImageFolder(dir, true, Options(DataLoading::kStream, 2));
   ASSERT_TRUE(loaded.ok() && streamed.ok());
   for (int round = 0; round < 20; ++round) {
     std::vector<int64_t> plan(kImages);
@@ -272,7 +272,7 @@ TEST(ImageStreamTest, APlannedIndexOutsideTheSetIsAnErrorOfItsRead) {
 TEST(ImageStreamTest, DestroyingAStreamWhileItDecodesAheadDoesNotHang) {
   const std::string dir = Folder("stream_destroy");
   for (int round = 0; round < 5; ++round) {
-    absl::StatusOr<Dataset> streamed = LoadImageFolder(dir, true, Options(ImageDecode::kStream, 3));
+    absl::StatusOr<Dataset> streamed = LoadImageFolder(dir, true, Options(DataLoading::kStream, 3));
     ASSERT_TRUE(streamed.ok()) << streamed.status();
     std::vector<int64_t> plan(kImages);
     std::iota(plan.begin(), plan.end(), 0);

@@ -76,6 +76,31 @@ absl::Status InputFile::ReadExactly(void* buf, int64_t n, const char* what) {
   return absl::OkStatus();
 }
 
+absl::Status InputFile::ReadAt(int64_t at, void* buf, int64_t n, const char* what) const {
+  auto* out = static_cast<uint8_t*>(buf);
+  int64_t got = 0;
+  while (got < n) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(n - got, int64_t{1} << 30));
+    const ssize_t r = ::pread(fd_, out + got, want, static_cast<off_t>(at + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return absl::DataLossError(
+          absl::StrCat(path_, ": read error in ", what, ": ", std::strerror(errno)));
+    }
+    if (r == 0) break;
+    got += r;
+  }
+  if (got < n) {
+    return absl::DataLossError(absl::StrCat(path_, ": truncated ", what, " at byte ", at,
+                                            ": expected ", n, " bytes, got ", got));
+  }
+  return absl::OkStatus();
+}
+
+void InputFile::WillNeed(int64_t at, int64_t n) const {
+  posix_fadvise(fd_, static_cast<off_t>(at), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+}
+
 bool IsRegularFile(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);

@@ -6,7 +6,8 @@
 // the errno's code for other failed opens (e.g. PermissionDenied), DataLoss for read errors
 // and for data that end before the size seen at open time.
 //
-// Thread-compatible: one InputFile per thread; distinct files may be read in parallel.
+// Thread-compatible: one InputFile per thread; distinct files may be read in parallel. ReadAt
+// and WillNeed are thread-safe.
 #ifndef DPTRAIN_WORKER_DATA_INPUT_FILE_H_
 #define DPTRAIN_WORKER_DATA_INPUT_FILE_H_
 
@@ -39,6 +40,12 @@ class InputFile {
   // Reads exactly n bytes into buf, or fails with DataLoss "PATH: truncated WHAT at byte
   // OFFSET: expected N bytes, got M" (also for a read error).
   absl::Status ReadExactly(void* buf, int64_t n, const char* what);
+  // Reads exactly n bytes at `at` into buf (pread: the offset above is left alone, and threads
+  // may call it at once), with ReadExactly's errors.
+  absl::Status ReadAt(int64_t at, void* buf, int64_t n, const char* what) const;
+  // Tells the kernel that bytes [at, at + n) will be read soon (posix_fadvise WILLNEED: a
+  // read-ahead for reads in an order the kernel cannot guess). Best effort.
+  void WillNeed(int64_t at, int64_t n) const;
 
  private:
   InputFile(std::string path, int fd, int64_t size)

@@ -3,13 +3,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "worker/data/input_file.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the .npy reader assumes little endian");
@@ -248,7 +252,67 @@ absl::Status CheckDataSize(const std::string& path, const NpyHeader& h) {
   return absl::OkStatus();
 }
 
-absl::Status ReadImages(const std::string& path, Dataset& out) {
+// uint8 images read from the file as training reaches them: one pread per image (the page cache
+// keeps what fits), transposed to planes when stored channels last; the planned order is
+// announced to the kernel a window ahead (InputFile::WillNeed), so that a set on disk is read
+// ahead although its order is random.
+class NpyImageSource final : public ImageSource {
+ public:
+  NpyImageSource(InputFile file, int64_t data_at, int64_t count, int64_t channels, int64_t plane,
+                 bool channels_last)
+      : file_(std::move(file)),
+        data_at_(data_at),
+        count_(count),
+        channels_(channels),
+        plane_(plane),
+        channels_last_(channels_last) {}
+
+  void Plan(absl::Span<const int64_t> order) override {
+    absl::MutexLock lock(&mu_);
+    plan_.assign(order.begin(), order.end());
+    at_ = 0;
+    announced_ = 0;
+  }
+
+  absl::Status Read(int64_t index, uint8_t* out) override {
+    if (index < 0 || index >= count_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_.path(), ": image index ", index, " outside [0, ", count_, ")"));
+    }
+    const int64_t values = channels_ * plane_;
+    {
+      absl::MutexLock lock(&mu_);
+      if (at_ < plan_.size() && plan_[at_] == index) {
+        ++at_;
+        for (; announced_ < std::min(plan_.size(), at_ + kAhead); ++announced_) {
+          file_.WillNeed(data_at_ + plan_[announced_] * values, values);
+        }
+      }
+    }
+    if (!channels_last_) return file_.ReadAt(data_at_ + index * values, out, values, "image");
+    std::vector<uint8_t> image(static_cast<size_t>(values));
+    if (absl::Status s = file_.ReadAt(data_at_ + index * values, image.data(), values, "image");
+        !s.ok()) {
+      return s;
+    }
+    for (int64_t p = 0; p < plane_; ++p) {
+      for (int64_t c = 0; c < channels_; ++c) out[c * plane_ + p] = image[p * channels_ + c];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kAhead = 256;  // Images announced ahead of the reader.
+  const InputFile file_;
+  const int64_t data_at_, count_, channels_, plane_;
+  const bool channels_last_;
+  absl::Mutex mu_;
+  std::vector<int64_t> plan_ ABSL_GUARDED_BY(mu_);
+  size_t at_ ABSL_GUARDED_BY(mu_) = 0;         // The plan's next position.
+  size_t announced_ ABSL_GUARDED_BY(mu_) = 0;  // Positions before it were announced.
+};
+
+absl::Status ReadImages(const std::string& path, const NpyOptions& options, Dataset& out) {
   absl::StatusOr<InputFile> file = InputFile::Open(path);
   if (!file.ok()) return file.status();
   absl::StatusOr<NpyHeader> h = ReadHeader(*file);
@@ -288,6 +352,22 @@ absl::Status ReadImages(const std::string& path, Dataset& out) {
   out.channels = static_cast<int>(channels);
   out.rows = static_cast<int>(rows);
   out.cols = static_cast<int>(cols);
+  const bool stream =
+      options.loading == DataLoading::kStream ||
+      (options.loading == DataLoading::kAuto && is_u8 && n * values > options.stream_above_bytes);
+  if (stream) {
+    if (!is_u8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path,
+          ": float32 images are held in memory; reading as training goes (stream) is for "
+          "uint8 images"));
+    }
+    out.byte_storage = true;
+    const int64_t data_at = file->offset();  // Just after the header.
+    out.source = std::make_shared<NpyImageSource>(*std::move(file), data_at, n, channels, plane,
+                                                  channels_last);
+    return absl::OkStatus();
+  }
   // uint8 images are held as the file's bytes (Dataset's byte storage: a quarter of the
   // memory of floats, read as byte / 255 by CopyImages); float32 ones as floats.
   out.byte_storage = is_u8;
@@ -399,7 +479,7 @@ absl::StatusOr<Dataset> LoadNpyPair(const std::string& images_path, const std::s
                                     const NpyOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   Dataset data;
-  if (absl::Status s = ReadImages(images_path, data); !s.ok()) return s;
+  if (absl::Status s = ReadImages(images_path, options, data); !s.ok()) return s;
   int max_label = -1;
   const int limit = options.num_classes > 0 ? options.num_classes : kMaxClasses;
   if (absl::Status s = ReadLabels(labels_path, limit, data.labels, max_label); !s.ok()) return s;

@@ -39,6 +39,11 @@ struct NpyOptions {
   // 0: the largest label + 1 (for LoadNpy: over both splits' label files present, so that
   // the training and the test set agree). Else in [1, 256], and every label must be below it.
   int num_classes = 0;
+  // uint8 images held (kLoad), or read from the file as training reaches them (kStream: the
+  // Dataset has a source, Dataset::source; float32 images refuse it, InvalidArgument), or
+  // (kAuto) streamed when they are more than stream_above_bytes.
+  DataLoading loading = DataLoading::kLoad;
+  int64_t stream_above_bytes = int64_t{1} << 32;
 };
 
 // Loads one images file and its labels file.

@@ -153,6 +153,93 @@ TEST(NpyReaderTest, LayoutRule) {
   }
 }
 
+// Every image of `data` through ReadImage (any store, a source's reads included).
+std::vector<float> ReadAll(const Dataset& data, const std::vector<int64_t>& order) {
+  std::vector<float> out(static_cast<size_t>(data.size * data.image_size()));
+  std::vector<uint8_t> scratch;
+  for (int64_t i : order) {
+    const absl::Status s = data.ReadImage(i, out.data() + i * data.image_size(), scratch);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  return out;
+}
+
+// uint8 arrays read from the file as training goes (--data_loading=stream): the same values as
+// held, channels first or last, in the planned order or any other; float32 arrays refuse it.
+TEST(NpyReaderTest, Uint8ImagesStreamFromTheFile) {
+  std::vector<uint8_t> pixels(5 * 2 * 3 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (bool channels_last : {false, true}) {
+    const std::vector<int64_t> shape =
+        channels_last ? std::vector<int64_t>{5, 2, 3, 3} : std::vector<int64_t>{5, 3, 2, 3};
+    const std::string dir = Pair(FreshDir("npy_stream"), Npy("|u1", shape, Bytes(pixels)),
+                                 Npy("<i8", {5}, Raw<int64_t>({0, 1, 2, 1, 0})));
+    absl::StatusOr<Dataset> held = LoadNpy(dir, true);
+    NpyOptions stream;
+    stream.loading = DataLoading::kStream;
+    absl::StatusOr<Dataset> streamed = LoadNpy(dir, true, stream);
+    ASSERT_TRUE(held.ok() && streamed.ok()) << streamed.status();
+    ASSERT_NE(streamed->source, nullptr);
+    EXPECT_TRUE(streamed->consistent());
+    EXPECT_TRUE(streamed->bytes.empty());
+    EXPECT_EQ(streamed->labels, held->labels);
+    EXPECT_EQ(streamed->num_classes, 3);
+    EXPECT_EQ(streamed->channels, 3);
+    const std::vector<int64_t> order = {3, 0, 4, 1, 2};
+    streamed->source->Plan(order);
+    EXPECT_EQ(ReadAll(*streamed, order), Floats(*held));
+    EXPECT_EQ(ReadAll(*streamed, {0, 1, 2, 3, 4}), Floats(*held));
+    std::vector<float> out(streamed->image_size());
+    std::vector<uint8_t> scratch;
+    EXPECT_EQ(streamed->ReadImage(5, out.data(), scratch).code(),
+              absl::StatusCode::kInvalidArgument);
+    // auto: streamed above its limit, held at or below it.
+    NpyOptions automatic;
+    automatic.loading = DataLoading::kAuto;
+    automatic.stream_above_bytes = static_cast<int64_t>(pixels.size());
+    absl::StatusOr<Dataset> at_limit = LoadNpy(dir, true, automatic);
+    ASSERT_TRUE(at_limit.ok());
+    EXPECT_EQ(at_limit->source, nullptr);
+    automatic.stream_above_bytes -= 1;
+    absl::StatusOr<Dataset> above = LoadNpy(dir, true, automatic);
+    ASSERT_TRUE(above.ok());
+    EXPECT_NE(above->source, nullptr);
+  }
+  const std::string floats =
+      Pair(FreshDir("npy_stream_f4"), Npy("<f4", {2, 2, 3}, Raw(std::vector<float>(12, 0.5f))),
+           Npy("<i8", {2}, Raw<int64_t>({0, 1})));
+  NpyOptions stream;
+  stream.loading = DataLoading::kStream;
+  ExpectError(LoadNpy(floats, true, stream), absl::StatusCode::kInvalidArgument,
+              "train_images.npy: float32 images are held in memory");
+  stream.loading = DataLoading::kAuto;
+  stream.stream_above_bytes = 1;
+  absl::StatusOr<Dataset> held = LoadNpy(floats, true, stream);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->source, nullptr) << "auto holds float32 arrays";
+}
+
+// A streamed file that loses its data after the load: the read that reaches the missing bytes
+// fails, naming the file.
+TEST(NpyReaderTest, AStreamedFileCutShortAfterTheLoadFailsTheReadNamingIt) {
+  std::vector<uint8_t> pixels(4 * 6, 9);
+  const std::string dir = Pair(FreshDir("npy_stream_cut"), Npy("|u1", {4, 2, 3}, Bytes(pixels)),
+                               Npy("<i8", {4}, Raw<int64_t>({0, 1, 0, 1})));
+  NpyOptions stream;
+  stream.loading = DataLoading::kStream;
+  absl::StatusOr<Dataset> streamed = LoadNpy(dir, true, stream);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  const std::string images = dir + "/train_images.npy";
+  const std::string whole = testing_files::ReadFile(images);
+  WriteFile(images, whole.substr(0, whole.size() - 10));  // Images 2 and 3 lose 10 bytes.
+  std::vector<float> out(6);
+  std::vector<uint8_t> scratch;
+  EXPECT_TRUE(streamed->ReadImage(1, out.data(), scratch).ok());
+  const absl::Status s = streamed->ReadImage(3, out.data(), scratch);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(images + ": truncated image"), absl::string_view::npos) << s;
+}
+
 TEST(NpyReaderTest, FormatVersions2And3) {
   for (int major : {2, 3}) {
     const std::string dir = Pair(FreshDir("npy_v2"), Npy("|u1", {2, 2, 3}, Bytes(kPixels), major),
