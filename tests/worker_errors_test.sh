@@ -24,6 +24,8 @@ expect_error "missing idx files" "empty/train-images-idx3-ubyte.gz: cannot open"
   --ps=127.0.0.1:1 --data_dir="$SCRATCH/empty" --data_format=idx
 expect_error "bad data format" "--data_format: must be idx, cifar, imagefolder or npy" \
   --ps=127.0.0.1:1 --data_format=csv
+expect_error "bad resized crop scale" "--random_resized_crop: must be in (0, 1\]" \
+  --ps=127.0.0.1:1 --random_resized_crop=1.5
 expect_error "bad data loading" "--data_loading: must be auto, load or stream, got 'lazy'" \
   --ps=127.0.0.1:1 --data_loading=lazy
 expect_error "streaming a cifar set" "--data_loading: stream applies to image folders and .npy arrays (--data_format=imagefolder or npy), not to cifar" \

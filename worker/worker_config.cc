@@ -81,6 +81,11 @@ ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "e.g. 0.4914,0.4822,0.4465; empty: no normalisation.");
 ABSL_FLAG(std::vector<std::string>, data_std, {},
           "Per-channel standard deviations to divide by (with --data_mean).");
+ABSL_FLAG(double, random_resized_crop, 0,
+          "Training augmentation: if > 0, torchvision's RandomResizedCrop with scale=(this, 1) "
+          "and ratio=(3/4, 4/3): a random box of each image scaled back to the image's size "
+          "(bilinear), before any padded crop and flip; 0.08 is the ImageNet recipe's. In (0, 1], "
+          "or 0: off.");
 ABSL_FLAG(int, random_crop_padding, 0,
           "Training augmentation: if > 0, each image is padded with this many zeros on every "
           "side and a random crop of its size taken (deterministic per seed, rank and step).");
@@ -349,6 +354,13 @@ absl::Status ReadData(WorkerConfig& c) {
     return Bad("random_crop_padding", "must be in [0, 1024]");
   }
   d.hflip = absl::GetFlag(FLAGS_random_hflip);
+  d.resized_crop_min_scale = absl::GetFlag(FLAGS_random_resized_crop);
+  if (d.resized_crop_min_scale != 0 &&
+      !(d.resized_crop_min_scale > 0 && d.resized_crop_min_scale <= 1)) {
+    return Bad("random_resized_crop",
+               "must be in (0, 1] (the smallest box's share of the image), "
+               "or 0: off");
+  }
   return absl::OkStatus();
 }
 

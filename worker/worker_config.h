@@ -40,6 +40,7 @@ struct DataConfig {
   // Training-time augmentation, deterministic per seed, rank and step.
   int crop_padding = 0;  // > 0: random crop of the image padded by this many zeros.
   bool hflip = false;    // Random horizontal flip.
+  double resized_crop_min_scale = 0;  // > 0: random resized crop, scale in [this, 1].
 };
 
 // master mode's checkpoints and all-reduce mode's (--save_dir); ps mode: ps_server's.

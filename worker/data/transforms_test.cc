@@ -242,4 +242,91 @@ TEST(AugmentTest, BadArgumentsChangeNothing) {
 }
 
 }  // namespace
+// torchvision's RandomResizedCrop: a box of the image scaled back to its size. The scaling
+// against PyTorch's own F.interpolate(crop, size, mode="bilinear", align_corners=False) on a
+// hand-made 5x6 image and box (torch 1.13, values printed to 9 digits).
+TEST(AugmentTest, ResizedCropScalesTheBoxAsPyTorchInterpolates) {
+  std::vector<float> image(30);
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 6; ++j)
+      image[i * 6 + j] = static_cast<float>((i * 7 + j * 3) % 11) * 0.37f - 1.0f;
+  }
+  const std::vector<float> torch_out = {
+      -0.25999999f, 0.295000017f, 1.03500009f,   1.7750001f,    0.479999661f,  -1.0f,
+      0.776000082f, 0.51700002f,  0.443000019f,  1.18299997f,   0.701999843f,  0.0360001326f,
+      2.32999992f,  0.850000024f, -0.444999814f, 0.294999987f,  1.03499997f,   1.58999991f,
+      1.44199991f,  1.18300009f,  0.702000082f,  -0.186000109f, 0.146999985f,  0.701999903f,
+      0.850000024f, 1.40499997f,  1.46666646f,   -0.50666678f,  -0.444999874f, 0.109999999f};
+  // Find a sample whose box is (top 1, left 2, height 3, width 4) in a 5x6 image.
+  AugmentOptions o;
+  o.resized_crop_min_scale = 0.08;
+  const ImageShape shape{1, 5, 6};
+  int64_t found = -1;
+  for (int64_t i = 0; i < 200000 && found < 0; ++i) {
+    const CropBox b = ChooseResizedCrop(o, 5, 6, 7, i);
+    if (b.top == 1 && b.left == 2 && b.height == 3 && b.width == 4) found = i;
+  }
+  ASSERT_GE(found, 0);
+  std::vector<float> out = image;
+  ASSERT_TRUE(AugmentBatch(absl::MakeSpan(out), 1, shape, o, 7, {found}).ok());
+  for (int k = 0; k < 30; ++k) EXPECT_NEAR(out[k], torch_out[k], 2e-6f) << k;
+}
+
+// The boxes: inside the image, of an area share in [min_scale, 1] and a ratio in [3/4, 4/3] up
+// to the rounding to whole pixels, spread over both (not all alike), a pure function of
+// (key, sample), another key another box; a box of the whole image leaves it untouched.
+TEST(AugmentTest, ResizedCropBoxesFollowTorchvisionsDraw) {
+  AugmentOptions o;
+  o.resized_crop_min_scale = 0.08;
+  const int h = 224, w = 224;
+  double smallest = 1, largest = 0, narrowest = 10, widest = 0;
+  int differ = 0;
+  for (int64_t i = 0; i < 5000; ++i) {
+    const CropBox b = ChooseResizedCrop(o, h, w, 11, i);
+    ASSERT_TRUE(b.top >= 0 && b.left >= 0 && b.height >= 1 && b.width >= 1 &&
+                b.top + b.height <= h && b.left + b.width <= w)
+        << i;
+    const double share = static_cast<double>(b.height) * b.width / (h * w);
+    const double ratio = static_cast<double>(b.width) / b.height;
+    smallest = std::min(smallest, share), largest = std::max(largest, share);
+    narrowest = std::min(narrowest, ratio), widest = std::max(widest, ratio);
+    const CropBox again = ChooseResizedCrop(o, h, w, 11, i);
+    EXPECT_TRUE(again.top == b.top && again.left == b.left && again.height == b.height &&
+                again.width == b.width);
+    const CropBox other = ChooseResizedCrop(o, h, w, 12, i);
+    differ += other.top != b.top || other.height != b.height;
+  }
+  EXPECT_GE(smallest, 0.08 * 0.97);
+  EXPECT_LT(smallest, 0.1);
+  EXPECT_LE(largest, 1.0);
+  EXPECT_GT(largest, 0.95);
+  EXPECT_GE(narrowest, 0.75 * 0.99);
+  EXPECT_LT(narrowest, 0.77);
+  EXPECT_LE(widest, 4.0 / 3.0 * 1.01);
+  EXPECT_GT(widest, 1.3);
+  EXPECT_GT(differ, 4900);
+  // A 1x40 image fits no box of ratio <= 4/3 and area >= 8 %: the fallback, a centred 1x1
+  // (round(1 * 4/3) = 1) box.
+  const CropBox thin = ChooseResizedCrop(o, 1, 40, 3, 0);
+  EXPECT_EQ(thin.height, 1);
+  EXPECT_EQ(thin.width, 1);
+  EXPECT_EQ(thin.left, 19);
+  // min scale 1 on a square image: the box may still be the whole image only at ratio 1; a
+  // whole-image box changes nothing, bit for bit.
+  std::vector<float> image = Batch(1, {2, 4, 4});
+  o.resized_crop_min_scale = 1;
+  for (int64_t i = 0; i < 50; ++i) {
+    const CropBox b = ChooseResizedCrop(o, 4, 4, 5, i);
+    if (b.height != 4 || b.width != 4) continue;
+    std::vector<float> out = image;
+    ASSERT_TRUE(AugmentBatch(absl::MakeSpan(out), 1, {2, 4, 4}, o, 5, {i}).ok());
+    EXPECT_EQ(out, image);
+  }
+  o.resized_crop_min_scale = 1.5;
+  std::vector<float> out = image;
+  EXPECT_EQ(AugmentBatch(absl::MakeSpan(out), 1, {2, 4, 4}, o, 5, {0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out, image);
+}
+
 }  // namespace dptrain
