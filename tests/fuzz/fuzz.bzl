@@ -140,7 +140,8 @@ def dptrain_fuzzer(name, deps, srcs = None, **kwargs):
 
 def all_fuzzers(name):
     """Filegroups `name` (every dptrain_fuzzer defined above it in this BUILD file) and
-    `name`_inputs (all seed corpora and crash reproducers): what the smoke test runs."""
+    `name`_inputs (all seed corpora, crash reproducers, dictionaries and input sizes): what
+    the smoke test runs."""
     native.filegroup(
         name = name,
         testonly = True,
@@ -148,5 +149,5 @@ def all_fuzzers(name):
     )
     native.filegroup(
         name = name + "_inputs",
-        srcs = native.glob(["corpus/**", "regressions/**"]),
+        srcs = native.glob(["corpus/**", "regressions/**", "*.dict", "*.max_len"]),
     )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs libFuzzer targets built by tests/fuzz/fuzz.bzl: for each, first replays its crash
 # reproducers (regressions/NAME/*, each must pass), then fuzzes for --seconds starting from
-# its seeds (corpus/NAME/), its dictionary (NAME.dict, if any) and whatever an earlier run
+# its seeds (corpus/NAME/), its dictionary (NAME.dict, if any; NAME.max_len, a larger input
+# size than the default 4096) and whatever an earlier run
 # left in --work. Fails, printing the
 # crash report and keeping the input, if any target crashes, leaks, times out, runs out of
 # memory or breaks one of its FUZZ_CHECKs.
@@ -60,6 +61,9 @@ run_one() {
   fi
   local dict=()
   [[ -f $source/$name.dict ]] && dict=(-dict="$source/$name.dict")
+  # NAME.max_len: a larger input size for targets whose seeds are larger than 4 KiB (whole
+  # files such as ONNX models; libFuzzer cuts seeds to -max_len).
+  [[ -f $source/$name.max_len ]] && dict+=(-max_len="$(<"$source/$name.max_len")")
   local dirs=("$work/$name" "$corpus")
   [[ -d $regress ]] && dirs+=("$regress")
   if "$bin" "${flags[@]}" "${dict[@]}" -max_total_time="$seconds" -artifact_prefix="$artifacts/$name-" \

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -248,6 +249,48 @@ absl::Status CheckExportedForTraining(const Graph& graph) {
   return absl::OkStatus();
 }
 
+// InvalidArgument naming `what` (escaped) if `text` holds a control character: names and
+// strings from the file go into error messages, which are one line.
+absl::Status CheckPrintable(absl::string_view text, absl::string_view what) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+      return Invalid(
+          absl::StrCat(what, " '", absl::CHexEscape(text), "' holds a control character"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Every name and string of `g` that an error message may quote, printable (CheckPrintable).
+absl::Status CheckGraphStrings(const onnx::GraphProto& g) {
+  for (const onnx::TensorProto& t : g.initializer()) {
+    DPTRAIN_RETURN_IF_ERROR(CheckPrintable(t.name(), "initializer name"));
+  }
+  for (const auto* values : {&g.input(), &g.output(), &g.value_info()}) {
+    for (const onnx::ValueInfoProto& v : *values) {
+      DPTRAIN_RETURN_IF_ERROR(CheckPrintable(v.name(), "value name"));
+    }
+  }
+  for (const onnx::NodeProto& n : g.node()) {
+    DPTRAIN_RETURN_IF_ERROR(CheckPrintable(n.name(), "node name"));
+    DPTRAIN_RETURN_IF_ERROR(CheckPrintable(n.op_type(), "op type"));
+    DPTRAIN_RETURN_IF_ERROR(CheckPrintable(n.domain(), "op domain"));
+    for (const std::string& v : n.input()) DPTRAIN_RETURN_IF_ERROR(CheckPrintable(v, "value name"));
+    for (const std::string& v : n.output()) {
+      DPTRAIN_RETURN_IF_ERROR(CheckPrintable(v, "value name"));
+    }
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      DPTRAIN_RETURN_IF_ERROR(CheckPrintable(a.name(), "attribute name"));
+      DPTRAIN_RETURN_IF_ERROR(CheckPrintable(a.s(), "attribute string"));
+      for (const std::string& v : a.strings()) {
+        DPTRAIN_RETURN_IF_ERROR(CheckPrintable(v, "attribute string"));
+      }
+      if (a.has_t()) DPTRAIN_RETURN_IF_ERROR(CheckPrintable(a.t().name(), "tensor name"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string& name) {
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
@@ -255,6 +298,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
     return Invalid("not an ONNX model (the protobuf does not parse; truncated or another format?)");
   }
   if (!model.has_graph()) return Invalid("not an ONNX model (no graph)");
+  DPTRAIN_RETURN_IF_ERROR(CheckGraphStrings(model.graph()));
   for (const onnx::OperatorSetIdProto& opset : model.opset_import()) {
     if ((opset.domain().empty() || opset.domain() == "ai.onnx") && opset.version() < 9) {
       return Invalid(absl::StrCat("opset ", opset.version(), " unsupported (9 or later)"));
@@ -298,6 +342,10 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
     node.op = proto.domain().empty() || proto.domain() == "ai.onnx"
                   ? proto.op_type()
                   : absl::StrCat(proto.domain(), ".", proto.op_type());
+    // The rewrites below read every node's first output.
+    if (proto.output_size() < 1 || proto.output(0).empty()) {
+      return Invalid(absl::StrCat("node '", node.name, "' (", node.op, "): no output"));
+    }
     if (node.op == "Constant") {
       if (proto.output_size() != 1) {
         return Invalid(absl::StrCat("node '", node.name, "' (Constant): expected one output"));

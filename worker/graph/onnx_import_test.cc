@@ -304,6 +304,46 @@ TEST(OnnxImportTest, TruncatedAndGarbageFilesAreRefused) {
             absl::StatusCode::kNotFound);
 }
 
+// Names from the file go into error messages: one with a control character (found by
+// onnx_import_fuzzer: a graph output named with a newline made a two-line error) is refused
+// at once, escaped.
+TEST(OnnxImportTest, NamesWithControlCharactersAreRefusedEscaped) {
+  const std::string bytes = ReadBytes(OnnxPath("vgg"));
+  for (int where = 0; where < 3; ++where) {
+    onnx::ModelProto model;
+    ASSERT_TRUE(model.ParseFromString(bytes));
+    onnx::GraphProto& g = *model.mutable_graph();
+    if (where == 0) g.mutable_output(0)->set_name("logits\nnext line");
+    if (where == 1) g.mutable_node(1)->set_name("bn\x01");
+    if (where == 2) g.mutable_initializer(0)->set_name("w\teight");
+    const std::string path = WriteTemp("control.onnx", model.SerializeAsString());
+    absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(path, {});
+    ASSERT_FALSE(made.ok()) << where;
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(made.status().message());
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_TRUE(absl::StrContains(message, "holds a control character")) << message;
+  }
+  // A node without outputs (also found by the fuzzer: the import's rewrites read a node's
+  // first output).
+  {
+    onnx::ModelProto model;
+    ASSERT_TRUE(model.ParseFromString(bytes));
+    model.mutable_graph()->mutable_node(2)->clear_output();
+    const std::string message(
+        LoadOnnxModel(WriteTemp("no_output.onnx", model.SerializeAsString()), {})
+            .status()
+            .message());
+    EXPECT_TRUE(absl::StrContains(message, "): no output")) << message;
+  }
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(bytes));
+  model.mutable_graph()->mutable_output(0)->set_name("logits\nnext");
+  EXPECT_TRUE(absl::StrContains(
+      LoadOnnxModel(WriteTemp("c.onnx", model.SerializeAsString()), {}).status().message(),
+      "value name 'logits\\nnext' holds a control character"));
+}
+
 TEST(OnnxImportTest, ReadingAsecondaryOutputIsRefused) {
   // The first Relu reads the batch norm's running-mean output instead of its result.
   onnx::ModelProto model;

@@ -14,7 +14,8 @@ namespace {
 // loops using it vectorise (std::exp is a scalar library call).
 inline float ExpInRange(float x) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer.
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float shifted = x * 1.44269504088896341f + kRound;
+  const float n = shifted - kRound;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 in two parts.
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -23,7 +24,12 @@ inline float ExpInRange(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
+  // 2^n from the integer n in shifted's low mantissa bits (0x4B400000 is kRound's pattern),
+  // in unsigned arithmetic: a NaN x (whose n converted to int would be undefined behaviour)
+  // gives some scale, and NaN * scale stays NaN.
+  uint32_t shifted_bits;
+  std::memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
+  const uint32_t bits = (shifted_bits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
