@@ -26,6 +26,22 @@ expect_error "bad data format" "--data_format: must be idx, cifar, imagefolder o
   --ps=127.0.0.1:1 --data_format=csv
 expect_error "bad resized crop scale" "--random_resized_crop: must be in (0, 1\]" \
   --ps=127.0.0.1:1 --random_resized_crop=1.5
+# A resized crop of 1-D samples (uint8 .npy of shape (N, 1, 8)) would repeat one value.
+mkdir -p "$SCRATCH/rows1"
+python3 - "$SCRATCH/rows1" <<'PY'
+import struct, sys
+def npy(path, descr, shape, data):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+for split in ("train", "test"):
+    npy(f"{sys.argv[1]}/{split}_images.npy", "|u1", (4, 1, 8), bytes(32))
+    npy(f"{sys.argv[1]}/{split}_labels.npy", "|u1", (4,), bytes([0, 1, 0, 1]))
+PY
+expect_error "resized crop of 1-D samples" "--random_resized_crop: the training samples are 1x1x8; a resized crop is for images of at least 2x2" \
+  --mode=allreduce --world_size=1 --lr=0.1 --data_dir="$SCRATCH/rows1" --random_resized_crop=0.5
 expect_error "bad data loading" "--data_loading: must be auto, load or stream, got 'lazy'" \
   --ps=127.0.0.1:1 --data_loading=lazy
 expect_error "streaming a cifar set" "--data_loading: stream applies to image folders and .npy arrays (--data_format=imagefolder or npy), not to cifar" \

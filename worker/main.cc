@@ -271,7 +271,21 @@ absl::Status Run(const WorkerConfig& config) {
   DPTRAIN_RETURN_IF_ERROR(ServeMetrics(*telemetry, who, credentials->tls()));
   Dataset train, test;
   DPTRAIN_ASSIGN_OR_RETURN(const ThreadPlan cpu_plan, PlanCpuThreads(config));
-  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, cpu_plan.threads, train, test));
+  // Decoding threads: this worker's share of the cores (also with --threads=0, which leaves the
+  // math threads to BLAS).
+  int decode_threads = cpu_plan.threads;
+  if (decode_threads < 1) {
+    WorkerConfig share = config;
+    share.threads = "auto";
+    DPTRAIN_ASSIGN_OR_RETURN(const ThreadPlan auto_plan, PlanCpuThreads(share));
+    decode_threads = auto_plan.threads;
+  }
+  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, decode_threads, train, test));
+  if (config.data.resized_crop_min_scale > 0 && (train.rows < 2 || train.cols < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--random_resized_crop: the training samples are ", train.channels, "x", train.rows, "x",
+        train.cols, "; a resized crop is for images of at least 2x2"));
+  }
   auto held = [](const Dataset& d) { return d.source != nullptr ? "read as needed" : "held"; };
   std::cout << who << ": data " << config.data.dir << ": " << train.size << " training images ("
             << held(train) << "), " << test.size << " test images (" << held(test) << "), "

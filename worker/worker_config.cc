@@ -74,8 +74,8 @@ ABSL_FLAG(std::string, data_loading, "auto",
           "load and held as bytes), stream (read as training reaches them: image files decoded "
           "on a pool of threads a window ahead of the steps, costing a decode per image and "
           "epoch; .npy images read from the file; for sets too large to hold) or auto (stream "
-          "when the images would take more than a quarter of this machine's memory). The other "
-          "formats are held.");
+          "when the images would take more than a quarter of this machine's memory). float32 "
+          ".npy arrays and the other formats are held.");
 ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "Per-channel means to subtract after scaling pixels to [0, 1] (with --data_std), "
           "e.g. 0.4914,0.4822,0.4465; empty: no normalisation.");

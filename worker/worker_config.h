@@ -32,7 +32,7 @@ struct DataConfig {
   std::string dir;
   std::string format;  // idx | cifar | imagefolder | npy; empty: detected from the files.
   ImageSize image_size;  // ImageFolder images brought to one size (default: kept).
-  DataLoading data_loading = DataLoading::kAuto;  // ImageFolder: held or streamed.
+  DataLoading data_loading = DataLoading::kAuto;  // ImageFolder, uint8 .npy: held or streamed.
   int64_t train_subset = 0;
   int64_t test_subset = 0;
   // Per-channel normalisation after scaling to [0, 1]; empty: none.

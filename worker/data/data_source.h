@@ -41,7 +41,8 @@ struct LoadOptions {
   // Image folders and .npy arrays: read (and decoded) at load, or as training reads them
   // (worker/data/image_folder.h, npy_reader.h); auto streams a set whose images would take more
   // than a quarter of the memory this process may use (the machine's, or its cgroup's limit if
-  // lower). The other formats are held, and refuse kStream (InvalidArgument).
+  // lower), except float32 .npy arrays, which are held. The other formats are held, and refuse
+  // kStream (InvalidArgument).
   DataLoading data_loading = DataLoading::kAuto;
   // Image folders: decoding threads (ImageFolderOptions::threads; 0: as many as the cores, at
   // most 8).

@@ -280,15 +280,22 @@ class NpyImageSource final : public ImageSource {
           absl::StrCat(file_.path(), ": image index ", index, " outside [0, ", count_, ")"));
     }
     const int64_t values = channels_ * plane_;
+    std::vector<int64_t> announce;  // Images to announce to the kernel, after the lock.
     {
       absl::MutexLock lock(&mu_);
-      if (at_ < plan_.size() && plan_[at_] == index) {
-        ++at_;
+      // The plan's next read, or one a little further (reads out of order skip ahead).
+      const size_t end = std::min(plan_.size(), std::max(announced_, at_ + 1));
+      for (size_t k = at_; k < end; ++k) {
+        if (plan_[k] != index) continue;
+        at_ = k + 1;
         for (; announced_ < std::min(plan_.size(), at_ + kAhead); ++announced_) {
-          file_.WillNeed(data_at_ + plan_[announced_] * values, values);
+          const int64_t i = plan_[announced_];
+          if (i >= 0 && i < count_) announce.push_back(i);
         }
+        break;
       }
     }
+    for (int64_t i : announce) file_.WillNeed(data_at_ + i * values, values);
     if (!channels_last_) return file_.ReadAt(data_at_ + index * values, out, values, "image");
     std::vector<uint8_t> image(static_cast<size_t>(values));
     if (absl::Status s = file_.ReadAt(data_at_ + index * values, image.data(), values, "image");

@@ -311,17 +311,26 @@ TEST(AugmentTest, ResizedCropBoxesFollowTorchvisionsDraw) {
   EXPECT_EQ(thin.height, 1);
   EXPECT_EQ(thin.width, 1);
   EXPECT_EQ(thin.left, 19);
+  // And a 40x1 one (height x width): width 1, height round(1 / (3/4)) = 1, centred.
+  const CropBox tall = ChooseResizedCrop(o, 40, 1, 3, 0);
+  EXPECT_EQ(tall.height, 1);
+  EXPECT_EQ(tall.width, 1);
+  EXPECT_EQ(tall.top, 19);
+  EXPECT_EQ(tall.left, 0);
   // min scale 1 on a square image: the box may still be the whole image only at ratio 1; a
   // whole-image box changes nothing, bit for bit.
   std::vector<float> image = Batch(1, {2, 4, 4});
   o.resized_crop_min_scale = 1;
+  int whole = 0;
   for (int64_t i = 0; i < 50; ++i) {
     const CropBox b = ChooseResizedCrop(o, 4, 4, 5, i);
     if (b.height != 4 || b.width != 4) continue;
+    ++whole;
     std::vector<float> out = image;
     ASSERT_TRUE(AugmentBatch(absl::MakeSpan(out), 1, {2, 4, 4}, o, 5, {i}).ok());
     EXPECT_EQ(out, image);
   }
+  EXPECT_GT(whole, 10);
   o.resized_crop_min_scale = 1.5;
   std::vector<float> out = image;
   EXPECT_EQ(AugmentBatch(absl::MakeSpan(out), 1, {2, 4, 4}, o, 5, {0}).code(),
