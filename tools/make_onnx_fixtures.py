@@ -33,6 +33,10 @@ The models:
              LeakyReLU, Sub, Div and Mul by scalars, Add, HardSwish, GELU (exported as Erf
              and arithmetic), MaxPool with ceil_mode, x.mean((2, 3)) (ReduceMean) and a
              log_softmax head.
+  elementwise  Element-wise ops users write by hand: GELU's tanh approximation (Pow of 3,
+             Mul, Add, Tanh), a softplus written out as relu(z) + log(1 + exp(-|z|)) (Abs, Neg,
+             Exp, Add of a scalar, Log), and z / sqrt(z ** 2 + 1) written as
+             z * reciprocal(sqrt(z.pow(2) + 1)) (Pow of 2, Sqrt, Reciprocal).
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -243,6 +247,25 @@ class Shared(nn.Module):
         return self.out(z)
 
 
+class Elementwise(nn.Module):
+    """GELU (tanh), a hand-written softplus and a hand-written x / sqrt(x^2 + 1): Pow, Tanh,
+    Abs, Neg, Exp, Log, Sqrt, Reciprocal between a Conv2d and two Linears."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1 = nn.Linear(8 * 8 * 8, 24)
+        self.fc2 = nn.Linear(24, classes)
+
+    def forward(self, x):
+        z = nn.functional.gelu(self.conv(x), approximate="tanh")
+        z = nn.functional.max_pool2d(z, 4)                                  # 8x8
+        z = torch.relu(z) + torch.log(1 + torch.exp(-torch.abs(z)))        # softplus
+        h = self.fc1(z.flatten(1))
+        h = h * torch.reciprocal(torch.sqrt(h.pow(2) + 1))
+        return self.fc2(h)
+
+
 # name -> () -> (module, classes)
 MODELS = {
     "vgg": lambda: (VGG(), 10),
@@ -251,6 +274,7 @@ MODELS = {
     "gated": lambda: (Gated(), 10),
     "pooling": lambda: (Pooling(), 10),
     "shared": lambda: (Shared(), 10),
+    "elementwise": lambda: (Elementwise(), 10),
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).

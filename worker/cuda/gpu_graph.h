@@ -8,7 +8,8 @@
 // MaxPool and AveragePool (ceil_mode and count_include_pad=False by our kernels),
 // GlobalAveragePool, ReduceMean, Flatten); grouped and depthwise Conv (cuDNN's group count);
 // Identity, Reshape, Cast (views); Dropout (the CPU node's masks, bit for bit); Tanh, Erf,
-// HardSigmoid, HardSwish, LeakyRelu, Clip, Elu, Selu, Softplus, Softsign; Add, Sub, Mul, Div in
+// HardSigmoid, HardSwish, LeakyRelu, Clip, Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg,
+// Abs, Reciprocal, Pow; Add, Sub, Mul, Div in
 // the CPU's forms (same dims, per channel, a scalar); Pad; Softmax and LogSoftmax over the
 // channels; Concat over the channels; LayerNormalization over each whole sample
 // (graph_kernels.h). A node whose op is missing from the registry, or whose twin refuses its

@@ -356,7 +356,8 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeBinaryTwin(const GpuNodeContext& ct
   return std::unique_ptr<GpuNode>(std::make_unique<BinaryTwin>(spec, out, other));
 }
 
-// Tanh, Erf, HardSigmoid, HardSwish, LeakyRelu, Clip: one element-wise kernel each way.
+// Tanh, Erf, HardSigmoid, HardSwish, LeakyRelu, Clip, Elu, Selu, Softplus, Softsign, Exp,
+// Log, Sqrt, Neg, Abs, Reciprocal, Pow: one element-wise kernel each way.
 class FunctionTwin final : public GpuNode {
  public:
   FunctionTwin(const graph::TwinSpec<float>& spec, nn::Dims dims)
@@ -626,8 +627,9 @@ GpuOpRegistry GpuOps() {
     r.Register(op, &MakeLayerTwin);
   }
   for (const char* op : {"Identity", "Reshape", "Cast"}) r.Register(op, &MakeViewTwin);
-  for (const char* op : {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip", "Elu",
-                         "Selu", "Softplus", "Softsign"}) {
+  for (const char* op :
+       {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip", "Elu", "Selu", "Softplus",
+        "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Pow"}) {
     r.Register(op, &MakeFunctionTwin);
   }
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) r.Register(op, &MakeBinaryTwin);

@@ -68,7 +68,8 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
-                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling"));
+                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
+                                           "elementwise"));
 
 // Every CPU op has a twin in GpuOps(); a registry without one refuses the node in one line.
 TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
@@ -209,7 +210,8 @@ TEST_P(GpuGraphParityTest, OneTrainStepMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
-                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling"));
+                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
+                                           "elementwise"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host

@@ -25,6 +25,20 @@ __device__ float FunctionValue(int f, float x, float a, float b, float c) {
       return x > 20.0f ? x : log1pf(expf(x));
     case 8:
       return x / (1.0f + fabsf(x));
+    case 9:
+      return expf(x);
+    case 10:
+      return logf(x);
+    case 11:
+      return sqrtf(x);
+    case 12:
+      return -x;
+    case 13:
+      return fabsf(x);
+    case 14:
+      return 1.0f / x;
+    case 15:
+      return powf(x, a);
     default:
       return x < a ? a + b * (x - a) : x > c ? c : x;
   }
@@ -48,6 +62,20 @@ __device__ float FunctionSlope(int f, float x, float y, float a, float b, float 
       return x > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-x));
     case 8:
       return 1.0f / ((1.0f + fabsf(x)) * (1.0f + fabsf(x)));
+    case 9:
+      return y;  // exp(x).
+    case 10:
+      return 1.0f / x;
+    case 11:
+      return 0.5f / y;  // 0.5 / sqrt(x).
+    case 12:
+      return -1.0f;
+    case 13:
+      return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;
+    case 14:
+      return -1.0f / (x * x);
+    case 15:
+      return a == 0.0f ? 0.0f : a * powf(x, a - 1.0f);
     default:
       return x < a ? b : x > c ? 0.0f : 1.0f;
   }

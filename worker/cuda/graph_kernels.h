@@ -18,10 +18,11 @@ namespace cuda {
 
 // graph::ElementFunction's numbering: 1 tanh, 2 erf, 3 hard sigmoid (a, b), 4 hard swish,
 // 5 piecewise linear (low a, slope below b, high c), 6 elu/selu (alpha a, scale b),
-// 7 softplus, 8 softsign.
+// 7 softplus, 8 softsign, 9 exp, 10 log, 11 sqrt, 12 neg, 13 abs, 14 reciprocal, 15 pow
+// (exponent a).
 absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
                                 float c, cudaStream_t stream);
-// dx = dy * f'(x) (tanh reads y: 1 - y^2).
+// dx = dy * f'(x) (tanh, exp and sqrt read y).
 absl::Status ElementwiseBackward(int function, const float* x, const float* y, const float* dy,
                                  float* dx, int64_t n, float a, float b, float c,
                                  cudaStream_t stream);

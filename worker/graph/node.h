@@ -100,7 +100,9 @@ struct NodeTensorSpec {
 //   kTanh; kErf; kHardSigmoid max(0, min(1, a x + b)); kHardSwish;
 //   kPiecewiseLinear (LeakyRelu, Clip): x < a: a + b (x - a); x > c: c; else x;
 //   kElu (Elu, Selu): b (x > 0 ? x : a (exp(x) - 1)); kSoftplus log(1 + exp(x)) (x past 20:
-//   x, as PyTorch's); kSoftsign x / (1 + |x|).
+//   x, as PyTorch's); kSoftsign x / (1 + |x|); kExp; kLog; kSqrt; kNeg; kAbs; kReciprocal
+//   1 / x; kPow x ** a.
+// The values are the GPU kernels' function codes (worker/cuda/graph_kernels.cu): append only.
 enum class ElementFunction {
   kNone,
   kTanh,
@@ -110,7 +112,14 @@ enum class ElementFunction {
   kPiecewiseLinear,
   kElu,
   kSoftplus,
-  kSoftsign
+  kSoftsign,
+  kExp,
+  kLog,
+  kSqrt,
+  kNeg,
+  kAbs,
+  kReciprocal,
+  kPow
 };
 // The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
 // one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); or

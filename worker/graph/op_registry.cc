@@ -89,6 +89,13 @@ OpRegistry BuiltinOps() {
   add("Selu", SeluOp());
   add("Softplus", SoftplusOp());
   add("Softsign", SoftsignOp());
+  add("Exp", ExpOp());
+  add("Log", LogOp());
+  add("Sqrt", SqrtOp());
+  add("Neg", NegOp());
+  add("Abs", AbsOp());
+  add("Reciprocal", ReciprocalOp());
+  add("Pow", PowOp());
   add("Cast", CastOp());
   add("Softmax", SoftmaxOp());
   add("LogSoftmax", LogSoftmaxOp());

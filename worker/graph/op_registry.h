@@ -4,7 +4,7 @@
 // BuiltinOps() holds the CPU ops (ONNX names and semantics, restricted as each op's factory
 // says; the list is in op_registry.cc):
 //   Conv, Gemm, MatMul, Relu, Sigmoid, Tanh, LeakyRelu, Clip, Erf, HardSigmoid, HardSwish,
-//   Elu, Selu, Softplus, Softsign,
+//   Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Pow (constant exponent),
 //   BatchNormalization, LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
 //   ReduceMean, Flatten, Reshape, Pad, Dropout, Identity, Cast, Softmax, LogSoftmax, Add, Sub,
 //   Mul, Div, Concat; and Residual (not ONNX: the built-in resnet18's fused block).

@@ -155,6 +155,33 @@ TEST_F(OpsTest, EluSeluSoftplusSoftsign) {
         wide);
 }
 
+// Exp, Neg, Abs on any input; Log, Sqrt and Reciprocal behind an Exp (positive, away from 0,
+// as their domains want); Pow with a float exponent on positive values and an integer one
+// (PyTorch's x ** 3) on any; and Pow's refusals.
+TEST_F(OpsTest, ExpLogSqrtNegAbsReciprocalPow) {
+  for (const char* op : {"Exp", "Neg", "Abs"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4}, {MakeNode(op, "f", {"x"}, {"y"})}));
+  }
+  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) {
+    SCOPED_TRACE(op);
+    Check(Chain({2, 3, 4}, {MakeNode("Exp", "e", {"x"}, {"p"}), MakeNode(op, "f", {"p"}, {"y"})}));
+  }
+  Check(Chain({2, 3, 4},
+              {MakeNode("Exp", "e", {"x"}, {"p"}), MakeNode("Pow", "f", {"p", "k"}, {"y"})},
+              {FloatScalar("k", 0.5f)}));
+  Check(Chain({2, 3, 4}, {MakeNode("Pow", "f", {"x", "k"}, {"y"})}, {IntConstant("k", {3})}));
+  Check(Chain({2, 3, 4}, {MakeNode("Pow", "f", {"x", "k"}, {"y"})}, {FloatScalar("k", 0.0f)}));
+  EXPECT_NE(BuildError(Chain({2, 3, 4}, {MakeNode("Relu", "r", {"x"}, {"e"}),
+                                         MakeNode("Pow", "f", {"x", "e"}, {"y"})}))
+                .find("the exponent must be a constant"),
+            std::string::npos);
+  EXPECT_NE(BuildError(Chain({2, 3, 4}, {MakeNode("Pow", "f", {"x", "k"}, {"y"})},
+                             {IntConstant("k", {2, 3})}))
+                .find("the exponent is not a scalar"),
+            std::string::npos);
+}
+
 TEST_F(OpsTest, LeakyReluAndClip) {
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"}, {{"alpha", 0.2f}})}));
   Check(Chain({2, 3, 4}, {MakeNode("LeakyRelu", "l", {"x"}, {"y"})}));  // alpha 0.01.

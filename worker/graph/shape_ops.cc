@@ -429,6 +429,62 @@ struct SoftsignFn {
   void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kSoftsign; }
 };
 
+// exp(x), log(x), sqrt(x), -x, |x| (slope 0 at 0, as PyTorch's sign), 1 / x.
+template <typename T>
+struct ExpFn {
+  T value(T x) const { return std::exp(x); }
+  T slope(T x) const { return std::exp(x); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kExp; }
+};
+
+template <typename T>
+struct LogFn {
+  T value(T x) const { return std::log(x); }
+  T slope(T x) const { return T(1) / x; }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kLog; }
+};
+
+template <typename T>
+struct SqrtFn {
+  T value(T x) const { return std::sqrt(x); }
+  T slope(T x) const { return T(0.5) / std::sqrt(x); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kSqrt; }
+};
+
+template <typename T>
+struct NegFn {
+  T value(T x) const { return -x; }
+  T slope(T) const { return T(-1); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kNeg; }
+};
+
+template <typename T>
+struct AbsFn {
+  T value(T x) const { return std::abs(x); }
+  T slope(T x) const { return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kAbs; }
+};
+
+template <typename T>
+struct ReciprocalFn {
+  T value(T x) const { return T(1) / x; }
+  T slope(T x) const { return T(-1) / (x * x); }
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kReciprocal; }
+};
+
+// x ** e for a constant exponent e (x ** 3 in GELU's tanh approximation, x.pow(2) in a norm
+// written out); the slope e x^(e - 1) (0 for e = 0, as PyTorch's).
+template <typename T>
+struct PowFn {
+  T exponent;
+  T value(T x) const { return std::pow(x, exponent); }
+  T slope(T x) const { return exponent == T(0) ? T(0) : exponent * std::pow(x, exponent - T(1)); }
+  void Describe(TwinSpec<T>& t) const {
+    t.function = ElementFunction::kPow;
+    t.a = static_cast<double>(exponent);
+  }
+};
+
 // The node of an element-wise function of one runtime input, once its attributes are read.
 template <typename T, typename Fn>
 absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeFunctionNode(const NodeContext& ctx, Fn fn) {
@@ -681,6 +737,28 @@ struct Clip {
   }
 };
 
+// Pow(x, e): e a constant scalar, float or integer (PyTorch exports x ** 3 so).
+template <typename T>
+struct Pow {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    if (ctx.inputs.size() != 2) return ctx.Error("Pow takes 2 inputs");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+    const NodeInput* e = ctx.input(1);
+    if (e == nullptr || e->constant == nullptr) {
+      return ctx.Error("the exponent must be a constant (x ** 3 as PyTorch exports it)");
+    }
+    const Tensor& t = *e->constant;
+    const size_t n = t.type == Tensor::Type::kFloat ? t.floats.size() : t.ints.size();
+    if (n != 1) return ctx.Error("the exponent is not a scalar");
+    const double exponent = t.type == Tensor::Type::kFloat ? static_cast<double>(t.floats[0])
+                                                           : static_cast<double>(t.ints[0]);
+    if (!std::isfinite(exponent)) return ctx.Error("the exponent is not finite");
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<FunctionNode<T, PowFn<T>>>(input, PowFn<T>{static_cast<T>(exponent)}));
+  }
+};
+
 }  // namespace
 
 OpFactory ReshapeOp() { return MakeOpFactory<Reshape>(); }
@@ -697,6 +775,13 @@ OpFactory EluOp() { return MakeOpFactory<Elu>(); }
 OpFactory SeluOp() { return MakeOpFactory<Selu>(); }
 OpFactory SoftplusOp() { return MakeOpFactory<PlainFunction<SoftplusFn>::Op>(); }
 OpFactory SoftsignOp() { return MakeOpFactory<PlainFunction<SoftsignFn>::Op>(); }
+OpFactory ExpOp() { return MakeOpFactory<PlainFunction<ExpFn>::Op>(); }
+OpFactory LogOp() { return MakeOpFactory<PlainFunction<LogFn>::Op>(); }
+OpFactory SqrtOp() { return MakeOpFactory<PlainFunction<SqrtFn>::Op>(); }
+OpFactory NegOp() { return MakeOpFactory<PlainFunction<NegFn>::Op>(); }
+OpFactory AbsOp() { return MakeOpFactory<PlainFunction<AbsFn>::Op>(); }
+OpFactory ReciprocalOp() { return MakeOpFactory<PlainFunction<ReciprocalFn>::Op>(); }
+OpFactory PowOp() { return MakeOpFactory<Pow>(); }
 OpFactory CastOp() { return MakeOpFactory<Cast>(); }
 OpFactory SoftmaxOp() { return MakeOpFactory<Softmax>(); }
 OpFactory LogSoftmaxOp() { return MakeOpFactory<LogSoftmax>(); }

@@ -43,6 +43,15 @@ OpFactory EluOp();       // alpha (1).
 OpFactory SeluOp();      // alpha, gamma (ONNX's defaults).
 OpFactory SoftplusOp();  // log(1 + exp(x)); x past 20, as PyTorch's threshold.
 OpFactory SoftsignOp();
+// Exp, Log, Sqrt, Neg, Abs, Reciprocal: element-wise, as PyTorch (log, sqrt and 1/x of values
+// outside their domain give NaN or infinity, as there). Pow(x, e): e a constant scalar.
+OpFactory ExpOp();
+OpFactory LogOp();
+OpFactory SqrtOp();
+OpFactory NegOp();
+OpFactory AbsOp();
+OpFactory ReciprocalOp();
+OpFactory PowOp();
 OpFactory CastOp();
 OpFactory SoftmaxOp();
 OpFactory LogSoftmaxOp();
