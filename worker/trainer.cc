@@ -15,6 +15,14 @@
 namespace dptrain {
 namespace {
 
+// When the steps waited for their batches (reading, decoding, augmenting) a tenth of their
+// time or more, says so: the input, not the model, then limits the pace.
+std::string DataShareNote(const EpochMetrics& m) {
+  if (m.step_seconds <= 0 || m.data_seconds < 0.1 * m.step_seconds) return "";
+  return absl::StrFormat("  data %.0f%% of the step time (reading, decoding, augmenting)",
+                         100.0 * m.data_seconds / m.step_seconds);
+}
+
 void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
   if (o.progress != nullptr) {
     *o.progress << absl::StrFormat(
@@ -26,7 +34,7 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
                            ? absl::StrFormat("  skipped %d steps (inf/NaN gradient)",
                                              m.skipped_steps)
                            : "")
-                << std::endl;
+                << DataShareNote(m) << std::endl;
   }
   if (o.metrics != nullptr) {
     const nlohmann::ordered_json line = {{"event", "epoch"},
@@ -39,6 +47,7 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
                                          {"train_acc", m.train_acc},
                                          {"test_acc", m.test_acc},
                                          {"images_per_s", m.images_per_s},
+                                         {"data_seconds", m.data_seconds},
                                          {"seconds", m.seconds},
                                          {"bytes_pushed", m.comm.bytes_pushed},
                                          {"bytes_pulled", m.comm.bytes_pulled},
@@ -352,6 +361,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     bool skipped = false;
+    double data_seconds = 0, step_seconds = 0;
   };
   std::vector<StepRecord> records;
   absl::Time epoch_start = absl::Now();
@@ -436,7 +446,9 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       continue;
     }
     model.RecordStepOutcome(outcome->skipped);
-    records.push_back({result->loss * n, result->correct, n, outcome->skipped});
+    records.push_back({result->loss * n, result->correct, n, outcome->skipped,
+                       absl::ToDoubleSeconds(report.data_end - report.start),
+                       absl::ToDoubleSeconds(report.end - report.start)});
     if (first_step) {
       first_step = false;
       timed_start = absl::Now();
@@ -474,6 +486,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       correct += r.correct;
       seen += r.seen;
       m.skipped_steps += r.skipped ? 1 : 0;
+      m.data_seconds += r.data_seconds;
+      m.step_seconds += r.step_seconds;
     }
     double train_seconds = absl::ToDoubleSeconds(absl::Now() - timed_start);
     int64_t timed_images = seen - untimed_images;

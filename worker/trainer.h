@@ -101,6 +101,10 @@ struct EpochMetrics {
   double train_seconds = 0;
   double images_per_s = 0;
   double seconds = 0;  // Whole epoch including evaluation.
+  // Of this epoch's steps (as kept after any rewind): the time spent getting their batches
+  // (gather, reading or decoding a streamed set, augmentation), and their whole time.
+  double data_seconds = 0;
+  double step_seconds = 0;
   CommStats comm;      // Cumulative.
 };
 

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -300,6 +302,7 @@ class FakeSource final : public ImageSource {
   }
   absl::Status Read(int64_t index, uint8_t* out) override {
     if (reads++ == fail_at_) return absl::DataLossError("img.png: truncated");
+    if (read_delay > absl::ZeroDuration()) absl::SleepFor(read_delay);
     const bool planned = !plans.empty() && at_ < plans.back().size() && plans.back()[at_] == index;
     if (planned) ++at_;
     ++(planned ? planned_reads : unplanned_reads);
@@ -308,6 +311,7 @@ class FakeSource final : public ImageSource {
   }
   std::vector<std::vector<int64_t>> plans;
   int reads = 0, planned_reads = 0, unplanned_reads = 0;
+  absl::Duration read_delay;  // Each read takes this long (a slow disk or decoder).
 
  private:
   const Dataset held_;
@@ -359,6 +363,30 @@ TEST(TrainerTest, ImagesReadAsNeededTrainTheSameBatchesInThePlannedOrder) {
     EXPECT_TRUE(std::equal(source->plans.back().begin(), source->plans.back().end(),
                            source->plans.front().begin() + 8));
   }
+}
+
+// Steps that wait for their batches say so: the epoch's data time (here nearly all of it: the
+// reads take 3 ms, the fake model nothing) in the metrics and a note on the epoch line.
+TEST(TrainerTest, TheEpochLineSaysWhenTheStepsWaitForTheirData) {
+  const Dataset held = NumberedImages(8);
+  std::ostringstream metrics, progress;
+  FakeModel model({});
+  FakeStore store;
+  auto source = std::make_shared<FakeSource>(held, /*fail_at=*/-1);
+  source->read_delay = absl::Milliseconds(3);
+  TrainerOptions options = EightSteps(&metrics);
+  options.progress = &progress;
+  std::vector<EpochMetrics> history;
+  ASSERT_TRUE(Train(options, model, &store, FromSource(held, source), nullptr, &history).ok());
+  ASSERT_EQ(history.size(), 2u);
+  for (const EpochMetrics& m : history) {
+    EXPECT_GE(m.data_seconds, 8 * 0.003) << "8 reads of 3 ms an epoch";
+    EXPECT_LE(m.data_seconds, m.step_seconds);
+  }
+  EXPECT_NE(progress.str().find("% of the step time (reading, decoding, augmenting)"),
+            std::string::npos)
+      << progress.str();
+  EXPECT_NE(metrics.str().find("\"data_seconds\":"), std::string::npos);
 }
 
 TEST(TrainerTest, AFailedReadOfASourceEndsTrainingWithItsError) {
