@@ -7,8 +7,8 @@
 // normalised per channel if Normalize (worker/data/transforms.h) recorded a mean and standard
 // deviation, computed as Normalize computes it on floats, so both stores give the same values
 // bit for bit. A third store holds no images: an ImageSource reads them as training reaches
-// them (an image folder too large to hold decoded, worker/data/image_stream.h), as bytes read
-// like the byte store's. Read images with ReadImage (any store) or CopyImages (held stores);
+// them (an image folder or a uint8 .npy array too large to hold: worker/data/image_stream.h,
+// npy_reader.h), as bytes read like the byte store's. Read images with ReadImage (any store) or CopyImages (held stores);
 // image() is for float stores. Labels are bytes, so a data set has at most kMaxClasses classes.
 // A Dataset is a plain value: copy or move it freely (copies share a source); readers must not
 // mutate it while another thread reads it.
