@@ -194,7 +194,6 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
   return absl::OkStatus();
 }
 
-// The CPU's thread plan (--threads, the cores this process may use, the workers per host).
 // This worker's share of the CPU (--threads, the cores this process may use, the workers per
 // host): the CPU model's math threads, and the image decoding threads of a streamed data set.
 absl::StatusOr<ThreadPlan> PlanCpuThreads(const WorkerConfig& config) {
@@ -206,6 +205,7 @@ absl::StatusOr<ThreadPlan> PlanCpuThreads(const WorkerConfig& config) {
   return PlanThreads(inputs);
 }
 
+// The CPU model's threads and algorithms from the plan, said on the startup line.
 void PlanCpu(const WorkerConfig& config, const std::string& who, const ThreadPlan& plan,
              nn::ModelOptions& options) {
   options.threads = plan.threads;
