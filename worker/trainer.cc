@@ -261,6 +261,7 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
   }
   int64_t correct = 0;
   std::vector<float> images;  // A byte store's images as floats, one batch at a time.
+  std::vector<uint8_t> scratch;
   std::vector<int64_t> order;
   if (data.source != nullptr) {
     order.resize(static_cast<size_t>(data.size));
@@ -270,13 +271,14 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
   for (int64_t begin = 0; begin < data.size; begin += batch_size) {
     const int n = static_cast<int>(std::min<int64_t>(batch_size, data.size - begin));
     const float* batch = data.byte_storage ? nullptr : data.image(begin);
-    if (data.source != nullptr) {
+    if (data.source != nullptr) {  // Read in the planned order; the labels are held.
       images.resize(static_cast<size_t>(n * data.image_size()));
-      std::vector<uint8_t> labels(static_cast<size_t>(n));
-      if (absl::Status s = GatherBatch(data, absl::MakeConstSpan(order).subspan(begin, n),
-                                       absl::MakeSpan(images), absl::MakeSpan(labels));
-          !s.ok()) {
-        return s;
+      for (int i = 0; i < n; ++i) {
+        if (absl::Status s =
+                data.ReadImage(begin + i, images.data() + i * data.image_size(), scratch);
+            !s.ok()) {
+          return s;
+        }
       }
       batch = images.data();
     } else if (data.byte_storage) {
