@@ -117,7 +117,9 @@ class GpuConv2d final : public GpuLayer {
 // num_batches_tracked is counted by the model (host side), not here.
 class GpuBatchNorm2d final : public GpuLayer {
  public:
-  explicit GpuBatchNorm2d(int channels) : c_(channels) {}
+  // eps and momentum as nn::BatchNorm2d's (PyTorch's meaning and defaults).
+  explicit GpuBatchNorm2d(int channels, double eps = 1e-5, double momentum = 0.1)
+      : c_(channels), eps_(eps), momentum_(momentum) {}
   std::string ToString() const override;
   std::vector<nn::TensorSpec> ParamSpecs() const override;
   void BindParams(const float* params, float* grads) override;
@@ -130,6 +132,8 @@ class GpuBatchNorm2d final : public GpuLayer {
 
  private:
   const int c_;
+  const double eps_;
+  const double momentum_;
   const float* params_ = nullptr;  // weight [c], bias [c]
   float* grads_ = nullptr;
   float* buffers_ = nullptr;  // running_mean [c], running_var [c], num_batches_tracked []

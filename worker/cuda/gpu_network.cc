@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<GpuLayer>> ToGpu(const nn::Layer<float>& layer,
     return std::make_unique<GpuConv2d>(c->options(), input, *output);
   }
   if (auto* b = dynamic_cast<const nn::BatchNorm2d<float>*>(&layer)) {
-    return std::make_unique<GpuBatchNorm2d>(b->num_features());
+    return std::make_unique<GpuBatchNorm2d>(b->num_features(), b->eps(), b->momentum());
   }
   if (dynamic_cast<const nn::ReLU<float>*>(&layer) != nullptr) {
     return std::make_unique<GpuActivation>(GpuActivation::Kind::kRelu);

@@ -14,14 +14,14 @@ namespace {
 
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
-constexpr double kBnEps = 1e-5;  // nn.BatchNorm2d's defaults, as the CPU layer's.
-constexpr double kBnMomentum = 0.1;
 
 }  // namespace
 
 // ---- BatchNorm2d --------------------------------------------------------------------------
 
-std::string GpuBatchNorm2d::ToString() const { return absl::StrCat("BatchNorm2d(", c_, ")"); }
+std::string GpuBatchNorm2d::ToString() const {
+  return absl::StrCat("BatchNorm2d(", c_, ", eps=", eps_, ", momentum=", momentum_, ")");
+}
 
 std::vector<nn::TensorSpec> GpuBatchNorm2d::ParamSpecs() const {
   return {{"weight", {c_}}, {"bias", {c_}}};
@@ -57,13 +57,13 @@ absl::StatusOr<DeviceTensor> GpuBatchNorm2d::Forward(DeviceContext& ctx, DeviceT
     // cuDNN updates the running variance with the unbiased batch variance, as PyTorch.
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnBatchNormalizationForwardTraining(
         ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), input.data,
-        x_desc_.get(), y, param_desc_.get(), params_, params_ + c_, kBnMomentum, running_mean,
-        running_var, kBnEps, saved, saved + c_));
+        x_desc_.get(), y, param_desc_.get(), params_, params_ + c_, momentum_, running_mean,
+        running_var, eps_, saved, saved + c_));
   } else {
     DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnBatchNormalizationForwardInference(
         ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), input.data,
         x_desc_.get(), y, param_desc_.get(), params_, params_ + c_, running_mean, running_var,
-        kBnEps));
+        eps_));
   }
   return DeviceTensor{y, input.batch, input.dims};
 }
@@ -76,7 +76,7 @@ absl::StatusOr<DeviceTensor> GpuBatchNorm2d::Backward(DeviceContext& ctx, Device
   DPTRAIN_CUDNN_RETURN_IF_ERROR(cudnnBatchNormalizationBackward(
       ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.get(),
       input_.data, x_desc_.get(), grad_output.data, x_desc_.get(), dx, param_desc_.get(), params_,
-      grads_, grads_ + c_, kBnEps, saved, saved + c_));
+      grads_, grads_ + c_, eps_, saved, saved + c_));
   if (!need_input_grad) return DeviceTensor{};
   return DeviceTensor{dx, grad_output.batch, input_.dims};
 }

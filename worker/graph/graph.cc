@@ -1,5 +1,8 @@
 #include "worker/graph/graph.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -110,6 +113,16 @@ absl::StatusOr<float> FloatAttribute(const Node& node, absl::string_view name, f
   if (const float* f = std::get_if<float>(&it->second)) return *f;
   if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<float>(*i);
   return Invalid(node, absl::StrCat("attribute '", name, "' is not of type FLOAT"));
+}
+
+double ShortestDecimal(float f) {
+  if (!std::isfinite(f)) return f;
+  char text[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(text, nullptr) == f) return std::strtod(text, nullptr);
+  }
+  return f;  // Unreachable: 9 significant digits read back as any float.
 }
 
 absl::StatusOr<std::string> StringAttribute(const Node& node, absl::string_view name,

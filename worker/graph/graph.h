@@ -83,6 +83,10 @@ absl::Status ValidateGraph(const Graph& graph);
 // FLOAT is asked for.
 absl::StatusOr<int64_t> IntAttribute(const Node& node, absl::string_view name, int64_t fallback);
 absl::StatusOr<float> FloatAttribute(const Node& node, absl::string_view name, float fallback);
+// The double nearest the shortest decimal that reads back as `f`: PyTorch writes its double
+// hyper-parameters into ONNX's FLOAT attributes (eps=1e-3 becomes 0.001f), and this recovers
+// them (0.001, not 0.0010000000474974513) where the float's error would show.
+double ShortestDecimal(float f);
 absl::StatusOr<std::string> StringAttribute(const Node& node, absl::string_view name,
                                             const std::string& fallback);
 absl::StatusOr<std::vector<int64_t>> IntsAttribute(const Node& node, absl::string_view name,

@@ -436,16 +436,22 @@ struct BatchNorm {
       DPTRAIN_RETURN_IF_ERROR(ctx.ConstantInput(i, Tensor::Type::kFloat, false).status());
       DPTRAIN_RETURN_IF_ERROR(CheckShape(ctx, i, {input.c}));
     }
-    DPTRAIN_ASSIGN_OR_RETURN(const float eps, FloatAttribute(ctx.node, "epsilon", 1e-5f));
-    DPTRAIN_ASSIGN_OR_RETURN(const float momentum, FloatAttribute(ctx.node, "momentum", 0.9f));
+    DPTRAIN_ASSIGN_OR_RETURN(const float eps_attr, FloatAttribute(ctx.node, "epsilon", 1e-5f));
+    DPTRAIN_ASSIGN_OR_RETURN(const float momentum_attr, FloatAttribute(ctx.node, "momentum", 0.9f));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t spatial, IntAttribute(ctx.node, "spatial", 1));
-    // Float attributes: compare with the float nearest PyTorch's double defaults.
-    if (std::abs(eps - 1e-5f) > 1e-10f ||
-        std::abs(momentum - static_cast<float>(1 - nn::BatchNorm2d<T>::kMomentum)) > 1e-6f) {
-      return ctx.Error(absl::StrCat("epsilon ", eps, " and momentum ", momentum, " (PyTorch's ",
-                                    1 - momentum,
-                                    ") unsupported: only PyTorch's defaults 1e-05 and 0.1 (ONNX "
-                                    "momentum 0.9)"));
+    // ONNX's momentum weighs the running statistic, PyTorch's the batch's: 1 - the other.
+    const double eps = ShortestDecimal(eps_attr);
+    const double momentum = 1 - ShortestDecimal(momentum_attr);
+    if (!(eps > 0) || !std::isfinite(eps)) {
+      return ctx.Error(absl::StrCat("epsilon ", eps, " must be positive"));
+    }
+    if (!(momentum_attr > 0 && momentum_attr <= 1)) {
+      // PyTorch's momentum=None (a cumulative average) traces as ONNX momentum 0 (its first
+      // step's factor, 1): refused, as the file cannot say which it was.
+      return ctx.Error(absl::StrCat("momentum ", momentum_attr,
+                                    " unsupported: ONNX's momentum must lie in (0, 1] "
+                                    "(PyTorch's momentum=None, a cumulative average, exports as "
+                                    "0)"));
     }
     if (spatial != 1) return ctx.Error("spatial=0 unsupported");
     typename LayerNode<T>::Tensors params, buffers;
@@ -459,8 +465,8 @@ struct BatchNorm {
     }
     buffers.specs.push_back({NumBatchesTrackedName(ctx), {}, nullptr, 0.0f});
     buffers.parts.push_back({1});
-    return MakeLayerNode<T>(ctx, std::make_unique<nn::BatchNorm2d<T>>(input.c), std::move(params),
-                            std::move(buffers));
+    return MakeLayerNode<T>(ctx, std::make_unique<nn::BatchNorm2d<T>>(input.c, eps, momentum),
+                            std::move(params), std::move(buffers));
   }
 };
 

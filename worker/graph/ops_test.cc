@@ -273,6 +273,27 @@ TEST_F(OpsTest, BatchNormalizationTrainingAndEvaluation) {
   EXPECT_EQ((*e)->params()[0].name, "bn.weight");
 }
 
+// torchvision's MobileNetV3: eps=1e-3, momentum=0.01 (ONNX's momentum 0.99).
+TEST_F(OpsTest, BatchNormalizationOtherEpsilonAndMomentum) {
+  const Graph g =
+      Chain({3, 2, 3},
+            {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"},
+                      {{"epsilon", 1e-3f}, {"momentum", 0.99f}, {"training_mode", int64_t{1}}})},
+            {RandomConstant("s", {3}, 21, 0.5, 1.0), RandomConstant("b", {3}, 22),
+             RandomConstant("m", {3}, 23), RandomConstant("v", {3}, 24, 0.5, 1.0)});
+  Check(g);
+  GraphCheckOptions eval;
+  eval.training = false;
+  Check(g, eval);
+  // The layer sees PyTorch's numbers (decimal, not the float attributes' nearest values).
+  absl::StatusOr<std::unique_ptr<Executor<double>>> e = Executor<double>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<std::string> layers;
+  for (const auto& node : (*e)->nodes()) layers.push_back(node.impl->twin().layer->ToString());
+  EXPECT_EQ(layers, std::vector<std::string>{"BatchNorm2d(3, eps=0.001, momentum=0.01, "
+                                             "affine=True, track_running_stats=True)"});
+}
+
 TEST_F(OpsTest, BatchNormalizationOfFeatures) {
   // BatchNorm1d on [N, F] is a batch norm over {F, 1, 1} samples.
   Check(Chain({4, 1, 1}, {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"})},
@@ -435,10 +456,17 @@ TEST_F(OpsTest, FactoriesRefuseWhatTheyDoNotImplement) {
   EXPECT_TRUE(absl::StrContains(
       BuildError(Chain({3, 1, 1},
                        {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"},
-                                 {{"momentum", 0.99f}})},
+                                 {{"momentum", 0.0f}})},
                        {RandomConstant("s", {3}, 1), RandomConstant("b", {3}, 2),
                         RandomConstant("m", {3}, 3), RandomConstant("v", {3}, 4)})),
-      "node 'bn' (BatchNormalization): epsilon 1e-05 and momentum 0.99"));
+      "node 'bn' (BatchNormalization): momentum 0 unsupported: ONNX's momentum must lie in "
+      "(0, 1] (PyTorch's momentum=None"));
+  EXPECT_EQ(BuildError(Chain({3, 1, 1},
+                             {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"},
+                                       {{"epsilon", -1.0f}})},
+                             {RandomConstant("s", {3}, 1), RandomConstant("b", {3}, 2),
+                              RandomConstant("m", {3}, 3), RandomConstant("v", {3}, 4)})),
+            "node 'bn' (BatchNormalization): epsilon -1 must be positive");
   EXPECT_EQ(BuildError(Chain({2, 3, 2}, {MakeNode("Reshape", "r", {"x", "s"}, {"y"})},
                              {IntConstant("s", {-1, 5})})),
             "node 'r' (Reshape): target shape [-1, 5] for input [2, 3, 2] of each sample "

@@ -75,8 +75,8 @@ void BatchNorm2d<T>::ForEachChannelBlock(ThreadPool* pool, int64_t count, Fn&& f
 
 template <typename T>
 std::string BatchNorm2d<T>::ToString() const {
-  return absl::StrCat("BatchNorm2d(", c_, ", eps=1e-05, momentum=0.1, affine=True, ",
-                      "track_running_stats=True)");
+  return absl::StrCat("BatchNorm2d(", c_, ", eps=", eps_, ", momentum=", momentum_,
+                      ", affine=True, track_running_stats=True)");
 }
 
 template <typename T>
@@ -160,14 +160,14 @@ void BatchNorm2d<T>::ForwardInto(const LayerContext<T>& ctx, TensorRef<T> input,
       for (int c = c0; c < c1; ++c) {
         const double var = sq[c - c0] / count;
         const double unbiased = count > 1 ? sq[c - c0] / (count - 1) : var;
-        running_mean_[c] = T((1 - kMomentum) * running_mean_[c] + kMomentum * mean_[c]);
-        running_var_[c] = T((1 - kMomentum) * running_var_[c] + kMomentum * unbiased);
-        inv_std_[c] = 1.0 / std::sqrt(var + kEps);
+        running_mean_[c] = T((1 - momentum_) * running_mean_[c] + momentum_ * mean_[c]);
+        running_var_[c] = T((1 - momentum_) * running_var_[c] + momentum_ * unbiased);
+        inv_std_[c] = 1.0 / std::sqrt(var + eps_);
       }
     } else {
       for (int c = c0; c < c1; ++c) {
         mean_[c] = running_mean_[c];
-        inv_std_[c] = 1.0 / std::sqrt(double{running_var_[c]} + kEps);
+        inv_std_[c] = 1.0 / std::sqrt(double{running_var_[c]} + eps_);
       }
     }
     std::vector<T> scale(nc), shift(nc);

@@ -1,5 +1,6 @@
-// Batch normalisation over the channels of NCHW input, as PyTorch's nn.BatchNorm2d(C) with the
-// defaults eps=1e-5, momentum=0.1, affine=True, track_running_stats=True.
+// Batch normalisation over the channels of NCHW input, as PyTorch's nn.BatchNorm2d(C, eps,
+// momentum) with affine=True, track_running_stats=True (eps and momentum default to PyTorch's
+// 1e-5 and 0.1; torchvision's MobileNetV3, EfficientNet, GoogLeNet and MnasNet set others).
 //
 // Parameters: weight (gamma) [C] and bias (beta) [C]. Buffers (see Layer::BufferSpecs), named as
 // in PyTorch's state_dict: running_mean [C] (initially 0), running_var [C] (initially 1) and
@@ -29,9 +30,12 @@ class BatchNorm2d final : public Layer<T> {
   static constexpr double kEps = 1e-5;
   static constexpr double kMomentum = 0.1;
 
-  explicit BatchNorm2d(int num_features) : c_(num_features) {}
+  explicit BatchNorm2d(int num_features, double eps = kEps, double momentum = kMomentum)
+      : c_(num_features), eps_(eps), momentum_(momentum) {}
 
   int num_features() const { return c_; }
+  double eps() const { return eps_; }
+  double momentum() const { return momentum_; }
 
   std::string ToString() const override;
   absl::StatusOr<Dims> OutputDims(const Dims& input) const override;
@@ -57,6 +61,8 @@ class BatchNorm2d final : public Layer<T> {
   void ForEachChannelBlock(ThreadPool* pool, int64_t count, Fn&& fn);
 
   const int c_;
+  const double eps_;
+  const double momentum_;
   const T* weight_ = nullptr;
   const T* bias_ = nullptr;
   T* grad_weight_ = nullptr;

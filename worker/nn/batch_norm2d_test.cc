@@ -12,8 +12,9 @@ namespace {
 
 // gamma * (x - mean) / sqrt(var + eps) + beta per channel, with the batch's statistics (biased
 // variance) if `running` is null, else with running = {mean[0..c), var[0..c)}.
-ReferenceForward DirectBatchNorm(const Dims& in, const std::vector<double>* running) {
-  return [in, running](const std::vector<double>& x, const std::vector<double>& p, int batch) {
+ReferenceForward DirectBatchNorm(const Dims& in, const std::vector<double>* running,
+                                 double eps = 1e-5) {
+  return [in, running, eps](const std::vector<double>& x, const std::vector<double>& p, int batch) {
     const int64_t plane = int64_t{in.h} * in.w;
     std::vector<double> y(x.size());
     for (int c = 0; c < in.c; ++c) {
@@ -37,7 +38,7 @@ ReferenceForward DirectBatchNorm(const Dims& in, const std::vector<double>* runn
       for (int n = 0; n < batch; ++n) {
         for (int64_t i = 0; i < plane; ++i) {
           const int64_t at = (n * in.c + c) * plane + i;
-          y[at] = p[c] * (x[at] - mean) / std::sqrt(var + 1e-5) + p[in.c + c];
+          y[at] = p[c] * (x[at] - mean) / std::sqrt(var + eps) + p[in.c + c];
         }
       }
     }
@@ -45,14 +46,14 @@ ReferenceForward DirectBatchNorm(const Dims& in, const std::vector<double>* runn
   };
 }
 
-void CheckTraining(const Dims& in, int batch) {
-  BatchNorm2d<double> d(in.c);
-  BatchNorm2d<float> f(in.c);
+void CheckTraining(const Dims& in, int batch, double eps = 1e-5) {
+  BatchNorm2d<double> d(in.c, eps);
+  BatchNorm2d<float> f(in.c, eps);
   LayerCheckOptions options;
   options.batch = batch;
   options.input = in;
   SCOPED_TRACE(d.ToString() + " on " + in.ToString());
-  CheckLayer(d, f, options, DirectBatchNorm(in, nullptr));
+  CheckLayer(d, f, options, DirectBatchNorm(in, nullptr, eps));
 }
 
 TEST(BatchNorm2dTest, TrainingOddSizes) { CheckTraining({3, 5, 7}, 2); }
@@ -60,6 +61,10 @@ TEST(BatchNorm2dTest, TrainingOddSizes) { CheckTraining({3, 5, 7}, 2); }
 TEST(BatchNorm2dTest, TrainingBatchOne) { CheckTraining({2, 3, 3}, 1); }
 
 TEST(BatchNorm2dTest, TrainingOneByOnePlanes) { CheckTraining({4, 1, 1}, 5); }
+
+// torchvision's MobileNetV3 and EfficientNet: eps=1e-3 (a large eps changes the gradient too).
+TEST(BatchNorm2dTest, TrainingOtherEps) { CheckTraining({3, 4, 3}, 2, 1e-3); }
+TEST(BatchNorm2dTest, TrainingLargeEps) { CheckTraining({2, 2, 2}, 3, 0.5); }
 
 TEST(BatchNorm2dTest, EvaluationUsesRunningStatistics) {
   const Dims in{3, 4, 5};
@@ -104,6 +109,25 @@ TEST(BatchNorm2dTest, RunningStatisticsAsPyTorch) {
   TensorRef<double> e = bn.Forward({}, {x.data(), 2, {1, 1, 3}}, false);
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(e.data[i], train[i], 1e-12);
   EXPECT_EQ(buffers, (std::vector<double>{4, 20.0 / 3, 2}));
+}
+
+TEST(BatchNorm2dTest, RunningStatisticsWithOtherEpsAndMomentum) {
+  // The batch of RunningStatisticsAsPyTorch with nn.BatchNorm2d(1, eps=1e-3, momentum=0.01).
+  BatchNorm2d<double> bn(1, 1e-3, 0.01);
+  EXPECT_EQ(bn.ToString(),
+            "BatchNorm2d(1, eps=0.001, momentum=0.01, affine=True, track_running_stats=True)");
+  std::vector<double> params = {1.5, 0.25}, grads(2), buffers(3);
+  bn.BindParams(params.data(), grads.data());
+  bn.InitBuffers(buffers.data());
+  bn.BindBuffers(buffers.data());
+  const std::vector<double> x = {1, 2, 3, 4, 5, 9};
+  TensorRef<double> y = bn.Forward({}, {x.data(), 2, {1, 1, 3}}, true);
+  EXPECT_NEAR(y.data[5], 1.5 * (9 - 4) / std::sqrt(20.0 / 3 + 1e-3) + 0.25, 1e-12);
+  EXPECT_NEAR(buffers[0], 0.01 * 4, 1e-12);
+  EXPECT_NEAR(buffers[1], 0.99 * 1 + 0.01 * 8, 1e-12);
+  buffers = {0.5, 2.0, 1};
+  TensorRef<double> e = bn.Forward({}, {x.data(), 2, {1, 1, 3}}, false);
+  EXPECT_NEAR(e.data[0], 1.5 * (1 - 0.5) / std::sqrt(2.0 + 1e-3) + 0.25, 1e-12);
 }
 
 TEST(BatchNorm2dTest, SpecsMatchPyTorch) {
