@@ -37,6 +37,10 @@ The models:
              Mul, Add, Tanh), a softplus written out as relu(z) + log(1 + exp(-|z|)) (Abs, Neg,
              Exp, Add of a scalar, Log), and z / sqrt(z ** 2 + 1) written as
              z * reciprocal(sqrt(z.pow(2) + 1)) (Pow of 2, Sqrt, Reciprocal).
+  shuffle    A small ShuffleNetV2 (torchvision's blocks): x.chunk(2, dim=1) (Shape, Gather,
+             Add, Div, Mul, Slice: the split point computed from the Shape at run time), the
+             channel shuffle (Reshape to 5-D, Transpose, Reshape), depthwise convolutions, and
+             a stem BatchNorm2d(eps=1e-3, momentum=0.01) as MobileNetV3's.
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -45,7 +49,9 @@ The models:
              (exported as Transpose + MatMul) and x @ w + b with bare parameters (MatMul + Add);
              7 classes.
 With --resnet18 (not stored in the repository: about 45 MB) it also writes the full-width
-resnet18 in torchvision's layout for a manual check.
+resnet18 in torchvision's layout for a manual check, and with --torchvision=NAME,... the
+models of torchvision.models of those names (10 classes, inputs 3x64x64; needs Debian's
+python3-torchvision) as tv_<NAME>, e.g. --torchvision=shufflenet_v2_x0_5,mobilenet_v3_small.
 
 Dropout: PyTorch draws its masks from its own generator, which the C++ side does not reproduce,
 so the reference step runs with the Dropout modules in eval mode (the identity) and the test
@@ -266,6 +272,58 @@ class Elementwise(nn.Module):
         return self.fc2(h)
 
 
+def channel_shuffle(x, groups):
+    """torchvision.models.shufflenetv2.channel_shuffle."""
+    n, c, h, w = x.size()
+    x = x.view(n, groups, c // groups, h, w)
+    x = torch.transpose(x, 1, 2).contiguous()
+    return x.view(n, -1, h, w)
+
+
+class ShuffleBlock(nn.Module):
+    """torchvision's ShuffleNetV2 InvertedResidual: stride 2 runs both branches on the whole
+    input; stride 1 splits it with x.chunk(2, dim=1) and runs branch 2 on the second half."""
+
+    def __init__(self, inp, oup, stride):
+        super().__init__()
+        self.stride = stride
+        half = oup // 2
+        if stride > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(inp, inp, 3, stride, 1, groups=inp, bias=False), nn.BatchNorm2d(inp),
+                nn.Conv2d(inp, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+        branch_in = inp if stride > 1 else half
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(branch_in, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True),
+            nn.Conv2d(half, half, 3, stride, 1, groups=half, bias=False), nn.BatchNorm2d(half),
+            nn.Conv2d(half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+
+    def forward(self, x):
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return channel_shuffle(out, 2)
+
+
+class Shuffle(nn.Module):
+    """A small ShuffleNetV2 with MobileNetV3's batch-norm settings in its stem."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Sequential(nn.Conv2d(3, 12, 3, 2, 1, bias=False),
+                                   nn.BatchNorm2d(12, eps=1e-3, momentum=0.01),
+                                   nn.ReLU(inplace=True))
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.stage = nn.Sequential(ShuffleBlock(12, 16, 2), ShuffleBlock(16, 16, 1))
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.stage(self.maxpool(self.conv1(x)))
+        return self.fc(x.mean((2, 3)))
+
+
 # name -> () -> (module, classes)
 MODELS = {
     "vgg": lambda: (VGG(), 10),
@@ -275,6 +333,7 @@ MODELS = {
     "pooling": lambda: (Pooling(), 10),
     "shared": lambda: (Shared(), 10),
     "elementwise": lambda: (Elementwise(), 10),
+    "shuffle": lambda: (Shuffle(), 10),
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
@@ -309,13 +368,29 @@ def reference_step(net, x, labels, classes, mse):
     return net64, logits, loss
 
 
+def torchvision_model(name):
+    """torchvision.models.<name> with 10 classes (GoogLeNet and Inception without their
+    auxiliary heads, whose extra outputs a one-output graph cannot return)."""
+    import torchvision.models  # Only here: the repository's fixtures do not need it.
+    kwargs = {"num_classes": 10}
+    if name in ("googlenet", "inception_v3"):
+        kwargs.update(aux_logits=False, init_weights=False)
+    return getattr(torchvision.models, name)(**kwargs), 10
+
+
 def make_fixture(name, out_dir, opset):
     torch.manual_seed(SEED)
-    net, classes = (ResNet([64, 128, 256, 512]), 10) if name == "resnet18" else MODELS[name]()
+    size = 32
+    if name == "resnet18":
+        net, classes = ResNet([64, 128, 256, 512]), 10
+    elif name.startswith("tv_"):
+        (net, classes), size = torchvision_model(name[3:]), 64
+    else:
+        net, classes = MODELS[name]()
     net = net.to(torch.float32)
     randomize_batch_norms(net)
     net.train()
-    x = torch.randn(BATCH, 3, 32, 32, dtype=torch.float32)
+    x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
     labels = torch.randint(0, classes, (BATCH,))
 
     # Exporting traces a train-mode forward pass, which moves the batch-norm running statistics
@@ -360,15 +435,20 @@ def main():
                         help="also write the full-width resnet18 (about 45 MB; not for the repo)")
     parser.add_argument("--opset", type=int, default=None,
                         help="ONNX opset to export (default: torch's, 14 for torch 1.13)")
-    parser.add_argument("models", nargs="*", default=sorted(MODELS))
+    parser.add_argument("--torchvision", default="",
+                        help="also write these torchvision.models (comma-separated names)")
+    parser.add_argument("models", nargs="*", default=None)
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    for name in args.models:
+    models = args.models if args.models or args.resnet18 or args.torchvision else sorted(MODELS)
+    for name in models:
         if name not in MODELS:
             sys.exit("unknown model %r (expected one of %s)" % (name, ", ".join(sorted(MODELS))))
         make_fixture(name, args.out_dir, args.opset)
     if args.resnet18:
         make_fixture("resnet18", args.out_dir, args.opset)
+    for name in filter(None, args.torchvision.split(",")):
+        make_fixture("tv_" + name, args.out_dir, args.opset)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,19 @@ __global__ void PadBackwardKernel(const float* dy, float* dx, int64_t planes, in
   }
 }
 
+// One thread per output element: its source channel by the shuffle's permutation.
+__global__ void ChannelShuffleKernel(const float* x, float* y, int batch, int channels, int groups,
+                                     int64_t plane) {
+  const int64_t n = int64_t{batch} * channels * plane;
+  const int per_group = channels / groups;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    const int64_t sample = i / (int64_t{channels} * plane);
+    const int out_channel = static_cast<int>(i / plane % channels);
+    const int in_channel = out_channel % groups * per_group + out_channel / groups;
+    y[i] = x[(sample * channels + in_channel) * plane + i % plane];
+  }
+}
+
 // One thread per (sample, pixel), over the channels (few: a classifier's head).
 __global__ void SoftmaxForwardKernel(const float* x, float* y, int batch, int channels,
                                      int64_t plane, bool log) {
@@ -389,6 +402,14 @@ absl::Status BinaryBackwardOther(int op, int broadcast, bool swapped, const floa
   BinaryBackwardOtherKernel<<<Blocks(m), kThreads, 0, stream>>>(op, broadcast, swapped, full, other,
                                                                 dy, dother, m, plane);
   return Launched("BinaryBackwardOtherKernel<<<>>>");
+}
+
+absl::Status ChannelShuffle(const float* x, float* y, int batch, int channels, int groups,
+                            int64_t plane, cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * channels * plane;
+  if (n <= 0) return absl::OkStatus();
+  ChannelShuffleKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, batch, channels, groups, plane);
+  return Launched("ChannelShuffleKernel<<<>>>");
 }
 
 absl::Status PadForward(const float* x, float* y, int64_t planes, int in_h, int in_w, int out_h,

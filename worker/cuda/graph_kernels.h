@@ -56,6 +56,11 @@ absl::Status SoftmaxChannelsForward(const float* x, float* y, int batch, int cha
 absl::Status SoftmaxChannelsBackward(const float* y, const float* dy, float* dx, int batch,
                                      int channels, int64_t plane, bool log, cudaStream_t stream);
 
+// ShuffleNet's channel shuffle of `batch` samples of `channels` planes of `plane` elements:
+// y channel j * groups + i = x channel i * (channels / groups) + j (graph/slice_ops.h).
+absl::Status ChannelShuffle(const float* x, float* y, int batch, int channels, int groups,
+                            int64_t plane, cudaStream_t stream);
+
 // out[c * rows + r] = in[r * cols + c].
 absl::Status Transpose(const float* in, float* out, int64_t rows, int64_t cols,
                        cudaStream_t stream);

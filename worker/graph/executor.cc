@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/graph/shape_arithmetic.h"
 
 namespace dptrain {
 namespace graph {
@@ -38,6 +39,37 @@ absl::Status InitialValue(const Node& node, const NodeTensorSpec& spec, T* out) 
   return absl::OkStatus();
 }
 
+// Gather of dimensions of a Shape (value dims `dims`): the per-sample dims 1..3 (c, h, w; a
+// value of rank r < 4 holds its r - 1 dims in the first of them). The batch (dimension 0) is
+// not a constant of the graph and negative indices need the rank, which the dims do not keep:
+// both refused.
+absl::StatusOr<Tensor> GatherShape(const Node& node, const nn::Dims& dims, const Tensor* indices) {
+  DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(node, "axis", 0));
+  if (axis != 0 || indices == nullptr || indices->type != Tensor::Type::kInt64 ||
+      indices->shape.size() > 1) {
+    return NodeError(node,
+                     "only Gather of constant 0-D or 1-D indices (axis 0) of a Shape is "
+                     "supported");
+  }
+  Tensor out;
+  out.type = Tensor::Type::kInt64;
+  out.shape = indices->shape;
+  const int per_sample[] = {dims.c, dims.h, dims.w};
+  for (int64_t i : indices->ints) {
+    if (i == 0) {
+      return NodeError(node,
+                       "reads the batch size (dimension 0 of a Shape): unsupported, the "
+                       "batch size is not fixed (write the shape without it, e.g. "
+                       "x.flatten(1) for x.view(x.size(0), -1))");
+    }
+    if (i < 0 || i > 3) {
+      return NodeError(node, absl::StrCat("dimension ", i, " of a Shape unsupported (1 to 3)"));
+    }
+    out.ints.push_back(per_sample[i - 1]);
+  }
+  return out;
+}
+
 }  // namespace
 
 template <typename T>
@@ -66,8 +98,61 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   std::vector<std::vector<NodeTensorSpec>> node_buffers;
   SharedScratch scratch;  // The nodes keep what they take from it.
 
+  // Shape arithmetic (shape_arithmetic.h), evaluated here once: the dims of each Shape node's
+  // computed input, and the int64 constants computed from them (or from constants), each a
+  // constant of this build rather than a node.
+  std::map<std::string, std::pair<nn::Dims, std::string>> shapes;  // Value -> (dims, node).
+  std::map<std::string, Tensor> folded;
+  std::vector<size_t> graph_node;  // Per nodes_ entry: its index in graph.nodes.
+
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
+    if (node.op == "Shape") {
+      DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(node, {}));
+      auto it = node.inputs.size() == 1 ? ids.find(node.inputs[0]) : ids.end();
+      if (it == ids.end()) {
+        return NodeError(node, "only the Shape of one computed value is supported");
+      }
+      shapes[node.outputs[0]] = {e->value_dims_[it->second], node.name};
+      continue;
+    }
+    if (IsShapeArithmetic(node.op)) {
+      std::vector<const Tensor*> operands;
+      const nn::Dims* shape = nullptr;
+      bool constant = !node.inputs.empty();
+      for (size_t s = 0; s < node.inputs.size() && constant; ++s) {
+        const std::string& name = node.inputs[s];
+        const Tensor* t = nullptr;
+        if (name.empty()) {
+          // An absent optional input.
+        } else if (auto sh = shapes.find(name); sh != shapes.end()) {
+          if (node.op != "Gather" || s != 0) {
+            return NodeError(
+                node, absl::StrCat("reads the Shape '", name, "' of node '", sh->second.second,
+                                   "' other than by Gather: unsupported"));
+          }
+          shape = &sh->second.first;
+        } else if (auto f = folded.find(name); f != folded.end()) {
+          t = &f->second;
+        } else if (const Tensor* c = graph.FindConstant(name);
+                   c != nullptr && c->type == Tensor::Type::kInt64) {
+          t = c;
+        } else {
+          constant = false;
+        }
+        operands.push_back(t);
+      }
+      if (constant && shape != nullptr) {
+        DPTRAIN_ASSIGN_OR_RETURN(
+            folded[node.outputs[0]],
+            GatherShape(node, *shape, operands.size() > 1 ? operands[1] : nullptr));
+        continue;
+      }
+      if (constant && !operands.empty() && operands[0] != nullptr) {
+        DPTRAIN_ASSIGN_OR_RETURN(folded[node.outputs[0]], EvaluateShapeArithmetic(node, operands));
+        continue;
+      }
+    }
     DPTRAIN_RETURN_IF_ERROR(CheckOpSupported(registry, node));
     NodeContext ctx{node, {}, SplitMix64(options.seed ^ SplitMix64(n)), &scratch};
     NodeState state;
@@ -84,6 +169,12 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
         } else if (auto nc = not_computed.find(name); nc != not_computed.end()) {
           return NodeError(
               node, absl::StrCat("input '", name, "' is ", nc->second, ", which is not computed"));
+        } else if (auto sh = shapes.find(name); sh != shapes.end()) {
+          return NodeError(node,
+                           absl::StrCat("reads the Shape '", name, "' of node '", sh->second.second,
+                                        "' other than by Gather: unsupported"));
+        } else if (auto f = folded.find(name); f != folded.end()) {
+          in.constant = &f->second;
         } else {
           in.constant = graph.FindConstant(name);  // ValidateGraph: it is one.
         }
@@ -104,9 +195,9 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       if (!uses.empty() && uses.front().spec.shape != spec.shape) {
         return NodeError(node,
                          absl::StrCat("parameter '", spec.name, "' is also used by node '",
-                                      graph.nodes[uses.front().node].name, "' with another shape"));
+                                      e->nodes_[uses.front().node].name, "' with another shape"));
       }
-      uses.push_back(ParamUse{static_cast<int>(n), static_cast<int>(s), spec});
+      uses.push_back(ParamUse{static_cast<int>(e->nodes_.size()), static_cast<int>(s), spec});
     }
     node_buffers.push_back(state.impl->Buffers());
 
@@ -122,6 +213,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       }
     }
     e->nodes_.push_back(std::move(state));
+    graph_node.push_back(n);
   }
 
   // A parameter may not double as a plain constant operand of a node that does not learn it.
@@ -131,10 +223,10 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       auto it = param_uses.find(name);
       if (it == param_uses.end()) continue;
       bool learns = false;
-      for (const ParamUse& use : it->second) learns = learns || use.node == static_cast<int>(n);
+      for (const ParamUse& use : it->second) learns = learns || graph_node[use.node] == n;
       if (!learns) {
         return NodeError(node, absl::StrCat("reads '", name, "', a parameter of node '",
-                                            graph.nodes[it->second.front().node].name,
+                                            e->nodes_[it->second.front().node].name,
                                             "', as a plain operand: unsupported"));
       }
     }
@@ -180,7 +272,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     }
     e->params_.push_back({c.name, first.spec.shape, e->num_params_, size});
     e->initial_params_.resize(e->num_params_ + size);
-    DPTRAIN_RETURN_IF_ERROR(InitialValue(graph.nodes[first.node], first.spec,
+    DPTRAIN_RETURN_IF_ERROR(InitialValue(graph.nodes[graph_node[first.node]], first.spec,
                                          e->initial_params_.data() + e->num_params_));
     e->num_params_ += size;
   }
@@ -196,16 +288,18 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   for (size_t n = 0; n < e->nodes_.size(); ++n) {
     for (const NodeTensorSpec& spec : node_buffers[n]) {
       if (param_uses.count(spec.name) > 0) {
-        return NodeError(graph.nodes[n],
+        return NodeError(graph.nodes[graph_node[n]],
                          absl::StrCat("buffer '", spec.name, "' is also a parameter"));
       }
       if (auto it = buffer_names.find(spec.name); it != buffer_names.end()) {
         const BufferUse& first = it->second;
-        if (graph.nodes[first.node].op != graph.nodes[n].op || first.size != spec.size()) {
-          return NodeError(graph.nodes[n],
-                           absl::StrCat("buffer '", spec.name, "' is also used by node '",
-                                        graph.nodes[first.node].name, "' (",
-                                        graph.nodes[first.node].op, ") in another way"));
+        if (graph.nodes[graph_node[first.node]].op != graph.nodes[graph_node[n]].op ||
+            first.size != spec.size()) {
+          return NodeError(
+              graph.nodes[graph_node[n]],
+              absl::StrCat("buffer '", spec.name, "' is also used by node '",
+                           graph.nodes[graph_node[first.node]].name, "' (",
+                           graph.nodes[graph_node[first.node]].op, ") in another way"));
         }
         e->nodes_[n].buffer_offsets.push_back(first.offset);
         continue;
@@ -215,8 +309,8 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       e->nodes_[n].buffer_offsets.push_back(e->num_buffers_);
       e->buffers_.push_back({spec.name, spec.shape, e->num_buffers_, size});
       e->initial_buffers_.resize(e->num_buffers_ + size);
-      DPTRAIN_RETURN_IF_ERROR(
-          InitialValue(graph.nodes[n], spec, e->initial_buffers_.data() + e->num_buffers_));
+      DPTRAIN_RETURN_IF_ERROR(InitialValue(graph.nodes[graph_node[n]], spec,
+                                           e->initial_buffers_.data() + e->num_buffers_));
       e->num_buffers_ += size;
     }
   }

@@ -200,7 +200,7 @@ TEST(OpRegistryTest, OneEntryPerOp) {
   EXPECT_EQ(r.Register("Conv", ConvOp()).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(r.Register("Sin", OpFactory{}).code(), absl::StatusCode::kInvalidArgument);
   const std::vector<std::string> ops = r.ops();
-  EXPECT_EQ(ops.size(), 42u);
+  EXPECT_EQ(ops.size(), 44u);
   OpRegistry empty;
   Node node = MakeNode("Conv", "c", {"x"}, {"y"});
   EXPECT_EQ(CheckOpSupported(empty, node).message(), "unsupported op 'Conv' (node 'c')");
@@ -244,6 +244,84 @@ TEST(GraphRewritesTest, FusesTransposeMatMulAndBiasAddIntoGemm) {
   EXPECT_EQ(g.nodes[0].outputs, (std::vector<std::string>{"y"}));
   EXPECT_EQ(std::get<int64_t>(g.nodes[0].attributes.at("transB")), 1);
   CheckGraphGradients(g, BuiltinOps());
+}
+
+Tensor IntScalar(int64_t v) {
+  Tensor t;
+  t.type = Tensor::Type::kInt64;
+  t.ints = {v};
+  return t;
+}
+
+// x.chunk(2, dim=1)[1] as torch 1.13 exports it (opset 13): the split point computed from the
+// Shape of x at run time, (c + 1) / 2 * 1 and * 2.
+Graph Chunk(nn::Dims dims, int64_t dim) {
+  Graph g = MakeGraph(
+      dims,
+      {MakeNode("Relu", "r", {"x"}, {"h"}), MakeNode("Shape", "shape", {"h"}, {"s"}),
+       MakeNode("Gather", "size", {"s", "dim"}, {"c"}, {{"axis", int64_t{0}}}),
+       MakeNode("Add", "plus", {"c", "one"}, {"c1"}), MakeNode("Div", "half", {"c1", "two"}, {"k"}),
+       MakeNode("Mul", "start", {"k", "one"}, {"b"}), MakeNode("Mul", "end", {"k", "two"}, {"e"}),
+       MakeNode("Slice", "slice", {"h", "b", "e", "dim"}, {"y"})},
+      {}, "y");
+  Tensor d = IntScalar(dim);
+  d.shape = {1};
+  g.constants.push_back({"dim", d});
+  g.constants.push_back({"one", IntScalar(1)});
+  g.constants.push_back({"two", IntScalar(2)});
+  return g;
+}
+
+TEST(ShapeArithmeticTest, TheExecutorEvaluatesShapesOfComputedValues) {
+  const OpRegistry registry = BuiltinOps();
+  auto e = Executor<double>::Create(Chunk({5, 2, 2}, 1), registry);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->num_nodes(), 2);                      // Relu and Slice; the rest were evaluated.
+  EXPECT_EQ((*e)->output_dims(), (nn::Dims{2, 2, 2}));  // Channels 3..4 of 5.
+  CheckGraphGradients(Chunk({4, 3, 2}, 2), registry);   // Rows 2..3 of 3.
+
+  // The batch size is no constant; a Shape read other than by Gather is refused.
+  auto error = [&](const Graph& g) {
+    auto e = Executor<float>::Create(g, registry);
+    EXPECT_FALSE(e.ok());
+    return std::string(e.status().message());
+  };
+  EXPECT_TRUE(absl::StartsWith(error(Chunk({4, 2, 2}, 0)),
+                               "node 'size' (Gather): reads the batch size (dimension 0 of a "
+                               "Shape): unsupported"));
+  EXPECT_EQ(error(Chunk({4, 2, 2}, -1)),
+            "node 'size' (Gather): dimension -1 of a Shape unsupported (1 to 3)");
+  Graph g = Chunk({4, 2, 2}, 1);
+  g.nodes[2] = MakeNode("Add", "size", {"s", "one"}, {"c"});
+  EXPECT_EQ(error(g),
+            "node 'size' (Add): reads the Shape 's' of node 'shape' other than by "
+            "Gather: unsupported");
+  g.nodes[2] = MakeNode("Gather", "size", {"s", "dim"}, {"c"});
+  g.nodes[3] = MakeNode("Div", "plus", {"c", "zero"}, {"c1"});
+  g.constants.push_back({"zero", IntScalar(0)});
+  EXPECT_EQ(error(g), "node 'plus' (Div): division by zero");
+}
+
+TEST(GraphRewritesTest, FusesTheChannelShuffle) {
+  // torchvision's channel_shuffle(x, 2) on [4, 3, 2] (batch 1 at export).
+  Graph g = MakeGraph(
+      {4, 3, 2},
+      {MakeNode("Relu", "r", {"x"}, {"h"}), MakeNode("Reshape", "split", {"h", "s5"}, {"v"}),
+       MakeNode("Transpose", "t", {"v"}, {"vt"}, {{"perm", Ints{0, 2, 1, 3, 4}}}),
+       MakeNode("Reshape", "merge", {"vt", "s4"}, {"y"})},
+      {IntConstant("s5", {1, 2, 2, 3, 2}), IntConstant("s4", {1, -1, 3, 2})}, "y");
+  Graph other_perm = g;
+  other_perm.nodes[2].attributes["perm"] = Ints{0, 1, 2, 4, 3};
+  FuseChannelShuffle(g);
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[1].op, "ChannelShuffle");
+  EXPECT_EQ(g.nodes[1].name, "t");
+  EXPECT_EQ(g.nodes[1].inputs, (std::vector<std::string>{"h"}));
+  EXPECT_EQ(g.nodes[1].outputs, (std::vector<std::string>{"y"}));
+  EXPECT_EQ(std::get<int64_t>(g.nodes[1].attributes.at("group")), 2);
+  CheckGraphGradients(g, BuiltinOps());
+  FuseChannelShuffle(other_perm);  // Not a channel shuffle: left alone.
+  EXPECT_EQ(other_perm.nodes.size(), 4u);
 }
 
 }  // namespace

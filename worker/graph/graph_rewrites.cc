@@ -10,110 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/graph/shape_arithmetic.h"
 
 namespace dptrain {
 namespace graph {
 namespace {
-
-absl::Status NodeError(const Node& node, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' (", node.op, "): ", what));
-}
-
-// Axes of a Squeeze/Unsqueeze: the attribute (before opset 13) or the int64 input 1.
-absl::StatusOr<std::vector<int64_t>> Axes(const Node& node,
-                                          const std::vector<const Tensor*>& inputs) {
-  if (inputs.size() > 1 && inputs[1] != nullptr) return inputs[1]->ints;
-  return IntsAttribute(node, "axes", {});
-}
-
-// Normalises `axis` for `rank` (negative counts from the end), or an error.
-absl::StatusOr<int64_t> Axis(const Node& node, int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= rank) {
-    return NodeError(node, absl::StrCat("axis ", axis, " out of range for rank ", rank));
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
-// The value of `node` (an op of FoldShapeConstants) of int64 constant inputs (null: absent).
-absl::StatusOr<Tensor> Evaluate(const Node& node, const std::vector<const Tensor*>& in) {
-  const Tensor& x = *in[0];
-  if (node.op == "Identity") return x;
-  if (node.op == "Cast") {
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t to, IntAttribute(node, "to", 0));
-    constexpr int64_t kOnnxFloat = 1, kOnnxInt64 = 7;
-    if (to == kOnnxInt64) return x;
-    if (to != kOnnxFloat) return NodeError(node, absl::StrCat("cast to type ", to, " unsupported"));
-    Tensor out;
-    out.shape = x.shape;
-    out.floats.assign(x.ints.begin(), x.ints.end());
-    return out;
-  }
-  if (node.op == "Unsqueeze") {
-    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, Axes(node, in));
-    const int64_t rank = static_cast<int64_t>(x.shape.size() + axes.size());
-    std::vector<int64_t> normal;
-    for (int64_t a : axes) {
-      DPTRAIN_ASSIGN_OR_RETURN(const int64_t n, Axis(node, a, rank));
-      normal.push_back(n);
-    }
-    std::sort(normal.begin(), normal.end());
-    Tensor out = x;
-    for (int64_t a : normal) out.shape.insert(out.shape.begin() + a, 1);
-    return out;
-  }
-  if (node.op == "Squeeze") {
-    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, Axes(node, in));
-    const int64_t rank = static_cast<int64_t>(x.shape.size());
-    std::set<int64_t> drop;
-    for (int64_t a : axes) {
-      DPTRAIN_ASSIGN_OR_RETURN(const int64_t n, Axis(node, a, rank));
-      if (x.shape[n] != 1) return NodeError(node, absl::StrCat("axis ", a, " is not of size 1"));
-      drop.insert(n);
-    }
-    Tensor out = x;
-    out.shape.clear();
-    for (int64_t i = 0; i < rank; ++i) {
-      const bool squeezed = axes.empty() ? x.shape[i] == 1 : drop.count(i) > 0;
-      if (!squeezed) out.shape.push_back(x.shape[i]);
-    }
-    return out;
-  }
-  if (node.op == "Concat") {
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(node, "axis", 0));
-    Tensor out;
-    out.type = Tensor::Type::kInt64;
-    for (const Tensor* t : in) {
-      if (t == nullptr || t->shape.size() != 1 || (axis != 0 && axis != -1)) {
-        return NodeError(node, "folding is implemented for 1-D int64 constants only");
-      }
-      out.ints.insert(out.ints.end(), t->ints.begin(), t->ints.end());
-    }
-    out.shape = {static_cast<int64_t>(out.ints.size())};
-    return out;
-  }
-  if (node.op == "Gather") {
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(node, "axis", 0));
-    if (in.size() != 2 || in[1] == nullptr || x.shape.size() != 1 || (axis != 0 && axis != -1) ||
-        in[1]->shape.size() > 1) {
-      return NodeError(node, "folding is implemented for 1-D data and 0-D or 1-D indices only");
-    }
-    Tensor out;
-    out.type = Tensor::Type::kInt64;
-    out.shape = in[1]->shape;
-    const int64_t n = x.shape[0];
-    for (int64_t i : in[1]->ints) {
-      if (i < -n || i >= n) return NodeError(node, absl::StrCat("index ", i, " out of range"));
-      out.ints.push_back(x.ints[i < 0 ? i + n : i]);
-    }
-    return out;
-  }
-  return NodeError(node, "not foldable");
-}
-
-bool IsFoldable(const std::string& op) {
-  return op == "Unsqueeze" || op == "Squeeze" || op == "Concat" || op == "Gather" || op == "Cast" ||
-         op == "Identity";
-}
 
 // Per value name: the (node index, input slot) pairs reading it.
 std::map<std::string, std::vector<std::pair<size_t, size_t>>> Consumers(const Graph& graph) {
@@ -140,7 +41,8 @@ absl::Status FoldShapeConstants(Graph& graph) {
   std::vector<Node> kept;
   for (Node& node : graph.nodes) {
     std::vector<const Tensor*> inputs;
-    bool all_int_constants = IsFoldable(node.op) && !node.inputs.empty() && !node.inputs[0].empty();
+    bool all_int_constants =
+        IsShapeArithmetic(node.op) && !node.inputs.empty() && !node.inputs[0].empty();
     for (const std::string& name : node.inputs) {
       if (!all_int_constants) break;
       if (name.empty()) {
@@ -156,7 +58,7 @@ absl::Status FoldShapeConstants(Graph& graph) {
       kept.push_back(std::move(node));
       continue;
     }
-    DPTRAIN_ASSIGN_OR_RETURN(Tensor value, Evaluate(node, inputs));
+    DPTRAIN_ASSIGN_OR_RETURN(Tensor value, EvaluateShapeArithmetic(node, inputs));
     // Adding may move the constants the pointers above point to; they are not used again.
     constants[node.outputs[0]] = graph.constants.size();
     graph.constants.push_back({node.outputs[0], std::move(value)});
@@ -222,6 +124,54 @@ void FuseLinear(Graph& graph) {
     gemm.attributes["beta"] = 1.0f;  // Irrelevant before (no C), 1 for the Add.
     gemm.outputs = add.outputs;
     removed.insert(readers[0].first);
+  }
+  std::vector<Node> kept;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (removed.count(n) == 0) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
+}
+
+void FuseChannelShuffle(Graph& graph) {
+  auto consumers = Consumers(graph);
+  auto int_constant = [&graph](const std::string& name) -> const Tensor* {
+    const Tensor* t = graph.FindConstant(name);
+    return t != nullptr && t->type == Tensor::Type::kInt64 && t->shape.size() == 1 ? t : nullptr;
+  };
+  // The node reading `value` (once, and not the graph's output), else null.
+  auto sole_reader = [&](const std::string& value, const char* op) -> Node* {
+    const auto& readers = consumers[value];
+    if (readers.size() != 1 || readers[0].second != 0 || value == graph.output) return nullptr;
+    Node& reader = graph.nodes[readers[0].first];
+    return reader.op == op ? &reader : nullptr;
+  };
+  std::set<size_t> removed;
+  for (size_t r = 0; r < graph.nodes.size(); ++r) {
+    Node& split = graph.nodes[r];
+    if (split.op != "Reshape" || split.inputs.size() != 2 || removed.count(r) > 0) continue;
+    const Tensor* split_shape = int_constant(split.inputs[1]);
+    if (split_shape == nullptr || split_shape->ints.size() != 5) continue;
+    Node* transpose = sole_reader(split.outputs[0], "Transpose");
+    if (transpose == nullptr) continue;
+    absl::StatusOr<std::vector<int64_t>> perm = IntsAttribute(*transpose, "perm", {});
+    if (!perm.ok() || *perm != std::vector<int64_t>{0, 2, 1, 3, 4}) continue;
+    Node* merge = sole_reader(transpose->outputs[0], "Reshape");
+    if (merge == nullptr || merge->inputs.size() != 2) continue;
+    const Tensor* merged_shape = int_constant(merge->inputs[1]);
+    if (merged_shape == nullptr || merged_shape->ints.size() != 4) continue;
+    // The shuffle takes the merging Reshape's place (its output, read by later nodes), named
+    // after the Transpose; the other two go.
+    Node shuffle;
+    shuffle.op = "ChannelShuffle";
+    shuffle.name = transpose->name;
+    shuffle.inputs = {split.inputs[0]};
+    shuffle.outputs = merge->outputs;
+    shuffle.attributes["group"] = split_shape->ints[1];
+    shuffle.attributes["split_shape"] = split_shape->ints;
+    shuffle.attributes["merged_shape"] = merged_shape->ints;
+    removed.insert(r);
+    removed.insert(static_cast<size_t>(transpose - graph.nodes.data()));
+    *merge = std::move(shuffle);
   }
   std::vector<Node> kept;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {

@@ -13,6 +13,7 @@
 #ifndef DPTRAIN_WORKER_GRAPH_NODE_H_
 #define DPTRAIN_WORKER_GRAPH_NODE_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -166,6 +167,10 @@ struct TwinSpec {
   double layer_norm_eps = 0;
   // Softmax or LogSoftmax over the channels.
   bool softmax = false, log_softmax = false;
+  // Slice (slice_ops.h): where the window starts in c, h, w (its size: the output dims).
+  std::array<int, 3> slice_start = {0, 0, 0};
+  // ChannelShuffle (slice_ops.h): its group count.
+  int shuffle_groups = 0;
 };
 
 template <typename T>

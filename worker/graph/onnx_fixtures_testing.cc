@@ -7,7 +7,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/graph/executor.h"
+#include "worker/graph/graph_model.h"
+#include "worker/graph/op_registry.h"
 #include "worker/nn/layer_check.h"
+#include "worker/nn/softmax_cross_entropy.h"
 
 namespace dptrain {
 namespace graph {
@@ -83,6 +87,51 @@ void ExpectTrainStepMatches(nn::Model& model, const SafetensorsContents& ref) {
     nn::ExpectAllClose("after " + b.name, ToDouble(model.buffer_values().data() + b.offset, b.size),
                        ToDouble(after->data.data(), static_cast<int64_t>(after->data.size())),
                        1e-5);
+  }
+}
+
+void ExpectDoubleStepMatches(const Graph& graph, const SafetensorsContents& ref) {
+  const OpRegistry registry = BuiltinOps();
+  absl::StatusOr<std::unique_ptr<Executor<double>>> made =
+      Executor<double>::Create(WithoutDropout(graph), registry);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Executor<double>& e = **made;
+  std::vector<double> params = e.initial_params();
+  std::vector<double> grads(params.size());
+  std::vector<double> buffers = e.initial_buffers();
+  e.Bind(params.data(), grads.data(), buffers.data());
+  const Batch batch = ReferenceBatch(ref);
+  const int n = static_cast<int>(batch.labels.size());
+  const std::vector<double> input(batch.images.begin(), batch.images.end());
+  const nn::TensorRef<double> logits = e.Forward(input.data(), n, /*training=*/true);
+  const int classes = static_cast<int>(logits.dims.size());
+  std::vector<double> grad_logits(logits.size());
+  const nn::LossOutput loss =
+      nn::SoftmaxCrossEntropy(logits.data, batch.labels.data(), n, classes, grad_logits.data());
+  const double expected_loss = ref.Find("loss")->data[0];
+  // The reference holds float32s: the loss rounded to 6e-8 of itself.
+  EXPECT_NEAR(loss.loss, expected_loss, 1e-7 * std::max(1.0, std::abs(expected_loss)));
+  e.Backward({grad_logits.data(), n, logits.dims}, /*need_input_grad=*/false);
+  for (const nn::ParamInfo& p : e.params()) {
+    const LoadedTensor* expected = ref.Find("grad." + p.name);
+    ASSERT_NE(expected, nullptr) << p.name;
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < p.size; ++i) {
+      const double d = grads[p.offset + i] - expected->data[i];
+      diff += d * d;
+      norm += double{expected->data[i]} * expected->data[i];
+    }
+    if (std::sqrt(norm / p.size) <= 1e-9) continue;
+    // The reference is float64 rounded to float32: 6e-8 relative at best.
+    EXPECT_LE(std::sqrt(diff / norm), 1e-7) << p.name << ": relative L2 error (double)";
+  }
+  for (const nn::ParamInfo& b : e.buffers()) {
+    const LoadedTensor* after = ref.Find("after." + b.name);
+    ASSERT_NE(after, nullptr) << b.name;
+    nn::ExpectAllClose(
+        "after " + b.name + " (double)",
+        std::vector<double>(buffers.begin() + b.offset, buffers.begin() + b.offset + b.size),
+        ToDouble(after->data.data(), static_cast<int64_t>(after->data.size())), 1e-7);
   }
 }
 

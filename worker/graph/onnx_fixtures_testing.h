@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/safetensors.h"
+#include "worker/graph/graph.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
@@ -37,6 +38,17 @@ void ExpectGradientsMatch(nn::Model& model, const SafetensorsContents& ref,
 // One TrainStep of `model` on the reference batch: PyTorch's loss (1e-5 relative), gradients
 // (ExpectGradientsMatch, "grad.") and updated buffers ("after.", 1e-5).
 void ExpectTrainStepMatches(nn::Model& model, const SafetensorsContents& ref);
+
+// One train-mode step of `graph` (Dropout off) by the CPU executor in double, against the
+// reference: the loss (1e-7 relative: the reference holds float32s), every parameter's gradient
+// (relative L2 error <= 1e-7; gradients that vanish up to rounding, rms <= 1e-9, such as the bias
+// of a batch norm whose output only feeds another batch norm, are skipped) and the updated buffers
+// (1e-7). Exact where float32 need not be: in a deep float32 network a max-pooling window whose two
+// largest values lie within rounding of each other may pick the other one than PyTorch's float64
+// run, sending that window's gradient elsewhere (measured on torchvision's SqueezeNet and
+// GoogLeNet), and deep stacks of batch norms amplify rounding (PyTorch's own float32 step is
+// 2 % off its float64 one on RegNetY-400MF).
+void ExpectDoubleStepMatches(const Graph& graph, const SafetensorsContents& ref);
 
 }  // namespace testing_fixtures
 }  // namespace graph

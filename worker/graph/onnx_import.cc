@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "onnx/onnx_pb.h"
 #include "worker/graph/graph_rewrites.h"
+#include "worker/graph/shape_arithmetic.h"
 
 namespace dptrain {
 namespace graph {
@@ -361,6 +362,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   }
   DPTRAIN_RETURN_IF_ERROR(FoldShapeConstants(graph));
   FuseLinear(graph);
+  FuseChannelShuffle(graph);
   DPTRAIN_RETURN_IF_ERROR(CheckExportedForTraining(graph));
   return graph;
 }
@@ -371,6 +373,9 @@ absl::StatusOr<Graph> ReadOnnxGraph(const std::string& path, const OpRegistry& r
   absl::StatusOr<Graph> graph = ParseOnnxGraph(*bytes, BaseName(path));
   if (!graph.ok()) return WithPath(path, graph.status());
   for (const Node& node : graph->nodes) {
+    // Shape and the int64 arithmetic on it are evaluated by the executor (which refuses what it
+    // cannot evaluate), not ops.
+    if (node.op == "Shape" || IsShapeArithmetic(node.op)) continue;
     if (absl::Status s = CheckOpSupported(registry, node); !s.ok()) return WithPath(path, s);
   }
   return graph;

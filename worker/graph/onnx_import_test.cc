@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "worker/graph/onnx_fixtures_testing.h"
+#include "worker/graph/op_registry.h"
 #include "worker/nn/layer_check.h"
 #include "worker/nn/safetensors.h"
 
@@ -28,6 +29,7 @@ namespace dptrain {
 namespace graph {
 namespace {
 
+using testing_fixtures::ExpectDoubleStepMatches;
 using testing_fixtures::ExpectGradientsMatch;
 using testing_fixtures::ExpectTrainStepMatches;
 using testing_fixtures::kTestdata;
@@ -49,8 +51,10 @@ std::string WriteTemp(const std::string& name, const std::string& bytes) {
   return path;
 }
 
-// One train step of model `name` in `dir` on `threads` against PyTorch's reference.
-void CheckParity(const std::string& dir, const std::string& name, int threads) {
+// One train step of model `name` in `dir` on `threads` against PyTorch's reference, by the
+// float model (its gradients too where `float_gradients`) and by the executor in double.
+void CheckParity(const std::string& dir, const std::string& name, int threads,
+                 bool float_gradients = true) {
   SCOPED_TRACE(absl::StrCat(name, " on ", threads, " threads"));
   absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath(name, dir));
   ASSERT_TRUE(ref.ok()) << ref.status();
@@ -61,7 +65,10 @@ void CheckParity(const std::string& dir, const std::string& name, int threads) {
   ASSERT_TRUE(made.ok()) << made.status();
   nn::Model& model = **made;
   EXPECT_EQ(model.name(), name);
-  EXPECT_EQ(model.input_dims(), (nn::Dims{3, 32, 32}));
+  const std::vector<int64_t>& input = ref->Find("input")->shape;  // [batch, 3, 32, 32] or 64s.
+  ASSERT_EQ(input.size(), 4u);
+  EXPECT_EQ(model.input_dims(),
+            (nn::Dims{3, static_cast<int>(input[2]), static_cast<int>(input[3])}));
   EXPECT_EQ(model.num_classes(), ref->Find("logits")->shape[1]);
 
   // The file's weights and buffers are the state PyTorch started from.
@@ -87,7 +94,19 @@ void CheckParity(const std::string& dir, const std::string& name, int threads) {
   for (const LoadedTensor& t : ref->tensors) state_entries += absl::StartsWith(t.name, "state.");
   EXPECT_EQ(model.params().size() + model.buffers().size(), state_entries);
 
-  ExpectTrainStepMatches(model, *ref);
+  if (float_gradients) {
+    ExpectTrainStepMatches(model, *ref);
+  } else {
+    const Batch batch = ReferenceBatch(*ref);
+    absl::StatusOr<nn::BatchResult> step = model.TrainStep(batch.images.data(), batch.labels.data(),
+                                                           static_cast<int>(batch.labels.size()));
+    ASSERT_TRUE(step.ok()) << step.status();
+    const double loss = ref->Find("loss")->data[0];
+    EXPECT_NEAR(step->loss, loss, 1e-5 * std::max(1.0, std::abs(loss)));
+  }
+  absl::StatusOr<Graph> graph = ReadOnnxGraph(OnnxPath(name, dir), BuiltinOps());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ExpectDoubleStepMatches(*graph, *ref);
 
   const Batch batch = ReferenceBatch(*ref);
   const int n = static_cast<int>(batch.labels.size());
@@ -108,13 +127,16 @@ TEST_P(OnnxParityTest, OneTrainStepMatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxParityTest,
                          ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated",
-                                                              "pooling", "shared", "elementwise"),
+                                                              "pooling", "shared", "elementwise",
+                                                              "shuffle"),
                                             ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
 //   /usr/bin/python3 tools/make_onnx_fixtures.py --out_dir=/tmp/onnx --resnet18 [--opset=11]
 //   bazel test //worker/graph:onnx_import_test --test_env=DPTRAIN_ONNX_FIXTURES=/tmp/onnx
-// checks every <m>.onnx there that has its <m>_reference.safetensors.
+// checks every <m>.onnx there that has its <m>_reference.safetensors: the float model's loss,
+// and the whole step in double (ExpectDoubleStepMatches says why not the float gradients: e.g.
+// --torchvision=squeezenet1_1,googlenet).
 TEST(OnnxParityTest, FixturesNamedByTheEnvironment) {
   const char* dir = std::getenv("DPTRAIN_ONNX_FIXTURES");
   if (dir == nullptr) GTEST_SKIP() << "DPTRAIN_ONNX_FIXTURES is not set";
@@ -124,7 +146,7 @@ TEST(OnnxParityTest, FixturesNamedByTheEnvironment) {
     if (!absl::EndsWith(file, ".onnx")) continue;
     const std::string name = file.substr(0, file.size() - 5);
     if (!std::filesystem::exists(ReferencePath(name, dir))) continue;
-    CheckParity(dir, name, 0);
+    CheckParity(dir, name, 0, /*float_gradients=*/false);
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no fixtures in " << dir;

@@ -8,6 +8,7 @@
 #include "worker/graph/multi_input_ops.h"
 #include "worker/graph/norm_ops.h"
 #include "worker/graph/shape_ops.h"
+#include "worker/graph/slice_ops.h"
 
 namespace dptrain {
 namespace graph {
@@ -99,6 +100,9 @@ OpRegistry BuiltinOps() {
   add("Cast", CastOp());
   add("Softmax", SoftmaxOp());
   add("LogSoftmax", LogSoftmaxOp());
+  // Moving elements (slice_ops.h):
+  add("Slice", SliceOp());
+  add("ChannelShuffle", ChannelShuffleOp());
   // Several runtime inputs (multi_input_ops.h):
   add("Add", AddOp());
   add("Sub", SubOp());

@@ -483,6 +483,79 @@ TEST_F(OpsTest, FactoriesRefuseWhatTheyDoNotImplement) {
             "node 'r' (Relu): input 0 ('w') must be a computed value, not a constant");
 }
 
+// The output of `graph` (double) for input values 0, 1, 2, ... of `batch` samples.
+std::vector<double> ForwardOfIota(const Graph& graph, const OpRegistry& registry, int batch) {
+  auto e = Executor<double>::Create(graph, registry);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  (*e)->Bind(nullptr, nullptr, nullptr);
+  std::vector<double> x(batch * graph.input_dims.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i);
+  nn::TensorRef<double> y = (*e)->Forward(x.data(), batch, /*training=*/true);
+  return std::vector<double>(y.data, y.data + y.size());
+}
+
+TEST_F(OpsTest, SliceOfOneAndOfSeveralAxes) {
+  // x.chunk(2, 1)'s second half (opset 10+: starts, ends, axes as inputs).
+  Check(Chain({6, 2, 3}, {MakeNode("Slice", "s", {"x", "b", "e", "a"}, {"y"})},
+              {IntConstant("b", {3}), IntConstant("e", {6}), IntConstant("a", {1})}));
+  // Rows 1..2 and the last two columns (negative start; an end past the size is clamped, as
+  // x[:, :, 1:, -2:] exports with INT64_MAX), steps given.
+  Check(Chain({2, 4, 5}, {MakeNode("Slice", "s", {"x", "b", "e", "a", "st"}, {"y"})},
+              {IntConstant("b", {1, -2}), IntConstant("e", {3, INT64_MAX}),
+               IntConstant("a", {2, 3}), IntConstant("st", {1, 1})}));
+  // Before opset 10: attributes; no axes means 0, 1, ...: the batch axis is refused.
+  Check(Chain({3, 4, 1},
+              {MakeNode("Slice", "s", {"x"}, {"y"},
+                        {{"starts", Ints{0, 1}}, {"ends", Ints{2, 4}}, {"axes", Ints{1, 2}}})}));
+}
+
+TEST_F(OpsTest, SliceValues) {
+  // [2, 3, 2] per sample, iota input: sample n, channel c, row h, column w holds
+  // 12 n + 4 c + 2 h + w. Channels 1..2, row 1.
+  const Graph g =
+      Chain({3, 2, 2}, {MakeNode("Slice", "s", {"x", "b", "e", "a"}, {"y"})},
+            {IntConstant("b", {1, 1}), IntConstant("e", {3, 2}), IntConstant("a", {1, 2})});
+  EXPECT_EQ(ForwardOfIota(g, registry_, 2), (std::vector<double>{6, 7, 10, 11, 18, 19, 22, 23}));
+}
+
+TEST_F(OpsTest, SliceRefusals) {
+  auto error = [&](Ints b, Ints e, Ints a, Ints st) {
+    return BuildError(Chain(
+        {4, 3, 3}, {MakeNode("Slice", "s", {"x", "b", "e", "a", "st"}, {"y"})},
+        {IntConstant("b", b), IntConstant("e", e), IntConstant("a", a), IntConstant("st", st)}));
+  };
+  EXPECT_EQ(error({0}, {1}, {0}, {1}),
+            "node 's' (Slice): axis 0 unsupported (1 to 3: the batch cannot be sliced, and a "
+            "negative axis needs the rank, which is not kept)");
+  EXPECT_TRUE(absl::StrContains(error({0}, {1}, {-1}, {1}), "axis -1 unsupported"));
+  EXPECT_EQ(error({0}, {4}, {1}, {2}), "node 's' (Slice): step 2 unsupported (1 only)");
+  EXPECT_EQ(error({3}, {2}, {2}, {1}),
+            "node 's' (Slice): the slice [3, 2) of axis 2 (size 3) is empty");
+  EXPECT_EQ(error({0, 0}, {1}, {1, 2}, {1, 1}),
+            "node 's' (Slice): starts [0, 0], ends [1], axes [1, 2] and steps [1, 1] differ in "
+            "length");
+  EXPECT_EQ(error({0, 0}, {1, 1}, {1, 1}, {1, 1}), "node 's' (Slice): axis 1 given twice");
+}
+
+Node Shuffle(int64_t groups, Ints split, Ints merged) {
+  return MakeNode("ChannelShuffle", "shuffle", {"x"}, {"y"},
+                  {{"group", groups}, {"split_shape", split}, {"merged_shape", merged}});
+}
+
+TEST_F(OpsTest, ChannelShuffle) {
+  Check(Chain({6, 2, 3}, {Shuffle(2, {4, 2, 3, 2, 3}, {4, 6, 2, 3})}));
+  Check(Chain({6, 1, 2}, {Shuffle(3, {4, 3, 2, 1, 2}, {4, -1, 1, 2})}));
+  // x.view(n, 2, 3, 1, 1).transpose(1, 2).reshape(n, 6, 1, 1) of channels 0..5: 0 3 1 4 2 5.
+  EXPECT_EQ(
+      ForwardOfIota(Chain({6, 1, 1}, {Shuffle(2, {1, 2, 3, 1, 1}, {1, 6, 1, 1})}), registry_, 1),
+      (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(BuildError(Chain({6, 2, 2}, {Shuffle(4, {1, 4, 1, 2, 2}, {1, 6, 2, 2})})),
+            "node 'shuffle' (ChannelShuffle): a channel shuffle of 4 groups reshaping [6, 2, 2] "
+            "to [1, 4, 1, 2, 2] and back to [1, 6, 2, 2] unsupported (expected [n, 4, c / 4, h, "
+            "w] and [n, c, h, w])");
+}
+
 }  // namespace
 }  // namespace graph
 }  // namespace dptrain

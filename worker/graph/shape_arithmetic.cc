@@ -1,0 +1,166 @@
+#include "worker/graph/shape_arithmetic.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+absl::Status NodeError(const Node& node, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' (", node.op, "): ", what));
+}
+
+// Axes of a Squeeze/Unsqueeze: the attribute (before opset 13) or the int64 input 1.
+absl::StatusOr<std::vector<int64_t>> Axes(const Node& node,
+                                          const std::vector<const Tensor*>& inputs) {
+  if (inputs.size() > 1 && inputs[1] != nullptr) return inputs[1]->ints;
+  return IntsAttribute(node, "axes", {});
+}
+
+// Normalises `axis` for `rank` (negative counts from the end), or an error.
+absl::StatusOr<int64_t> Axis(const Node& node, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) {
+    return NodeError(node, absl::StrCat("axis ", axis, " out of range for rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Add, Sub, Mul, Div of int64 values: one shape, or either a scalar (one element).
+absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tensor*>& in) {
+  if (in.size() != 2 || in[0] == nullptr || in[1] == nullptr) {
+    return NodeError(node, "expects two int64 operands");
+  }
+  const Tensor& a = *in[0];
+  const Tensor& b = *in[1];
+  const int64_t na = a.num_elements(), nb = b.num_elements();
+  if (a.shape != b.shape && na != 1 && nb != 1) {
+    return NodeError(node, absl::StrCat("folding of ", a.ToString(), " and ", b.ToString(),
+                                        " unsupported (one shape, or a scalar)"));
+  }
+  Tensor out;
+  out.type = Tensor::Type::kInt64;
+  out.shape = na >= nb ? a.shape : b.shape;
+  const int64_t n = std::max(na, nb);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t x = a.ints[na == 1 ? 0 : i];
+    const int64_t y = b.ints[nb == 1 ? 0 : i];
+    int64_t z = 0;
+    bool overflow = false;
+    if (node.op == "Add") {
+      overflow = __builtin_add_overflow(x, y, &z);
+    } else if (node.op == "Sub") {
+      overflow = __builtin_sub_overflow(x, y, &z);
+    } else if (node.op == "Mul") {
+      overflow = __builtin_mul_overflow(x, y, &z);
+    } else {
+      if (y == 0) return NodeError(node, "division by zero");
+      overflow = x == std::numeric_limits<int64_t>::min() && y == -1;
+      if (!overflow) z = x / y;  // Truncates toward zero, as ONNX's integer Div.
+    }
+    if (overflow) return NodeError(node, "int64 overflow");
+    out.ints.push_back(z);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsShapeArithmetic(const std::string& op) {
+  return op == "Unsqueeze" || op == "Squeeze" || op == "Concat" || op == "Gather" || op == "Cast" ||
+         op == "Identity" || op == "Add" || op == "Sub" || op == "Mul" || op == "Div";
+}
+
+absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
+                                               const std::vector<const Tensor*>& in) {
+  if (in.empty() || in[0] == nullptr) return NodeError(node, "has no input to evaluate");
+  for (const Tensor* t : in) {
+    if (t != nullptr && (t->type != Tensor::Type::kInt64 ||
+                         static_cast<int64_t>(t->ints.size()) != t->num_elements())) {
+      return NodeError(node, absl::StrCat("operand ", t->ToString(), " is not an int64 value"));
+    }
+  }
+  if (node.op == "Add" || node.op == "Sub" || node.op == "Mul" || node.op == "Div") {
+    return Arithmetic(node, in);
+  }
+  const Tensor& x = *in[0];
+  if (node.op == "Identity") return x;
+  if (node.op == "Cast") {
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t to, IntAttribute(node, "to", 0));
+    constexpr int64_t kOnnxFloat = 1, kOnnxInt64 = 7;
+    if (to == kOnnxInt64) return x;
+    if (to != kOnnxFloat) return NodeError(node, absl::StrCat("cast to type ", to, " unsupported"));
+    Tensor out;
+    out.shape = x.shape;
+    out.floats.assign(x.ints.begin(), x.ints.end());
+    return out;
+  }
+  if (node.op == "Unsqueeze") {
+    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, Axes(node, in));
+    const int64_t rank = static_cast<int64_t>(x.shape.size() + axes.size());
+    std::vector<int64_t> normal;
+    for (int64_t a : axes) {
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t n, Axis(node, a, rank));
+      normal.push_back(n);
+    }
+    std::sort(normal.begin(), normal.end());
+    Tensor out = x;
+    for (int64_t a : normal) out.shape.insert(out.shape.begin() + a, 1);
+    return out;
+  }
+  if (node.op == "Squeeze") {
+    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, Axes(node, in));
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    std::set<int64_t> drop;
+    for (int64_t a : axes) {
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t n, Axis(node, a, rank));
+      if (x.shape[n] != 1) return NodeError(node, absl::StrCat("axis ", a, " is not of size 1"));
+      drop.insert(n);
+    }
+    Tensor out = x;
+    out.shape.clear();
+    for (int64_t i = 0; i < rank; ++i) {
+      const bool squeezed = axes.empty() ? x.shape[i] == 1 : drop.count(i) > 0;
+      if (!squeezed) out.shape.push_back(x.shape[i]);
+    }
+    return out;
+  }
+  if (node.op == "Concat") {
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(node, "axis", 0));
+    Tensor out;
+    out.type = Tensor::Type::kInt64;
+    for (const Tensor* t : in) {
+      if (t == nullptr || t->shape.size() != 1 || (axis != 0 && axis != -1)) {
+        return NodeError(node, "folding is implemented for 1-D int64 constants only");
+      }
+      out.ints.insert(out.ints.end(), t->ints.begin(), t->ints.end());
+    }
+    out.shape = {static_cast<int64_t>(out.ints.size())};
+    return out;
+  }
+  if (node.op == "Gather") {
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(node, "axis", 0));
+    if (in.size() != 2 || in[1] == nullptr || x.shape.size() != 1 || (axis != 0 && axis != -1) ||
+        in[1]->shape.size() > 1) {
+      return NodeError(node, "folding is implemented for 1-D data and 0-D or 1-D indices only");
+    }
+    Tensor out;
+    out.type = Tensor::Type::kInt64;
+    out.shape = in[1]->shape;
+    const int64_t n = x.shape[0];
+    for (int64_t i : in[1]->ints) {
+      if (i < -n || i >= n) return NodeError(node, absl::StrCat("index ", i, " out of range"));
+      out.ints.push_back(x.ints[i < 0 ? i + n : i]);
+    }
+    return out;
+  }
+  return NodeError(node, "not foldable");
+}
+
+}  // namespace graph
+}  // namespace dptrain
