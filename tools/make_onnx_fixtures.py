@@ -41,6 +41,9 @@ The models:
              Add, Div, Mul, Slice: the split point computed from the Shape at run time), the
              channel shuffle (Reshape to 5-D, Transpose, Reshape), depthwise convolutions, and
              a stem BatchNorm2d(eps=1e-3, momentum=0.01) as MobileNetV3's.
+  dynamic    shuffle with x.view(x.size(0), -1) before its head, exported with a dynamic
+             batch axis (dynamic_axes): every shape is computed from Shape at run time, the
+             batch size among them.
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -77,6 +80,7 @@ from make_fixtures import save_safetensors  # noqa: E402  (the same writer as th
 
 BATCH = 4
 SEED = 2027
+DYNAMIC_TORCHVISION = False  # --dynamic_batch
 
 
 class VGG(nn.Module):
@@ -324,6 +328,20 @@ class Shuffle(nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
+class DynamicShuffle(Shuffle):
+    """Shuffle with x.view(x.size(0), -1) before its head, exported with a dynamic batch axis:
+    the shapes of the view, the chunks and the shuffles come from Shape at run time."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AvgPool2d(2)
+        self.fc = nn.Linear(16 * 2 * 2, 10)
+
+    def forward(self, x):
+        x = self.pool(self.stage(self.maxpool(self.conv1(x))))
+        return self.fc(x.view(x.size(0), -1))
+
+
 # name -> () -> (module, classes)
 MODELS = {
     "vgg": lambda: (VGG(), 10),
@@ -334,10 +352,13 @@ MODELS = {
     "shared": lambda: (Shared(), 10),
     "elementwise": lambda: (Elementwise(), 10),
     "shuffle": lambda: (Shuffle(), 10),
+    "dynamic": lambda: (DynamicShuffle(), 10),
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17}
+# Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
+DYNAMIC_BATCH = {"dynamic"}
 
 
 def randomize_batch_norms(net):
@@ -370,11 +391,14 @@ def reference_step(net, x, labels, classes, mse):
 
 def torchvision_model(name):
     """torchvision.models.<name> with 10 classes (GoogLeNet and Inception without their
-    auxiliary heads, whose extra outputs a one-output graph cannot return)."""
+    auxiliary heads, whose extra outputs a one-output graph cannot return; EfficientNet without
+    stochastic depth, whose random drop torch 1.13 cannot export for training)."""
     import torchvision.models  # Only here: the repository's fixtures do not need it.
     kwargs = {"num_classes": 10}
     if name in ("googlenet", "inception_v3"):
         kwargs.update(aux_logits=False, init_weights=False)
+    if name.startswith("efficientnet"):
+        kwargs.update(stochastic_depth_prob=0.0)
     return getattr(torchvision.models, name)(**kwargs), 10
 
 
@@ -397,9 +421,12 @@ def make_fixture(name, out_dir, opset):
     # before the initializers are written: the reference starts from the module as exported
     # (the C++ test checks that its state equals the file's initializers).
     onnx_path = os.path.join(out_dir, "%s.onnx" % name)
+    dynamic = name in DYNAMIC_BATCH or (name.startswith("tv_") and DYNAMIC_TORCHVISION)
     torch.onnx.export(net, x, onnx_path, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False,
-                      opset_version=opset if opset is not None else MIN_OPSET.get(name))
+                      opset_version=opset if opset is not None else MIN_OPSET.get(name),
+                      input_names=["input"],
+                      dynamic_axes={"input": {0: "batch"}} if dynamic else None)
     # The trace also counted a batch in num_batches_tracked, which the file does not hold (the
     # importer starts it at 0): start the reference from 0 too.
     with torch.no_grad():
@@ -437,8 +464,12 @@ def main():
                         help="ONNX opset to export (default: torch's, 14 for torch 1.13)")
     parser.add_argument("--torchvision", default="",
                         help="also write these torchvision.models (comma-separated names)")
+    parser.add_argument("--dynamic_batch", action="store_true",
+                        help="export the --torchvision models with a dynamic batch axis")
     parser.add_argument("models", nargs="*", default=None)
     args = parser.parse_args()
+    global DYNAMIC_TORCHVISION
+    DYNAMIC_TORCHVISION = args.dynamic_batch
     os.makedirs(args.out_dir, exist_ok=True)
     models = args.models if args.models or args.resnet18 or args.torchvision else sorted(MODELS)
     for name in models:

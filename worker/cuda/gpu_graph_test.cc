@@ -69,7 +69,7 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
-                                           "elementwise", "shuffle"));
+                                           "elementwise", "shuffle", "dynamic"));
 
 // Every CPU op has a twin in GpuOps(); a registry without one refuses the node in one line.
 TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
@@ -211,7 +211,7 @@ TEST_P(GpuGraphParityTest, OneTrainStepMatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
-                                           "elementwise", "shuffle"));
+                                           "elementwise", "shuffle", "dynamic"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
@@ -458,17 +458,14 @@ TEST_F(GpuTwinTest, PadSoftmaxConcatAndStagedWeights) {
 }
 
 TEST_F(GpuTwinTest, SliceOfEachAxisAndChannelShuffle) {
-  using Ints = std::vector<int64_t>;
   for (int64_t axis : {1, 2, 3}) {
     SCOPED_TRACE(absl::StrCat("axis ", axis));
     Check(Chain({6, 5, 4}, {MakeNode("Slice", "s", {"x", "b", "e", "a"}, {"y"})},
                 {graph::IntConstant("b", {1}), graph::IntConstant("e", {-1}),
                  graph::IntConstant("a", {axis})}));
   }
-  Check(Chain({6, 3, 2}, {MakeNode("ChannelShuffle", "cs", {"x"}, {"y"},
-                                   {{"group", int64_t{2}},
-                                    {"split_shape", Ints{4, 2, 3, 3, 2}},
-                                    {"merged_shape", Ints{4, 6, 3, 2}}})}));
+  Check(Chain({6, 3, 2}, {MakeNode("ChannelShuffle", "cs", {"x", "s1", "s2"}, {"y"})},
+              {graph::IntConstant("s1", {4, 2, 3, 3, 2}), graph::IntConstant("s2", {4, 6, 3, 2})}));
 }
 
 }  // namespace

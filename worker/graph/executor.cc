@@ -39,10 +39,10 @@ absl::Status InitialValue(const Node& node, const NodeTensorSpec& spec, T* out) 
   return absl::OkStatus();
 }
 
-// Gather of dimensions of a Shape (value dims `dims`): the per-sample dims 1..3 (c, h, w; a
-// value of rank r < 4 holds its r - 1 dims in the first of them). The batch (dimension 0) is
-// not a constant of the graph and negative indices need the rank, which the dims do not keep:
-// both refused.
+// Gather of dimensions of a Shape (value dims `dims`): the batch size (dimension 0, known only
+// at run time: kBatchSize) and the per-sample dims 1..3 (c, h, w; a value of rank r < 4 holds
+// its r - 1 dims in the first of them). Negative indices need the rank, which the dims do not
+// keep: refused.
 absl::StatusOr<Tensor> GatherShape(const Node& node, const nn::Dims& dims, const Tensor* indices) {
   DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(node, "axis", 0));
   if (axis != 0 || indices == nullptr || indices->type != Tensor::Type::kInt64 ||
@@ -56,16 +56,10 @@ absl::StatusOr<Tensor> GatherShape(const Node& node, const nn::Dims& dims, const
   out.shape = indices->shape;
   const int per_sample[] = {dims.c, dims.h, dims.w};
   for (int64_t i : indices->ints) {
-    if (i == 0) {
-      return NodeError(node,
-                       "reads the batch size (dimension 0 of a Shape): unsupported, the "
-                       "batch size is not fixed (write the shape without it, e.g. "
-                       "x.flatten(1) for x.view(x.size(0), -1))");
-    }
     if (i < 0 || i > 3) {
-      return NodeError(node, absl::StrCat("dimension ", i, " of a Shape unsupported (1 to 3)"));
+      return NodeError(node, absl::StrCat("dimension ", i, " of a Shape unsupported (0 to 3)"));
     }
-    out.ints.push_back(per_sample[i - 1]);
+    out.ints.push_back(i == 0 ? kBatchSize : per_sample[i - 1]);
   }
   return out;
 }

@@ -286,11 +286,12 @@ TEST(ShapeArithmeticTest, TheExecutorEvaluatesShapesOfComputedValues) {
     EXPECT_FALSE(e.ok());
     return std::string(e.status().message());
   };
-  EXPECT_TRUE(absl::StartsWith(error(Chunk({4, 2, 2}, 0)),
-                               "node 'size' (Gather): reads the batch size (dimension 0 of a "
-                               "Shape): unsupported"));
+  // The batch size (dimension 0) flows into a target shape's first entry only.
+  EXPECT_EQ(error(Chunk({4, 2, 2}, 0)),
+            "node 'plus' (Add): computes with the batch size (dimension 0 of a Shape), known "
+            "only at run time: unsupported");
   EXPECT_EQ(error(Chunk({4, 2, 2}, -1)),
-            "node 'size' (Gather): dimension -1 of a Shape unsupported (1 to 3)");
+            "node 'size' (Gather): dimension -1 of a Shape unsupported (0 to 3)");
   Graph g = Chunk({4, 2, 2}, 1);
   g.nodes[2] = MakeNode("Add", "size", {"s", "one"}, {"c"});
   EXPECT_EQ(error(g),
@@ -300,6 +301,41 @@ TEST(ShapeArithmeticTest, TheExecutorEvaluatesShapesOfComputedValues) {
   g.nodes[3] = MakeNode("Div", "plus", {"c", "zero"}, {"c1"});
   g.constants.push_back({"zero", IntScalar(0)});
   EXPECT_EQ(error(g), "node 'plus' (Div): division by zero");
+}
+
+// x.view(x.size(0), -1) exported with a dynamic batch axis: Shape, Gather 0, Unsqueeze, Concat
+// with -1, Reshape; the batch size may stand only first in a target shape.
+TEST(ShapeArithmeticTest, TheBatchSizeAsAReshapesFirstEntry) {
+  auto view = [](const std::string& first, const std::string& second) {
+    Graph g = MakeGraph(
+        {3, 2, 2},
+        {MakeNode("Shape", "shape", {"x"}, {"s"}), MakeNode("Gather", "size", {"s", "zero"}, {"n"}),
+         MakeNode("Unsqueeze", "u", {"n", "axes"}, {"n1"}),
+         MakeNode("Concat", "cat", {first, second}, {"target"}, {{"axis", int64_t{0}}}),
+         MakeNode("Reshape", "view", {"x", "target"}, {"y"})},
+        {IntConstant("axes", {0}), IntConstant("minus", {-1})}, "y");
+    g.constants.push_back({"zero", IntScalar(0)});
+    return g;
+  };
+  const OpRegistry registry = BuiltinOps();
+  auto e = Executor<double>::Create(view("n1", "minus"), registry);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->output_dims(), (nn::Dims{12, 1, 1}));
+  auto bad = Executor<double>::Create(view("minus", "n1"), registry);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "node 'view' (Reshape): input 1 ('target') holds the batch size (dimension 0 of a "
+            "Shape), known only at run time, in another place than its first entry: "
+            "unsupported");
+  Graph slice = view("n1", "minus");
+  slice.nodes[4] = MakeNode("Slice", "view", {"x", "zero1", "n1", "one1"}, {"y"});
+  slice.constants.push_back(IntConstant("zero1", {0}));
+  slice.constants.push_back(IntConstant("one1", {1}));
+  auto sliced = Executor<double>::Create(slice, registry);
+  ASSERT_FALSE(sliced.ok());
+  EXPECT_EQ(sliced.status().message(),
+            "node 'view' (Slice): input 2 ('n1') holds the batch size (dimension 0 of a Shape), "
+            "known only at run time, unsupported here");
 }
 
 TEST(GraphRewritesTest, FusesTheChannelShuffle) {
@@ -316,9 +352,8 @@ TEST(GraphRewritesTest, FusesTheChannelShuffle) {
   ASSERT_EQ(g.nodes.size(), 2u);
   EXPECT_EQ(g.nodes[1].op, "ChannelShuffle");
   EXPECT_EQ(g.nodes[1].name, "t");
-  EXPECT_EQ(g.nodes[1].inputs, (std::vector<std::string>{"h"}));
+  EXPECT_EQ(g.nodes[1].inputs, (std::vector<std::string>{"h", "s5", "s4"}));
   EXPECT_EQ(g.nodes[1].outputs, (std::vector<std::string>{"y"}));
-  EXPECT_EQ(std::get<int64_t>(g.nodes[1].attributes.at("group")), 2);
   CheckGraphGradients(g, BuiltinOps());
   FuseChannelShuffle(other_perm);  // Not a channel shuffle: left alone.
   EXPECT_EQ(other_perm.nodes.size(), 4u);

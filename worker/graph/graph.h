@@ -14,6 +14,7 @@
 #define DPTRAIN_WORKER_GRAPH_GRAPH_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <variant>
@@ -41,6 +42,12 @@ struct Tensor {
   // "float[4,3]" / "int64[2]".
   std::string ToString() const;
 };
+
+// An element of an int64 constant that the executor computed from a Shape (shape_arithmetic.h)
+// and that stands for the batch size, known only at run time: dimension 0 of a Shape, as in
+// x.view(x.size(0), -1) exported with a dynamic batch axis. Ops read it only as the first
+// entry of a target shape (NodeContext::TargetShapeInput).
+inline constexpr int64_t kBatchSize = std::numeric_limits<int64_t>::min();
 
 // An attribute value, as ONNX's INT, FLOAT, STRING, INTS and FLOATS.
 using Attribute =

@@ -134,11 +134,7 @@ void FuseLinear(Graph& graph) {
 
 void FuseChannelShuffle(Graph& graph) {
   auto consumers = Consumers(graph);
-  auto int_constant = [&graph](const std::string& name) -> const Tensor* {
-    const Tensor* t = graph.FindConstant(name);
-    return t != nullptr && t->type == Tensor::Type::kInt64 && t->shape.size() == 1 ? t : nullptr;
-  };
-  // The node reading `value` (once, and not the graph's output), else null.
+  // The node reading `value` (once, as its input 0, and not the graph's output), else null.
   auto sole_reader = [&](const std::string& value, const char* op) -> Node* {
     const auto& readers = consumers[value];
     if (readers.size() != 1 || readers[0].second != 0 || value == graph.output) return nullptr;
@@ -149,26 +145,27 @@ void FuseChannelShuffle(Graph& graph) {
   for (size_t r = 0; r < graph.nodes.size(); ++r) {
     Node& split = graph.nodes[r];
     if (split.op != "Reshape" || split.inputs.size() != 2 || removed.count(r) > 0) continue;
-    const Tensor* split_shape = int_constant(split.inputs[1]);
-    if (split_shape == nullptr || split_shape->ints.size() != 5) continue;
     Node* transpose = sole_reader(split.outputs[0], "Transpose");
     if (transpose == nullptr) continue;
     absl::StatusOr<std::vector<int64_t>> perm = IntsAttribute(*transpose, "perm", {});
     if (!perm.ok() || *perm != std::vector<int64_t>{0, 2, 1, 3, 4}) continue;
     Node* merge = sole_reader(transpose->outputs[0], "Reshape");
-    if (merge == nullptr || merge->inputs.size() != 2) continue;
-    const Tensor* merged_shape = int_constant(merge->inputs[1]);
-    if (merged_shape == nullptr || merged_shape->ints.size() != 4) continue;
-    // The shuffle takes the merging Reshape's place (its output, read by later nodes), named
-    // after the Transpose; the other two go.
+    // allowzero=1 would read a 0 in a shape as 0, not as the input's dimension.
+    auto allow_zero = [](const Node& reshape) {
+      absl::StatusOr<int64_t> a = IntAttribute(reshape, "allowzero", 0);
+      return !a.ok() || *a != 0 ||
+             reshape.attributes.size() > (reshape.attributes.count("allowzero"));
+    };
+    if (merge == nullptr || merge->inputs.size() != 2 || allow_zero(split) || allow_zero(*merge)) {
+      continue;
+    }
+    // The shuffle takes the merging Reshape's place (after whatever computes the two shapes),
+    // named after the Transpose; the other two go.
     Node shuffle;
     shuffle.op = "ChannelShuffle";
     shuffle.name = transpose->name;
-    shuffle.inputs = {split.inputs[0]};
+    shuffle.inputs = {split.inputs[0], split.inputs[1], merge->inputs[1]};
     shuffle.outputs = merge->outputs;
-    shuffle.attributes["group"] = split_shape->ints[1];
-    shuffle.attributes["split_shape"] = split_shape->ints;
-    shuffle.attributes["merged_shape"] = merged_shape->ints;
     removed.insert(r);
     removed.insert(static_cast<size_t>(transpose - graph.nodes.data()));
     *merge = std::move(shuffle);

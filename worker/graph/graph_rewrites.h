@@ -19,10 +19,10 @@ absl::Status FoldShapeConstants(Graph& graph);
 // float constant of M (= output features) elements -> Gemm with that bias; the Add goes.
 void FuseLinear(Graph& graph);
 
-// ShuffleNet's channel shuffle, Reshape(x, [n, g, c / g, h, w]) -> Transpose(perm=[0, 2, 1, 3,
-// 4]) -> Reshape([n, c, h, w]) with constant shapes and each intermediate read once ->
-// ChannelShuffle(x) (slice_ops.h) named after the Transpose, with attributes group and the two
-// shapes (which its factory checks against x's dims).
+// ShuffleNet's channel shuffle, Reshape(x, s1) -> Transpose(perm=[0, 2, 1, 3, 4]) ->
+// Reshape(s2), each intermediate read once -> ChannelShuffle(x, s1, s2) (slice_ops.h) named
+// after the Transpose, in the second Reshape's place. The shapes may be computed at run time
+// (a dynamic batch axis): the op's factory reads them once the executor has evaluated them.
 void FuseChannelShuffle(Graph& graph);
 
 }  // namespace graph

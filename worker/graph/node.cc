@@ -1,6 +1,7 @@
 #include "worker/graph/node.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace dptrain {
 namespace graph {
@@ -19,6 +20,35 @@ absl::StatusOr<Dims> NodeContext::RuntimeInput(size_t index) const {
   return *in->dims;
 }
 
+namespace {
+
+// The constant's entries from `first` on must not be the batch size.
+absl::Status CheckNoBatchSize(const NodeContext& ctx, size_t index, const Tensor& t, size_t first) {
+  for (size_t i = first; i < t.ints.size(); ++i) {
+    if (t.ints[i] != kBatchSize) continue;
+    return ctx.Error(absl::StrCat(
+        "input ", index, " ('", ctx.inputs[index].name,
+        "') holds the batch size (dimension 0 of "
+        "a Shape), known only at run time, ",
+        first == 0 ? "unsupported here" : "in another place than its first entry: unsupported"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<const Tensor*> NodeContext::TargetShapeInput(size_t index) const {
+  const NodeInput* in = input(index);
+  if (in == nullptr || in->constant == nullptr || in->constant->type != Tensor::Type::kInt64) {
+    return ConstantInput(index, Tensor::Type::kInt64, false);  // Its error.
+  }
+  if (in->constant->shape.size() != 1) {
+    return Error(absl::StrCat("shape input is ", in->constant->ToString(), ", expected 1-D"));
+  }
+  DPTRAIN_RETURN_IF_ERROR(CheckNoBatchSize(*this, index, *in->constant, 1));
+  return in->constant;
+}
+
 absl::StatusOr<const Tensor*> NodeContext::ConstantInput(size_t index, Tensor::Type type,
                                                          bool optional) const {
   const NodeInput* in = input(index);
@@ -33,6 +63,9 @@ absl::StatusOr<const Tensor*> NodeContext::ConstantInput(size_t index, Tensor::T
   if (in->constant->type != type) {
     return Error(absl::StrCat("input ", index, " ('", in->name, "') is ", in->constant->ToString(),
                               ", expected ", type == Tensor::Type::kFloat ? "float" : "int64"));
+  }
+  if (type == Tensor::Type::kInt64) {
+    DPTRAIN_RETURN_IF_ERROR(CheckNoBatchSize(*this, index, *in->constant, 0));
   }
   return in->constant;
 }

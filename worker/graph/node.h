@@ -83,7 +83,11 @@ struct NodeContext {
   absl::StatusOr<Dims> RuntimeInput(size_t index) const;
   // The constant input at `index` of `type`, or an error saying it must be one (null: absent and
   // `optional`).
+  // An int64 constant holding the batch size (kBatchSize) is refused.
   absl::StatusOr<const Tensor*> ConstantInput(size_t index, Tensor::Type type, bool optional) const;
+  // A 1-D int64 constant at `index` whose first entry may be the batch size (kBatchSize) and
+  // no other: a Reshape target, or an error saying why not.
+  absl::StatusOr<const Tensor*> TargetShapeInput(size_t index) const;
 };
 
 // A learnable tensor or buffer of a node, named as in PyTorch's state_dict (the constant's name).

@@ -128,7 +128,7 @@ TEST_P(OnnxParityTest, OneTrainStepMatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxParityTest,
                          ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated",
                                                               "pooling", "shared", "elementwise",
-                                                              "shuffle"),
+                                                              "shuffle", "dynamic"),
                                             ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:

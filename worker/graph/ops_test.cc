@@ -538,22 +538,22 @@ TEST_F(OpsTest, SliceRefusals) {
   EXPECT_EQ(error({0, 0}, {1, 1}, {1, 1}, {1, 1}), "node 's' (Slice): axis 1 given twice");
 }
 
-Node Shuffle(int64_t groups, Ints split, Ints merged) {
-  return MakeNode("ChannelShuffle", "shuffle", {"x"}, {"y"},
-                  {{"group", groups}, {"split_shape", split}, {"merged_shape", merged}});
+// ChannelShuffle of x with the two Reshape targets as constants.
+Graph Shuffle(nn::Dims dims, Ints split, Ints merged) {
+  return Chain(dims, {MakeNode("ChannelShuffle", "shuffle", {"x", "s1", "s2"}, {"y"})},
+               {IntConstant("s1", split), IntConstant("s2", merged)});
 }
 
 TEST_F(OpsTest, ChannelShuffle) {
-  Check(Chain({6, 2, 3}, {Shuffle(2, {4, 2, 3, 2, 3}, {4, 6, 2, 3})}));
-  Check(Chain({6, 1, 2}, {Shuffle(3, {4, 3, 2, 1, 2}, {4, -1, 1, 2})}));
+  Check(Shuffle({6, 2, 3}, {4, 2, 3, 2, 3}, {4, 6, 2, 3}));
+  Check(Shuffle({6, 1, 2}, {4, 3, 2, 1, 2}, {4, -1, 1, 2}));
   // x.view(n, 2, 3, 1, 1).transpose(1, 2).reshape(n, 6, 1, 1) of channels 0..5: 0 3 1 4 2 5.
-  EXPECT_EQ(
-      ForwardOfIota(Chain({6, 1, 1}, {Shuffle(2, {1, 2, 3, 1, 1}, {1, 6, 1, 1})}), registry_, 1),
-      (std::vector<double>{0, 3, 1, 4, 2, 5}));
-  EXPECT_EQ(BuildError(Chain({6, 2, 2}, {Shuffle(4, {1, 4, 1, 2, 2}, {1, 6, 2, 2})})),
-            "node 'shuffle' (ChannelShuffle): a channel shuffle of 4 groups reshaping [6, 2, 2] "
-            "to [1, 4, 1, 2, 2] and back to [1, 6, 2, 2] unsupported (expected [n, 4, c / 4, h, "
-            "w] and [n, c, h, w])");
+  EXPECT_EQ(ForwardOfIota(Shuffle({6, 1, 1}, {1, 2, 3, 1, 1}, {1, 6, 1, 1}), registry_, 1),
+            (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(BuildError(Shuffle({6, 2, 2}, {1, 4, 1, 2, 2}, {1, 6, 2, 2})),
+            "node 'shuffle' (ChannelShuffle): a channel shuffle reshaping [6, 2, 2] to [1, 4, 1, "
+            "2, 2] and back to [1, 6, 2, 2] unsupported (expected [n, g, c / g, h, w] and [n, c, "
+            "h, w])");
 }
 
 }  // namespace

@@ -50,6 +50,11 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
   for (int64_t i = 0; i < n; ++i) {
     const int64_t x = a.ints[na == 1 ? 0 : i];
     const int64_t y = b.ints[nb == 1 ? 0 : i];
+    if (x == kBatchSize || y == kBatchSize) {
+      return NodeError(node,
+                       "computes with the batch size (dimension 0 of a Shape), known only "
+                       "at run time: unsupported");
+    }
     int64_t z = 0;
     bool overflow = false;
     if (node.op == "Add") {
@@ -95,6 +100,11 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
     constexpr int64_t kOnnxFloat = 1, kOnnxInt64 = 7;
     if (to == kOnnxInt64) return x;
     if (to != kOnnxFloat) return NodeError(node, absl::StrCat("cast to type ", to, " unsupported"));
+    if (std::find(x.ints.begin(), x.ints.end(), kBatchSize) != x.ints.end()) {
+      return NodeError(node,
+                       "casts the batch size (dimension 0 of a Shape), known only at run "
+                       "time, to float: unsupported");
+    }
     Tensor out;
     out.shape = x.shape;
     out.floats.assign(x.ints.begin(), x.ints.end());

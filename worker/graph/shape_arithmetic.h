@@ -17,7 +17,9 @@ namespace graph {
 
 // Ops EvaluateShapeArithmetic evaluates: Unsqueeze, Squeeze, Concat (1-D), Gather (of 1-D data),
 // Cast, Identity, and Add, Sub, Mul, Div of int64 values of one shape or with a scalar (Div
-// truncating, as ONNX's integer division; a zero divisor refused).
+// truncating, as ONNX's integer division; a zero divisor refused). The batch size (kBatchSize,
+// graph.h) moves through the first group; arithmetic on it, or a Cast of it to float, is
+// refused.
 bool IsShapeArithmetic(const std::string& op);
 
 // The value of `node` (IsShapeArithmetic) for its inputs, which must be int64 constants (null:

@@ -106,13 +106,9 @@ struct Reshape {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"allowzero"}));
     DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
-    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* shape,
-                             ctx.ConstantInput(1, Tensor::Type::kInt64, false));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* shape, ctx.TargetShapeInput(1));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t allow_zero, IntAttribute(ctx.node, "allowzero", 0));
     if (allow_zero != 0) return ctx.Error("allowzero=1 unsupported");
-    if (shape->shape.size() != 1) {
-      return ctx.Error(absl::StrCat("shape input is ", shape->ToString(), ", expected 1-D"));
-    }
     DPTRAIN_ASSIGN_OR_RETURN(const Dims output, ReshapeDims(ctx, input, shape->ints));
     return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, output));
   }

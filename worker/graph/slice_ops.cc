@@ -214,26 +214,24 @@ class ChannelShuffleNode final : public NodeImpl<T> {
 template <typename T>
 struct ChannelShuffle {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(
-        CheckKnownAttributes(ctx.node, {"group", "split_shape", "merged_shape"}));
-    if (ctx.inputs.size() != 1) return ctx.Error("expects one input");
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    if (ctx.inputs.size() != 3) return ctx.Error("expects the input and two shapes");
     DPTRAIN_ASSIGN_OR_RETURN(const Dims in, ctx.RuntimeInput(0));
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t groups, IntAttribute(ctx.node, "group", 0));
-    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> split,
-                             IntsAttribute(ctx.node, "split_shape", {}));
-    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> merged,
-                             IntsAttribute(ctx.node, "merged_shape", {}));
-    // The first Reshape: [n, g, c / g, h, w]; the second: [n, c (or -1), h, w].
-    const bool split_fits = split.size() == 5 && split[1] == groups && groups > 0 &&
-                            in.c % groups == 0 && split[2] == in.c / groups && split[3] == in.h &&
-                            split[4] == in.w;
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* split_shape, ctx.TargetShapeInput(1));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* merged_shape, ctx.TargetShapeInput(2));
+    const std::vector<int64_t>& split = split_shape->ints;
+    const std::vector<int64_t>& merged = merged_shape->ints;
+    // The first Reshape: [n, g, c / g, h, w]; the second: [n, c (or -1), h, w]. Entry 0 is the
+    // batch, whatever it says.
+    const int64_t groups = split.size() == 5 ? split[1] : 0;
+    const bool split_fits = groups > 0 && in.c % groups == 0 && split[2] == in.c / groups &&
+                            split[3] == in.h && split[4] == in.w;
     const bool merged_fits = merged.size() == 4 && (merged[1] == in.c || merged[1] == -1) &&
                              merged[2] == in.h && merged[3] == in.w;
     if (!split_fits || !merged_fits) {
-      return ctx.Error(absl::StrCat("a channel shuffle of ", groups, " groups reshaping ",
-                                    in.ToString(), " to ", ShapeText(split), " and back to ",
-                                    ShapeText(merged), " unsupported (expected [n, ", groups,
-                                    ", c / ", groups, ", h, w] and [n, c, h, w])"));
+      return ctx.Error(absl::StrCat(
+          "a channel shuffle reshaping ", in.ToString(), " to ", ShapeText(split), " and back to ",
+          ShapeText(merged), " unsupported (expected [n, g, c / g, h, w] and [n, c, h, w])"));
     }
     return std::unique_ptr<NodeImpl<T>>(
         std::make_unique<ChannelShuffleNode<T>>(in, static_cast<int>(groups)));
