@@ -5,6 +5,7 @@
 #include "worker/graph/onnx_import.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -137,20 +138,45 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxParityTest,
 // checks every <m>.onnx there that has its <m>_reference.safetensors: the float model's loss,
 // and the whole step in double (ExpectDoubleStepMatches says why not the float gradients: e.g.
 // --torchvision=squeezenet1_1,googlenet).
-TEST(OnnxParityTest, FixturesNamedByTheEnvironment) {
+// The models in $DPTRAIN_ONNX_FIXTURES, sorted (none when it is not set).
+std::vector<std::string> EnvironmentFixtures() {
+  std::vector<std::string> names;
   const char* dir = std::getenv("DPTRAIN_ONNX_FIXTURES");
-  if (dir == nullptr) GTEST_SKIP() << "DPTRAIN_ONNX_FIXTURES is not set";
-  int checked = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  std::error_code error;
+  if (dir == nullptr || !std::filesystem::is_directory(dir, error)) return names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string file = entry.path().filename().string();
     if (!absl::EndsWith(file, ".onnx")) continue;
     const std::string name = file.substr(0, file.size() - 5);
-    if (!std::filesystem::exists(ReferencePath(name, dir))) continue;
-    CheckParity(dir, name, 0, /*float_gradients=*/false);
-    ++checked;
+    if (std::filesystem::exists(ReferencePath(name, dir))) names.push_back(name);
   }
-  EXPECT_GT(checked, 0) << "no fixtures in " << dir;
+  std::sort(names.begin(), names.end());
+  return names;
 }
+
+TEST(OnnxParityTest, FixturesNamedByTheEnvironmentExist) {
+  const char* dir = std::getenv("DPTRAIN_ONNX_FIXTURES");
+  if (dir == nullptr) GTEST_SKIP() << "DPTRAIN_ONNX_FIXTURES is not set";
+  EXPECT_FALSE(EnvironmentFixtures().empty()) << "no <m>.onnx with its reference in " << dir;
+}
+
+// One test per model there (named after it, so each passes or fails on its own line).
+class EnvironmentFixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EnvironmentFixtureTest, OneTrainStepMatchesPyTorch) {
+  CheckParity(std::getenv("DPTRAIN_ONNX_FIXTURES"), GetParam(), 0, /*float_gradients=*/false);
+}
+
+INSTANTIATE_TEST_SUITE_P(FromEnvironment, EnvironmentFixtureTest,
+                         ::testing::ValuesIn(EnvironmentFixtures()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EnvironmentFixtureTest);
 
 TEST(OnnxModelTest, MseLossMatchesPyTorch) {
   absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("branching"));
