@@ -44,6 +44,9 @@ The models:
   dynamic    shuffle with x.view(x.size(0), -1) before its head, exported with a dynamic
              batch axis (dynamic_axes): every shape is computed from Shape at run time, the
              batch size among them.
+  scaled     Tensors of the model as operands of Add, Sub, Mul: a normalising buffer (which
+             the test marks as one: the file cannot say), a constant tensor, a positional
+             embedding, a layer scale [C, 1, 1], a learned scalar, a bias added to a Linear.
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -328,6 +331,30 @@ class Shuffle(nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
+class Scaled(nn.Module):
+    """Tensors of the model as operands of arithmetic: a normalising buffer (x - self.mean,
+    kept fixed: the test names it as a buffer), a constant tensor of the forward code, a learned
+    positional embedding (added), ConvNeXt's layer scale ([C, 1, 1] parameter, multiplied),
+    ReZero's learned scalar, and a bias added to a bias-free Linear's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor([0.1, -0.2, 0.3]).view(3, 1, 1))
+        self.pos = nn.Parameter(torch.randn(1, 8, 16, 16) * 0.1)
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.gamma = nn.Parameter(torch.rand(8, 1, 1) + 0.5)
+        self.alpha = nn.Parameter(torch.tensor(0.3))
+        self.fc = nn.Linear(8, 10, bias=False)
+        self.bias = nn.Parameter(torch.randn(10) * 0.1)
+
+    def forward(self, x):
+        x = (x - self.mean) * torch.tensor([1.0, 2.0, 0.5]).view(3, 1, 1)
+        h = torch.relu(self.conv1(x)) + self.pos
+        h = h + self.alpha * (self.gamma * torch.relu(self.conv2(h)))
+        return self.fc(h.mean((2, 3))) + self.bias
+
+
 class DynamicShuffle(Shuffle):
     """Shuffle with x.view(x.size(0), -1) before its head, exported with a dynamic batch axis:
     the shapes of the view, the chunks and the shuffles come from Shape at run time."""
@@ -353,6 +380,7 @@ MODELS = {
     "elementwise": lambda: (Elementwise(), 10),
     "shuffle": lambda: (Shuffle(), 10),
     "dynamic": lambda: (DynamicShuffle(), 10),
+    "scaled": lambda: (Scaled(), 10),
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).

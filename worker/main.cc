@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/health_server.h"
 #include "common/malloc_tuning.h"
 #include "common/security_flags.h"
@@ -28,8 +29,8 @@
 #include "worker/data/data_source.h"
 #include "worker/data/transforms.h"
 #include "worker/device_choice.h"
-#include "worker/graph/builtin_models.h"
 #include "worker/gpu_backend.h"
+#include "worker/graph/builtin_models.h"
 #include "worker/graph/graph_model.h"
 #include "worker/graph/onnx_import.h"
 #include "worker/graph/op_registry.h"
@@ -111,35 +112,44 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(cuda::Backend* gpu,
 }
 
 // --model=FILE.onnx: the graph of the file (worker/graph/onnx_import.h), on the CPU, or on the
-// GPU through `gpu` when not null.
+// GPU through `gpu` when not null. Says which initializers it learns beyond its layers' weights
+// (the file cannot tell a parameter from a buffer: --onnx_buffers).
 absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& config,
                                                            const nn::ModelOptions& options,
                                                            cuda::Backend* gpu,
-                                                           const cuda::BackendOptions& backend) {
-  if (gpu != nullptr) {
-    const graph::OpRegistry registry = graph::BuiltinOps();
-    DPTRAIN_ASSIGN_OR_RETURN(const graph::Graph graph,
-                             graph::ReadOnnxGraph(config.model, registry));
-    graph::GraphModelOptions model;
-    model.name = graph.name;
-    model.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
-    model.optimizer = options.optimizer;
-    model.seed = config.seed;
-    absl::StatusOr<std::unique_ptr<nn::Model>> made = gpu->CreateGraphModel(graph, model, backend);
-    if (!made.ok()) {
-      return absl::Status(made.status().code(),
-                          absl::StrCat(config.model, " on the GPU: ", made.status().message()));
-    }
-    return made;
+                                                           const cuda::BackendOptions& backend,
+                                                           const std::string& who) {
+  const graph::OpRegistry registry = graph::BuiltinOps();
+  DPTRAIN_ASSIGN_OR_RETURN(graph::Graph graph, graph::ReadOnnxGraph(config.model, registry));
+  if (absl::Status s = graph::MarkBuffers(graph, config.onnx_buffers); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(config.model, ": --onnx_buffers: ", s.message()));
   }
-  graph::OnnxModelOptions onnx;
-  onnx.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
-  onnx.optimizer = options.optimizer;
-  onnx.seed = config.seed;
-  onnx.threads = options.threads;
-  onnx.dense_gemm = options.dense_gemm;
-  onnx.conv_algorithm = options.conv_algorithm;
-  return graph::LoadOnnxModel(config.model, onnx);
+  if (const std::vector<std::string> learned = graph::LearnedOperands(graph); !learned.empty()) {
+    std::cout << who << ": " << config.model << ": learning " << absl::StrJoin(learned, ", ")
+              << " (initializers read by Add, Sub, Mul or Div; name the buffers among them with "
+                 "--onnx_buffers to keep them fixed)"
+              << std::endl;
+  }
+  graph::GraphModelOptions model;
+  model.name = graph.name;
+  model.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
+  model.optimizer = options.optimizer;
+  model.seed = config.seed;
+  absl::StatusOr<std::unique_ptr<nn::Model>> made;
+  if (gpu != nullptr) {
+    made = gpu->CreateGraphModel(graph, model, backend);
+  } else {
+    model.threads = options.threads;
+    model.dense_gemm = options.dense_gemm;
+    model.conv_algorithm = options.conv_algorithm;
+    made = graph::CreateGraphModel(graph, registry, model);
+  }
+  if (!made.ok()) {
+    return absl::Status(made.status().code(),
+                        absl::StrCat(config.model, gpu != nullptr ? " on the GPU: " : ": ",
+                                     made.status().message()));
+  }
+  return made;
 }
 
 // Answers Worker.GetStatus (served with the health service).
@@ -310,8 +320,8 @@ absl::Status Run(const WorkerConfig& config) {
   backend.precision = config.precision;
   std::unique_ptr<nn::Model> model;
   if (IsOnnxModel(config.model)) {
-    DPTRAIN_ASSIGN_OR_RETURN(model,
-                             CreateOnnxModel(config, model_options, gpu.backend.get(), backend));
+    DPTRAIN_ASSIGN_OR_RETURN(
+        model, CreateOnnxModel(config, model_options, gpu.backend.get(), backend, who));
     if (model->num_classes() < train.num_classes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--model=", config.model, " has ", model->num_classes(), " outputs, and the data in ",

@@ -50,6 +50,12 @@ ABSL_FLAG(std::string, loss, "cross_entropy",
           "The loss on an ONNX model's output: cross_entropy (softmax cross-entropy, as "
           "nn.CrossEntropyLoss) or mse (against one-hot labels, as nn.MSELoss). The built-in "
           "models train with cross_entropy.");
+ABSL_FLAG(std::vector<std::string>, onnx_buffers, {},
+          "ONNX models: comma-separated initializers that are buffers of the PyTorch module "
+          "(register_buffer) read by Add, Sub, Mul or Div, e.g. a normalisation's mean and std: "
+          "kept fixed. Other initializers those ops read (nn.Parameter: a layer scale, a "
+          "learned scalar) are learned; the file cannot tell the two apart, so the worker "
+          "names the ones it learns.");
 ABSL_FLAG(int, batch_size, 256, "Batch size per worker (the global batch is world_size times it).");
 ABSL_FLAG(int, epochs, 5, "Epochs over the training set.");
 ABSL_FLAG(double, lr, 0,
@@ -369,6 +375,10 @@ absl::Status ReadTraining(WorkerConfig& c) {
   c.loss = absl::GetFlag(FLAGS_loss);
   if (c.loss != "cross_entropy" && c.loss != "mse") {
     return Bad("loss", absl::StrCat("must be cross_entropy or mse, got '", c.loss, "'"));
+  }
+  c.onnx_buffers = absl::GetFlag(FLAGS_onnx_buffers);
+  if (!c.onnx_buffers.empty() && !IsOnnxModel(c.model)) {
+    return Bad("onnx_buffers", "names initializers of an ONNX model (--model=FILE.onnx)");
   }
   if (c.loss != "cross_entropy" && !IsOnnxModel(c.model)) {
     return Bad("loss", absl::StrCat("the built-in model ", c.model, " trains with cross_entropy"));

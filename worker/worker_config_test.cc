@@ -95,6 +95,8 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
        "--tf32 applies to --precision=fp32 only"},
       {{{"ps", "a:1"}, {"conv", "fft"}}, "--conv: must be auto, im2col or onednn, got 'fft'"},
       {{{"ps", "a:1"}, {"wire_dtype", "fp8"}}, "--wire_dtype: must be fp32, bf16 or fp16"},
+      {{{"ps", "a:1"}, {"onnx_buffers", "mean"}},
+       "--onnx_buffers: names initializers of an ONNX model (--model=FILE.onnx)"},
 
       {{{"ps", "a:1"}, {"batch_size", "0"}}, "--batch_size: must be >= 1"},
       {{{"ps", "a:1"}, {"device", "tpu"}}, "--device=tpu: expected auto, cpu, cuda or cuda:N"},

@@ -41,12 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(graph->input_dims.size() > 0);
-  for (const Node& node : graph->nodes) {
-    const absl::Status supported = CheckOpSupported(*registry, node);
-    if (!supported.ok()) {
-      CheckError(supported);
-      return 0;
-    }
+  if (const absl::Status supported = CheckOpsSupported(*graph, *registry); !supported.ok()) {
+    CheckError(supported);
+    return 0;
   }
   int64_t constant_values = 0;
   for (const NamedConstant& c : graph->constants) {

@@ -348,6 +348,11 @@ class BinaryTwin final : public GpuNode {
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeBinaryTwin(const GpuNodeContext& ctx) {
   const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  if (spec.operand_from_graph) {
+    return ctx.Error(
+        "an operand that is a tensor of the model (a parameter, a buffer or a "
+        "constant tensor)");
+  }
   const bool scalar = spec.broadcast == graph::Broadcast::kScalar;
   if (!spec.binary.has_value() || ctx.input_dims.size() != (scalar ? 1u : 2u)) {
     return ctx.Error("this form of the op");

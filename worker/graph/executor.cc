@@ -170,7 +170,10 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
         } else if (auto f = folded.find(name); f != folded.end()) {
           in.constant = &f->second;
         } else {
-          in.constant = graph.FindConstant(name);  // ValidateGraph: it is one.
+          const NamedConstant* c = graph.FindNamedConstant(name);  // ValidateGraph: it is one.
+          in.constant = &c->value;
+          in.state = c->state;
+          in.fixed = c->fixed;
         }
       }
       ctx.inputs.push_back(std::move(in));

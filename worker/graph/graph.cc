@@ -39,8 +39,13 @@ std::string Tensor::ToString() const {
 }
 
 const Tensor* Graph::FindConstant(absl::string_view name) const {
+  const NamedConstant* c = FindNamedConstant(name);
+  return c != nullptr ? &c->value : nullptr;
+}
+
+const NamedConstant* Graph::FindNamedConstant(absl::string_view name) const {
   for (const NamedConstant& c : constants) {
-    if (c.name == name) return &c.value;
+    if (c.name == name) return &c;
   }
   return nullptr;
 }

@@ -64,6 +64,13 @@ struct Node {
 struct NamedConstant {
   std::string name;
   Tensor value;
+  // An entry of the model's state: an ONNX initializer, under its state_dict name (a parameter
+  // or a buffer of the PyTorch module; the file does not say which). An op that reads it as a
+  // plain operand (Add, Sub, Mul, Div) learns it as a parameter, or, where `fixed`
+  // (MarkBuffers, onnx_import.h), keeps it as a buffer. False: a constant written into the
+  // graph (an ONNX Constant node: a Python number or tensor of the forward code).
+  bool state = false;
+  bool fixed = false;
 };
 
 struct Graph {
@@ -76,6 +83,7 @@ struct Graph {
 
   // The constant named `name`, or null.
   const Tensor* FindConstant(absl::string_view name) const;
+  const NamedConstant* FindNamedConstant(absl::string_view name) const;
 };
 
 // Structural checks, independent of the ops: the graph has at least one node, an input with

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -57,24 +59,48 @@ T PartialB(Binary op, T a, T b) {
                               : -a / (b * b);
 }
 
-// y = f(a, b) for runtime a and b (or a constant scalar b); a may be the broadcast operand
-// too (then `swapped`: the node computes f(b, a) with a and b renamed so that `a` is full).
+// Where the other operand of a binary node comes from: a computed value, the node's constant
+// scalar, or a tensor of the graph's (held: a constant copied in; a parameter it learns; a
+// buffer it keeps fixed).
+enum class Source { kRuntime, kScalar, kHeld, kParam, kBuffer };
+
+// A tensor operand of the graph's: its name, shape and value (owned by the graph, which may be
+// gone once the executor is built: read only by the factory and while the executor lays out
+// its parameters and buffers).
+struct GraphOperand {
+  std::string name;
+  std::vector<int64_t> shape;
+  const Tensor* value = nullptr;
+};
+
+// y = f(a, b) for a runtime a and the other operand b; a may be the broadcast operand too
+// (then `swapped`: the node computes f(b, a) with a and b renamed so that `a` is full). A
+// graph tensor b has no batch: per channel it is [C, 1, 1], unbroadcast the dims of a sample.
 template <typename T>
 class BinaryNode final : public NodeImpl<T> {
  public:
-  BinaryNode(Binary op, Dims dims, Broadcast broadcast, bool swapped, T scalar)
+  BinaryNode(Binary op, Dims dims, Broadcast broadcast, bool swapped, Source source, T scalar,
+             GraphOperand operand = {})
       : op_(op),
         dims_(dims),
         broadcast_(broadcast),
         swapped_(swapped),
+        source_(source),
         scalar_(scalar),
+        operand_(std::move(operand)),
         // The runtime inputs' positions (a constant is left out of them).
-        full_index_(broadcast == Broadcast::kScalar ? 0
-                    : swapped                       ? 1
-                                                    : 0),
-        other_index_(broadcast == Broadcast::kScalar ? 1
-                     : swapped                       ? 0
-                                                     : 1) {}
+        full_index_(source != Source::kRuntime ? 0
+                    : swapped                  ? 1
+                                               : 0),
+        other_index_(source != Source::kRuntime ? 1
+                     : swapped                  ? 0
+                                                : 1) {
+    if (operand_.value != nullptr) operand_size_ = operand_.value->num_elements();
+    if (source_ == Source::kHeld) {
+      held_.assign(operand_.value->floats.begin(), operand_.value->floats.end());
+      other_data_ = held_.data();
+    }
+  }
   Dims output_dims() const override { return dims_; }
   TwinSpec<T> twin() const override {
     TwinSpec<T> t;
@@ -82,17 +108,35 @@ class BinaryNode final : public NodeImpl<T> {
     t.broadcast = broadcast_;
     t.swapped = swapped_;
     t.scalar = static_cast<double>(scalar_);
+    t.operand_from_graph =
+        source_ == Source::kHeld || source_ == Source::kParam || source_ == Source::kBuffer;
     return t;
+  }
+  std::vector<NodeTensorSpec> Params() const override {
+    if (source_ != Source::kParam) return {};
+    return {{operand_.name, operand_.shape, operand_.value}};
+  }
+  std::vector<NodeTensorSpec> Buffers() const override {
+    if (source_ != Source::kBuffer) return {};
+    return {{operand_.name, operand_.shape, operand_.value}};
+  }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    if (source_ != Source::kParam) return;
+    other_data_ = params[0];
+    param_grad_ = grads[0];
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override {
+    if (source_ == Source::kBuffer) other_data_ = buffers[0];
   }
 
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     full_ = inputs[full_index_];
-    other_ = broadcast_ == Broadcast::kScalar ? TensorRef<T>{} : inputs[other_index_];
+    if (source_ == Source::kRuntime) other_data_ = inputs[other_index_].data;
+    if (source_ == Source::kRuntime) other_ = inputs[other_index_];
     T* y = EnsureSize(output_, full_.size());
-    const int64_t plane = dims_.h * dims_.w;
     for (int64_t i = 0; i < full_.size(); ++i) {
-      const T b = Other(i, plane);
+      const T b = Other(i);
       y[i] = swapped_ ? Apply(op_, b, full_.data[i]) : Apply(op_, full_.data[i], b);
     }
     return {y, full_.batch, dims_};
@@ -102,7 +146,7 @@ class BinaryNode final : public NodeImpl<T> {
                                      const std::vector<bool>& need_input_grad) override {
     const size_t full_index = full_index_, other_index = other_index_;
     std::vector<TensorRef<T>> grads(need_input_grad.size());
-    const int64_t n = grad_output.size(), plane = dims_.h * dims_.w;
+    const int64_t n = grad_output.size();
     // Add and Sub pass the gradient of the full operand through unchanged (aliased).
     const bool identity_full = op_ == Binary::kAdd || (op_ == Binary::kSub && !swapped_);
     if (need_input_grad[full_index]) {
@@ -111,43 +155,85 @@ class BinaryNode final : public NodeImpl<T> {
       } else {
         T* d = EnsureSize(grad_full_, n);
         for (int64_t i = 0; i < n; ++i) {
-          const T a = full_.data[i], b = Other(i, plane);
+          const T a = full_.data[i], b = Other(i);
           d[i] = grad_output.data[i] * (swapped_ ? PartialB(op_, b, a) : PartialA(op_, a, b));
         }
         grads[full_index] = {d, grad_output.batch, dims_};
       }
     }
-    if (broadcast_ != Broadcast::kScalar && other_index < need_input_grad.size() &&
-        need_input_grad[other_index]) {
-      const int64_t m = other_.size();
-      T* d = EnsureSize(grad_other_, m);
-      std::fill(d, d + m, T(0));
-      for (int64_t i = 0; i < n; ++i) {  // Summed over the plane when broadcast.
-        const T a = full_.data[i], b = Other(i, plane);
-        const T partial = swapped_ ? PartialA(op_, b, a) : PartialB(op_, a, b);
-        d[broadcast_ == Broadcast::kChannel ? i / plane : i] += grad_output.data[i] * partial;
-      }
+    T* d = nullptr;
+    if (source_ == Source::kParam) {
+      d = param_grad_;
+      std::fill(d, d + operand_size_, T(0));
+    } else if (source_ == Source::kRuntime && other_index < need_input_grad.size() &&
+               need_input_grad[other_index]) {
+      d = EnsureSize(grad_other_, other_.size());
+      std::fill(d, d + other_.size(), T(0));
       grads[other_index] = {d, other_.batch, other_.dims};
+    }
+    if (d != nullptr) {
+      for (int64_t i = 0; i < n; ++i) {  // Summed where broadcast.
+        const T a = full_.data[i], b = Other(i);
+        const T partial = swapped_ ? PartialA(op_, b, a) : PartialB(op_, a, b);
+        d[OtherIndex(i)] += grad_output.data[i] * partial;
+      }
     }
     return grads;
   }
 
  private:
-  T Other(int64_t i, int64_t plane) const {
-    return broadcast_ == Broadcast::kScalar    ? scalar_
-           : broadcast_ == Broadcast::kChannel ? other_.data[i / plane]
-                                               : other_.data[i];
+  // The index into the other operand of element i of the full one.
+  int64_t OtherIndex(int64_t i) const {
+    const int64_t plane = int64_t{dims_.h} * dims_.w;
+    const bool batched = source_ == Source::kRuntime;
+    switch (broadcast_) {
+      case Broadcast::kScalar:
+        return 0;
+      case Broadcast::kChannel:
+        return batched ? i / plane : i / plane % dims_.c;
+      default:
+        return batched ? i : i % dims_.size();
+    }
+  }
+  T Other(int64_t i) const {
+    return source_ == Source::kScalar ? scalar_ : other_data_[OtherIndex(i)];
   }
 
   const Binary op_;
   const Dims dims_;
   const Broadcast broadcast_;
   const bool swapped_;
+  const Source source_;
   const T scalar_;
+  const GraphOperand operand_;
+  int64_t operand_size_ = 0;
   const size_t full_index_, other_index_;
   TensorRef<T> full_, other_;
+  const T* other_data_ = nullptr;
+  T* param_grad_ = nullptr;
+  std::vector<T> held_;
   std::vector<T> output_, grad_full_, grad_other_;
 };
+
+// How a graph tensor of `shape` lines up with a sample of `x`: one element (kScalar), one per
+// channel ([C, 1, 1] or [1, C, 1, 1], x not [C, 1, 1] itself), or one per element of a sample
+// (its shape, leading 1s aside, is x's per-sample dims with trailing 1s dropped: [C, H, W],
+// [1, C, H, W], [F] against [F, 1, 1]); else none.
+std::optional<Broadcast> OperandBroadcast(const std::vector<int64_t>& shape, const Dims& x) {
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;
+  if (elements == 1) return Broadcast::kScalar;
+  std::vector<int64_t> s = shape;
+  while (!s.empty() && s.front() == 1) s.erase(s.begin());
+  std::vector<int64_t> sample = {x.c, x.h, x.w};
+  auto trim = [](std::vector<int64_t> v) {
+    while (!v.empty() && v.back() == 1) v.pop_back();
+    return v;
+  };
+  if (trim(s) == trim(sample)) return Broadcast::kNone;
+  if (s.size() == 3 && s[0] == x.c && s[1] == 1 && s[2] == 1) return Broadcast::kChannel;
+  return std::nullopt;
+}
 
 template <typename T, Binary kOp>
 struct BinaryOpFactory {
@@ -155,17 +241,25 @@ struct BinaryOpFactory {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
     if (ctx.inputs.size() != 2)
       return ctx.Error(absl::StrCat(BinaryName(kOp), " takes two inputs"));
-    for (size_t k = 0; k < 2; ++k) {  // One constant operand: a scalar.
+    for (size_t k = 0; k < 2; ++k) {  // One operand of the graph's.
       const NodeInput* in = ctx.input(k);
       if (in == nullptr || in->constant == nullptr) continue;
       DPTRAIN_ASSIGN_OR_RETURN(const Tensor* c, ctx.ConstantInput(k, Tensor::Type::kFloat, false));
-      if (c->floats.size() != 1) {
-        return ctx.Error(absl::StrCat("constant input ", k, " ('", in->name, "') is ",
-                                      c->ToString(), ": only a scalar constant is supported"));
-      }
       DPTRAIN_ASSIGN_OR_RETURN(const Dims x, ctx.RuntimeInput(1 - k));
+      const std::optional<Broadcast> broadcast = OperandBroadcast(c->shape, x);
+      if (!broadcast.has_value()) {
+        return ctx.Error(
+            absl::StrCat("constant input ", k, " ('", in->name, "') is ", c->ToString(),
+                         ": against ", x.ToString(),
+                         " only a scalar, one value per channel ([C, 1, 1]) or the dims of a "
+                         "sample are supported"));
+      }
+      const Source source = in->state ? (in->fixed ? Source::kBuffer : Source::kParam)
+                            : *broadcast == Broadcast::kScalar ? Source::kScalar
+                                                               : Source::kHeld;
       return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
-          kOp, x, Broadcast::kScalar, /*swapped=*/k == 0, static_cast<T>(c->floats[0])));
+          kOp, x, *broadcast, /*swapped=*/k == 0, source, static_cast<T>(c->floats[0]),
+          GraphOperand{in->name, c->shape, c}));
     }
     DPTRAIN_ASSIGN_OR_RETURN(const Dims a, ctx.RuntimeInput(0));
     DPTRAIN_ASSIGN_OR_RETURN(const Dims b, ctx.RuntimeInput(1));
@@ -174,12 +268,12 @@ struct BinaryOpFactory {
     };
     if (a == b) {
       return std::unique_ptr<NodeImpl<T>>(
-          std::make_unique<BinaryNode<T>>(kOp, a, Broadcast::kNone, false, T(0)));
+          std::make_unique<BinaryNode<T>>(kOp, a, Broadcast::kNone, false, Source::kRuntime, T(0)));
     }
     if (per_channel(b, a) || per_channel(a, b)) {
       const bool swapped = per_channel(a, b);
       return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
-          kOp, swapped ? b : a, Broadcast::kChannel, swapped, T(0)));
+          kOp, swapped ? b : a, Broadcast::kChannel, swapped, Source::kRuntime, T(0)));
     }
     return ctx.Error(absl::StrCat("inputs of dims ", a.ToString(), " and ", b.ToString(),
                                   ": broadcasting supported only per channel ([C, 1, 1]) or "

@@ -42,6 +42,10 @@ struct NodeInput {
   std::string name;                  // "" for an absent optional input.
   std::optional<Dims> dims;          // A runtime value: its per-sample dims.
   const Tensor* constant = nullptr;  // A constant: its value (owned by the graph).
+  // A constant that is model state (NamedConstant::state, fixed): learned, or a fixed buffer,
+  // where the op reads it as a plain operand.
+  bool state = false;
+  bool fixed = false;
 
   bool present() const { return !name.empty(); }
   bool is_runtime() const { return dims.has_value(); }
@@ -160,6 +164,9 @@ struct TwinSpec {
   Broadcast broadcast = Broadcast::kNone;
   bool swapped = false;
   double scalar = 0;
+  // The other operand is a tensor of the graph's (a parameter, a buffer or a constant tensor,
+  // multi_input_ops.h) rather than a computed value or a constant scalar.
+  bool operand_from_graph = false;
   // Conv with group > 1 (layer_ops.h): the whole convolution's options (in and out channels
   // of all groups) and the group count; `params` says how weight and bias map.
   std::optional<nn::Conv2dOptions> grouped_conv;

@@ -315,7 +315,9 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
     if (!initializer_names.insert(t.name()).second) {
       return Invalid(absl::StrCat("initializer '", t.name(), "' appears twice"));
     }
-    graph.constants.push_back({t.name(), std::move(value)});
+    // "onnx::..." names are the exporter's own constants, not state_dict entries.
+    const bool state = !absl::StartsWith(t.name(), "onnx::");
+    graph.constants.push_back({t.name(), std::move(value), state});
   }
   if (g.sparse_initializer_size() > 0) return Invalid("sparse initializers unsupported");
 
@@ -367,24 +369,60 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   return graph;
 }
 
+absl::Status MarkBuffers(Graph& graph, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    bool found = false;
+    for (NamedConstant& c : graph.constants) {
+      if (c.name != name || !c.state) continue;
+      c.fixed = true;
+      found = true;
+    }
+    if (!found) {
+      return Invalid(absl::StrCat("'", name,
+                                  "' is not an initializer of the model (a tensor "
+                                  "of its state_dict), so it cannot be marked as a buffer"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> LearnedOperands(const Graph& graph) {
+  std::set<std::string> read;
+  for (const Node& node : graph.nodes) {
+    if (node.op != "Add" && node.op != "Sub" && node.op != "Mul" && node.op != "Div") continue;
+    for (const std::string& input : node.inputs) read.insert(input);
+  }
+  std::vector<std::string> learned;
+  for (const NamedConstant& c : graph.constants) {
+    if (c.state && !c.fixed && c.value.type == Tensor::Type::kFloat && read.count(c.name) > 0) {
+      learned.push_back(c.name);
+    }
+  }
+  return learned;
+}
+
+absl::Status CheckOpsSupported(const Graph& graph, const OpRegistry& registry) {
+  for (const Node& node : graph.nodes) {
+    if (node.op == "Shape" || IsShapeArithmetic(node.op)) continue;
+    DPTRAIN_RETURN_IF_ERROR(CheckOpSupported(registry, node));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Graph> ReadOnnxGraph(const std::string& path, const OpRegistry& registry) {
   absl::StatusOr<std::string> bytes = ReadWholeFile(path);
   if (!bytes.ok()) return bytes.status();  // Names the path already.
   absl::StatusOr<Graph> graph = ParseOnnxGraph(*bytes, BaseName(path));
   if (!graph.ok()) return WithPath(path, graph.status());
-  for (const Node& node : graph->nodes) {
-    // Shape and the int64 arithmetic on it are evaluated by the executor (which refuses what it
-    // cannot evaluate), not ops.
-    if (node.op == "Shape" || IsShapeArithmetic(node.op)) continue;
-    if (absl::Status s = CheckOpSupported(registry, node); !s.ok()) return WithPath(path, s);
-  }
+  if (absl::Status s = CheckOpsSupported(*graph, registry); !s.ok()) return WithPath(path, s);
   return graph;
 }
 
 absl::StatusOr<std::unique_ptr<nn::Model>> LoadOnnxModel(const std::string& path,
                                                          const OnnxModelOptions& options) {
   const OpRegistry registry = BuiltinOps();
-  DPTRAIN_ASSIGN_OR_RETURN(const Graph graph, ReadOnnxGraph(path, registry));
+  DPTRAIN_ASSIGN_OR_RETURN(Graph graph, ReadOnnxGraph(path, registry));
+  if (absl::Status s = MarkBuffers(graph, options.buffers); !s.ok()) return WithPath(path, s);
   GraphModelOptions model;
   model.name = graph.name;
   model.loss = options.loss;

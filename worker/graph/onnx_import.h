@@ -36,6 +36,8 @@ namespace graph {
 // The model's options beyond the file; the fields mean what GraphModelOptions' do.
 struct OnnxModelOptions {
   Loss loss = Loss::kSoftmaxCrossEntropy;
+  // Initializers that are buffers of the PyTorch module (MarkBuffers).
+  std::vector<std::string> buffers;
   std::optional<OptimizerOptions> optimizer;
   uint64_t seed = 0;
   bool dropout = true;
@@ -59,8 +61,24 @@ absl::Status CheckExportedForTraining(const Graph& graph);
 // CheckExportedForTraining refuses. Does not check that the ops exist.
 absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string& name);
 
+// Marks the initializers named in `names` as buffers of the PyTorch module (register_buffer):
+// where an op reads one as a plain operand (Add, Sub, Mul, Div: x - self.mean), it is kept
+// fixed (and saved) instead of learned as a parameter, as the file cannot tell them apart.
+// InvalidArgument naming the first name that is not an initializer of `graph`.
+absl::Status MarkBuffers(Graph& graph, const std::vector<std::string>& names);
+
+// The initializers that `graph`'s Add, Sub, Mul and Div nodes read as plain operands and will
+// learn (not marked as buffers), in file order: what a worker tells its user it learns beyond
+// the weights of its layers.
+std::vector<std::string> LearnedOperands(const Graph& graph);
+
+// CheckOpSupported on every node of `graph` but those the executor evaluates when it is built
+// (Shape and the int64 arithmetic on it: shape_arithmetic.h; it refuses what it cannot
+// evaluate): the first error, or OK.
+absl::Status CheckOpsSupported(const Graph& graph, const OpRegistry& registry);
+
 // ParseOnnxGraph of the file at `path`, named after its base name without ".onnx", then
-// CheckOpSupported on every node. Error messages start with the path.
+// CheckOpsSupported. Error messages start with the path.
 absl::StatusOr<Graph> ReadOnnxGraph(const std::string& path, const OpRegistry& registry);
 
 // The file at `path` as a CPU model (graph_model.h) over BuiltinOps(): weights() are the

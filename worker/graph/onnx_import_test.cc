@@ -56,12 +56,16 @@ std::string WriteTemp(const std::string& name, const std::string& bytes) {
 // float model (its gradients too where `float_gradients`) and by the executor in double.
 void CheckParity(const std::string& dir, const std::string& name, int threads,
                  bool float_gradients = true) {
+  // The fixtures' buffers read by arithmetic, which a user names with --onnx_buffers.
+  const std::vector<std::string> buffers =
+      name == "scaled" ? std::vector<std::string>{"mean"} : std::vector<std::string>{};
   SCOPED_TRACE(absl::StrCat(name, " on ", threads, " threads"));
   absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath(name, dir));
   ASSERT_TRUE(ref.ok()) << ref.status();
   OnnxModelOptions options;
   options.dropout = false;  // PyTorch's reference step ran with dropout off too.
   options.threads = threads;
+  options.buffers = buffers;
   absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(OnnxPath(name, dir), options);
   ASSERT_TRUE(made.ok()) << made.status();
   nn::Model& model = **made;
@@ -107,6 +111,7 @@ void CheckParity(const std::string& dir, const std::string& name, int threads,
   }
   absl::StatusOr<Graph> graph = ReadOnnxGraph(OnnxPath(name, dir), BuiltinOps());
   ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(MarkBuffers(*graph, buffers).ok());
   ExpectDoubleStepMatches(*graph, *ref);
 
   const Batch batch = ReferenceBatch(*ref);
@@ -129,7 +134,7 @@ TEST_P(OnnxParityTest, OneTrainStepMatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxParityTest,
                          ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated",
                                                               "pooling", "shared", "elementwise",
-                                                              "shuffle", "dynamic"),
+                                                              "shuffle", "dynamic", "scaled"),
                                             ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
@@ -177,6 +182,33 @@ INSTANTIATE_TEST_SUITE_P(FromEnvironment, EnvironmentFixtureTest,
                            return name;
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EnvironmentFixtureTest);
+
+// The file cannot tell a parameter from a buffer: what Add, Sub, Mul and Div read is learned
+// unless named a buffer, and the worker lists what it learns.
+TEST(OnnxModelTest, InitializersReadByArithmeticAreLearnedUnlessBuffers) {
+  absl::StatusOr<Graph> graph = ReadOnnxGraph(OnnxPath("scaled"), BuiltinOps());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(LearnedOperands(*graph), (std::vector<std::string>{"pos", "gamma", "alpha", "mean"}));
+  ASSERT_TRUE(MarkBuffers(*graph, {"mean"}).ok());
+  EXPECT_EQ(LearnedOperands(*graph), (std::vector<std::string>{"pos", "gamma", "alpha"}));
+  EXPECT_EQ(MarkBuffers(*graph, {"nope"}).message(),
+            "'nope' is not an initializer of the model (a tensor of its state_dict), so it "
+            "cannot be marked as a buffer");
+  OnnxModelOptions options;
+  options.buffers = {"mean"};
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("scaled"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::set<std::string> params, buffers;
+  for (const nn::ParamInfo& p : (*model)->params()) params.insert(p.name);
+  for (const nn::ParamInfo& b : (*model)->buffers()) buffers.insert(b.name);
+  EXPECT_EQ(params, (std::set<std::string>{"pos", "conv1.weight", "conv1.bias", "conv2.weight",
+                                           "conv2.bias", "gamma", "alpha", "fc.weight", "bias"}));
+  EXPECT_EQ(buffers, (std::set<std::string>{"mean"}));
+  options.buffers = {"nope"};
+  EXPECT_EQ(LoadOnnxModel(OnnxPath("scaled"), options).status().message(),
+            "worker/graph/testdata/scaled.onnx: 'nope' is not an initializer of the model (a "
+            "tensor of its state_dict), so it cannot be marked as a buffer");
+}
 
 TEST(OnnxModelTest, MseLossMatchesPyTorch) {
   absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("branching"));

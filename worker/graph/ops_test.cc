@@ -241,10 +241,55 @@ TEST_F(OpsTest, BinaryOpsWithAScalarConstant) {
       Check(Chain({2, 3, 4}, {MakeNode(op, "b", {"c", "x"}, {"y"})}, {FloatScalar("c", 0.7f)}));
     }
   }
-  NamedConstant vector = RandomConstant("v", {3}, 2);
-  const std::string error =
-      BuildError(Chain({3, 1, 1}, {MakeNode("Mul", "m", {"x", "v"}, {"y"})}, {vector}));
-  EXPECT_NE(error.find("only a scalar constant is supported"), std::string::npos) << error;
+  NamedConstant vector = RandomConstant("v", {2}, 2);
+  EXPECT_EQ(BuildError(Chain({3, 1, 1}, {MakeNode("Mul", "m", {"x", "v"}, {"y"})}, {vector})),
+            "node 'm' (Mul): constant input 1 ('v') is float[2]: against [3, 1, 1] only a scalar, "
+            "one value per channel ([C, 1, 1]) or the dims of a sample are supported");
+}
+
+// A tensor of the model as an operand: learned where it is model state (an initializer: ReZero's
+// alpha, ConvNeXt's layer scale, a positional embedding), kept where it is a fixed buffer
+// (--onnx_buffers: a normalisation's mean) or a constant of the graph; scalar, per channel or
+// one value per element of a sample.
+TEST_F(OpsTest, BinaryOpsWithATensorOfTheModel) {
+  auto state = [](NamedConstant c, bool fixed = false) {
+    c.state = true;
+    c.fixed = fixed;
+    return c;
+  };
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    SCOPED_TRACE(op);
+    const double offset = std::string(op) == "Div" ? 2.0 : 0.0;  // Away from 0 as a divisor.
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{}, {3, 1, 1}, {1, 3, 1, 1}, {3, 2, 4}, {1, 3, 2, 4}}) {
+      SCOPED_TRACE(shape.size());
+      const NamedConstant t = RandomConstant("t", shape, 3, 0.5, offset);
+      for (bool swapped : {false, true}) {
+        const std::vector<std::string> inputs =
+            swapped ? std::vector<std::string>{"t", "x"} : std::vector<std::string>{"x", "t"};
+        if (std::string(op) == "Div" && swapped) continue;  // x near 0 as a divisor.
+        Check(Chain({3, 2, 4}, {MakeNode(op, "b", inputs, {"y"})}, {state(t)}));
+        Check(Chain({3, 2, 4}, {MakeNode(op, "b", inputs, {"y"})}, {state(t, true)}));
+        Check(Chain({3, 2, 4}, {MakeNode(op, "b", inputs, {"y"})}, {t}));
+      }
+    }
+  }
+  // [F] against the features of [N, F].
+  NamedConstant bias = RandomConstant("bias", {5}, 4);
+  bias.state = true;
+  Check(Chain({5, 1, 1}, {MakeNode("Add", "b", {"x", "bias"}, {"y"})}, {bias}));
+
+  // Learned: a parameter named as the state; fixed: a buffer; a constant: neither.
+  auto layout = [&](const NamedConstant& t) {
+    auto e = Executor<double>::Create(
+        Chain({3, 2, 4}, {MakeNode("Mul", "b", {"x", "t"}, {"y"})}, {t}), registry_);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::make_pair((*e)->params().size(), (*e)->buffers().size());
+  };
+  const NamedConstant gamma = RandomConstant("t", {3, 1, 1}, 5);
+  EXPECT_EQ(layout(state(gamma)), std::make_pair(size_t{1}, size_t{0}));
+  EXPECT_EQ(layout(state(gamma, true)), std::make_pair(size_t{0}, size_t{1}));
+  EXPECT_EQ(layout(gamma), std::make_pair(size_t{0}, size_t{0}));
 }
 
 TEST_F(OpsTest, BatchNormalizationTrainingAndEvaluation) {
