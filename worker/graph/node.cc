@@ -37,6 +37,19 @@ absl::Status CheckNoBatchSize(const NodeContext& ctx, size_t index, const Tensor
 
 }  // namespace
 
+absl::Status NodeContext::CheckNotLearned(size_t index, absl::string_view role) const {
+  const NodeInput* in = input(index);
+  if (in == nullptr || in->constant == nullptr || !in->state || in->fixed) {
+    return absl::OkStatus();
+  }
+  return Error(absl::StrCat("input ", index, " ('", in->name,
+                            "') is an initializer of the model, "
+                            "here its ",
+                            role,
+                            ", which cannot be learned: if it is a buffer, "
+                            "name it one (gpu_worker --onnx_buffers) to keep it fixed"));
+}
+
 absl::StatusOr<const Tensor*> NodeContext::TargetShapeInput(size_t index) const {
   const NodeInput* in = input(index);
   if (in == nullptr || in->constant == nullptr || in->constant->type != Tensor::Type::kInt64) {

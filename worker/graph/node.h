@@ -89,6 +89,11 @@ struct NodeContext {
   // `optional`).
   // An int64 constant holding the batch size (kBatchSize) is refused.
   absl::StatusOr<const Tensor*> ConstantInput(size_t index, Tensor::Type type, bool optional) const;
+  // OK unless the input at `index` is model state that would be learned (an initializer not
+  // marked as a buffer: NamedConstant::state) and this op can only read it as a fixed `role`
+  // (Pow's exponent, Clip's bound): then an error saying so, rather than a parameter silently
+  // frozen.
+  absl::Status CheckNotLearned(size_t index, absl::string_view role) const;
   // A 1-D int64 constant at `index` whose first entry may be the batch size (kBatchSize) and
   // no other: a Reshape target, or an error saying why not.
   absl::StatusOr<const Tensor*> TargetShapeInput(size_t index) const;

@@ -287,6 +287,13 @@ TEST_F(OpsTest, BinaryOpsWithATensorOfTheModel) {
     return std::make_pair((*e)->params().size(), (*e)->buffers().size());
   };
   const NamedConstant gamma = RandomConstant("t", {3, 1, 1}, 5);
+  // GeM pooling's learned exponent (x.pow(self.p)) cannot be learned: refused, not frozen.
+  NamedConstant p = FloatScalar("p", 3.0f);
+  EXPECT_EQ(BuildError(Chain({3, 2, 4}, {MakeNode("Pow", "pow", {"x", "p"}, {"y"})}, {state(p)})),
+            "node 'pow' (Pow): input 1 ('p') is an initializer of the model, here its exponent, "
+            "which cannot be learned: if it is a buffer, name it one (gpu_worker "
+            "--onnx_buffers) to keep it fixed");
+  Check(Chain({3, 2, 4}, {MakeNode("Pow", "pow", {"x", "p"}, {"y"})}, {state(p, true)}));
   EXPECT_EQ(layout(state(gamma)), std::make_pair(size_t{1}, size_t{0}));
   EXPECT_EQ(layout(state(gamma, true)), std::make_pair(size_t{0}, size_t{1}));
   EXPECT_EQ(layout(gamma), std::make_pair(size_t{0}, size_t{0}));

@@ -187,6 +187,7 @@ struct Pad {
     }
     float value = 0;
     DPTRAIN_ASSIGN_OR_RETURN(value, FloatAttribute(ctx.node, "value", 0.0f));
+    DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(2, "padding value"));
     DPTRAIN_ASSIGN_OR_RETURN(const Tensor* v, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
     if (v != nullptr) value = v->num_elements() == 1 ? v->floats[0] : 1.0f;
     if (value != 0) return ctx.Error("only zero padding is supported");
@@ -270,6 +271,7 @@ struct Dropout {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"ratio", "seed"}));
     DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
     DPTRAIN_ASSIGN_OR_RETURN(float ratio, FloatAttribute(ctx.node, "ratio", 0.5f));
+    DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(1, "ratio"));
     DPTRAIN_ASSIGN_OR_RETURN(const Tensor* r, ctx.ConstantInput(1, Tensor::Type::kFloat, true));
     if (r != nullptr) {
       if (r->num_elements() != 1) return ctx.Error("ratio must be a scalar");
@@ -718,6 +720,7 @@ struct Clip {
     DPTRAIN_ASSIGN_OR_RETURN(
         float high, FloatAttribute(ctx.node, "max", std::numeric_limits<float>::infinity()));
     for (size_t k : {size_t{1}, size_t{2}}) {
+      DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(k, "bound"));
       DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bound,
                                ctx.ConstantInput(k, Tensor::Type::kFloat, /*optional=*/true));
       if (bound == nullptr) continue;
@@ -744,6 +747,7 @@ struct Pow {
     if (e == nullptr || e->constant == nullptr) {
       return ctx.Error("the exponent must be a constant (x ** 3 as PyTorch exports it)");
     }
+    DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(1, "exponent"));
     const Tensor& t = *e->constant;
     const size_t n = t.type == Tensor::Type::kFloat ? t.floats.size() : t.ints.size();
     if (n != 1) return ctx.Error("the exponent is not a scalar");
