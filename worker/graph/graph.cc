@@ -38,6 +38,10 @@ std::string Tensor::ToString() const {
                       "]");
 }
 
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
 const Tensor* Graph::FindConstant(absl::string_view name) const {
   const NamedConstant* c = FindNamedConstant(name);
   return c != nullptr ? &c->value : nullptr;

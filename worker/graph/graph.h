@@ -49,6 +49,9 @@ struct Tensor {
 // entry of a target shape (NodeContext::TargetShapeInput).
 inline constexpr int64_t kBatchSize = std::numeric_limits<int64_t>::min();
 
+// "[1, 2, 3]": a shape (or any int list) in error messages.
+std::string ShapeText(const std::vector<int64_t>& shape);
+
 // An attribute value, as ONNX's INT, FLOAT, STRING, INTS and FLOATS.
 using Attribute =
     std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>>;

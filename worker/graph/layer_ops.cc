@@ -120,10 +120,6 @@ NodeTensorSpec SpecOf(const NodeInput& in) {
   return {in.name, in.constant->shape, in.constant, 0.0f};
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // The kernel, stride and padding of a 2-D window op (Conv, MaxPool, AveragePool): attributes
 // kernel_shape (must equal `kernel` when that is given, i.e. from a convolution's weight),
 // strides (default 1), pads (symmetric: begin == end), dilations (1) and auto_pad (NOTSET or

@@ -18,10 +18,6 @@ namespace {
 
 using nn::EnsureSize;
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // The runtime input 0 of a node whose other inputs (if any) are constants.
 absl::StatusOr<Dims> SoleRuntimeInput(const NodeContext& ctx) {
   DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));

@@ -17,10 +17,6 @@ namespace {
 
 using nn::EnsureSize;
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // Copies the window of `out` dims at `start` (c, h, w) of each sample of `in` dims between a
 // full tensor and a windowed one: gather (full -> window) or scatter (window -> full).
 template <typename T>
