@@ -47,6 +47,9 @@ The models:
   scaled     Tensors of the model as operands of Add, Sub, Mul: a normalising buffer (which
              the test marks as one: the file cannot say), a constant tensor, a positional
              embedding, a layer scale [C, 1, 1], a learned scalar, a bias added to a Linear.
+  convnext   A small ConvNeXt in torchvision's layout: channels-last regions (permute, layer
+             norm written out over the last axis, Linear, GELU, Linear, permute back) that the
+             importer moves channels-first, a learned layer scale, LayerNorm2d stem and head.
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -355,6 +358,57 @@ class Scaled(nn.Module):
         return self.fc(h.mean((2, 3))) + self.bias
 
 
+class LayerNorm2d(nn.LayerNorm):
+    """torchvision.models.convnext.LayerNorm2d: a LayerNorm over each pixel's channels."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class CNBlock(nn.Module):
+    """torchvision's ConvNeXt block (without stochastic depth): depthwise 7x7, then channels
+    last: LayerNorm, Linear, GELU, Linear; back channels first, a layer scale, the residual."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(dim, dim, 7, padding=3, groups=dim),
+            Permute([0, 2, 3, 1]), nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, 4 * dim),
+            nn.GELU(), nn.Linear(4 * dim, dim), Permute([0, 3, 1, 2]))
+        self.layer_scale = nn.Parameter(torch.rand(dim, 1, 1) * 0.5 + 0.25)
+
+    def forward(self, x):
+        return self.layer_scale * self.block(x) + x
+
+
+class Permute(nn.Module):
+    def __init__(self, dims):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return torch.permute(x, self.dims)
+
+
+class ConvNeXt(nn.Module):
+    """A small ConvNeXt in torchvision's layout: a 4x4/4 stem with LayerNorm2d, a block, a
+    LayerNorm2d + 2x2/2 downsampling, a block, average pooling and a LayerNorm2d head."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Sequential(nn.Conv2d(3, 8, 4, stride=4), LayerNorm2d(8, eps=1e-6)), CNBlock(8),
+            nn.Sequential(LayerNorm2d(8, eps=1e-6), nn.Conv2d(8, 16, 2, stride=2)), CNBlock(16))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(LayerNorm2d(16, eps=1e-6), nn.Flatten(1),
+                                        nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.classifier(self.avgpool(self.features(x)))
+
+
 class DynamicShuffle(Shuffle):
     """Shuffle with x.view(x.size(0), -1) before its head, exported with a dynamic batch axis:
     the shapes of the view, the chunks and the shuffles come from Shape at run time."""
@@ -381,6 +435,7 @@ MODELS = {
     "shuffle": lambda: (Shuffle(), 10),
     "dynamic": lambda: (DynamicShuffle(), 10),
     "scaled": lambda: (Scaled(), 10),
+    "convnext": lambda: (ConvNeXt(), 10),
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
@@ -419,13 +474,14 @@ def reference_step(net, x, labels, classes, mse):
 
 def torchvision_model(name):
     """torchvision.models.<name> with 10 classes (GoogLeNet and Inception without their
-    auxiliary heads, whose extra outputs a one-output graph cannot return; EfficientNet without
-    stochastic depth, whose random drop torch 1.13 cannot export for training)."""
+    auxiliary heads, whose extra outputs a one-output graph cannot return; EfficientNet and
+    ConvNeXt without stochastic depth, whose random drop torch 1.13 cannot export for
+    training)."""
     import torchvision.models  # Only here: the repository's fixtures do not need it.
     kwargs = {"num_classes": 10}
     if name in ("googlenet", "inception_v3"):
         kwargs.update(aux_logits=False, init_weights=False)
-    if name.startswith("efficientnet"):
+    if name.startswith(("efficientnet", "convnext")):
         kwargs.update(stochastic_depth_prob=0.0)
     return getattr(torchvision.models, name)(**kwargs), 10
 

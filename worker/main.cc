@@ -125,9 +125,16 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& c
     return absl::Status(s.code(), absl::StrCat(config.model, ": --onnx_buffers: ", s.message()));
   }
   if (const std::vector<std::string> learned = graph::LearnedOperands(graph); !learned.empty()) {
-    std::cout << who << ": " << config.model << ": learning " << absl::StrJoin(learned, ", ")
-              << " (initializers read by Add, Sub, Mul or Div; name the buffers among them with "
-                 "--onnx_buffers to keep them fixed)"
+    // The first few by name (a ConvNeXt has dozens: its layer norms' weights).
+    constexpr size_t kShown = 8;
+    const std::vector<std::string> shown(learned.begin(),
+                                         learned.begin() + std::min(kShown, learned.size()));
+    std::cout << who << ": " << config.model << ": learning " << learned.size()
+              << " initializers read by Add, Sub, Mul or Div as parameters ("
+              << absl::StrJoin(shown, ", ")
+              << (learned.size() > kShown ? absl::StrCat(" and ", learned.size() - kShown, " more")
+                                          : "")
+              << "); name the buffers among them with --onnx_buffers to keep them fixed"
               << std::endl;
   }
   graph::GraphModelOptions model;

@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<GpuNode>> LayerTwinOf(const GpuNodeContext& ctx,
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeLayerTwin(const GpuNodeContext& ctx) {
   const graph::TwinSpec<float> spec = ctx.cpu.twin();
+  if (spec.channel_mean) return ctx.Error("ReduceMean over the channels");
   if (spec.grouped_conv.has_value() && ctx.input_dims.size() == 1) {
     // Grouped and depthwise: one cuDNN convolution with a group count.
     return LayerTwinOf(ctx,
@@ -353,6 +354,7 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeBinaryTwin(const GpuNodeContext& ct
         "an operand that is a tensor of the model (a parameter, a buffer or a "
         "constant tensor)");
   }
+  if (spec.broadcast == graph::Broadcast::kPixel) return ctx.Error("a per-pixel operand");
   const bool scalar = spec.broadcast == graph::Broadcast::kScalar;
   if (!spec.binary.has_value() || ctx.input_dims.size() != (scalar ? 1u : 2u)) {
     return ctx.Error("this form of the op");

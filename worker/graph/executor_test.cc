@@ -182,7 +182,7 @@ TEST_F(ExecutorTest, GraphErrorsNameTheNode) {
                  MakeNode("MaxPool", "pool", {"x"}, {"c2"}, {{"kernel_shape", Ints{2, 2}}}));
   EXPECT_EQ(BuildError(g),
             "node 'add' (Add): inputs of dims [3, 5, 5] and [3, 4, 4]: broadcasting supported "
-            "only per channel ([C, 1, 1]) or of a scalar constant");
+            "only per channel ([C, 1, 1]), per pixel ([1, H, W]) or of a scalar constant");
 
   g = Residual();
   g.output = "nothing";
@@ -357,6 +357,57 @@ TEST(GraphRewritesTest, FusesTheChannelShuffle) {
   CheckGraphGradients(g, BuiltinOps());
   FuseChannelShuffle(other_perm);  // Not a channel shuffle: left alone.
   EXPECT_EQ(other_perm.nodes.size(), 4u);
+}
+
+// x.permute(0, 2, 3, 1), a layer norm written out over the last axis, a Linear, x.permute(0, 3,
+// 1, 2) (as ConvNeXt's blocks export): moved channels-first without the transposes; a region
+// that mixes in a channels-first value is left alone.
+Graph ChannelsLastBlock() {
+  return MakeGraph(
+      {4, 2, 3},
+      {MakeNode("Relu", "r", {"x"}, {"h"}),
+       MakeNode("Transpose", "to_last", {"h"}, {"t"}, {{"perm", Ints{0, 2, 3, 1}}}),
+       MakeNode("ReduceMean", "mean", {"t"}, {"u"}, {{"axes", Ints{-1}}}),
+       MakeNode("Sub", "sub", {"t", "u"}, {"d"}), MakeNode("Pow", "sq", {"d", "two"}, {"d2"}),
+       MakeNode("ReduceMean", "var", {"d2"}, {"v"}, {{"axes", Ints{-1}}}),
+       MakeNode("Add", "eps", {"v", "e"}, {"ve"}), MakeNode("Sqrt", "sqrt", {"ve"}, {"s"}),
+       MakeNode("Div", "div", {"d", "s"}, {"n"}), MakeNode("Mul", "scale", {"n", "w"}, {"nw"}),
+       MakeNode("Add", "shift", {"nw", "b"}, {"y0"}),
+       MakeNode("Gemm", "fc", {"y0", "fc.weight", "fc.bias"}, {"y1"}, {{"transB", int64_t{1}}}),
+       MakeNode("Transpose", "to_first", {"y1"}, {"y2"}, {{"perm", Ints{0, 3, 1, 2}}}),
+       MakeNode("Relu", "out", {"y2"}, {"y"})},
+      {FloatScalar("two", 2.0f), FloatScalar("e", 1e-6f), RandomConstant("w", {4}, 7, 0.5, 1.0),
+       RandomConstant("b", {4}, 8), RandomConstant("fc.weight", {5, 4}, 9),
+       RandomConstant("fc.bias", {5}, 10)},
+      "y");
+}
+
+TEST(GraphRewritesTest, SinksChannelsLastRegions) {
+  Graph g = ChannelsLastBlock();
+  SinkChannelsLast(g);
+  std::vector<std::string> ops;
+  for (const Node& n : g.nodes) ops.push_back(n.op);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Relu", "ReduceMean", "Sub", "Pow", "ReduceMean", "Add",
+                                           "Sqrt", "Div", "Mul", "Add", "Conv", "Relu"}));
+  EXPECT_EQ(g.nodes[1].inputs, (std::vector<std::string>{"h"}));
+  EXPECT_EQ(g.nodes.back().inputs, (std::vector<std::string>{"y1"}));
+  EXPECT_EQ(std::get<int64_t>(g.nodes[8].attributes.at("operand_axis")), 1);
+  EXPECT_EQ(g.nodes[5].attributes.count("operand_axis"), 0u);  // The scalar eps.
+  CheckGraphGradients(g, BuiltinOps());
+
+  // A channels-first value joining the region: not moved (and the Transpose is refused).
+  Graph mixed = ChannelsLastBlock();
+  mixed.nodes[3] = MakeNode("Sub", "sub", {"t", "h"}, {"d"});
+  SinkChannelsLast(mixed);
+  EXPECT_EQ(mixed.nodes.size(), 14u);
+  EXPECT_EQ(mixed.nodes[1].op, "Transpose");
+  // A region value leaving other than through the closing Transpose: not moved either.
+  Graph leaking = ChannelsLastBlock();
+  leaking.output = "y1";
+  leaking.nodes.pop_back();
+  leaking.nodes.pop_back();
+  SinkChannelsLast(leaking);
+  EXPECT_EQ(leaking.nodes[1].op, "Transpose");
 }
 
 }  // namespace

@@ -177,5 +177,130 @@ void FuseChannelShuffle(Graph& graph) {
   graph.nodes = std::move(kept);
 }
 
+namespace {
+
+bool HasPerm(const Node& node, const std::vector<int64_t>& perm) {
+  if (node.op != "Transpose" || node.inputs.size() != 1) return false;
+  absl::StatusOr<std::vector<int64_t>> p = IntsAttribute(node, "perm", {});
+  return p.ok() && *p == perm;
+}
+
+// Whether SinkChannelsLast can move `node` channels-first: an element-wise op, a mean over
+// the last axis kept as one, or a Linear (a Gemm of FuseLinear) applied at each pixel.
+bool SinkableOp(const Graph& graph, const Node& node) {
+  static const std::set<std::string> kElementWise = {
+      "Add",  "Sub",     "Mul",  "Div",      "Pow",       "Sqrt",        "Erf",
+      "Relu", "Sigmoid", "Tanh", "Identity", "HardSwish", "HardSigmoid", "LeakyRelu",
+      "Neg",  "Abs",     "Exp",  "Log",      "Reciprocal"};
+  if (node.outputs.size() != 1) return false;
+  if (kElementWise.count(node.op) > 0) return true;
+  if (node.op == "ReduceMean") {
+    absl::StatusOr<std::vector<int64_t>> axes = IntsAttribute(node, "axes", {});
+    absl::StatusOr<int64_t> keep = IntAttribute(node, "keepdims", 1);
+    return axes.ok() && keep.ok() && *keep == 1 &&
+           (*axes == std::vector<int64_t>{-1} || *axes == std::vector<int64_t>{3}) &&
+           node.attributes.size() <= 2;
+  }
+  if (node.op == "Gemm") {
+    absl::StatusOr<int64_t> trans_b = IntAttribute(node, "transB", 0);
+    absl::StatusOr<int64_t> trans_a = IntAttribute(node, "transA", 0);
+    absl::StatusOr<float> alpha = FloatAttribute(node, "alpha", 1.0f);
+    absl::StatusOr<float> beta = FloatAttribute(node, "beta", 1.0f);
+    const Tensor* w = node.inputs.size() >= 2 ? graph.FindConstant(node.inputs[1]) : nullptr;
+    const Tensor* b = node.inputs.size() == 3 ? graph.FindConstant(node.inputs[2]) : nullptr;
+    return trans_b.ok() && *trans_b == 1 && trans_a.ok() && *trans_a == 0 && alpha.ok() &&
+           *alpha == 1.0f && beta.ok() && *beta == 1.0f && w != nullptr && w->shape.size() == 2 &&
+           (node.inputs.size() == 2 || (b != nullptr && b->shape.size() == 1));
+  }
+  return false;
+}
+
+// One channels-last region starting at node `start` (Transpose perm [0, 2, 3, 1]); true when
+// it was rewritten.
+bool SinkRegion(Graph& graph, size_t start) {
+  auto consumers = Consumers(graph);
+  const Node& first = graph.nodes[start];
+  std::set<std::string> inside = {first.outputs[0]};  // Values in channels-last layout.
+  std::set<size_t> region, ends;
+  std::vector<std::string> queue = {first.outputs[0]};
+  while (!queue.empty()) {
+    const std::string v = queue.back();
+    queue.pop_back();
+    if (v == graph.output) return false;
+    for (const auto& [n, slot] : consumers[v]) {
+      const Node& node = graph.nodes[n];
+      if (HasPerm(node, {0, 3, 1, 2})) {
+        ends.insert(n);
+        continue;
+      }
+      if (region.count(n) > 0) continue;
+      if (!SinkableOp(graph, node)) return false;
+      region.insert(n);
+      inside.insert(node.outputs[0]);
+      queue.push_back(node.outputs[0]);
+    }
+  }
+  if (ends.empty()) return false;
+  // Every other input of the region: a value of the region, or a constant that lines up with
+  // the channels after the move (a scalar or a 1-D per-channel tensor; a Gemm's weights).
+  for (size_t n : region) {
+    const Node& node = graph.nodes[n];
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const std::string& in = node.inputs[i];
+      if (in.empty() || inside.count(in) > 0) continue;
+      const Tensor* c = graph.FindConstant(in);
+      if (c == nullptr) return false;
+      if (node.op == "Gemm" || node.op == "Pow") continue;
+      if (c->num_elements() != 1 && c->shape.size() != 1) return false;
+    }
+  }
+  // Rewrite: the region reads the transposed value itself, the ends' readers read the region's.
+  std::map<std::string, std::string> rename = {{first.outputs[0], first.inputs[0]}};
+  for (size_t e : ends) rename[graph.nodes[e].outputs[0]] = graph.nodes[e].inputs[0];
+  auto renamed = [&rename](const std::string& v) {
+    // An end may read the start directly: follow the chain.
+    std::string r = v;
+    for (auto it = rename.find(r); it != rename.end(); it = rename.find(r)) r = it->second;
+    return r;
+  };
+  for (Node& node : graph.nodes) {
+    for (std::string& in : node.inputs) in = renamed(in);
+  }
+  graph.output = renamed(graph.output);
+  for (size_t n : region) {
+    Node& node = graph.nodes[n];
+    if (node.op == "ReduceMean") {
+      node.attributes["axes"] = std::vector<int64_t>{1};
+    } else if (node.op == "Gemm") {
+      node.op = "Conv";
+      node.attributes.clear();
+      node.attributes["kernel_shape"] = std::vector<int64_t>{1, 1};
+    } else if (node.inputs.size() == 2) {
+      for (const std::string& in : node.inputs) {
+        const Tensor* c = graph.FindConstant(in);
+        if (c != nullptr && c->shape.size() == 1 && c->num_elements() > 1) {
+          node.attributes["operand_axis"] = int64_t{1};
+        }
+      }
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (n != start && ends.count(n) == 0) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
+  return true;
+}
+
+}  // namespace
+
+void SinkChannelsLast(Graph& graph) {
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    if (!HasPerm(node, {0, 2, 3, 1}) || graph.FindConstant(node.inputs[0]) != nullptr) continue;
+    if (SinkRegion(graph, n)) n = static_cast<size_t>(-1);  // Indices moved: from the start.
+  }
+}
+
 }  // namespace graph
 }  // namespace dptrain

@@ -19,6 +19,17 @@ absl::Status FoldShapeConstants(Graph& graph);
 // float constant of M (= output features) elements -> Gemm with that bias; the Add goes.
 void FuseLinear(Graph& graph);
 
+// ConvNeXt-style channels-last regions: x.permute(0, 2, 3, 1) (Transpose [0, 2, 3, 1]), then
+// ops that work on the last axis (a layer norm written out: ReduceMean over it kept as one,
+// Sub, Pow, Add, Sqrt, Div, Mul and Add of [C] weights; Linear layers applied at each pixel:
+// Gemm of FuseLinear; element-wise ops such as GELU's), then x.permute(0, 3, 1, 2) (Transpose
+// [0, 3, 1, 2]) -> the same ops channels-first without the transposes: ReduceMean over axis 1,
+// the [C] operands marked operand_axis=1 (multi_input_ops.h), each Linear a 1x1 Conv of its
+// [out, in] weight (layer_ops.h). A region with any other op, another input from outside, or
+// a value leaving it other than through a closing Transpose is left alone (and its Transpose
+// then refused as unsupported).
+void SinkChannelsLast(Graph& graph);
+
 // ShuffleNet's channel shuffle, Reshape(x, s1) -> Transpose(perm=[0, 2, 1, 3, 4]) ->
 // Reshape(s2), each intermediate read once -> ChannelShuffle(x, s1, s2) (slice_ops.h) named
 // after the Transpose, in the second Reshape's place. The shapes may be computed at run time

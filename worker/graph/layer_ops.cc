@@ -297,7 +297,14 @@ struct Conv {
                              ctx.ConstantInput(1, Tensor::Type::kFloat, false));
     DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bias, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t group, IntAttribute(ctx.node, "group", 1));
-    const std::vector<int64_t>& w = weight->shape;
+    std::vector<int64_t> w = weight->shape;
+    // A Linear's [out, in] weight as a 1x1 convolution's: what SinkChannelsLast (graph_rewrites.h)
+    // makes of a Linear applied to each pixel of a channels-last value.
+    if (w.size() == 2 && ctx.node.attributes.count("kernel_shape") > 0) {
+      DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> k,
+                               IntsAttribute(ctx.node, "kernel_shape", {}));
+      if (k == std::vector<int64_t>{1, 1}) w = {w[0], w[1], 1, 1};
+    }
     if (w.size() != 4) {
       return ctx.Error(absl::StrCat("weight shape ", ShapeText(w), ": only 2-D convolutions"));
     }
@@ -517,16 +524,72 @@ struct GlobalAveragePool {
 
 // ReduceMean over H and W (x.mean((2, 3)) as exported): GlobalAveragePool, whatever keepdims
 // (a [N, C] value is [C, 1, 1] per sample here). Other axes are refused.
+// The mean over the channels at each pixel, kept as one channel ([C, H, W] -> [1, H, W]):
+// ReduceMean(axes=[1], keepdims=1), a layer norm over each pixel's channels written out.
+template <typename T>
+class ChannelMeanNode final : public NodeImpl<T> {
+ public:
+  explicit ChannelMeanNode(Dims in) : in_(in) {}
+  Dims output_dims() const override { return {1, in_.h, in_.w}; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.channel_mean = true;
+    return t;
+  }
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    const int64_t plane = int64_t{in_.h} * in_.w;
+    T* y = nn::EnsureSize(output_, x.batch * plane);
+    for (int64_t n = 0; n < x.batch; ++n) {
+      T* out = y + n * plane;
+      std::fill(out, out + plane, T(0));
+      for (int c = 0; c < in_.c; ++c) {
+        const T* in = x.data + (n * in_.c + c) * plane;
+        for (int64_t p = 0; p < plane; ++p) out[p] += in[p];
+      }
+      for (int64_t p = 0; p < plane; ++p) out[p] /= static_cast<T>(in_.c);
+    }
+    return {y, x.batch, output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    const int64_t plane = int64_t{in_.h} * in_.w;
+    T* dx = nn::EnsureSize(grad_input_, grad_output.batch * in_.size());
+    for (int64_t n = 0; n < grad_output.batch; ++n) {
+      const T* dy = grad_output.data + n * plane;
+      for (int c = 0; c < in_.c; ++c) {
+        T* d = dx + (n * in_.c + c) * plane;
+        for (int64_t p = 0; p < plane; ++p) d[p] = dy[p] / static_cast<T>(in_.c);
+      }
+    }
+    return {TensorRef<T>{dx, grad_output.batch, in_}};
+  }
+
+ private:
+  const Dims in_;
+  std::vector<T> output_, grad_input_;
+};
+
 template <typename T>
 struct ReduceMean {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes", "keepdims"}));
     DPTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, IntsAttribute(ctx.node, "axes", {}));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t keepdims, IntAttribute(ctx.node, "keepdims", 1));
+    if (axes == std::vector<int64_t>{1} && keepdims == 1) {
+      DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.RuntimeInput(0));
+      return std::unique_ptr<NodeImpl<T>>(std::make_unique<ChannelMeanNode<T>>(input));
+    }
     for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
     std::sort(axes.begin(), axes.end());
     if (axes != std::vector<int64_t>{2, 3}) {
-      return ctx.Error(
-          absl::StrCat("axes ", ShapeText(axes), " unsupported (the spatial ones, 2 and 3, only)"));
+      return ctx.Error(absl::StrCat("axes ", ShapeText(axes),
+                                    " unsupported (the spatial ones, 2 and 3, or the channels, 1, "
+                                    "with keepdims=1)"));
     }
     return MakeLayerNode<T>(ctx, std::make_unique<nn::GlobalAvgPool2d<T>>());
   }

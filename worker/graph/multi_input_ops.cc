@@ -191,6 +191,8 @@ class BinaryNode final : public NodeImpl<T> {
         return 0;
       case Broadcast::kChannel:
         return batched ? i / plane : i / plane % dims_.c;
+      case Broadcast::kPixel:  // Runtime only: [1, H, W] per sample.
+        return i / (plane * dims_.c) * plane + i % plane;
       default:
         return batched ? i : i % dims_.size();
     }
@@ -238,7 +240,10 @@ std::optional<Broadcast> OperandBroadcast(const std::vector<int64_t>& shape, con
 template <typename T, Binary kOp>
 struct BinaryOpFactory {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    // operand_axis (not ONNX; set by SinkChannelsLast, graph_rewrites.h): 1 = a 1-D operand
+    // of the graph's lines up with the channels (a channels-last [C] moved channels-first).
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"operand_axis"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t operand_axis, IntAttribute(ctx.node, "operand_axis", 0));
     if (ctx.inputs.size() != 2)
       return ctx.Error(absl::StrCat(BinaryName(kOp), " takes two inputs"));
     for (size_t k = 0; k < 2; ++k) {  // One operand of the graph's.
@@ -246,7 +251,13 @@ struct BinaryOpFactory {
       if (in == nullptr || in->constant == nullptr) continue;
       DPTRAIN_ASSIGN_OR_RETURN(const Tensor* c, ctx.ConstantInput(k, Tensor::Type::kFloat, false));
       DPTRAIN_ASSIGN_OR_RETURN(const Dims x, ctx.RuntimeInput(1 - k));
-      const std::optional<Broadcast> broadcast = OperandBroadcast(c->shape, x);
+      std::optional<Broadcast> broadcast = OperandBroadcast(c->shape, x);
+      if (operand_axis == 1) {
+        broadcast = c->shape == std::vector<int64_t>{x.c} ? std::optional(Broadcast::kChannel)
+                                                          : std::nullopt;
+      } else if (operand_axis != 0) {
+        return ctx.Error(absl::StrCat("operand_axis ", operand_axis, " unsupported"));
+      }
       if (!broadcast.has_value()) {
         return ctx.Error(
             absl::StrCat("constant input ", k, " ('", in->name, "') is ", c->ToString(),
@@ -275,9 +286,17 @@ struct BinaryOpFactory {
       return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
           kOp, swapped ? b : a, Broadcast::kChannel, swapped, Source::kRuntime, T(0)));
     }
+    auto per_pixel = [](const Dims& small, const Dims& full) {
+      return small.c == 1 && full.c > 1 && small.h == full.h && small.w == full.w;
+    };
+    if (per_pixel(b, a) || per_pixel(a, b)) {
+      const bool swapped = per_pixel(a, b);
+      return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
+          kOp, swapped ? b : a, Broadcast::kPixel, swapped, Source::kRuntime, T(0)));
+    }
     return ctx.Error(absl::StrCat("inputs of dims ", a.ToString(), " and ", b.ToString(),
-                                  ": broadcasting supported only per channel ([C, 1, 1]) or "
-                                  "of a scalar constant"));
+                                  ": broadcasting supported only per channel ([C, 1, 1]), per "
+                                  "pixel ([1, H, W]) or of a scalar constant"));
   }
 };
 

@@ -1,9 +1,12 @@
 // Ops over several runtime inputs, the joins of a branching graph (ONNX semantics, restricted):
 //   Add, Sub, Mul, Div  element-wise a op b of two runtime values of equal dims, or one of
 //           them [C, 1, 1] against the other's [C, H, W] (broadcast over the plane, as a
-//           squeeze-and-excitation gate), or a runtime value and a constant scalar; other
-//           broadcasts and constant tensors are refused (MatMul + Add of a bias is fused
-//           into Gemm by the ONNX importer).
+//           squeeze-and-excitation gate), or [1, H, W] (broadcast over the channels: a
+//           statistic per pixel); or a runtime value and a tensor of the graph: a scalar,
+//           [C, 1, 1] or a sample's dims (an initializer is learned as a parameter unless
+//           marked a buffer, NamedConstant::state; a 1-D [C] lines up with the channels where
+//           the internal attribute operand_axis=1 says so). Other broadcasts are refused
+//           (MatMul + Add of a bias is fused into Gemm by the ONNX importer).
 //   Concat  any number of runtime values along axis 1 (channels, or features of [N, F]
 //           values), equal H and W.
 // The executor adds up the gradients of a value that feeds several nodes (a residual branch);

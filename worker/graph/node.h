@@ -136,10 +136,11 @@ enum class ElementFunction {
   kPow
 };
 // The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
-// one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); or
-// one constant scalar.
+// one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); one
+// constant scalar; or one value per pixel.
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
-enum class Broadcast { kNone, kChannel, kScalar };
+// kPixel: b is [1, H, W] against a's [C, H, W] (a per-pixel statistic: a channel layer norm).
+enum class Broadcast { kNone, kChannel, kScalar, kPixel };
 
 // What another backend (worker/cuda/gpu_graph.h) needs to build a node's twin: the facts the
 // CPU factory parsed and checked, so that attributes are read once. Each op fills what its twin
@@ -187,6 +188,8 @@ struct TwinSpec {
   std::array<int, 3> slice_start = {0, 0, 0};
   // ChannelShuffle (slice_ops.h): its group count.
   int shuffle_groups = 0;
+  // ReduceMean over the channels (layer_ops.h).
+  bool channel_mean = false;
 };
 
 template <typename T>

@@ -131,11 +131,11 @@ TEST_P(OnnxParityTest, OneTrainStepMatchesPyTorch) {
   CheckParity(kTestdata, std::get<0>(GetParam()), std::get<1>(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxParityTest,
-                         ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated",
-                                                              "pooling", "shared", "elementwise",
-                                                              "shuffle", "dynamic", "scaled"),
-                                            ::testing::Values(0, 2)));
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, OnnxParityTest,
+    ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated", "pooling", "shared",
+                                         "elementwise", "shuffle", "dynamic", "scaled", "convnext"),
+                       ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
 //   /usr/bin/python3 tools/make_onnx_fixtures.py --out_dir=/tmp/onnx --resnet18 [--opset=11]

@@ -1,5 +1,6 @@
 // Every builtin op forward and backward through the executor: double gradients against central
 // finite differences (input and parameters), float against double, and each factory's refusals.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,10 +120,10 @@ TEST_F(OpsTest, ErfHardSigmoidHardSwishCastAndReduceMean) {
     Check(Chain({3, 4, 5}, {MakeNode("ReduceMean", "m", {"x"}, {"y"},
                                      {{"axes", Ints{-1, 2}}, {"keepdims", keepdims}})}));
   }
-  EXPECT_NE(
-      BuildError(Chain({3, 4, 5}, {MakeNode("ReduceMean", "m", {"x"}, {"y"}, {{"axes", Ints{1}}})}))
-          .find("axes [1] unsupported"),
-      std::string::npos);
+  EXPECT_EQ(BuildError(Chain({3, 4, 5}, {MakeNode("ReduceMean", "m", {"x"}, {"y"},
+                                                  {{"axes", Ints{1}}, {"keepdims", int64_t{0}}})})),
+            "node 'm' (ReduceMean): axes [1] unsupported (the spatial ones, 2 and 3, or the "
+            "channels, 1, with keepdims=1)");
   EXPECT_NE(
       BuildError(Chain({3, 4, 5}, {MakeNode("Cast", "c", {"x"}, {"y"}, {{"to", int64_t{7}}})}))
           .find("cast to ONNX type 7 unsupported"),
@@ -606,6 +607,43 @@ TEST_F(OpsTest, ChannelShuffle) {
             "node 'shuffle' (ChannelShuffle): a channel shuffle reshaping [6, 2, 2] to [1, 4, 1, "
             "2, 2] and back to [1, 6, 2, 2] unsupported (expected [n, g, c / g, h, w] and [n, c, "
             "h, w])");
+}
+
+// A layer norm over each pixel's channels as SinkChannelsLast leaves it (graph_rewrites.h): the
+// channel mean kept as one channel, per-pixel broadcasts, [C] weights on the channels, and a
+// Linear at each pixel as a 1x1 Conv of its [out, in] weight.
+TEST_F(OpsTest, ChannelsFirstLayerNormAndPixelLinear) {
+  Check(Chain({4, 2, 3}, {MakeNode("ReduceMean", "m", {"x"}, {"y"},
+                                   {{"axes", Ints{1}}, {"keepdims", int64_t{1}}})}));
+  const Graph ln = Chain(
+      {4, 2, 3},
+      {MakeNode("ReduceMean", "mean", {"x"}, {"u"}, {{"axes", Ints{1}}, {"keepdims", int64_t{1}}}),
+       MakeNode("Sub", "sub", {"x", "u"}, {"d"}), MakeNode("Mul", "sq", {"d", "d"}, {"d2"}),
+       MakeNode("ReduceMean", "var", {"d2"}, {"v"}, {{"axes", Ints{1}}, {"keepdims", int64_t{1}}}),
+       MakeNode("Add", "eps", {"v", "e"}, {"ve"}), MakeNode("Sqrt", "sqrt", {"ve"}, {"s"}),
+       MakeNode("Div", "div", {"d", "s"}, {"n"}),
+       MakeNode("Mul", "scale", {"n", "w"}, {"nw"}, {{"operand_axis", int64_t{1}}}),
+       MakeNode("Add", "shift", {"b", "nw"}, {"y0"}, {{"operand_axis", int64_t{1}}}),
+       MakeNode("Conv", "fc", {"y0", "fc.weight", "fc.bias"}, {"y"},
+                {{"kernel_shape", Ints{1, 1}}})},
+      {FloatScalar("e", 1e-6f), RandomConstant("w", {4}, 7, 0.5, 1.0), RandomConstant("b", {4}, 8),
+       RandomConstant("fc.weight", {5, 4}, 9), RandomConstant("fc.bias", {5}, 10)});
+  Graph learned = ln;
+  for (NamedConstant& c : learned.constants) c.state = c.name != "e";
+  Check(learned);
+  auto e = Executor<double>::Create(learned, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->output_dims(), (nn::Dims{5, 2, 3}));
+  std::set<std::string> params;
+  for (const nn::ParamInfo& p : (*e)->params()) params.insert(p.name);
+  EXPECT_EQ(params, (std::set<std::string>{"w", "b", "fc.weight", "fc.bias"}));
+  EXPECT_EQ((*e)->params()[2].shape, (std::vector<int64_t>{5, 4}));  // Saved as the Linear's.
+
+  // [C] without operand_axis lines up with the last axis in ONNX: refused against [4, 2, 3].
+  EXPECT_EQ(BuildError(Chain({4, 2, 3}, {MakeNode("Mul", "scale", {"x", "w"}, {"y"})},
+                             {RandomConstant("w", {4}, 7)})),
+            "node 'scale' (Mul): constant input 1 ('w') is float[4]: against [4, 2, 3] only a "
+            "scalar, one value per channel ([C, 1, 1]) or the dims of a sample are supported");
 }
 
 }  // namespace
