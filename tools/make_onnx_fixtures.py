@@ -50,6 +50,9 @@ The models:
   convnext   A small ConvNeXt in torchvision's layout: channels-last regions (permute, layer
              norm written out over the last axis, Linear, GELU, Linear, permute back) that the
              importer moves channels-first, a learned layer scale, LayerNorm2d stem and head.
+  norms      GroupNorm (InstanceNormalization of a reshaped value, reshaped back to its
+             input's Shape, then the unsqueezed weight and bias), PReLU per channel and shared,
+             InstanceNorm2d(affine=True), AdaptiveMaxPool2d(1).
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -409,6 +412,32 @@ class ConvNeXt(nn.Module):
         return self.classifier(self.avgpool(self.features(x)))
 
 
+class Norms(nn.Module):
+    """GroupNorm (exported as InstanceNormalization over [N, G, C/G * H * W], Reshape back to
+    the Shape of its input, then the unsqueezed weight and bias), nn.PReLU per channel and
+    shared, nn.InstanceNorm2d(affine=True), AdaptiveMaxPool2d(1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+        self.prelu = nn.PReLU(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.inorm = nn.InstanceNorm2d(8, affine=True)
+        self.prelu_shared = nn.PReLU()
+        self.pool = nn.AdaptiveMaxPool2d(1)
+        self.fc = nn.Linear(8, 10)
+        with torch.no_grad():
+            for m in (self.gn, self.inorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+
+    def forward(self, x):
+        h = self.prelu(self.gn(self.conv1(x)))
+        h = self.prelu_shared(self.inorm(self.conv2(h)))
+        return self.fc(torch.flatten(self.pool(h), 1))
+
+
 class DynamicShuffle(Shuffle):
     """Shuffle with x.view(x.size(0), -1) before its head, exported with a dynamic batch axis:
     the shapes of the view, the chunks and the shuffles come from Shape at run time."""
@@ -436,6 +465,7 @@ MODELS = {
     "dynamic": lambda: (DynamicShuffle(), 10),
     "scaled": lambda: (Scaled(), 10),
     "convnext": lambda: (ConvNeXt(), 10),
+    "norms": lambda: (Norms(), 10),
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).

@@ -355,6 +355,7 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeBinaryTwin(const GpuNodeContext& ct
         "constant tensor)");
   }
   if (spec.broadcast == graph::Broadcast::kPixel) return ctx.Error("a per-pixel operand");
+  if (spec.binary == graph::BinaryOp::kPRelu) return ctx.Error("PRelu");
   const bool scalar = spec.broadcast == graph::Broadcast::kScalar;
   if (!spec.binary.has_value() || ctx.input_dims.size() != (scalar ? 1u : 2u)) {
     return ctx.Error("this form of the op");
@@ -710,6 +711,12 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeChannelShuffleTwin(const GpuNodeCon
       std::make_unique<ChannelShuffleTwin>(ctx.input_dims[0], ctx.cpu.twin().shuffle_groups));
 }
 
+// Ops whose CUDA version is not written yet: the node is refused by name (so that the worker
+// says which node to run on the CPU), not left unknown.
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeRefusedTwin(const GpuNodeContext& ctx) {
+  return ctx.Error(ctx.op);
+}
+
 }  // namespace
 
 absl::Status GpuNodeContext::Error(absl::string_view what) const {
@@ -740,7 +747,7 @@ GpuOpRegistry GpuOps() {
         "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Pow"}) {
     r.Register(op, &MakeFunctionTwin);
   }
-  for (const char* op : {"Add", "Sub", "Mul", "Div"}) r.Register(op, &MakeBinaryTwin);
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu"}) r.Register(op, &MakeBinaryTwin);
   r.Register("Pad", &MakePadTwin);
   r.Register("Softmax", &MakeSoftmaxTwin);
   r.Register("LogSoftmax", &MakeSoftmaxTwin);
@@ -749,6 +756,7 @@ GpuOpRegistry GpuOps() {
   r.Register("LayerNormalization", &MakeLayerNormTwin);
   r.Register("Slice", &MakeSliceTwin);
   r.Register("ChannelShuffle", &MakeChannelShuffleTwin);
+  r.Register("InstanceNormalization", &MakeRefusedTwin);
   return r;
 }
 

@@ -123,7 +123,8 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
           if (node.op != "Gather" || s != 0) {
             return NodeError(
                 node, absl::StrCat("reads the Shape '", name, "' of node '", sh->second.second,
-                                   "' other than by Gather: unsupported"));
+                                   "' other than by Gather or as a Reshape's target: "
+                                   "unsupported"));
           }
           shape = &sh->second.first;
         } else if (auto f = folded.find(name); f != folded.end()) {
@@ -152,7 +153,8 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     NodeState state;
     state.name = node.name;
     state.op = node.op;
-    for (const std::string& name : node.inputs) {
+    for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
+      const std::string& name = node.inputs[slot];
       NodeInput in;
       in.name = name;
       if (!name.empty()) {
@@ -164,9 +166,21 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
           return NodeError(
               node, absl::StrCat("input '", name, "' is ", nc->second, ", which is not computed"));
         } else if (auto sh = shapes.find(name); sh != shapes.end()) {
-          return NodeError(node,
-                           absl::StrCat("reads the Shape '", name, "' of node '", sh->second.second,
-                                        "' other than by Gather: unsupported"));
+          // Whole, only as a Reshape's target (x.reshape(y.shape), as GroupNorm exports): the
+          // batch size and the per-sample dims (a lower rank's trailing 1s give it the same
+          // per-sample dims).
+          if (node.op != "Reshape" || slot != 1) {
+            return NodeError(
+                node, absl::StrCat("reads the Shape '", name, "' of node '", sh->second.second,
+                                   "' other than by Gather or as a Reshape's target: "
+                                   "unsupported"));
+          }
+          const nn::Dims& d = sh->second.first;
+          Tensor& whole = folded[name];
+          whole.type = Tensor::Type::kInt64;
+          whole.shape = {4};
+          whole.ints = {kBatchSize, d.c, d.h, d.w};
+          in.constant = &whole;
         } else if (auto f = folded.find(name); f != folded.end()) {
           in.constant = &f->second;
         } else {

@@ -200,7 +200,7 @@ TEST(OpRegistryTest, OneEntryPerOp) {
   EXPECT_EQ(r.Register("Conv", ConvOp()).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(r.Register("Sin", OpFactory{}).code(), absl::StatusCode::kInvalidArgument);
   const std::vector<std::string> ops = r.ops();
-  EXPECT_EQ(ops.size(), 44u);
+  EXPECT_EQ(ops.size(), 46u);
   OpRegistry empty;
   Node node = MakeNode("Conv", "c", {"x"}, {"y"});
   EXPECT_EQ(CheckOpSupported(empty, node).message(), "unsupported op 'Conv' (node 'c')");
@@ -296,7 +296,7 @@ TEST(ShapeArithmeticTest, TheExecutorEvaluatesShapesOfComputedValues) {
   g.nodes[2] = MakeNode("Add", "size", {"s", "one"}, {"c"});
   EXPECT_EQ(error(g),
             "node 'size' (Add): reads the Shape 's' of node 'shape' other than by "
-            "Gather: unsupported");
+            "Gather or as a Reshape's target: unsupported");
   g.nodes[2] = MakeNode("Gather", "size", {"s", "dim"}, {"c"});
   g.nodes[3] = MakeNode("Div", "plus", {"c", "zero"}, {"c1"});
   g.constants.push_back({"zero", IntScalar(0)});
@@ -391,8 +391,9 @@ TEST(GraphRewritesTest, SinksChannelsLastRegions) {
                                            "Sqrt", "Div", "Mul", "Add", "Conv", "Relu"}));
   EXPECT_EQ(g.nodes[1].inputs, (std::vector<std::string>{"h"}));
   EXPECT_EQ(g.nodes.back().inputs, (std::vector<std::string>{"y1"}));
-  EXPECT_EQ(std::get<int64_t>(g.nodes[8].attributes.at("operand_axis")), 1);
-  EXPECT_EQ(g.nodes[5].attributes.count("operand_axis"), 0u);  // The scalar eps.
+  EXPECT_EQ(std::get<std::vector<int64_t>>(g.nodes[8].attributes.at("operand_shape")),
+            (Ints{4, 1, 1}));
+  EXPECT_EQ(g.nodes[5].attributes.count("operand_shape"), 0u);  // The scalar eps.
   CheckGraphGradients(g, BuiltinOps());
 
   // A channels-first value joining the region: not moved (and the Transpose is refused).

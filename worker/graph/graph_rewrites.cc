@@ -192,7 +192,7 @@ bool SinkableOp(const Graph& graph, const Node& node) {
       "Add",  "Sub",     "Mul",  "Div",      "Pow",       "Sqrt",        "Erf",
       "Relu", "Sigmoid", "Tanh", "Identity", "HardSwish", "HardSigmoid", "LeakyRelu",
       "Neg",  "Abs",     "Exp",  "Log",      "Reciprocal"};
-  if (node.outputs.size() != 1) return false;
+  if (node.outputs.size() != 1 || node.attributes.count("operand_shape") > 0) return false;
   if (kElementWise.count(node.op) > 0) return true;
   if (node.op == "ReduceMean") {
     absl::StatusOr<std::vector<int64_t>> axes = IntsAttribute(node, "axes", {});
@@ -279,7 +279,7 @@ bool SinkRegion(Graph& graph, size_t start) {
       for (const std::string& in : node.inputs) {
         const Tensor* c = graph.FindConstant(in);
         if (c != nullptr && c->shape.size() == 1 && c->num_elements() > 1) {
-          node.attributes["operand_axis"] = int64_t{1};
+          node.attributes["operand_shape"] = std::vector<int64_t>{c->shape[0], 1, 1};
         }
       }
     }
@@ -300,6 +300,92 @@ void SinkChannelsLast(Graph& graph) {
     if (!HasPerm(node, {0, 2, 3, 1}) || graph.FindConstant(node.inputs[0]) != nullptr) continue;
     if (SinkRegion(graph, n)) n = static_cast<size_t>(-1);  // Indices moved: from the start.
   }
+}
+
+void ViewStateOperands(Graph& graph) {
+  auto consumers = Consumers(graph);
+  std::set<size_t> removed;
+  for (size_t v = 0; v < graph.nodes.size(); ++v) {
+    const Node& view = graph.nodes[v];
+    if ((view.op != "Unsqueeze" && view.op != "Reshape") || view.inputs.empty()) continue;
+    const NamedConstant* state = graph.FindNamedConstant(view.inputs[0]);
+    if (state == nullptr || !state->state || state->value.type != Tensor::Type::kFloat) continue;
+    // The view's shape, from constant axes or a constant target shape (0 and -1 resolved).
+    std::vector<int64_t> shape = state->value.shape;
+    if (view.op == "Unsqueeze") {
+      std::vector<int64_t> axes;
+      if (view.inputs.size() > 1) {
+        const Tensor* a = graph.FindConstant(view.inputs[1]);
+        if (a == nullptr || a->type != Tensor::Type::kInt64) continue;
+        axes = a->ints;
+      } else {
+        absl::StatusOr<std::vector<int64_t>> a = IntsAttribute(view, "axes", {});
+        if (!a.ok()) continue;
+        axes = *a;
+      }
+      const int64_t rank = static_cast<int64_t>(shape.size() + axes.size());
+      std::vector<int64_t> normal;
+      for (int64_t a : axes) normal.push_back(a < 0 ? a + rank : a);
+      std::sort(normal.begin(), normal.end());
+      bool ok = true;
+      for (int64_t a : normal) {
+        if (a < 0 || a > static_cast<int64_t>(shape.size())) {
+          ok = false;
+          break;
+        }
+        shape.insert(shape.begin() + a, 1);
+      }
+      if (!ok) continue;
+    } else {
+      const Tensor* target = view.inputs.size() == 2 ? graph.FindConstant(view.inputs[1]) : nullptr;
+      if (target == nullptr || target->type != Tensor::Type::kInt64) continue;
+      int64_t known = 1, infer = -1;
+      shape = target->ints;
+      bool ok = true;
+      for (size_t i = 0; i < shape.size() && ok; ++i) {
+        if (shape[i] == 0) {  // Copy the tensor's dimension (allowzero=0).
+          if (i >= state->value.shape.size()) {
+            ok = false;
+            break;
+          }
+          shape[i] = state->value.shape[i];
+        }
+        if (shape[i] == -1 && infer < 0) {
+          infer = static_cast<int64_t>(i);
+        } else if (shape[i] < 1) {
+          ok = false;
+        } else {
+          known *= shape[i];
+        }
+      }
+      if (!ok) continue;
+      if (infer >= 0) {
+        if (state->value.num_elements() % known != 0) continue;
+        shape[infer] = state->value.num_elements() / known;
+      }
+    }
+    // Every reader an element-wise op with two inputs; each then reads the state itself.
+    const auto& readers = consumers[view.outputs[0]];
+    bool all_binary = !readers.empty() && view.outputs[0] != graph.output;
+    for (const auto& [n, slot] : readers) {
+      const Node& r = graph.nodes[n];
+      all_binary =
+          all_binary && r.inputs.size() == 2 && r.attributes.empty() &&
+          (r.op == "Add" || r.op == "Sub" || r.op == "Mul" || r.op == "Div" || r.op == "PRelu");
+    }
+    if (!all_binary) continue;
+    for (const auto& [n, slot] : readers) {
+      Node& r = graph.nodes[n];
+      r.inputs[slot] = view.inputs[0];
+      r.attributes["operand_shape"] = shape;
+    }
+    removed.insert(v);
+  }
+  std::vector<Node> kept;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (removed.count(n) == 0) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
 }
 
 }  // namespace graph

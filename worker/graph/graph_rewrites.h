@@ -19,13 +19,19 @@ absl::Status FoldShapeConstants(Graph& graph);
 // float constant of M (= output features) elements -> Gemm with that bias; the Add goes.
 void FuseLinear(Graph& graph);
 
+// A view of a state_dict tensor (an initializer unsqueezed or reshaped by constant axes or a
+// constant shape: GroupNorm's and PReLU's weight.unsqueeze(1).unsqueeze(2)) read only by Add,
+// Sub, Mul, Div or PRelu -> those read the tensor itself, with the view's shape as their
+// operand_shape (multi_input_ops.h), so that they learn it under its own name and shape.
+void ViewStateOperands(Graph& graph);
+
 // ConvNeXt-style channels-last regions: x.permute(0, 2, 3, 1) (Transpose [0, 2, 3, 1]), then
 // ops that work on the last axis (a layer norm written out: ReduceMean over it kept as one,
 // Sub, Pow, Add, Sqrt, Div, Mul and Add of [C] weights; Linear layers applied at each pixel:
 // Gemm of FuseLinear; element-wise ops such as GELU's), then x.permute(0, 3, 1, 2) (Transpose
 // [0, 3, 1, 2]) -> the same ops channels-first without the transposes: ReduceMean over axis 1,
-// the [C] operands marked operand_axis=1 (multi_input_ops.h), each Linear a 1x1 Conv of its
-// [out, in] weight (layer_ops.h). A region with any other op, another input from outside, or
+// the [C] operands viewed as [C, 1, 1] (operand_shape, multi_input_ops.h), each Linear a 1x1 Conv
+// of its [out, in] weight (layer_ops.h). A region with any other op, another input from outside, or
 // a value leaving it other than through a closing Transpose is left alone (and its Transpose
 // then refused as unsupported).
 void SinkChannelsLast(Graph& graph);

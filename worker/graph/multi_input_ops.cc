@@ -27,6 +27,8 @@ const char* BinaryName(Binary op) {
       return "Sub";
     case Binary::kMul:
       return "Mul";
+    case Binary::kPRelu:
+      return "PRelu";
     default:
       return "Div";
   }
@@ -41,6 +43,8 @@ T Apply(Binary op, T a, T b) {
       return a - b;
     case Binary::kMul:
       return a * b;
+    case Binary::kPRelu:
+      return a > T(0) ? a : a * b;  // b: the slope.
     default:
       return a / b;
   }
@@ -49,10 +53,12 @@ T Apply(Binary op, T a, T b) {
 // d f / d a and d f / d b at (a, b).
 template <typename T>
 T PartialA(Binary op, T a, T b) {
+  if (op == Binary::kPRelu) return a > T(0) ? T(1) : b;
   return op == Binary::kMul ? b : op == Binary::kDiv ? T(1) / b : T(1);
 }
 template <typename T>
 T PartialB(Binary op, T a, T b) {
+  if (op == Binary::kPRelu) return a > T(0) ? T(0) : a;
   return op == Binary::kAdd   ? T(1)
          : op == Binary::kSub ? T(-1)
          : op == Binary::kMul ? a
@@ -240,24 +246,27 @@ std::optional<Broadcast> OperandBroadcast(const std::vector<int64_t>& shape, con
 template <typename T, Binary kOp>
 struct BinaryOpFactory {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    // operand_axis (not ONNX; set by SinkChannelsLast, graph_rewrites.h): 1 = a 1-D operand
-    // of the graph's lines up with the channels (a channels-last [C] moved channels-first).
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"operand_axis"}));
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t operand_axis, IntAttribute(ctx.node, "operand_axis", 0));
+    // operand_shape (not ONNX; set by the importer's rewrites, graph_rewrites.h): the shape
+    // the graph gives a tensor operand of its own where it differs from the tensor's (a
+    // state_dict [C] unsqueezed to [C, 1, 1]; a channels-last [C] moved channels-first).
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"operand_shape"}));
     if (ctx.inputs.size() != 2)
       return ctx.Error(absl::StrCat(BinaryName(kOp), " takes two inputs"));
     for (size_t k = 0; k < 2; ++k) {  // One operand of the graph's.
       const NodeInput* in = ctx.input(k);
       if (in == nullptr || in->constant == nullptr) continue;
+      if (kOp == Binary::kPRelu && k == 0) return ctx.Error("input 0 must be a computed value");
       DPTRAIN_ASSIGN_OR_RETURN(const Tensor* c, ctx.ConstantInput(k, Tensor::Type::kFloat, false));
       DPTRAIN_ASSIGN_OR_RETURN(const Dims x, ctx.RuntimeInput(1 - k));
-      std::optional<Broadcast> broadcast = OperandBroadcast(c->shape, x);
-      if (operand_axis == 1) {
-        broadcast = c->shape == std::vector<int64_t>{x.c} ? std::optional(Broadcast::kChannel)
-                                                          : std::nullopt;
-      } else if (operand_axis != 0) {
-        return ctx.Error(absl::StrCat("operand_axis ", operand_axis, " unsupported"));
+      DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> shape,
+                               IntsAttribute(ctx.node, "operand_shape", c->shape));
+      int64_t elements = 1;
+      for (int64_t d : shape) elements *= d;
+      if (elements != c->num_elements()) {
+        return ctx.Error(
+            absl::StrCat("operand_shape ", ShapeText(shape), " does not fit ", c->ToString()));
       }
+      const std::optional<Broadcast> broadcast = OperandBroadcast(shape, x);
       if (!broadcast.has_value()) {
         return ctx.Error(
             absl::StrCat("constant input ", k, " ('", in->name, "') is ", c->ToString(),
@@ -272,6 +281,8 @@ struct BinaryOpFactory {
           kOp, x, *broadcast, /*swapped=*/k == 0, source, static_cast<T>(c->floats[0]),
           GraphOperand{in->name, c->shape, c}));
     }
+    if (kOp == Binary::kPRelu)
+      return ctx.Error("the slope (input 1) must be a tensor of the model");
     DPTRAIN_ASSIGN_OR_RETURN(const Dims a, ctx.RuntimeInput(0));
     DPTRAIN_ASSIGN_OR_RETURN(const Dims b, ctx.RuntimeInput(1));
     auto per_channel = [](const Dims& small, const Dims& full) {
@@ -384,12 +395,15 @@ using Sub = BinaryOpFactory<T, Binary::kSub>;
 template <typename T>
 using Mul = BinaryOpFactory<T, Binary::kMul>;
 template <typename T>
+using PRelu = BinaryOpFactory<T, Binary::kPRelu>;
+template <typename T>
 using Div = BinaryOpFactory<T, Binary::kDiv>;
 
 OpFactory AddOp() { return MakeOpFactory<Add>(); }
 OpFactory SubOp() { return MakeOpFactory<Sub>(); }
 OpFactory MulOp() { return MakeOpFactory<Mul>(); }
 OpFactory DivOp() { return MakeOpFactory<Div>(); }
+OpFactory PReluOp() { return MakeOpFactory<PRelu>(); }
 OpFactory ConcatOp() { return MakeOpFactory<Concat>(); }
 
 }  // namespace graph

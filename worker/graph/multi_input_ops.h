@@ -4,9 +4,12 @@
 //           squeeze-and-excitation gate), or [1, H, W] (broadcast over the channels: a
 //           statistic per pixel); or a runtime value and a tensor of the graph: a scalar,
 //           [C, 1, 1] or a sample's dims (an initializer is learned as a parameter unless
-//           marked a buffer, NamedConstant::state; a 1-D [C] lines up with the channels where
-//           the internal attribute operand_axis=1 says so). Other broadcasts are refused
-//           (MatMul + Add of a bias is fused into Gemm by the ONNX importer).
+//           marked a buffer, NamedConstant::state; the internal attribute operand_shape gives
+//           the shape the graph views it as, e.g. a [C] weight unsqueezed to [C, 1, 1]). Other
+//           broadcasts are refused (MatMul + Add of a bias is fused into Gemm by the ONNX
+//           importer).
+//   PRelu   x > 0 ? x : slope * x, the slope a tensor of the model as above (nn.PReLU's
+//           weight, learned: one value or one per channel).
 //   Concat  any number of runtime values along axis 1 (channels, or features of [N, F]
 //           values), equal H and W.
 // The executor adds up the gradients of a value that feeds several nodes (a residual branch);
@@ -23,6 +26,7 @@ OpFactory AddOp();
 OpFactory SubOp();
 OpFactory MulOp();
 OpFactory DivOp();
+OpFactory PReluOp();
 OpFactory ConcatOp();
 
 }  // namespace graph

@@ -138,7 +138,7 @@ enum class ElementFunction {
 // The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
 // one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); one
 // constant scalar; or one value per pixel.
-enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPRelu };
 // kPixel: b is [1, H, W] against a's [C, H, W] (a per-pixel statistic: a channel layer norm).
 enum class Broadcast { kNone, kChannel, kScalar, kPixel };
 
@@ -190,6 +190,8 @@ struct TwinSpec {
   int shuffle_groups = 0;
   // ReduceMean over the channels (layer_ops.h).
   bool channel_mean = false;
+  // InstanceNormalization (norm_ops.h): its epsilon (0: not one).
+  double instance_norm_eps = 0;
 };
 
 template <typename T>

@@ -139,9 +139,160 @@ struct LayerNormalization {
   }
 };
 
+// y = (x - mean) / sqrt(var + eps) * scale[c] + bias[c] over each (sample, channel) plane
+// (biased variance, as nn.InstanceNorm2d; GroupNorm exports as this over [N, G, C/G * H * W]);
+// the statistics in double. scale and bias are learned (model state), fixed buffers, or
+// constants of the graph held by the node.
+template <typename T>
+class InstanceNormNode final : public NodeImpl<T> {
+ public:
+  enum class Role { kParam, kBuffer, kHeld };
+  InstanceNormNode(Dims dims, double eps, Role role, std::vector<NodeTensorSpec> specs)
+      : dims_(dims), eps_(eps), role_(role), specs_(std::move(specs)) {
+    if (role_ == Role::kHeld) {
+      held_.assign(specs_[0].initial->floats.begin(), specs_[0].initial->floats.end());
+      held_.insert(held_.end(), specs_[1].initial->floats.begin(), specs_[1].initial->floats.end());
+      scale_ = held_.data();
+      bias_ = held_.data() + dims_.c;
+    }
+  }
+
+  Dims output_dims() const override { return dims_; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t;
+    t.instance_norm_eps = eps_;
+    return t;
+  }
+  std::vector<NodeTensorSpec> Params() const override {
+    return role_ == Role::kParam ? specs_ : std::vector<NodeTensorSpec>{};
+  }
+  std::vector<NodeTensorSpec> Buffers() const override {
+    return role_ == Role::kBuffer ? specs_ : std::vector<NodeTensorSpec>{};
+  }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    if (role_ != Role::kParam) return;
+    scale_ = params[0];
+    bias_ = params[1];
+    scale_grad_ = grads[0];
+    bias_grad_ = grads[1];
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override {
+    if (role_ != Role::kBuffer) return;
+    scale_ = buffers[0];
+    bias_ = buffers[1];
+  }
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    const int64_t plane = int64_t{dims_.h} * dims_.w;
+    const int64_t planes = int64_t{x.batch} * dims_.c;
+    T* y = EnsureSize(output_, x.size());
+    T* xhat = EnsureSize(xhat_, x.size());
+    T* inv = EnsureSize(inv_std_, planes);
+    for (int64_t p = 0; p < planes; ++p) {
+      const T* in = x.data + p * plane;
+      const int c = static_cast<int>(p % dims_.c);
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < plane; ++i) mean += in[i];
+      mean /= static_cast<double>(plane);
+      for (int64_t i = 0; i < plane; ++i) var += (in[i] - mean) * (in[i] - mean);
+      var /= static_cast<double>(plane);
+      inv[p] = static_cast<T>(1.0 / std::sqrt(var + eps_));
+      for (int64_t i = 0; i < plane; ++i) {
+        xhat[p * plane + i] = static_cast<T>((in[i] - mean) * inv[p]);
+        y[p * plane + i] = xhat[p * plane + i] * scale_[c] + bias_[c];
+      }
+    }
+    batch_ = x.batch;
+    return {y, x.batch, dims_};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    const int64_t plane = int64_t{dims_.h} * dims_.w;
+    const int64_t planes = int64_t{batch_} * dims_.c;
+    const T* dy = grad_output.data;
+    const T* xhat = xhat_.data();
+    if (scale_grad_ != nullptr) {
+      std::fill(scale_grad_, scale_grad_ + dims_.c, T(0));
+      std::fill(bias_grad_, bias_grad_ + dims_.c, T(0));
+      for (int64_t p = 0; p < planes; ++p) {
+        const int c = static_cast<int>(p % dims_.c);
+        for (int64_t i = 0; i < plane; ++i) {
+          scale_grad_[c] += dy[p * plane + i] * xhat[p * plane + i];
+          bias_grad_[c] += dy[p * plane + i];
+        }
+      }
+    }
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    // Per plane: dx = inv / P * (P dxhat - sum(dxhat) - xhat sum(dxhat xhat)), dxhat = dy scale.
+    T* dx = EnsureSize(grad_input_, planes * plane);
+    for (int64_t p = 0; p < planes; ++p) {
+      const double g = scale_[p % dims_.c];
+      double sum = 0, dot = 0;
+      for (int64_t i = 0; i < plane; ++i) {
+        const double d = dy[p * plane + i] * g;
+        sum += d;
+        dot += d * xhat[p * plane + i];
+      }
+      const double k = inv_std_[p] / static_cast<double>(plane);
+      for (int64_t i = 0; i < plane; ++i) {
+        const double d = dy[p * plane + i] * g;
+        dx[p * plane + i] = static_cast<T>(k * (plane * d - sum - xhat[p * plane + i] * dot));
+      }
+    }
+    return {TensorRef<T>{dx, batch_, dims_}};
+  }
+
+ private:
+  const Dims dims_;
+  const double eps_;
+  const Role role_;
+  const std::vector<NodeTensorSpec> specs_;
+  std::vector<T> held_;
+  const T* scale_ = nullptr;
+  const T* bias_ = nullptr;
+  T* scale_grad_ = nullptr;
+  T* bias_grad_ = nullptr;
+  int batch_ = 0;
+  std::vector<T> output_, xhat_, inv_std_, grad_input_;
+};
+
+template <typename T>
+struct InstanceNormalization {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"epsilon"}));
+    if (ctx.inputs.size() != 3) return ctx.Error("InstanceNormalization takes 3 inputs");
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims x, ctx.RuntimeInput(0));
+    DPTRAIN_ASSIGN_OR_RETURN(const float eps, FloatAttribute(ctx.node, "epsilon", 1e-5f));
+    if (!(eps > 0)) return ctx.Error(absl::StrCat("epsilon ", eps, " must be > 0"));
+    std::vector<NodeTensorSpec> specs;
+    for (size_t k : {size_t{1}, size_t{2}}) {
+      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t, ctx.ConstantInput(k, Tensor::Type::kFloat, false));
+      if (t->num_elements() != x.c) {
+        return ctx.Error(absl::StrCat(k == 1 ? "scale" : "B", " is ", t->ToString(), ", expected ",
+                                      x.c, " values (one per channel)"));
+      }
+      specs.push_back({ctx.inputs[k].name, t->shape, t, 0.0f});
+    }
+    using Role = typename InstanceNormNode<T>::Role;
+    auto role_of = [&ctx](size_t k) {
+      const NodeInput& in = ctx.inputs[k];
+      return !in.state ? Role::kHeld : in.fixed ? Role::kBuffer : Role::kParam;
+    };
+    if (role_of(1) != role_of(2)) {
+      return ctx.Error("scale and B must both be learned, both buffers or both constants");
+    }
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<InstanceNormNode<T>>(
+        x, ShortestDecimal(eps), role_of(1), std::move(specs)));
+  }
+};
+
 }  // namespace
 
 OpFactory LayerNormalizationOp() { return MakeOpFactory<LayerNormalization>(); }
+OpFactory InstanceNormalizationOp() { return MakeOpFactory<InstanceNormalization>(); }
 
 }  // namespace graph
 }  // namespace dptrain

@@ -364,6 +364,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   }
   DPTRAIN_RETURN_IF_ERROR(FoldShapeConstants(graph));
   FuseLinear(graph);
+  ViewStateOperands(graph);
   SinkChannelsLast(graph);
   FuseChannelShuffle(graph);
   DPTRAIN_RETURN_IF_ERROR(CheckExportedForTraining(graph));

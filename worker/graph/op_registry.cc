@@ -108,9 +108,11 @@ OpRegistry BuiltinOps() {
   add("Sub", SubOp());
   add("Mul", MulOp());
   add("Div", DivOp());
+  add("PRelu", PReluOp());
   add("Concat", ConcatOp());
   // Normalizations with their own parameters (norm_ops.h):
   add("LayerNormalization", LayerNormalizationOp());
+  add("InstanceNormalization", InstanceNormalizationOp());
   return r;
 }
 

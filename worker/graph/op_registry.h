@@ -5,9 +5,10 @@
 // says; the list is in op_registry.cc):
 //   Conv, Gemm, MatMul, Relu, Sigmoid, Tanh, LeakyRelu, Clip, Erf, HardSigmoid, HardSwish,
 //   Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Pow (constant exponent),
-//   BatchNormalization, LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
+//   BatchNormalization, LayerNormalization, InstanceNormalization, MaxPool, AveragePool,
+//   GlobalAveragePool,
 //   ReduceMean, Flatten, Reshape, Pad, Dropout, Identity, Cast, Softmax, LogSoftmax, Slice, Add,
-//   Sub, Mul, Div, Concat; and Residual (not ONNX: the built-in resnet18's fused block) and
+//   Sub, Mul, Div, PRelu, Concat; and Residual (not ONNX: the built-in resnet18's fused block) and
 //   ChannelShuffle (not ONNX: ShuffleNet's, fused by the importer).
 // Shape and the int64 arithmetic on it are no ops: the executor evaluates them when it is built
 // (shape_arithmetic.h).

@@ -622,8 +622,8 @@ TEST_F(OpsTest, ChannelsFirstLayerNormAndPixelLinear) {
        MakeNode("ReduceMean", "var", {"d2"}, {"v"}, {{"axes", Ints{1}}, {"keepdims", int64_t{1}}}),
        MakeNode("Add", "eps", {"v", "e"}, {"ve"}), MakeNode("Sqrt", "sqrt", {"ve"}, {"s"}),
        MakeNode("Div", "div", {"d", "s"}, {"n"}),
-       MakeNode("Mul", "scale", {"n", "w"}, {"nw"}, {{"operand_axis", int64_t{1}}}),
-       MakeNode("Add", "shift", {"b", "nw"}, {"y0"}, {{"operand_axis", int64_t{1}}}),
+       MakeNode("Mul", "scale", {"n", "w"}, {"nw"}, {{"operand_shape", Ints{4, 1, 1}}}),
+       MakeNode("Add", "shift", {"b", "nw"}, {"y0"}, {{"operand_shape", Ints{4, 1, 1}}}),
        MakeNode("Conv", "fc", {"y0", "fc.weight", "fc.bias"}, {"y"},
                 {{"kernel_shape", Ints{1, 1}}})},
       {FloatScalar("e", 1e-6f), RandomConstant("w", {4}, 7, 0.5, 1.0), RandomConstant("b", {4}, 8),
@@ -639,11 +639,49 @@ TEST_F(OpsTest, ChannelsFirstLayerNormAndPixelLinear) {
   EXPECT_EQ(params, (std::set<std::string>{"w", "b", "fc.weight", "fc.bias"}));
   EXPECT_EQ((*e)->params()[2].shape, (std::vector<int64_t>{5, 4}));  // Saved as the Linear's.
 
-  // [C] without operand_axis lines up with the last axis in ONNX: refused against [4, 2, 3].
+  // [C] without operand_shape lines up with the last axis in ONNX: refused against [4, 2, 3].
   EXPECT_EQ(BuildError(Chain({4, 2, 3}, {MakeNode("Mul", "scale", {"x", "w"}, {"y"})},
                              {RandomConstant("w", {4}, 7)})),
             "node 'scale' (Mul): constant input 1 ('w') is float[4]: against [4, 2, 3] only a "
             "scalar, one value per channel ([C, 1, 1]) or the dims of a sample are supported");
+}
+
+// nn.InstanceNorm2d (affine: learned scale and B), GroupNorm's form (constant scale and B over
+// [N, G, C/G * H * W]) and nn.PReLU (a learned slope, one or one per channel).
+TEST_F(OpsTest, InstanceNormalizationAndPRelu) {
+  NamedConstant scale = RandomConstant("in.weight", {3}, 11, 0.5, 1.0);
+  NamedConstant bias = RandomConstant("in.bias", {3}, 12);
+  const Graph affine = Chain({3, 2, 4},
+                             {MakeNode("InstanceNormalization", "in", {"x", "in.weight", "in.bias"},
+                                       {"y"}, {{"epsilon", 1e-5f}})},
+                             {scale, bias});
+  Check(affine);  // Constants of the graph: held.
+  Graph learned = affine;
+  for (NamedConstant& c : learned.constants) c.state = true;
+  Check(learned);
+  auto e = Executor<double>::Create(learned, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->params().size(), 2u);
+  Graph half = learned;
+  half.constants[1].state = false;
+  EXPECT_EQ(BuildError(half),
+            "node 'in' (InstanceNormalization): scale and B must both be "
+            "learned, both buffers or both constants");
+  EXPECT_EQ(BuildError(Chain(
+                {4, 2, 4},
+                {MakeNode("InstanceNormalization", "in", {"x", "in.weight", "in.bias"}, {"y"})},
+                {scale, bias})),
+            "node 'in' (InstanceNormalization): scale is float[3], expected 4 values (one per "
+            "channel)");
+
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{1}, {3, 1, 1}}) {
+    NamedConstant slope = RandomConstant("prelu.weight", shape, 13, 0.2, 0.25);
+    slope.state = true;
+    Check(Chain({3, 2, 4}, {MakeNode("PRelu", "p", {"x", "prelu.weight"}, {"y"})}, {slope}));
+  }
+  EXPECT_EQ(BuildError(Chain({3, 2, 4}, {MakeNode("Relu", "r", {"x"}, {"s"}),
+                                         MakeNode("PRelu", "p", {"x", "s"}, {"y"})})),
+            "node 'p' (PRelu): the slope (input 1) must be a tensor of the model");
 }
 
 }  // namespace
