@@ -9,12 +9,13 @@
 // GlobalAveragePool, ReduceMean, Flatten); grouped and depthwise Conv (cuDNN's group count);
 // Identity, Reshape, Cast (views); Dropout (the CPU node's masks, bit for bit); Tanh, Erf,
 // HardSigmoid, HardSwish, LeakyRelu, Clip, Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg,
-// Abs, Reciprocal, Pow; Add, Sub, Mul, Div in
-// the CPU's forms (same dims, per channel, a scalar); Pad; Softmax and LogSoftmax over the
-// channels; Concat over the channels; LayerNormalization over each whole sample
-// (graph_kernels.h). A node whose op is missing from the registry, or whose twin refuses its
-// form, is refused when the graph is built, with one line naming its op and node ("... no CUDA
-// version yet; --device=cpu trains it").
+// Abs, Reciprocal, Pow; Add, Sub, Mul, Div and PRelu in the CPU's forms (same dims, per
+// channel, per pixel, a scalar, a tensor of the model: learned, a buffer or held); Pad; Softmax
+// and LogSoftmax over the channels; Concat over the channels; Slice; ChannelShuffle;
+// ReduceMean over the channels; LayerNormalization over each whole sample;
+// InstanceNormalization (graph_kernels.h). A node whose op is missing from the registry, or whose
+// twin refuses its form, is refused when the graph is built, with one line naming its op and node
+// ("... no CUDA version yet; --device=cpu trains it").
 //
 // Gradients of a value read by several nodes are summed on the device, in the CPU
 // executor's order. Not thread-safe (one DeviceContext, one thread).

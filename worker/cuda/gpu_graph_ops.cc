@@ -185,7 +185,6 @@ absl::StatusOr<std::unique_ptr<GpuNode>> LayerTwinOf(const GpuNodeContext& ctx,
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeLayerTwin(const GpuNodeContext& ctx) {
   const graph::TwinSpec<float> spec = ctx.cpu.twin();
-  if (spec.channel_mean) return ctx.Error("ReduceMean over the channels");
   if (spec.grouped_conv.has_value() && ctx.input_dims.size() == 1) {
     // Grouped and depthwise: one cuDNN convolution with a group count.
     return LayerTwinOf(ctx,
@@ -277,32 +276,87 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeDropoutTwin(const GpuNodeContext& c
       std::make_unique<DropoutTwin>(ctx.input_dims[0], spec.dropout_ratio, spec.dropout_seed));
 }
 
-// Add, Sub, Mul, Div: the CPU node's forms (multi_input_ops.h), the same element loops.
+// A tensor of the model that a twin reads (graph::OperandSource): a parameter or buffer bound
+// by the graph, or the CPU node's held constant, copied to the device at the first Forward.
+class GraphOperand {
+ public:
+  GraphOperand(graph::OperandSource source, const float* held, int64_t size)
+      : source_(source), held_(held, held == nullptr ? held : held + size), size_(size) {}
+
+  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) {
+    if (source_ != graph::OperandSource::kParam) return;
+    values_ = params[0];
+    grad_ = grads[0];
+  }
+  void BindBuffers(absl::Span<float* const> buffers) {
+    if (source_ == graph::OperandSource::kBuffer) values_ = buffers[0];
+  }
+  // Where the values lie on the device (uploading the held ones once).
+  absl::StatusOr<const float*> Values(DeviceContext& ctx) {
+    if (source_ != graph::OperandSource::kHeld) return values_;
+    if (uploaded_ == nullptr) {
+      DPTRAIN_ASSIGN_OR_RETURN(float* d, device_.Ensure(ctx, size_));
+      DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, held_.data(), size_ * sizeof(float),
+                                                   cudaMemcpyHostToDevice, ctx.stream()));
+      uploaded_ = d;
+    }
+    return uploaded_;
+  }
+  float* grad() const { return grad_; }  // Null unless a parameter.
+
+ private:
+  const graph::OperandSource source_;
+  const std::vector<float> held_;
+  const int64_t size_;
+  const float* values_ = nullptr;
+  float* grad_ = nullptr;
+  DeviceBuffer<float> device_;
+  const float* uploaded_ = nullptr;
+};
+
+// Add, Sub, Mul, Div, PRelu: the CPU node's forms (multi_input_ops.h), the same element loops:
+// the other operand a computed value (same dims, per channel, per pixel), the node's scalar,
+// or a tensor of the model (learned: its gradient summed as the CPU sums it).
 class BinaryTwin final : public GpuNode {
  public:
   BinaryTwin(const graph::TwinSpec<float>& spec, nn::Dims dims, nn::Dims other_dims)
       : op_(static_cast<int>(*spec.binary)),
-        broadcast_(static_cast<int>(spec.broadcast)),
+        source_(spec.operand_source),
         swapped_(spec.swapped),
         scalar_(static_cast<float>(spec.scalar)),
         dims_(dims),
         other_dims_(other_dims),
+        operand_(spec.operand_source, spec.held_operand, spec.operand_size),
+        operand_size_(spec.operand_size),
         // The runtime inputs' positions (a constant is left out of them).
-        full_(spec.broadcast == graph::Broadcast::kScalar ? 0
-              : spec.swapped                              ? 1
-                                                          : 0),
-        other_(spec.broadcast == graph::Broadcast::kScalar ? 1
-               : spec.swapped                              ? 0
-                                                           : 1) {}
+        full_(computed() && spec.swapped ? 1 : 0),
+        other_(computed() && spec.swapped ? 0 : 1) {
+    layout_.broadcast = static_cast<int>(spec.broadcast);
+    layout_.batched = computed();
+    layout_.channels = dims.c;
+    layout_.plane = int64_t{dims.h} * dims.w;
+  }
+
+  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) override {
+    operand_.BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<float* const> buffers) override { operand_.BindBuffers(buffers); }
 
   absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
                                        bool) override {
     full_in_ = inputs[full_];
-    other_in_ = scalar() ? DeviceTensor{} : inputs[other_];
+    if (computed()) {
+      other_in_ = inputs[other_];
+      other_data_ = other_in_.data;
+    } else if (source_ == graph::OperandSource::kScalar) {
+      other_data_ = nullptr;  // The kernels take scalar_.
+    } else {
+      DPTRAIN_ASSIGN_OR_RETURN(other_data_, operand_.Values(ctx));
+    }
     const int64_t n = full_in_.size();
     DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n));
-    DPTRAIN_RETURN_IF_ERROR(BinaryForward(op_, broadcast_, swapped_, full_in_.data, other_in_.data,
-                                          scalar_, y, n, plane(), ctx.stream()));
+    DPTRAIN_RETURN_IF_ERROR(BinaryForward(op_, layout_, swapped_, full_in_.data, other_data_,
+                                          scalar_, y, n, ctx.stream()));
     return DeviceTensor{y, full_in_.batch, dims_};
   }
 
@@ -317,52 +371,160 @@ class BinaryTwin final : public GpuNode {
         grads[full_] = grad_output;
       } else {
         DPTRAIN_ASSIGN_OR_RETURN(float* d, grad_full_.Ensure(ctx, n));
-        DPTRAIN_RETURN_IF_ERROR(BinaryBackwardFull(op_, broadcast_, swapped_, full_in_.data,
-                                                   other_in_.data, scalar_, grad_output.data, d, n,
-                                                   plane(), ctx.stream()));
+        DPTRAIN_RETURN_IF_ERROR(BinaryBackwardFull(op_, layout_, swapped_, full_in_.data,
+                                                   other_data_, scalar_, grad_output.data, d, n,
+                                                   ctx.stream()));
         grads[full_] = DeviceTensor{d, grad_output.batch, dims_};
       }
     }
-    if (!scalar() && other_ < need.size() && need[other_]) {
+    if (computed() && other_ < need.size() && need[other_]) {
       const int64_t m = other_in_.size();
       DPTRAIN_ASSIGN_OR_RETURN(float* d, grad_other_.Ensure(ctx, m));
-      DPTRAIN_RETURN_IF_ERROR(BinaryBackwardOther(op_, broadcast_, swapped_, full_in_.data,
-                                                  other_in_.data, grad_output.data, d, m, plane(),
+      DPTRAIN_RETURN_IF_ERROR(BinaryBackwardOther(op_, layout_, swapped_, full_in_.data,
+                                                  other_data_, grad_output.data, d, m, n,
                                                   ctx.stream()));
       grads[other_] = DeviceTensor{d, other_in_.batch, other_dims_};
+    } else if (operand_.grad() != nullptr) {
+      DPTRAIN_RETURN_IF_ERROR(BinaryBackwardOther(op_, layout_, swapped_, full_in_.data,
+                                                  other_data_, grad_output.data, operand_.grad(),
+                                                  operand_size_, n, ctx.stream()));
     }
     return grads;
   }
 
  private:
-  bool scalar() const { return broadcast_ == static_cast<int>(graph::Broadcast::kScalar); }
-  int64_t plane() const { return int64_t{dims_.h} * dims_.w; }
+  bool computed() const { return source_ == graph::OperandSource::kComputed; }
 
-  const int op_, broadcast_;
+  const int op_;
+  const graph::OperandSource source_;
   const bool swapped_;
   const float scalar_;
   const nn::Dims dims_, other_dims_;
+  GraphOperand operand_;
+  const int64_t operand_size_;
   const size_t full_, other_;
+  OperandLayout layout_;
   DeviceTensor full_in_, other_in_;
+  const float* other_data_ = nullptr;
   DeviceBuffer<float> output_, grad_full_, grad_other_;
 };
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeBinaryTwin(const GpuNodeContext& ctx) {
   const graph::TwinSpec<float> spec = ctx.cpu.twin();
-  if (spec.operand_from_graph) {
-    return ctx.Error(
-        "an operand that is a tensor of the model (a parameter, a buffer or a "
-        "constant tensor)");
-  }
-  if (spec.broadcast == graph::Broadcast::kPixel) return ctx.Error("a per-pixel operand");
-  if (spec.binary == graph::BinaryOp::kPRelu) return ctx.Error("PRelu");
-  const bool scalar = spec.broadcast == graph::Broadcast::kScalar;
-  if (!spec.binary.has_value() || ctx.input_dims.size() != (scalar ? 1u : 2u)) {
+  const bool computed = spec.operand_source == graph::OperandSource::kComputed;
+  if (!spec.binary.has_value() || ctx.input_dims.size() != (computed ? 2u : 1u)) {
     return ctx.Error("this form of the op");
   }
   const nn::Dims out = ctx.cpu.output_dims();
-  const nn::Dims other = scalar ? out : ctx.input_dims[spec.swapped ? 0 : 1];
+  const nn::Dims other = computed ? ctx.input_dims[spec.swapped ? 0 : 1] : out;
   return std::unique_ptr<GpuNode>(std::make_unique<BinaryTwin>(spec, out, other));
+}
+
+// ReduceMean over the channels, kept as one channel.
+class ChannelMeanTwin final : public GpuNode {
+ public:
+  explicit ChannelMeanTwin(nn::Dims in) : in_(in) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const DeviceTensor& x = inputs[0];
+    const int64_t plane = int64_t{in_.h} * in_.w;
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, x.batch * plane));
+    DPTRAIN_RETURN_IF_ERROR(ChannelMeanForward(x.data, y, x.batch, in_.c, plane, ctx.stream()));
+    return DeviceTensor{y, x.batch, nn::Dims{1, in_.h, in_.w}};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    const int batch = grad_output.batch;
+    DPTRAIN_ASSIGN_OR_RETURN(float* dx, grad_input_.Ensure(ctx, batch * in_.size()));
+    DPTRAIN_RETURN_IF_ERROR(ChannelMeanBackward(grad_output.data, dx, batch, in_.c,
+                                                int64_t{in_.h} * in_.w, ctx.stream()));
+    return std::vector<DeviceTensor>{DeviceTensor{dx, batch, in_}};
+  }
+
+ private:
+  const nn::Dims in_;
+  DeviceBuffer<float> output_, grad_input_;
+};
+
+// InstanceNormalization over each (sample, channel) plane; scale and B learned, buffers or
+// held constants (graph::OperandSource), scale then B.
+class InstanceNormTwin final : public GpuNode {
+ public:
+  InstanceNormTwin(const graph::TwinSpec<float>& spec, nn::Dims dims)
+      : dims_(dims),
+        eps_(spec.instance_norm_eps),
+        source_(spec.operand_source),
+        held_(spec.operand_source, spec.held_operand, spec.operand_size) {}
+
+  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) override {
+    if (source_ != graph::OperandSource::kParam) return;
+    scale_ = params[0];
+    bias_ = params[1];
+    scale_grad_ = grads[0];
+    bias_grad_ = grads[1];
+  }
+  void BindBuffers(absl::Span<float* const> buffers) override {
+    if (source_ != graph::OperandSource::kBuffer) return;
+    scale_ = buffers[0];
+    bias_ = buffers[1];
+  }
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const DeviceTensor& x = inputs[0];
+    if (source_ == graph::OperandSource::kHeld) {
+      DPTRAIN_ASSIGN_OR_RETURN(scale_, held_.Values(ctx));
+      bias_ = scale_ + dims_.c;
+    }
+    const int64_t plane = int64_t{dims_.h} * dims_.w;
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, x.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(float* xhat, xhat_.Ensure(ctx, x.size()));
+    DPTRAIN_ASSIGN_OR_RETURN(float* inv, inv_std_.Ensure(ctx, int64_t{x.batch} * dims_.c));
+    DPTRAIN_RETURN_IF_ERROR(InstanceNormForward(x.data, scale_, bias_, y, xhat, inv, x.batch,
+                                                dims_.c, plane, eps_, ctx.stream()));
+    return DeviceTensor{y, x.batch, dims_};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    const int batch = grad_output.batch;
+    float* dx = nullptr;
+    if (need[0]) {
+      DPTRAIN_ASSIGN_OR_RETURN(dx, grad_input_.Ensure(ctx, grad_output.size()));
+    }
+    DPTRAIN_RETURN_IF_ERROR(InstanceNormBackward(
+        grad_output.data, xhat_.data(), inv_std_.data(), scale_, scale_grad_, bias_grad_, dx, batch,
+        dims_.c, int64_t{dims_.h} * dims_.w, ctx.stream()));
+    if (!need[0]) return std::vector<DeviceTensor>{DeviceTensor{}};
+    return std::vector<DeviceTensor>{DeviceTensor{dx, batch, dims_}};
+  }
+
+ private:
+  const nn::Dims dims_;
+  const double eps_;
+  const graph::OperandSource source_;
+  GraphOperand held_;
+  const float* scale_ = nullptr;
+  const float* bias_ = nullptr;
+  float* scale_grad_ = nullptr;
+  float* bias_grad_ = nullptr;
+  DeviceBuffer<float> output_, xhat_, inv_std_, grad_input_;
+};
+
+// ReduceMean: over H and W as the layer (GlobalAvgPool2d), or over the channels.
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeReduceMeanTwin(const GpuNodeContext& ctx) {
+  if (!ctx.cpu.twin().channel_mean) return MakeLayerTwin(ctx);
+  if (ctx.input_dims.size() != 1) return ctx.Error("more than one computed input");
+  return std::unique_ptr<GpuNode>(std::make_unique<ChannelMeanTwin>(ctx.input_dims[0]));
+}
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeInstanceNormTwin(const GpuNodeContext& ctx) {
+  if (ctx.input_dims.size() != 1) return ctx.Error("more than one computed input");
+  return std::unique_ptr<GpuNode>(
+      std::make_unique<InstanceNormTwin>(ctx.cpu.twin(), ctx.input_dims[0]));
 }
 
 // Tanh, Erf, HardSigmoid, HardSwish, LeakyRelu, Clip, Elu, Selu, Softplus, Softsign, Exp,
@@ -711,12 +873,6 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeChannelShuffleTwin(const GpuNodeCon
       std::make_unique<ChannelShuffleTwin>(ctx.input_dims[0], ctx.cpu.twin().shuffle_groups));
 }
 
-// Ops whose CUDA version is not written yet: the node is refused by name (so that the worker
-// says which node to run on the CPU), not left unknown.
-absl::StatusOr<std::unique_ptr<GpuNode>> MakeRefusedTwin(const GpuNodeContext& ctx) {
-  return ctx.Error(ctx.op);
-}
-
 }  // namespace
 
 absl::Status GpuNodeContext::Error(absl::string_view what) const {
@@ -736,9 +892,8 @@ absl::StatusOr<std::unique_ptr<GpuNode>> GpuOpRegistry::Create(
 
 GpuOpRegistry GpuOps() {
   GpuOpRegistry r;
-  for (const char* op :
-       {"Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Sigmoid", "MaxPool", "AveragePool",
-        "GlobalAveragePool", "ReduceMean", "Flatten", "Residual"}) {
+  for (const char* op : {"Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Sigmoid",
+                         "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Residual"}) {
     r.Register(op, &MakeLayerTwin);
   }
   for (const char* op : {"Identity", "Reshape", "Cast"}) r.Register(op, &MakeViewTwin);
@@ -756,7 +911,8 @@ GpuOpRegistry GpuOps() {
   r.Register("LayerNormalization", &MakeLayerNormTwin);
   r.Register("Slice", &MakeSliceTwin);
   r.Register("ChannelShuffle", &MakeChannelShuffleTwin);
-  r.Register("InstanceNormalization", &MakeRefusedTwin);
+  r.Register("InstanceNormalization", &MakeInstanceNormTwin);
+  r.Register("ReduceMean", &MakeReduceMeanTwin);
   return r;
 }
 

@@ -43,7 +43,10 @@ graph::Graph ReadFixture(const std::string& name) {
   absl::StatusOr<graph::Graph> g =
       graph::ReadOnnxGraph(fixtures::OnnxPath(name), graph::BuiltinOps());
   EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? *std::move(g) : graph::Graph{};
+  if (!g.ok()) return graph::Graph{};
+  // The fixtures' buffers read by arithmetic (as onnx_import_test marks them).
+  if (name == "scaled") EXPECT_TRUE(graph::MarkBuffers(*g, {"mean"}).ok());
+  return *std::move(g);
 }
 
 // The CPU executor of fixture `name`: the plan its GPU twin follows.
@@ -69,7 +72,8 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
-                                           "elementwise", "shuffle", "dynamic"));
+                                           "elementwise", "shuffle", "dynamic", "scaled",
+                                           "convnext", "norms"));
 
 // Every CPU op has a twin in GpuOps(); a registry without one refuses the node in one line.
 TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
@@ -211,7 +215,8 @@ TEST_P(GpuGraphParityTest, OneTrainStepMatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
-                                           "elementwise", "shuffle", "dynamic"));
+                                           "elementwise", "shuffle", "dynamic", "scaled",
+                                           "convnext", "norms"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
@@ -466,6 +471,39 @@ TEST_F(GpuTwinTest, SliceOfEachAxisAndChannelShuffle) {
   }
   Check(Chain({6, 3, 2}, {MakeNode("ChannelShuffle", "cs", {"x", "s1", "s2"}, {"y"})},
               {graph::IntConstant("s1", {4, 2, 3, 3, 2}), graph::IntConstant("s2", {4, 6, 3, 2})}));
+}
+
+// Tensors of the model as operands (learned, a buffer, held), per-pixel operands, PRelu, the
+// channel mean and InstanceNormalization.
+TEST_F(GpuTwinTest, GraphOperandsPReluChannelMeanAndInstanceNorm) {
+  using Ints = std::vector<int64_t>;
+  for (bool state : {false, true}) {
+    for (bool fixed : {false, true}) {
+      if (fixed && !state) continue;
+      for (const Ints& shape : std::vector<Ints>{{}, {3, 1, 1}, {3, 2, 4}}) {
+        SCOPED_TRACE(absl::StrCat("state ", state, " fixed ", fixed, " rank ", shape.size()));
+        graph::NamedConstant t = RandomConstant("t", shape, 21, 0.5, 1.0);
+        t.state = state;
+        t.fixed = fixed;
+        Check(Chain({3, 2, 4}, {MakeNode("Mul", "m", {"t", "x"}, {"y"})}, {t}));
+      }
+    }
+  }
+  graph::NamedConstant slope = RandomConstant("slope", {3, 1, 1}, 22, 0.2, 0.25);
+  slope.state = true;
+  Check(Chain({3, 2, 4}, {MakeNode("PRelu", "p", {"x", "slope"}, {"y"})}, {slope}));
+  // A layer norm over each pixel's channels: the channel mean and per-pixel broadcasts.
+  Check(Chain({4, 2, 3}, {MakeNode("ReduceMean", "mean", {"x"}, {"u"}, {{"axes", Ints{1}}}),
+                          MakeNode("Sub", "sub", {"x", "u"}, {"y"})}));
+  graph::NamedConstant scale = RandomConstant("in.weight", {3}, 23, 0.5, 1.0);
+  graph::NamedConstant bias = RandomConstant("in.bias", {3}, 24);
+  Check(Chain({3, 2, 4},
+              {MakeNode("InstanceNormalization", "in", {"x", "in.weight", "in.bias"}, {"y"})},
+              {scale, bias}));
+  scale.state = bias.state = true;
+  Check(Chain({3, 2, 4},
+              {MakeNode("InstanceNormalization", "in", {"x", "in.weight", "in.bias"}, {"y"})},
+              {scale, bias}));
 }
 
 }  // namespace

@@ -95,49 +95,175 @@ __global__ void ElementwiseBackwardKernel(int f, const float* x, const float* y,
 }
 
 __device__ float Apply(int op, float a, float b) {
-  return op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
+  return op == 0   ? a + b
+         : op == 1 ? a - b
+         : op == 2 ? a * b
+         : op == 4 ? (a > 0.0f ? a : a * b)  // PRelu, b the slope.
+                   : a / b;
 }
 __device__ float PartialA(int op, float a, float b) {
+  if (op == 4) return a > 0.0f ? 1.0f : b;
   return op == 2 ? b : op == 3 ? 1.0f / b : 1.0f;
 }
 __device__ float PartialB(int op, float a, float b) {
+  if (op == 4) return a > 0.0f ? 0.0f : a;
   return op == 0 ? 1.0f : op == 1 ? -1.0f : op == 2 ? a : -a / (b * b);
 }
-__device__ float Other(int broadcast, const float* other, float scalar, int64_t i, int64_t plane) {
-  return broadcast == 2 ? scalar : broadcast == 1 ? other[i / plane] : other[i];
+// The other operand's element for element i of the full one (graph::BinaryNode::OtherIndex).
+__device__ int64_t OtherIndex(const OperandLayout& l, int64_t i) {
+  switch (l.broadcast) {
+    case 2:
+      return 0;
+    case 1:
+      return l.batched ? i / l.plane : i / l.plane % l.channels;
+    case 3:
+      return i / (l.channels * l.plane) * l.plane + i % l.plane;
+    default:
+      return l.batched ? i : i % (l.channels * l.plane);
+  }
+}
+__device__ float Other(const OperandLayout& l, const float* other, float scalar, int64_t i) {
+  return other == nullptr ? scalar : other[OtherIndex(l, i)];
 }
 
-__global__ void BinaryForwardKernel(int op, int broadcast, bool swapped, const float* full,
-                                    const float* other, float scalar, float* y, int64_t n,
-                                    int64_t plane) {
+__global__ void BinaryForwardKernel(int op, OperandLayout layout, bool swapped, const float* full,
+                                    const float* other, float scalar, float* y, int64_t n) {
   DPTRAIN_GRID_STRIDE(i, n) {
-    const float b = Other(broadcast, other, scalar, i, plane);
+    const float b = Other(layout, other, scalar, i);
     y[i] = swapped ? Apply(op, b, full[i]) : Apply(op, full[i], b);
   }
 }
 
-__global__ void BinaryBackwardFullKernel(int op, int broadcast, bool swapped, const float* full,
-                                         const float* other, float scalar, const float* dy,
-                                         float* dfull, int64_t n, int64_t plane) {
+__global__ void BinaryBackwardFullKernel(int op, OperandLayout layout, bool swapped,
+                                         const float* full, const float* other, float scalar,
+                                         const float* dy, float* dfull, int64_t n) {
   DPTRAIN_GRID_STRIDE(i, n) {
-    const float a = full[i], b = Other(broadcast, other, scalar, i, plane);
+    const float a = full[i], b = Other(layout, other, scalar, i);
     dfull[i] = dy[i] * (swapped ? PartialB(op, b, a) : PartialA(op, a, b));
   }
 }
 
-// One thread per element of `other`: its partials summed over its plane (per channel) or its
-// one element (same dims), in element order as the CPU sums them.
-__global__ void BinaryBackwardOtherKernel(int op, int broadcast, bool swapped, const float* full,
+// One thread per element j of `other`: the partials of the full elements that read it, in
+// increasing order as the CPU adds them up (an outer run of `outer` blocks `outer_stride` apart,
+// each `inner` elements `inner_stride` apart, from `base`).
+__global__ void BinaryBackwardOtherKernel(int op, OperandLayout l, bool swapped, const float* full,
                                           const float* other, const float* dy, float* dother,
-                                          int64_t m, int64_t plane) {
+                                          int64_t m, int64_t n) {
   DPTRAIN_GRID_STRIDE(j, m) {
-    const int64_t span = broadcast == 1 ? plane : 1;
+    const int64_t sample = l.channels * l.plane;
+    int64_t base = j, outer = 1, outer_stride = 0, inner = 1, inner_stride = 1;
+    if (l.broadcast == 2) {
+      base = 0;
+      inner = n;
+    } else if (l.broadcast == 1 && l.batched) {
+      base = j * l.plane;
+      inner = l.plane;
+    } else if (l.broadcast == 1) {
+      base = j * l.plane;
+      outer = n / sample;
+      outer_stride = sample;
+      inner = l.plane;
+    } else if (l.broadcast == 3) {
+      base = j / l.plane * sample + j % l.plane;
+      inner = l.channels;
+      inner_stride = l.plane;
+    } else if (!l.batched) {
+      outer = n / sample;
+      outer_stride = sample;
+    }
+    const float b = other[j];
     float sum = 0.0f;
-    for (int64_t i = j * span; i < (j + 1) * span; ++i) {
-      const float a = full[i], b = other[j];
-      sum += dy[i] * (swapped ? PartialA(op, b, a) : PartialB(op, a, b));
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t i = base + o * outer_stride + k * inner_stride;
+        const float a = full[i];
+        sum += dy[i] * (swapped ? PartialA(op, b, a) : PartialB(op, a, b));
+      }
     }
     dother[j] = sum;
+  }
+}
+
+// The mean over the channels at each pixel: one thread per (sample, pixel).
+__global__ void ChannelMeanForwardKernel(const float* x, float* y, int batch, int channels,
+                                         int64_t plane) {
+  const int64_t n = int64_t{batch} * plane;
+  DPTRAIN_GRID_STRIDE(t, n) {
+    const int64_t s = t / plane, p = t % plane;
+    float sum = 0.0f;
+    for (int c = 0; c < channels; ++c) sum += x[(s * channels + c) * plane + p];
+    y[t] = sum / static_cast<float>(channels);
+  }
+}
+
+__global__ void ChannelMeanBackwardKernel(const float* dy, float* dx, int batch, int channels,
+                                          int64_t plane) {
+  const int64_t n = int64_t{batch} * channels * plane;
+  DPTRAIN_GRID_STRIDE(i, n) {
+    dx[i] = dy[i / (channels * plane) * plane + i % plane] / static_cast<float>(channels);
+  }
+}
+
+// Instance normalization: one thread per (sample, channel) plane, the statistics in double as
+// the CPU node's.
+__global__ void InstanceNormForwardKernel(const float* x, const float* scale, const float* bias,
+                                          float* y, float* xhat, float* inv_std, int batch,
+                                          int channels, int64_t plane, double eps) {
+  const int64_t planes = int64_t{batch} * channels;
+  DPTRAIN_GRID_STRIDE(q, planes) {
+    const float* in = x + q * plane;
+    const int c = static_cast<int>(q % channels);
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < plane; ++i) mean += in[i];
+    mean /= static_cast<double>(plane);
+    for (int64_t i = 0; i < plane; ++i) var += (in[i] - mean) * (in[i] - mean);
+    var /= static_cast<double>(plane);
+    const float inv = static_cast<float>(1.0 / sqrt(var + eps));
+    inv_std[q] = inv;
+    for (int64_t i = 0; i < plane; ++i) {
+      const float h = static_cast<float>((in[i] - mean) * inv);
+      xhat[q * plane + i] = h;
+      y[q * plane + i] = h * scale[c] + bias[c];
+    }
+  }
+}
+
+// d(scale) and d(B) per channel, summed sample by sample as the CPU node adds them up.
+__global__ void InstanceNormParamGradKernel(const float* dy, const float* xhat, float* scale_grad,
+                                            float* bias_grad, int batch, int channels,
+                                            int64_t plane) {
+  DPTRAIN_GRID_STRIDE(c, channels) {
+    float gs = 0.0f, gb = 0.0f;
+    for (int s = 0; s < batch; ++s) {
+      const int64_t q = int64_t{s} * channels + c;
+      for (int64_t i = 0; i < plane; ++i) {
+        gs += dy[q * plane + i] * xhat[q * plane + i];
+        gb += dy[q * plane + i];
+      }
+    }
+    scale_grad[c] = gs;
+    bias_grad[c] = gb;
+  }
+}
+
+__global__ void InstanceNormInputGradKernel(const float* dy, const float* xhat,
+                                            const float* inv_std, const float* scale, float* dx,
+                                            int batch, int channels, int64_t plane) {
+  const int64_t planes = int64_t{batch} * channels;
+  DPTRAIN_GRID_STRIDE(q, planes) {
+    const double g = scale[q % channels];
+    double sum = 0.0, dot = 0.0;
+    for (int64_t i = 0; i < plane; ++i) {
+      const double d = dy[q * plane + i] * g;
+      sum += d;
+      dot += d * xhat[q * plane + i];
+    }
+    const double k = inv_std[q] / static_cast<double>(plane);
+    for (int64_t i = 0; i < plane; ++i) {
+      const double d = dy[q * plane + i] * g;
+      dx[q * plane + i] = static_cast<float>(
+          k * (static_cast<double>(plane) * d - sum - xhat[q * plane + i] * dot));
+    }
   }
 }
 
@@ -377,31 +503,74 @@ absl::Status ElementwiseBackward(int function, const float* x, const float* y, c
   return Launched("ElementwiseBackwardKernel<<<>>>");
 }
 
-absl::Status BinaryForward(int op, int broadcast, bool swapped, const float* full,
-                           const float* other, float scalar, float* y, int64_t n, int64_t plane,
+absl::Status BinaryForward(int op, const OperandLayout& layout, bool swapped, const float* full,
+                           const float* other, float scalar, float* y, int64_t n,
                            cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
-  BinaryForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(op, broadcast, swapped, full, other,
-                                                          scalar, y, n, plane);
+  BinaryForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(op, layout, swapped, full, other, scalar,
+                                                          y, n);
   return Launched("BinaryForwardKernel<<<>>>");
 }
 
-absl::Status BinaryBackwardFull(int op, int broadcast, bool swapped, const float* full,
-                                const float* other, float scalar, const float* dy, float* dfull,
-                                int64_t n, int64_t plane, cudaStream_t stream) {
+absl::Status BinaryBackwardFull(int op, const OperandLayout& layout, bool swapped,
+                                const float* full, const float* other, float scalar,
+                                const float* dy, float* dfull, int64_t n, cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
-  BinaryBackwardFullKernel<<<Blocks(n), kThreads, 0, stream>>>(op, broadcast, swapped, full, other,
-                                                               scalar, dy, dfull, n, plane);
+  BinaryBackwardFullKernel<<<Blocks(n), kThreads, 0, stream>>>(op, layout, swapped, full, other,
+                                                               scalar, dy, dfull, n);
   return Launched("BinaryBackwardFullKernel<<<>>>");
 }
 
-absl::Status BinaryBackwardOther(int op, int broadcast, bool swapped, const float* full,
-                                 const float* other, const float* dy, float* dother, int64_t m,
-                                 int64_t plane, cudaStream_t stream) {
+absl::Status BinaryBackwardOther(int op, const OperandLayout& layout, bool swapped,
+                                 const float* full, const float* other, const float* dy,
+                                 float* dother, int64_t m, int64_t n, cudaStream_t stream) {
   if (m <= 0) return absl::OkStatus();
-  BinaryBackwardOtherKernel<<<Blocks(m), kThreads, 0, stream>>>(op, broadcast, swapped, full, other,
-                                                                dy, dother, m, plane);
+  BinaryBackwardOtherKernel<<<Blocks(m), kThreads, 0, stream>>>(op, layout, swapped, full, other,
+                                                                dy, dother, m, n);
   return Launched("BinaryBackwardOtherKernel<<<>>>");
+}
+
+absl::Status ChannelMeanForward(const float* x, float* y, int batch, int channels, int64_t plane,
+                                cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * plane;
+  if (n <= 0) return absl::OkStatus();
+  ChannelMeanForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, batch, channels, plane);
+  return Launched("ChannelMeanForwardKernel<<<>>>");
+}
+
+absl::Status ChannelMeanBackward(const float* dy, float* dx, int batch, int channels, int64_t plane,
+                                 cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * channels * plane;
+  if (n <= 0) return absl::OkStatus();
+  ChannelMeanBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dy, dx, batch, channels, plane);
+  return Launched("ChannelMeanBackwardKernel<<<>>>");
+}
+
+absl::Status InstanceNormForward(const float* x, const float* scale, const float* bias, float* y,
+                                 float* xhat, float* inv_std, int batch, int channels,
+                                 int64_t plane, double eps, cudaStream_t stream) {
+  const int64_t planes = int64_t{batch} * channels;
+  if (planes <= 0) return absl::OkStatus();
+  InstanceNormForwardKernel<<<Blocks(planes), kThreads, 0, stream>>>(
+      x, scale, bias, y, xhat, inv_std, batch, channels, plane, eps);
+  return Launched("InstanceNormForwardKernel<<<>>>");
+}
+
+absl::Status InstanceNormBackward(const float* dy, const float* xhat, const float* inv_std,
+                                  const float* scale, float* scale_grad, float* bias_grad,
+                                  float* dx, int batch, int channels, int64_t plane,
+                                  cudaStream_t stream) {
+  const int64_t planes = int64_t{batch} * channels;
+  if (planes <= 0) return absl::OkStatus();
+  if (scale_grad != nullptr) {
+    InstanceNormParamGradKernel<<<Blocks(channels), kThreads, 0, stream>>>(
+        dy, xhat, scale_grad, bias_grad, batch, channels, plane);
+    if (absl::Status s = Launched("InstanceNormParamGradKernel<<<>>>"); !s.ok()) return s;
+  }
+  if (dx == nullptr) return absl::OkStatus();
+  InstanceNormInputGradKernel<<<Blocks(planes), kThreads, 0, stream>>>(dy, xhat, inv_std, scale, dx,
+                                                                       batch, channels, plane);
+  return Launched("InstanceNormInputGradKernel<<<>>>");
 }
 
 absl::Status ChannelShuffle(const float* x, float* y, int batch, int channels, int groups,

@@ -27,20 +27,47 @@ absl::Status ElementwiseBackward(int function, const float* x, const float* y, c
                                  float* dx, int64_t n, float a, float b, float c,
                                  cudaStream_t stream);
 
-// graph::BinaryOp (0 add, 1 sub, 2 mul, 3 div) and graph::Broadcast (0 same dims, 1 per
-// channel: other[i / plane], 2 the scalar): y[i] = f(full[i], other) or, swapped,
-// f(other, full[i]).
-absl::Status BinaryForward(int op, int broadcast, bool swapped, const float* full,
-                           const float* other, float scalar, float* y, int64_t n, int64_t plane,
+// How the other operand of a binary op lines up with element i of the full one (graph::
+// Broadcast: 0 same dims, 1 per channel, 2 one value, 3 per pixel; `batched`: a computed value,
+// one per sample, or a tensor of the model, one for all): the CPU node's OtherIndex.
+struct OperandLayout {
+  int broadcast = 0;
+  bool batched = true;
+  int channels = 1;   // C of the full operand.
+  int64_t plane = 1;  // H * W of the full operand.
+};
+
+// graph::BinaryOp (0 add, 1 sub, 2 mul, 3 div, 4 prelu with the other operand the slope):
+// y[i] = f(full[i], other) or, swapped, f(other, full[i]); `other` null: the constant `scalar`.
+absl::Status BinaryForward(int op, const OperandLayout& layout, bool swapped, const float* full,
+                           const float* other, float scalar, float* y, int64_t n,
                            cudaStream_t stream);
 // d/d full, element by element.
-absl::Status BinaryBackwardFull(int op, int broadcast, bool swapped, const float* full,
-                                const float* other, float scalar, const float* dy, float* dfull,
-                                int64_t n, int64_t plane, cudaStream_t stream);
-// d/d other: `m` elements, each summed over its plane when per channel.
-absl::Status BinaryBackwardOther(int op, int broadcast, bool swapped, const float* full,
-                                 const float* other, const float* dy, float* dother, int64_t m,
-                                 int64_t plane, cudaStream_t stream);
+absl::Status BinaryBackwardFull(int op, const OperandLayout& layout, bool swapped,
+                                const float* full, const float* other, float scalar,
+                                const float* dy, float* dfull, int64_t n, cudaStream_t stream);
+// d/d other (overwritten): `m` elements, each summed over the `n` full elements that read it,
+// in increasing order.
+absl::Status BinaryBackwardOther(int op, const OperandLayout& layout, bool swapped,
+                                 const float* full, const float* other, const float* dy,
+                                 float* dother, int64_t m, int64_t n, cudaStream_t stream);
+
+// ReduceMean over the channels, kept as one ([C, H, W] -> [1, H, W]), and its backward.
+absl::Status ChannelMeanForward(const float* x, float* y, int batch, int channels, int64_t plane,
+                                cudaStream_t stream);
+absl::Status ChannelMeanBackward(const float* dy, float* dx, int batch, int channels, int64_t plane,
+                                 cudaStream_t stream);
+
+// InstanceNormalization over each (sample, channel) plane, as the CPU node (norm_ops.h):
+// statistics in double, xhat and inv_std kept for backward. Backward: d(scale) and d(B) per
+// channel (when scale_grad is not null), dx (when not null).
+absl::Status InstanceNormForward(const float* x, const float* scale, const float* bias, float* y,
+                                 float* xhat, float* inv_std, int batch, int channels,
+                                 int64_t plane, double eps, cudaStream_t stream);
+absl::Status InstanceNormBackward(const float* dy, const float* xhat, const float* inv_std,
+                                  const float* scale, float* scale_grad, float* bias_grad,
+                                  float* dx, int batch, int channels, int64_t plane,
+                                  cudaStream_t stream);
 
 // Zero padding of `planes` planes of in_h x in_w into out_h x out_w at (top, left); backward
 // takes the inner window of dy.

@@ -65,10 +65,7 @@ T PartialB(Binary op, T a, T b) {
                               : -a / (b * b);
 }
 
-// Where the other operand of a binary node comes from: a computed value, the node's constant
-// scalar, or a tensor of the graph's (held: a constant copied in; a parameter it learns; a
-// buffer it keeps fixed).
-enum class Source { kRuntime, kScalar, kHeld, kParam, kBuffer };
+using Source = OperandSource;
 
 // A tensor operand of the graph's: its name, shape and value (owned by the graph, which may be
 // gone once the executor is built: read only by the factory and while the executor lays out
@@ -95,12 +92,12 @@ class BinaryNode final : public NodeImpl<T> {
         scalar_(scalar),
         operand_(std::move(operand)),
         // The runtime inputs' positions (a constant is left out of them).
-        full_index_(source != Source::kRuntime ? 0
-                    : swapped                  ? 1
-                                               : 0),
-        other_index_(source != Source::kRuntime ? 1
-                     : swapped                  ? 0
-                                                : 1) {
+        full_index_(source != Source::kComputed ? 0
+                    : swapped                   ? 1
+                                                : 0),
+        other_index_(source != Source::kComputed ? 1
+                     : swapped                   ? 0
+                                                 : 1) {
     if (operand_.value != nullptr) operand_size_ = operand_.value->num_elements();
     if (source_ == Source::kHeld) {
       held_.assign(operand_.value->floats.begin(), operand_.value->floats.end());
@@ -114,8 +111,9 @@ class BinaryNode final : public NodeImpl<T> {
     t.broadcast = broadcast_;
     t.swapped = swapped_;
     t.scalar = static_cast<double>(scalar_);
-    t.operand_from_graph =
-        source_ == Source::kHeld || source_ == Source::kParam || source_ == Source::kBuffer;
+    t.operand_source = source_;
+    t.held_operand = source_ == Source::kHeld ? held_.data() : nullptr;
+    t.operand_size = operand_size_;
     return t;
   }
   std::vector<NodeTensorSpec> Params() const override {
@@ -138,8 +136,8 @@ class BinaryNode final : public NodeImpl<T> {
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     full_ = inputs[full_index_];
-    if (source_ == Source::kRuntime) other_data_ = inputs[other_index_].data;
-    if (source_ == Source::kRuntime) other_ = inputs[other_index_];
+    if (source_ == Source::kComputed) other_data_ = inputs[other_index_].data;
+    if (source_ == Source::kComputed) other_ = inputs[other_index_];
     T* y = EnsureSize(output_, full_.size());
     for (int64_t i = 0; i < full_.size(); ++i) {
       const T b = Other(i);
@@ -171,7 +169,7 @@ class BinaryNode final : public NodeImpl<T> {
     if (source_ == Source::kParam) {
       d = param_grad_;
       std::fill(d, d + operand_size_, T(0));
-    } else if (source_ == Source::kRuntime && other_index < need_input_grad.size() &&
+    } else if (source_ == Source::kComputed && other_index < need_input_grad.size() &&
                need_input_grad[other_index]) {
       d = EnsureSize(grad_other_, other_.size());
       std::fill(d, d + other_.size(), T(0));
@@ -191,7 +189,7 @@ class BinaryNode final : public NodeImpl<T> {
   // The index into the other operand of element i of the full one.
   int64_t OtherIndex(int64_t i) const {
     const int64_t plane = int64_t{dims_.h} * dims_.w;
-    const bool batched = source_ == Source::kRuntime;
+    const bool batched = source_ == Source::kComputed;
     switch (broadcast_) {
       case Broadcast::kScalar:
         return 0;
@@ -289,13 +287,13 @@ struct BinaryOpFactory {
       return small.c == full.c && small.h == 1 && small.w == 1 && (full.h > 1 || full.w > 1);
     };
     if (a == b) {
-      return std::unique_ptr<NodeImpl<T>>(
-          std::make_unique<BinaryNode<T>>(kOp, a, Broadcast::kNone, false, Source::kRuntime, T(0)));
+      return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
+          kOp, a, Broadcast::kNone, false, Source::kComputed, T(0)));
     }
     if (per_channel(b, a) || per_channel(a, b)) {
       const bool swapped = per_channel(a, b);
       return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
-          kOp, swapped ? b : a, Broadcast::kChannel, swapped, Source::kRuntime, T(0)));
+          kOp, swapped ? b : a, Broadcast::kChannel, swapped, Source::kComputed, T(0)));
     }
     auto per_pixel = [](const Dims& small, const Dims& full) {
       return small.c == 1 && full.c > 1 && small.h == full.h && small.w == full.w;
@@ -303,7 +301,7 @@ struct BinaryOpFactory {
     if (per_pixel(b, a) || per_pixel(a, b)) {
       const bool swapped = per_pixel(a, b);
       return std::unique_ptr<NodeImpl<T>>(std::make_unique<BinaryNode<T>>(
-          kOp, swapped ? b : a, Broadcast::kPixel, swapped, Source::kRuntime, T(0)));
+          kOp, swapped ? b : a, Broadcast::kPixel, swapped, Source::kComputed, T(0)));
     }
     return ctx.Error(absl::StrCat("inputs of dims ", a.ToString(), " and ", b.ToString(),
                                   ": broadcasting supported only per channel ([C, 1, 1]), per "

@@ -141,6 +141,10 @@ enum class ElementFunction {
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPRelu };
 // kPixel: b is [1, H, W] against a's [C, H, W] (a per-pixel statistic: a channel layer norm).
 enum class Broadcast { kNone, kChannel, kScalar, kPixel };
+// Where a node's operand tensor comes from: a computed value, a constant scalar the node keeps,
+// or a tensor of the graph (held: a constant copied into the node; a parameter it learns; a
+// buffer it keeps fixed).
+enum class OperandSource { kComputed, kScalar, kHeld, kParam, kBuffer };
 
 // What another backend (worker/cuda/gpu_graph.h) needs to build a node's twin: the facts the
 // CPU factory parsed and checked, so that attributes are read once. Each op fills what its twin
@@ -170,9 +174,12 @@ struct TwinSpec {
   Broadcast broadcast = Broadcast::kNone;
   bool swapped = false;
   double scalar = 0;
-  // The other operand is a tensor of the graph's (a parameter, a buffer or a constant tensor,
-  // multi_input_ops.h) rather than a computed value or a constant scalar.
-  bool operand_from_graph = false;
+  // Add, Sub, Mul, Div, PRelu and InstanceNormalization: where the operand tensor (the scale
+  // and B) comes from; for kHeld, the node's copy of its values (operand_size of them; scale
+  // then B), valid while the node lives.
+  OperandSource operand_source = OperandSource::kComputed;
+  const T* held_operand = nullptr;
+  int64_t operand_size = 0;
   // Conv with group > 1 (layer_ops.h): the whole convolution's options (in and out channels
   // of all groups) and the group count; `params` says how weight and bias map.
   std::optional<nn::Conv2dOptions> grouped_conv;

@@ -161,6 +161,11 @@ class InstanceNormNode final : public NodeImpl<T> {
   TwinSpec<T> twin() const override {
     TwinSpec<T> t;
     t.instance_norm_eps = eps_;
+    t.operand_source = role_ == Role::kParam    ? OperandSource::kParam
+                       : role_ == Role::kBuffer ? OperandSource::kBuffer
+                                                : OperandSource::kHeld;
+    t.held_operand = role_ == Role::kHeld ? held_.data() : nullptr;
+    t.operand_size = 2 * int64_t{dims_.c};
     return t;
   }
   std::vector<NodeTensorSpec> Params() const override {
