@@ -14,6 +14,38 @@ namespace {
 
 using nn::EnsureSize;
 
+// xhat = (x - mean) / sqrt(var + eps) over `s` values (biased variance, the statistics in
+// double); returns 1 / sqrt(var + eps).
+template <typename T>
+T Standardize(const T* x, int64_t s, double eps, T* xhat) {
+  double mean = 0, var = 0;
+  for (int64_t i = 0; i < s; ++i) mean += x[i];
+  mean /= static_cast<double>(s);
+  for (int64_t i = 0; i < s; ++i) var += (x[i] - mean) * (x[i] - mean);
+  var /= static_cast<double>(s);
+  const T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
+  for (int64_t i = 0; i < s; ++i) xhat[i] = static_cast<T>((x[i] - mean) * inv);
+  return inv;
+}
+
+// The input gradient of Standardize followed by a gain: with d = dy * gain[i * gain_stride]
+// (a gain per value, or one for all: stride 0), dx = inv / S (S d - sum(d) - xhat sum(d xhat)).
+template <typename T>
+void StandardizeBackward(const T* dy, const T* xhat, T inv, const T* gain, int64_t gain_stride,
+                         int64_t s, T* dx) {
+  double sum = 0, dot = 0;
+  for (int64_t i = 0; i < s; ++i) {
+    const double d = static_cast<double>(dy[i]) * gain[i * gain_stride];
+    sum += d;
+    dot += d * xhat[i];
+  }
+  const double k = inv / static_cast<double>(s);
+  for (int64_t i = 0; i < s; ++i) {
+    const double d = static_cast<double>(dy[i]) * gain[i * gain_stride];
+    dx[i] = static_cast<T>(k * (static_cast<double>(s) * d - sum - xhat[i] * dot));
+  }
+}
+
 // y = (x - mean) / sqrt(var + eps) * scale + bias over each sample's S values (biased variance,
 // as nn.LayerNorm); the statistics in double.
 template <typename T>
@@ -44,15 +76,8 @@ class LayerNormNode final : public NodeImpl<T> {
     T* xhat = EnsureSize(xhat_, x.size());
     T* inv = EnsureSize(inv_std_, x.batch);
     for (int n = 0; n < x.batch; ++n) {
-      const T* in = x.data + n * s;
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < s; ++i) mean += in[i];
-      mean /= static_cast<double>(s);
-      for (int64_t i = 0; i < s; ++i) var += (in[i] - mean) * (in[i] - mean);
-      var /= static_cast<double>(s);
-      inv[n] = static_cast<T>(1.0 / std::sqrt(var + eps_));
+      inv[n] = Standardize(x.data + n * s, s, eps_, xhat + n * s);
       for (int64_t i = 0; i < s; ++i) {
-        xhat[n * s + i] = static_cast<T>((in[i] - mean) * inv[n]);
         y[n * s + i] = xhat[n * s + i] * scale_[i] + (bias_ != nullptr ? bias_[i] : T(0));
       }
     }
@@ -74,20 +99,9 @@ class LayerNormNode final : public NodeImpl<T> {
       }
     }
     if (!need_input_grad[0]) return {TensorRef<T>{}};
-    // dx = inv / S * (S dxhat - sum(dxhat) - xhat sum(dxhat xhat)), dxhat = dy * scale.
     T* dx = EnsureSize(grad_input_, int64_t{batch_} * s);
     for (int n = 0; n < batch_; ++n) {
-      double sum = 0, dot = 0;
-      for (int64_t i = 0; i < s; ++i) {
-        const double d = static_cast<double>(dy[n * s + i]) * scale_[i];
-        sum += d;
-        dot += d * xhat[n * s + i];
-      }
-      const double k = inv_std_[n] / static_cast<double>(s);
-      for (int64_t i = 0; i < s; ++i) {
-        const double d = static_cast<double>(dy[n * s + i]) * scale_[i];
-        dx[n * s + i] = static_cast<T>(k * (s * d - sum - xhat[n * s + i] * dot));
-      }
+      StandardizeBackward(dy + n * s, xhat + n * s, inv_std_[n], scale_, 1, s, dx + n * s);
     }
     return {TensorRef<T>{dx, batch_, dims_}};
   }
@@ -196,16 +210,9 @@ class InstanceNormNode final : public NodeImpl<T> {
     T* xhat = EnsureSize(xhat_, x.size());
     T* inv = EnsureSize(inv_std_, planes);
     for (int64_t p = 0; p < planes; ++p) {
-      const T* in = x.data + p * plane;
       const int c = static_cast<int>(p % dims_.c);
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < plane; ++i) mean += in[i];
-      mean /= static_cast<double>(plane);
-      for (int64_t i = 0; i < plane; ++i) var += (in[i] - mean) * (in[i] - mean);
-      var /= static_cast<double>(plane);
-      inv[p] = static_cast<T>(1.0 / std::sqrt(var + eps_));
+      inv[p] = Standardize(x.data + p * plane, plane, eps_, xhat + p * plane);
       for (int64_t i = 0; i < plane; ++i) {
-        xhat[p * plane + i] = static_cast<T>((in[i] - mean) * inv[p]);
         y[p * plane + i] = xhat[p * plane + i] * scale_[c] + bias_[c];
       }
     }
@@ -231,21 +238,10 @@ class InstanceNormNode final : public NodeImpl<T> {
       }
     }
     if (!need_input_grad[0]) return {TensorRef<T>{}};
-    // Per plane: dx = inv / P * (P dxhat - sum(dxhat) - xhat sum(dxhat xhat)), dxhat = dy scale.
     T* dx = EnsureSize(grad_input_, planes * plane);
     for (int64_t p = 0; p < planes; ++p) {
-      const double g = scale_[p % dims_.c];
-      double sum = 0, dot = 0;
-      for (int64_t i = 0; i < plane; ++i) {
-        const double d = dy[p * plane + i] * g;
-        sum += d;
-        dot += d * xhat[p * plane + i];
-      }
-      const double k = inv_std_[p] / static_cast<double>(plane);
-      for (int64_t i = 0; i < plane; ++i) {
-        const double d = dy[p * plane + i] * g;
-        dx[p * plane + i] = static_cast<T>(k * (plane * d - sum - xhat[p * plane + i] * dot));
-      }
+      StandardizeBackward(dy + p * plane, xhat + p * plane, inv_std_[p], scale_ + p % dims_.c, 0,
+                          plane, dx + p * plane);
     }
     return {TensorRef<T>{dx, batch_, dims_}};
   }
