@@ -293,7 +293,12 @@ class GraphOperand {
   }
   // Where the values lie on the device (uploading the held ones once).
   absl::StatusOr<const float*> Values(DeviceContext& ctx) {
-    if (source_ != graph::OperandSource::kHeld) return values_;
+    if (source_ != graph::OperandSource::kHeld) {
+      if (values_ == nullptr) {
+        return absl::FailedPreconditionError("a parameter or buffer operand was not bound");
+      }
+      return values_;
+    }
     if (uploaded_ == nullptr) {
       DPTRAIN_ASSIGN_OR_RETURN(float* d, device_.Ensure(ctx, size_));
       DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, held_.data(), size_ * sizeof(float),
@@ -478,6 +483,9 @@ class InstanceNormTwin final : public GpuNode {
     if (source_ == graph::OperandSource::kHeld) {
       DPTRAIN_ASSIGN_OR_RETURN(scale_, held_.Values(ctx));
       bias_ = scale_ + dims_.c;
+    }
+    if (scale_ == nullptr || bias_ == nullptr) {
+      return absl::FailedPreconditionError("InstanceNormalization: scale and B were not bound");
     }
     const int64_t plane = int64_t{dims_.h} * dims_.w;
     DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, x.size()));

@@ -477,33 +477,46 @@ TEST_F(GpuTwinTest, SliceOfEachAxisAndChannelShuffle) {
 // channel mean and InstanceNormalization.
 TEST_F(GpuTwinTest, GraphOperandsPReluChannelMeanAndInstanceNorm) {
   using Ints = std::vector<int64_t>;
+  using Names = std::vector<std::string>;
   for (bool state : {false, true}) {
     for (bool fixed : {false, true}) {
       if (fixed && !state) continue;
       for (const Ints& shape : std::vector<Ints>{{}, {3, 1, 1}, {3, 2, 4}}) {
         SCOPED_TRACE(absl::StrCat("state ", state, " fixed ", fixed, " rank ", shape.size()));
-        graph::NamedConstant t = RandomConstant("t", shape, 21, 0.5, 1.0);
+        graph::NamedConstant t = RandomConstant("t", shape, 21, 0.5, 1.0);  // In [0.5, 1.5].
         t.state = state;
         t.fixed = fixed;
         Check(Chain({3, 2, 4}, {MakeNode("Mul", "m", {"t", "x"}, {"y"})}, {t}));
+        Check(Chain({3, 2, 4}, {MakeNode("Mul", "m", {"x", "t"}, {"y"})}, {t}));
+        Check(Chain({3, 2, 4}, {MakeNode("Div", "d", {"x", "t"}, {"y"})}, {t}));
       }
     }
   }
-  graph::NamedConstant slope = RandomConstant("slope", {3, 1, 1}, 22, 0.2, 0.25);
-  slope.state = true;
-  Check(Chain({3, 2, 4}, {MakeNode("PRelu", "p", {"x", "slope"}, {"y"})}, {slope}));
+  for (const Ints& shape : std::vector<Ints>{{1}, {3, 1, 1}}) {
+    for (bool state : {false, true}) {
+      graph::NamedConstant slope = RandomConstant("slope", shape, 22, 0.2, 0.25);
+      slope.state = state;
+      Check(Chain({3, 2, 4}, {MakeNode("PRelu", "p", {"x", "slope"}, {"y"})}, {slope}));
+    }
+  }
   // A layer norm over each pixel's channels: the channel mean and per-pixel broadcasts.
-  Check(Chain({4, 2, 3}, {MakeNode("ReduceMean", "mean", {"x"}, {"u"}, {{"axes", Ints{1}}}),
-                          MakeNode("Sub", "sub", {"x", "u"}, {"y"})}));
+  for (bool swapped : {false, true}) {
+    Check(Chain({4, 2, 3},
+                {MakeNode("ReduceMean", "mean", {"x"}, {"u"}, {{"axes", Ints{1}}}),
+                 MakeNode("Sub", "sub", swapped ? Names{"u", "x"} : Names{"x", "u"}, {"y"})}));
+  }
   graph::NamedConstant scale = RandomConstant("in.weight", {3}, 23, 0.5, 1.0);
   graph::NamedConstant bias = RandomConstant("in.bias", {3}, 24);
-  Check(Chain({3, 2, 4},
-              {MakeNode("InstanceNormalization", "in", {"x", "in.weight", "in.bias"}, {"y"})},
-              {scale, bias}));
+  auto instance_norm = [&] {
+    return Chain({3, 2, 4},
+                 {MakeNode("InstanceNormalization", "in", {"x", "in.weight", "in.bias"}, {"y"})},
+                 {scale, bias});
+  };
+  Check(instance_norm());  // Held constants.
   scale.state = bias.state = true;
-  Check(Chain({3, 2, 4},
-              {MakeNode("InstanceNormalization", "in", {"x", "in.weight", "in.bias"}, {"y"})},
-              {scale, bias}));
+  Check(instance_norm());  // Learned.
+  scale.fixed = bias.fixed = true;
+  Check(instance_norm());  // Buffers.
 }
 
 }  // namespace

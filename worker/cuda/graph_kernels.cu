@@ -177,7 +177,8 @@ __global__ void BinaryBackwardOtherKernel(int op, OperandLayout l, bool swapped,
       for (int64_t k = 0; k < inner; ++k) {
         const int64_t i = base + o * outer_stride + k * inner_stride;
         const float a = full[i];
-        sum += dy[i] * (swapped ? PartialA(op, b, a) : PartialB(op, a, b));
+        // Rounded as the CPU rounds (no fused multiply-add).
+        sum = __fadd_rn(sum, __fmul_rn(dy[i], swapped ? PartialA(op, b, a) : PartialB(op, a, b)));
       }
     }
     dother[j] = sum;
@@ -223,7 +224,7 @@ __global__ void InstanceNormForwardKernel(const float* x, const float* scale, co
     for (int64_t i = 0; i < plane; ++i) {
       const float h = static_cast<float>((in[i] - mean) * inv);
       xhat[q * plane + i] = h;
-      y[q * plane + i] = h * scale[c] + bias[c];
+      y[q * plane + i] = __fadd_rn(__fmul_rn(h, scale[c]), bias[c]);
     }
   }
 }
@@ -237,8 +238,8 @@ __global__ void InstanceNormParamGradKernel(const float* dy, const float* xhat, 
     for (int s = 0; s < batch; ++s) {
       const int64_t q = int64_t{s} * channels + c;
       for (int64_t i = 0; i < plane; ++i) {
-        gs += dy[q * plane + i] * xhat[q * plane + i];
-        gb += dy[q * plane + i];
+        gs = __fadd_rn(gs, __fmul_rn(dy[q * plane + i], xhat[q * plane + i]));
+        gb = __fadd_rn(gb, dy[q * plane + i]);
       }
     }
     scale_grad[c] = gs;
@@ -561,7 +562,14 @@ absl::Status InstanceNormBackward(const float* dy, const float* xhat, const floa
                                   float* dx, int batch, int channels, int64_t plane,
                                   cudaStream_t stream) {
   const int64_t planes = int64_t{batch} * channels;
-  if (planes <= 0) return absl::OkStatus();
+  if (planes <= 0) {  // No samples: the parameter gradients are zero (overwritten).
+    if (scale_grad == nullptr) return absl::OkStatus();
+    if (cudaMemsetAsync(scale_grad, 0, channels * sizeof(float), stream) != cudaSuccess ||
+        cudaMemsetAsync(bias_grad, 0, channels * sizeof(float), stream) != cudaSuccess) {
+      return absl::InternalError("InstanceNormBackward: cudaMemsetAsync failed");
+    }
+    return absl::OkStatus();
+  }
   if (scale_grad != nullptr) {
     InstanceNormParamGradKernel<<<Blocks(channels), kThreads, 0, stream>>>(
         dy, xhat, scale_grad, bias_grad, batch, channels, plane);
