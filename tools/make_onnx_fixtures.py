@@ -46,7 +46,8 @@ The models:
              batch size among them.
   scaled     Tensors of the model as operands of Add, Sub, Mul: a normalising buffer (which
              the test marks as one: the file cannot say), a constant tensor, a positional
-             embedding, a layer scale [C, 1, 1], a learned scalar, a bias added to a Linear.
+             embedding, a layer scale [C, 1, 1], a learned scalar, a bias added to a Linear;
+             and a squeeze-and-excitation gate of a Linear, x.unsqueeze(-1).unsqueeze(-1).
   convnext   A small ConvNeXt in torchvision's layout: channels-last regions (permute, layer
              norm written out over the last axis, Linear, GELU, Linear, permute back) that the
              importer moves channels-first, a learned layer scale, LayerNorm2d stem and head.
@@ -351,6 +352,7 @@ class Scaled(nn.Module):
         self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
         self.gamma = nn.Parameter(torch.rand(8, 1, 1) + 0.5)
         self.alpha = nn.Parameter(torch.tensor(0.3))
+        self.se = nn.Linear(8, 8)
         self.fc = nn.Linear(8, 10, bias=False)
         self.bias = nn.Parameter(torch.randn(10) * 0.1)
 
@@ -358,6 +360,9 @@ class Scaled(nn.Module):
         x = (x - self.mean) * torch.tensor([1.0, 2.0, 0.5]).view(3, 1, 1)
         h = torch.relu(self.conv1(x)) + self.pos
         h = h + self.alpha * (self.gamma * torch.relu(self.conv2(h)))
+        # A squeeze-and-excitation gate written with a Linear and unsqueeze.
+        g = torch.sigmoid(self.se(h.mean((2, 3)))).unsqueeze(-1).unsqueeze(-1)
+        h = h * g
         return self.fc(h.mean((2, 3))) + self.bias
 
 

@@ -904,7 +904,9 @@ GpuOpRegistry GpuOps() {
                          "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Residual"}) {
     r.Register(op, &MakeLayerTwin);
   }
-  for (const char* op : {"Identity", "Reshape", "Cast"}) r.Register(op, &MakeViewTwin);
+  for (const char* op : {"Identity", "Reshape", "Cast", "Squeeze", "Unsqueeze"}) {
+    r.Register(op, &MakeViewTwin);
+  }
   for (const char* op :
        {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip", "Elu", "Selu", "Softplus",
         "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Pow"}) {

@@ -202,7 +202,8 @@ TEST(OnnxModelTest, InitializersReadByArithmeticAreLearnedUnlessBuffers) {
   for (const nn::ParamInfo& p : (*model)->params()) params.insert(p.name);
   for (const nn::ParamInfo& b : (*model)->buffers()) buffers.insert(b.name);
   EXPECT_EQ(params, (std::set<std::string>{"pos", "conv1.weight", "conv1.bias", "conv2.weight",
-                                           "conv2.bias", "gamma", "alpha", "fc.weight", "bias"}));
+                                           "conv2.bias", "gamma", "alpha", "se.weight", "se.bias",
+                                           "fc.weight", "bias"}));
   EXPECT_EQ(buffers, (std::set<std::string>{"mean"}));
   options.buffers = {"nope"};
   EXPECT_EQ(LoadOnnxModel(OnnxPath("scaled"), options).status().message(),

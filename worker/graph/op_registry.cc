@@ -78,6 +78,8 @@ OpRegistry BuiltinOps() {
   // Shapes and element-wise ops of one input (shape_ops.h):
   add("Reshape", ReshapeOp());
   add("Identity", IdentityOp());
+  add("Squeeze", SqueezeOp());
+  add("Unsqueeze", UnsqueezeOp());
   add("Pad", PadOp());
   add("Dropout", DropoutOp());
   add("Tanh", TanhOp());

@@ -7,9 +7,9 @@
 //   Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Pow (constant exponent),
 //   BatchNormalization, LayerNormalization, InstanceNormalization, MaxPool, AveragePool,
 //   GlobalAveragePool,
-//   ReduceMean, Flatten, Reshape, Pad, Dropout, Identity, Cast, Softmax, LogSoftmax, Slice, Add,
-//   Sub, Mul, Div, PRelu, Concat; and Residual (not ONNX: the built-in resnet18's fused block) and
-//   ChannelShuffle (not ONNX: ShuffleNet's, fused by the importer).
+//   ReduceMean, Flatten, Reshape, Squeeze, Unsqueeze, Pad, Dropout, Identity, Cast, Softmax,
+//   LogSoftmax, Slice, Add, Sub, Mul, Div, PRelu, Concat; and Residual (not ONNX: the built-in
+//   resnet18's fused block) and ChannelShuffle (not ONNX: ShuffleNet's, fused by the importer).
 // Shape and the int64 arithmetic on it are no ops: the executor evaluates them when it is built
 // (shape_arithmetic.h).
 // A registry is a plain value: built once (e.g. in main), passed by const reference; it is

@@ -684,6 +684,43 @@ TEST_F(OpsTest, InstanceNormalizationAndPRelu) {
             "node 'p' (PRelu): the slope (input 1) must be a tensor of the model");
 }
 
+// Squeeze and Unsqueeze of computed values: views whose dims follow from the axes for every
+// rank the dims allow, or a refusal where ranks disagree.
+TEST_F(OpsTest, SqueezeAndUnsqueeze) {
+  auto dims_of = [&](nn::Dims in, const char* op, Ints axes) -> std::string {
+    std::vector<NamedConstant> constants;
+    std::vector<std::string> inputs = {"x"};
+    if (!axes.empty()) {
+      constants.push_back(IntConstant("axes", axes));
+      inputs.push_back("axes");
+    }
+    auto e = Executor<double>::Create(Chain(in, {MakeNode(op, "s", inputs, {"y"})}, constants),
+                                      registry_);
+    return e.ok() ? (*e)->output_dims().ToString() : std::string(e.status().message());
+  };
+  // x.squeeze(-1).squeeze(-1) of [N, C, 1, 1]; x.squeeze(); x.unsqueeze(-1) of [N, C].
+  EXPECT_EQ(dims_of({5, 1, 1}, "Squeeze", {-1}), "[5, 1, 1]");
+  EXPECT_EQ(dims_of({5, 1, 1}, "Squeeze", {2, 3}), "[5, 1, 1]");
+  EXPECT_EQ(dims_of({1, 4, 3}, "Squeeze", {}), "[4, 3, 1]");
+  EXPECT_EQ(dims_of({5, 1, 1}, "Unsqueeze", {-1}), "[5, 1, 1]");
+  EXPECT_EQ(dims_of({5, 1, 3}, "Squeeze", {2}), "[5, 3, 1]");
+  EXPECT_EQ(dims_of({5, 1, 3}, "Squeeze", {-2}), "[5, 3, 1]");  // Only rank 4 fits.
+  EXPECT_EQ(dims_of({5, 3, 1}, "Unsqueeze", {1}), "[1, 5, 3]");
+  EXPECT_EQ(dims_of({5, 1, 1}, "Unsqueeze", {-2}),
+            "node 's' (Unsqueeze): axes [-2] of [5, 1, 1] give different dims for different "
+            "ranks, which a computed value does not keep (positive axes name one)");
+  EXPECT_EQ(dims_of({5, 1, 1}, "Squeeze", {0}),
+            "node 's' (Squeeze): axes [0] do not fit [5, 1, 1] (the batch axis, a dimension not "
+            "of size 1, or more than 3 per-sample dims)");
+  EXPECT_EQ(dims_of({5, 4, 3}, "Squeeze", {2}),
+            "node 's' (Squeeze): axes [2] do not fit [5, 4, 3] (the batch axis, a dimension not "
+            "of size 1, or more than 3 per-sample dims)");
+  Check(Chain({3, 1, 4},
+              {MakeNode("Squeeze", "s", {"x", "axes"}, {"y"}),
+               MakeNode("Unsqueeze", "u", {"y", "axes"}, {"z"})},
+              {IntConstant("axes", {2})}));
+}
+
 }  // namespace
 }  // namespace graph
 }  // namespace dptrain

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,88 @@ struct Identity {
     return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, input));
   }
 };
+
+// The per-sample dims after Squeeze (remove size-1 axes) or Unsqueeze (insert them) of a value
+// of rank `rank` (2 to 4) whose per-sample dims are `in`; nullopt where the axes do not fit
+// (out of range, a squeezed axis not of size 1, more than 3 per-sample dims, the batch axis).
+std::optional<Dims> SqueezedDims(const Dims& in, int rank, std::vector<int64_t> axes,
+                                 bool squeeze) {
+  std::vector<int64_t> dims = {in.c, in.h, in.w};
+  dims.resize(rank - 1);
+  for (size_t i = rank - 1; i < 3; ++i) {
+    if ((i == 0 ? in.c : i == 1 ? in.h : in.w) != 1) return std::nullopt;  // Not this rank.
+  }
+  const int64_t out_rank =
+      squeeze ? rank - static_cast<int64_t>(axes.size()) : rank + static_cast<int64_t>(axes.size());
+  for (int64_t& a : axes) {
+    a = a < 0 ? a + (squeeze ? rank : out_rank) : a;
+    if (a < 1 || a >= (squeeze ? rank : out_rank)) return std::nullopt;
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) return std::nullopt;
+  if (squeeze) {
+    for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
+      if (dims[*it - 1] != 1) return std::nullopt;
+      dims.erase(dims.begin() + (*it - 1));
+    }
+  } else {
+    for (int64_t a : axes) dims.insert(dims.begin() + (a - 1), 1);
+  }
+  if (dims.size() > 3) return std::nullopt;
+  dims.resize(3, 1);
+  return Dims{static_cast<int>(dims[0]), static_cast<int>(dims[1]), static_cast<int>(dims[2])};
+}
+
+// Squeeze and Unsqueeze of a computed value: a view with other dims. The per-sample dims keep
+// no rank, so each rank (2 to 4) the dims allow is tried: the axes must give the same dims for
+// all that fit (negative axes count from an end the dims do not know).
+template <typename T, bool kSqueeze>
+struct SqueezeFactory {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, SoleRuntimeInput(ctx));
+    std::vector<int64_t> axes;
+    if (ctx.input(1) != nullptr) {
+      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t, ctx.ConstantInput(1, Tensor::Type::kInt64, false));
+      axes = t->ints;
+    } else {
+      DPTRAIN_ASSIGN_OR_RETURN(axes, IntsAttribute(ctx.node, "axes", {}));
+    }
+    std::optional<Dims> output;
+    if (kSqueeze && axes.empty()) {  // Every size-1 axis: the rank does not matter.
+      std::vector<int> dims;
+      for (int d : {input.c, input.h, input.w}) {
+        if (d != 1) dims.push_back(d);
+      }
+      dims.resize(3, 1);
+      output = Dims{dims[0], dims[1], dims[2]};
+    } else if (axes.empty()) {
+      return ctx.Error("Unsqueeze without axes");
+    } else {
+      for (int rank = 2; rank <= 4; ++rank) {
+        const std::optional<Dims> d = SqueezedDims(input, rank, axes, kSqueeze);
+        if (!d.has_value()) continue;
+        if (output.has_value() && *output != *d) {
+          return ctx.Error(absl::StrCat(
+              "axes ", ShapeText(axes), " of ", input.ToString(),
+              " give different dims for different ranks, which a computed value does not keep "
+              "(positive axes name one)"));
+        }
+        output = d;
+      }
+    }
+    if (!output.has_value()) {
+      return ctx.Error(absl::StrCat("axes ", ShapeText(axes), " do not fit ", input.ToString(),
+                                    " (the batch axis, a dimension not of size 1, or more than 3 "
+                                    "per-sample dims)"));
+    }
+    return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, *output));
+  }
+};
+template <typename T>
+using Squeeze = SqueezeFactory<T, true>;
+template <typename T>
+using Unsqueeze = SqueezeFactory<T, false>;
 
 // The per-sample dims of Reshape(input, shape), or an error (see shape_ops.h).
 absl::StatusOr<Dims> ReshapeDims(const NodeContext& ctx, const Dims& input,
@@ -759,6 +842,8 @@ struct Pow {
 
 OpFactory ReshapeOp() { return MakeOpFactory<Reshape>(); }
 OpFactory IdentityOp() { return MakeOpFactory<Identity>(); }
+OpFactory SqueezeOp() { return MakeOpFactory<Squeeze>(); }
+OpFactory UnsqueezeOp() { return MakeOpFactory<Unsqueeze>(); }
 OpFactory PadOp() { return MakeOpFactory<Pad>(); }
 OpFactory DropoutOp() { return MakeOpFactory<Dropout>(); }
 OpFactory TanhOp() { return MakeOpFactory<Tanh>(); }

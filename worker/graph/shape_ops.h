@@ -6,6 +6,11 @@
 //             input's dimension and one -1 = inferred, holds the per-sample dims (1 to 3 of
 //             them). No copy: the output aliases the input.
 //   Identity  The input itself.
+//   Squeeze, Unsqueeze  of a computed value (constant axes: the input or, before opset 13,
+//             the attribute), never the batch axis: a view with other dims. A value's rank is not
+//             kept, so axes that give different dims for the ranks its dims allow (a negative
+//             axis of [C, 1, W]) are refused; x.squeeze(-1) of [N, C, 1, 1] or
+//             x.unsqueeze(-1) of [N, C] are not ambiguous.
 //   Pad       mode "constant" with value 0 over H and W only (4-D pads from a constant input or,
 //             before opset 11, the attribute), non-negative.
 //   Dropout   In training, zeroes each element with probability `ratio` and scales the rest
@@ -31,6 +36,8 @@ namespace graph {
 
 OpFactory ReshapeOp();
 OpFactory IdentityOp();
+OpFactory SqueezeOp();
+OpFactory UnsqueezeOp();
 OpFactory PadOp();
 OpFactory DropoutOp();
 OpFactory TanhOp();
