@@ -215,7 +215,9 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     state.output = static_cast<int>(e->value_dims_.size());
     ids[node.outputs[0]] = state.output;
     e->value_dims_.push_back(state.impl->output_dims());
-    e->value_producer_.push_back(static_cast<int>(n));
+    // The producer's position among the built nodes (Backward compares it with theirs), not
+    // in the graph, whose Shape and shape-arithmetic nodes were evaluated away.
+    e->value_producer_.push_back(static_cast<int>(e->nodes_.size()));
     e->value_consumers_.push_back(0);
     for (size_t o = 1; o < node.outputs.size(); ++o) {
       if (!node.outputs[o].empty()) {

@@ -411,6 +411,47 @@ TEST(GraphRewritesTest, SinksChannelsLastRegions) {
   EXPECT_EQ(leaking.nodes[1].op, "Transpose");
 }
 
+// Nodes evaluated away (a Shape) ahead of two branches whose gradients pass through the shared
+// buffer pair: Backward must know which built node runs next, not which graph node.
+TEST(ShapeArithmeticTest, BranchesAfterAnEvaluatedShapeGetTheirGradients) {
+  for (int shapes = 1; shapes <= 2; ++shapes) {
+    SCOPED_TRACE(shapes);
+    std::vector<Node> nodes;
+    for (int k = 0; k < shapes; ++k) {
+      nodes.push_back(MakeNode("Shape", absl::StrCat("shape", k), {"x"}, {absl::StrCat("s", k)}));
+    }
+    for (Node n :
+         {MakeNode("Conv", "conv1", {"x", "w1"}, {"a"}, {{"pads", Ints{1, 1, 1, 1}}}),
+          MakeNode("Relu", "relu1", {"a"}, {"r1"}), MakeNode("Relu", "relu2", {"x"}, {"b"}),
+          MakeNode("Conv", "conv2", {"r1", "w2"}, {"c"}, {{"pads", Ints{1, 1, 1, 1}}}),
+          MakeNode("Add", "add", {"c", "b"}, {"y"})}) {
+      nodes.push_back(std::move(n));
+    }
+    const Graph g = MakeGraph(
+        {2, 4, 4}, std::move(nodes),
+        {RandomConstant("w1", {2, 2, 3, 3}, 1), RandomConstant("w2", {2, 2, 3, 3}, 2)}, "y");
+    CheckGraphGradients(g, BuiltinOps());
+  }
+}
+
+// Malformed shape arithmetic in a file: one error naming the node, no read past a vector.
+TEST(GraphRewritesTest, MalformedShapeArithmeticIsRefused) {
+  auto fold = [](Node node, std::vector<NamedConstant> constants) {
+    Graph g = MakeGraph({3, 1, 1}, {std::move(node), MakeNode("Relu", "r", {"x"}, {"y"})},
+                        std::move(constants), "y");
+    return std::string(FoldShapeConstants(g).message());
+  };
+  Tensor empty;
+  empty.type = Tensor::Type::kInt64;
+  empty.shape = {0};
+  EXPECT_EQ(
+      fold(MakeNode("Add", "add", {"e", "one"}, {"z"}), {{"e", empty}, {"one", IntScalar(1)}}),
+      "node 'add' (Add): an empty operand");
+  EXPECT_EQ(fold(MakeNode("Unsqueeze", "u", {"one", "axes"}, {"z"}),
+                 {{"one", IntScalar(1)}, IntConstant("axes", {1, 1})}),
+            "node 'u' (Unsqueeze): an axis given twice");
+}
+
 }  // namespace
 }  // namespace graph
 }  // namespace dptrain

@@ -372,11 +372,22 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
 }
 
 absl::Status MarkBuffers(Graph& graph, const std::vector<std::string>& names) {
+  // The ops that read a tensor of the model as a plain operand (learned unless a buffer); a
+  // layer's weight (Conv, Gemm, BatchNormalization, ...) is its parameter whatever the flag.
+  static const std::set<std::string> kPlainReaders = {
+      "Add", "Sub",  "Mul", "Div",    "PRelu", "InstanceNormalization",
+      "Pow", "Clip", "Pad", "Dropout"};
+  std::set<std::string> read;
+  for (const Node& node : graph.nodes) {
+    if (kPlainReaders.count(node.op) == 0) continue;
+    for (const std::string& input : node.inputs) read.insert(input);
+  }
+  std::vector<NamedConstant*> marked;
   for (const std::string& name : names) {
     bool found = false;
     for (NamedConstant& c : graph.constants) {
       if (c.name != name || !c.state) continue;
-      c.fixed = true;
+      marked.push_back(&c);
       found = true;
     }
     if (!found) {
@@ -384,7 +395,14 @@ absl::Status MarkBuffers(Graph& graph, const std::vector<std::string>& names) {
                                   "' is not an initializer of the model (a tensor "
                                   "of its state_dict), so it cannot be marked as a buffer"));
     }
+    if (read.count(name) == 0) {
+      return Invalid(absl::StrCat("'", name,
+                                  "' is read by no Add, Sub, Mul, Div, PRelu or "
+                                  "InstanceNormalization (a layer's weight is its parameter): "
+                                  "marking it as a buffer would change nothing"));
+    }
   }
+  for (NamedConstant* c : marked) c->fixed = true;  // All valid: nothing half done.
   return absl::OkStatus();
 }
 

@@ -191,6 +191,9 @@ TEST(OnnxModelTest, InitializersReadByArithmeticAreLearnedUnlessBuffers) {
   EXPECT_EQ(LearnedOperands(*graph), (std::vector<std::string>{"pos", "gamma", "alpha", "mean"}));
   ASSERT_TRUE(MarkBuffers(*graph, {"mean"}).ok());
   EXPECT_EQ(LearnedOperands(*graph), (std::vector<std::string>{"pos", "gamma", "alpha"}));
+  EXPECT_EQ(MarkBuffers(*graph, {"conv1.weight"}).message(),
+            "'conv1.weight' is read by no Add, Sub, Mul, Div, PRelu or InstanceNormalization (a "
+            "layer's weight is its parameter): marking it as a buffer would change nothing");
   EXPECT_EQ(MarkBuffers(*graph, {"nope"}).message(),
             "'nope' is not an initializer of the model (a tensor of its state_dict), so it "
             "cannot be marked as a buffer");

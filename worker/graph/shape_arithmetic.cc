@@ -43,6 +43,7 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
     return NodeError(node, absl::StrCat("folding of ", a.ToString(), " and ", b.ToString(),
                                         " unsupported (one shape, or a scalar)"));
   }
+  if (na == 0 || nb == 0) return NodeError(node, "an empty operand");
   Tensor out;
   out.type = Tensor::Type::kInt64;
   out.shape = na >= nb ? a.shape : b.shape;
@@ -119,6 +120,9 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
       normal.push_back(n);
     }
     std::sort(normal.begin(), normal.end());
+    if (std::adjacent_find(normal.begin(), normal.end()) != normal.end()) {
+      return NodeError(node, "an axis given twice");
+    }
     Tensor out = x;
     for (int64_t a : normal) out.shape.insert(out.shape.begin() + a, 1);
     return out;

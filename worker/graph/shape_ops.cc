@@ -827,6 +827,8 @@ struct Pow {
       return ctx.Error("the exponent must be a constant (x ** 3 as PyTorch exports it)");
     }
     DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(1, "exponent"));
+    // Through ConstantInput: an int64 exponent may not be the batch size (kBatchSize).
+    DPTRAIN_RETURN_IF_ERROR(ctx.ConstantInput(1, e->constant->type, false).status());
     const Tensor& t = *e->constant;
     const size_t n = t.type == Tensor::Type::kFloat ? t.floats.size() : t.ints.size();
     if (n != 1) return ctx.Error("the exponent is not a scalar");
