@@ -603,6 +603,8 @@ TEST_F(OpsTest, ChannelShuffle) {
   // x.view(n, 2, 3, 1, 1).transpose(1, 2).reshape(n, 6, 1, 1) of channels 0..5: 0 3 1 4 2 5.
   EXPECT_EQ(ForwardOfIota(Shuffle({6, 1, 1}, {1, 2, 3, 1, 1}, {1, 6, 1, 1}), registry_, 1),
             (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  EXPECT_TRUE(absl::StrContains(BuildError(Shuffle({6, 2, 2}, {1, 2, 3, 2, 2}, {-1, -1, 2, 2})),
+                                "unsupported (expected [n, g, c / g, h, w] and [n, c, h, w])"));
   EXPECT_EQ(BuildError(Shuffle({6, 2, 2}, {1, 4, 1, 2, 2}, {1, 6, 2, 2})),
             "node 'shuffle' (ChannelShuffle): a channel shuffle reshaping [6, 2, 2] to [1, 4, 1, "
             "2, 2] and back to [1, 6, 2, 2] unsupported (expected [n, g, c / g, h, w] and [n, c, "

@@ -223,7 +223,8 @@ struct ChannelShuffle {
     const bool split_fits = groups > 0 && in.c % groups == 0 && split[2] == in.c / groups &&
                             split[3] == in.h && split[4] == in.w;
     const bool merged_fits = merged.size() == 4 && (merged[1] == in.c || merged[1] == -1) &&
-                             merged[2] == in.h && merged[3] == in.w;
+                             !(merged[0] == -1 && merged[1] == -1) && merged[2] == in.h &&
+                             merged[3] == in.w;
     if (!split_fits || !merged_fits) {
       return ctx.Error(absl::StrCat(
           "a channel shuffle reshaping ", in.ToString(), " to ", ShapeText(split), " and back to ",
