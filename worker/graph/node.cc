@@ -62,6 +62,17 @@ absl::StatusOr<const Tensor*> NodeContext::TargetShapeInput(size_t index) const 
   return in->constant;
 }
 
+absl::StatusOr<Dims> NodeContext::SoleRuntimeInput() const {
+  DPTRAIN_ASSIGN_OR_RETURN(const Dims input, RuntimeInput(0));
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    if (inputs[i].is_runtime()) {
+      return Error(absl::StrCat("input ", i, " ('", inputs[i].name,
+                                "') must be a constant, not a computed value"));
+    }
+  }
+  return input;
+}
+
 absl::StatusOr<const Tensor*> NodeContext::ConstantInput(size_t index, Tensor::Type type,
                                                          bool optional) const {
   const NodeInput* in = input(index);

@@ -85,6 +85,8 @@ struct NodeContext {
   absl::Status Error(absl::string_view what) const;
   // The runtime input at `index`, or an error saying it must be one.
   absl::StatusOr<Dims> RuntimeInput(size_t index) const;
+  // The runtime input 0 of a node whose other inputs (if any) must be constants.
+  absl::StatusOr<Dims> SoleRuntimeInput() const;
   // The constant input at `index` of `type`, or an error saying it must be one (null: absent and
   // `optional`).
   // An int64 constant holding the batch size (kBatchSize) is refused.

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "worker/graph/elementwise_ops.h"
 #include "worker/graph/layer_ops.h"
 #include "worker/graph/multi_input_ops.h"
 #include "worker/graph/norm_ops.h"

@@ -1,5 +1,6 @@
-// Ops of one runtime input that are not worker/nn layers (ONNX semantics, restricted as said;
-// anything else is refused by the factory with a one-line error naming the node):
+// Ops of one runtime input that are not worker/nn layers and not element-wise functions
+// (elementwise_ops.h) (ONNX semantics, restricted as said; anything else is refused by the
+// factory with a one-line error naming the node):
 //   Reshape   The target shape (an int64 constant) must keep the batch as its first dimension:
 //             its first entry is taken as the batch whatever its value (PyTorch's tracer writes
 //             the export batch there for x.view(x.size(0), -1)); the rest, with 0 = copy the
@@ -20,10 +21,6 @@
 //             against PyTorch must turn dropout off on both sides (GraphModelOptions::dropout).
 //             In evaluation, and for ratio 0, the identity. The executor's mode decides; the
 //             file's training_mode input is not read.
-//   Tanh      tanh(x).
-//   LeakyRelu, Clip, Erf, HardSigmoid, HardSwish, Elu, Selu, Softplus, Softsign   as ONNX
-//             defines them (Clip's bounds from constant inputs or the opset-6 attributes; the
-//             gradient is 0 where clipped; Softplus is x past 20, as PyTorch computes it).
 //   Cast      to float only: the identity.
 //   Softmax, LogSoftmax   over the channels (axis 1, or -1 of a [N, C] value).
 #ifndef DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
@@ -40,25 +37,6 @@ OpFactory SqueezeOp();
 OpFactory UnsqueezeOp();
 OpFactory PadOp();
 OpFactory DropoutOp();
-OpFactory TanhOp();
-OpFactory LeakyReluOp();  // alpha (default 0.01).
-OpFactory ClipOp();       // Bounds from constant inputs 1, 2 or the min/max attributes.
-OpFactory ErfOp();
-OpFactory HardSigmoidOp();  // alpha (0.2), beta (0.5).
-OpFactory HardSwishOp();
-OpFactory EluOp();       // alpha (1).
-OpFactory SeluOp();      // alpha, gamma (ONNX's defaults).
-OpFactory SoftplusOp();  // log(1 + exp(x)); x past 20, as PyTorch's threshold.
-OpFactory SoftsignOp();
-// Exp, Log, Sqrt, Neg, Abs, Reciprocal: element-wise, as PyTorch (log, sqrt and 1/x of values
-// outside their domain give NaN or infinity, as there). Pow(x, e): e a constant scalar.
-OpFactory ExpOp();
-OpFactory LogOp();
-OpFactory SqrtOp();
-OpFactory NegOp();
-OpFactory AbsOp();
-OpFactory ReciprocalOp();
-OpFactory PowOp();
 OpFactory CastOp();
 OpFactory SoftmaxOp();
 OpFactory LogSoftmaxOp();

@@ -97,13 +97,7 @@ template <typename T>
 struct Slice {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"starts", "ends", "axes"}));
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims in, ctx.RuntimeInput(0));
-    for (size_t i = 1; i < ctx.inputs.size(); ++i) {
-      if (ctx.inputs[i].is_runtime()) {
-        return ctx.Error(absl::StrCat("input ", i, " ('", ctx.inputs[i].name,
-                                      "') must be a constant, not a computed value"));
-      }
-    }
+    DPTRAIN_ASSIGN_OR_RETURN(const Dims in, ctx.SoleRuntimeInput());
     DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> starts,
                              IntsInputOrAttribute(ctx, 1, "starts", false));
     DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> ends,
