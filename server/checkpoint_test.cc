@@ -379,20 +379,73 @@ TEST(ShardCheckpointTest, RollbackGoesBackAndAbortsWaiters) {
                  .status();
   });
   while ((*shard)->GetInfo().pushes < 2 * 3 * 3 + 3) absl::SleepFor(absl::Milliseconds(1));
-  auto back = (*shard)->Rollback("job", 0, 2);
+  auto back = (*shard)->Rollback("job", 0, 2, 1);
   ASSERT_TRUE(back.ok()) << back.status();
   t.join();
   EXPECT_EQ(waiter.code(), StatusCode::kAborted) << waiter;
   EXPECT_EQ((*shard)->GetInfo().version, 2);
   EXPECT_EQ((*shard)->GetInfo().rollbacks, 1);
-  // Again at the same step: nothing changes. Replaying step 2 gives the same weights.
-  EXPECT_TRUE((*shard)->Rollback("job", 1, 2).ok());
+  EXPECT_EQ((*shard)->GetInfo().incarnation, 1);
+  EXPECT_EQ((*shard)->GetInfo().incarnation_step, 2);
+  // Rank 1 joins the same incarnation: nothing changes. Replaying step 2 gives the same weights.
+  EXPECT_TRUE((*shard)->Rollback("job", 1, 2, 1).ok());
   EXPECT_EQ((*shard)->GetInfo().rollbacks, 1);
   auto replayed = Train(**shard, 2, 1, *w2);
   ASSERT_TRUE(replayed.ok()) << replayed.status();
   EXPECT_EQ(*replayed, *w3);
   // A step without a checkpoint.
-  EXPECT_EQ((*shard)->Rollback("job", 0, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*shard)->Rollback("job", 0, 1, 2).status().code(), StatusCode::kNotFound);
+}
+
+// Two ranks that each find a shard behind must not each send the other's progress back:
+// the first Rollback of an incarnation goes back, the second only lets its rank in, and a
+// rank on the old side of it can neither push nor open it again.
+TEST(ShardCheckpointTest, AnIncarnationGoesBackOnceAndLetsEachRankIn) {
+  auto shard = ParameterShard::Create(Options(TempDir("incarnation")));
+  ASSERT_TRUE(shard.ok());
+  ParameterShard& s = **shard;
+  std::vector<std::string> storage;
+  ASSERT_TRUE(s.Init("job", 0, Model(), Views(kInitial, storage)).ok());
+  auto w2 = Train(s, 0, 2, kInitial);
+  ASSERT_TRUE(w2.ok());
+  auto push = [&](int rank, int64_t step, absl::Duration wait) {
+    std::vector<std::string> g;
+    return s
+        .PushPull("job", rank, step, Views(Gradient(step, rank, *w2), g), absl::Now() + wait,
+                  [](const ChunkSpec&, auto) {})
+        .status();
+  };
+  // Rank 1 pushes step 2 and waits; rank 0 opens incarnation 1 at step 2, where every chunk
+  // is: the weights stay, rank 1's push is dropped and its wait ends Aborted.
+  absl::Status waiter;
+  std::thread t([&] { waiter = push(1, 2, absl::Seconds(10)); });
+  while (s.GetInfo().rank_steps[1] != 2) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(s.Rollback("job", 0, 2, 1).ok());
+  t.join();
+  EXPECT_EQ(waiter.code(), StatusCode::kAborted) << waiter;
+  EXPECT_EQ(s.GetInfo().rollbacks, 0) << "at the step already: nothing loaded";
+  // Rank 1 is still in incarnation 0: its pushes do not count until it joins.
+  absl::Status stale = push(1, 2, absl::Seconds(10));
+  EXPECT_EQ(stale.code(), StatusCode::kAborted) << stale;
+  EXPECT_TRUE(absl::StrContains(stale.message(), "rank 1 is still in incarnation 0")) << stale;
+  // Neither an older incarnation nor the same one from another step opens it again.
+  EXPECT_EQ(s.Rollback("job", 1, 2, 0).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(s.Rollback("job", 1, 0, 1).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(s.GetInfo().incarnation_step, 2);
+  // Rank 0 pushes step 2 in incarnation 1; rank 1 joins, which keeps that push.
+  absl::Status first;
+  std::thread t0([&] { first = push(0, 2, absl::Seconds(10)); });
+  while (s.GetInfo().rank_steps[0] != 2) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(s.Rollback("job", 1, 2, 1).ok());
+  ASSERT_TRUE(push(1, 2, absl::Seconds(10)).ok());
+  t0.join();
+  ASSERT_TRUE(first.ok()) << first;
+  EXPECT_EQ(s.GetInfo().version, 3);
+  // A shard at incarnation 1 (from step 2) is sent back to incarnation 2 from step 2: the
+  // checkpoint of step 2 is loaded.
+  ASSERT_TRUE(s.Rollback("job", 0, 2, 2).ok());
+  EXPECT_EQ(s.GetInfo().version, 2);
+  EXPECT_EQ(s.GetInfo().rollbacks, 1);
 }
 
 TEST(ShardCheckpointTest, RollbackNeedsBspAndACheckpointDirectory) {
@@ -401,7 +454,7 @@ TEST(ShardCheckpointTest, RollbackNeedsBspAndACheckpointDirectory) {
   ASSERT_TRUE(plain.ok());
   ASSERT_TRUE((*plain)->Init("job", 0, Model(), Views(kInitial, storage)).ok());
   ASSERT_TRUE(Train(**plain, 0, 1, kInitial).ok());
-  EXPECT_EQ((*plain)->Rollback("job", 0, 0).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*plain)->Rollback("job", 0, 0, 1).status().code(), StatusCode::kFailedPrecondition);
   ParameterShardOptions o = Options(TempDir("ssp"));
   o.policy = SyncPolicy::kAsync;
   auto async = ParameterShard::Create(o);
@@ -412,7 +465,7 @@ TEST(ShardCheckpointTest, RollbackNeedsBspAndACheckpointDirectory) {
   auto pushed = (*async)->PushPull("job", 0, 0, Views(Gradient(0, 0, kInitial), g_storage),
                                    absl::Now() + absl::Seconds(10), [](const ChunkSpec&, auto) {});
   ASSERT_TRUE(pushed.ok()) << pushed.status();
-  EXPECT_EQ((*async)->Rollback("job", 0, 0).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*async)->Rollback("job", 0, 0, 1).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(ShardCheckpointTest, EveryRanksBatchNormStatisticsTravelWithTheCheckpoint) {
@@ -459,7 +512,7 @@ TEST(ShardCheckpointTest, EveryRanksBatchNormStatisticsTravelWithTheCheckpoint) 
   EXPECT_EQ(s.Buffers("job", 0, 4).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(s.Buffers("job", 0, 2).status().code(), StatusCode::kNotFound);
   // ...and going back to step 2 brings its statistics back from the file.
-  ASSERT_TRUE(s.Rollback("job", 1, 2).ok());
+  ASSERT_TRUE(s.Rollback("job", 1, 2, 1).ok());
   auto held1 = s.Buffers("job", 1, 2);
   ASSERT_TRUE(held1.ok()) << held1.status();
   EXPECT_EQ(*held1, rank1);

@@ -78,7 +78,8 @@ ParameterShard::ParameterShard(const ParameterShardOptions& options,
                     options.limits.max_model_bytes / static_cast<int64_t>(sizeof(float))),
       observer_(options.observer != nullptr ? options.observer : &no_observer_),
       rank_steps_(options.num_workers, -1),
-      rank_seen_(options.num_workers, absl::InfinitePast()) {
+      rank_seen_(options.num_workers, absl::InfinitePast()),
+      rank_incarnation_(options.num_workers, 0) {
   PolicyContext context;
   context.shard = options.shard;
   context.num_workers = options.num_workers;
@@ -116,6 +117,14 @@ absl::Status ParameterShard::CheckReady() const {
         absl::StrCat("shard ", options_.shard, " has no weights yet: rank 0 must Init first"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ParameterShard::CheckIncarnation(int rank) const {
+  if (rank_incarnation_[rank] == incarnation_) return absl::OkStatus();
+  return absl::AbortedError(
+      absl::StrCat("shard ", options_.shard, " went back to step ", incarnation_step_,
+                   " (incarnation ", incarnation_, " of the job) and rank ", rank,
+                   " is still in incarnation ", rank_incarnation_[rank], "; rewind to it"));
 }
 
 absl::Status ParameterShard::RestoreLocked(const ShardCheckpoint& checkpoint) {
@@ -171,6 +180,8 @@ absl::StatusOr<int64_t> ParameterShard::Pull(absl::string_view job_id, int rank,
   if (auto s = store_.CheckModel(model); !s.ok()) return s;
   policy_->Rejoin(rank);
   rank_seen_[rank] = absl::Now();
+  // A rank that pulls the whole model (at its start, or as it rewinds) resumes from it.
+  rank_incarnation_[rank] = incarnation_;
   store_.Emit(sink);
   return store_.MinVersion();
 }
@@ -184,6 +195,7 @@ absl::StatusOr<int64_t> ParameterShard::PushPull(absl::string_view job_id, int r
     absl::MutexLock lock(&mu_);
     if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
     if (auto s = CheckReady(); !s.ok()) return s;
+    if (auto s = CheckIncarnation(rank); !s.ok()) return s;
     if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
     std::vector<int> order;
     if (auto s = store_.MatchChunks(chunks, order); !s.ok()) return s;
@@ -231,6 +243,7 @@ absl::StatusOr<int> ParameterShard::PushChunk(absl::string_view job_id, int rank
     absl::MutexLock lock(&mu_);
     if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
     if (auto s = CheckReady(); !s.ok()) return s;
+    if (auto s = CheckIncarnation(rank); !s.ok()) return s;
     if (step < 0) return absl::OutOfRangeError(absl::StrCat("step ", step, " is negative"));
     auto found = store_.SlotOf(chunk);
     if (!found.ok()) return found.status();
@@ -344,7 +357,8 @@ void ParameterShard::WriteCheckpoint(std::optional<ShardCheckpoint> checkpoint) 
   checkpoint_info_.checkpoint_bytes = bytes;
 }
 
-absl::StatusOr<int64_t> ParameterShard::Rollback(absl::string_view job_id, int rank, int64_t step) {
+absl::StatusOr<int64_t> ParameterShard::Rollback(absl::string_view job_id, int rank, int64_t step,
+                                                 int64_t incarnation) {
   absl::MutexLock lock(&mu_);
   if (auto s = CheckCaller(job_id, rank); !s.ok()) return s;
   if (auto s = CheckReady(); !s.ok()) return s;
@@ -352,26 +366,42 @@ absl::StatusOr<int64_t> ParameterShard::Rollback(absl::string_view job_id, int r
   for (int slot = 0; slot < store_.num_chunks(); ++slot) {
     at_step = at_step && store_.chunk(slot).version == step;
   }
-  if (at_step) return step;
   if (options_.policy != SyncPolicy::kBsp) {
+    if (at_step) return step;
     return absl::FailedPreconditionError(
         absl::StrCat("shard ", options_.shard, " runs ", SyncPolicyName(options_.policy),
                      ": only BSP shards go back to a step"));
   }
-  if (!checkpoints_.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", options_.shard, " is at step ", store_.MinVersion(),
-        " and has no --checkpoint_dir to go back to step ", step));
+  if (incarnation < incarnation_ || (incarnation == incarnation_ && step != incarnation_step_)) {
+    return absl::AbortedError(absl::StrCat(
+        "shard ", options_.shard, " is in incarnation ", incarnation_, " of the job (from step ",
+        incarnation_step_, "), not in incarnation ", incarnation, " from step ", step));
   }
-  auto checkpoint = checkpoints_->Load(step);
-  if (!checkpoint.ok()) return checkpoint.status();
-  if (auto s = RestoreLocked(*checkpoint); !s.ok()) return s;
+  if (incarnation == incarnation_) {  // Another rank went back first: this one joins.
+    rank_incarnation_[rank] = incarnation;
+    return step;
+  }
+  if (at_step) {
+    policy_->Reset(/*restored=*/true);  // The weights stay; the pushes held are dropped.
+  } else {
+    if (!checkpoints_.has_value()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", options_.shard, " is at step ", store_.MinVersion(),
+                       " and has no --checkpoint_dir to go back to step ", step));
+    }
+    auto checkpoint = checkpoints_->Load(step);
+    if (!checkpoint.ok()) return checkpoint.status();
+    if (auto s = RestoreLocked(*checkpoint); !s.ok()) return s;
+    ++checkpoint_info_.rollbacks;
+    last_snapshot_step_ = step;
+    options_.log(absl::StrCat("ps shard ", options_.shard, ": went back to the checkpoint of step ",
+                              step, " (asked by rank ", rank, ", incarnation ", incarnation, ")"));
+  }
   ++generation_;
-  ++checkpoint_info_.rollbacks;
   first_push_.clear();
-  last_snapshot_step_ = step;
-  options_.log(absl::StrCat("ps shard ", options_.shard, ": went back to the checkpoint of step ",
-                            step, " (asked by rank ", rank, ")"));
+  incarnation_ = incarnation;
+  incarnation_step_ = step;
+  rank_incarnation_[rank] = incarnation;
   return step;
 }
 
@@ -433,6 +463,8 @@ ParameterShard::Info ParameterShard::GetInfo() const {
   info.nonfinite_pushes = stats_.nonfinite_pushes;
   info.rank_steps = rank_steps_;
   info.rank_seen = rank_seen_;
+  info.incarnation = incarnation_;
+  info.incarnation_step = incarnation_step_;
   info.learning_rate = RateAt(info.version);
   return info;
 }

@@ -34,7 +34,12 @@
 // (checkpoint.h). Create restores the newest valid checkpoint of the directory, so a
 // restarted shard resumes at that step. Rollback(step) goes back to the checkpoint of
 // `step` (BSP): the way workers bring every shard back to the step a restarted shard
-// resumed at; calls waiting on the shard then end with Aborted. With checkpoints under BSP,
+// resumed at; calls waiting on the shard then end with Aborted. Each going back opens a
+// numbered incarnation of the job; the first Rollback of it goes back, the other ranks'
+// Rollbacks of the same incarnation only let them in, and a rank's pushes count only once it
+// is in the shard's incarnation (Aborted otherwise), so that a rank still on the old side of
+// a going back can neither complete a step of the new one nor make it go back again (two
+// ranks each sending the shards back under the other would never end). With checkpoints under BSP,
 // workers hand in their batch-norm running statistics of each checkpoint step (KeepBuffers,
 // rank_buffers.h); the checkpoint holds them and Buffers gives each rank its own back.
 //
@@ -148,11 +153,15 @@ class ParameterShard {
   // How many chunks this shard owns (0 before Init).
   int num_chunks() const;
 
-  // Goes back to the checkpoint of `step` (BSP only) unless every chunk is at `step`
-  // already; waiting calls end with Aborted. Returns `step`. FailedPrecondition without a
-  // checkpoint directory or under SSP/async; NotFound (naming the steps there are) without a
-  // checkpoint of that step.
-  absl::StatusOr<int64_t> Rollback(absl::string_view job_id, int rank, int64_t step);
+  // Puts rank in `incarnation` of the job, which begins at `step` (BSP only). The first
+  // Rollback of an incarnation newer than the shard's goes back to the checkpoint of `step`
+  // (unless every chunk is at `step` already: then only the pushes held are dropped) and
+  // waiting calls end with Aborted; a later one of the same incarnation and step changes
+  // nothing but rank's incarnation. Returns `step`. Aborted for an older incarnation or the
+  // same one begun at another step; FailedPrecondition without a checkpoint directory or
+  // under SSP/async; NotFound (naming the steps there are) without a checkpoint of that step.
+  absl::StatusOr<int64_t> Rollback(absl::string_view job_id, int rank, int64_t step,
+                                   int64_t incarnation);
 
   // Keeps rank's batch-norm running statistics as they are before it computes `step`, for
   // the checkpoint of `step`: the next checkpoint step, at most one ahead of the shard's
@@ -189,6 +198,10 @@ class ParameterShard {
     double checkpoint_seconds_total = 0;  // Of every write that succeeded.
     int64_t checkpoint_bytes = 0;   // The newest checkpoint's file size.
     int64_t rollbacks = 0;
+    // The incarnation of the job the shard is in (0: the job's start or the shard's) and the
+    // step it began at.
+    int64_t incarnation = 0;
+    int64_t incarnation_step = 0;
     // Per rank: the newest step it pushed (-1: none yet) and when it was last heard from
     // (a push or a pull; absl::InfinitePast() if never).
     std::vector<int64_t> rank_steps;
@@ -204,6 +217,8 @@ class ParameterShard {
   absl::Status CheckCaller(absl::string_view job_id, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Aborted unless rank is in the shard's incarnation (its pushes may count).
+  absl::Status CheckIncarnation(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   float RateAt(int64_t step) const;
   // Replaces the store's state with `checkpoint`'s (validated against options.limits).
   absl::Status RestoreLocked(const ShardCheckpoint& checkpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -230,12 +245,16 @@ class ParameterShard {
   std::unique_ptr<AggregationPolicy> policy_ ABSL_GUARDED_BY(mu_);
   // Changes when the store is replaced (Rollback): waiting calls then end with Aborted.
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The incarnation of the job and its first step (Rollback).
+  int64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t incarnation_step_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_snapshot_step_ ABSL_GUARDED_BY(mu_) = -1;
   Info checkpoint_info_ ABSL_GUARDED_BY(mu_);  // The checkpoint and rollback fields.
   ShardObserver no_observer_;
   ShardObserver* const observer_;  // options.observer or no_observer_.
   std::vector<int64_t> rank_steps_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> rank_seen_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> rank_incarnation_ ABSL_GUARDED_BY(mu_);  // Each rank's incarnation.
   // The first push of each step not yet completed on every chunk (BSP; OnStepComplete).
   std::map<int64_t, absl::Time> first_push_ ABSL_GUARDED_BY(mu_);
 };

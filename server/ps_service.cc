@@ -104,8 +104,8 @@ grpc::Status PsService::DoGetShardInfo(grpc::ServerContext*, const proto::ShardI
 
 grpc::Status PsService::DoRollback(grpc::ServerContext*, const proto::RollbackRequest* request,
                                    proto::RollbackResponse* response) {
-  auto step =
-      shard_->Rollback(request->caller().job_id(), request->caller().rank(), request->step());
+  auto step = shard_->Rollback(request->caller().job_id(), request->caller().rank(),
+                               request->step(), request->incarnation());
   if (!step.ok()) return ToGrpcStatus(step.status());
   response->set_step(*step);
   return grpc::Status::OK;

@@ -50,6 +50,8 @@ void FillShardInfo(const ParameterShard& shard, proto::ShardInfoResponse* respon
   response->set_checkpoint_seconds(info.checkpoint_seconds);
   response->set_checkpoint_bytes(info.checkpoint_bytes);
   response->set_rollbacks(info.rollbacks);
+  response->set_incarnation(info.incarnation);
+  response->set_incarnation_step(info.incarnation_step);
   const absl::Time now = absl::Now();
   int slowest = -1;
   for (size_t r = 0; r < info.rank_steps.size(); ++r) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "common/health_client.h"
 #include "common/net.h"
@@ -222,6 +223,18 @@ TEST_F(PsGrpcTest, HugeInitDeclarationsAreInvalidArgumentNamingTheField) {
   ASSERT_TRUE(Init(GoodInit()).ok());  // Nothing was left half-initialised.
 }
 
+// Shard s of 2 for 2 workers, checkpointing every `every` steps into TempDir()/name-s.
+PsServerOptions CheckpointedShard(int s, const std::string& name, int64_t every) {
+  PsServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.shard.shard = s;
+  o.shard.num_shards = 2;
+  o.shard.num_workers = 2;
+  o.shard.checkpoints.dir = absl::StrCat(::testing::TempDir(), "/", name, "-", s);
+  o.shard.checkpoints.every = every;
+  return o;
+}
+
 // A shard can only go back to a step it checkpointed, so under BSP the job can be sent back
 // to multiples of the gcd of the shards' intervals (4 and 6: 2) and the worker keeps batch
 // norm's statistics of those steps; under async nothing is ever sent back.
@@ -230,14 +243,10 @@ TEST(PsClientTest, RewindIntervalIsTheGcdOfTheShardsCheckpointIntervals) {
     std::vector<std::unique_ptr<PsServer>> servers;
     std::vector<std::string> addresses;
     for (int s = 0; s < 2; ++s) {
-      PsServerOptions o;
-      o.listen_address = "127.0.0.1:0";
-      o.shard.shard = s;
-      o.shard.num_shards = 2;
+      PsServerOptions o = CheckpointedShard(
+          s, policy == SyncPolicy::kBsp ? "rewind-bsp" : "rewind-async", s == 0 ? 4 : 6);
+      o.shard.num_workers = 1;
       o.shard.policy = policy;
-      o.shard.checkpoints.dir = absl::StrCat(::testing::TempDir(), "/rewind-", s, "-",
-                                             policy == SyncPolicy::kBsp ? "bsp" : "async");
-      o.shard.checkpoints.every = s == 0 ? 4 : 6;
       auto server = PsServer::Start(o);
       ASSERT_TRUE(server.ok()) << server.status();
       addresses.push_back(absl::StrCat("127.0.0.1:", (*server)->port()));
@@ -249,6 +258,111 @@ TEST(PsClientTest, RewindIntervalIsTheGcdOfTheShardsCheckpointIntervals) {
     auto client = PsClient::Connect(po);
     ASSERT_TRUE(client.ok()) << client.status();
     EXPECT_EQ((*client)->rewind_interval(), policy == SyncPolicy::kBsp ? 2 : 0);
+  }
+}
+
+// Two shards with checkpoints every step (BSP) and two clients of the tiny model.
+struct CheckpointedJob {
+  std::vector<std::unique_ptr<PsServer>> servers;
+  std::vector<std::unique_ptr<PsClient>> clients;
+  std::vector<std::vector<float>> weights{2, std::vector<float>(8, 1.0f)};
+  std::vector<std::vector<float>> grads{2, std::vector<float>(9, 0.25f)};  // + the flag.
+};
+
+void StartCheckpointedJob(CheckpointedJob& job, const std::string& name, int64_t stream_min_bytes,
+                          absl::Duration step_timeout, absl::Duration reconnect_timeout) {
+  std::vector<std::string> addresses;
+  for (int s = 0; s < 2; ++s) {
+    PsServerOptions o = CheckpointedShard(s, name, 1);
+    o.shard.step_timeout = step_timeout;
+    auto server = PsServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    addresses.push_back(absl::StrCat("127.0.0.1:", (*server)->port()));
+    job.servers.push_back(*std::move(server));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    PsClientOptions po;
+    po.shard_addresses = addresses;
+    po.rank = rank;
+    po.world_size = 2;
+    po.tensors = {{"w", 6}, {"b", 2}};
+    po.max_chunk_elements = 4;
+    po.stream_min_bytes = stream_min_bytes;
+    po.reconnect_timeout = reconnect_timeout;
+    auto client = PsClient::Connect(po);
+    ASSERT_TRUE(client.ok()) << client.status();
+    job.clients.push_back(*std::move(client));
+  }
+  ASSERT_TRUE(job.clients[0]->Start(absl::MakeSpan(job.weights[0])).ok());
+  ASSERT_TRUE(job.clients[1]->Start(absl::MakeSpan(job.weights[1])).ok());
+}
+
+// A step that fails on one shard ends at once, even while another shard still waits for a
+// rank: waiting there could only end in the step timeout (the rank waited for may itself be
+// waiting on this one), so the call to it is cancelled and the first failure returned.
+TEST(PsClientTest, AShardThatFailsTheStepCancelsTheCallsToTheOthers) {
+  for (int64_t stream_min_bytes : {int64_t{0}, int64_t{1} << 30}) {
+    SCOPED_TRACE(stream_min_bytes == 0 ? "stream" : "unary");
+    CheckpointedJob job;
+    StartCheckpointedJob(job, stream_min_bytes == 0 ? "cancel-stream" : "cancel-unary",
+                         stream_min_bytes, absl::Minutes(10), absl::ZeroDuration());
+    job.servers[0]->Shutdown(absl::ZeroDuration());  // Gone: its call fails at once.
+    absl::StatusOr<StepOutcome> result;
+    absl::Notification returned;
+    std::thread rank0([&] {
+      result =
+          job.clients[0]->PushPull(0, absl::MakeSpan(job.grads[0]), absl::MakeSpan(job.weights[0]));
+      returned.Notify();
+    });
+    // Shard 1 would wait for rank 1 for the step timeout (10 minutes); a minute is only a
+    // bound for a test that would otherwise hang.
+    const bool ended = returned.WaitForNotificationWithTimeout(absl::Minutes(1));
+    EXPECT_TRUE(ended) << "the step still waits on shard 1 after shard 0 failed it";
+    if (!ended) {  // Let rank 0's call end so that the thread can be joined.
+      (void)job.clients[1]->PushPull(0, absl::MakeSpan(job.grads[1]),
+                                     absl::MakeSpan(job.weights[1]));
+    }
+    rank0.join();
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+    EXPECT_TRUE(absl::StrContains(result.status().message(), "shard 0")) << result.status();
+  }
+}
+
+// Rank 0 goes back to step 1 (a new incarnation of the job); rank 1, a step ahead, finds its
+// push refused and recovers by joining that incarnation instead of sending the shards back
+// once more, and both redo step 1 together: each shard loaded its checkpoint once.
+TEST(PsClientTest, ARankThatFindsTheJobWentBackJoinsItsIncarnation) {
+  CheckpointedJob job;
+  StartCheckpointedJob(job, "join", int64_t{1} << 30, absl::Seconds(30), absl::Seconds(30));
+  auto step_both = [&](int64_t step) {
+    absl::StatusOr<StepOutcome> other;
+    std::thread rank1([&] {
+      other = job.clients[1]->PushPull(step, absl::MakeSpan(job.grads[1]),
+                                       absl::MakeSpan(job.weights[1]));
+    });
+    auto mine = job.clients[0]->PushPull(step, absl::MakeSpan(job.grads[0]),
+                                         absl::MakeSpan(job.weights[0]));
+    rank1.join();
+    EXPECT_TRUE(mine.ok()) << mine.status();
+    EXPECT_TRUE(other.ok()) << other.status();
+    return mine.ok() && other.ok() && mine->rewind_to < 0 && other->rewind_to < 0;
+  };
+  ASSERT_TRUE(step_both(0));
+  ASSERT_TRUE(step_both(1));
+  const std::vector<float> at2 = job.weights[0];
+  ASSERT_TRUE(job.clients[0]->Rewind(1, absl::MakeSpan(job.weights[0]), absl::Seconds(30)).ok());
+  // Rank 1 pushes step 2 in incarnation 0: refused; it joins incarnation 1 at step 1.
+  auto joined =
+      job.clients[1]->PushPull(2, absl::MakeSpan(job.grads[1]), absl::MakeSpan(job.weights[1]));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rewind_to, 1);
+  EXPECT_EQ(job.weights[1], job.weights[0]);
+  ASSERT_TRUE(step_both(1));
+  EXPECT_EQ(job.weights[0], at2) << "step 1 replayed gives the same weights";
+  for (const auto& server : job.servers) {
+    EXPECT_EQ(server->shard().GetInfo().rollbacks, 1);
+    EXPECT_EQ(server->shard().GetInfo().incarnation, 1);
   }
 }
 

@@ -46,7 +46,8 @@ run_job() {
       # below, so its restart always sends them back.
       for _ in $(seq 6000); do
         [[ -f "$want" ]] && break
-        kill -0 "${workers[0]}" 2>/dev/null || die "worker 0 ended before shard $s was killed: $(tail -n 5 "$dir/w0.log")"
+        kill -0 "${workers[0]}" 2>/dev/null ||
+          die "worker 0 ended before shard $s was killed: $(tail -n 5 "$dir"/w*.log "$SCRATCH"/shard*.log)"
         sleep 0.01
       done
       [[ -f "$want" ]] || die "no checkpoint of step $after from shard $s"

@@ -11,44 +11,65 @@
 #include "common/wire_dtype.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/completion_queue.h"
+#include "worker/comm/cancellation.h"
 #include "worker/comm/shard_step_call.h"
 
 namespace dptrain {
 namespace {
 
-// Sends requests[s] to every shard s at once and waits for all answers. Returns the first
-// failure (by shard order), prefixed with `what`, the shard and its address.
+// Sends requests[s] to every shard s at once (those with a request) and waits for all
+// answers; returns the first failure (in the order they arrive), prefixed with `what`, the
+// shard and its address. With `cancellation` (the calls of a step, which wait on the other
+// ranks) a failure cancels the calls still running and the step's other calls, and theirs
+// cancels these. Without, every call runs to its end: cancelling a healthy shard's
+// GetShardInfo while another shard restarts was seen to keep gRPC from reconnecting to the
+// restarted one for ~10 s (its connection attempts ended "tcp handshaker shutdown").
 template <typename Request, typename Response, typename Start>
 absl::Status CallAllShards(const std::vector<std::unique_ptr<proto::ParameterServer::Stub>>& stubs,
                            const std::vector<std::string>& addresses,
                            const std::vector<const Request*>& requests,
                            std::vector<Response>& responses, Start start, absl::Duration timeout,
-                           const char* what) {
+                           const char* what, CancellationManager* cancellation = nullptr) {
   const size_t n = stubs.size();
+  CancellationManager own;  // Records the first failure; cancels nothing.
+  const bool cancellable = cancellation != nullptr;
+  if (!cancellable) cancellation = &own;
   grpc::CompletionQueue cq;
   std::vector<grpc::ClientContext> contexts(n);
   std::vector<grpc::Status> statuses(n);
   std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> calls(n);
+  std::vector<CancellationManager::Token> tokens(n, -1);
   responses.resize(n);
   const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
+  size_t started = 0;
   for (size_t s = 0; s < n; ++s) {
     if (requests[s] == nullptr) continue;
     contexts[s].set_deadline(deadline);
     calls[s] = start(*stubs[s], &contexts[s], *requests[s], &cq);
     calls[s]->Finish(&responses[s], &statuses[s], reinterpret_cast<void*>(s + 1));
+    if (cancellable)
+      tokens[s] = cancellation->Register([&contexts, s] { contexts[s].TryCancel(); });
+    ++started;
   }
-  for (size_t s = 0; s < n; ++s) {
-    if (requests[s] == nullptr) continue;
+  for (size_t i = 0; i < started; ++i) {
     void* tag;
     bool ok;
-    if (!cq.Next(&tag, &ok)) return absl::InternalError("completion queue shut down");
-  }
-  for (size_t s = 0; s < n; ++s) {
-    if (requests[s] != nullptr && !statuses[s].ok()) {
-      return FromGrpcStatus(statuses[s], absl::StrCat(what, " to shard ", s, " at ", addresses[s]));
+    if (!cq.Next(&tag, &ok)) {
+      cancellation->Cancel(absl::InternalError("completion queue shut down"));
+      break;
+    }
+    const size_t s = reinterpret_cast<size_t>(tag) - 1;
+    cancellation->Deregister(tokens[s]);  // Ended: no TryCancel after that.
+    tokens[s] = -1;
+    if (!statuses[s].ok()) {
+      cancellation->Cancel(
+          FromGrpcStatus(statuses[s], absl::StrCat(what, " to shard ", s, " at ", addresses[s])));
     }
   }
-  return absl::OkStatus();
+  for (CancellationManager::Token token : tokens) {
+    if (token >= 0) cancellation->Deregister(token);
+  }
+  return cancellation->why();
 }
 
 }  // namespace
@@ -149,6 +170,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOption
   }
 
   client->bsp_ = infos[0].sync_policy() == "bsp";
+  for (const proto::ShardInfoResponse& info : infos) {
+    client->incarnation_ = std::max(client->incarnation_, info.incarnation());
+  }
   // A rate that every step shares is known here too (the metrics report it).
   if (infos[0].lr_schedule() == "constant" && infos[0].warmup_steps() == 0) {
     client->constant_learning_rate_ = infos[0].current_learning_rate();
@@ -291,26 +315,60 @@ absl::StatusOr<std::vector<proto::ShardInfoResponse>> PsClient::Infos(absl::Dura
   return infos;
 }
 
-absl::Status PsClient::Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout) {
+PsClient::RewindTarget PsClient::ChooseRewind(const std::vector<proto::ShardInfoResponse>& infos,
+                                              int64_t step) const {
+  int64_t newest = incarnation_;
+  for (const proto::ShardInfoResponse& info : infos) newest = std::max(newest, info.incarnation());
+  if (newest > incarnation_) {
+    // Another rank went back first: join its incarnation if every shard can get there (one
+    // that restarted since may be behind it), whatever `step` this rank thought of.
+    int64_t from = -1;
+    bool joinable = true;
+    for (const proto::ShardInfoResponse& info : infos) {
+      if (info.incarnation() != newest) continue;
+      joinable = joinable && (from < 0 || from == info.incarnation_step());
+      from = info.incarnation_step();
+    }
+    for (const proto::ShardInfoResponse& info : infos) {
+      if (info.incarnation() < newest) joinable = joinable && info.version() >= from;
+    }
+    if (joinable) return {newest, from};
+  }
+  return {newest + 1, step};
+}
+
+absl::Status PsClient::RewindTo(const RewindTarget& target, absl::Span<float> weights,
+                                absl::Duration timeout) {
   proto::RollbackRequest request;
   request.mutable_caller()->set_job_id(options_.job_id);
   request.mutable_caller()->set_rank(options_.rank);
-  request.set_step(step);
+  request.set_step(target.step);
+  request.set_incarnation(target.incarnation);
   std::vector<const proto::RollbackRequest*> requests(stubs_.size(), &request);
   std::vector<proto::RollbackResponse> ignored;
   if (auto s = CallAllShards(stubs_, options_.shard_addresses, requests, ignored,
                              std::mem_fn(&proto::ParameterServer::Stub::AsyncRollback), timeout,
-                             absl::StrCat("Rollback to step ", step).c_str());
+                             absl::StrCat("Rollback to step ", target.step).c_str());
       !s.ok()) {
     return s;
   }
   auto version = PullAll(weights, timeout);
   if (!version.ok()) return version.status();
-  if (*version != step) {
+  if (*version != target.step) {
     return absl::AbortedError(
-        absl::StrCat("after going back to step ", step, " a shard is at step ", *version));
+        absl::StrCat("after going back to step ", target.step, " a shard is at step ", *version));
   }
+  incarnation_ = target.incarnation;
   return absl::OkStatus();
+}
+
+absl::Status PsClient::Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout) {
+  auto infos = Infos(timeout);
+  if (!infos.ok()) return infos.status();
+  RewindTarget target = ChooseRewind(*infos, step);
+  // Joining is right only where the other rank went back to this same step.
+  if (target.step != step) target = {target.incarnation + 1, step};
+  return RewindTo(target, weights, timeout);
 }
 
 namespace {
@@ -353,7 +411,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
     if (!infos.ok()) {
       attempt = infos.status();
     } else {
-      int64_t oldest = 0;
+      int64_t oldest = 0, newest_incarnation = 0;
       for (size_t s = 0; s < infos->size(); ++s) {
         const proto::ShardInfoResponse& info = (*infos)[s];
         if (!info.initialized()) {
@@ -363,8 +421,9 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
               "ps_server with --checkpoint_dir and --checkpoint_every)"));
         }
         oldest = s == 0 ? info.version() : std::min(oldest, info.version());
+        newest_incarnation = std::max(newest_incarnation, info.incarnation());
       }
-      if (!bsp_ || oldest >= step) {
+      if (!bsp_ || (oldest >= step && newest_incarnation <= incarnation_)) {
         // Nobody went back past this step: the same push again.
         result = PushPullOnce(step, gradient_and_flag, ready, weights);
         if (result.ok()) {
@@ -374,13 +433,16 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
         }
         attempt = result.status();
       } else {
-        attempt = Rewind(oldest, weights, std::min(left, options_.rpc_timeout));
+        // Every shard back to the oldest step, or into the incarnation another rank opened.
+        const RewindTarget target = ChooseRewind(*infos, oldest);
+        attempt = RewindTo(target, weights, std::min(left, options_.rpc_timeout));
         if (attempt.ok()) {
           options_.log(absl::StrCat("rank ", options_.rank, ": step ", step,
-                                    " recovered by going back to step ", oldest, " after ",
+                                    " recovered by going back to step ", target.step,
+                                    " (incarnation ", target.incarnation, ") after ",
                                     absl::FormatDuration(absl::Now() - start)));
           StepOutcome outcome;
-          outcome.rewind_to = oldest;
+          outcome.rewind_to = target.step;
           return outcome;
         }
       }
@@ -409,6 +471,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   const int num_shards = static_cast<int>(stubs_.size());
   const absl::Time push_start = absl::Now();
   const absl::Time deadline = push_start + options_.rpc_timeout;
+  CancellationManager cancellation;  // Outlives the calls.
   std::vector<std::unique_ptr<ShardStepCall>> calls;
   std::vector<const proto::PushPullRequest*> unary(num_shards, nullptr);
   std::vector<int> small;  // Shards that get one unary call, once the whole gradient is ready.
@@ -437,6 +500,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     args.context = absl::StrCat("PushPull of step ", step, " to shard ", s, " at ",
                                 options_.shard_addresses[s]);
     args.overflow = overflow;
+    args.cancellation = &cancellation;
     calls.push_back(std::make_unique<ShardStepCall>(args));
     calls.back()->Start();
   }
@@ -478,7 +542,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
   absl::Status first =
       CallAllShards(stubs_, options_.shard_addresses, unary, responses_,
                     std::mem_fn(&proto::ParameterServer::Stub::AsyncPushPull), options_.rpc_timeout,
-                    absl::StrCat("PushPull of step ", step).c_str());
+                    absl::StrCat("PushPull of step ", step).c_str(), &cancellation);
   for (int s = 0; s < num_shards && first.ok(); ++s) {
     if (unary[s] == nullptr) continue;
     const int64_t staleness = responses_[s].staleness();
@@ -502,7 +566,8 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     // through under load) refused this one before counting any of it: send it again, backing
     // off, within the step's deadline.
     for (absl::Duration backoff = call->busy_retry_after();
-         backoff > absl::ZeroDuration() && absl::Now() + backoff < deadline;
+         backoff > absl::ZeroDuration() && absl::Now() + backoff < deadline &&
+         !cancellation.cancelled();
          backoff = std::min(std::max(backoff, call->busy_retry_after()) * 2, absl::Seconds(1))) {
       ++stats_.busy_retries;
       absl::SleepFor(backoff);
@@ -528,6 +593,8 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     outcome.skipped = outcome.skipped || call->skipped();
     ++stats_.staleness_count;
   }
+  // The failure that ended the step rather than the calls it cancelled.
+  if (cancellation.cancelled()) return cancellation.why();
   if (!first.ok()) return first;
   return outcome;
 }

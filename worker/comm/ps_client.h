@@ -80,11 +80,14 @@ class PsClient final : public ParameterStore {
   // The step is skipped when any shard says so (BSP: some rank flagged it).
   // Recovery (reconnect_timeout > 0): a step that failed because a shard went away or went
   // back is retried with backoff until every shard answers again. If every shard is still at
-  // `step` or past it, the same gradient is pushed again (a shard never counts a push twice);
-  // if one came back from an older checkpoint (BSP), every shard is rolled back to the
-  // oldest step they are at, its weights are pulled, and the answer is rewind_to = that
-  // step. `gradient_and_flag` is left unchanged. A shard that came back without its model
-  // (no checkpoint) is FailedPrecondition; no recovery within the timeout is Unavailable
+  // `step` or past it and none went back, the same gradient is pushed again (a shard never
+  // counts a push twice); if one came back from an older checkpoint (BSP), every shard is
+  // rolled back to the oldest step they are at in a new incarnation of the job
+  // (RollbackRequest), its weights are pulled, and the answer is rewind_to = that step. A
+  // rank that finds another went back first joins that incarnation, at its step: two ranks
+  // never send each other's progress back. The first failure of a step's calls cancels the
+  // others (cancellation.h). `gradient_and_flag` is left unchanged. A shard that came back without
+  // its model (no checkpoint) is FailedPrecondition; no recovery within the timeout is Unavailable
   // naming the last error.
   absl::StatusOr<StepOutcome> PushPull(int64_t step, absl::Span<float> gradient_and_flag,
                                        absl::Span<float> weights) override;
@@ -108,6 +111,7 @@ class PsClient final : public ParameterStore {
   // Rolls every shard back to `step` (BSP, each needs its checkpoint of it), then pulls its
   // weights; what PushPull does when a shard came back from an older checkpoint, for a
   // caller that learnt of an older step elsewhere (the sparse tables of the same shards).
+  // Joins the incarnation another rank opened at `step`, or opens a new one.
   absl::Status Rewind(int64_t step, absl::Span<float> weights, absl::Duration timeout);
 
  private:
@@ -123,6 +127,18 @@ class PsClient final : public ParameterStore {
                                            GradientReadiness* ready, absl::Span<float> weights);
   // Pulls every shard's weights into `weights`; returns the lowest version.
   absl::StatusOr<int64_t> PullAll(absl::Span<float> weights, absl::Duration timeout);
+  // Where going back leads (BSP): the incarnation of the job and its first step.
+  struct RewindTarget {
+    int64_t incarnation = 0;
+    int64_t step = 0;
+  };
+  // Into the newest incarnation another rank opened, if this one is not in it yet and every
+  // shard can get to its step; otherwise into a new one from `step`.
+  RewindTarget ChooseRewind(const std::vector<proto::ShardInfoResponse>& infos, int64_t step) const;
+  // Sends every shard into `target` (Rollback) and pulls the weights of its step; this rank
+  // is then in that incarnation. Aborted if a shard is elsewhere after it.
+  absl::Status RewindTo(const RewindTarget& target, absl::Span<float> weights,
+                        absl::Duration timeout);
   // Every shard's info (GetShardInfo), within `timeout`.
   absl::StatusOr<std::vector<proto::ShardInfoResponse>> Infos(absl::Duration timeout);
   // Calls shard 0 through `call`, retried with backoff while it is away (UNAVAILABLE) for up
@@ -141,6 +157,7 @@ class PsClient final : public ParameterStore {
   CommStats stats_;
   bool bsp_ = true;  // The shards' sync policy is BSP (versions are steps).
   int64_t resume_step_ = 0;
+  int64_t incarnation_ = 0;  // Of the job, as this rank last went back (RewindTarget).
   int64_t rewind_interval_ = 0;
   int64_t buffer_interval_ = 0;
   double constant_learning_rate_ = 0;  // Shard 0's checkpoint interval under BSP; 0: none.

@@ -21,6 +21,7 @@ ShardStepCall::ShardStepCall(const ShardStep& step)
 }
 
 ShardStepCall::~ShardStepCall() {
+  if (cancel_token_ >= 0) step_.cancellation->Deregister(cancel_token_);
   if (wake_id_ >= 0) step_.ready->Unsubscribe(wake_id_);
 }
 
@@ -52,6 +53,9 @@ void ShardStepCall::Start() {
     absl::MutexLock lock(&mu_);
     done_ = true;
     return;
+  }
+  if (step_.cancellation != nullptr) {
+    cancel_token_ = step_.cancellation->Register([this] { Cancel(); });
   }
   if (step_.ready != nullptr) wake_id_ = step_.ready->Subscribe([this] { Pump(); });
   Pump();
@@ -188,6 +192,13 @@ void ShardStepCall::OnDone(const grpc::Status& status) {
         busy_retry_after_ = absl::Milliseconds(std::clamp(ms, 1, 1000));
       }
     }
+  }
+  // Before done_: once Wait returns, the manager may be gone.
+  if (!status.ok() && busy_retry_after_ == absl::ZeroDuration() && step_.cancellation != nullptr) {
+    step_.cancellation->Cancel(
+        !error_.ok()
+            ? absl::Status(error_.code(), absl::StrCat(step_.context, ": ", error_.message()))
+            : FromGrpcStatus(status, step_.context));
   }
   absl::MutexLock lock(&mu_);
   timeline_.done = absl::Now();

@@ -20,6 +20,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/client_callback.h"
 #include "proto/ps.pb.h"
+#include "worker/comm/cancellation.h"
 #include "worker/comm/gradient_readiness.h"
 
 namespace dptrain {
@@ -45,6 +46,9 @@ struct ShardStep {
   absl::Time deadline;
   std::string context;    // Prefixes errors, e.g. "PushPull of step 3 to shard 1 at host:port".
   bool overflow = false;  // This worker's gradient has inf/NaN (FrameHeader.overflow).
+  // If set, the step's calls to every shard: a failure of this one (but for a busy refusal)
+  // cancels them all, and their failure cancels this one. Not owned; must outlive the call.
+  CancellationManager* cancellation = nullptr;
 };
 
 class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
@@ -102,6 +106,7 @@ class ShardStepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   proto::FrameHeader header_;  // Every frame's, but for the key.
   std::vector<grpc::ByteBuffer> out_;
   int wake_id_ = -1;  // The readiness subscription, if any.
+  CancellationManager::Token cancel_token_ = -1;  // step_.cancellation's, if any.
 
   // The writes: one in flight at a time, started by whichever thread finds the next chunk
   // ready. A hold keeps gRPC from ending the call while writes may still be started from
