@@ -465,6 +465,7 @@ ParameterShard::Info ParameterShard::GetInfo() const {
   info.rank_seen = rank_seen_;
   info.incarnation = incarnation_;
   info.incarnation_step = incarnation_step_;
+  info.rank_incarnations = rank_incarnation_;
   info.learning_rate = RateAt(info.version);
   return info;
 }

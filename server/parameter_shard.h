@@ -202,6 +202,7 @@ class ParameterShard {
     // step it began at.
     int64_t incarnation = 0;
     int64_t incarnation_step = 0;
+    std::vector<int64_t> rank_incarnations;  // Per rank: the incarnation it is in here.
     // Per rank: the newest step it pushed (-1: none yet) and when it was last heard from
     // (a push or a pull; absl::InfinitePast() if never).
     std::vector<int64_t> rank_steps;

@@ -52,6 +52,7 @@ void FillShardInfo(const ParameterShard& shard, proto::ShardInfoResponse* respon
   response->set_rollbacks(info.rollbacks);
   response->set_incarnation(info.incarnation);
   response->set_incarnation_step(info.incarnation_step);
+  for (int64_t i : info.rank_incarnations) response->add_rank_incarnations(i);
   const absl::Time now = absl::Now();
   int slowest = -1;
   for (size_t r = 0; r < info.rank_steps.size(); ++r) {

@@ -2,6 +2,7 @@
 // changes nothing, retries are idempotent, and grpc.health.v1.Health answers; a worker learns
 // the steps its job can be sent back to.
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -297,6 +298,21 @@ void StartCheckpointedJob(CheckpointedJob& job, const std::string& name, int64_t
   ASSERT_TRUE(job.clients[1]->Start(absl::MakeSpan(job.weights[1])).ok());
 }
 
+// Both ranks push `step`; true if both completed it without going back.
+bool StepBoth(CheckpointedJob& job, int64_t step) {
+  absl::StatusOr<StepOutcome> other;
+  std::thread rank1([&] {
+    other = job.clients[1]->PushPull(step, absl::MakeSpan(job.grads[1]),
+                                     absl::MakeSpan(job.weights[1]));
+  });
+  auto mine =
+      job.clients[0]->PushPull(step, absl::MakeSpan(job.grads[0]), absl::MakeSpan(job.weights[0]));
+  rank1.join();
+  EXPECT_TRUE(mine.ok()) << mine.status();
+  EXPECT_TRUE(other.ok()) << other.status();
+  return mine.ok() && other.ok() && mine->rewind_to < 0 && other->rewind_to < 0;
+}
+
 // A step that fails on one shard ends at once, even while another shard still waits for a
 // rank: waiting there could only end in the step timeout (the rank waited for may itself be
 // waiting on this one), so the call to it is cancelled and the first failure returned.
@@ -335,19 +351,7 @@ TEST(PsClientTest, AShardThatFailsTheStepCancelsTheCallsToTheOthers) {
 TEST(PsClientTest, ARankThatFindsTheJobWentBackJoinsItsIncarnation) {
   CheckpointedJob job;
   StartCheckpointedJob(job, "join", int64_t{1} << 30, absl::Seconds(30), absl::Seconds(30));
-  auto step_both = [&](int64_t step) {
-    absl::StatusOr<StepOutcome> other;
-    std::thread rank1([&] {
-      other = job.clients[1]->PushPull(step, absl::MakeSpan(job.grads[1]),
-                                       absl::MakeSpan(job.weights[1]));
-    });
-    auto mine = job.clients[0]->PushPull(step, absl::MakeSpan(job.grads[0]),
-                                         absl::MakeSpan(job.weights[0]));
-    rank1.join();
-    EXPECT_TRUE(mine.ok()) << mine.status();
-    EXPECT_TRUE(other.ok()) << other.status();
-    return mine.ok() && other.ok() && mine->rewind_to < 0 && other->rewind_to < 0;
-  };
+  auto step_both = [&](int64_t step) { return StepBoth(job, step); };
   ASSERT_TRUE(step_both(0));
   ASSERT_TRUE(step_both(1));
   const std::vector<float> at2 = job.weights[0];
@@ -364,6 +368,43 @@ TEST(PsClientTest, ARankThatFindsTheJobWentBackJoinsItsIncarnation) {
     EXPECT_EQ(server->shard().GetInfo().rollbacks, 1);
     EXPECT_EQ(server->shard().GetInfo().incarnation, 1);
   }
+}
+
+// Rank 0 opens incarnation 1 at step 1, then shard 0 restarts from its checkpoint of step 1
+// (incarnation 0 again, every rank in it) and rank 1 joins incarnation 1, which opens it on
+// shard 0 without rank 0. Rank 0 believes it is in incarnation 1 everywhere, but shard 0
+// says it is not (ShardInfoResponse.rank_incarnations): it joins too instead of pushing the
+// same step again until its recovery time runs out.
+TEST(PsClientTest, ARankShutOutOfItsIncarnationByAShardRestartJoinsAgain) {
+  CheckpointedJob job;
+  StartCheckpointedJob(job, "rejoin", int64_t{1} << 30, absl::Seconds(30), absl::Seconds(20));
+  ASSERT_TRUE(StepBoth(job, 0));
+  ASSERT_TRUE(StepBoth(job, 1));
+  const std::vector<float> at2 = job.weights[0];
+  ASSERT_TRUE(job.clients[0]->Rewind(1, absl::MakeSpan(job.weights[0]), absl::Seconds(30)).ok());
+  const int port = job.servers[0]->port();
+  job.servers[0]->Shutdown(absl::ZeroDuration());
+  job.servers[0].reset();
+  PsServerOptions o = CheckpointedShard(0, "rejoin", 1);
+  const std::string newest =
+      absl::StrCat(o.shard.checkpoints.dir, "/shard-0-step-000000000002.safetensors");
+  ASSERT_EQ(std::remove(newest.c_str()), 0);
+  o.listen_address = absl::StrCat("127.0.0.1:", port);
+  auto restarted = PsServer::Start(o);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  job.servers[0] = *std::move(restarted);
+  ASSERT_EQ(job.servers[0]->shard().GetInfo().version, 1);
+  auto joined =
+      job.clients[1]->PushPull(2, absl::MakeSpan(job.grads[1]), absl::MakeSpan(job.weights[1]));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rewind_to, 1);
+  auto rejoined =
+      job.clients[0]->PushPull(1, absl::MakeSpan(job.grads[0]), absl::MakeSpan(job.weights[0]));
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(rejoined->rewind_to, 1);
+  ASSERT_TRUE(StepBoth(job, 1));
+  EXPECT_EQ(job.weights[0], at2);
+  EXPECT_EQ(job.weights[1], at2);
 }
 
 // --wire_dtype: 2 ranks push 16-bit gradients through 2 real shards, over the tensor stream

@@ -315,26 +315,32 @@ absl::StatusOr<std::vector<proto::ShardInfoResponse>> PsClient::Infos(absl::Dura
   return infos;
 }
 
+bool PsClient::Admitted(const proto::ShardInfoResponse& info) const {
+  return options_.rank >= info.rank_incarnations_size() ||
+         info.rank_incarnations(options_.rank) == info.incarnation();
+}
+
 PsClient::RewindTarget PsClient::ChooseRewind(const std::vector<proto::ShardInfoResponse>& infos,
                                               int64_t step) const {
-  int64_t newest = incarnation_;
+  int64_t newest = 0;
   for (const proto::ShardInfoResponse& info : infos) newest = std::max(newest, info.incarnation());
-  if (newest > incarnation_) {
-    // Another rank went back first: join its incarnation if every shard can get there (one
-    // that restarted since may be behind it), whatever `step` this rank thought of.
-    int64_t from = -1;
-    bool joinable = true;
-    for (const proto::ShardInfoResponse& info : infos) {
-      if (info.incarnation() != newest) continue;
-      joinable = joinable && (from < 0 || from == info.incarnation_step());
-      from = info.incarnation_step();
-    }
-    for (const proto::ShardInfoResponse& info : infos) {
-      if (info.incarnation() < newest) joinable = joinable && info.version() >= from;
-    }
-    if (joinable) return {newest, from};
+  // Join the newest incarnation while no step of it has completed (so that this rank, not in
+  // it everywhere, cannot have taken part) and every shard not in it yet can go back to its
+  // first step: another rank went back first, or this rank's own going back did not reach
+  // every shard (one restarted since, at incarnation 0, or this worker restarted midway).
+  int64_t from = -1;
+  bool joinable = newest > 0;
+  for (const proto::ShardInfoResponse& info : infos) {
+    if (info.incarnation() != newest) continue;
+    joinable = joinable && (from < 0 || from == info.incarnation_step()) &&
+               info.version() == info.incarnation_step();
+    from = info.incarnation_step();
   }
-  return {newest + 1, step};
+  for (const proto::ShardInfoResponse& info : infos) {
+    if (info.incarnation() < newest) joinable = joinable && info.version() >= from;
+  }
+  if (joinable) return {newest, from};
+  return {std::max(newest, incarnation_) + 1, step};
 }
 
 absl::Status PsClient::RewindTo(const RewindTarget& target, absl::Span<float> weights,
@@ -412,6 +418,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
       attempt = infos.status();
     } else {
       int64_t oldest = 0, newest_incarnation = 0;
+      bool admitted = true;  // Every shard counts this rank's pushes.
       for (size_t s = 0; s < infos->size(); ++s) {
         const proto::ShardInfoResponse& info = (*infos)[s];
         if (!info.initialized()) {
@@ -422,8 +429,9 @@ absl::StatusOr<StepOutcome> PsClient::PushPull(int64_t step, absl::Span<float> g
         }
         oldest = s == 0 ? info.version() : std::min(oldest, info.version());
         newest_incarnation = std::max(newest_incarnation, info.incarnation());
+        admitted = admitted && Admitted(info);
       }
-      if (!bsp_ || (oldest >= step && newest_incarnation <= incarnation_)) {
+      if (!bsp_ || (oldest >= step && admitted && newest_incarnation <= incarnation_)) {
         // Nobody went back past this step: the same push again.
         result = PushPullOnce(step, gradient_and_flag, ready, weights);
         if (result.ok()) {
@@ -552,6 +560,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
     outcome.skipped = outcome.skipped || responses_[s].skipped();
     first = Unpack(s, responses_[s], weights);
   }
+  if (!first.ok()) cancellation.Cancel(first);  // The streams still running end too.
   const absl::Time unary_end = absl::Now();
   TraceRecorder* trace = options_.trace;
   if (trace != nullptr && trace->Recording(step)) {
@@ -585,6 +594,7 @@ absl::StatusOr<StepOutcome> PsClient::PushPullOnce(int64_t step,
         trace->Span(track + 1, "pull", step, t.first_answer, t.done);
       }
     }
+    if (!s.ok()) cancellation.Cancel(s);  // Also a bad answer on an OK status.
     if (first.ok()) first = s;
     stats_.bytes_pushed += call->bytes_sent();
     stats_.bytes_pulled += call->bytes_received();

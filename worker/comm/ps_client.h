@@ -132,8 +132,11 @@ class PsClient final : public ParameterStore {
     int64_t incarnation = 0;
     int64_t step = 0;
   };
-  // Into the newest incarnation another rank opened, if this one is not in it yet and every
-  // shard can get to its step; otherwise into a new one from `step`.
+  // Whether the shard counts this rank's pushes (it is in the shard's incarnation there).
+  bool Admitted(const proto::ShardInfoResponse& info) const;
+  // Into the newest incarnation if no step of it completed yet and every shard can get to
+  // its first step (a rank opened it, and this one is not in it on every shard); otherwise
+  // into a new one from `step`.
   RewindTarget ChooseRewind(const std::vector<proto::ShardInfoResponse>& infos, int64_t step) const;
   // Sends every shard into `target` (Rollback) and pulls the weights of its step; this rank
   // is then in that incarnation. Aborted if a shard is elsewhere after it.
