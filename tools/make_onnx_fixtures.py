@@ -507,6 +507,25 @@ def reference_step(net, x, labels, classes, mse):
     return net64, logits, loss
 
 
+def float32_loss(net, x, labels):
+    """PyTorch's own float32 loss of the same train-mode step (dropout off): how far float32
+    arithmetic alone takes a deep network's loss from the float64 reference, which the C++
+    test allows its float model too."""
+    net32 = copy.deepcopy(net)
+    net32.train()
+    for m in net32.modules():
+        if isinstance(m, nn.Dropout):
+            m.eval()
+    with torch.no_grad():
+        return nn.functional.cross_entropy(net32(x), labels)
+
+
+# Inputs of the --torchvision models: 64x64, but where a model needs more: Inception v3's
+# stem needs at least 75x75, and AlexNet's and VGG's adaptive pooling exports only from a
+# multiple of its output size (6x6, 7x7: 224x224 gives exactly that).
+TORCHVISION_SIZE = {"inception_v3": 96, "alexnet": 224, "vgg11": 224, "vgg11_bn": 224}
+
+
 def torchvision_model(name):
     """torchvision.models.<name> with 10 classes (GoogLeNet and Inception without their
     auxiliary heads, whose extra outputs a one-output graph cannot return; EfficientNet and
@@ -527,7 +546,7 @@ def make_fixture(name, out_dir, opset):
     if name == "resnet18":
         net, classes = ResNet([64, 128, 256, 512]), 10
     elif name.startswith("tv_"):
-        (net, classes), size = torchvision_model(name[3:]), 64
+        (net, classes), size = torchvision_model(name[3:]), TORCHVISION_SIZE.get(name[3:], 64)
     else:
         net, classes = MODELS[name]()
     net = net.to(torch.float32)
@@ -554,11 +573,12 @@ def make_fixture(name, out_dir, opset):
                 m.num_batches_tracked.zero_()
 
     state = [(k, v.detach().clone()) for k, v in net.state_dict().items()]
+    loss32 = float32_loss(net, x, labels)
     net64, logits, loss = reference_step(net, x, labels, classes, mse=False)
     params = dict(net64.named_parameters())
     tensors = [("state." + k, v) for k, v in state]
     tensors += [("input", x), ("labels", labels.to(torch.float32)), ("logits", logits),
-                ("loss", loss.reshape(1))]
+                ("loss", loss.reshape(1)), ("float32_loss", loss32.reshape(1))]
     tensors += [("grad." + k, p.grad) for k, p in params.items()]
     tensors += [("after." + k, v) for k, v in net64.state_dict().items() if k not in params]
     if name == "branching":

@@ -33,6 +33,7 @@ namespace {
 using testing_fixtures::ExpectDoubleStepMatches;
 using testing_fixtures::ExpectGradientsMatch;
 using testing_fixtures::ExpectTrainStepMatches;
+using testing_fixtures::FloatLossTolerance;
 using testing_fixtures::kTestdata;
 using testing_fixtures::OnnxPath;
 using testing_fixtures::ReferenceBatch;
@@ -106,8 +107,7 @@ void CheckParity(const std::string& dir, const std::string& name, int threads,
     absl::StatusOr<nn::BatchResult> step = model.TrainStep(batch.images.data(), batch.labels.data(),
                                                            static_cast<int>(batch.labels.size()));
     ASSERT_TRUE(step.ok()) << step.status();
-    const double loss = ref->Find("loss")->data[0];
-    EXPECT_NEAR(step->loss, loss, 1e-5 * std::max(1.0, std::abs(loss)));
+    EXPECT_NEAR(step->loss, ref->Find("loss")->data[0], FloatLossTolerance(*ref));
   }
   absl::StatusOr<Graph> graph = ReadOnnxGraph(OnnxPath(name, dir), BuiltinOps());
   ASSERT_TRUE(graph.ok()) << graph.status();
