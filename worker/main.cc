@@ -140,6 +140,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& c
   graph::GraphModelOptions model;
   model.name = graph.name;
   model.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
+  model.label_smoothing = options.label_smoothing;
   model.optimizer = options.optimizer;
   model.seed = config.seed;
   absl::StatusOr<std::unique_ptr<nn::Model>> made;
@@ -312,6 +313,7 @@ absl::Status Run(const WorkerConfig& config) {
   nn::ModelOptions model_options;
   model_options.name = config.model;
   model_options.seed = config.seed;
+  model_options.label_smoothing = config.label_smoothing;
   model_options.shape = {{train.channels, train.rows, train.cols}, train.num_classes};
   if (!on_gpu) PlanCpu(config, who, cpu_plan, model_options);
   // All-reduce mode on a GPU: every replica applies the averaged gradient itself, where its

@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, loss, "cross_entropy",
           "The loss on an ONNX model's output: cross_entropy (softmax cross-entropy, as "
           "nn.CrossEntropyLoss) or mse (against one-hot labels, as nn.MSELoss). The built-in "
           "models train with cross_entropy.");
+ABSL_FLAG(double, label_smoothing, 0,
+          "cross_entropy's label smoothing in [0, 1), as nn.CrossEntropyLoss(label_smoothing=): "
+          "the target is (1 - e) for the label plus e / classes for every class.");
 ABSL_FLAG(std::vector<std::string>, onnx_buffers, {},
           "ONNX models: comma-separated initializers that are buffers of the PyTorch module "
           "(register_buffer) read by Add, Sub, Mul or Div, e.g. a normalisation's mean and std: "
@@ -382,6 +385,13 @@ absl::Status ReadTraining(WorkerConfig& c) {
   }
   if (c.loss != "cross_entropy" && !IsOnnxModel(c.model)) {
     return Bad("loss", absl::StrCat("the built-in model ", c.model, " trains with cross_entropy"));
+  }
+  c.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
+  if (!(c.label_smoothing >= 0 && c.label_smoothing < 1)) {
+    return Bad("label_smoothing", absl::StrCat("must be in [0, 1), got ", c.label_smoothing));
+  }
+  if (c.label_smoothing != 0 && c.loss != "cross_entropy") {
+    return Bad("label_smoothing", "applies to --loss=cross_entropy only");
   }
   c.seed = absl::GetFlag(FLAGS_seed);
   c.load_model = absl::GetFlag(FLAGS_load_model);

@@ -88,6 +88,7 @@ struct WorkerConfig {
   // The model: a built-in name (mlp, lenet, resnet18) or an ONNX file.
   std::string model = "mlp";
   std::string loss = "cross_entropy";  // ONNX models: cross_entropy | mse.
+  double label_smoothing = 0;          // cross_entropy's, in [0, 1).
   std::vector<std::string> onnx_buffers;  // ONNX models: initializers kept fixed (MarkBuffers).
   uint64_t seed = 0;
   std::string load_model, save_model;  // save_model: rank 0 only (empty elsewhere).

@@ -97,6 +97,11 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
       {{{"ps", "a:1"}, {"wire_dtype", "fp8"}}, "--wire_dtype: must be fp32, bf16 or fp16"},
       {{{"ps", "a:1"}, {"onnx_buffers", "mean"}},
        "--onnx_buffers: names initializers of an ONNX model (--model=FILE.onnx)"},
+      {{{"ps", "a:1"}, {"label_smoothing", "1"}}, "--label_smoothing: must be in [0, 1), got 1"},
+      {{{"ps", "a:1"}, {"label_smoothing", "-0.1"}},
+       "--label_smoothing: must be in [0, 1), got -0.1"},
+      {{{"ps", "a:1"}, {"model", "m.onnx"}, {"loss", "mse"}, {"label_smoothing", "0.1"}},
+       "--label_smoothing: applies to --loss=cross_entropy only"},
 
       {{{"ps", "a:1"}, {"batch_size", "0"}}, "--batch_size: must be >= 1"},
       {{{"ps", "a:1"}, {"device", "tpu"}}, "--device=tpu: expected auto, cpu, cuda or cuda:N"},

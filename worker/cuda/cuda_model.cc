@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
   return Assemble(options.name, options.optimizer, device, nullptr, *std::move(gpu),
                   std::move(params), std::move(initial->weights), std::move(buffers),
                   std::move(buffer_values), cpu.input_dims(),
-                  static_cast<int>(cpu.output_dims().size()));
+                  static_cast<int>(cpu.output_dims().size()), options.label_smoothing);
 }
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
   const int classes = static_cast<int>(out.size());
   return Assemble(options.name, options.optimizer, device, *std::move(plan), std::move(gpu),
                   std::move(params), std::move(weights), std::move(buffers),
-                  std::move(buffer_values), input, classes);
+                  std::move(buffer_values), input, classes, options.label_smoothing);
 }
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateBuiltinFromGraph(
@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateBuiltinFromGraph(
   graph::GraphModelOptions model;
   model.name = options.name;
   model.optimizer = options.optimizer;
+  model.label_smoothing = options.label_smoothing;
   model.seed = options.seed;
   return CreateFromGraph(graph, graph::BuiltinOps(), model, device);
 }
@@ -99,7 +100,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Assemble(
     std::unique_ptr<graph::Executor<float>> plan, std::unique_ptr<GpuNetwork> net,
     std::vector<nn::ParamInfo> params, std::vector<float> weights,
     std::vector<nn::ParamInfo> buffers, std::vector<float> buffer_values, nn::Dims input_dims,
-    int classes) {
+    int classes, double label_smoothing) {
   std::optional<LossScaler> scaler;
   if (IsHalf(device.precision)) {
     LossScalerOptions scaling;
@@ -116,6 +117,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Assemble(
   model->plan_ = std::move(plan);
   model->input_dims_ = input_dims;
   model->classes_ = classes;
+  model->label_smoothing_ = label_smoothing;
   DPTRAIN_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
@@ -321,7 +323,8 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_loss_.data(), 0, sizeof(float), ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_correct_.data(), 0, sizeof(int), ctx_->stream()));
-  DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, classes_, d_loss_.data(),
+  DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, classes_,
+                                              static_cast<float>(label_smoothing_), d_loss_.data(),
                                               d_correct_.data(), dlogits, ctx_->stream()));
   if (training && scaler_) {
     // d(scale * loss)/d(logits); d_non_finite_ is borrowed for the kernel's count, then

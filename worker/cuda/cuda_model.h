@@ -129,7 +129,7 @@ class CudaModel final : public nn::Model {
       std::unique_ptr<graph::Executor<float>> plan, std::unique_ptr<GpuNetwork> net,
       std::vector<nn::ParamInfo> params, std::vector<float> weights,
       std::vector<nn::ParamInfo> buffers, std::vector<float> buffer_values, nn::Dims input_dims,
-      int classes);
+      int classes, double label_smoothing);
   absl::Status Allocate();
   // Checks the call, copies stale host state up and the batch in; then runs the network.
   absl::StatusOr<nn::BatchResult> Step(const float* images, const uint8_t* labels, int batch,
@@ -149,6 +149,7 @@ class CudaModel final : public nn::Model {
   const std::string name_;
   nn::Dims input_dims_ = nn::kImageDims;  // One sample, and the output size: from the network.
   int classes_ = nn::kNumClasses;
+  double label_smoothing_ = 0;  // Softmax cross-entropy's (nn.CrossEntropyLoss's).
   const std::optional<OptimizerOptions> optimizer_;  // ApplyUpdate's rule.
   // Declared first so that it is destroyed last: every buffer below returns to its cache.
   std::unique_ptr<DeviceContext> ctx_;

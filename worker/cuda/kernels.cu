@@ -25,8 +25,8 @@ __global__ void ReluBackwardKernel(const float* y, const float* dy, float* dx, i
 
 // One thread per row: `classes` is small (10) for every model here.
 __global__ void SoftmaxCrossEntropyKernel(const float* logits, const uint8_t* labels, int batch,
-                                          int classes, float* loss_sum, int* correct,
-                                          float* dlogits) {
+                                          int classes, float smoothing, float* loss_sum,
+                                          int* correct, float* dlogits) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= batch) return;
   const float* z = logits + int64_t{row} * classes;
@@ -39,12 +39,20 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const uint8_t* la
   float sum = 0.0f;
   for (int c = 0; c < classes; ++c) sum += expf(z[c] - top);
   const int label = labels[row];
-  atomicAdd(loss_sum, logf(sum) - (z[label] - top));
+  const float log_sum = logf(sum);
+  const float spread = smoothing / static_cast<float>(classes);
+  float loss = (1.0f - smoothing) * (log_sum - (z[label] - top));
+  if (smoothing != 0.0f) {
+    float all = 0.0f;
+    for (int c = 0; c < classes; ++c) all += log_sum - (z[c] - top);
+    loss += spread * all;
+  }
+  atomicAdd(loss_sum, loss);
   if (best == label) atomicAdd(correct, 1);
   const float inv_batch = 1.0f / static_cast<float>(batch);
   for (int c = 0; c < classes; ++c) {
     const float p = expf(z[c] - top) / sum;
-    dz[c] = (p - (c == label ? 1.0f : 0.0f)) * inv_batch;
+    dz[c] = (p - ((c == label ? 1.0f - smoothing : 0.0f) + spread)) * inv_batch;
   }
 }
 
@@ -152,13 +160,13 @@ absl::Status ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
   return Launched("ReluBackwardKernel<<<>>>");
 }
 
-absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch,
-                                 int classes, float* loss_sum, int* correct, float* dlogits,
-                                 cudaStream_t stream) {
+absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch, int classes,
+                                 float label_smoothing, float* loss_sum, int* correct,
+                                 float* dlogits, cudaStream_t stream) {
   if (batch <= 0) return absl::OkStatus();
   if (classes < 1) return absl::InvalidArgumentError("SoftmaxCrossEntropy: classes < 1");
   SoftmaxCrossEntropyKernel<<<(batch + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      logits, labels, batch, classes, loss_sum, correct, dlogits);
+      logits, labels, batch, classes, label_smoothing, loss_sum, correct, dlogits);
   return Launched("SoftmaxCrossEntropyKernel<<<>>>");
 }
 

@@ -23,10 +23,12 @@ absl::Status ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
 
 // For `batch` rows of `classes` logits and labels in [0, classes): adds the rows' summed
 // cross-entropy to *loss_sum and the rows whose argmax is the label to *correct (both
-// device scalars the caller zeroes), and writes d(mean loss)/d(logits) to dlogits.
+// device scalars the caller zeroes), and writes d(mean loss)/d(logits) to dlogits. With
+// `label_smoothing` e the target is (1 - e) onehot(label) + e / classes, as
+// nn.CrossEntropyLoss(label_smoothing=e) (worker/nn/softmax_cross_entropy.h).
 absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch, int classes,
-                                 float* loss_sum, int* correct, float* dlogits,
-                                 cudaStream_t stream);
+                                 float label_smoothing, float* loss_sum, int* correct,
+                                 float* dlogits, cudaStream_t stream);
 
 // torch.optim.SGD (dampening 0, no Nesterov): d = g + wd w; buf = mu buf + d (buf = d when
 // `first`); w -= lr buf (lr d when mu = 0; buf may then be null).

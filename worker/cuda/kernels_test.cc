@@ -13,6 +13,7 @@
 #include "common/optimizer.h"
 #include "gtest/gtest.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/nn/softmax_cross_entropy.h"
 
 namespace dptrain {
 namespace cuda {
@@ -82,38 +83,32 @@ TEST_F(KernelsTest, Relu) {
   }
 }
 
+// Against the CPU's loss in double (worker/nn/softmax_cross_entropy.h, itself checked against
+// the definition and PyTorch's label smoothing), without and with label smoothing.
 TEST_F(KernelsTest, SoftmaxCrossEntropyMatchesFloat64) {
   const int batch = 257, classes = 10;
   std::vector<float> z = Random(batch * classes, -20, 20);
   std::vector<uint8_t> labels(batch);
   for (int r = 0; r < batch; ++r) labels[r] = static_cast<uint8_t>(gen_() % classes);
-  Device<float> dz_in(z), loss(std::vector<float>{0.0f}), dz(z.size());
-  Device<uint8_t> dlabels(labels);
-  Device<int> correct(std::vector<int>{0});
-  ASSERT_TRUE(SoftmaxCrossEntropy(dz_in.get(), dlabels.get(), batch, classes, loss.get(),
-                                  correct.get(), dz.get(), nullptr)
-                  .ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  double loss_ref = 0;
-  int correct_ref = 0;
-  std::vector<double> dz_ref(z.size());
-  for (int r = 0; r < batch; ++r) {
-    const float* row = z.data() + r * classes;
-    int best = 0;
-    for (int c = 1; c < classes; ++c) best = row[c] > row[best] ? c : best;
-    double sum = 0;
-    for (int c = 0; c < classes; ++c) sum += std::exp(double(row[c]) - row[best]);
-    loss_ref += std::log(sum) - (double(row[labels[r]]) - row[best]);
-    correct_ref += best == labels[r];
-    for (int c = 0; c < classes; ++c) {
-      dz_ref[r * classes + c] =
-          (std::exp(double(row[c]) - row[best]) / sum - (c == labels[r])) / batch;
-    }
+  const std::vector<double> z64(z.begin(), z.end());
+  for (const float smoothing : {0.0f, 0.1f}) {
+    SCOPED_TRACE(smoothing);
+    Device<float> dz_in(z), loss(std::vector<float>{0.0f}), dz(z.size());
+    Device<uint8_t> dlabels(labels);
+    Device<int> correct(std::vector<int>{0});
+    ASSERT_TRUE(SoftmaxCrossEntropy(dz_in.get(), dlabels.get(), batch, classes, smoothing,
+                                    loss.get(), correct.get(), dz.get(), nullptr)
+                    .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<double> dz_ref(z.size());
+    const nn::LossOutput ref = nn::SoftmaxCrossEntropy(z64.data(), labels.data(), batch, classes,
+                                                       dz_ref.data(), smoothing);
+    const double loss_ref = ref.loss * batch;  // The kernel sums the rows.
+    EXPECT_NEAR(loss.Read()[0], loss_ref, 1e-5 * loss_ref);
+    EXPECT_EQ(correct.Read()[0], ref.correct);
+    const std::vector<float> got = dz.Read();
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], dz_ref[i], 1e-7) << i;
   }
-  EXPECT_NEAR(loss.Read()[0], loss_ref, 1e-5 * loss_ref);
-  EXPECT_EQ(correct.Read()[0], correct_ref);
-  const std::vector<float> got = dz.Read();
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], dz_ref[i], 1e-7) << i;
 }
 
 TEST_F(KernelsTest, SgdMatchesTheCpuOptimizer) {

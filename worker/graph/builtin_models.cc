@@ -228,6 +228,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateBuiltinModel(const nn::ModelOpt
   GraphModelOptions m;
   m.name = options.name;
   m.optimizer = options.optimizer;
+  m.label_smoothing = options.label_smoothing;
   m.seed = options.seed;
   m.threads = options.threads;
   m.dense_gemm = options.dense_gemm;

@@ -75,48 +75,53 @@ TEST_P(BuiltinModelTest, LayoutNamesAndInitialWeightsAreTheSequentials) {
 // when run one after the other as a Sequential (the path the built-ins took before they were
 // graphs, and the one the CUDA backend converts).
 TEST_P(BuiltinModelTest, OneStepEqualsTheSequentialBitForBit) {
-  nn::ModelOptions options;
-  options.name = GetParam().name;
-  options.shape = GetParam().shape;
-  options.seed = 3;
-  absl::StatusOr<std::unique_ptr<nn::Model>> model = CreateBuiltinModel(options);
-  ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<nn::InitialNetwork> initial = nn::BuildInitialNetwork(options);
-  ASSERT_TRUE(initial.ok());
-  nn::Sequential<float>& net = initial->net;
-  std::vector<float> grads(net.num_params()), buffers(net.num_buffers());
-  net.InitBuffers(buffers.data());
-  net.BindBuffers(buffers.data());
-  net.BindParams(initial->weights.data(), grads.data());
+  // With --label_smoothing too: the models' loss is the one given (nn::ModelOptions).
+  for (const double smoothing : {0.0, 0.1}) {
+    SCOPED_TRACE(smoothing);
+    nn::ModelOptions options;
+    options.name = GetParam().name;
+    options.shape = GetParam().shape;
+    options.seed = 3;
+    options.label_smoothing = smoothing;
+    absl::StatusOr<std::unique_ptr<nn::Model>> model = CreateBuiltinModel(options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    absl::StatusOr<nn::InitialNetwork> initial = nn::BuildInitialNetwork(options);
+    ASSERT_TRUE(initial.ok());
+    nn::Sequential<float>& net = initial->net;
+    std::vector<float> grads(net.num_params()), buffers(net.num_buffers());
+    net.InitBuffers(buffers.data());
+    net.BindBuffers(buffers.data());
+    net.BindParams(initial->weights.data(), grads.data());
 
-  const int batch = 3, classes = options.shape.classes;
-  const std::vector<float> images = RandomFloats(int64_t{batch} * options.shape.input.size(), 5);
-  const std::vector<uint8_t> labels = {1, 0, static_cast<uint8_t>(classes - 1)};
+    const int batch = 3, classes = options.shape.classes;
+    const std::vector<float> images = RandomFloats(int64_t{batch} * options.shape.input.size(), 5);
+    const std::vector<uint8_t> labels = {1, 0, static_cast<uint8_t>(classes - 1)};
 
-  absl::StatusOr<nn::BatchResult> step = (*model)->TrainStep(images.data(), labels.data(), batch);
-  ASSERT_TRUE(step.ok()) << step.status();
-  nn::TensorRef<float> logits = net.Forward(images.data(), batch, /*training=*/true);
-  std::vector<float> grad_logits(logits.size());
-  const nn::LossOutput loss = nn::SoftmaxCrossEntropy<float>(logits.data, labels.data(), batch,
-                                                             classes, grad_logits.data());
-  net.Backward({grad_logits.data(), batch, logits.dims});
-  EXPECT_EQ(step->loss, loss.loss);
-  EXPECT_EQ(step->correct, loss.correct);
-  const absl::Span<const float> model_grads = (*model)->grads();
-  ASSERT_EQ(model_grads.size(), grads.size());
-  int64_t differ = 0;
-  for (size_t i = 0; i < grads.size(); ++i) differ += model_grads[i] != grads[i];
-  EXPECT_EQ(differ, 0) << "of " << grads.size() << " gradient elements";
-  EXPECT_EQ((*model)->buffer_values(), buffers);
+    absl::StatusOr<nn::BatchResult> step = (*model)->TrainStep(images.data(), labels.data(), batch);
+    ASSERT_TRUE(step.ok()) << step.status();
+    nn::TensorRef<float> logits = net.Forward(images.data(), batch, /*training=*/true);
+    std::vector<float> grad_logits(logits.size());
+    const nn::LossOutput loss = nn::SoftmaxCrossEntropy<float>(
+        logits.data, labels.data(), batch, classes, grad_logits.data(), smoothing);
+    net.Backward({grad_logits.data(), batch, logits.dims});
+    EXPECT_EQ(step->loss, loss.loss);
+    EXPECT_EQ(step->correct, loss.correct);
+    const absl::Span<const float> model_grads = (*model)->grads();
+    ASSERT_EQ(model_grads.size(), grads.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < grads.size(); ++i) differ += model_grads[i] != grads[i];
+    EXPECT_EQ(differ, 0) << "of " << grads.size() << " gradient elements";
+    EXPECT_EQ((*model)->buffer_values(), buffers);
 
-  absl::StatusOr<nn::BatchResult> eval = (*model)->Evaluate(images.data(), labels.data(), batch);
-  ASSERT_TRUE(eval.ok());
-  logits = net.Forward(images.data(), batch, /*training=*/false);
-  const nn::LossOutput eval_loss =
-      nn::SoftmaxCrossEntropy<float>(logits.data, labels.data(), batch, classes, nullptr);
-  // Evaluate averages per piece in double: equal up to that rounding.
-  EXPECT_NEAR(eval->loss, eval_loss.loss, 1e-6 * eval_loss.loss);
-  EXPECT_EQ(eval->correct, eval_loss.correct);
+    absl::StatusOr<nn::BatchResult> eval = (*model)->Evaluate(images.data(), labels.data(), batch);
+    ASSERT_TRUE(eval.ok());
+    logits = net.Forward(images.data(), batch, /*training=*/false);
+    const nn::LossOutput eval_loss = nn::SoftmaxCrossEntropy<float>(
+        logits.data, labels.data(), batch, classes, nullptr, smoothing);
+    // Evaluate averages per piece in double: equal up to that rounding.
+    EXPECT_NEAR(eval->loss, eval_loss.loss, 1e-6 * eval_loss.loss);
+    EXPECT_EQ(eval->correct, eval_loss.correct);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Builtins, BuiltinModelTest,

@@ -35,12 +35,29 @@ nn::LossOutput MeanSquaredError(const float* y, const uint8_t* labels, int batch
   return out;
 }
 
+}  // namespace
+
+absl::Status CheckLabelSmoothing(const GraphModelOptions& options) {
+  if (!(options.label_smoothing >= 0 && options.label_smoothing < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label smoothing must be in [0, 1), got ", options.label_smoothing));
+  }
+  if (options.label_smoothing != 0 && options.loss != Loss::kSoftmaxCrossEntropy) {
+    return absl::InvalidArgumentError("label smoothing applies to softmax cross-entropy only");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 class GraphModel final : public nn::Model {
  public:
-  GraphModel(std::string name, Loss loss, std::unique_ptr<nn::ThreadPool> pool,
-             std::unique_ptr<Executor<float>> executor, std::unique_ptr<Optimizer> optimizer)
+  GraphModel(std::string name, Loss loss, double label_smoothing,
+             std::unique_ptr<nn::ThreadPool> pool, std::unique_ptr<Executor<float>> executor,
+             std::unique_ptr<Optimizer> optimizer)
       : name_(std::move(name)),
         loss_(loss),
+        label_smoothing_(label_smoothing),
         pool_(std::move(pool)),
         executor_(std::move(executor)),
         classes_(static_cast<int>(executor_->output_dims().size())),
@@ -120,7 +137,7 @@ class GraphModel final : public nn::Model {
   nn::LossOutput ComputeLoss(const float* logits, const uint8_t* labels, int batch,
                              float* grad) const {
     if (loss_ == Loss::kMse) return MeanSquaredError(logits, labels, batch, classes_, grad);
-    return nn::SoftmaxCrossEntropy<float>(logits, labels, batch, classes_, grad);
+    return nn::SoftmaxCrossEntropy<float>(logits, labels, batch, classes_, grad, label_smoothing_);
   }
 
   absl::Status CheckSizes() const {
@@ -152,6 +169,7 @@ class GraphModel final : public nn::Model {
 
   const std::string name_;
   const Loss loss_;
+  const double label_smoothing_;
   std::unique_ptr<nn::ThreadPool> pool_;  // Declared before executor_, whose nodes use it.
   std::unique_ptr<Executor<float>> executor_;
   const int classes_;
@@ -193,6 +211,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
   if (options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", options.threads));
   }
+  DPTRAIN_RETURN_IF_ERROR(CheckLabelSmoothing(options));
   std::unique_ptr<Optimizer> optimizer;
   if (options.optimizer.has_value()) {
     DPTRAIN_ASSIGN_OR_RETURN(optimizer, CreateOptimizer(*options.optimizer));
@@ -211,9 +230,9 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
   DPTRAIN_RETURN_IF_ERROR(CheckClassifierOutput(graph, (*executor)->output_dims()));
   // Set only once the graph is known to build: BLAS threads are process-wide.
   if (threads.blas_threads > 0) nn::SetBlasThreads(threads.blas_threads);
-  return std::unique_ptr<nn::Model>(
-      std::make_unique<GraphModel>(options.name, options.loss, std::move(threads.pool),
-                                   *std::move(executor), std::move(optimizer)));
+  return std::unique_ptr<nn::Model>(std::make_unique<GraphModel>(
+      options.name, options.loss, options.label_smoothing, std::move(threads.pool),
+      *std::move(executor), std::move(optimizer)));
 }
 
 }  // namespace graph

@@ -36,6 +36,9 @@ enum class Loss {
 struct GraphModelOptions {
   std::string name;  // What name() says (e.g. the file's base name).
   Loss loss = Loss::kSoftmaxCrossEntropy;
+  // Softmax cross-entropy's label smoothing (nn.CrossEntropyLoss's label_smoothing), in [0, 1);
+  // 0 for mse.
+  double label_smoothing = 0;
   // ApplyUpdate's rule (all-reduce mode); none where a parameter server applies it.
   std::optional<OptimizerOptions> optimizer;
   // Seeds the Dropout masks (deterministic per seed, not PyTorch's stream; see shape_ops.h).
@@ -53,6 +56,10 @@ struct GraphModelOptions {
   nn::DenseGemm dense_gemm = nn::DenseGemm::kPoolSplit;
   nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kAuto;
 };
+
+// InvalidArgument unless options.label_smoothing is in [0, 1), and 0 for a loss other than
+// softmax cross-entropy.
+absl::Status CheckLabelSmoothing(const GraphModelOptions& options);
 
 // Builds the model with the graph's initial weights and buffers and zero gradients.
 // InvalidArgument for what Executor::Create refuses, an output that is not [batch, classes],

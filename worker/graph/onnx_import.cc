@@ -446,6 +446,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> LoadOnnxModel(const std::string& path
   GraphModelOptions model;
   model.name = graph.name;
   model.loss = options.loss;
+  model.label_smoothing = options.label_smoothing;
   model.optimizer = options.optimizer;
   model.seed = options.seed;
   model.dropout = options.dropout;

@@ -36,6 +36,7 @@ namespace graph {
 // The model's options beyond the file; the fields mean what GraphModelOptions' do.
 struct OnnxModelOptions {
   Loss loss = Loss::kSoftmaxCrossEntropy;
+  double label_smoothing = 0;
   // Initializers that are buffers of the PyTorch module (MarkBuffers).
   std::vector<std::string> buffers;
   std::optional<OptimizerOptions> optimizer;

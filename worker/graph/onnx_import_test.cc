@@ -227,6 +227,15 @@ TEST(OnnxModelTest, MseLossMatchesPyTorch) {
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_NEAR(step->loss, ref->Find("mse_loss")->data[0], 1e-5);
   ExpectGradientsMatch(**model, *ref, "mse_grad.");
+  // Label smoothing is cross-entropy's: refused with mse, and outside [0, 1).
+  options.label_smoothing = 0.1;
+  EXPECT_EQ(LoadOnnxModel(OnnxPath("branching"), options).status().message(),
+            "worker/graph/testdata/branching.onnx: label smoothing applies to softmax "
+            "cross-entropy only");
+  options.loss = Loss::kSoftmaxCrossEntropy;
+  options.label_smoothing = 1;
+  EXPECT_EQ(LoadOnnxModel(OnnxPath("branching"), options).status().message(),
+            "worker/graph/testdata/branching.onnx: label smoothing must be in [0, 1), got 1");
 }
 
 TEST(OnnxModelTest, ParamsAreTheInitializersInFileOrder) {

@@ -159,6 +159,8 @@ struct ModelOptions {
   // Weight initialisation: "default" (the model's d2l choice) | "normal" | "xavier" | "kaiming";
   // see InitializeParams in architectures.h. Biases 0, batch-norm weights 1 in every case.
   std::string init = "default";
+  // Softmax cross-entropy's label smoothing (nn.CrossEntropyLoss's label_smoothing), in [0, 1).
+  double label_smoothing = 0;
   // The update rule of ApplyUpdate (all-reduce mode); none where a parameter server
   // applies it (ps, master).
   std::optional<OptimizerOptions> optimizer;

@@ -8,10 +8,11 @@ namespace nn {
 
 template <typename T>
 LossOutput SoftmaxCrossEntropy(const T* logits, const uint8_t* labels, int batch, int classes,
-                               T* grad_logits) {
+                               T* grad_logits, double label_smoothing) {
   LossOutput out;
   double total = 0;
   const double inv_batch = 1.0 / batch;
+  const double spread = label_smoothing / classes;  // Every class's share of the target.
   for (int i = 0; i < batch; ++i) {
     const T* row = logits + int64_t{i} * classes;
     int argmax = 0;
@@ -22,15 +23,22 @@ LossOutput SoftmaxCrossEntropy(const T* logits, const uint8_t* labels, int batch
     double sum = 0;
     for (int j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(row[j]) - max);
     const int label = labels[i];
-    // log(sum) - (z_label - max): exact even when |max| dwarfs log(sum).
-    total += std::log(sum) - (static_cast<double>(row[label]) - max);
+    // -log p[j] = log(sum) - (z_j - max): exact even when |max| dwarfs log(sum).
+    const double log_sum = std::log(sum);
+    total += (1 - label_smoothing) * (log_sum - (static_cast<double>(row[label]) - max));
+    if (label_smoothing != 0) {
+      double all = 0;
+      for (int j = 0; j < classes; ++j) all += log_sum - (static_cast<double>(row[j]) - max);
+      total += spread * all;
+    }
     if (argmax == label) ++out.correct;
     if (grad_logits != nullptr) {
       T* g = grad_logits + int64_t{i} * classes;
       const double scale = inv_batch / sum;
       for (int j = 0; j < classes; ++j) {
         const double p = std::exp(static_cast<double>(row[j]) - max) * scale;
-        g[j] = static_cast<T>(j == label ? p - inv_batch : p);
+        const double target = (j == label ? 1 - label_smoothing : 0) + spread;
+        g[j] = static_cast<T>(p - target * inv_batch);
       }
     }
   }
@@ -38,8 +46,10 @@ LossOutput SoftmaxCrossEntropy(const T* logits, const uint8_t* labels, int batch
   return out;
 }
 
-template LossOutput SoftmaxCrossEntropy<float>(const float*, const uint8_t*, int, int, float*);
-template LossOutput SoftmaxCrossEntropy<double>(const double*, const uint8_t*, int, int, double*);
+template LossOutput SoftmaxCrossEntropy<float>(const float*, const uint8_t*, int, int, float*,
+                                               double);
+template LossOutput SoftmaxCrossEntropy<double>(const double*, const uint8_t*, int, int, double*,
+                                                double);
 
 }  // namespace nn
 }  // namespace dptrain

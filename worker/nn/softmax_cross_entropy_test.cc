@@ -51,6 +51,27 @@ TEST(SoftmaxCrossEntropyTest, LossAndGradientMatchDefinition) {
   ExpectAllClose("float gradient", std::vector<double>(gradf.begin(), gradf.end()), grad, 1e-6);
 }
 
+// nn.CrossEntropyLoss(label_smoothing=0.1) in float64, from Debian's torch 1.13:
+//   z = torch.tensor([[1.5, -0.25, 0.75, 2.0], [0.1, 0.2, -3.0, 0.4], [-1.0, 0.5, 0.5, 0.0]],
+//                    dtype=torch.float64, requires_grad=True)
+//   loss = F.cross_entropy(z, torch.tensor([3, 0, 2]), label_smoothing=0.1); loss.backward()
+TEST(SoftmaxCrossEntropyTest, LabelSmoothingMatchesPyTorch) {
+  const std::vector<double> z = {1.5, -0.25, 0.75, 2.0, 0.1, 0.2, -3.0, 0.4, -1.0, 0.5, 0.5, 0.0};
+  const std::vector<uint8_t> labels = {3, 0, 2};
+  std::vector<double> grad(z.size());
+  const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data(), 0.1);
+  EXPECT_NEAR(out.loss, 1.0676021955446064, 1e-14);
+  const std::vector<double> torch_grad = {
+      0.09283428974658847,  0.009246963478772944, 0.03945486802993165,  -0.14153612125529305,
+      -0.21309738574871706, 0.09691866629256131,  -0.00404302985545169, 0.12022174931160753,
+      0.01795134344751438,  0.10946641531276062,  -0.1905335846872394,  0.06311582592696442};
+  ExpectAllClose("gradient", grad, torch_grad, 1e-14);
+  EXPECT_EQ(out.correct, 1);  // Row 0 (row 2's first maximum is class 1, not its label 2).
+  // Smoothing 0 is the plain loss.
+  const LossOutput plain = SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data(), 0.0);
+  EXPECT_EQ(plain.loss, SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data()).loss);
+}
+
 TEST(SoftmaxCrossEntropyTest, CountsCorrectWithFirstMaximumOnTies) {
   const std::vector<float> z = {0, 5, 1,   // argmax 1
                                 2, 2, 1,   // tie: argmax 0
