@@ -111,7 +111,9 @@ std::string ShardInfoJson(const proto::ShardInfoResponse& i) {
         {"failures", i.checkpoint_failures()},
         {"seconds", i.checkpoint_seconds()},
         {"bytes", i.checkpoint_bytes()},
-        {"rollbacks", i.rollbacks()}}},
+        {"rollbacks", i.rollbacks()},
+        {"incarnation", i.incarnation()},
+        {"incarnation_step", i.incarnation_step()}}},
   };
   return doc.dump();
 }
@@ -131,6 +133,9 @@ std::string ShardStatusLine(const proto::ShardInfoResponse& i) {
       i.mean_staleness(), i.optimizer(), i.current_learning_rate());
   if (i.checkpoint_every() > 0 || i.restored_step() >= 0) {
     absl::StrAppend(&line, "  checkpoint step ", i.checkpoint_step());
+  }
+  if (i.incarnation() > 0) {  // The job went back (RollbackRequest): how many times, from where.
+    absl::StrAppend(&line, "  incarnation ", i.incarnation(), " from step ", i.incarnation_step());
   }
   return line;
 }

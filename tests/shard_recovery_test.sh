@@ -74,6 +74,7 @@ run_job() {
   for r in 0 1; do
     wait "${workers[$r]}" || die "$name: worker $r failed: $(tail -n 5 "$dir/w$r.log")"
   done
+  "$ROOT/server/ps_status" --ps="$ps" >"$dir/status.txt" || die "ps_status: $(cat "$dir/status.txt")"
   for s in 0 1; do cp "$SCRATCH/shard$s.log" "$dir/shard$s.log"; kill -TERM "${pids[$s]}"; done
 }
 
@@ -85,6 +86,15 @@ grep -q "recovered by going back to step" "$SCRATCH/crashed/w0.log" ||
   die "worker 0 never went back: $(cat "$SCRATCH/crashed/w0.log")"
 grep -q "went back to the checkpoint" "$SCRATCH"/crashed/shard*.log ||
   die "no shard was rolled back to the restarted one's step"
+# Each restart sent the job back at most once (shard 0's may need none: restored at the step
+# the workers were at): the second rank joined the incarnation the first opened instead of
+# opening another, and ps_status says so, the same on both shards.
+cat "$SCRATCH/crashed/status.txt"
+incarnations=$(grep -o "incarnation [0-9]* from step [0-9]*" "$SCRATCH/crashed/status.txt" | sort -u)
+[[ $(grep -c "incarnation [12] from step" "$SCRATCH/crashed/status.txt") == 2 &&
+   $(wc -l <<<"$incarnations") == 1 ]] ||
+  die "the shards are not both in incarnation 1 or 2, the same: $(cat "$SCRATCH/crashed/status.txt")"
+! grep -q "incarnation" "$SCRATCH/reference/status.txt" || die "the reference job went back"
 cmp "$SCRATCH/reference/final.safetensors" "$SCRATCH/crashed/final.safetensors" ||
   die "the weights after two shard crashes differ from the uninterrupted run"
 echo "final weights bit-identical ($(stat -c %s "$SCRATCH/crashed/final.safetensors") bytes)"
