@@ -17,6 +17,7 @@ targets=(//worker:gpu_worker //worker/cuda:libdptrain_cuda.so //server:ps_server
          //worker/cuda:gpu_network_test //worker/cuda:gpu_graph_test
          //worker/cuda:gpu_parity_test
          //worker/cuda:gpu_benchmark //tests/bench:compute_benchmark
+         //tests/bench:sparse_shard_bench
          //python/native:libdptrain_c.so)
 bazel build "${targets[@]}"
 stage=$(mktemp -d)

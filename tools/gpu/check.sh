@@ -28,7 +28,10 @@
 #   torch: dptrain.torch on CUDA tensors (tools/gpu/torch_gpu_check.py);
 #   onnx:  an ONNX model on the GPU (worker/graph/testdata/vgg.onnx, --device=cuda) on a
 #          generated CIFAR-format set, 3 epochs, beside the same run on the CPU: final loss
-#          and accuracy of both (the GPU twins of the graph ops, worker/cuda/gpu_graph.h).
+#          and accuracy of both (the GPU twins of the graph ops, worker/cuda/gpu_graph.h);
+#   sparse: no GPU needed: one parameter-server shard's sparse-row rate against a loopback
+#          TCP stream (sparse_shard_bench, issue 29's target) with the machine's 16 cores,
+#          where the clients do not take the shard's (the 2-core dev machine measures 0.41).
 # usage: [STAGES=tests,auto,observe,train,e2e,bench] [EPOCHS=10] [BUDGET=560] tools/gpu/check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -330,6 +333,16 @@ if [[ "$stages" == *,bench_graph,* ]]; then
       >"$out/gpu_benchmark_$path.md" 2>"$out/gpu_benchmark_$path.err" ||
       { row "gpu_benchmark $path" "FAIL (see gpu_benchmark_$path.err)"; fail=1; }
     { echo; echo "built-ins through the $path path:"; sed -n '/^Ours/,$p' "$out/gpu_benchmark_$path.md"; } >>"$summary"
+  done
+fi
+
+if [[ "$stages" == *,sparse,* ]]; then
+  for clients in 2 4; do
+    limited 90 "$bin/sparse_shard_bench" --rounds=5 --clients=$clients \
+      >"$out/sparse_shard_bench_$clients.txt" 2>&1 ||
+      { row "sparse_shard_bench --clients=$clients" "FAIL (see sparse_shard_bench_$clients.txt)"; fail=1; }
+    row "sparse rows, $clients clients ($(nproc) cores)" \
+      "$(grep '^median' "$out/sparse_shard_bench_$clients.txt" | sed 's/|/\//g')"
   done
 fi
 
