@@ -27,6 +27,7 @@ PS_STATUS = os.path.join(ROOT, "server", "ps_status")
 GPU_WORKER = os.path.join(ROOT, "worker", "gpu_worker")
 WORKER = os.path.join(HERE, "torch", "worker.py")
 SPARSE_WORKER = os.path.join(HERE, "torch", "sparse_worker.py")
+HOROVOD_API = os.path.join(HERE, "torch", "horovod_api.py")
 MAKE_CERTS = os.path.join(HERE, "..", "tools", "make_certs.sh")
 LAUNCHER = os.path.join(HERE, "..", "deploy", "local_cluster.sh")
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_fashion_mnist.py")
@@ -145,7 +146,8 @@ def summary(out):
 
 
 def main():
-    cases = sys.argv[1:] or ["allreduce", "ps", "master", "wire", "server", "passes", "skip",
+    cases = sys.argv[1:] or ["horovod", "allreduce", "ps", "master", "wire", "server", "passes",
+                             "skip",
                              "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun",
                              "sparse", "sparse_restart", "load", "click"]
     if "init" in cases:
@@ -155,6 +157,16 @@ def main():
         if "call dptrain.torch.init() first" not in r.stdout:
             fail(f"use before init: {r.stdout} {r.stderr}")
         print(f"ok: use before init raises: {r.stdout.strip()}")
+    if "horovod" in cases:
+        # Horovod's collectives and keyword arguments, in each mode (ps: through 2 shards).
+        for mode in ("allreduce", "master", "ps"):
+            env = {"DPTRAIN_PS": ",".join(start_shards(2, 2, "--optimizer=none"))} \
+                if mode == "ps" else {}
+            outs, _, _ = run_workers(f"horovod_{mode}", mode, env=env, script=HOROVOD_API)
+            if not all(summary(o)["ok"] for o in outs):
+                fail(f"horovod API in {mode} mode")
+            print(f"ok: Horovod's allgather, allgather_object, allreduce ops, barrier and "
+                  f"DistributedOptimizer arguments in {mode} mode", flush=True)
     if "example" in cases:
         example()
     if "click" in cases:

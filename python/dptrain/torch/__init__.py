@@ -30,12 +30,13 @@ import torch
 from dptrain._native import DptrainError, Session, initial_rows
 
 __all__ = ["DptrainError", "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
-           "local_size", "mode", "allreduce", "allreduce_", "broadcast", "broadcast_",
+           "local_size", "mode", "allreduce", "allreduce_", "allgather", "allgather_object",
+           "barrier", "broadcast", "broadcast_", "Average", "Sum", "Adasum", "Compression",
            "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state",
            "DistributedOptimizer", "ServerOptimizer", "SparseEmbedding", "SparseEmbeddingBag",
            "sparse_initial_weight"]
 
-_state = None  # (session, local_rank, local_size, mode) after init().
+_state = None  # (session, local_rank, local_size, mode, wire_dtype) after init().
 
 
 def _env_int(name, default):
@@ -107,7 +108,7 @@ def init(**overrides):
     local_rank = int(o.get("local_rank", _env_int("LOCAL_RANK", 0)))
     local_size = int(o.get("local_size", _env_int("LOCAL_WORLD_SIZE", 1)))
     session = Session(options)
-    _state = (session, local_rank, local_size, options["mode"])
+    _state = (session, local_rank, local_size, options["mode"], wire)
 
 
 def shutdown():
@@ -169,33 +170,108 @@ def _copy_bytes(dst_address, src_address, nbytes):
         ctypes.memmove(dst_address, src_address, nbytes)
 
 
-def allreduce(tensor, average=True, name=None):
-    """A new tensor: the sum over ranks of `tensor` (or the mean), computed in fp32."""
+# Horovod's reduction ops and compressors, by its names (hvd.Average, hvd.Compression.fp16).
+Average = "Average"
+Sum = "Sum"
+Adasum = "Adasum"
+
+
+class Compression:
+    """Horovod's gradient compressors. `fp16` asks for 16-bit gradients, which dptrain sets for
+    the whole job at init (wire_dtype; DPTRAIN_WIRE_DTYPE) and sums in fp32."""
+    none = "none"
+    fp16 = "fp16"
+
+
+def _averages(average, op, what):
+    """Whether a reduction averages (Horovod's `average` and `op`), or a DptrainError."""
+    if op is None:
+        return average is None or bool(average)
+    if average is not None:
+        raise DptrainError(f"{what}: give `op` or `average`, not both", "INVALID_ARGUMENT")
+    if op == Average:
+        return True
+    if op == Sum:
+        return False
+    raise DptrainError(f"{what}: op={op!r} is not supported (Average or Sum)",
+                       "INVALID_ARGUMENT")
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0):
+    """A new tensor: the mean over ranks of `tensor` (op=Sum or average=False: the sum),
+    computed in fp32; `tensor` times prescale_factor before, the result times
+    postscale_factor after (Horovod's signature)."""
     out = tensor.detach().clone()
-    allreduce_(out, average=average, name=name)
+    allreduce_(out, average=average, name=name, compression=compression, op=op,
+               prescale_factor=prescale_factor, postscale_factor=postscale_factor)
     return out
 
 
-def allreduce_(tensor, average=True, name=None):
-    """In place: `tensor` becomes the sum (or mean) over ranks, computed in fp32."""
+def allreduce_(tensor, average=None, name=None, compression=Compression.none, op=None,
+               prescale_factor=1.0, postscale_factor=1.0):
+    """In place: `tensor` becomes the mean (or sum) over ranks, computed in fp32."""
     session = _session()
+    average = _averages(average, op, "allreduce")
+    if compression != Compression.none:
+        raise DptrainError("allreduce: compression is for DistributedOptimizer's gradients "
+                           "(init(wire_dtype=...)); allreduce sums in fp32", "INVALID_ARGUMENT")
     name = name or "allreduce"
     session.check_same("allreduce's tensor", _describe(name, tensor))
     # Device tensors are staged through pinned memory; the result goes back asynchronously
     # (PyTorch keeps a pinned block from reuse until the copies reading it are done).
     buffer = torch.empty(tensor.shape, dtype=torch.float32, pin_memory=tensor.is_cuda)
     buffer.copy_(tensor.detach())
+    if prescale_factor != 1.0:
+        buffer.mul_(prescale_factor)
     session.allreduce(buffer.data_ptr(), buffer.numel(), average)
+    if postscale_factor != 1.0:
+        buffer.mul_(postscale_factor)
     with torch.no_grad():
         tensor.copy_(buffer, non_blocking=True)
     return tensor
 
 
-def _broadcast_tensors(tensors, root_rank, what):
-    """Rank root_rank's values of `tensors` (a list of (name, tensor)) reach every rank, bit
-    for bit, in one message (any dtypes)."""
+def allgather(tensor, name=None):
+    """A new tensor: every rank's `tensor` concatenated along dimension 0 in rank order (the
+    first dimensions may differ; the others and the dtype must not), bit for bit."""
     session = _session()
-    session.check_same(what, "\n".join(_describe(n, t) for n, t in tensors))
+    if tensor.dim() == 0:
+        raise DptrainError("allgather: a tensor without dimensions (give it one: "
+                           "tensor.reshape(1))", "INVALID_ARGUMENT")
+    rest = list(tensor.shape[1:])
+    session.check_same("allgather's tensor",
+                       f"{name or 'allgather'}: {tensor.dtype} [*, {', '.join(map(str, rest))}]")
+    rows = torch.zeros(session.world_size(), dtype=torch.float32)
+    rows[session.rank()] = tensor.shape[0]
+    session.allreduce(rows.data_ptr(), rows.numel(), False)  # Exact below 2^24 rows.
+    parts = []
+    for r in range(session.world_size()):
+        part = (tensor.detach().clone() if r == session.rank() else
+                torch.empty([int(rows[r])] + rest, dtype=tensor.dtype, device=tensor.device))
+        _broadcast_tensors([(f"{name or 'allgather'}[{r}]", part)], r, "allgather's part",
+                           check=False)
+        parts.append(part)
+    return torch.cat(parts)
+
+
+def allgather_object(obj, name=None):
+    """Every rank's `obj` (anything torch.save takes), as a list in rank order."""
+    return [broadcast_object(obj, root_rank=r) for r in range(size())]
+
+
+def barrier():
+    """Returns once every rank has called it."""
+    allreduce_(torch.zeros(1), name="barrier")
+
+
+def _broadcast_tensors(tensors, root_rank, what, check=True):
+    """Rank root_rank's values of `tensors` (a list of (name, tensor)) reach every rank, bit
+    for bit, in one message (any dtypes). `check`: every rank's tensors must be described
+    alike (off where the caller checked what must agree)."""
+    session = _session()
+    if check:
+        session.check_same(what, "\n".join(_describe(n, t) for n, t in tensors))
     hosts = [t.detach().to("cpu").contiguous() for _, t in tensors]
     sizes = [h.numel() * h.element_size() for h in hosts]
     buffer = _words(sum(sizes))
@@ -533,7 +609,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return result
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
                          bucket_cap_mb=_BUCKET_BYTES / (1 << 20)):
     """`optimizer` (any torch.optim optimizer, LR schedulers work on the result) whose step()
     applies gradients averaged over all ranks through the job's mode. Gradients leave in
@@ -541,7 +619,27 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
     master: one push per step whose chunks leave as the buckets covering them complete), so
     communication overlaps backward, and the averages are in
     p.grad when backward returns, so clipping and GradScaler (scaler.step(opt)) see them. A
-    step whose gradients had inf/NaN on any rank is skipped by every rank."""
+    step whose gradients had inf/NaN on any rank is skipped by every rank.
+
+    Horovod's arguments, in its order: `compression=Compression.fp16` needs the job's gradients
+    in 16 bits (init(wire_dtype="fp16"), summed in fp32); `op` must be Average (the shards
+    and the reducer average); `gradient_predivide_factor` (> 0) splits Horovod's averaging
+    without changing its result, and `num_groups`, `groups` and `sparse_as_dense` group or
+    densify what dptrain buckets and densifies anyway: accepted, no effect."""
+    if compression not in (Compression.none, Compression.fp16):
+        raise DptrainError(f"DistributedOptimizer: compression={compression!r} is not "
+                           "Compression.none or Compression.fp16", "INVALID_ARGUMENT")
+    _session()  # Initialised: the job's wire dtype is known.
+    if compression == Compression.fp16 and _state[4] == "fp32":
+        raise DptrainError("DistributedOptimizer: compression=Compression.fp16 needs the job's "
+                           "gradients in 16 bits: dpt.init(wire_dtype='fp16') or "
+                           "DPTRAIN_WIRE_DTYPE=fp16 (summed in fp32)", "FAILED_PRECONDITION")
+    if op != Average:
+        raise DptrainError(f"DistributedOptimizer: op={op!r} is not supported: gradients are "
+                           "averaged (op=Average)", "INVALID_ARGUMENT")
+    if not gradient_predivide_factor > 0:
+        raise DptrainError("DistributedOptimizer: gradient_predivide_factor must be > 0",
+                           "INVALID_ARGUMENT")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, backward_passes_per_step,

@@ -1,0 +1,94 @@
+"""Horovod's API names beyond training, as a Horovod script calls them (tests/
+torch_workers_test.py runs it in 2 processes per mode): allgather of uneven first dimensions,
+bit for bit in any dtype; allgather_object; allreduce with op=Sum/Average and Horovod's scale
+factors; barrier; DistributedOptimizer with Horovod's keyword arguments; and the clear errors
+for what dptrain does not do (Adasum, op=Sum for gradients, fp16 compression on an fp32 job).
+
+usage: horovod_api.py OUT [--world=N]   (writes OUT.json: {"ok": true, "rank": r})"""
+
+import json
+import sys
+
+import torch
+
+import dptrain.torch as hvd
+
+out = sys.argv[1]
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+
+
+def expect_error(what, call, code):
+    try:
+        call()
+    except hvd.DptrainError as e:
+        if e.code != code:
+            sys.exit(f"{what}: {e.code} ({e}), expected {code}")
+        return str(e)
+    sys.exit(f"{what}: no error")
+
+
+def rows(k):  # Rank k's part: k + 2 rows of 3 int64s, distinct from every other rank's.
+    return torch.arange(3 * (k + 2), dtype=torch.int64).reshape(k + 2, 3) + 1000 * k
+
+
+gathered = hvd.allgather(rows(r), name="rows")
+if not torch.equal(gathered, torch.cat([rows(k) for k in range(n)])):
+    sys.exit(f"allgather: {gathered}")
+values = torch.randn(2, 4, generator=torch.Generator().manual_seed(r))  # Not fp32-exact sums.
+gathered = hvd.allgather(values)
+for k in range(n):
+    want = torch.randn(2, 4, generator=torch.Generator().manual_seed(k))
+    if not torch.equal(gathered[2 * k:2 * k + 2], want):
+        sys.exit(f"allgather of floats: rank {k}'s part is not bit for bit")
+objects = hvd.allgather_object({"rank": r, "name": f"worker {r}"})
+if objects != [{"rank": k, "name": f"worker {k}"} for k in range(n)]:
+    sys.exit(f"allgather_object: {objects}")
+
+mine = torch.tensor([float(r + 1)])
+checks = {
+    "op=Sum": (hvd.allreduce(mine, op=hvd.Sum), n * (n + 1) / 2),
+    "op=Average": (hvd.allreduce(mine, op=hvd.Average), (n + 1) / 2),
+    "default": (hvd.allreduce(mine), (n + 1) / 2),
+    "average=False": (hvd.allreduce(mine, average=False), n * (n + 1) / 2),
+    "scale factors": (hvd.allreduce(mine, op=hvd.Sum, prescale_factor=4.0,
+                                    postscale_factor=0.25), n * (n + 1) / 2),
+}
+for what, (got, want) in checks.items():
+    if got.item() != want:
+        sys.exit(f"allreduce {what}: {got.item()}, expected {want}")
+expect_error("allreduce op=Adasum", lambda: hvd.allreduce(mine, op=hvd.Adasum),
+             "INVALID_ARGUMENT")
+expect_error("allreduce with op and average", lambda: hvd.allreduce(mine, average=True,
+                                                                   op=hvd.Sum),
+             "INVALID_ARGUMENT")
+hvd.barrier()
+
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 2)
+sgd = torch.optim.SGD(net.parameters(), lr=0.1)
+expect_error("op=Sum for gradients", lambda: hvd.DistributedOptimizer(
+    sgd, named_parameters=net.named_parameters(), op=hvd.Sum), "INVALID_ARGUMENT")
+message = expect_error("fp16 compression on an fp32 job", lambda: hvd.DistributedOptimizer(
+    sgd, named_parameters=net.named_parameters(), compression=hvd.Compression.fp16),
+    "FAILED_PRECONDITION")
+if "wire_dtype" not in message:
+    sys.exit(f"the fp16 compression error does not say what to set: {message}")
+opt = hvd.DistributedOptimizer(sgd, named_parameters=net.named_parameters(),
+                               compression=hvd.Compression.none, backward_passes_per_step=1,
+                               op=hvd.Average, gradient_predivide_factor=2.0, num_groups=1,
+                               sparse_as_dense=True)
+hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+x = torch.randn(8, 4, generator=torch.Generator().manual_seed(10 + r))
+opt.zero_grad()
+net(x).pow(2).mean().backward()
+opt.step()
+# Every rank applied the same averaged step: the weights agree bit for bit.
+weights = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+every = hvd.allgather(weights.reshape(1, -1))
+if not all(torch.equal(every[k], every[0]) for k in range(n)):
+    sys.exit("the ranks' weights differ after one step")
+hvd.shutdown()
+with open(out + ".json", "w") as f:
+    json.dump({"ok": True, "rank": r}, f)
+print(f"rank {r}: Horovod API checks passed")
