@@ -17,7 +17,7 @@ if [[ "${1:-}" == "--dynamic_batch" ]]; then
   dynamic=(--dynamic_batch)
   shift
 fi
-models="${1:-resnet18,resnet50,resnext50_32x4d,wide_resnet50_2,squeezenet1_1,densenet121,googlenet,mobilenet_v2,mobilenet_v3_small,mobilenet_v3_large,shufflenet_v2_x0_5,shufflenet_v2_x1_0,mnasnet0_5,mnasnet1_0,efficientnet_b0,regnet_x_400mf,regnet_y_400mf,convnext_tiny,inception_v3,alexnet,vgg11_bn}"
+models="${1:-resnet18,resnet50,resnext50_32x4d,wide_resnet50_2,squeezenet1_1,densenet121,googlenet,mobilenet_v2,mobilenet_v3_small,mobilenet_v3_large,shufflenet_v2_x0_5,shufflenet_v2_x1_0,mnasnet0_5,mnasnet1_0,efficientnet_b0,efficientnet_v2_s,regnet_x_400mf,regnet_y_400mf,convnext_tiny,inception_v3,alexnet,vgg11_bn}"
 if ! /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
   echo "check_torchvision_onnx: needs python3-torchvision (apt-get install python3-torchvision)" >&2
   exit 1
