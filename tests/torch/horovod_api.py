@@ -62,6 +62,15 @@ expect_error("allreduce op=Adasum", lambda: hvd.allreduce(mine, op=hvd.Adasum),
 expect_error("allreduce with op and average", lambda: hvd.allreduce(mine, average=True,
                                                                    op=hvd.Sum),
              "INVALID_ARGUMENT")
+expect_error("allreduce op=Max", lambda: hvd.allreduce(mine, op=hvd.Max), "INVALID_ARGUMENT")
+expect_error("a process set", lambda: hvd.allreduce(mine, process_set=object()),
+             "INVALID_ARGUMENT")
+# Compression is the gradients' business: a metric's allreduce ignores it (summed in fp32).
+if hvd.allreduce(mine, op=hvd.Sum, compression=hvd.Compression.fp16).item() != n * (n + 1) / 2:
+    sys.exit("allreduce with compression=fp16")
+# A scalar is refused on every rank together (no rank left waiting in a collective).
+expect_error("allgather of a scalar", lambda: hvd.allgather(torch.tensor(1.0)),
+             "INVALID_ARGUMENT")
 hvd.barrier()
 
 torch.manual_seed(0)

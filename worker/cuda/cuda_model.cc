@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
   if (options.optimizer.has_value()) {
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
   }
+  DPTRAIN_RETURN_IF_ERROR(graph::CheckLabelSmoothing(options));
   graph::ExecutorOptions plan_options;
   plan_options.seed = options.seed;
   absl::StatusOr<std::unique_ptr<graph::Executor<float>>> plan =
@@ -101,6 +102,10 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Assemble(
     std::vector<nn::ParamInfo> params, std::vector<float> weights,
     std::vector<nn::ParamInfo> buffers, std::vector<float> buffer_values, nn::Dims input_dims,
     int classes, double label_smoothing) {
+  if (!(label_smoothing >= 0 && label_smoothing < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label smoothing must be in [0, 1), got ", label_smoothing));
+  }
   std::optional<LossScaler> scaler;
   if (IsHalf(device.precision)) {
     LossScalerOptions scaling;

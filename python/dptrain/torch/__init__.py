@@ -31,7 +31,8 @@ from dptrain._native import DptrainError, Session, initial_rows
 
 __all__ = ["DptrainError", "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
            "local_size", "mode", "allreduce", "allreduce_", "allgather", "allgather_object",
-           "barrier", "broadcast", "broadcast_", "Average", "Sum", "Adasum", "Compression",
+           "barrier", "broadcast", "broadcast_", "Average", "Sum", "Adasum", "Min", "Max",
+           "Product", "Compression",
            "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state",
            "DistributedOptimizer", "ServerOptimizer", "SparseEmbedding", "SparseEmbeddingBag",
            "sparse_initial_weight"]
@@ -174,6 +175,9 @@ def _copy_bytes(dst_address, src_address, nbytes):
 Average = "Average"
 Sum = "Sum"
 Adasum = "Adasum"
+Min = "Min"
+Max = "Max"
+Product = "Product"
 
 
 class Compression:
@@ -197,25 +201,31 @@ def _averages(average, op, what):
                        "INVALID_ARGUMENT")
 
 
+def _whole_job(process_set, what):
+    """Horovod's process sets: only the whole job's (the default) is one here."""
+    if process_set is not None:
+        raise DptrainError(f"{what}: process sets are not supported (every collective spans "
+                           "the whole job)", "INVALID_ARGUMENT")
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0):
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """A new tensor: the mean over ranks of `tensor` (op=Sum or average=False: the sum),
-    computed in fp32; `tensor` times prescale_factor before, the result times
-    postscale_factor after (Horovod's signature)."""
+    computed in fp32 whatever `compression` asks (Horovod's signature); `tensor` times
+    prescale_factor before, the result times postscale_factor after."""
     out = tensor.detach().clone()
     allreduce_(out, average=average, name=name, compression=compression, op=op,
-               prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+               prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+               process_set=process_set)
     return out
 
 
 def allreduce_(tensor, average=None, name=None, compression=Compression.none, op=None,
-               prescale_factor=1.0, postscale_factor=1.0):
+               prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """In place: `tensor` becomes the mean (or sum) over ranks, computed in fp32."""
     session = _session()
     average = _averages(average, op, "allreduce")
-    if compression != Compression.none:
-        raise DptrainError("allreduce: compression is for DistributedOptimizer's gradients "
-                           "(init(wire_dtype=...)); allreduce sums in fp32", "INVALID_ARGUMENT")
+    _whole_job(process_set, "allreduce")
     name = name or "allreduce"
     session.check_same("allreduce's tensor", _describe(name, tensor))
     # Device tensors are staged through pinned memory; the result goes back asynchronously
@@ -232,36 +242,44 @@ def allreduce_(tensor, average=None, name=None, compression=Compression.none, op
     return tensor
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=None):
     """A new tensor: every rank's `tensor` concatenated along dimension 0 in rank order (the
     first dimensions may differ; the others and the dtype must not), bit for bit."""
     session = _session()
+    _whole_job(process_set, "allgather")
+    rest = list(tensor.shape[1:])
+    # Every rank checks the same description before any refusal, so that all refuse together.
+    shape = f"[*, {', '.join(map(str, rest))}]" if tensor.dim() > 0 else "[] (no dimension)"
+    session.check_same("allgather's tensor", f"{name or 'allgather'}: {tensor.dtype} {shape}")
     if tensor.dim() == 0:
         raise DptrainError("allgather: a tensor without dimensions (give it one: "
                            "tensor.reshape(1))", "INVALID_ARGUMENT")
-    rest = list(tensor.shape[1:])
-    session.check_same("allgather's tensor",
-                       f"{name or 'allgather'}: {tensor.dtype} [*, {', '.join(map(str, rest))}]")
-    rows = torch.zeros(session.world_size(), dtype=torch.float32)
-    rows[session.rank()] = tensor.shape[0]
-    session.allreduce(rows.data_ptr(), rows.numel(), False)  # Exact below 2^24 rows.
+    # Each rank's row count in two fp32 slots (high and low 23 bits), each summed with zeros
+    # only: exact for any count below 2^46.
+    size, me, rows = session.world_size(), session.rank(), tensor.shape[0]
+    counts = torch.zeros(2 * size, dtype=torch.float32)
+    counts[2 * me], counts[2 * me + 1] = float(rows >> 23), float(rows & ((1 << 23) - 1))
+    session.allreduce(counts.data_ptr(), counts.numel(), False)
     parts = []
-    for r in range(session.world_size()):
-        part = (tensor.detach().clone() if r == session.rank() else
-                torch.empty([int(rows[r])] + rest, dtype=tensor.dtype, device=tensor.device))
+    for r in range(size):
+        count = (int(counts[2 * r]) << 23) + int(counts[2 * r + 1])
+        part = (tensor.detach().clone() if r == me else
+                torch.empty([count] + rest, dtype=tensor.dtype, device=tensor.device))
         _broadcast_tensors([(f"{name or 'allgather'}[{r}]", part)], r, "allgather's part",
                            check=False)
         parts.append(part)
     return torch.cat(parts)
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj, name=None, process_set=None):
     """Every rank's `obj` (anything torch.save takes), as a list in rank order."""
+    _whole_job(process_set, "allgather_object")
     return [broadcast_object(obj, root_rank=r) for r in range(size())]
 
 
-def barrier():
+def barrier(process_set=None):
     """Returns once every rank has called it."""
+    _whole_job(process_set, "barrier")
     allreduce_(torch.zeros(1), name="barrier")
 
 
@@ -630,10 +648,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise DptrainError(f"DistributedOptimizer: compression={compression!r} is not "
                            "Compression.none or Compression.fp16", "INVALID_ARGUMENT")
     _session()  # Initialised: the job's wire dtype is known.
-    if compression == Compression.fp16 and _state[4] == "fp32":
+    if compression == Compression.fp16 and _state[4] != "fp16":
         raise DptrainError("DistributedOptimizer: compression=Compression.fp16 needs the job's "
-                           "gradients in 16 bits: dpt.init(wire_dtype='fp16') or "
-                           "DPTRAIN_WIRE_DTYPE=fp16 (summed in fp32)", "FAILED_PRECONDITION")
+                           f"gradients in fp16 (they travel as {_state[4]}): "
+                           "dpt.init(wire_dtype='fp16') or DPTRAIN_WIRE_DTYPE=fp16 (summed in "
+                           "fp32)", "FAILED_PRECONDITION")
     if op != Average:
         raise DptrainError(f"DistributedOptimizer: op={op!r} is not supported: gradients are "
                            "averaged (op=Average)", "INVALID_ARGUMENT")
