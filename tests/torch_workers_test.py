@@ -146,7 +146,7 @@ def summary(out):
 
 
 def main():
-    cases = sys.argv[1:] or ["horovod", "allreduce", "ps", "master", "wire", "server", "passes",
+    cases = sys.argv[1:] or ["horovod", "sync_bn", "allreduce", "ps", "master", "wire", "server", "passes",
                              "skip",
                              "mismatch", "dead", "tls", "init", "example", "restart", "async", "torchrun",
                              "sparse", "sparse_restart", "load", "click"]
@@ -184,6 +184,13 @@ def main():
                 for k in start)
     if moved < 1e-2:
         fail(f"the reference run barely moved the weights ({moved:.1e})")
+    if "sync_bn" in cases:
+        # SyncBatchNorm: 2 ranks on half batches train as one process whose BatchNorm2d sees
+        # the global batch (weights and running statistics), in two modes.
+        ref_bn = reference("sync_bn", ["--sync_bn"])
+        for mode in ("allreduce", "master"):
+            outs, _, _ = run_workers(f"sync_bn_{mode}", mode, ["--sync_bn"])
+            compare(f"SyncBatchNorm, {mode}, 2 workers on half batches", outs, ref_bn)
     if "allreduce" in cases:
         outs, _, _ = run_workers("allreduce", "allreduce")
         compare("allreduce, 2 workers, SGD momentum", outs, ref)

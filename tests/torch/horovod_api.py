@@ -73,6 +73,32 @@ expect_error("allgather of a scalar", lambda: hvd.allgather(torch.tensor(1.0)),
              "INVALID_ARGUMENT")
 hvd.barrier()
 
+# SyncBatchNorm on rank r's half of a batch normalises with the whole batch's statistics:
+# its output is BatchNorm's on the whole batch (every rank's halves, in rank order), and so
+# are the running statistics (momentum 0.1 and None, with and without affine), and in
+# evaluation it is BatchNorm with those statistics.
+whole = torch.randn(2 * n, 3, 4, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+half = whole[2 * r:2 * r + 2]
+for momentum, affine in ((0.1, True), (None, False)):
+    plain = torch.nn.BatchNorm2d(3, momentum=momentum, affine=affine).double()
+    synced = hvd.SyncBatchNorm.convert_sync_batchnorm(
+        torch.nn.BatchNorm2d(3, momentum=momentum, affine=affine).double())
+    if not isinstance(synced, hvd.SyncBatchNorm):
+        sys.exit("convert_sync_batchnorm did not convert")
+    for _ in range(2):
+        want, got = plain(whole)[2 * r:2 * r + 2], synced(half)
+        if not torch.allclose(got, want, rtol=0, atol=1e-5):
+            sys.exit(f"SyncBatchNorm(momentum={momentum}, affine={affine}) differs from "
+                     f"BatchNorm on the whole batch by {(got - want).abs().max():.1e}")
+    for key in ("running_mean", "running_var", "num_batches_tracked"):
+        if not torch.allclose(getattr(synced, key).double(), getattr(plain, key).double(),
+                              rtol=0, atol=1e-6):
+            sys.exit(f"SyncBatchNorm's {key}: {getattr(synced, key)} vs {getattr(plain, key)}")
+    plain.eval()
+    synced.eval()
+    if not torch.allclose(synced(half), plain(half), rtol=0, atol=1e-6):
+        sys.exit("SyncBatchNorm in evaluation is not BatchNorm with its running statistics")
+
 torch.manual_seed(0)
 net = torch.nn.Linear(4, 2)
 sgd = torch.optim.SGD(net.parameters(), lr=0.1)

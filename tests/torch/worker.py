@@ -4,11 +4,12 @@ data: every step, global batch GLOBAL is split into equal parts, rank r training
 
 usage: worker.py OUT [--reference] [--world=N] [--steps=S] [--optimizer=sgd|adam]
                      [--server] [--passes=P] [--inf_at=STEP:RANK] [--die_at=STEP]
-                     [--wider] [--seed=K] [--cuda] [--amp]
+                     [--wider] [--seed=K] [--cuda] [--amp] [--sync_bn]
 OUT receives the final state_dict (torch.save, CPU tensors) and a summary (OUT.json); a
 "{rank}" in OUT becomes the rank (for launchers that give every rank the same arguments).
 --cuda: the model and the batches on cuda:LOCAL_RANK % device_count, deterministic cuDNN, no
-TF32. --amp (with --cuda): fp16 autocast and a GradScaler (initial scale 1024); with
+TF32. --sync_bn: a BatchNorm2d after the first convolution, which the workers turn into
+dptrain.torch.SyncBatchNorm (the reference keeps BatchNorm2d on the global batch). --amp (with --cuda): fp16 autocast and a GradScaler (initial scale 1024); with
 --inf_at the reference overflows at that step too, so that its scaler halves as the
 workers' do."""
 
@@ -22,7 +23,7 @@ from torch import nn
 
 args = {"reference": False, "world": 2, "steps": 6, "optimizer": "sgd", "server": False,
         "passes": 1, "inf_at": "", "die_at": -1, "wider": False, "seed": 0, "lr": 0.05,
-        "sleep": 0.0, "cuda": False, "amp": False}
+        "sleep": 0.0, "cuda": False, "amp": False, "sync_bn": False}
 out = sys.argv[1]
 for a in sys.argv[2:]:
     key, _, value = a.lstrip("-").partition("=")
@@ -49,7 +50,8 @@ if args["cuda"]:
 def model():
     torch.manual_seed(1234)
     width = 10 if args["wider"] else 8
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    norm = [nn.BatchNorm2d(4)] if args["sync_bn"] else []
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), *norm, nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(4, width, 3, padding=1), nn.ReLU(), nn.Flatten(),
                          nn.Linear(width * 4 * 4, 10))
 
@@ -115,6 +117,8 @@ else:
     import dptrain.torch as dpt
 
     dpt.init()
+    if args["sync_bn"]:
+        net = dpt.SyncBatchNorm.convert_sync_batchnorm(net)
     rank, world = dpt.rank(), dpt.size()
     out = out.replace("{rank}", str(rank))
     part = GLOBAL // world

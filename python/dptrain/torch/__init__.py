@@ -32,7 +32,7 @@ from dptrain._native import DptrainError, Session, initial_rows
 __all__ = ["DptrainError", "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
            "local_size", "mode", "allreduce", "allreduce_", "allgather", "allgather_object",
            "barrier", "broadcast", "broadcast_", "Average", "Sum", "Adasum", "Min", "Max",
-           "Product", "Compression",
+           "Product", "Compression", "SyncBatchNorm",
            "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state",
            "DistributedOptimizer", "ServerOptimizer", "SparseEmbedding", "SparseEmbeddingBag",
            "sparse_initial_weight"]
@@ -663,6 +663,111 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, backward_passes_per_step,
                int(bucket_cap_mb * (1 << 20)))
+
+
+def _sum_over_ranks(columns):
+    """The per-channel sums of `columns` (a list of [C] tensors) over every rank, in one fp32
+    allreduce, as float64 tensors on the columns' device."""
+    stacked = torch.stack([c.detach().to(torch.float32) for c in columns]).cpu().contiguous()
+    _session().allreduce(stacked.data_ptr(), stacked.numel(), False)
+    return [row.to(device=columns[0].device, dtype=torch.float64) for row in stacked]
+
+
+class _SyncBatchNormFunction(torch.autograd.Function):
+    """Batch normalisation over the whole job's batch: the statistics and, in backward, the
+    sums the input's gradient needs are allreduced (PyTorch's SyncBatchNorm, computed here in
+    float64 per channel)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        c = x.shape[1]
+        dims = [d for d in range(x.dim()) if d != 1]
+        x64 = x.detach().to(torch.float64)
+        count = torch.full((c,), float(x.numel() // c), dtype=torch.float64, device=x.device)
+        total, sums = _sum_over_ranks([count, x64.sum(dims)])
+        mean = sums / total
+        shape = [1, c] + [1] * (x.dim() - 2)
+        centred = x64 - mean.view(shape)
+        (squares,) = _sum_over_ranks([centred.pow(2).sum(dims)])
+        var = squares / total  # Biased, for the normalisation.
+        invstd = (var + eps).rsqrt()
+        xhat = centred * invstd.view(shape)
+        y = xhat * weight.detach().to(torch.float64).view(shape) + \
+            bias.detach().to(torch.float64).view(shape)
+        ctx.save_for_backward(xhat, invstd, weight)
+        ctx.total = total
+        ctx.dims = dims
+        ctx.input_dtype = x.dtype
+        unbiased = var * total / (total - 1).clamp(min=1)
+        ctx.mark_non_differentiable(mean, unbiased)
+        return y.to(x.dtype), mean, unbiased
+
+    @staticmethod
+    def backward(ctx, dy, _mean_grad, _var_grad):
+        xhat, invstd, weight = ctx.saved_tensors
+        shape = [1, xhat.shape[1]] + [1] * (xhat.dim() - 2)
+        dy64 = dy.to(torch.float64)
+        local_dy, local_dy_xhat = dy64.sum(ctx.dims), (dy64 * xhat).sum(ctx.dims)
+        sum_dy, sum_dy_xhat = _sum_over_ranks([local_dy, local_dy_xhat])
+        dx = (weight.detach().to(torch.float64) * invstd).view(shape) * (
+            dy64 - (sum_dy / ctx.total).view(shape) -
+            xhat * (sum_dy_xhat / ctx.total).view(shape))
+        # The parameters' gradients are this rank's share: DistributedOptimizer averages them.
+        return (dx.to(ctx.input_dtype), local_dy_xhat.to(weight.dtype),
+                local_dy.to(weight.dtype), None)
+
+
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """Horovod's (and torch.nn's) SyncBatchNorm: in training, the mean and variance of every
+    channel over the whole job's batch (every rank's samples), and the running statistics
+    from them, so that N ranks on batches of B train as one process on N * B; in evaluation,
+    the running statistics, as BatchNorm. Inputs [N, C, ...]; every rank must call it the
+    same number of times (each call is collective). `convert_sync_batchnorm(module)` swaps a
+    model's BatchNorm layers for it, keeping their state."""
+
+    def _check_input_dim(self, x):
+        if x.dim() < 2:
+            raise DptrainError(f"SyncBatchNorm: expected an input [N, C, ...], got {x.dim()}-D",
+                               "INVALID_ARGUMENT")
+
+    def forward(self, x):
+        self._check_input_dim(x)
+        if not self.training and self.track_running_stats:
+            return torch.nn.functional.batch_norm(x, self.running_mean, self.running_var,
+                                                  self.weight, self.bias, False, 0.0, self.eps)
+        weight = self.weight if self.affine else torch.ones(self.num_features, device=x.device)
+        bias = self.bias if self.affine else torch.zeros(self.num_features, device=x.device)
+        y, mean, unbiased = _SyncBatchNormFunction.apply(x, weight, bias, self.eps)
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                m = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                     else self.momentum)
+                self.running_mean.mul_(1 - m).add_(mean.to(self.running_mean.dtype), alpha=m)
+                self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
+        return y
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module):
+        """`module` with every BatchNorm1d/2d/3d replaced by a SyncBatchNorm holding the same
+        parameters and running statistics (as torch.nn.SyncBatchNorm.convert_sync_batchnorm)."""
+        out = module
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and \
+                not isinstance(module, cls):
+            out = cls(module.num_features, module.eps, module.momentum, module.affine,
+                      module.track_running_stats)
+            if module.affine:
+                with torch.no_grad():
+                    out.weight = module.weight
+                    out.bias = module.bias
+            if module.track_running_stats:
+                out.running_mean = module.running_mean
+                out.running_var = module.running_var
+                out.num_batches_tracked = module.num_batches_tracked
+            out.train(module.training)
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child))
+        return out
 
 
 class ServerOptimizer:
