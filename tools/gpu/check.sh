@@ -311,7 +311,7 @@ fi
 # PyTorch loop (tools/gpu/torch_gpu_check.py).
 if [[ "$stages" == *,torch,* ]]; then
   limited 170 python3 tools/gpu/torch_gpu_check.py --bin="$bin" --lib="$root/gpu/lib" \
-    --data="$root/gpu/data" --out="$out/torch" --budget=160 --only="${TORCH_ONLY:-a,b,c,d}" \
+    --data="$root/gpu/data" --out="$out/torch" --budget=160 --only="${TORCH_ONLY:-a,b,c,d,e}" \
     >"$out/torch_gpu_check.log" 2>&1
   rc=$?
   { echo; cat "$out/torch/torch_gpu_check.md"; } >>"$summary" 2>/dev/null

@@ -13,16 +13,18 @@
      (Fashion-MNIST's first images when --data has them), fp32 (TF32 off): one worker's
      images/s (median step, CUDA synchronised around each) in the plain PyTorch loop and
      through each mode, at world size 1 and with 2 ranks sharing the GPU.
-a, b and c run concurrently (small models), d alone afterwards. Every step runs under a time
+  e. dpt.SyncBatchNorm on the GPU (worker.py --cuda --sync_bn): 2 ranks on half batches,
+     allreduce mode, within 1e-5 of one process whose BatchNorm2d sees the whole batch.
+a, b, c and e run concurrently (small models), d alone afterwards. Every step runs under a time
 limit cut to what is left of the budget; a step with no time left is reported as not run.
 Prints one Markdown table (also OUT/torch_gpu_check.md), writes OUT/torch_gpu_check.json and
-the logs as OUT/torch_gpu_check.logs.tar.gz; exits 1 if a check of a-c failed or did not run.
+the logs as OUT/torch_gpu_check.logs.tar.gz; exits 1 if a check of a-c or e failed or did not run.
 
 --dry: the same plumbing on this machine's CPU (no --cuda, no autocast, a small batch), for
 checking the script where there is no GPU.
 
 usage: torch_gpu_check.py --bin=DIR [--lib=DIR] [--data=DIR] [--out=DIR] [--budget=150]
-                          [--dry] [--only=a,b,c,d] [--steps=30] [--warmup=5]
+                          [--dry] [--only=a,b,c,d,e] [--steps=30] [--warmup=5]
   --bin: ps_server (DIR/ps_server or a bazel-bin's DIR/server/ps_server) and, unless
          DPTRAIN_NATIVE_LIB names it, libdptrain_c.so (in DIR, --lib, DIR/../lib or
          DIR/python/native); --lib (default DIR/../lib when it exists) joins LD_LIBRARY_PATH.
@@ -68,7 +70,7 @@ def _arguments(argv):
     p.add_argument("--out", default="torch_gpu_check.out")
     p.add_argument("--budget", type=float, default=150.0)
     p.add_argument("--dry", action="store_true")
-    p.add_argument("--only", default="a,b,c,d")
+    p.add_argument("--only", default="a,b,c,d,e")
     p.add_argument("--steps", type=int, default=0, help="timed steps (default 30; --dry 3)")
     p.add_argument("--warmup", type=int, default=-1, help="warm-up steps (default 5; --dry 1)")
     p.add_argument("--batch", type=int, default=0, help="per worker (default 256; --dry 8)")
@@ -343,6 +345,10 @@ class Driver:
         if "c" in only:
             cases.append(("c", f"torchrun --nproc_per_node=2, allreduce, {device}",
                           pool.submit(self.case_torchrun, ref_sgd)))
+        if "e" in only:
+            ref_bn = pool.submit(self.reference, "sync_bn", self.flags("--sync_bn"), timeout(60))
+            cases.append(("e", f"SyncBatchNorm, allreduce, 2 ranks on {device}, vs BatchNorm2d "
+                          "on the global batch", pool.submit(self.case_sync_bn, ref_bn)))
         for section, what, future in cases:
             try:
                 detail = future.result(timeout=max(1, self.left()))
@@ -366,6 +372,15 @@ class Driver:
     def case_mode(self, mode, ref_future):
         env = {"DPTRAIN_PS": self.shards(2, 2)} if mode == "ps" else {}
         outs, _, _ = self.twt.run_workers(f"a_{mode}", mode, self.flags(), env=env,
+                                          timeout=self.limit(60) or 1)
+        worst = self.compare(outs, ref_future.result(timeout=max(1, self.left())))
+        if worst > 1e-5:
+            raise CheckFailed(f"ranks identical, but {worst:.1e} (relative) from the "
+                              "reference (> 1e-5)")
+        return f"ranks identical, {worst:.1e} from the reference (<= 1e-5)"
+
+    def case_sync_bn(self, ref_future):
+        outs, _, _ = self.twt.run_workers("e_sync_bn", "allreduce", self.flags("--sync_bn"),
                                           timeout=self.limit(60) or 1)
         worst = self.compare(outs, ref_future.result(timeout=max(1, self.left())))
         if worst > 1e-5:
@@ -540,7 +555,7 @@ def main(argv):
             driver.row("-", "setup", "FAIL", "no CUDA device (torch.cuda.is_available() is "
                        "False); --dry runs the plumbing on the CPU")
         else:
-            if set("abc") & set(a.only.split(",")):
+            if set("abce") & set(a.only.split(",")):
                 driver.correctness()
             if "d" in a.only.split(","):
                 driver.figures()
