@@ -9,9 +9,9 @@
 namespace dptrain {
 namespace {
 
-// torch.optim.SGD semantics (dampening 0, no Nesterov):
+// torch.optim.SGD semantics (dampening 0):
 //   d = g + weight_decay * w;  buf = momentum * buf + d (buf = d at the first step);
-//   w -= lr * buf  (or lr * d without momentum).
+//   w -= lr * buf  (or lr * d without momentum; lr * (d + momentum * buf) with nesterov).
 class Sgd : public Optimizer {
  public:
   explicit Sgd(const OptimizerOptions& o) : Optimizer(o) {}
@@ -20,6 +20,7 @@ class Sgd : public Optimizer {
   void Step(absl::Span<float> w, absl::Span<const float> g, OptimizerState& state,
             float lr) const override {
     const float wd = options().weight_decay, mu = options().momentum;
+    const bool nesterov = options().nesterov;
     const size_t n = w.size();
     if (mu == 0.0f) {
       for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
@@ -28,13 +29,14 @@ class Sgd : public Optimizer {
       for (size_t i = 0; i < n; ++i) {
         const float d = g[i] + wd * w[i];
         state.momentum_buffer[i] = d;
-        w[i] -= lr * d;
+        w[i] -= lr * (nesterov ? d + mu * d : d);
       }
     } else {
       float* buf = state.momentum_buffer.data();
       for (size_t i = 0; i < n; ++i) {
-        buf[i] = mu * buf[i] + (g[i] + wd * w[i]);
-        w[i] -= lr * buf[i];
+        const float d = g[i] + wd * w[i];
+        buf[i] = mu * buf[i] + d;
+        w[i] -= lr * (nesterov ? d + mu * buf[i] : buf[i]);
       }
     }
     ++state.steps;
@@ -138,6 +140,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerOption
   if (auto s = CheckNonNegative("learning_rate", options.learning_rate); !s.ok()) return s;
   if (auto s = CheckNonNegative("momentum", options.momentum); !s.ok()) return s;
   if (auto s = CheckNonNegative("weight_decay", options.weight_decay); !s.ok()) return s;
+  if (options.nesterov && (options.name != "sgd" || !(options.momentum > 0))) {
+    return absl::InvalidArgumentError(
+        "nesterov needs sgd with a momentum > 0 (as torch.optim.SGD)");
+  }
   if (options.name == "sgd") return std::make_unique<Sgd>(options);
   if (options.name == "none") return std::make_unique<AverageOnly>(options);
   if (options.name == "adam" || options.name == "adamw") {

@@ -27,6 +27,7 @@ struct OptimizerOptions {
   // passes LearningRateAt(schedule, step) to Apply instead (common/lr_schedule.h).
   float learning_rate = 0.1f;
   float momentum = 0.0f;      // sgd only; adam and adamw ignore it.
+  bool nesterov = false;      // sgd with momentum > 0 only (torch.optim.SGD's nesterov).
   float weight_decay = 0.0f;  // sgd, adam: L2 added to the gradient; adamw: decoupled.
   // adam and adamw only. Doubles, like the Python floats PyTorch takes: 1 - beta and the
   // bias corrections are computed in double before the float32 element loop.

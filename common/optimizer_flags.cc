@@ -8,6 +8,8 @@ ABSL_FLAG(std::string, optimizer, "sgd",
           "weight decay), with torch.optim's update rules; ps_server also takes none (the "
           "shards only average: each push is answered with the mean gradient, which the "
           "workers' own optimizers apply, as dptrain.torch's DistributedOptimizer does).");
+ABSL_FLAG(bool, nesterov, false,
+          "sgd with --momentum > 0: Nesterov momentum, as torch.optim.SGD(nesterov=True).");
 ABSL_FLAG(double, beta1, 0.9, "adam/adamw: decay of the first moment, in [0, 1).");
 ABSL_FLAG(double, beta2, 0.999, "adam/adamw: decay of the second moment, in [0, 1).");
 ABSL_FLAG(double, eps, 1e-8, "adam/adamw: added to the denominator, > 0.");
@@ -35,6 +37,7 @@ absl::Status Named(const char* flag, const absl::Status& s) {
 
 absl::StatusOr<OptimizerOptions> OptimizerFromFlags(OptimizerOptions base) {
   base.name = absl::GetFlag(FLAGS_optimizer);
+  base.nesterov = absl::GetFlag(FLAGS_nesterov);
   base.beta1 = absl::GetFlag(FLAGS_beta1);
   base.beta2 = absl::GetFlag(FLAGS_beta2);
   base.eps = absl::GetFlag(FLAGS_eps);

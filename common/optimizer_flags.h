@@ -14,8 +14,8 @@
 namespace dptrain {
 
 // `base` (learning rate, momentum, weight decay from the binary's own flags) with
-// --optimizer, --beta1, --beta2 and --eps; InvalidArgument naming the flag for an unknown
-// optimizer or a bad value.
+// --optimizer, --nesterov, --beta1, --beta2 and --eps; InvalidArgument naming the flag for an
+// unknown optimizer or a bad value.
 absl::StatusOr<OptimizerOptions> OptimizerFromFlags(OptimizerOptions base);
 
 // The schedule of --lr_schedule, --warmup_steps, --lr_step_size, --lr_gamma,

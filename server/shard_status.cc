@@ -22,6 +22,7 @@ void FillShardInfo(const ParameterShard& shard, proto::ShardInfoResponse* respon
   response->set_optimizer(o.optimizer.name);
   response->set_learning_rate(o.optimizer.learning_rate);
   response->set_momentum(o.optimizer.momentum);
+  response->set_nesterov(o.optimizer.nesterov);
   response->set_weight_decay(o.optimizer.weight_decay);
   response->set_beta1(o.optimizer.beta1);
   response->set_beta2(o.optimizer.beta2);
@@ -96,6 +97,7 @@ std::string ShardInfoJson(const proto::ShardInfoResponse& i) {
         {"learning_rate", i.learning_rate()},
         {"current_learning_rate", i.current_learning_rate()},
         {"momentum", i.momentum()},
+        {"nesterov", i.nesterov()},
         {"weight_decay", i.weight_decay()},
         {"beta1", i.beta1()},
         {"beta2", i.beta2()},

@@ -57,6 +57,9 @@ OPTIMIZER_CASES = [
     ("adamw_wd", "adamw", dict(lr=0.01, weight_decay=0.1), None),
     ("adamw_warmup_cosine", "adamw", dict(lr=0.004, weight_decay=0.05),
      dict(name="cosine", base_lr=0.001, scale=4, warmup_steps=3, total_steps=10, min_lr=1e-4)),
+    # Last: the cases above keep their random draws.
+    ("sgd_nesterov_wd", "sgd", dict(lr=0.05, momentum=0.9, weight_decay=0.01, nesterov=True),
+     None),
 ]
 
 LR_CASES = [
@@ -127,7 +130,8 @@ def header():
 def write_optimizer_fixtures(path):
     gen = torch.Generator().manual_seed(13)
     out = [header(), "// {name, optimizer, lr, momentum, weight_decay, beta1, beta2, eps,\n"
-           "//  initial weights, gradient of each step, rate of each step, weights after it}\n"]
+           "//  initial weights, gradient of each step, rate of each step, weights after it"
+           "[, nesterov]}\n"]
     for name, kind, kwargs, schedule in OPTIMIZER_CASES:
         initial, grads, lrs, weights = run_optimizer(kind, kwargs, schedule, gen)
         beta1, beta2 = kwargs.get("betas", (0.9, 0.999))
@@ -137,7 +141,8 @@ def write_optimizer_fixtures(path):
         out.append(" %s,\n" % fmt_floats(initial.tolist()))
         out.append(" {%s},\n" % ",\n  ".join(fmt_floats(g.tolist()) for g in grads))
         out.append(" %s,\n" % fmt_doubles(lrs))
-        out.append(" {%s}},\n" % ",\n  ".join(fmt_floats(x.tolist()) for x in weights))
+        out.append(" {%s}%s},\n" % (",\n  ".join(fmt_floats(x.tolist()) for x in weights),
+                                    ", true" if kwargs.get("nesterov") else ""))
     with open(path, "w") as f:
         f.write("".join(out))
 

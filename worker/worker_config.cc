@@ -430,6 +430,7 @@ absl::Status ReadTraining(WorkerConfig& c) {
     c.ps_expect.lr_schedule = absl::FindCommandLineFlag("lr_schedule")->CurrentValue();
   }
   if (IsSet("momentum")) c.ps_expect.values["momentum"] = c.optimizer.momentum;
+  if (IsSet("nesterov")) c.ps_expect.values["nesterov"] = c.optimizer.nesterov ? 1 : 0;
   if (IsSet("weight_decay")) c.ps_expect.values["weight_decay"] = c.optimizer.weight_decay;
   if (IsSet("beta1")) c.ps_expect.values["beta1"] = c.optimizer.beta1;
   if (IsSet("beta2")) c.ps_expect.values["beta2"] = c.optimizer.beta2;

@@ -98,6 +98,8 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
       {{{"ps", "a:1"}, {"onnx_buffers", "mean"}},
        "--onnx_buffers: names initializers of an ONNX model (--model=FILE.onnx)"},
       {{{"ps", "a:1"}, {"label_smoothing", "1"}}, "--label_smoothing: must be in [0, 1), got 1"},
+      {{{"ps", "a:1"}, {"nesterov", "true"}},
+       "--optimizer: nesterov needs sgd with a momentum > 0 (as torch.optim.SGD)"},
       {{{"ps", "a:1"}, {"label_smoothing", "-0.1"}},
        "--label_smoothing: must be in [0, 1), got -0.1"},
       {{{"ps", "a:1"}, {"model", "m.onnx"}, {"loss", "mse"}, {"label_smoothing", "0.1"}},

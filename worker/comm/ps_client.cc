@@ -96,9 +96,13 @@ absl::Status CheckOptimizer(const PsClientOptions& options, const proto::ShardIn
         where, " uses ", info.lr_schedule(), hint));
   }
   const std::map<std::string, double> theirs = {
-      {"momentum", info.momentum()}, {"weight_decay", info.weight_decay()},
-      {"beta1", info.beta1()},       {"beta2", info.beta2()},
-      {"eps", info.eps()},           {"warmup_steps", static_cast<double>(info.warmup_steps())}};
+      {"momentum", info.momentum()},
+      {"weight_decay", info.weight_decay()},
+      {"nesterov", info.nesterov() ? 1.0 : 0.0},
+      {"beta1", info.beta1()},
+      {"beta2", info.beta2()},
+      {"eps", info.eps()},
+      {"warmup_steps", static_cast<double>(info.warmup_steps())}};
   for (const auto& [name, mine] : options.expected_optimizer_values) {
     auto it = theirs.find(name);
     if (it == theirs.end()) continue;

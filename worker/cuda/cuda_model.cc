@@ -397,7 +397,7 @@ absl::Status CudaModel::ApplyUpdate(float learning_rate) {
     }
     DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), momentum, n,
                                       learning_rate, o.momentum, o.weight_decay,
-                                      /*first=*/optimizer_steps_ == 0, ctx_->stream()));
+                                      /*first=*/optimizer_steps_ == 0, o.nesterov, ctx_->stream()));
   } else {  // adam, adamw (CreateOptimizer accepted the name).
     if (optimizer_steps_ == 0) {
       DPTRAIN_RETURN_IF_ERROR(d_exp_avg_.Ensure(*ctx_, n).status());
@@ -487,7 +487,7 @@ absl::Status CudaModel::ApplySgd(float lr) {
   }
   DPTRAIN_RETURN_IF_ERROR(Upload());
   DPTRAIN_RETURN_IF_ERROR(SgdUpdate(d_weights_.data(), d_grads_.data(), nullptr, d_weights_.size(),
-                                    lr, 0.0f, 0.0f, true, ctx_->stream()));
+                                    lr, 0.0f, 0.0f, true, false, ctx_->stream()));
   weights_newer_on_device_ = true;
   return absl::OkStatus();
 }

@@ -57,7 +57,7 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const uint8_t* la
 }
 
 __global__ void SgdKernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
-                          float wd, bool first) {
+                          float wd, bool first, bool nesterov) {
   DPTRAIN_GRID_STRIDE(i, n) {
     const float d = g[i] + wd * w[i];
     if (mu == 0.0f) {
@@ -65,7 +65,7 @@ __global__ void SgdKernel(float* w, const float* g, float* buf, int64_t n, float
     } else {
       const float b = first ? d : mu * buf[i] + d;
       buf[i] = b;
-      w[i] -= lr * b;
+      w[i] -= lr * (nesterov ? d + mu * b : b);
     }
   }
 }
@@ -171,12 +171,12 @@ absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int
 }
 
 absl::Status SgdUpdate(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
-                       float wd, bool first, cudaStream_t stream) {
+                       float wd, bool first, bool nesterov, cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
   if (mu != 0.0f && buf == nullptr) {
     return absl::InvalidArgumentError("SgdUpdate: momentum needs a buffer");
   }
-  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(w, g, buf, n, lr, mu, wd, first);
+  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(w, g, buf, n, lr, mu, wd, first, nesterov);
   return Launched("SgdKernel<<<>>>");
 }
 

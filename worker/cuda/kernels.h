@@ -30,10 +30,10 @@ absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int
                                  float label_smoothing, float* loss_sum, int* correct,
                                  float* dlogits, cudaStream_t stream);
 
-// torch.optim.SGD (dampening 0, no Nesterov): d = g + wd w; buf = mu buf + d (buf = d when
-// `first`); w -= lr buf (lr d when mu = 0; buf may then be null).
+// torch.optim.SGD (dampening 0): d = g + wd w; buf = mu buf + d (buf = d when `first`);
+// w -= lr buf, lr (d + mu buf) with `nesterov` (lr d when mu = 0; buf may then be null).
 absl::Status SgdUpdate(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
-                       float wd, bool first, cudaStream_t stream);
+                       float wd, bool first, bool nesterov, cudaStream_t stream);
 
 // torch.optim.Adam / AdamW (amsgrad off), one step with the scalars of AdamScalarsAt
 // (common/optimizer.h), the same rounded numbers as the CPU optimizer: `m` and `v` are the

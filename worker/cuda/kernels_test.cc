@@ -113,29 +113,34 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyMatchesFloat64) {
 
 TEST_F(KernelsTest, SgdMatchesTheCpuOptimizer) {
   const int64_t n = 5000;
-  OptimizerOptions o;
-  o.learning_rate = 0.1f;
-  o.momentum = 0.9f;
-  o.weight_decay = 1e-3f;
-  auto cpu = CreateOptimizer(o);
-  ASSERT_TRUE(cpu.ok());
-  std::vector<float> w = Random(n), w_cpu = w;
-  Device<float> dw(w), buf(n);
-  OptimizerState state;
-  for (int step = 0; step < 3; ++step) {
-    std::vector<float> g = Random(n);
-    Device<float> dg(g);
-    ASSERT_TRUE(SgdUpdate(dw.get(), dg.get(), buf.get(), n, o.learning_rate, o.momentum,
-                          o.weight_decay, step == 0, nullptr)
-                    .ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    (*cpu)->Apply(absl::MakeSpan(w_cpu), g, state);
+  for (const bool nesterov : {false, true}) {
+    SCOPED_TRACE(nesterov ? "nesterov" : "momentum");
+    OptimizerOptions o;
+    o.learning_rate = 0.1f;
+    o.momentum = 0.9f;
+    o.weight_decay = 1e-3f;
+    o.nesterov = nesterov;
+    auto cpu = CreateOptimizer(o);
+    ASSERT_TRUE(cpu.ok());
+    std::vector<float> w = Random(n), w_cpu = w;
+    Device<float> dw(w), buf(n);
+    OptimizerState state;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> g = Random(n);
+      Device<float> dg(g);
+      ASSERT_TRUE(SgdUpdate(dw.get(), dg.get(), buf.get(), n, o.learning_rate, o.momentum,
+                            o.weight_decay, step == 0, nesterov, nullptr)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      (*cpu)->Apply(absl::MakeSpan(w_cpu), g, state);
+    }
+    const std::vector<float> got = dw.Read();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(got[i], w_cpu[i], 1e-6f * (1 + std::fabs(w_cpu[i]))) << i;
+    }
   }
-  const std::vector<float> got = dw.Read();
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_NEAR(got[i], w_cpu[i], 1e-6f * (1 + std::fabs(w_cpu[i]))) << i;
-  }
-  EXPECT_FALSE(SgdUpdate(dw.get(), dw.get(), nullptr, n, 0.1f, 0.9f, 0, true, nullptr).ok());
+  Device<float> dw(Random(n));
+  EXPECT_FALSE(SgdUpdate(dw.get(), dw.get(), nullptr, n, 0.1f, 0.9f, 0, true, false, nullptr).ok());
 }
 
 // Adam and AdamW with weight decay, 5 steps, against the CPU optimizer (the same rounded
