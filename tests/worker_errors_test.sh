@@ -160,6 +160,7 @@ expect_error "momentum mismatch" \
 expect_error "schedule mismatch" "this worker has --lr_schedule=cosine but shard 0 .* uses constant" \
   --ps=127.0.0.1:$p0,127.0.0.1:$p1 --lr=0.1 --lr_schedule=cosine --lr_total_steps=100 \
   --data_dir="$DATA_DIR"
+
 expect_error "bad --log_every" "log_every must be >= 0" --ps=127.0.0.1:$p0 --log_every=-1s
 expect_error "bad --metrics_port" "metrics_port must be -1 (off) or in \[0, 65535\]" \
   --ps=127.0.0.1:$p0 --metrics_port=70000
@@ -203,4 +204,9 @@ grep -q "cannot listen on 127.0.0.1:$held: Address already in use" "$SCRATCH/ps_
 ! grep -q "^E[0-9]" "$SCRATCH/ps_taken.txt" || die "gRPC's log line before ours: $(cat "$SCRATCH/ps_taken.txt")"
 echo "ok: ps_server on a taken port -> $(cat "$SCRATCH/ps_taken.txt")"
 kill "$holder"
+# --nesterov is checked against the shards like --momentum (a shard with momentum, no Nesterov).
+start_shard 0 1 1 --momentum=0.9
+expect_error "nesterov mismatch" \
+  "optimizer mismatch: this worker has --nesterov=1 but shard 0 at 127.0.0.1:$SHARD_PORT applies nesterov 0" \
+  --ps=127.0.0.1:$SHARD_PORT --momentum=0.9 --nesterov --data_dir="$DATA_DIR"
 echo PASS
