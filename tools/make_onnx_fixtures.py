@@ -61,6 +61,14 @@ The models:
              AdaptiveAvgPool2d(1), x.view(x.size(0), -1), Identity, a bias-free Linear
              (exported as Transpose + MatMul) and x @ w + b with bare parameters (MatMul + Add);
              7 classes.
+  attention  A small vision transformer (8x8 patches, a class token, a positional embedding,
+             two pre-norm blocks, the head on the class token) with timm's attention: a 5-D
+             reshape and permute that move the batch off axis 0, unbind (Split), q @ k^T,
+             softmax over the last axis, LayerNorm and Linear on [N, 17, 24] tokens, GELU.
+  attention_dynamic  attention exported with a dynamic batch axis.
+  mha        The same with nn.MultiheadAttention(batch_first=True): torch exports it
+             sequence-first, the batch merged with the heads ([17, B * 3, 8]) and with the
+             tokens ([17 * B, 24]).
 With --resnet18 (not stored in the repository: about 45 MB) it also writes the full-width
 resnet18 in torchvision's layout for a manual check, and with --torchvision=NAME,... the
 models of torchvision.models of those names (10 classes, inputs 3x64x64; needs Debian's
@@ -457,8 +465,69 @@ class DynamicShuffle(Shuffle):
         return self.fc(x.view(x.size(0), -1))
 
 
+class Attention(nn.Module):
+    """timm's ViT attention: one Linear to q, k and v, reshaped to 5-D and permuted (the batch
+    to axis 1), unbound, q k^T scaled, softmax over the last axis, times v, heads merged back."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = ((q @ k.transpose(-2, -1)) * self.scale).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block; attention is timm's, or nn.MultiheadAttention."""
+
+    def __init__(self, dim, heads, mha):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.mha = mha
+        self.attn = (nn.MultiheadAttention(dim, heads, batch_first=True) if mha
+                     else Attention(dim, heads))
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Dropout(0.1),
+                                 nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + (self.attn(h, h, h, need_weights=False)[0] if self.mha else self.attn(h))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    """A small vision transformer: 8x8 patches by a strided Conv, flatten(2).transpose(1, 2),
+    a class token expanded over the batch and concatenated, a learned positional embedding,
+    two blocks, a final LayerNorm and the head on x[:, 0]."""
+
+    def __init__(self, mha, dim=24, heads=3):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 8, 8)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.5)
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, dim) * 0.5)
+        self.blocks = nn.Sequential(Block(dim, heads, mha), Block(dim, heads, mha))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
 # name -> () -> (module, classes)
 MODELS = {
+    "attention": lambda: (ViT(mha=False), 10),
+    "attention_dynamic": lambda: (ViT(mha=False), 10),
+    "mha": lambda: (ViT(mha=True), 10),
     "vgg": lambda: (VGG(), 10),
     "resnet": lambda: (ResNet([8, 16, 24, 32]), 10),
     "branching": lambda: (Branching(), 7),
@@ -474,9 +543,9 @@ MODELS = {
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
-MIN_OPSET = {"pooling": 17}
+MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
-DYNAMIC_BATCH = {"dynamic"}
+DYNAMIC_BATCH = {"dynamic", "attention_dynamic"}
 
 
 def randomize_batch_norms(net):

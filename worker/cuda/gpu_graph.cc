@@ -21,6 +21,13 @@ absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor
           ") learns a weight tied to an earlier node's (a module applied twice): tied weights "
           "have no CUDA version yet; --device=cpu trains it"));
     }
+    if (!node.batch_first) {
+      return absl::UnimplementedError(absl::StrCat(
+          "node '", node.name, "' (", node.op,
+          ") works on values whose batch is not the first axis, of rank above 4, or row by row "
+          "of their last axis (attention, transformers): no CUDA version yet; --device=cpu "
+          "trains it"));
+    }
     GpuNodeContext ctx{node.name, node.op, *node.impl, {}};
     for (int v : node.inputs) ctx.input_dims.push_back(cpu.value_dims()[v]);
     DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, registry.Create(ctx));

@@ -39,11 +39,27 @@ absl::Status InitialValue(const Node& node, const NodeTensorSpec& spec, T* out) 
   return absl::OkStatus();
 }
 
-// Gather of dimensions of a Shape (value dims `dims`): the batch size (dimension 0, known only
-// at run time: kBatchSize) and the per-sample dims 1..3 (c, h, w; a value of rank r < 4 holds
-// its r - 1 dims in the first of them). Negative indices need the rank, which the dims do not
-// keep: refused.
-absl::StatusOr<Tensor> GatherShape(const Node& node, const nn::Dims& dims, const Tensor* indices) {
+// The size of axis `axis` of a value of `shape` as a Shape node gives it: kBatchSize for the
+// batch axis (known only at run time), else the axis's size; a batch merged with other axes
+// has no such value.
+absl::StatusOr<int64_t> ShapeEntry(const Node& node, const ValueShape& shape, int64_t axis) {
+  const std::optional<int> a = NormalizeAxis(axis, shape.rank());
+  if (!a.has_value()) {
+    return NodeError(node, absl::StrCat("dimension ", axis, " of a Shape of rank ", shape.rank(),
+                                        " is out of range"));
+  }
+  if (*a != shape.batch_axis) return shape.dims[*a];
+  if (shape.batch_outer != 1 || shape.batch_inner != 1) {
+    return NodeError(node,
+                     absl::StrCat("reads axis ", *a, " of a value of shape ", shape.ToString(),
+                                  ", the batch merged with other axes: unsupported"));
+  }
+  return kBatchSize;
+}
+
+// Gather of dimensions of a Shape (of a value of `shape`), axis 0, constant indices.
+absl::StatusOr<Tensor> GatherShape(const Node& node, const ValueShape& shape,
+                                   const Tensor* indices) {
   DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(node, "axis", 0));
   if (axis != 0 || indices == nullptr || indices->type != Tensor::Type::kInt64 ||
       indices->shape.size() > 1) {
@@ -54,14 +70,30 @@ absl::StatusOr<Tensor> GatherShape(const Node& node, const nn::Dims& dims, const
   Tensor out;
   out.type = Tensor::Type::kInt64;
   out.shape = indices->shape;
-  const int per_sample[] = {dims.c, dims.h, dims.w};
   for (int64_t i : indices->ints) {
-    if (i < 0 || i > 3) {
-      return NodeError(node, absl::StrCat("dimension ", i, " of a Shape unsupported (0 to 3)"));
-    }
-    out.ints.push_back(i == 0 ? kBatchSize : per_sample[i - 1]);
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t entry, ShapeEntry(node, shape, i));
+    out.ints.push_back(entry);
   }
   return out;
+}
+
+// A Shape node's whole output, as an int64 constant (kBatchSize for the batch).
+absl::StatusOr<Tensor> WholeShape(const Node& node, const ValueShape& shape) {
+  Tensor whole;
+  whole.type = Tensor::Type::kInt64;
+  whole.shape = {shape.rank()};
+  for (int i = 0; i < shape.rank(); ++i) {
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t entry, ShapeEntry(node, shape, i));
+    whole.ints.push_back(entry);
+  }
+  return whole;
+}
+
+// The shape of a node's output where the op does not say it (NodeImpl::output_shape).
+ValueShape DefaultOutputShape(const nn::Dims& output, const ValueShape* input0) {
+  if (input0 == nullptr) return ValueShape::BatchFirst(output, 2);
+  if (input0->dims_for_ops() == output) return *input0;
+  return ValueShape::BatchFirst(output, input0->IsBatchFirst() ? input0->rank() : 2);
 }
 
 }  // namespace
@@ -73,6 +105,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   DPTRAIN_RETURN_IF_ERROR(ValidateGraph(graph));
   std::unique_ptr<Executor<T>> e(new Executor<T>());
   e->input_dims_ = graph.input_dims;
+  e->value_shapes_.push_back(ValueShape::BatchFirst(graph.input_dims, graph.input_rank));
 
   // Value ids: runtime values only. A node's secondary outputs are "not computed" (-2).
   std::map<std::string, int> ids = {{graph.input, 0}};
@@ -95,7 +128,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   // Shape arithmetic (shape_arithmetic.h), evaluated here once: the dims of each Shape node's
   // computed input, and the int64 constants computed from them (or from constants), each a
   // constant of this build rather than a node.
-  std::map<std::string, std::pair<nn::Dims, std::string>> shapes;  // Value -> (dims, node).
+  std::map<std::string, std::pair<ValueShape, std::string>> shapes;  // Value -> (shape, node).
   std::map<std::string, Tensor> folded;
   std::vector<size_t> graph_node;  // Per nodes_ entry: its index in graph.nodes.
 
@@ -104,15 +137,28 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     if (node.op == "Shape") {
       DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(node, {}));
       auto it = node.inputs.size() == 1 ? ids.find(node.inputs[0]) : ids.end();
+      const Tensor* constant = nullptr;
+      if (node.inputs.size() == 1) {
+        auto f = folded.find(node.inputs[0]);
+        constant = f != folded.end() ? &f->second : graph.FindConstant(node.inputs[0]);
+      }
+      if (it == ids.end() && constant != nullptr) {
+        // The shape of a constant, or of one computed here (expand's target, from a Shape).
+        Tensor& value = folded[node.outputs[0]];
+        value.type = Tensor::Type::kInt64;
+        value.ints = constant->shape;
+        value.shape = {static_cast<int64_t>(value.ints.size())};
+        continue;
+      }
       if (it == ids.end()) {
         return NodeError(node, "only the Shape of one computed value is supported");
       }
-      shapes[node.outputs[0]] = {e->value_dims_[it->second], node.name};
+      shapes[node.outputs[0]] = {e->value_shapes_[it->second], node.name};
       continue;
     }
     if (IsShapeArithmetic(node.op)) {
       std::vector<const Tensor*> operands;
-      const nn::Dims* shape = nullptr;
+      const ValueShape* shape = nullptr;
       bool constant = !node.inputs.empty();
       for (size_t s = 0; s < node.inputs.size() && constant; ++s) {
         const std::string& name = node.inputs[s];
@@ -120,13 +166,14 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
         if (name.empty()) {
           // An absent optional input.
         } else if (auto sh = shapes.find(name); sh != shapes.end()) {
-          if (node.op != "Gather" || s != 0) {
-            return NodeError(
-                node, absl::StrCat("reads the Shape '", name, "' of node '", sh->second.second,
-                                   "' other than by Gather or as a Reshape's target: "
-                                   "unsupported"));
+          if (node.op == "Gather" && s == 0) {
+            shape = &sh->second.first;  // Entries read one by one (GatherShape).
+          } else {
+            // The whole shape as an int64 value (x.flatten(2) slices it).
+            Tensor& whole = folded[name];
+            DPTRAIN_ASSIGN_OR_RETURN(whole, WholeShape(node, sh->second.first));
+            t = &whole;
           }
-          shape = &sh->second.first;
         } else if (auto f = folded.find(name); f != folded.end()) {
           t = &f->second;
         } else if (const Tensor* c = graph.FindConstant(name);
@@ -160,6 +207,13 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       if (!name.empty()) {
         if (auto it = ids.find(name); it != ids.end()) {
           in.dims = e->value_dims_[it->second];
+          in.shape = e->value_shapes_[it->second];
+          if (!registry.AnyShape(node.op) && !in.shape->IsBatchFirst()) {
+            return NodeError(node,
+                             absl::StrCat("input '", name, "' has shape ", in.shape->ToString(),
+                                          ": this op takes values of rank 2 to 4 "
+                                          "with the batch first (B) only"));
+          }
           state.inputs.push_back(it->second);
           ++e->value_consumers_[it->second];
         } else if (auto nc = not_computed.find(name); nc != not_computed.end()) {
@@ -175,11 +229,8 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
                                    "' other than by Gather or as a Reshape's target: "
                                    "unsupported"));
           }
-          const nn::Dims& d = sh->second.first;
           Tensor& whole = folded[name];
-          whole.type = Tensor::Type::kInt64;
-          whole.shape = {4};
-          whole.ints = {kBatchSize, d.c, d.h, d.w};
+          DPTRAIN_ASSIGN_OR_RETURN(whole, WholeShape(node, sh->second.first));
           in.constant = &whole;
         } else if (auto f = folded.find(name); f != folded.end()) {
           in.constant = &f->second;
@@ -215,6 +266,17 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     state.output = static_cast<int>(e->value_dims_.size());
     ids[node.outputs[0]] = state.output;
     e->value_dims_.push_back(state.impl->output_dims());
+    const ValueShape* input0 = nullptr;
+    for (const NodeInput& in : ctx.inputs) {
+      if (in.shape.has_value() && input0 == nullptr) input0 = &*in.shape;
+    }
+    std::optional<ValueShape> out_shape = state.impl->output_shape();
+    e->value_shapes_.push_back(
+        out_shape.has_value() ? *out_shape : DefaultOutputShape(state.impl->output_dims(), input0));
+    state.batch_first = e->value_shapes_.back().IsBatchFirst() && !state.impl->twin().any_shape;
+    for (const NodeInput& in : ctx.inputs) {
+      if (in.shape.has_value() && !in.shape->IsBatchFirst()) state.batch_first = false;
+    }
     // The producer's position among the built nodes (Backward compares it with theirs), not
     // in the graph, whose Shape and shape-arithmetic nodes were evaluated away.
     e->value_producer_.push_back(static_cast<int>(e->nodes_.size()));
@@ -379,6 +441,7 @@ nn::TensorRef<T> Executor<T>::Forward(const T* input, int batch, bool training) 
   for (NodeState& node : nodes_) {
     inputs.clear();
     for (int v : node.inputs) inputs.push_back(values_[v]);
+    if (inputs.empty()) inputs.push_back(values_[0]);  // For the batch size (node.h).
     values_[node.output] = node.impl->Forward(ctx_, inputs, training);
   }
   return values_[output_];

@@ -96,6 +96,10 @@ class Executor {
     std::unique_ptr<NodeImpl<T>> impl;
     std::vector<int> inputs;  // Value ids of the runtime inputs, in order.
     int output = -1;          // Value id.
+    // Every value it reads and writes is batch-first of rank 2 to 4 (ValueShape::IsBatchFirst)
+    // and it is not built by an any-shape op (TwinSpec::any_shape): what another backend's
+    // twins know how to run.
+    bool batch_first = true;
     // Per Params() / Buffers() entry of the node.
     std::vector<int64_t> param_offsets, param_sizes, buffer_offsets;
     // Per Params() entry: -1, or, for a weight tied to an earlier node's (a later use of the
@@ -104,6 +108,8 @@ class Executor {
   };
   const std::vector<NodeState>& nodes() const { return nodes_; }
   const std::vector<nn::Dims>& value_dims() const { return value_dims_; }
+  // Per value, its whole shape (value_shape.h).
+  const std::vector<ValueShape>& value_shapes() const { return value_shapes_; }
   // How many runtime inputs read each value (+1 for the graph's output).
   const std::vector<int>& value_consumers() const { return value_consumers_; }
   int output_value() const { return output_; }
@@ -122,6 +128,7 @@ class Executor {
   nn::Dims input_dims_;
   std::vector<NodeState> nodes_;
   std::vector<nn::Dims> value_dims_;  // Per value id; id 0 is the graph input.
+  std::vector<ValueShape> value_shapes_;
   std::vector<int> value_producer_;   // Node index; -1 for the graph input.
   std::vector<int> value_consumers_;  // Runtime input slots reading it (+1 for the output).
   int output_ = -1;

@@ -39,7 +39,16 @@ std::string Tensor::ToString() const {
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+  return absl::StrCat("[",
+                      absl::StrJoin(shape, ", ",
+                                    [](std::string* out, int64_t d) {
+                                      if (d == kBatchSize) {
+                                        out->append("B");
+                                      } else {
+                                        absl::StrAppend(out, d);
+                                      }
+                                    }),
+                      "]");
 }
 
 const Tensor* Graph::FindConstant(absl::string_view name) const {

@@ -49,7 +49,7 @@ struct Tensor {
 // entry of a target shape (NodeContext::TargetShapeInput).
 inline constexpr int64_t kBatchSize = std::numeric_limits<int64_t>::min();
 
-// "[1, 2, 3]": a shape (or any int list) in error messages.
+// "[1, 2, 3]": a shape (or any int list) in error messages; kBatchSize reads "B".
 std::string ShapeText(const std::vector<int64_t>& shape);
 
 // An attribute value, as ONNX's INT, FLOAT, STRING, INTS and FLOATS.
@@ -80,6 +80,8 @@ struct Graph {
   std::string name;
   std::string input;                     // The graph input's value name.
   nn::Dims input_dims;                   // Per sample.
+  // The input's rank, batch included (2 to 4); 0: the smallest that holds input_dims.
+  int input_rank = 0;
   std::string output;                    // The logits' value name: [batch, classes].
   std::vector<NamedConstant> constants;  // Initializers, in file order (the order of params()).
   std::vector<Node> nodes;               // Topologically ordered.

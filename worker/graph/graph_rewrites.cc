@@ -40,6 +40,16 @@ absl::Status FoldShapeConstants(Graph& graph) {
   for (size_t i = 0; i < graph.constants.size(); ++i) constants[graph.constants[i].name] = i;
   std::vector<Node> kept;
   for (Node& node : graph.nodes) {
+    if (node.op == "Shape" && node.inputs.size() == 1 && constants.count(node.inputs[0]) > 0) {
+      // The shape of a constant (x.expand's target computed from a constant list).
+      Tensor value;
+      value.type = Tensor::Type::kInt64;
+      value.ints = graph.constants[constants[node.inputs[0]]].value.shape;
+      value.shape = {static_cast<int64_t>(value.ints.size())};
+      constants[node.outputs[0]] = graph.constants.size();
+      graph.constants.push_back({node.outputs[0], std::move(value)});
+      continue;
+    }
     std::vector<const Tensor*> inputs;
     bool all_int_constants =
         IsShapeArithmetic(node.op) && !node.inputs.empty() && !node.inputs[0].empty();
@@ -128,6 +138,65 @@ void FuseLinear(Graph& graph) {
   std::vector<Node> kept;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     if (removed.count(n) == 0) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
+}
+
+void SplitToSlices(Graph& graph) {
+  std::set<std::string> names;
+  for (const NamedConstant& c : graph.constants) names.insert(c.name);
+  for (const Node& node : graph.nodes) {
+    for (const std::string& o : node.outputs) names.insert(o);
+  }
+  auto int_constant = [&](const std::string& stem, std::vector<int64_t> values) {
+    std::string name = stem;
+    for (int i = 1; names.count(name) > 0; ++i) name = absl::StrCat(stem, "_", i);
+    names.insert(name);
+    Tensor t;
+    t.type = Tensor::Type::kInt64;
+    t.shape = {static_cast<int64_t>(values.size())};
+    t.ints = std::move(values);
+    graph.constants.push_back({name, std::move(t)});
+    return name;
+  };
+  std::vector<Node> kept;
+  for (Node& node : graph.nodes) {
+    if (node.op != "Split" || node.inputs.empty()) {
+      kept.push_back(std::move(node));
+      continue;
+    }
+    // The sizes: input 1 (opset 13) or the split attribute (before).
+    std::vector<int64_t> sizes;
+    if (node.inputs.size() > 1 && !node.inputs[1].empty()) {
+      const Tensor* t = graph.FindConstant(node.inputs[1]);
+      if (t != nullptr && t->type == Tensor::Type::kInt64) sizes = t->ints;
+    } else if (auto it = node.attributes.find("split"); it != node.attributes.end()) {
+      if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second)) sizes = *v;
+    }
+    const auto axis = node.attributes.find("axis");
+    const int64_t* axis_value =
+        axis == node.attributes.end() ? nullptr : std::get_if<int64_t>(&axis->second);
+    bool known = sizes.size() == node.outputs.size() && node.attributes.size() <= 2;
+    for (const auto& [attribute, value] : node.attributes) {
+      known = known && (attribute == "axis" || attribute == "split");
+    }
+    if (!known) {  // Equal parts of a size the graph does not say: left for the op check.
+      kept.push_back(std::move(node));
+      continue;
+    }
+    const int64_t a = axis_value != nullptr ? *axis_value : 0;
+    const std::string axes = int_constant(absl::StrCat(node.name, "/axes"), {a});
+    int64_t start = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Node slice;
+      slice.op = "Slice";
+      slice.name = absl::StrCat(node.name, "/", i);
+      slice.inputs = {node.inputs[0], int_constant(absl::StrCat(slice.name, "/starts"), {start}),
+                      int_constant(absl::StrCat(slice.name, "/ends"), {start + sizes[i]}), axes};
+      slice.outputs = {node.outputs[i]};
+      start += sizes[i];
+      if (!node.outputs[i].empty()) kept.push_back(std::move(slice));
+    }
   }
   graph.nodes = std::move(kept);
 }

@@ -36,6 +36,11 @@ void ViewStateOperands(Graph& graph);
 // then refused as unsupported).
 void SinkChannelsLast(Graph& graph);
 
+// Split(x, sizes) with constant sizes (input 1 from opset 13, the split attribute before) ->
+// one Slice per output along its axis (x.unbind(0), x.chunk(3, -1) as exported), so that each
+// output is a node's first output. A Split without sizes is left alone (and refused).
+void SplitToSlices(Graph& graph);
+
 // ShuffleNet's channel shuffle, Reshape(x, s1) -> Transpose(perm=[0, 2, 1, 3, 4]) ->
 // Reshape(s2), each intermediate read once -> ChannelShuffle(x, s1, s2) (slice_ops.h) named
 // after the Transpose, in the second Reshape's place. The shapes may be computed at run time

@@ -591,7 +591,8 @@ struct ReduceMean {
                                     " unsupported (the spatial ones, 2 and 3, or the channels, 1, "
                                     "with keepdims=1)"));
     }
-    return MakeLayerNode<T>(ctx, std::make_unique<nn::GlobalAvgPool2d<T>>());
+    return WithBatchFirstShape<T>(MakeLayerNode<T>(ctx, std::make_unique<nn::GlobalAvgPool2d<T>>()),
+                                  keepdims ? 4 : 2);
   }
 };
 
@@ -601,7 +602,7 @@ struct Flatten {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(ctx.node, "axis", 1));
     if (axis != 1) return ctx.Error(absl::StrCat("axis ", axis, " unsupported (1 only)"));
-    return MakeLayerNode<T>(ctx, std::make_unique<nn::Flatten<T>>());
+    return WithBatchFirstShape<T>(MakeLayerNode<T>(ctx, std::make_unique<nn::Flatten<T>>()), 2);
   }
 };
 

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "worker/graph/graph.h"
+#include "worker/graph/value_shape.h"
 #include "worker/nn/conv2d.h"
 #include "worker/nn/layer.h"
 #include "worker/nn/tensor.h"
@@ -40,7 +41,9 @@ using nn::TensorRef;
 // One input of a node as its factory sees it.
 struct NodeInput {
   std::string name;                  // "" for an absent optional input.
-  std::optional<Dims> dims;          // A runtime value: its per-sample dims.
+  // A runtime value: its per-sample dims (ValueShape::dims_for_ops) and its whole shape.
+  std::optional<Dims> dims;
+  std::optional<ValueShape> shape;
   const Tensor* constant = nullptr;  // A constant: its value (owned by the graph).
   // A constant that is model state (NamedConstant::state, fixed): learned, or a fixed buffer,
   // where the op reads it as a plain operand.
@@ -201,6 +204,9 @@ struct TwinSpec {
   bool channel_mean = false;
   // InstanceNormalization (norm_ops.h): its epsilon (0: not one).
   double instance_norm_eps = 0;
+  // Built by an op of any_shape_ops.h (values of any rank, the batch on any axis; a layer
+  // applied to each row of a last axis, which the fields above may describe): no twin yet.
+  bool any_shape = false;
 };
 
 template <typename T>
@@ -213,6 +219,10 @@ class NodeImpl {
 
   // Per-sample dims of the output (fixed by the factory from the input dims).
   virtual Dims output_dims() const = 0;
+  // The output's whole shape (value_shape.h), or nullopt: the executor's default, input 0's
+  // shape where the dims are input 0's, else a batch-first value of input 0's rank
+  // (ValueShape::BatchFirst). Ops that change the rank or read whole shapes say it.
+  virtual std::optional<ValueShape> output_shape() const { return std::nullopt; }
 
   // Learnable tensors (inputs of the node that are constants) and buffers, in the order the
   // Bind calls hand them over. Empty by default.
@@ -224,7 +234,8 @@ class NodeImpl {
   virtual void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) {}
   // One pointer per Buffers() entry; a training Forward updates them.
   virtual void BindBuffers(absl::Span<T* const> buffers) {}
-  // The output for the runtime inputs (in input order, constants left out), owned by the node
+  // The output for the runtime inputs (in input order, constants left out; a node without
+  // runtime inputs gets the graph's input, for the batch size only), owned by the node
   // and valid until its next Forward. The inputs stay valid until Backward returns. `ctx` is
   // what wrapped layers compute with (nn::LayerContext: the pool, the convolution algorithm,
   // the executor's shared input-gradient buffers), per call as for the layers.
@@ -240,6 +251,46 @@ class NodeImpl {
                                              TensorRef<T> grad_output,
                                              const std::vector<bool>& need_input_grad) = 0;
 };
+
+// A node that is `inner` with the whole output shape `shape` (ops whose rank the per-sample dims
+// do not tell: Flatten's [B, F] beside a pooled [B, C, 1, 1]).
+template <typename T>
+class ShapedNode final : public NodeImpl<T> {
+ public:
+  ShapedNode(std::unique_ptr<NodeImpl<T>> inner, ValueShape shape)
+      : inner_(std::move(inner)), shape_(std::move(shape)) {}
+  TwinSpec<T> twin() const override { return inner_->twin(); }
+  Dims output_dims() const override { return inner_->output_dims(); }
+  std::optional<ValueShape> output_shape() const override { return shape_; }
+  std::vector<NodeTensorSpec> Params() const override { return inner_->Params(); }
+  std::vector<NodeTensorSpec> Buffers() const override { return inner_->Buffers(); }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    inner_->BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override { inner_->BindBuffers(buffers); }
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    return inner_->Forward(ctx, inputs, training);
+  }
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    return inner_->Backward(ctx, grad_output, need_input_grad);
+  }
+
+ private:
+  std::unique_ptr<NodeImpl<T>> inner_;
+  const ValueShape shape_;
+};
+
+// `made` with the output shape [B, dims...] (rank 1 + dims.size()), errors passed on.
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> WithBatchFirstShape(
+    absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made, int rank) {
+  if (!made.ok()) return made;
+  ValueShape shape = ValueShape::BatchFirst((*made)->output_dims(), rank);
+  return std::unique_ptr<NodeImpl<T>>(
+      std::make_unique<ShapedNode<T>>(*std::move(made), std::move(shape)));
+}
 
 // A node implementation built from its context: InvalidArgument (via NodeContext::Error) for a
 // configuration the op does not support.

@@ -333,6 +333,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   }
   graph.input = inputs[0]->name();
   DPTRAIN_ASSIGN_OR_RETURN(graph.input_dims, SampleDims(*inputs[0]));
+  graph.input_rank = inputs[0]->type().tensor_type().shape().dim_size();
   if (g.output_size() != 1) {
     return Invalid(absl::StrCat("expected one graph output (the logits), found ", g.output_size()));
   }
@@ -357,7 +358,31 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
       graph.constants.push_back({proto.output(0), std::move(value)});
       continue;
     }
-    DPTRAIN_RETURN_IF_ERROR(ReadAttributes(proto, node));
+    if (node.op == "ConstantOfShape") {
+      // Its value is a one-element TENSOR attribute: kept as an int64 (shape arithmetic) or a
+      // float attribute.
+      onnx::NodeProto rest = proto;
+      rest.clear_attribute();
+      for (const onnx::AttributeProto& a : proto.attribute()) {
+        if (a.name() != "value" || a.type() != onnx::AttributeProto_AttributeType_TENSOR) {
+          *rest.add_attribute() = a;
+          continue;
+        }
+        DPTRAIN_ASSIGN_OR_RETURN(Tensor value, ToTensor(a.t(), "ConstantOfShape value"));
+        if (value.num_elements() != 1) {
+          return Invalid(absl::StrCat("node '", node.name, "' (ConstantOfShape): value is ",
+                                      value.ToString(), ", expected one element"));
+        }
+        if (value.type == Tensor::Type::kInt64) {
+          node.attributes["value_int"] = value.ints[0];
+        } else {
+          node.attributes["value_float"] = value.floats[0];
+        }
+      }
+      DPTRAIN_RETURN_IF_ERROR(ReadAttributes(rest, node));
+    } else {
+      DPTRAIN_RETURN_IF_ERROR(ReadAttributes(proto, node));
+    }
     node.inputs.assign(proto.input().begin(), proto.input().end());
     node.outputs.assign(proto.output().begin(), proto.output().end());
     graph.nodes.push_back(std::move(node));
@@ -367,6 +392,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   ViewStateOperands(graph);
   SinkChannelsLast(graph);
   FuseChannelShuffle(graph);
+  SplitToSlices(graph);
   DPTRAIN_RETURN_IF_ERROR(CheckExportedForTraining(graph));
   return graph;
 }

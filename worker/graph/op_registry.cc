@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "worker/graph/any_shape_ops.h"
 #include "worker/graph/elementwise_ops.h"
 #include "worker/graph/layer_ops.h"
 #include "worker/graph/multi_input_ops.h"
@@ -22,6 +23,11 @@ absl::Status OpRegistry::Register(const std::string& op, OpFactory factory) {
     return absl::AlreadyExistsError(absl::StrCat("op '", op, "' is registered twice"));
   }
   return absl::OkStatus();
+}
+
+bool OpRegistry::AnyShape(absl::string_view op) const {
+  auto it = ops_.find(op);
+  return it != ops_.end() && it->second.any_shape;
 }
 
 std::vector<std::string> OpRegistry::ops() const {
@@ -63,12 +69,18 @@ OpRegistry BuiltinOps() {
       std::abort();
     }
   };
-  // One line per op. Layers of worker/nn (layer_ops.h):
+  // Element-wise on values of any shape (the per-sample dims of others are their element count).
+  auto elementwise = [](OpFactory f) {
+    f.any_shape = true;
+    return f;
+  };
+  // One line per op. Layers of worker/nn (layer_ops.h), the batch-first versions of
+  // any_shape_ops.h's:
   add("Conv", ConvOp());
-  add("Gemm", LinearOp());
-  add("MatMul", LinearOp());
-  add("Relu", ReluOp());
-  add("Sigmoid", SigmoidOp());
+  add("Gemm", AnyShapeGemmOp());
+  add("MatMul", AnyShapeMatMulOp());
+  add("Relu", elementwise(ReluOp()));
+  add("Sigmoid", elementwise(SigmoidOp()));
   add("BatchNormalization", BatchNormOp());
   add("MaxPool", MaxPoolOp());
   add("AveragePool", AveragePoolOp());
@@ -77,44 +89,47 @@ OpRegistry BuiltinOps() {
   add("Flatten", FlattenOp());
   add("Residual", ResidualOp());
   // Shapes and element-wise ops of one input (shape_ops.h):
-  add("Reshape", ReshapeOp());
-  add("Identity", IdentityOp());
+  add("Reshape", ReshapeOp());  // Reshape, Squeeze, Unsqueeze: any shape.
+  add("Identity", elementwise(IdentityOp()));
   add("Squeeze", SqueezeOp());
   add("Unsqueeze", UnsqueezeOp());
   add("Pad", PadOp());
-  add("Dropout", DropoutOp());
-  add("Tanh", TanhOp());
-  add("LeakyRelu", LeakyReluOp());
-  add("Clip", ClipOp());
-  add("Erf", ErfOp());
-  add("HardSigmoid", HardSigmoidOp());
-  add("HardSwish", HardSwishOp());
-  add("Elu", EluOp());
-  add("Selu", SeluOp());
-  add("Softplus", SoftplusOp());
-  add("Softsign", SoftsignOp());
-  add("Exp", ExpOp());
-  add("Log", LogOp());
-  add("Sqrt", SqrtOp());
-  add("Neg", NegOp());
-  add("Abs", AbsOp());
-  add("Reciprocal", ReciprocalOp());
-  add("Pow", PowOp());
-  add("Cast", CastOp());
-  add("Softmax", SoftmaxOp());
-  add("LogSoftmax", LogSoftmaxOp());
-  // Moving elements (slice_ops.h):
-  add("Slice", SliceOp());
+  add("Dropout", elementwise(DropoutOp()));
+  add("Tanh", elementwise(TanhOp()));
+  add("LeakyRelu", elementwise(LeakyReluOp()));
+  add("Clip", elementwise(ClipOp()));
+  add("Erf", elementwise(ErfOp()));
+  add("HardSigmoid", elementwise(HardSigmoidOp()));
+  add("HardSwish", elementwise(HardSwishOp()));
+  add("Elu", elementwise(EluOp()));
+  add("Selu", elementwise(SeluOp()));
+  add("Softplus", elementwise(SoftplusOp()));
+  add("Softsign", elementwise(SoftsignOp()));
+  add("Exp", elementwise(ExpOp()));
+  add("Log", elementwise(LogOp()));
+  add("Sqrt", elementwise(SqrtOp()));
+  add("Neg", elementwise(NegOp()));
+  add("Abs", elementwise(AbsOp()));
+  add("Reciprocal", elementwise(ReciprocalOp()));
+  add("Pow", elementwise(PowOp()));
+  add("Cast", elementwise(CastOp()));
+  add("Softmax", AnyShapeSoftmaxOp());
+  add("LogSoftmax", AnyShapeLogSoftmaxOp());
+  // Moving elements (slice_ops.h; any_shape_ops.h):
+  add("Slice", AnyShapeSliceOp());
+  add("Transpose", TransposeOp());
+  add("Gather", GatherOp());
+  add("Expand", ExpandOp());
   add("ChannelShuffle", ChannelShuffleOp());
   // Several runtime inputs (multi_input_ops.h):
-  add("Add", AddOp());
-  add("Sub", SubOp());
-  add("Mul", MulOp());
-  add("Div", DivOp());
+  add("Add", AnyShapeAddOp());
+  add("Sub", AnyShapeSubOp());
+  add("Mul", AnyShapeMulOp());
+  add("Div", AnyShapeDivOp());
   add("PRelu", PReluOp());
-  add("Concat", ConcatOp());
+  add("Concat", AnyShapeConcatOp());
   // Normalizations with their own parameters (norm_ops.h):
-  add("LayerNormalization", LayerNormalizationOp());
+  add("LayerNormalization", AnyShapeLayerNormalizationOp());
   add("InstanceNormalization", InstanceNormalizationOp());
   return r;
 }

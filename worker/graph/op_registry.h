@@ -35,13 +35,17 @@ namespace graph {
 struct OpFactory {
   NodeFactory<float> make_float = nullptr;
   NodeFactory<double> make_double = nullptr;
+  // The op reads its inputs' whole shapes (NodeInput::shape) and takes values whose batch is
+  // not the first axis, or of rank > 4. False: the executor refuses such inputs, in one line,
+  // before the factory sees per-sample dims that would not describe them.
+  bool any_shape = false;
 };
 
 // The OpFactory of a node class template whose instances have
 //   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext&);
 template <template <typename> class Impl>
-OpFactory MakeOpFactory() {
-  return {&Impl<float>::Create, &Impl<double>::Create};
+OpFactory MakeOpFactory(bool any_shape = false) {
+  return {&Impl<float>::Create, &Impl<double>::Create, any_shape};
 }
 
 class OpRegistry {
@@ -50,6 +54,8 @@ class OpRegistry {
   absl::Status Register(const std::string& op, OpFactory factory);
 
   bool Has(absl::string_view op) const { return ops_.count(std::string(op)) > 0; }
+  // OpFactory::any_shape of a registered op (false for others).
+  bool AnyShape(absl::string_view op) const;
   // Registered op names, sorted.
   std::vector<std::string> ops() const;
 

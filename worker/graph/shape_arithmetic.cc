@@ -79,7 +79,9 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
 
 bool IsShapeArithmetic(const std::string& op) {
   return op == "Unsqueeze" || op == "Squeeze" || op == "Concat" || op == "Gather" || op == "Cast" ||
-         op == "Identity" || op == "Add" || op == "Sub" || op == "Mul" || op == "Div";
+         op == "Identity" || op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
+         op == "Reshape" || op == "ConstantOfShape" || op == "Equal" || op == "Where" ||
+         op == "Slice";
 }
 
 absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
@@ -170,6 +172,104 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
     for (int64_t i : in[1]->ints) {
       if (i < -n || i >= n) return NodeError(node, absl::StrCat("index ", i, " out of range"));
       out.ints.push_back(x.ints[i < 0 ? i + n : i]);
+    }
+    return out;
+  }
+  if (node.op == "Reshape") {
+    if (in.size() != 2 || in[1] == nullptr || in[1]->shape.size() != 1) {
+      return NodeError(node, "folding needs a 1-D target shape");
+    }
+    Tensor out = x;
+    out.shape = in[1]->ints;
+    int64_t known = 1;
+    int infer = -1;
+    for (size_t i = 0; i < out.shape.size(); ++i) {
+      int64_t& d = out.shape[i];
+      if (d == 0 && i < x.shape.size()) d = x.shape[i];
+      if (d == -1 && infer < 0) {
+        infer = static_cast<int>(i);
+      } else if (d < 0) {
+        return NodeError(node, absl::StrCat("target ", ShapeText(in[1]->ints), " unsupported"));
+      } else {
+        known *= d;
+      }
+    }
+    if (infer >= 0 && known > 0) out.shape[infer] = x.num_elements() / known;
+    if (out.num_elements() != x.num_elements()) {
+      return NodeError(
+          node, absl::StrCat("target ", ShapeText(in[1]->ints), " does not fit ", x.ToString()));
+    }
+    return out;
+  }
+  if (node.op == "Slice") {
+    // Of 1-D data, axis 0, step 1 (shape[0:2] as exported for x.flatten(2)).
+    auto one = [&](size_t i, int64_t fallback) -> absl::StatusOr<int64_t> {
+      if (i >= in.size() || in[i] == nullptr) return fallback;
+      if (in[i]->ints.size() != 1) return NodeError(node, "folding needs one start and end");
+      return in[i]->ints[0];
+    };
+    if (x.shape.size() != 1 || in.size() < 3) {
+      return NodeError(node, "folding is implemented for 1-D data only");
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(int64_t start, one(1, 0));
+    DPTRAIN_ASSIGN_OR_RETURN(int64_t end, one(2, 0));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, one(3, 0));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t step, one(4, 1));
+    if ((axis != 0 && axis != -1) || step != 1) {
+      return NodeError(node, "folding is implemented for axis 0 and step 1 only");
+    }
+    const int64_t n = x.shape[0];
+    start = std::clamp(start < 0 ? start + n : start, int64_t{0}, n);
+    end = std::clamp(end < 0 ? end + n : end, int64_t{0}, n);
+    Tensor out;
+    out.type = Tensor::Type::kInt64;
+    if (end > start) out.ints.assign(x.ints.begin() + start, x.ints.begin() + end);
+    out.shape = {static_cast<int64_t>(out.ints.size())};
+    return out;
+  }
+  if (node.op == "ConstantOfShape") {
+    // The importer keeps an int64 value tensor as the attribute value_int (onnx_import.cc).
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t value, IntAttribute(node, "value_int", 0));
+    if (x.shape.size() != 1) return NodeError(node, "the shape must be 1-D");
+    Tensor out;
+    out.type = Tensor::Type::kInt64;
+    out.shape = x.ints;
+    for (int64_t d : out.shape) {
+      if (d < 0) return NodeError(node, "a shape of the batch size or negative: unsupported");
+    }
+    out.ints.assign(out.num_elements(), value);
+    return out;
+  }
+  if (node.op == "Equal" || node.op == "Where") {
+    // Element-wise over equal shapes, or against a scalar (a one-element operand). The result
+    // of Equal is 0 or 1 (ONNX's bool, kept as int64 here).
+    const size_t operands = node.op == "Equal" ? 2 : 3;
+    if (in.size() != operands) return NodeError(node, "wrong number of inputs");
+    int64_t n = 1;
+    std::vector<int64_t> shape;
+    for (const Tensor* t : in) {
+      if (t == nullptr) return NodeError(node, "an input is missing");
+      if (t->num_elements() == 1) continue;
+      if (n != 1 && t->shape != shape) return NodeError(node, "operands of different shapes");
+      n = t->num_elements();
+      shape = t->shape;
+    }
+    auto at = [](const Tensor* t, int64_t i) { return t->ints[t->ints.size() == 1 ? 0 : i]; };
+    Tensor out;
+    out.type = Tensor::Type::kInt64;
+    out.shape = shape;
+    for (int64_t i = 0; i < n; ++i) {
+      if (node.op == "Where") {
+        out.ints.push_back(at(in[0], i) != 0 ? at(in[1], i) : at(in[2], i));
+        continue;
+      }
+      const int64_t a = at(in[0], i), b = at(in[1], i);
+      if ((a == kBatchSize) != (b == kBatchSize) && std::max(a, b) > 0) {
+        return NodeError(node,
+                         "compares the batch size, known only at run time, with a number: "
+                         "unsupported");
+      }
+      out.ints.push_back(a == b ? 1 : 0);
     }
     return out;
   }

@@ -24,8 +24,10 @@ using nn::EnsureSize;
 template <typename T>
 class AliasNode : public NodeImpl<T> {
  public:
-  AliasNode(Dims input_dims, Dims output_dims) : in_(input_dims), out_(output_dims) {}
+  AliasNode(Dims input_dims, Dims output_dims, std::optional<ValueShape> shape = std::nullopt)
+      : in_(input_dims), out_(output_dims), shape_(std::move(shape)) {}
   Dims output_dims() const override { return out_; }
+  std::optional<ValueShape> output_shape() const override { return shape_; }
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     return {inputs[0].data, inputs[0].batch, out_};
@@ -39,7 +41,15 @@ class AliasNode : public NodeImpl<T> {
  private:
   const Dims in_;
   const Dims out_;
+  const std::optional<ValueShape> shape_;
 };
+
+// An alias of input 0 with the whole shape `out` (its per-sample dims from it).
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> MakeView(const NodeContext& ctx, ValueShape out) {
+  return std::unique_ptr<NodeImpl<T>>(
+      std::make_unique<AliasNode<T>>(*ctx.inputs[0].dims, out.dims_for_ops(), std::move(out)));
+}
 
 template <typename T>
 struct Identity {
@@ -51,45 +61,14 @@ struct Identity {
   }
 };
 
-// The per-sample dims after Squeeze (remove size-1 axes) or Unsqueeze (insert them) of a value
-// of rank `rank` (2 to 4) whose per-sample dims are `in`; nullopt where the axes do not fit
-// (out of range, a squeezed axis not of size 1, more than 3 per-sample dims, the batch axis).
-std::optional<Dims> SqueezedDims(const Dims& in, int rank, std::vector<int64_t> axes,
-                                 bool squeeze) {
-  std::vector<int64_t> dims = {in.c, in.h, in.w};
-  dims.resize(rank - 1);
-  for (size_t i = rank - 1; i < 3; ++i) {
-    if ((i == 0 ? in.c : i == 1 ? in.h : in.w) != 1) return std::nullopt;  // Not this rank.
-  }
-  const int64_t out_rank =
-      squeeze ? rank - static_cast<int64_t>(axes.size()) : rank + static_cast<int64_t>(axes.size());
-  for (int64_t& a : axes) {
-    a = a < 0 ? a + (squeeze ? rank : out_rank) : a;
-    if (a < 1 || a >= (squeeze ? rank : out_rank)) return std::nullopt;
-  }
-  std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) return std::nullopt;
-  if (squeeze) {
-    for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
-      if (dims[*it - 1] != 1) return std::nullopt;
-      dims.erase(dims.begin() + (*it - 1));
-    }
-  } else {
-    for (int64_t a : axes) dims.insert(dims.begin() + (a - 1), 1);
-  }
-  if (dims.size() > 3) return std::nullopt;
-  dims.resize(3, 1);
-  return Dims{static_cast<int>(dims[0]), static_cast<int>(dims[1]), static_cast<int>(dims[2])};
-}
-
-// Squeeze and Unsqueeze of a computed value: a view with other dims. The per-sample dims keep
-// no rank, so each rank (2 to 4) the dims allow is tried: the axes must give the same dims for
-// all that fit (negative axes count from an end the dims do not know).
+// Squeeze (remove size-1 axes; all of them, the batch's aside, without axes) or Unsqueeze
+// (insert them) of a computed value: a view, never of the batch axis.
 template <typename T, bool kSqueeze>
 struct SqueezeFactory {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes"}));
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.SoleRuntimeInput());
+    DPTRAIN_RETURN_IF_ERROR(ctx.SoleRuntimeInput().status());
+    const ValueShape& in = *ctx.inputs[0].shape;
     std::vector<int64_t> axes;
     if (ctx.input(1) != nullptr) {
       DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t, ctx.ConstantInput(1, Tensor::Type::kInt64, false));
@@ -97,35 +76,44 @@ struct SqueezeFactory {
     } else {
       DPTRAIN_ASSIGN_OR_RETURN(axes, IntsAttribute(ctx.node, "axes", {}));
     }
-    std::optional<Dims> output;
-    if (kSqueeze && axes.empty()) {  // Every size-1 axis: the rank does not matter.
-      std::vector<int> dims;
-      for (int d : {input.c, input.h, input.w}) {
-        if (d != 1) dims.push_back(d);
+    if (!kSqueeze && axes.empty()) return ctx.Error("Unsqueeze without axes");
+    auto refuse = [&]() {
+      return ctx.Error(absl::StrCat("axes ", ShapeText(axes), " do not fit ", in.ToString(),
+                                    " (the batch axis, a dimension not of size 1, an axis out "
+                                    "of range or given twice, or a rank above ",
+                                    kMaxRank, ")"));
+    };
+    const int out_rank = kSqueeze ? in.rank() - static_cast<int>(axes.size())
+                                  : in.rank() + static_cast<int>(axes.size());
+    if (out_rank < 1 || out_rank > kMaxRank) return refuse();
+    std::vector<bool> marked(kSqueeze ? in.rank() : out_rank, false);
+    for (int64_t a : axes) {
+      const std::optional<int> n = NormalizeAxis(a, static_cast<int>(marked.size()));
+      if (!n.has_value() || marked[*n]) return refuse();
+      marked[*n] = true;
+    }
+    ValueShape out = in;
+    out.dims.clear();
+    if (kSqueeze) {
+      for (int i = 0; i < in.rank(); ++i) {
+        const bool drop = axes.empty() ? in.dims[i] == 1 && i != in.batch_axis : marked[i];
+        if (drop && (i == in.batch_axis || in.dims[i] != 1)) return refuse();
+        if (drop) continue;
+        if (i == in.batch_axis) out.batch_axis = out.rank();
+        out.dims.push_back(in.dims[i]);
       }
-      dims.resize(3, 1);
-      output = Dims{dims[0], dims[1], dims[2]};
-    } else if (axes.empty()) {
-      return ctx.Error("Unsqueeze without axes");
     } else {
-      for (int rank = 2; rank <= 4; ++rank) {
-        const std::optional<Dims> d = SqueezedDims(input, rank, axes, kSqueeze);
-        if (!d.has_value()) continue;
-        if (output.has_value() && *output != *d) {
-          return ctx.Error(absl::StrCat(
-              "axes ", ShapeText(axes), " of ", input.ToString(),
-              " give different dims for different ranks, which a computed value does not keep "
-              "(positive axes name one)"));
+      int next = 0;
+      for (int i = 0; i < out_rank; ++i) {
+        if (marked[i]) {
+          out.dims.push_back(1);
+          continue;
         }
-        output = d;
+        if (next == in.batch_axis) out.batch_axis = i;
+        out.dims.push_back(in.dims[next++]);
       }
     }
-    if (!output.has_value()) {
-      return ctx.Error(absl::StrCat("axes ", ShapeText(axes), " do not fit ", input.ToString(),
-                                    " (the batch axis, a dimension not of size 1, or more than 3 "
-                                    "per-sample dims)"));
-    }
-    return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, *output));
+    return MakeView<T>(ctx, std::move(out));
   }
 };
 template <typename T>
@@ -133,51 +121,21 @@ using Squeeze = SqueezeFactory<T, true>;
 template <typename T>
 using Unsqueeze = SqueezeFactory<T, false>;
 
-// The per-sample dims of Reshape(input, shape), or an error (see shape_ops.h).
-absl::StatusOr<Dims> ReshapeDims(const NodeContext& ctx, const Dims& input,
-                                 const std::vector<int64_t>& shape) {
-  auto refuse = [&](absl::string_view why) {
-    return ctx.Error(absl::StrCat("target shape ", ShapeText(shape), " for input ",
-                                  input.ToString(), " of each sample unsupported: ", why));
-  };
-  if (shape.size() < 2 || shape.size() > 4) {
-    return refuse("expected the batch followed by 1 to 3 dims");
-  }
-  const int64_t input_dims[3] = {input.c, input.h, input.w};
-  std::vector<int64_t> dims(shape.begin() + 1, shape.end());
-  int infer = -1;
-  int64_t known = 1;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] == 0) dims[i] = input_dims[i];  // allowzero = 0: copy the input's dimension.
-    if (dims[i] == -1) {
-      if (infer >= 0) return refuse("two -1");
-      infer = static_cast<int>(i);
-    } else if (dims[i] < 1) {
-      return refuse("negative dimension");
-    } else {
-      known *= dims[i];
-    }
-  }
-  if (infer >= 0) {
-    if (input.size() % known != 0) return refuse("does not divide the sample");
-    dims[infer] = input.size() / known;
-    known = input.size();
-  }
-  if (known != input.size()) return refuse("changes the number of elements of a sample");
-  dims.resize(3, 1);
-  return Dims{static_cast<int>(dims[0]), static_cast<int>(dims[1]), static_cast<int>(dims[2])};
-}
-
 template <typename T>
 struct Reshape {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"allowzero"}));
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims input, ctx.SoleRuntimeInput());
-    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* shape, ctx.TargetShapeInput(1));
+    DPTRAIN_RETURN_IF_ERROR(ctx.SoleRuntimeInput().status());
+    const NodeInput* target = ctx.input(1);
+    if (target == nullptr || target->constant == nullptr ||
+        target->constant->type != Tensor::Type::kInt64 || target->constant->shape.size() != 1) {
+      DPTRAIN_RETURN_IF_ERROR(ctx.TargetShapeInput(1).status());  // Its error.
+    }
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t allow_zero, IntAttribute(ctx.node, "allowzero", 0));
     if (allow_zero != 0) return ctx.Error("allowzero=1 unsupported");
-    DPTRAIN_ASSIGN_OR_RETURN(const Dims output, ReshapeDims(ctx, input, shape->ints));
-    return std::unique_ptr<NodeImpl<T>>(std::make_unique<AliasNode<T>>(input, output));
+    absl::StatusOr<ValueShape> out = ReshapedShape(*ctx.inputs[0].shape, target->constant->ints);
+    if (!out.ok()) return ctx.Error(out.status().message());
+    return MakeView<T>(ctx, *std::move(out));
   }
 };
 
@@ -468,10 +426,10 @@ struct Cast {
 
 }  // namespace
 
-OpFactory ReshapeOp() { return MakeOpFactory<Reshape>(); }
+OpFactory ReshapeOp() { return MakeOpFactory<Reshape>(true); }
 OpFactory IdentityOp() { return MakeOpFactory<Identity>(); }
-OpFactory SqueezeOp() { return MakeOpFactory<Squeeze>(); }
-OpFactory UnsqueezeOp() { return MakeOpFactory<Unsqueeze>(); }
+OpFactory SqueezeOp() { return MakeOpFactory<Squeeze>(true); }
+OpFactory UnsqueezeOp() { return MakeOpFactory<Unsqueeze>(true); }
 OpFactory PadOp() { return MakeOpFactory<Pad>(); }
 OpFactory DropoutOp() { return MakeOpFactory<Dropout>(); }
 OpFactory CastOp() { return MakeOpFactory<Cast>(); }

@@ -1,0 +1,57 @@
+// Ops on values of any rank (up to kMaxRank) whose batch may lie on any axis (value_shape.h):
+// what attention blocks and vision transformers export. Each reads its inputs' whole shapes
+// (NodeInput::shape) and says its output's (NodeImpl::output_shape). Where an op's inputs are
+// batch-first values of rank 2 to 4 and the op means what it always did, the factory builds the
+// op of the other files instead (so that those graphs, and their CUDA twins, are unchanged);
+// the nodes built here have no CUDA twin yet (TwinSpec::any_shape).
+//
+//   Transpose  any permutation (perm; reversed when absent); a copy.
+//   MatMul     of two computed values [..., M, K] x [..., K, N] with the same leading axes (the
+//              batch among them): one matrix product per leading index (attention's q k^T and
+//              its product with v). With a constant weight, a Linear applied to each row of
+//              the last axis (below).
+//   Gemm, MatMul of a weight, LayerNormalization, Softmax, LogSoftmax over the last axis of a
+//              value of rank > 2 or whose batch is not first: the op of layer_ops.h, norm_ops.h
+//              or shape_ops.h applied to every row of the last axis, the rows taken as its
+//              batch (a Linear at each token; a layer norm of each token's features).
+//   Gather     of a computed value along an axis other than the batch's, with constant 0-D or
+//              1-D indices (negative: from the end): x[:, 0] (a class token).
+//   Slice      along axes other than the batch's, constant starts, ends, axes and positive steps
+//              (negative axes counted from the rank); x[..., a:b] and Split's outputs.
+//   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
+//   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
+//              export's target holds the batch size, else axis 0, which the tensor must have of
+//              size 1 (cls_token.expand(B, -1, -1)); a learned one gets the sum of its uses'
+//              gradients.
+//   Add, Sub, Mul, Div  of two computed values of one shape, or of a computed value and a
+//              tensor of the graph that broadcasts to its shape as NumPy does, of size 1 on the
+//              batch axis (a bias over the last axis, a positional embedding, a scalar); the
+//              tensor is learned, fixed or held as multi_input_ops.h says.
+#ifndef DPTRAIN_WORKER_GRAPH_ANY_SHAPE_OPS_H_
+#define DPTRAIN_WORKER_GRAPH_ANY_SHAPE_OPS_H_
+
+#include "worker/graph/op_registry.h"
+
+namespace dptrain {
+namespace graph {
+
+OpFactory TransposeOp();
+OpFactory GatherOp();
+OpFactory ExpandOp();
+// The ops above that also have a batch-first version, which each falls back to:
+OpFactory AnyShapeMatMulOp();  // LinearOp()
+OpFactory AnyShapeGemmOp();    // LinearOp()
+OpFactory AnyShapeLayerNormalizationOp();
+OpFactory AnyShapeSoftmaxOp();
+OpFactory AnyShapeLogSoftmaxOp();
+OpFactory AnyShapeSliceOp();
+OpFactory AnyShapeConcatOp();
+OpFactory AnyShapeAddOp();
+OpFactory AnyShapeSubOp();
+OpFactory AnyShapeMulOp();
+OpFactory AnyShapeDivOp();
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_ANY_SHAPE_OPS_H_
