@@ -1029,7 +1029,9 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateBroadcastBinary(const NodeCon
     if (*a.shape != *b.shape) {
       return ctx.Error(absl::StrCat("operands of shapes ", a.shape->ToString(), " and ",
                                     b.shape->ToString(),
-                                    " unsupported (two computed values of one shape)"));
+                                    " unsupported: two computed values of one shape, or "
+                                    "batch-first ones broadcast per channel ([C, 1, 1]) or per "
+                                    "pixel ([1, H, W])"));
     }
     return std::unique_ptr<NodeImpl<T>>(
         std::make_unique<BroadcastBinaryNode<T>>(op, *a.shape, false, std::nullopt));
@@ -1059,15 +1061,12 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateBroadcastBinary(const NodeCon
 template <typename T, BinaryOp kOp>
 struct AnyShapeBinary {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    absl::Status batch_first_error;
     if (AllBatchFirst(ctx)) {
       absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made = Build<T>(BatchFirstBinary(kOp), ctx);
       if (made.ok()) return made;
-      batch_first_error = made.status();
     }
-    absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made = CreateBroadcastBinary<T>(ctx, kOp);
-    if (made.ok() || batch_first_error.ok()) return made;
-    return batch_first_error;
+    // Where both refuse, the error that knows the rank.
+    return CreateBroadcastBinary<T>(ctx, kOp);
   }
 };
 

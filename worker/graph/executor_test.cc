@@ -181,8 +181,9 @@ TEST_F(ExecutorTest, GraphErrorsNameTheNode) {
   g.nodes.insert(g.nodes.begin() + 3,
                  MakeNode("MaxPool", "pool", {"x"}, {"c2"}, {{"kernel_shape", Ints{2, 2}}}));
   EXPECT_EQ(BuildError(g),
-            "node 'add' (Add): inputs of dims [3, 5, 5] and [3, 4, 4]: broadcasting supported "
-            "only per channel ([C, 1, 1]), per pixel ([1, H, W]) or of a scalar constant");
+            "node 'add' (Add): operands of shapes [B, 3, 5, 5] and [B, 3, 4, 4] unsupported: two "
+            "computed values of one shape, or batch-first ones broadcast per channel "
+            "([C, 1, 1]) or per pixel ([1, H, W])");
 
   g = Residual();
   g.output = "nothing";

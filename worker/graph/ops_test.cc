@@ -229,7 +229,8 @@ TEST_F(OpsTest, BinaryOpsBroadcastPerChannel) {
       Chain({3, 4, 5},
             {MakeNode("MaxPool", "p", {"x"}, {"p"}, {{"kernel_shape", std::vector<int64_t>{2, 2}}}),
              MakeNode("Mul", "m", {"x", "p"}, {"y"})}));
-  EXPECT_NE(error.find("broadcasting supported only per channel"), std::string::npos) << error;
+  EXPECT_NE(error.find("broadcast per channel ([C, 1, 1]) or per pixel"), std::string::npos)
+      << error;
 }
 
 // A runtime value and a constant scalar (x * 0.5, 1 - x, x / 4 as exported): no parameter.
@@ -243,8 +244,8 @@ TEST_F(OpsTest, BinaryOpsWithAScalarConstant) {
   }
   NamedConstant vector = RandomConstant("v", {2}, 2);
   EXPECT_EQ(BuildError(Chain({3, 1, 1}, {MakeNode("Mul", "m", {"x", "v"}, {"y"})}, {vector})),
-            "node 'm' (Mul): constant input 1 ('v') is float[2]: against [3, 1, 1] only a scalar, "
-            "one value per channel ([C, 1, 1]) or the dims of a sample are supported");
+            "node 'm' (Mul): operand 'v' of shape [2] does not broadcast to [B, 3] (without the "
+            "batch)");
 }
 
 // A tensor of the model as an operand: learned where it is model state (an initializer: ReZero's
@@ -644,8 +645,8 @@ TEST_F(OpsTest, ChannelsFirstLayerNormAndPixelLinear) {
   // [C] without operand_shape lines up with the last axis in ONNX: refused against [4, 2, 3].
   EXPECT_EQ(BuildError(Chain({4, 2, 3}, {MakeNode("Mul", "scale", {"x", "w"}, {"y"})},
                              {RandomConstant("w", {4}, 7)})),
-            "node 'scale' (Mul): constant input 1 ('w') is float[4]: against [4, 2, 3] only a "
-            "scalar, one value per channel ([C, 1, 1]) or the dims of a sample are supported");
+            "node 'scale' (Mul): operand 'w' of shape [4] does not broadcast to [B, 4, 2, 3] "
+            "(without the batch)");
 }
 
 // nn.InstanceNorm2d (affine: learned scale and B), GroupNorm's form (constant scale and B over

@@ -1,0 +1,253 @@
+// Values of any rank with the batch on any axis (value_shape.h) and the ops that take them
+// (any_shape_ops.h): where a Reshape finds the batch, and each op forward and backward through
+// the executor (double gradients against central finite differences, float against double) at
+// a batch other than the one the graph's constants were written for, and their refusals.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/graph/executor.h"
+#include "worker/graph/graph_check.h"
+#include "worker/graph/op_registry.h"
+#include "worker/graph/value_shape.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+ValueShape Make(Ints dims, int batch_axis, int64_t outer = 1, int64_t inner = 1) {
+  ValueShape s;
+  s.dims = std::move(dims);
+  s.batch_axis = batch_axis;
+  s.batch_outer = outer;
+  s.batch_inner = inner;
+  return s;
+}
+
+std::string Reshaped(const ValueShape& in, const Ints& target) {
+  absl::StatusOr<ValueShape> s = ReshapedShape(in, target);
+  return s.ok() ? s->ToString() : std::string(s.status().message());
+}
+
+TEST(ValueShapeTest, ReshapeFindsTheBatch) {
+  // Batch-first values keep the rule graphs always imported with: the first entry is the batch.
+  EXPECT_EQ(Reshaped(Make({1, 16, 4, 4}, 0), {2, 16, -1}), "[B, 16, 16]");
+  EXPECT_EQ(Reshaped(Make({1, 17, 48}, 0), {2, 17, 3, 2, 8}), "[B, 17, 3, 2, 8]");
+  EXPECT_EQ(Reshaped(Make({1, 12}, 0), {kBatchSize, 3, 4}), "[B, 3, 4]");
+  // nn.MultiheadAttention as exported with a batch of 2: [17, B, 16] -> view(17, B * 2, 8),
+  // then back through [17 * B, 16] to [17, B, 16].
+  EXPECT_EQ(Reshaped(Make({17, 1, 16}, 1), {17, 4, 8}), "[17, B*2, 8]");
+  EXPECT_EQ(Reshaped(Make({17, 2, 8}, 1, 1, 2), {34, 16}), "[17*B, 16]");
+  EXPECT_EQ(Reshaped(Make({17, 16}, 0, 17, 1), {17, 2, 16}), "[17, B, 16]");
+  // x.view(B * H, N, d) of a batch-first [B, H, N, d] value.
+  EXPECT_EQ(Reshaped(Make({1, 2, 17, 8}, 0), {4, 17, 8}), "[B*2, 17, 8]");
+  // A dynamic export names the batch; 0 copies the batch axis.
+  EXPECT_EQ(Reshaped(Make({17, 1, 16}, 1), {17, kBatchSize, 2, -1}), "[17, B, 2, 8]");
+  EXPECT_EQ(Reshaped(Make({17, 2, 8}, 1, 1, 2), {0, 0, 4, 2}), "[17, B*2, 4, 2]");
+}
+
+TEST(ValueShapeTest, ReshapeRefusals) {
+  // Exported with a batch of 1, the batch could be either part of [17, 2, 8]'s first two axes.
+  EXPECT_EQ(Reshaped(Make({17, 1, 16}, 1), {17, 2, 8}),
+            "target shape [17, 2, 8] for a value of shape [17, B, 16] unsupported: cannot tell "
+            "which axis holds the batch ([17*B, 2, 8] or [17, B*2, 8]): export with a batch size "
+            "that no axis of the model has, or with a dynamic batch axis");
+  EXPECT_EQ(Reshaped(Make({17, 1, 16}, 1), {17, 32, -1}),
+            "target shape [17, 32, -1] for a value of shape [17, B, 16] unsupported: both the "
+            "batch and a -1 to infer (export with a dynamic batch axis)");
+  EXPECT_EQ(Reshaped(Make({1, 12}, 0), {-1, kBatchSize}),
+            "target shape [-1, B] for a value of shape [B, 12] unsupported: moves the batch's "
+            "elements");
+  EXPECT_EQ(Reshaped(Make({1, 12}, 0), {2, 5}),
+            "target shape [2, 5] for input [12, 1, 1] of each sample unsupported: changes the "
+            "number of elements of a sample");
+}
+
+TEST(ValueShapeTest, DimsForOps) {
+  EXPECT_EQ(Make({1, 3, 4, 5}, 0).dims_for_ops(), (nn::Dims{3, 4, 5}));
+  EXPECT_EQ(Make({1, 6}, 0).dims_for_ops(), (nn::Dims{6, 1, 1}));
+  EXPECT_TRUE(Make({1, 3, 4}, 0).IsBatchFirst());
+  EXPECT_FALSE(Make({4, 1, 3}, 1).IsBatchFirst());
+  EXPECT_EQ(Make({4, 1, 3}, 1).dims_for_ops(), (nn::Dims{12, 1, 1}));
+  EXPECT_FALSE(Make({1, 2, 3, 4, 5}, 0).IsBatchFirst());
+  EXPECT_EQ(Make({17, 2, 8}, 1, 1, 2).Concrete(3), (Ints{17, 6, 8}));
+  EXPECT_EQ(Make({17, 16}, 0, 17, 1).Concrete(3), (Ints{51, 16}));
+  EXPECT_EQ(ValueShape::BatchFirst({5, 1, 1}, 4).ToString(), "[B, 5, 1, 1]");
+  EXPECT_EQ(ValueShape::BatchFirst({5, 3, 1}, 2).ToString(), "[B, 5, 3]");  // Grows to fit.
+}
+
+class AnyShapeOpsTest : public ::testing::Test {
+ protected:
+  // A graph from x (per-sample dims `dims`, rank `rank`) through `nodes`.
+  static Graph Of(nn::Dims dims, int rank, std::vector<Node> nodes,
+                  std::vector<NamedConstant> constants = {}) {
+    Graph g = Chain(dims, std::move(nodes), std::move(constants));
+    g.input_rank = rank;
+    return g;
+  }
+  static NamedConstant Learned(const std::string& name, Ints shape, uint64_t seed) {
+    NamedConstant c = RandomConstant(name, std::move(shape), seed);
+    c.state = true;
+    return c;
+  }
+  void Check(const Graph& graph) { CheckGraphGradients(graph, registry_); }
+  std::string BuildError(const Graph& graph) {
+    absl::StatusOr<std::unique_ptr<Executor<float>>> e = Executor<float>::Create(graph, registry_);
+    EXPECT_FALSE(e.ok());
+    return std::string(e.status().message());
+  }
+  std::string OutputShape(const Graph& graph) {
+    absl::StatusOr<std::unique_ptr<Executor<double>>> e =
+        Executor<double>::Create(graph, registry_);
+    if (!e.ok()) return std::string(e.status().message());
+    return (*e)->value_shapes()[(*e)->output_value()].ToString();
+  }
+  const OpRegistry registry_ = BuiltinOps();
+};
+
+// One attention head on [N, 4 tokens, 6 features], the way timm writes it: x W^T per token
+// (a Gemm over the last axis), q k^T by a MatMul of two computed values, softmax over the last
+// axis, times v, a layer norm of each token.
+TEST_F(AnyShapeOpsTest, SelfAttentionOfOneHead) {
+  const Graph g =
+      Of({4, 6, 1}, 3,
+         {MakeNode("Gemm", "q", {"x", "wq", "bq"}, {"q"}, {{"transB", int64_t{1}}}),
+          MakeNode("Gemm", "k", {"x", "wk"}, {"k"}, {{"transB", int64_t{1}}}),
+          MakeNode("Transpose", "kt", {"k"}, {"kt"}, {{"perm", Ints{0, 2, 1}}}),
+          MakeNode("MatMul", "scores", {"q", "kt"}, {"s"}),
+          MakeNode("Mul", "scale", {"s", "c"}, {"s2"}),
+          MakeNode("Softmax", "attn", {"s2"}, {"a"}, {{"axis", int64_t{-1}}}),
+          MakeNode("MatMul", "mix", {"a", "x"}, {"m"}),
+          MakeNode("LayerNormalization", "ln", {"m", "g", "b"}, {"y"}, {{"axis", int64_t{-1}}})},
+         {RandomConstant("wq", {5, 6}, 1), RandomConstant("bq", {5}, 2),
+          RandomConstant("wk", {5, 6}, 3), FloatScalar("c", 0.7f),
+          RandomConstant("g", {6}, 4, 0.5, 1.0), RandomConstant("b", {6}, 5)});
+  EXPECT_EQ(OutputShape(g), "[B, 4, 6]");
+  Check(g);
+}
+
+// nn.MultiheadAttention's layout at a batch (3) other than the export's (2): sequence-first
+// [4, B, 6], the batch merged with 2 heads ([4, B*2, 3]), heads-first for the products, then
+// merged with the tokens ([4*B, 6]) for the output projection and split back.
+TEST_F(AnyShapeOpsTest, MultiheadLayoutWithTheBatchMerged) {
+  const Graph g =
+      Of({4, 6, 1}, 3,
+         {MakeNode("Transpose", "seq_first", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+          MakeNode("Reshape", "heads", {"t", "s1"}, {"h"}),
+          MakeNode("Transpose", "heads_first", {"h"}, {"hf"}, {{"perm", Ints{1, 0, 2}}}),
+          MakeNode("Transpose", "kt", {"hf"}, {"kt"}, {{"perm", Ints{0, 2, 1}}}),
+          MakeNode("MatMul", "scores", {"hf", "kt"}, {"s"}),
+          MakeNode("Softmax", "attn", {"s"}, {"a"}, {{"axis", int64_t{-1}}}),
+          MakeNode("MatMul", "mix", {"a", "hf"}, {"m"}),
+          MakeNode("Transpose", "back", {"m"}, {"mb"}, {{"perm", Ints{1, 0, 2}}}),
+          MakeNode("Reshape", "tokens", {"mb", "s2"}, {"tk"}),
+          MakeNode("Gemm", "proj", {"tk", "w", "bias"}, {"p"}, {{"transB", int64_t{1}}}),
+          MakeNode("Reshape", "split", {"p", "s3"}, {"sp"}),
+          MakeNode("Transpose", "batch_first", {"sp"}, {"y"}, {{"perm", Ints{1, 0, 2}}})},
+         {IntConstant("s1", {4, 4, 3}), IntConstant("s2", {8, 6}), IntConstant("s3", {4, 2, 6}),
+          RandomConstant("w", {6, 6}, 6), RandomConstant("bias", {6}, 7)});
+  EXPECT_EQ(OutputShape(g), "[B, 4, 6]");
+  Check(g);
+}
+
+// timm's qkv: Reshape to 5-D, a permute that moves the batch to axis 1, Split (as Slices along
+// axis 0) and Squeeze; a class token expanded over the batch and concatenated; a positional
+// embedding and a bias broadcast; the head on token 0 (Gather).
+TEST_F(AnyShapeOpsTest, TokensClassTokenAndHead) {
+  const Graph g = Of(
+      {3, 4, 1}, 3,
+      {MakeNode("Expand", "cls", {"cls_token", "target"}, {"c"}),
+       MakeNode("Concat", "cat", {"c", "x"}, {"t"}, {{"axis", int64_t{1}}}),
+       MakeNode("Add", "pos", {"t", "pos_embed"}, {"t1"}),
+       MakeNode("Add", "bias", {"bias", "t1"}, {"t2"}),
+       MakeNode("Reshape", "qkv", {"t2", "s5"}, {"r"}),
+       MakeNode("Transpose", "perm", {"r"}, {"p"}, {{"perm", Ints{2, 0, 3, 1, 4}}}),
+       MakeNode("Slice", "q0", {"p", "zero", "one", "zero"}, {"q5"}),
+       MakeNode("Squeeze", "q", {"q5", "zero"}, {"q"}), MakeNode("Mul", "gate", {"q", "q"}, {"qq"}),
+       MakeNode("Sub", "minus", {"one_f", "qq"}, {"d"}),
+       MakeNode("Div", "div", {"d", "two_f"}, {"e"}),
+       MakeNode("Div", "over", {"two_f", "e2"}, {"f"}),
+       MakeNode("Transpose", "tok", {"f"}, {"tk"}, {{"perm", Ints{0, 2, 1, 3}}}),
+       MakeNode("Reshape", "merge", {"tk", "s3"}, {"m"}),
+       MakeNode("Gather", "head", {"m", "index"}, {"y"}, {{"axis", int64_t{1}}})},
+      {Learned("cls_token", {1, 1, 4}, 8), IntConstant("target", {2, 1, 1}),
+       Learned("pos_embed", {1, 4, 4}, 9), Learned("bias", {4}, 10),
+       IntConstant("s5", {2, 4, 2, 1, 2}), IntConstant("zero", {0}), IntConstant("one", {1}),
+       FloatScalar("one_f", 1.0f), FloatScalar("two_f", 2.0f), IntConstant("s3", {2, 4, 2}),
+       IntConstant("index", {3})});
+  Graph fixed = g;
+  // e2 = 3 + e * e keeps the divisor away from zero.
+  fixed.nodes.insert(fixed.nodes.begin() + 11, {MakeNode("Mul", "sq", {"e", "e"}, {"ee"}),
+                                                MakeNode("Add", "shift", {"ee", "three"}, {"e2"})});
+  fixed.constants.push_back(FloatScalar("three", 3.0f));
+  EXPECT_EQ(OutputShape(fixed), "[B, 1, 2]");  // 1-D indices keep the axis.
+  Check(fixed);
+}
+
+TEST_F(AnyShapeOpsTest, SliceGatherAndConcatAlongAnyAxis) {
+  // [N, 2, 3, 4]: every other column of rows 1..2 (steps), the last column (negative axis and
+  // index) of the same rows, joined along the last axis, then a softmax of each row.
+  const Graph g = Of({2, 3, 4}, 4,
+                     {MakeNode("Slice", "cols", {"x", "b", "e", "a", "st"}, {"s"}),
+                      MakeNode("Gather", "last", {"x", "minus"}, {"l"}, {{"axis", int64_t{-1}}}),
+                      MakeNode("Slice", "rows", {"l", "b1", "e1", "a1"}, {"l2"}),
+                      MakeNode("Squeeze", "sq", {"l2", "minus"}, {"l1"}),
+                      MakeNode("Unsqueeze", "u", {"l1", "minus"}, {"l3"}),
+                      MakeNode("Concat", "cat", {"s", "l3"}, {"c"}, {{"axis", int64_t{-1}}}),
+                      MakeNode("Softmax", "sm", {"c"}, {"y"}, {{"axis", int64_t{-1}}})},
+                     {IntConstant("b", {1, 0}), IntConstant("e", {3, 4}), IntConstant("a", {2, -1}),
+                      IntConstant("st", {1, 2}), IntConstant("minus", {-1}), IntConstant("b1", {1}),
+                      IntConstant("e1", {3}), IntConstant("a1", {2})});
+  EXPECT_EQ(OutputShape(g), "[B, 2, 2, 3]");
+  Check(g);
+}
+
+TEST_F(AnyShapeOpsTest, Refusals) {
+  const Graph transposed =
+      Of({3, 4, 5}, 4, {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2, 3}}})});
+  Graph conv = transposed;
+  conv.nodes.push_back(MakeNode("Conv", "conv", {"t", "w"}, {"y"}));
+  conv.constants.push_back(RandomConstant("w", {2, 1, 1, 1}, 1));
+  EXPECT_EQ(BuildError(conv),
+            "node 'conv' (Conv): input 't' has shape [3, B, 4, 5]: this op takes values of rank "
+            "2 to 4 with the batch first (B) only");
+  EXPECT_EQ(BuildError(Of({3, 4, 5}, 4,
+                          {MakeNode("Transpose", "t", {"x"}, {"y"}, {{"perm", Ints{1, 0, 2}}})})),
+            "node 't' (Transpose): perm [1, 0, 2] is not a permutation of the 4 axes of "
+            "[B, 3, 4, 5]");
+  EXPECT_EQ(BuildError(Of({3, 4, 1}, 3,
+                          {MakeNode("Gather", "g", {"x", "i"}, {"y"}, {{"axis", int64_t{0}}})},
+                          {IntConstant("i", {0})})),
+            "node 'g' (Gather): axis 0 of [B, 3, 4] unsupported (an axis other than the "
+            "batch's)");
+  EXPECT_EQ(BuildError(Of({3, 4, 1}, 3,
+                          {MakeNode("Gather", "g", {"x", "i"}, {"y"}, {{"axis", int64_t{1}}})},
+                          {IntConstant("i", {3})})),
+            "node 'g' (Gather): index 3 out of range for axis 1 of [B, 3, 4]");
+  Graph mm = transposed;
+  mm.nodes.push_back(MakeNode("MatMul", "mm", {"x", "t"}, {"y"}));
+  EXPECT_EQ(BuildError(mm),
+            "node 'mm' (MatMul): MatMul of [B, 3, 4, 5] and [3, B, 4, 5] unsupported: the "
+            "leading axes (the batch among them) must be the same");
+  EXPECT_EQ(BuildError(Of({3, 4, 1}, 3, {MakeNode("Add", "a", {"x", "p"}, {"y"})},
+                          {RandomConstant("p", {2, 3, 4}, 2)})),
+            "node 'a' (Add): operand 'p' of shape [2, 3, 4] does not broadcast to [B, 3, 4] "
+            "(without the batch)");
+  EXPECT_EQ(BuildError(Of({3, 4, 1}, 3, {MakeNode("Expand", "e", {"c", "s"}, {"y"})},
+                          {RandomConstant("c", {2, 1, 4}, 3), IntConstant("s", {2, 3, 4})})),
+            "node 'e' (Expand): Expand of float[2,1,4] to [2, 3, 4] unsupported: the tensor "
+            "must have one element along the batch axis");
+  Graph ln = transposed;
+  ln.nodes.push_back(
+      MakeNode("LayerNormalization", "ln", {"t", "g"}, {"y"}, {{"axis", int64_t{2}}}));
+  ln.constants.push_back(RandomConstant("g", {4, 5}, 4));
+  EXPECT_EQ(BuildError(ln),
+            "node 'ln' (LayerNormalization): axis 2 of a value of shape [3, B, 4, 5] "
+            "unsupported (the last axis only)");
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace dptrain
