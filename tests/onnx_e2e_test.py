@@ -2,7 +2,8 @@
 PyTorch (Conv, BatchNorm, ReLU, MaxPool, Dropout, Linear) is exported to ONNX
 (torch.onnx.export, training mode, no constant folding), 2 gpu_worker processes train it
 through 2 real ps_server shards (BSP, sgd) on a generated 3x32x32 data set in the CIFAR-10
-binary format, again on the same images as an ImageFolder tree of PNG files, and on an
+binary format (and a small vision transformer built from nn.TransformerEncoder on the same
+data), again on the same images as an ImageFolder tree of PNG files, and on an
 ImageFolder of those images at other sizes (64x64 and 48x40) brought back to 32x32 by
 --image_size=32; each time rank 0 saves the weights, which load into the PyTorch model with a
 strict load_state_dict and give, in PyTorch, the test accuracy the worker printed (for the
@@ -151,6 +152,29 @@ class Net(nn.Module):
         return self.classifier(self.features(x))
 
 
+class ViT(nn.Module):
+    """A small vision transformer written with torch.nn's own blocks: 8x8 patches, a class
+    token, a positional embedding, nn.TransformerEncoder (pre-norm, nn.MultiheadAttention,
+    exported at the default opset with its layer norms written out), the head on the class
+    token."""
+
+    def __init__(self, dim=32, heads=4, classes=CLASSES):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 8, 8)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.1, batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.encoder(x))[:, 0])
+
+
 def export(model, path, shape=(2, 3, 32, 32)):
     """dptrain.export_onnx, checked to leave the model as it was (its state and mode)."""
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -220,8 +244,8 @@ def train(name, model_path, data_dir, extra=()):
     return float(done.group(1)), saved, text
 
 
-def pytorch_accuracy(saved, test):
-    net = Net()
+def pytorch_accuracy(saved, test, net=None):
+    net = net if net is not None else Net()
     state = dptrain.safetensors.load_file(saved)
     # PyTorch keeps num_batches_tracked as int64; the file holds it as a float count.
     state = {k: (v.long() if k.endswith("num_batches_tracked") else v) for k, v in state.items()}
@@ -290,6 +314,21 @@ def main():
         fail("streamed npy: the saved weights differ from the CIFAR run on the same images")
     print(f"ok: the same images as .npy read from the file (--data_loading=stream): test_acc "
           f"{printed:.4f}, weights bit-identical to the CIFAR run", flush=True)
+
+    # A vision transformer (the batch moves off axis 0 and merges with the heads inside
+    # nn.MultiheadAttention's export) trains the same way and loads back into PyTorch.
+    torch.manual_seed(0)
+    vit = ViT()
+    vit_path = os.path.join(SCRATCH, "vit.onnx")
+    export(vit, vit_path)
+    printed, saved, text = train("onnx_vit_cifar", vit_path, cifar)
+    ours = pytorch_accuracy(saved, test_set, ViT())
+    if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.3 < printed < 0.99:
+        fail(f"vit: the worker printed test_acc {printed}, PyTorch gets {ours} from the saved "
+             f"weights: {text[-600:]}")
+    print(f"ok: a vision transformer (nn.TransformerEncoder), 2 workers x 2 shards on the cifar "
+          f"data: test_acc {printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights",
+          flush=True)
 
     # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built
     # for that data (the same names and shapes as gpu_worker's) and evaluates as it printed.

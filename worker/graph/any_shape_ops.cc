@@ -695,6 +695,98 @@ struct AnyShapeConcat {
   }
 };
 
+// ---- ReduceMean over axes other than the batch's ----
+
+template <typename T>
+class ReduceMeanNode final : public AnyShapeNode<T> {
+ public:
+  // `kept` is the output with the reduced axes kept as size 1 (keepdims=1), whatever the
+  // output's own shape.
+  ReduceMeanNode(ValueShape in, ValueShape kept, ValueShape out, int64_t count)
+      : AnyShapeNode<T>(std::move(out)),
+        in_(std::move(in)),
+        kept_(std::move(kept)),
+        count_(count) {}
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    const int64_t n = int64_t{x.batch} * kept_.per_sample();
+    T* y = EnsureSize(output_, n);
+    std::fill(y, y + n, T(0));
+    ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch),
+                  [&](int64_t k, int64_t off) { y[off] += x.data[k]; });
+    const T scale = T(1) / static_cast<T>(count_);
+    for (int64_t i = 0; i < n; ++i) y[i] *= scale;
+    return {y, x.batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    const int batch = grad_output.batch;
+    T* dx = EnsureSize(grad_input_, int64_t{batch} * in_.per_sample());
+    const T* dy = grad_output.data;
+    const T scale = T(1) / static_cast<T>(count_);
+    ForEachOffset(in_.Concrete(batch), KeptStrides(batch),
+                  [&](int64_t k, int64_t off) { dx[k] = dy[off] * scale; });
+    return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
+  }
+
+ private:
+  // The output's strides along each input axis; 0 along the reduced ones.
+  Shape KeptStrides(int batch) const {
+    Shape strides = Strides(kept_.Concrete(batch));
+    for (int a = 0; a < in_.rank(); ++a) {
+      if (kept_.dims[a] == 1 && in_.dims[a] != 1) strides[a] = 0;
+    }
+    return strides;
+  }
+
+  const ValueShape in_, kept_;
+  const int64_t count_;
+  std::vector<T> output_, grad_input_;
+};
+
+template <typename T>
+struct AnyShapeReduceMean {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes", "keepdims"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
+    if (in.rank() == 4 && in.IsBatchFirst()) {
+      // [N, C, H, W]: the pooling and channel-mean nodes of layer_ops.h (CUDA twins).
+      absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made = Build<T>(ReduceMeanOp(), ctx);
+      if (made.ok()) return made;
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, IntsInput(ctx, 1, "axes", {}));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t keepdims, IntAttribute(ctx.node, "keepdims", 1));
+    if (axes.empty()) return ctx.Error("a mean over every axis (the batch's too) unsupported");
+    ValueShape kept = in;
+    int64_t count = 1;
+    for (int64_t a : axes) {
+      const std::optional<int> axis = NormalizeAxis(a, in.rank());
+      if (!axis.has_value() || *axis == in.batch_axis || kept.dims[*axis] == 0) {
+        return ctx.Error(absl::StrCat("axes ", ShapeText(axes), " of ", in.ToString(),
+                                      " unsupported (each once, not the batch's)"));
+      }
+      count *= in.dims[*axis];
+      kept.dims[*axis] = 0;  // Marked; set to 1 below.
+    }
+    ValueShape out = kept;
+    out.dims.clear();
+    for (int a = 0; a < in.rank(); ++a) {
+      if (kept.dims[a] == 0) {
+        kept.dims[a] = 1;
+        if (!keepdims) continue;
+      }
+      if (a == in.batch_axis) out.batch_axis = out.rank();
+      out.dims.push_back(kept.dims[a]);
+    }
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<ReduceMeanNode<T>>(in, std::move(kept), std::move(out), count));
+  }
+};
+
 // ---- A tensor of the model read by Expand or a broadcast binary op ----
 
 // Where the node's operand tensor comes from (as multi_input_ops.h says): learned, fixed, or a
@@ -872,8 +964,13 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
   // computed value (same shape) when `operand` is empty, else the tensor. `swapped`: the full
   // value is the right operand.
   BroadcastBinaryNode(BinaryOp op, ValueShape shape, bool swapped,
-                      std::optional<Operand<T>> operand)
-      : AnyShapeNode<T>(shape), op_(op), swapped_(swapped), operand_(std::move(operand)) {}
+                      std::optional<Operand<T>> operand,
+                      std::optional<ValueShape> other_shape = std::nullopt)
+      : AnyShapeNode<T>(shape),
+        op_(op),
+        swapped_(swapped),
+        operand_(std::move(operand)),
+        other_shape_(std::move(other_shape)) {}
   std::vector<NodeTensorSpec> Params() const override {
     return operand_ ? operand_->Params() : std::vector<NodeTensorSpec>{};
   }
@@ -890,6 +987,7 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     const int batch = inputs[0].batch;
+    batch_ = batch;
     if (operand_) {
       x_ = inputs[0].data;
       other_ = operand_->data();
@@ -923,6 +1021,7 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     const int batch = grad_output.batch;
+    batch_ = batch;
     const Shape out_shape = this->out_.Concrete(batch);
     const int64_t n = Product(out_shape);
     const T* dy = grad_output.data;
@@ -934,8 +1033,9 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
       other_grad = operand_->grad();
       std::fill(other_grad, other_grad + operand_->size(), T(0));
     } else if (need_other_value) {
-      other_grad = EnsureSize(grad_other_, n);
-      std::fill(other_grad, other_grad + n, T(0));
+      const int64_t m = other_shape_ ? Product(other_shape_->Concrete(batch)) : n;
+      other_grad = EnsureSize(grad_other_, m);
+      std::fill(other_grad, other_grad + m, T(0));
     }
     T* dx = need_x ? EnsureSize(grad_x_, n) : nullptr;
     Visit(out_shape, [&](int64_t k, int64_t o) {
@@ -973,7 +1073,10 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
       if (dx != nullptr) grads[0] = {dx, batch, dims};
     } else {
       if (dx != nullptr) grads[swapped_ ? 1 : 0] = {dx, batch, dims};
-      if (need_other_value) grads[swapped_ ? 0 : 1] = {other_grad, batch, dims};
+      if (need_other_value) {
+        grads[swapped_ ? 0 : 1] = {other_grad, batch,
+                                   other_shape_ ? other_shape_->dims_for_ops() : dims};
+      }
     }
     return grads;
   }
@@ -981,7 +1084,15 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
  private:
   // f(k, o): element k of the output and the other operand's element o.
   template <typename F>
-  void Visit(const Shape& out_shape, F f) const {
+  void Visit(const Shape& out_shape, F f) {
+    if (!operand_ && other_shape_) {  // A computed value broadcast along its size-1 axes.
+      Shape strides = Strides(other_shape_->Concrete(batch_));
+      for (size_t a = 0; a < strides.size(); ++a) {
+        if (other_shape_->dims[a] == 1 && this->out_.dims[a] != 1) strides[a] = 0;
+      }
+      ForEachOffset(out_shape, strides, f);
+      return;
+    }
     if (!operand_) {
       const int64_t n = Product(out_shape);
       for (int64_t k = 0; k < n; ++k) f(k, k);
@@ -998,6 +1109,8 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
   const BinaryOp op_;
   const bool swapped_;
   std::optional<Operand<T>> operand_;
+  const std::optional<ValueShape> other_shape_;  // A computed operand that broadcasts.
+  int batch_ = 0;
   const T* x_ = nullptr;
   const T* other_ = nullptr;
   std::vector<T> output_, grad_x_, grad_other_;
@@ -1026,12 +1139,27 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateBroadcastBinary(const NodeCon
   const NodeInput& a = ctx.inputs[0];
   const NodeInput& b = ctx.inputs[1];
   if (a.is_runtime() && b.is_runtime()) {
+    // One may broadcast into the other along its size-1 axes (x - x.mean(-1, keepdim=True)).
+    auto into = [](const ValueShape& small, const ValueShape& full) {
+      if (small.rank() != full.rank() || small.batch_axis != full.batch_axis ||
+          small.batch_outer != full.batch_outer || small.batch_inner != full.batch_inner) {
+        return false;
+      }
+      for (int i = 0; i < full.rank(); ++i) {
+        if (small.dims[i] != full.dims[i] && small.dims[i] != 1) return false;
+      }
+      return true;
+    };
+    if (*a.shape != *b.shape && (into(*b.shape, *a.shape) || into(*a.shape, *b.shape))) {
+      const bool swapped = !into(*b.shape, *a.shape);
+      return std::unique_ptr<NodeImpl<T>>(std::make_unique<BroadcastBinaryNode<T>>(
+          op, swapped ? *b.shape : *a.shape, swapped, std::nullopt, swapped ? *a.shape : *b.shape));
+    }
     if (*a.shape != *b.shape) {
       return ctx.Error(absl::StrCat("operands of shapes ", a.shape->ToString(), " and ",
                                     b.shape->ToString(),
-                                    " unsupported: two computed values of one shape, or "
-                                    "batch-first ones broadcast per channel ([C, 1, 1]) or per "
-                                    "pixel ([1, H, W])"));
+                                    " unsupported: two computed values of one shape, or one "
+                                    "of size 1 along the other's axes it does not match"));
     }
     return std::unique_ptr<NodeImpl<T>>(
         std::make_unique<BroadcastBinaryNode<T>>(op, *a.shape, false, std::nullopt));
@@ -1095,6 +1223,7 @@ OpFactory AnyShapeSoftmaxOp() { return MakeOpFactory<RowwiseOf<RowOp::kSoftmax>:
 OpFactory AnyShapeLogSoftmaxOp() {
   return MakeOpFactory<RowwiseOf<RowOp::kLogSoftmax>::Impl>(true);
 }
+OpFactory AnyShapeReduceMeanOp() { return MakeOpFactory<AnyShapeReduceMean>(true); }
 OpFactory AnyShapeSliceOp() { return MakeOpFactory<AnyShapeSlice>(true); }
 OpFactory AnyShapeConcatOp() { return MakeOpFactory<AnyShapeConcat>(true); }
 OpFactory AnyShapeAddOp() { return MakeOpFactory<BinaryOf<BinaryOp::kAdd>::Impl>(true); }

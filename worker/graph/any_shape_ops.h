@@ -19,11 +19,14 @@
 //   Slice      along axes other than the batch's, constant starts, ends, axes and positive steps
 //              (negative axes counted from the rank); x[..., a:b] and Split's outputs.
 //   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
+//   ReduceMean over axes other than the batch's (attribute, or input from opset 18), keepdims
+//              or not (a layer norm written out: x.mean(-1, keepdim=True)).
 //   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
 //              export's target holds the batch size, else axis 0, which the tensor must have of
 //              size 1 (cls_token.expand(B, -1, -1)); a learned one gets the sum of its uses'
 //              gradients.
-//   Add, Sub, Mul, Div  of two computed values of one shape, or of a computed value and a
+//   Add, Sub, Mul, Div  of two computed values of one shape (or one of size 1 along axes where
+//              the other is not: x - mean), or of a computed value and a
 //              tensor of the graph that broadcasts to its shape as NumPy does, of size 1 on the
 //              batch axis (a bias over the last axis, a positional embedding, a scalar); the
 //              tensor is learned, fixed or held as multi_input_ops.h says.
@@ -44,6 +47,7 @@ OpFactory AnyShapeGemmOp();    // LinearOp()
 OpFactory AnyShapeLayerNormalizationOp();
 OpFactory AnyShapeSoftmaxOp();
 OpFactory AnyShapeLogSoftmaxOp();
+OpFactory AnyShapeReduceMeanOp();
 OpFactory AnyShapeSliceOp();
 OpFactory AnyShapeConcatOp();
 OpFactory AnyShapeAddOp();

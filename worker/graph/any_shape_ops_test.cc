@@ -204,6 +204,31 @@ TEST_F(AnyShapeOpsTest, SliceGatherAndConcatAlongAnyAxis) {
   Check(g);
 }
 
+// A layer norm written out (as torch exports nn.LayerNorm below opset 17) on a value whose batch
+// is not first: ReduceMean over the last axis kept, Sub and Div of the [4, B, 1] statistics
+// broadcast into [4, B, 6], Pow, Sqrt; and a mean over two axes not kept.
+TEST_F(AnyShapeOpsTest, LayerNormWrittenOutAndReduceMean) {
+  const Graph g = Of(
+      {4, 6, 1}, 3,
+      {MakeNode("Transpose", "seq_first", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+       MakeNode("ReduceMean", "mean", {"t"}, {"m"}, {{"axes", Ints{-1}}}),
+       MakeNode("Sub", "centre", {"t", "m"}, {"c"}),
+       MakeNode("Pow", "square", {"c", "two"}, {"c2"}),
+       MakeNode("ReduceMean", "var", {"c2"}, {"v"}, {{"axes", Ints{-1}}}),
+       MakeNode("Add", "eps", {"v", "eps_value"}, {"v1"}), MakeNode("Sqrt", "std", {"v1"}, {"sd"}),
+       MakeNode("Div", "norm", {"c", "sd"}, {"n"}), MakeNode("Mul", "scale", {"n", "g"}, {"y0"}),
+       MakeNode("ReduceMean", "pool", {"y0"}, {"y"},
+                {{"axes", Ints{0, 2}}, {"keepdims", int64_t{0}}})},
+      {FloatScalar("two", 2.0f), FloatScalar("eps_value", 1e-5f), Learned("g", {6}, 11)});
+  EXPECT_EQ(OutputShape(g), "[B]");
+  Check(g);
+  Graph every = g;
+  every.nodes.back().attributes["axes"] = Ints{0, 1, 2};
+  EXPECT_EQ(BuildError(every),
+            "node 'pool' (ReduceMean): axes [0, 1, 2] of [4, B, 6] unsupported (each once, not "
+            "the batch's)");
+}
+
 TEST_F(AnyShapeOpsTest, Refusals) {
   const Graph transposed =
       Of({3, 4, 5}, 4, {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2, 3}}})});

@@ -182,8 +182,8 @@ TEST_F(ExecutorTest, GraphErrorsNameTheNode) {
                  MakeNode("MaxPool", "pool", {"x"}, {"c2"}, {{"kernel_shape", Ints{2, 2}}}));
   EXPECT_EQ(BuildError(g),
             "node 'add' (Add): operands of shapes [B, 3, 5, 5] and [B, 3, 4, 4] unsupported: two "
-            "computed values of one shape, or batch-first ones broadcast per channel "
-            "([C, 1, 1]) or per pixel ([1, H, W])");
+            "computed values of one shape, or one of size 1 along the other's axes it does not "
+            "match");
 
   g = Residual();
   g.output = "nothing";

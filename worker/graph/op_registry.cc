@@ -85,7 +85,7 @@ OpRegistry BuiltinOps() {
   add("MaxPool", MaxPoolOp());
   add("AveragePool", AveragePoolOp());
   add("GlobalAveragePool", GlobalAveragePoolOp());
-  add("ReduceMean", ReduceMeanOp());
+  add("ReduceMean", AnyShapeReduceMeanOp());
   add("Flatten", FlattenOp());
   add("Residual", ResidualOp());
   // Shapes and element-wise ops of one input (shape_ops.h):
