@@ -592,7 +592,8 @@ def float32_loss(net, x, labels):
 # Inputs of the --torchvision models: 64x64, but where a model needs more: Inception v3's
 # stem needs at least 75x75, and AlexNet's and VGG's adaptive pooling exports only from a
 # multiple of its output size (6x6, 7x7: 224x224 gives exactly that).
-TORCHVISION_SIZE = {"inception_v3": 96, "alexnet": 224, "vgg11": 224, "vgg11_bn": 224}
+TORCHVISION_SIZE = {"inception_v3": 96, "alexnet": 224, "vgg11": 224, "vgg11_bn": 224,
+                    "vit_b_16": 224, "vit_b_32": 224}
 
 
 def torchvision_model(name):

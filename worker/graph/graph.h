@@ -7,9 +7,10 @@
 // learnable parameters, buffers or plain operands is the ops' business (op_registry.h): a
 // Conv's second input is its weight, a Reshape's second input its target shape.
 //
-// Values are batch-major: the batch is never part of a value's dims, and every runtime value
-// (the graph input and every node output that is used) has per-sample nn::Dims; a feature
-// vector of f elements is {f, 1, 1}.
+// Values: the graph input is batch-first ([B, C, H, W] or a lower rank: input_dims per sample,
+// input_rank); the executor gives every node output a whole shape (value_shape.h: the batch on
+// any axis) and, for the ops that read them, per-sample nn::Dims (a feature vector of f
+// elements is {f, 1, 1}).
 #ifndef DPTRAIN_WORKER_GRAPH_GRAPH_H_
 #define DPTRAIN_WORKER_GRAPH_GRAPH_H_
 
@@ -45,8 +46,8 @@ struct Tensor {
 
 // An element of an int64 constant that the executor computed from a Shape (shape_arithmetic.h)
 // and that stands for the batch size, known only at run time: dimension 0 of a Shape, as in
-// x.view(x.size(0), -1) exported with a dynamic batch axis. Ops read it only as the first
-// entry of a target shape (NodeContext::TargetShapeInput).
+// x.view(x.size(0), -1) exported with a dynamic batch axis. Ops read it as an entry of a
+// target shape (Reshape: value_shape.h's ReshapedShape; Expand).
 inline constexpr int64_t kBatchSize = std::numeric_limits<int64_t>::min();
 
 // "[1, 2, 3]": a shape (or any int list) in error messages; kBatchSize reads "B".

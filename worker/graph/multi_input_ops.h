@@ -6,11 +6,11 @@
 //           [C, 1, 1] or a sample's dims (an initializer is learned as a parameter unless
 //           marked a buffer, NamedConstant::state; the internal attribute operand_shape gives
 //           the shape the graph views it as, e.g. a [C] weight unsqueezed to [C, 1, 1]). Other
-//           broadcasts are refused (MatMul + Add of a bias is fused into Gemm by the ONNX
-//           importer). Per-sample dims keep no rank, so an operand is matched against them with
-//           trailing 1s dropped: [F] against [N, F] is one value per feature, as ONNX says, and
-//           so is [C] against a [N, C, 1, 1] value, which ONNX would broadcast to [N, C, 1, C]
-//           (a shape no classifier keeps to its output).
+//           broadcasts (NumPy's, by the whole shapes) are any_shape_ops.h's, which registers
+//           these as its batch-first versions. Per-sample dims keep no rank, so an operand is
+//           matched against them with trailing 1s dropped: [F] against [N, F] is one value per
+//           feature, as ONNX says, and so is [C] against a [N, C, 1, 1] value, which ONNX would
+//           broadcast to [N, C, 1, C] (a shape no classifier keeps to its output).
 //   PRelu   x > 0 ? x : slope * x, the slope a tensor of the model as above (nn.PReLU's
 //           weight, learned: one value or one per channel).
 //   Concat  any number of runtime values along axis 1 (channels, or features of [N, F]

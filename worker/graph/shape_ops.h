@@ -1,17 +1,17 @@
 // Ops of one runtime input that are not worker/nn layers and not element-wise functions
 // (elementwise_ops.h) (ONNX semantics, restricted as said; anything else is refused by the
 // factory with a one-line error naming the node):
-//   Reshape   The target shape (an int64 constant) must keep the batch as its first dimension:
-//             its first entry is taken as the batch whatever its value (PyTorch's tracer writes
-//             the export batch there for x.view(x.size(0), -1)); the rest, with 0 = copy the
-//             input's dimension and one -1 = inferred, holds the per-sample dims (1 to 3 of
-//             them). No copy: the output aliases the input.
+//   Reshape   Of any value (value_shape.h's ReshapedShape): for a batch-first value the
+//             target's first entry is the batch whatever its value (PyTorch's tracer writes
+//             the export batch there for x.view(x.size(0), -1)) and the rest, with 0 = copy
+//             the input's dimension and one -1 = inferred, holds a sample (up to 5 axes);
+//             otherwise the batch is found where its elements lie (merged with the heads or
+//             the tokens, as nn.MultiheadAttention exports it). No copy: the output aliases
+//             the input.
 //   Identity  The input itself.
 //   Squeeze, Unsqueeze  of a computed value (constant axes: the input or, before opset 13,
-//             the attribute), never the batch axis: a view with other dims. A value's rank is not
-//             kept, so axes that give different dims for the ranks its dims allow (a negative
-//             axis of [C, 1, W]) are refused; x.squeeze(-1) of [N, C, 1, 1] or
-//             x.unsqueeze(-1) of [N, C] are not ambiguous.
+//             the attribute; negative ones counted from its rank), never the batch axis: a
+//             view with another shape.
 //   Pad       mode "constant" with value 0 over H and W only (4-D pads from a constant input or,
 //             before opset 11, the attribute), non-negative.
 //   Dropout   In training, zeroes each element with probability `ratio` and scales the rest
@@ -22,7 +22,8 @@
 //             In evaluation, and for ratio 0, the identity. The executor's mode decides; the
 //             file's training_mode input is not read.
 //   Cast      to float only: the identity.
-//   Softmax, LogSoftmax   over the channels (axis 1, or -1 of a [N, C] value).
+//   Softmax, LogSoftmax   over the channels (axis 1, or -1 of a [N, C] value); over the last
+//             axis of any other value: any_shape_ops.h.
 #ifndef DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
 #define DPTRAIN_WORKER_GRAPH_SHAPE_OPS_H_
 

@@ -1,8 +1,8 @@
 // Ops that move elements of one runtime input without arithmetic (ONNX semantics, restricted as
 // said; anything else is refused by the factory with a one-line error naming the node):
 //   Slice           Constant starts, ends and axes (inputs from opset 10, attributes before),
-//                   steps 1. Axes 1 to 3 (the per-sample dims; the batch cannot be sliced, and a
-//                   negative axis needs the value's rank, which per-sample dims do not keep);
+//                   steps 1. Axes 1 to 3 (the per-sample dims; the batch cannot be sliced;
+//                   negative axes, steps and other values: any_shape_ops.h's Slice);
 //                   starts and ends clamped as ONNX says (negative: from the end). x.chunk(2, 1)
 //                   and x[:, a:b] export as this.
 //   ChannelShuffle  Not ONNX: ShuffleNet's channel shuffle, x.view(n, g, c / g, h, w)
