@@ -584,7 +584,7 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateSlice(const NodeContext& ctx)
     }
     first[*a] = b;
     step[*a] = steps[i];
-    out.dims[*a] = (e - b + steps[i] - 1) / steps[i];
+    out.dims[*a] = (e - b - 1) / steps[i] + 1;
   }
   return std::unique_ptr<NodeImpl<T>>(
       std::make_unique<SliceNode<T>>(in, std::move(first), std::move(step), std::move(out)));
@@ -926,6 +926,9 @@ struct Expand {
     };
     if (target.empty() || target.size() > static_cast<size_t>(kMaxRank)) {
       return refuse("expected 1 to 6 dims");
+    }
+    for (int64_t d : target) {
+      if (d != kBatchSize && d > kMaxAxisSize) return refuse("a dimension too large");
     }
     const int64_t symbolic = std::count(target.begin(), target.end(), kBatchSize);
     if (symbolic > 1) return refuse("the batch twice");

@@ -273,6 +273,21 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     std::optional<ValueShape> out_shape = state.impl->output_shape();
     e->value_shapes_.push_back(
         out_shape.has_value() ? *out_shape : DefaultOutputShape(state.impl->output_dims(), input0));
+    {
+      const ValueShape& out = e->value_shapes_.back();
+      int64_t elements = 1;
+      bool fits = out.rank() >= 1 && out.rank() <= kMaxRank;
+      for (int64_t d : out.dims) {
+        fits = fits && d >= 1 && !__builtin_mul_overflow(elements, d, &elements) &&
+               elements <= kMaxSampleSize;
+      }
+      if (!fits) {
+        return NodeError(node, absl::StrCat("output of shape ", out.ToString(),
+                                            " unsupported (rank 1 to ", kMaxRank,
+                                            ", no empty axis, at most 2^31 - 1 elements per "
+                                            "sample)"));
+      }
+    }
     state.batch_first = e->value_shapes_.back().IsBatchFirst() && !state.impl->twin().any_shape;
     for (const NodeInput& in : ctx.inputs) {
       if (in.shape.has_value() && !in.shape->IsBatchFirst()) state.batch_first = false;

@@ -188,14 +188,16 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
       if (d == 0 && i < x.shape.size()) d = x.shape[i];
       if (d == -1 && infer < 0) {
         infer = static_cast<int>(i);
-      } else if (d < 0) {
+      } else if (d < 0 || __builtin_mul_overflow(known, d, &known)) {
         return NodeError(node, absl::StrCat("target ", ShapeText(in[1]->ints), " unsupported"));
-      } else {
-        known *= d;
       }
     }
     if (infer >= 0 && known > 0) out.shape[infer] = x.num_elements() / known;
-    if (out.num_elements() != x.num_elements()) {
+    int64_t elements = 1;
+    for (int64_t d : out.shape) {
+      if (__builtin_mul_overflow(elements, d, &elements)) elements = -1;
+    }
+    if (elements != x.num_elements()) {
       return NodeError(
           node, absl::StrCat("target ", ShapeText(in[1]->ints), " does not fit ", x.ToString()));
     }
@@ -234,10 +236,14 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
     Tensor out;
     out.type = Tensor::Type::kInt64;
     out.shape = x.ints;
+    int64_t elements = 1;
     for (int64_t d : out.shape) {
       if (d < 0) return NodeError(node, "a shape of the batch size or negative: unsupported");
+      if (__builtin_mul_overflow(elements, d, &elements) || elements > (int64_t{1} << 20)) {
+        return NodeError(node, "folding is implemented for up to 2^20 elements");
+      }
     }
-    out.ints.assign(out.num_elements(), value);
+    out.ints.assign(elements, value);
     return out;
   }
   if (node.op == "Equal" || node.op == "Where") {

@@ -10,9 +10,12 @@ namespace dptrain {
 namespace graph {
 namespace {
 
+// The product of v[begin, end); -1 where it overflows (sizes here are positive, or one -1).
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
-  for (size_t i = begin; i < end && i < v.size(); ++i) p *= v[i];
+  for (size_t i = begin; i < end && i < v.size(); ++i) {
+    if (__builtin_mul_overflow(p, v[i], &p)) return -1;
+  }
   return p;
 }
 
@@ -28,6 +31,9 @@ absl::StatusOr<ValueShape> BatchFirstReshape(const ValueShape& in,
   };
   if (target.size() < 2 || target.size() > static_cast<size_t>(kMaxRank)) {
     return refuse(absl::StrCat("expected the batch followed by 1 to ", kMaxRank - 1, " dims"));
+  }
+  for (int64_t d : target) {
+    if (d != kBatchSize && d > kMaxAxisSize) return refuse("a dimension too large");
   }
   std::vector<int64_t> dims(target.begin() + 1, target.end());
   int infer = -1;
@@ -142,6 +148,9 @@ absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector
   // The input's elements before and after the batch in its row-major order.
   const int64_t before = Product(in.dims, 0, in.batch_axis) * in.batch_outer;
   const int64_t after = in.batch_inner * Product(in.dims, in.batch_axis + 1, in.dims.size());
+  for (int64_t d : target) {
+    if (d != kBatchSize && d > kMaxAxisSize) return refuse("a dimension too large");
+  }
   ValueShape out;
   out.dims = target;
   int batch = -1;  // The axis holding the batch, where the target says which.
@@ -166,7 +175,9 @@ absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector
   }
   if (batch >= 0) {
     if (infer >= 0) {
-      const int64_t known = -Product(out.dims, 0, out.dims.size());  // The -1 counted once.
+      std::vector<int64_t> others = out.dims;
+      others.erase(others.begin() + infer);
+      const int64_t known = Product(others, 0, others.size());
       if (known <= 0 || (before * after) % known != 0) return refuse("does not divide");
       out.dims[infer] = before * after / known;
     }

@@ -26,6 +26,9 @@ namespace graph {
 
 // Ranks the executor keeps (ONNX allows more; exported vision models stay within 6).
 inline constexpr int kMaxRank = 6;
+// The largest axis, and the most elements of one sample (per-sample dims are ints).
+inline constexpr int64_t kMaxAxisSize = int64_t{1} << 30;
+inline constexpr int64_t kMaxSampleSize = (int64_t{1} << 31) - 1;
 
 struct ValueShape {
   // Per axis; the batch axis's entry is outer * inner (the batch itself left out).
