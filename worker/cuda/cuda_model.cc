@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
           : graph::Executor<float>::Create(graph::WithoutDropout(graph), cpu_ops, plan_options);
   if (!plan.ok()) return plan.status();
   const nn::Dims out = (*plan)->output_dims();
-  DPTRAIN_RETURN_IF_ERROR(graph::CheckClassifierOutput(graph, out));
+  DPTRAIN_RETURN_IF_ERROR(graph::CheckClassifierOutput(graph, (*plan)->output_shape()));
   DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuGraph> gpu, GpuGraph::Create(**plan, GpuOps()));
   const graph::Executor<float>& cpu = **plan;
   std::vector<float> weights = cpu.initial_params();

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "worker/graph/executor.h"
 #include "worker/graph/graph_check.h"
+#include "worker/graph/graph_model.h"
 #include "worker/graph/op_registry.h"
 #include "worker/graph/value_shape.h"
 
@@ -76,6 +77,19 @@ TEST(ValueShapeTest, DimsForOps) {
   EXPECT_EQ(Make({17, 16}, 0, 17, 1).Concrete(3), (Ints{51, 16}));
   EXPECT_EQ(ValueShape::BatchFirst({5, 1, 1}, 4).ToString(), "[B, 5, 1, 1]");
   EXPECT_EQ(ValueShape::BatchFirst({5, 3, 1}, 2).ToString(), "[B, 5, 3]");  // Grows to fit.
+}
+
+// A classifier's output is [B, classes]: a value whose batch lies elsewhere is not read as
+// per-sample logits (its per-sample element count would pass for a class count).
+TEST(ValueShapeTest, ClassifierOutputIsBatchFirst) {
+  Graph g;
+  g.output = "logits";
+  EXPECT_TRUE(CheckClassifierOutput(g, Make({1, 10}, 0)).ok());
+  EXPECT_TRUE(CheckClassifierOutput(g, Make({1, 10, 1, 1}, 0)).ok());
+  EXPECT_EQ(CheckClassifierOutput(g, Make({17, 1, 10}, 1)).message(),
+            "graph output 'logits' has shape [17, B, 10], expected [B, classes]");
+  EXPECT_EQ(CheckClassifierOutput(g, Make({1, 17, 10}, 0)).message(),
+            "graph output 'logits' has shape [B, 17, 10], expected [B, classes]");
 }
 
 class AnyShapeOpsTest : public ::testing::Test {

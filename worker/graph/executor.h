@@ -70,6 +70,7 @@ class Executor {
 
   nn::Dims input_dims() const { return input_dims_; }
   nn::Dims output_dims() const;
+  const ValueShape& output_shape() const { return value_shapes_[output_]; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
 
   // Points the nodes at flat buffers of num_params(), num_params() and num_buffers() elements

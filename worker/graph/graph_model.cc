@@ -187,11 +187,11 @@ class GraphModel final : public nn::Model {
 
 }  // namespace
 
-absl::Status CheckClassifierOutput(const Graph& graph, const nn::Dims& output) {
-  if (output.h == 1 && output.w == 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("graph output '", graph.output, "' has dims ",
-                                                 output.ToString(),
-                                                 " per sample, expected [classes]"));
+absl::Status CheckClassifierOutput(const Graph& graph, const ValueShape& output) {
+  const nn::Dims dims = output.dims_for_ops();
+  if (output.IsBatchFirst() && dims.h == 1 && dims.w == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("graph output '", graph.output, "' has shape ",
+                                                 output.ToString(), ", expected [B, classes]"));
 }
 
 Graph WithoutDropout(Graph graph) {
@@ -227,7 +227,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
       options.dropout ? Executor<float>::Create(graph, registry, executor_options)
                       : Executor<float>::Create(WithoutDropout(graph), registry, executor_options);
   if (!executor.ok()) return executor.status();
-  DPTRAIN_RETURN_IF_ERROR(CheckClassifierOutput(graph, (*executor)->output_dims()));
+  DPTRAIN_RETURN_IF_ERROR(CheckClassifierOutput(graph, (*executor)->output_shape()));
   // Set only once the graph is known to build: BLAS threads are process-wide.
   if (threads.blas_threads > 0) nn::SetBlasThreads(threads.blas_threads);
   return std::unique_ptr<nn::Model>(std::make_unique<GraphModel>(

@@ -68,9 +68,9 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
                                                             const OpRegistry& registry,
                                                             const GraphModelOptions& options);
 
-// OK if `output` (the per-sample dims of `graph`'s output) is [classes]; else InvalidArgument
-// naming the output. Every backend's model of a graph checks it.
-absl::Status CheckClassifierOutput(const Graph& graph, const nn::Dims& output);
+// OK if `output` (the shape of `graph`'s output) is [B, classes] (or [B, classes, 1, 1]); else
+// InvalidArgument naming the output. Every backend's model of a graph checks it.
+absl::Status CheckClassifierOutput(const Graph& graph, const ValueShape& output);
 
 // `graph` with every Dropout node replaced by an Identity of its data input.
 Graph WithoutDropout(Graph graph);
