@@ -54,7 +54,8 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
     if (x == kBatchSize || y == kBatchSize) {
       return NodeError(node,
                        "computes with the batch size (dimension 0 of a Shape), known only "
-                       "at run time: unsupported");
+                       "at run time: unsupported (nn.MultiheadAttention's export does: export "
+                       "the model with a fixed batch size of 2 or more)");
     }
     int64_t z = 0;
     bool overflow = false;
