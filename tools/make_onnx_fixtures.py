@@ -593,7 +593,7 @@ def float32_loss(net, x, labels):
 # stem needs at least 75x75, and AlexNet's and VGG's adaptive pooling exports only from a
 # multiple of its output size (6x6, 7x7: 224x224 gives exactly that).
 TORCHVISION_SIZE = {"inception_v3": 96, "alexnet": 224, "vgg11": 224, "vgg11_bn": 224,
-                    "vit_b_16": 224, "vit_b_32": 224}
+                    "vit_b_16": 224, "vit_b_32": 224, "maxvit_t": 224}
 
 
 def torchvision_model(name):
@@ -607,7 +607,13 @@ def torchvision_model(name):
         kwargs.update(aux_logits=False, init_weights=False)
     if name.startswith(("efficientnet", "convnext")):
         kwargs.update(stochastic_depth_prob=0.0)
-    return getattr(torchvision.models, name)(**kwargs), 10
+    net = getattr(torchvision.models, name)(**kwargs)
+    # Swin and MaxViT set their own rate: their StochasticDepth modules are turned off instead.
+    from torchvision.ops import StochasticDepth
+    for m in net.modules():
+        if isinstance(m, StochasticDepth):
+            m.p = 0.0
+    return net, 10
 
 
 def make_fixture(name, out_dir, opset):

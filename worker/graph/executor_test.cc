@@ -440,6 +440,47 @@ TEST(ShapeArithmeticTest, BranchesAfterAnEvaluatedShapeGetTheirGradients) {
   }
 }
 
+// The int64 chains exports compute targets with: x.expand(B, -1, -1)'s (Reshape, Shape of a
+// constant, ConstantOfShape, Mul, Equal, Where: -1 becomes 1), a window's padding (Mod with the
+// divisor's sign, a scalar minus a [1] giving [1]) and shape[0:2] (Slice).
+TEST(GraphRewritesTest, FoldsExpandTargetsAndPaddingArithmetic) {
+  Tensor one_d;
+  one_d.type = Tensor::Type::kInt64;
+  one_d.shape = {1};
+  one_d.ints = {3};
+  Graph g =
+      MakeGraph({3, 1, 1},
+                {MakeNode("Reshape", "flat", {"target", "minus1"}, {"t"}),
+                 MakeNode("Shape", "shape", {"t"}, {"s"}),
+                 MakeNode("ConstantOfShape", "ones", {"s"}, {"o"}, {{"value_int", int64_t{1}}}),
+                 MakeNode("Mul", "neg", {"o", "minus_scalar"}, {"m"}),
+                 MakeNode("Equal", "eq", {"t", "m"}, {"e"}),
+                 MakeNode("Where", "where", {"e", "o", "t"}, {"w"}),
+                 MakeNode("Mod", "mod", {"minus_scalar", "seven"}, {"r"}),
+                 MakeNode("Sub", "pad", {"seven", "three_1d"}, {"p"}),
+                 MakeNode("Slice", "lead", {"target", "zero", "two"}, {"l"}),
+                 MakeNode("Relu", "r", {"x"}, {"y"})},
+                {IntConstant("target", {2, -1, -1}),
+                 IntConstant("minus1", {-1}),
+                 {"minus_scalar", IntScalar(-1)},
+                 {"seven", IntScalar(7)},
+                 {"three_1d", one_d},
+                 IntConstant("zero", {0}),
+                 IntConstant("two", {2})},
+                "y");
+  ASSERT_TRUE(FoldShapeConstants(g).ok());
+  ASSERT_EQ(g.nodes.size(), 1u);  // Only the Relu is left.
+  auto value = [&](const std::string& name) {
+    const Tensor* t = g.FindConstant(name);
+    return t == nullptr ? std::string("missing")
+                        : absl::StrCat(ShapeText(t->shape), " ", ShapeText(t->ints));
+  };
+  EXPECT_EQ(value("w"), "[3] [2, 1, 1]");
+  EXPECT_EQ(value("r"), "[] [6]");  // -1 mod 7, Python's sign.
+  EXPECT_EQ(value("p"), "[1] [4]");
+  EXPECT_EQ(value("l"), "[2] [2, -1]");
+}
+
 // Malformed shape arithmetic in a file: one error naming the node, no read past a vector.
 TEST(GraphRewritesTest, MalformedShapeArithmeticIsRefused) {
   auto fold = [](Node node, std::vector<NamedConstant> constants) {

@@ -31,7 +31,7 @@ absl::StatusOr<int64_t> Axis(const Node& node, int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
-// Add, Sub, Mul, Div of int64 values: one shape, or either a scalar (one element).
+// Add, Sub, Mul, Div, Mod of int64 values: one shape, or either a scalar (one element).
 absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tensor*>& in) {
   if (in.size() != 2 || in[0] == nullptr || in[1] == nullptr) {
     return NodeError(node, "expects two int64 operands");
@@ -46,7 +46,10 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
   if (na == 0 || nb == 0) return NodeError(node, "an empty operand");
   Tensor out;
   out.type = Tensor::Type::kInt64;
-  out.shape = na >= nb ? a.shape : b.shape;
+  // The larger operand's shape; of two one-element operands, the one of higher rank ([1], not
+  // [], for a scalar minus a [1]: NumPy's broadcast).
+  out.shape = na != nb ? (na > nb ? a.shape : b.shape)
+                       : (a.shape.size() >= b.shape.size() ? a.shape : b.shape);
   const int64_t n = std::max(na, nb);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t x = a.ints[na == 1 ? 0 : i];
@@ -68,7 +71,13 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
     } else {
       if (y == 0) return NodeError(node, "division by zero");
       overflow = x == std::numeric_limits<int64_t>::min() && y == -1;
-      if (!overflow) z = x / y;  // Truncates toward zero, as ONNX's integer Div.
+      if (!overflow && node.op == "Mod") {
+        // ONNX's integer Mod (fmod=0): the remainder takes the divisor's sign, as Python's %.
+        z = x % y;
+        if (z != 0 && ((z < 0) != (y < 0))) z += y;
+      } else if (!overflow) {
+        z = x / y;  // Truncates toward zero, as ONNX's integer Div.
+      }
     }
     if (overflow) return NodeError(node, "int64 overflow");
     out.ints.push_back(z);
@@ -81,8 +90,8 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
 bool IsShapeArithmetic(const std::string& op) {
   return op == "Unsqueeze" || op == "Squeeze" || op == "Concat" || op == "Gather" || op == "Cast" ||
          op == "Identity" || op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
-         op == "Reshape" || op == "ConstantOfShape" || op == "Equal" || op == "Where" ||
-         op == "Slice";
+         op == "Mod" || op == "Reshape" || op == "ConstantOfShape" || op == "Equal" ||
+         op == "Where" || op == "Slice";
 }
 
 absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
@@ -94,7 +103,12 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
       return NodeError(node, absl::StrCat("operand ", t->ToString(), " is not an int64 value"));
     }
   }
-  if (node.op == "Add" || node.op == "Sub" || node.op == "Mul" || node.op == "Div") {
+  if (node.op == "Add" || node.op == "Sub" || node.op == "Mul" || node.op == "Div" ||
+      node.op == "Mod") {
+    if (node.op == "Mod") {
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t fmod, IntAttribute(node, "fmod", 0));
+      if (fmod != 0) return NodeError(node, "fmod=1 unsupported for integers");
+    }
     return Arithmetic(node, in);
   }
   const Tensor& x = *in[0];

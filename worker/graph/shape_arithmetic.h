@@ -17,8 +17,9 @@ namespace graph {
 
 // Ops EvaluateShapeArithmetic evaluates: Unsqueeze, Squeeze, Concat (1-D), Gather (of 1-D data),
 // Cast, Identity, Reshape, ConstantOfShape (an int64 value), Equal and Where (element-wise, or
-// against a scalar; Equal gives 0 or 1), and Add, Sub, Mul, Div of int64 values of one shape or
-// with a scalar (Div truncating, as ONNX's integer division; a zero divisor refused). Such
+// against a scalar; Equal gives 0 or 1), and Add, Sub, Mul, Div, Mod of int64 values of one
+// shape or with a scalar (Div truncating, as ONNX's integer division; Mod with the divisor's
+// sign; a zero divisor refused). Such
 // chains compute x.expand(B, -1, -1)'s target. The batch size (kBatchSize,
 // graph.h) moves through the first group; arithmetic on it, or a Cast of it to float, is
 // refused.
