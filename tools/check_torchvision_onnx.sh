@@ -19,9 +19,6 @@ if [[ "${1:-}" == "--dynamic_batch" ]]; then
   shift
 fi
 models="${1:-resnet18,resnet50,resnext50_32x4d,wide_resnet50_2,squeezenet1_1,densenet121,googlenet,mobilenet_v2,mobilenet_v3_small,mobilenet_v3_large,shufflenet_v2_x0_5,shufflenet_v2_x1_0,mnasnet0_5,mnasnet1_0,efficientnet_b0,efficientnet_v2_s,regnet_x_400mf,regnet_y_400mf,convnext_tiny,inception_v3,alexnet,vgg11_bn,vit_b_16}"
-# nn.MultiheadAttention's export multiplies the run-time batch size by the heads, which a
-# dynamic batch axis cannot give (README): these are checked with a fixed batch only.
-fixed_batch_only=" vit_b_16 vit_b_32 "
 if ! /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
   echo "check_torchvision_onnx: needs python3-torchvision (apt-get install python3-torchvision)" >&2
   exit 1
@@ -31,10 +28,6 @@ trap 'rm -rf "$dir"' EXIT
 failed=()
 IFS=',' read -r -a names <<<"$models"
 for name in "${names[@]}"; do
-  if ((${#dynamic[@]} > 0)) && [[ "$fixed_batch_only" == *" $name "* ]]; then
-    echo "model $name: fixed batch only (nn.MultiheadAttention), skipped with --dynamic_batch"
-    continue
-  fi
   if ! /usr/bin/python3 tools/make_onnx_fixtures.py --out_dir="$dir" "${dynamic[@]}" \
       --torchvision="$name" >"$dir/$name.log" 2>&1; then
     echo "model $name: export failed: $(grep -E 'Error|error' "$dir/$name.log" | tail -1)"

@@ -69,6 +69,8 @@ The models:
   mha        The same with nn.MultiheadAttention(batch_first=True): torch exports it
              sequence-first, the batch merged with the heads ([17, B * 3, 8]) and with the
              tokens ([17 * B, 24]).
+  mha_dynamic  mha exported with a dynamic batch axis: bsz * num_heads computed from the
+             run-time batch size.
 With --resnet18 (not stored in the repository: about 45 MB) it also writes the full-width
 resnet18 in torchvision's layout for a manual check, and with --torchvision=NAME,... the
 models of torchvision.models of those names (10 classes, inputs 3x64x64; needs Debian's
@@ -528,6 +530,7 @@ MODELS = {
     "attention": lambda: (ViT(mha=False), 10),
     "attention_dynamic": lambda: (ViT(mha=False), 10),
     "mha": lambda: (ViT(mha=True), 10),
+    "mha_dynamic": lambda: (ViT(mha=True), 10),
     "vgg": lambda: (VGG(), 10),
     "resnet": lambda: (ResNet([8, 16, 24, 32]), 10),
     "branching": lambda: (Branching(), 7),
@@ -543,9 +546,10 @@ MODELS = {
 }
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
-MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17}
+MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
+             "mha_dynamic": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
-DYNAMIC_BATCH = {"dynamic", "attention_dynamic"}
+DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic"}
 
 
 def randomize_batch_norms(net):

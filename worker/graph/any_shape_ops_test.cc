@@ -47,6 +47,13 @@ TEST(ValueShapeTest, ReshapeFindsTheBatch) {
   // A dynamic export names the batch; 0 copies the batch axis.
   EXPECT_EQ(Reshaped(Make({17, 1, 16}, 1), {17, kBatchSize, 2, -1}), "[17, B, 2, 8]");
   EXPECT_EQ(Reshaped(Make({17, 2, 8}, 1, 1, 2), {0, 0, 4, 2}), "[17, B*2, 4, 2]");
+  // nn.MultiheadAttention exported with a dynamic batch: bsz * num_heads and tgt_len * bsz
+  // come from shape arithmetic as multiples of the batch; where the batch lies in the merged
+  // axis follows from the elements in front of it.
+  EXPECT_EQ(Reshaped(Make({17, 1, 16}, 1), {17, BatchMultiple(2), 8}), "[17, B*2, 8]");
+  EXPECT_EQ(Reshaped(Make({17, 2, 8}, 1, 1, 2), {BatchMultiple(17), 16}), "[17*B, 16]");
+  EXPECT_EQ(Reshaped(Make({17, 16}, 0, 17, 1), {17, kBatchSize, 16}), "[17, B, 16]");
+  EXPECT_EQ(Reshaped(Make({1, 2, 17, 8}, 0), {BatchMultiple(2), 17, 8}), "[B*2, 17, 8]");
 }
 
 TEST(ValueShapeTest, ReshapeRefusals) {
@@ -61,6 +68,9 @@ TEST(ValueShapeTest, ReshapeRefusals) {
   EXPECT_EQ(Reshaped(Make({1, 12}, 0), {-1, kBatchSize}),
             "target shape [-1, B] for a value of shape [B, 12] unsupported: moves the batch's "
             "elements");
+  EXPECT_EQ(Reshaped(Make({1, 17, 16}, 0), {17, BatchMultiple(16)}),
+            "target shape [17, B*16] for a value of shape [B, 17, 16] unsupported: moves the "
+            "batch's elements");
   EXPECT_EQ(Reshaped(Make({1, 12}, 0), {2, 5}),
             "target shape [2, 5] for input [12, 1, 1] of each sample unsupported: changes the "
             "number of elements of a sample");

@@ -290,8 +290,8 @@ TEST(ShapeArithmeticTest, TheExecutorEvaluatesShapesOfComputedValues) {
   // The batch size (dimension 0) flows into a target shape's first entry only.
   EXPECT_EQ(error(Chunk({4, 2, 2}, 0)),
             "node 'plus' (Add): computes with the batch size (dimension 0 of a Shape), known "
-            "only at run time: unsupported (nn.MultiheadAttention's export does: export the "
-            "model with a fixed batch size of 2 or more)");
+            "only at run time, other than multiplying it by a positive constant: unsupported "
+            "(export the model with a fixed batch size of 2 or more)");
   // Values keep their rank: -1 is the last axis (W); past the rank is refused.
   auto last = Executor<double>::Create(Chunk({4, 2, 6}, -1), registry);
   ASSERT_TRUE(last.ok()) << last.status();
@@ -302,8 +302,8 @@ TEST(ShapeArithmeticTest, TheExecutorEvaluatesShapesOfComputedValues) {
   g.nodes[2] = MakeNode("Add", "size", {"s", "one"}, {"c"});
   EXPECT_EQ(error(g),
             "node 'size' (Add): computes with the batch size (dimension 0 of a Shape), known "
-            "only at run time: unsupported (nn.MultiheadAttention's export does: export the "
-            "model with a fixed batch size of 2 or more)");
+            "only at run time, other than multiplying it by a positive constant: unsupported "
+            "(export the model with a fixed batch size of 2 or more)");
   g.nodes[2] = MakeNode("Gather", "size", {"s", "dim"}, {"c"});
   g.nodes[3] = MakeNode("Div", "plus", {"c", "zero"}, {"c1"});
   g.constants.push_back({"zero", IntScalar(0)});

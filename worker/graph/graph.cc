@@ -44,6 +44,8 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
                                     [](std::string* out, int64_t d) {
                                       if (d == kBatchSize) {
                                         out->append("B");
+                                      } else if (IsBatchMultiple(d)) {
+                                        absl::StrAppend(out, "B*", BatchFactor(d));
                                       } else {
                                         absl::StrAppend(out, d);
                                       }

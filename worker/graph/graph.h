@@ -50,7 +50,19 @@ struct Tensor {
 // target shape (Reshape: value_shape.h's ReshapedShape; Expand).
 inline constexpr int64_t kBatchSize = std::numeric_limits<int64_t>::min();
 
-// "[1, 2, 3]": a shape (or any int list) in error messages; kBatchSize reads "B".
+// The batch size times k (k from 1 to 2^40), as shape arithmetic computes it from kBatchSize
+// (nn.MultiheadAttention's export: bsz * num_heads, tgt_len * bsz): kBatchSize for k = 1, else
+// a value just above it. Ops read such entries only where kBatchSize may stand.
+inline constexpr int64_t kMaxBatchFactor = int64_t{1} << 40;
+inline constexpr int64_t BatchMultiple(int64_t k) { return k == 1 ? kBatchSize : kBatchSize + k; }
+inline constexpr bool IsBatchMultiple(int64_t v) {
+  return v == kBatchSize || (v > kBatchSize + 1 && v <= kBatchSize + kMaxBatchFactor);
+}
+// k of BatchMultiple(k) (1 for kBatchSize).
+inline constexpr int64_t BatchFactor(int64_t v) { return v == kBatchSize ? 1 : v - kBatchSize; }
+
+// "[1, 2, 3]": a shape (or any int list) in error messages; kBatchSize reads "B", a multiple
+// "B*3".
 std::string ShapeText(const std::vector<int64_t>& shape);
 
 // An attribute value, as ONNX's INT, FLOAT, STRING, INTS and FLOATS.

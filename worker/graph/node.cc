@@ -25,7 +25,7 @@ namespace {
 // The constant's entries from `first` on must not be the batch size.
 absl::Status CheckNoBatchSize(const NodeContext& ctx, size_t index, const Tensor& t, size_t first) {
   for (size_t i = first; i < t.ints.size(); ++i) {
-    if (t.ints[i] != kBatchSize) continue;
+    if (!IsBatchMultiple(t.ints[i])) continue;
     return ctx.Error(absl::StrCat(
         "input ", index, " ('", ctx.inputs[index].name,
         "') holds the batch size (dimension 0 of "

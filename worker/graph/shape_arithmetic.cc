@@ -54,11 +54,24 @@ absl::StatusOr<Tensor> Arithmetic(const Node& node, const std::vector<const Tens
   for (int64_t i = 0; i < n; ++i) {
     const int64_t x = a.ints[na == 1 ? 0 : i];
     const int64_t y = b.ints[nb == 1 ? 0 : i];
-    if (x == kBatchSize || y == kBatchSize) {
+    if (IsBatchMultiple(x) || IsBatchMultiple(y)) {
+      // The batch size times a positive constant, or divided by one that divides its factor.
+      const bool left = IsBatchMultiple(x);
+      const int64_t k = BatchFactor(left ? x : y), c = left ? y : x;
+      int64_t product = 0;
+      if (node.op == "Mul" && !IsBatchMultiple(c) && c >= 1 &&
+          !__builtin_mul_overflow(k, c, &product) && product <= kMaxBatchFactor) {
+        out.ints.push_back(BatchMultiple(product));
+        continue;
+      }
+      if (node.op == "Div" && left && c >= 1 && k % c == 0) {
+        out.ints.push_back(BatchMultiple(k / c));
+        continue;
+      }
       return NodeError(node,
                        "computes with the batch size (dimension 0 of a Shape), known only "
-                       "at run time: unsupported (nn.MultiheadAttention's export does: export "
-                       "the model with a fixed batch size of 2 or more)");
+                       "at run time, other than multiplying it by a positive constant: "
+                       "unsupported (export the model with a fixed batch size of 2 or more)");
     }
     int64_t z = 0;
     bool overflow = false;
@@ -118,7 +131,7 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
     constexpr int64_t kOnnxFloat = 1, kOnnxInt64 = 7;
     if (to == kOnnxInt64) return x;
     if (to != kOnnxFloat) return NodeError(node, absl::StrCat("cast to type ", to, " unsupported"));
-    if (std::find(x.ints.begin(), x.ints.end(), kBatchSize) != x.ints.end()) {
+    if (std::any_of(x.ints.begin(), x.ints.end(), IsBatchMultiple)) {
       return NodeError(node,
                        "casts the batch size (dimension 0 of a Shape), known only at run "
                        "time, to float: unsupported");
@@ -285,7 +298,7 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
         continue;
       }
       const int64_t a = at(in[0], i), b = at(in[1], i);
-      if ((a == kBatchSize) != (b == kBatchSize) && std::max(a, b) > 0) {
+      if (IsBatchMultiple(a) != IsBatchMultiple(b) && std::max(a, b) > 0) {
         return NodeError(node,
                          "compares the batch size, known only at run time, with a number: "
                          "unsupported");

@@ -135,7 +135,7 @@ absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector
     if (s.ok()) return s;
     first_error = s.status();
   }
-  const bool symbolic = std::count(target.begin(), target.end(), kBatchSize) > 0;
+  const bool symbolic = std::any_of(target.begin(), target.end(), IsBatchMultiple);
   auto refuse = [&](absl::string_view why) {
     if (!first_error.ok() && !symbolic) return first_error;
     return absl::InvalidArgumentError(absl::StrCat("target shape ", ShapeText(target),
@@ -149,20 +149,25 @@ absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector
   const int64_t before = Product(in.dims, 0, in.batch_axis) * in.batch_outer;
   const int64_t after = in.batch_inner * Product(in.dims, in.batch_axis + 1, in.dims.size());
   for (int64_t d : target) {
-    if (d != kBatchSize && d > kMaxAxisSize) return refuse("a dimension too large");
+    if (!IsBatchMultiple(d) && d > kMaxAxisSize) return refuse("a dimension too large");
   }
   ValueShape out;
   out.dims = target;
   int batch = -1;  // The axis holding the batch, where the target says which.
+  int64_t factor = 0;  // Its other elements (B*k: k), when the target says only their count.
   int infer = -1;
   for (int i = 0; i < static_cast<int>(target.size()); ++i) {
     int64_t& d = out.dims[i];
-    if (d == kBatchSize || (d == 0 && i == in.batch_axis)) {
+    if (IsBatchMultiple(d) || (d == 0 && i == in.batch_axis)) {
       if (batch >= 0) return refuse("the batch twice");
       batch = i;
-      out.batch_outer = d == 0 ? in.batch_outer : 1;
-      out.batch_inner = d == 0 ? in.batch_inner : 1;
-      d = out.batch_outer * out.batch_inner;
+      if (d == 0) {
+        out.batch_outer = in.batch_outer;
+        out.batch_inner = in.batch_inner;
+      } else {
+        factor = BatchFactor(d);
+      }
+      d = d == 0 ? out.batch_outer * out.batch_inner : factor;
     } else if (d == 0) {
       if (i >= in.rank()) return refuse("copies an axis the input lacks");
       d = in.dims[i];
@@ -184,9 +189,17 @@ absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector
     if (Product(out.dims, 0, out.dims.size()) != before * after) {
       return refuse("changes the number of elements of a sample");
     }
-    if (Product(out.dims, 0, batch) * out.batch_outer != before) {
-      return refuse("moves the batch's elements");
+    const int64_t lead = Product(out.dims, 0, batch);
+    if (factor > 0) {
+      // B*k: the elements before the batch in this axis are the input's before it that the
+      // axes in front do not hold (bsz * num_heads: the batch first; tgt_len * bsz: last).
+      if (lead <= 0 || before % lead != 0 || factor % (before / lead) != 0) {
+        return refuse("moves the batch's elements");
+      }
+      out.batch_outer = before / lead;
+      out.batch_inner = factor / out.batch_outer;
     }
+    if (lead * out.batch_outer != before) return refuse("moves the batch's elements");
     out.batch_axis = batch;
     return out;
   }
