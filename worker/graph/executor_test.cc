@@ -3,6 +3,7 @@
 // the graph-level errors; also the registry and the graph rewrites the ONNX importer applies.
 #include "worker/graph/executor.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -479,6 +480,67 @@ TEST(GraphRewritesTest, FoldsExpandTargetsAndPaddingArithmetic) {
   EXPECT_EQ(value("r"), "[] [6]");  // -1 mod 7, Python's sign.
   EXPECT_EQ(value("p"), "[1] [4]");
   EXPECT_EQ(value("l"), "[2] [2, -1]");
+}
+
+// nn.LayerNorm(6) as torch exports it below opset 17, on [N, 4, 6]: nine nodes become one
+// LayerNormalization with the same output; a pattern whose intermediate is read elsewhere (or
+// without the learned weight) is left alone.
+TEST(GraphRewritesTest, FusesALayerNormWrittenOut) {
+  auto written_out = [](bool leak) {
+    NamedConstant w = RandomConstant("ln.weight", {6}, 1, 0.5, 1.0);
+    NamedConstant b = RandomConstant("ln.bias", {6}, 2);
+    w.state = b.state = true;
+    std::vector<Node> nodes = {MakeNode("ReduceMean", "mean", {"x"}, {"m"}, {{"axes", Ints{-1}}}),
+                               MakeNode("Sub", "sub", {"x", "m"}, {"d"}),
+                               MakeNode("Pow", "pow", {"d", "two"}, {"p"}),
+                               MakeNode("ReduceMean", "var", {"p"}, {"v"}, {{"axes", Ints{-1}}}),
+                               MakeNode("Add", "eps", {"v", "eps_value"}, {"ve"}),
+                               MakeNode("Sqrt", "sqrt", {"ve"}, {"s"}),
+                               MakeNode("Div", "div", {"d", "s"}, {"n"}),
+                               MakeNode("Mul", "scale", {"n", "ln.weight"}, {"sc"}),
+                               MakeNode("Add", "shift", {"sc", "ln.bias"}, {"y0"}),
+                               MakeNode("Relu", "relu", {"y0"}, {"y"})};
+    if (leak) nodes.push_back(MakeNode("Add", "leak", {"y", "d"}, {"y2"}));
+    Graph g = MakeGraph({4, 6, 1}, std::move(nodes),
+                        {FloatScalar("two", 2.0f), FloatScalar("eps_value", 1e-5f), w, b},
+                        leak ? "y2" : "y");
+    g.input_rank = 3;
+    return g;
+  };
+  const Graph plain = written_out(false);
+  Graph fused = plain;
+  FuseLayerNorm(fused);
+  ASSERT_EQ(fused.nodes.size(), 2u);
+  EXPECT_EQ(fused.nodes[0].op, "LayerNormalization");
+  EXPECT_EQ(fused.nodes[0].inputs, (std::vector<std::string>{"x", "ln.weight", "ln.bias"}));
+  EXPECT_EQ(fused.nodes[0].outputs, (std::vector<std::string>{"y0"}));
+  // The same outputs and gradients as the nine nodes, in double.
+  const OpRegistry registry = BuiltinOps();
+  auto a = Executor<double>::Create(plain, registry);
+  auto f = Executor<double>::Create(fused, registry);
+  ASSERT_TRUE(a.ok() && f.ok()) << a.status() << f.status();
+  ASSERT_EQ((*a)->num_params(), (*f)->num_params());
+  const int batch = 3;
+  std::vector<double> x(batch * 24), pa((*a)->initial_params()), pf((*f)->initial_params());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7 * i) * 2;
+  std::vector<double> ga(pa.size()), gf(pf.size());
+  (*a)->Bind(pa.data(), ga.data(), nullptr);
+  (*f)->Bind(pf.data(), gf.data(), nullptr);
+  const nn::TensorRef<double> ya = (*a)->Forward(x.data(), batch, true);
+  const nn::TensorRef<double> yf = (*f)->Forward(x.data(), batch, true);
+  ASSERT_EQ(ya.size(), yf.size());
+  std::vector<double> g(ya.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(ya.data[i], yf.data[i], 1e-12) << i;
+    g[i] = std::cos(0.3 * i);
+  }
+  (*a)->Backward({g.data(), batch, ya.dims}, false);
+  (*f)->Backward({g.data(), batch, yf.dims}, false);
+  for (size_t i = 0; i < ga.size(); ++i) EXPECT_NEAR(ga[i], gf[i], 1e-12) << i;
+
+  Graph leaking = written_out(true);
+  FuseLayerNorm(leaking);
+  EXPECT_EQ(leaking.nodes.size(), 11u);  // d is read outside the pattern: left alone.
 }
 
 // Malformed shape arithmetic in a file: one error naming the node, no read past a vector.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -138,6 +139,124 @@ void FuseLinear(Graph& graph) {
   std::vector<Node> kept;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     if (removed.count(n) == 0) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
+}
+
+void FuseLayerNorm(Graph& graph) {
+  auto consumers = Consumers(graph);
+  // The node that alone reads `value` (and the graph output does not), or null.
+  auto sole_reader = [&](const std::string& value, const char* op) -> Node* {
+    auto it = consumers.find(value);
+    if (it == consumers.end() || it->second.size() != 1 || value == graph.output) return nullptr;
+    Node& n = graph.nodes[it->second[0].first];
+    return n.op == op ? &n : nullptr;
+  };
+  auto last_axis_mean = [](const Node& n) {
+    const auto axes = n.attributes.find("axes");
+    const auto keep = n.attributes.find("keepdims");
+    const auto* a =
+        axes == n.attributes.end() ? nullptr : std::get_if<std::vector<int64_t>>(&axes->second);
+    const auto* k = keep == n.attributes.end() ? nullptr : std::get_if<int64_t>(&keep->second);
+    return n.op == "ReduceMean" && n.inputs.size() == 1 && a != nullptr &&
+           *a == std::vector<int64_t>{-1} && (keep == n.attributes.end() || (k && *k == 1)) &&
+           n.attributes.size() == (keep == n.attributes.end() ? 1u : 2u);
+  };
+  auto scalar = [&](const std::string& name) -> std::optional<float> {
+    const Tensor* t = FloatConstant(graph, name);
+    const NamedConstant* c = graph.FindNamedConstant(name);
+    if (t == nullptr || t->num_elements() != 1 || c->state) return std::nullopt;
+    return t->floats[0];
+  };
+  // The other input of a two-input node, given one.
+  auto other = [](const Node& n, const std::string& one) -> std::string {
+    if (n.inputs.size() != 2) return "";
+    return n.inputs[0] == one ? n.inputs[1] : n.inputs[1] == one ? n.inputs[0] : "";
+  };
+  std::set<const Node*> removed;
+  std::vector<std::pair<const Node*, Node>> replaced;  // Last node of a pattern -> the fusion.
+  for (Node& mean : graph.nodes) {
+    if (!last_axis_mean(mean) || removed.count(&mean) > 0) continue;
+    const std::string& x = mean.inputs[0];
+    Node* sub = sole_reader(mean.outputs[0], "Sub");
+    if (sub == nullptr || sub->inputs.size() != 2 || sub->inputs[0] != x ||
+        sub->inputs[1] != mean.outputs[0]) {
+      continue;
+    }
+    const std::string& centred = sub->outputs[0];
+    auto readers = consumers.find(centred);
+    if (readers == consumers.end() || readers->second.size() != 2 || centred == graph.output) {
+      continue;
+    }
+    Node* pow = nullptr;
+    Node* div = nullptr;
+    for (const auto& [n, slot] : readers->second) {
+      Node& r = graph.nodes[n];
+      if (r.op == "Pow" && slot == 0) pow = &r;
+      if (r.op == "Div" && slot == 0) div = &r;
+    }
+    if (pow == nullptr || div == nullptr || pow->inputs.size() != 2 ||
+        scalar(pow->inputs[1]) != 2.0f) {
+      continue;
+    }
+    Node* variance = nullptr;
+    if (auto it = consumers.find(pow->outputs[0]);
+        it != consumers.end() && it->second.size() == 1 && pow->outputs[0] != graph.output) {
+      variance = &graph.nodes[it->second[0].first];
+    }
+    if (variance == nullptr || !last_axis_mean(*variance)) continue;
+    Node* add_eps = sole_reader(variance->outputs[0], "Add");
+    if (add_eps == nullptr) continue;
+    const std::optional<float> eps = scalar(other(*add_eps, variance->outputs[0]));
+    if (!eps.has_value() || !(*eps > 0)) continue;
+    Node* sqrt = sole_reader(add_eps->outputs[0], "Sqrt");
+    if (sqrt == nullptr || div->inputs[1] != sqrt->outputs[0] ||
+        sole_reader(sqrt->outputs[0], "Div") != div) {
+      continue;
+    }
+    // The affine part: a 1-D tensor of the model times, then one plus (elementwise_affine).
+    Node* mul = sole_reader(div->outputs[0], "Mul");
+    if (mul == nullptr) continue;
+    const std::string weight = other(*mul, div->outputs[0]);
+    const NamedConstant* w = graph.FindNamedConstant(weight);
+    if (w == nullptr || !w->state || w->fixed || w->value.type != Tensor::Type::kFloat ||
+        w->value.shape.size() != 1) {
+      continue;
+    }
+    Node* last = mul;
+    std::string bias;
+    if (Node* add = sole_reader(mul->outputs[0], "Add"); add != nullptr) {
+      const NamedConstant* b = graph.FindNamedConstant(other(*add, mul->outputs[0]));
+      if (b != nullptr && b->state && !b->fixed && b->value.type == Tensor::Type::kFloat &&
+          b->value.shape == w->value.shape) {
+        bias = b->name;
+        last = add;
+      }
+    }
+    Node fused;
+    fused.op = "LayerNormalization";
+    fused.name = absl::StrCat(mean.name, "/fused");
+    fused.inputs = {x, weight};
+    if (!bias.empty()) fused.inputs.push_back(bias);
+    fused.outputs = {last->outputs[0]};
+    fused.attributes["axis"] = int64_t{-1};
+    fused.attributes["epsilon"] = *eps;
+    for (const Node* n : {static_cast<const Node*>(&mean), static_cast<const Node*>(sub),
+                          static_cast<const Node*>(pow), static_cast<const Node*>(variance),
+                          static_cast<const Node*>(add_eps), static_cast<const Node*>(sqrt),
+                          static_cast<const Node*>(div), static_cast<const Node*>(mul)}) {
+      removed.insert(n);
+    }
+    removed.insert(last);
+    replaced.push_back({last, std::move(fused)});
+  }
+  if (replaced.empty()) return;
+  std::vector<Node> kept;
+  for (const Node& n : graph.nodes) {
+    for (auto& [at, fused] : replaced) {
+      if (at == &n) kept.push_back(std::move(fused));
+    }
+    if (removed.count(&n) == 0) kept.push_back(n);
   }
   graph.nodes = std::move(kept);
 }

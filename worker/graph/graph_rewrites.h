@@ -36,6 +36,14 @@ void ViewStateOperands(Graph& graph);
 // then refused as unsupported).
 void SinkChannelsLast(Graph& graph);
 
+// nn.LayerNorm over the last axis as exported below opset 17, written out: ReduceMean(x, [-1]),
+// Sub, Pow(2), ReduceMean, Add(eps), Sqrt, Div, Mul by a 1-D tensor of the model and (if there
+// is one) Add of another, each intermediate read only inside the pattern -> one
+// LayerNormalization(x, weight[, bias], axis=-1, epsilon) named after the first ReduceMean, in
+// the last node's place: the same function, one node instead of nine (run after
+// SinkChannelsLast, which moves ConvNeXt's channels-last ones first).
+void FuseLayerNorm(Graph& graph);
+
 // Split(x, sizes) with constant sizes (input 1 from opset 13, the split attribute before) ->
 // one Slice per output along its axis (x.unbind(0), x.chunk(3, -1) as exported), so that each
 // output is a node's first output. A Split without sizes is left alone (and refused).

@@ -392,6 +392,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   ViewStateOperands(graph);
   SinkChannelsLast(graph);
   FuseChannelShuffle(graph);
+  FuseLayerNorm(graph);
   SplitToSlices(graph);
   DPTRAIN_RETURN_IF_ERROR(CheckExportedForTraining(graph));
   return graph;
