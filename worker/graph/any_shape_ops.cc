@@ -161,8 +161,12 @@ struct Transpose {
                              IntsAttribute(ctx.node, "perm", reversed));
     std::vector<int> p;
     std::vector<bool> seen(in.rank(), false);
+    if (perm.size() != static_cast<size_t>(in.rank())) {
+      return ctx.Error(absl::StrCat("perm ", ShapeText(perm), " is not a permutation of the ",
+                                    in.rank(), " axes of ", in.ToString()));
+    }
     for (int64_t a : perm) {
-      if (perm.size() != static_cast<size_t>(in.rank()) || a < 0 || a >= in.rank() || seen[a]) {
+      if (a < 0 || a >= in.rank() || seen[a]) {
         return ctx.Error(absl::StrCat("perm ", ShapeText(perm), " is not a permutation of the ",
                                       in.rank(), " axes of ", in.ToString()));
       }
@@ -686,7 +690,11 @@ struct AnyShapeConcat {
     DPTRAIN_ASSIGN_OR_RETURN(const ValueShape first, ShapeOf(ctx, 0));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t attr, IntAttribute(ctx.node, "axis", 1));
     const std::optional<int> axis = NormalizeAxis(attr, first.rank());
-    if (AllBatchFirst(ctx) && axis == 1) return Build<T>(ConcatOp(), ctx);
+    if (AllBatchFirst(ctx) && axis == 1) {
+      Node node = ctx.node;  // Axis 1 as the batch-first version reads it (-1 of [N, F] too).
+      node.attributes["axis"] = int64_t{1};
+      return Build<T>(ConcatOp(), NodeContext{node, ctx.inputs, ctx.seed, ctx.scratch});
+    }
     if (!axis.has_value() || *axis == first.batch_axis) {
       return ctx.Error(absl::StrCat("axis ", attr, " of ", first.ToString(),
                                     " unsupported (an axis other than the batch's)"));
@@ -753,13 +761,24 @@ struct AnyShapeReduceMean {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes", "keepdims"}));
     DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
-    if (in.rank() == 4 && in.IsBatchFirst()) {
-      // [N, C, H, W]: the pooling and channel-mean nodes of layer_ops.h (CUDA twins).
-      absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made = Build<T>(ReduceMeanOp(), ctx);
-      if (made.ok()) return made;
-    }
     DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, IntsInput(ctx, 1, "axes", {}));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t keepdims, IntAttribute(ctx.node, "keepdims", 1));
+    if (in.IsBatchFirst() && ctx.node.attributes.count("axes") > 0) {
+      // The pooling and channel-mean nodes of layer_ops.h (CUDA twins), given the axes they
+      // mean: H and W of [N, C, H, W], or the channels kept.
+      std::vector<int64_t> normal;
+      for (int64_t a : axes) {
+        const std::optional<int> n = NormalizeAxis(a, in.rank());
+        normal.push_back(n.has_value() ? *n : -1);
+      }
+      std::sort(normal.begin(), normal.end());
+      if ((in.rank() == 4 && normal == std::vector<int64_t>{2, 3}) ||
+          (normal == std::vector<int64_t>{1} && keepdims == 1)) {
+        Node node = ctx.node;
+        node.attributes["axes"] = normal;
+        return Build<T>(ReduceMeanOp(), NodeContext{node, ctx.inputs, ctx.seed, ctx.scratch});
+      }
+    }
     if (axes.empty()) return ctx.Error("a mean over every axis (the batch's too) unsupported");
     ValueShape kept = in;
     int64_t count = 1;
@@ -920,6 +939,9 @@ struct Expand {
     }
     const Shape& own = in->constant->shape;
     Shape target = target_in->constant->ints;
+    for (int64_t d : own) {
+      if (d < 1) return ctx.Error(absl::StrCat("Expand of ", in->constant->ToString(), ": empty"));
+    }
     auto refuse = [&](absl::string_view why) {
       return ctx.Error(absl::StrCat("Expand of ", in->constant->ToString(), " to ",
                                     ShapeText(target_in->constant->ints), " unsupported: ", why));
@@ -936,6 +958,11 @@ struct Expand {
         symbolic == 1
             ? static_cast<int>(std::find(target.begin(), target.end(), kBatchSize) - target.begin())
             : 0;
+    if (symbolic == 0 && target[0] < 2) {
+      // A graph exported with a fixed batch writes it (2 or more) as the first entry; 1 there
+      // is a value without a batch, which values here always have.
+      return refuse("the first entry must be the batch (export with a batch of 2 or more)");
+    }
     target[batch_axis] = 1;
     ValueShape out;
     out.dims.assign(std::max(own.size(), target.size()), 1);

@@ -71,6 +71,13 @@ TEST(ValueShapeTest, ReshapeRefusals) {
   EXPECT_EQ(Reshaped(Make({1, 17, 16}, 0), {17, BatchMultiple(16)}),
             "target shape [17, B*16] for a value of shape [B, 17, 16] unsupported: moves the "
             "batch's elements");
+  // A 0 (copy the input's axis) in a fixed-batch target: no division by a zero batch.
+  EXPECT_EQ(Reshaped(Make({1, 12}, 0), {3, 0, 5}),
+            "target shape [3, 0, 5] for input [12, 1, 1] of each sample unsupported: changes the "
+            "number of elements of a sample");
+  EXPECT_EQ(Reshaped(Make({4, 1, 6}, 1), {0, 6, 4}),
+            "target shape [0, 6, 4] for a value of shape [4, B, 6] unsupported: splits the "
+            "batch");
   EXPECT_EQ(Reshaped(Make({1, 12}, 0), {2, 5}),
             "target shape [2, 5] for input [12, 1, 1] of each sample unsupported: changes the "
             "number of elements of a sample");
@@ -253,6 +260,31 @@ TEST_F(AnyShapeOpsTest, LayerNormWrittenOutAndReduceMean) {
             "the batch's)");
 }
 
+// Batch-first values keep their batch-first nodes where those mean the same (CUDA twins):
+// ReduceMean over the channels kept, Concat along -1 of [N, F]; other axes of lower ranks
+// are any-shape nodes with the axes the rank says.
+TEST_F(AnyShapeOpsTest, BatchFirstVersionsWhereTheyMeanTheSame) {
+  auto twin_free = [&](const Graph& g) {
+    auto e = Executor<double>::Create(g, registry_);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? (*e)->nodes()[0].batch_first : false;
+  };
+  const Graph channel_mean =
+      Of({5, 1, 1}, 2, {MakeNode("ReduceMean", "m", {"x"}, {"y"}, {{"axes", Ints{-1}}})});
+  EXPECT_TRUE(twin_free(channel_mean));
+  EXPECT_EQ(OutputShape(channel_mean), "[B, 1]");
+  const Graph two_axes =
+      Of({4, 6, 1}, 3, {MakeNode("ReduceMean", "m", {"x"}, {"y"}, {{"axes", Ints{-1, -2}}})});
+  EXPECT_FALSE(twin_free(two_axes));
+  EXPECT_EQ(OutputShape(two_axes), "[B, 1, 1]");
+  Check(two_axes);
+  const Graph cat = Of({3, 1, 1}, 2,
+                       {MakeNode("Relu", "r", {"x"}, {"a"}),
+                        MakeNode("Concat", "c", {"x", "a"}, {"y"}, {{"axis", int64_t{-1}}})});
+  EXPECT_EQ(OutputShape(cat), "[B, 6]");
+  Check(cat);
+}
+
 TEST_F(AnyShapeOpsTest, Refusals) {
   const Graph transposed =
       Of({3, 4, 5}, 4, {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2, 3}}})});
@@ -288,6 +320,19 @@ TEST_F(AnyShapeOpsTest, Refusals) {
                           {RandomConstant("c", {2, 1, 4}, 3), IntConstant("s", {2, 3, 4})})),
             "node 'e' (Expand): Expand of float[2,1,4] to [2, 3, 4] unsupported: the tensor "
             "must have one element along the batch axis");
+  EXPECT_EQ(
+      BuildError(Of({3, 4, 5}, 4, {MakeNode("Transpose", "t", {"x"}, {"y"}, {{"perm", Ints{}}})})),
+      "node 't' (Transpose): perm [] is not a permutation of the 4 axes of [B, 3, 4, 5]");
+  NamedConstant empty = RandomConstant("c", {1, 1, 4}, 3);
+  empty.value.shape = {1, 0, 4};
+  empty.value.floats.clear();
+  EXPECT_EQ(BuildError(Of({3, 4, 1}, 3, {MakeNode("Expand", "e", {"c", "s"}, {"y"})},
+                          {empty, IntConstant("s", {2, 3, 4})})),
+            "node 'e' (Expand): Expand of float[1,0,4]: empty");
+  EXPECT_EQ(BuildError(Of({3, 4, 1}, 3, {MakeNode("Expand", "e", {"c", "s"}, {"y"})},
+                          {RandomConstant("c", {1, 3, 4}, 3), IntConstant("s", {1, 3, 4})})),
+            "node 'e' (Expand): Expand of float[1,3,4] to [1, 3, 4] unsupported: the first "
+            "entry must be the batch (export with a batch of 2 or more)");
   Graph ln = transposed;
   ln.nodes.push_back(
       MakeNode("LayerNormalization", "ln", {"t", "g"}, {"y"}, {{"axis", int64_t{2}}}));

@@ -480,6 +480,16 @@ TEST(GraphRewritesTest, FoldsExpandTargetsAndPaddingArithmetic) {
   EXPECT_EQ(value("r"), "[] [6]");  // -1 mod 7, Python's sign.
   EXPECT_EQ(value("p"), "[1] [4]");
   EXPECT_EQ(value("l"), "[2] [2, -1]");
+
+  // A float ConstantOfShape (zeros, ones) is no shape arithmetic: left for the executor,
+  // which refuses it in one line.
+  Graph zeros =
+      MakeGraph({3, 1, 1},
+                {MakeNode("ConstantOfShape", "zeros", {"target"}, {"z"}, {{"value_float", 1.0f}}),
+                 MakeNode("Relu", "r", {"x"}, {"y"})},
+                {IntConstant("target", {2, 3})}, "y");
+  ASSERT_TRUE(FoldShapeConstants(zeros).ok());
+  EXPECT_EQ(zeros.nodes.size(), 2u);
 }
 
 // nn.LayerNorm(6) as torch exports it below opset 17, on [N, 4, 6]: nine nodes become one

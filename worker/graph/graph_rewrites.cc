@@ -53,7 +53,8 @@ absl::Status FoldShapeConstants(Graph& graph) {
     }
     std::vector<const Tensor*> inputs;
     bool all_int_constants =
-        IsShapeArithmetic(node.op) && !node.inputs.empty() && !node.inputs[0].empty();
+        IsShapeArithmetic(node.op) && !node.inputs.empty() && !node.inputs[0].empty() &&
+        !(node.op == "ConstantOfShape" && node.attributes.count("value_int") == 0);
     for (const std::string& name : node.inputs) {
       if (!all_int_constants) break;
       if (name.empty()) {
@@ -296,6 +297,10 @@ void SplitToSlices(Graph& graph) {
     const int64_t* axis_value =
         axis == node.attributes.end() ? nullptr : std::get_if<int64_t>(&axis->second);
     bool known = sizes.size() == node.outputs.size() && node.attributes.size() <= 2;
+    int64_t total = 0;
+    for (int64_t size : sizes) {
+      known = known && size >= 1 && !__builtin_add_overflow(total, size, &total);
+    }
     for (const auto& [attribute, value] : node.attributes) {
       known = known && (attribute == "axis" || attribute == "split");
     }

@@ -258,7 +258,11 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
     return out;
   }
   if (node.op == "ConstantOfShape") {
-    // The importer keeps an int64 value tensor as the attribute value_int (onnx_import.cc).
+    // The importer keeps an int64 value tensor as the attribute value_int (onnx_import.cc); a
+    // float one (or none: ONNX's float 0) is no shape arithmetic.
+    if (node.attributes.count("value_int") == 0) {
+      return NodeError(node, "a float value (a tensor of zeros or ones) unsupported");
+    }
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t value, IntAttribute(node, "value_int", 0));
     if (x.shape.size() != 1) return NodeError(node, "the shape must be 1-D");
     Tensor out;
@@ -283,7 +287,11 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
     std::vector<int64_t> shape;
     for (const Tensor* t : in) {
       if (t == nullptr) return NodeError(node, "an input is missing");
-      if (t->num_elements() == 1) continue;
+      if (t->num_elements() == 1) {
+        // NumPy's broadcast of one-element operands: the highest rank ([1], not []).
+        if (n == 1 && t->shape.size() > shape.size()) shape = t->shape;
+        continue;
+      }
       if (n != 1 && t->shape != shape) return NodeError(node, "operands of different shapes");
       n = t->num_elements();
       shape = t->shape;

@@ -209,19 +209,23 @@ absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector
   // A graph exported with a fixed batch: the export's batch size is the factor the element
   // count says; the batch lies in the one axis whose leading elements are the input's before
   // its batch.
-  const int64_t total = Product(target, 0, target.size());
-  if (total % (before * after) != 0) return refuse("does not keep the elements of a sample");
+  // (out.dims: the target with its 0s copied from the input.)
+  const std::vector<int64_t>& sizes = out.dims;
+  const int64_t total = Product(sizes, 0, sizes.size());
+  if (total < 1 || before * after < 1 || total % (before * after) != 0) {
+    return refuse("does not keep the elements of a sample");
+  }
   const int64_t export_batch = total / (before * after);
   std::vector<ValueShape> found;
-  for (int k = 0; k < static_cast<int>(target.size()); ++k) {
-    const int64_t lead = Product(target, 0, k);
-    if (before % lead != 0) continue;
+  for (int k = 0; k < static_cast<int>(sizes.size()); ++k) {
+    const int64_t lead = Product(sizes, 0, k);
+    if (lead < 1 || before % lead != 0) continue;
     const int64_t outer = before / lead;
-    if (target[k] % (outer * export_batch) != 0) continue;
-    const int64_t inner = target[k] / (outer * export_batch);
-    if (inner * Product(target, k + 1, target.size()) != after) continue;
+    if (sizes[k] % (outer * export_batch) != 0) continue;
+    const int64_t inner = sizes[k] / (outer * export_batch);
+    if (inner * Product(sizes, k + 1, sizes.size()) != after) continue;
     ValueShape s;
-    s.dims = target;
+    s.dims = sizes;
     s.dims[k] = outer * inner;
     s.batch_axis = k;
     s.batch_outer = outer;
