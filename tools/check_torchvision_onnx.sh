@@ -34,9 +34,20 @@ for name in "${names[@]}"; do
     failed+=("$name")
   fi
 done
+# One test process for every model: the whole list (ViT-B/16, the 224x224 ones) takes longer
+# than a test's default timeout on a small machine.
 bazel test //worker/graph:onnx_import_test --test_env=DPTRAIN_ONNX_FIXTURES="$dir" \
-  --test_filter='FromEnvironment/*' --nocache_test_results --test_output=all >"$dir/test.log" 2>&1 || true
+  --test_filter='FromEnvironment/*' --nocache_test_results --test_output=all \
+  --test_timeout=7200 >"$dir/test.log" 2>&1 || true
 grep -E '^\[ +(OK|FAILED) +\] FromEnvironment' "$dir/test.log" | sed -E 's/ \([0-9]+ ms\)$//' | sort -u
+# A model without a result line (the test timed out or crashed before it) is a failure too.
+for name in "${names[@]}"; do
+  if [[ " ${failed[*]} " != *" $name "* ]] &&
+      ! grep -qE "^\[ +OK +\] FromEnvironment.*/tv_${name}\$|^\[ +OK +\] FromEnvironment.*/tv_${name} " "$dir/test.log"; then
+    echo "model $name: no result (the test timed out or crashed first: $(grep -E 'TIMEOUT|Segmentation|Killed' "$dir/test.log" | head -1))"
+    failed+=("$name")
+  fi
+done
 if grep -q '^\[  FAILED  \] FromEnvironment' "$dir/test.log" || ((${#failed[@]} > 0)); then
   grep -B2 -A6 'Failure' "$dir/test.log" | head -60
   exit 1
