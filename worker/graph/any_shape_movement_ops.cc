@@ -1,0 +1,515 @@
+// The any-shape ops that move elements (any_shape_ops.h): Transpose, Gather, Slice, Concat,
+// Expand.
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/graph/any_shape_internal.h"
+#include "worker/graph/any_shape_ops.h"
+#include "worker/graph/multi_input_ops.h"
+#include "worker/graph/slice_ops.h"
+
+namespace dptrain {
+namespace graph {
+namespace any_shape_internal {
+namespace {
+
+// ---- Transpose ----
+
+template <typename T>
+class TransposeNode final : public AnyShapeNode<T> {
+ public:
+  TransposeNode(ValueShape in, std::vector<int> perm, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)), in_(std::move(in)), perm_(std::move(perm)) {}
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    Shape out_shape, strides;
+    Plan(x.batch, out_shape, strides);
+    T* y = EnsureSize(output_, x.size());
+    ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { y[k] = x.data[off]; });
+    return {y, x.batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    Shape out_shape, strides;
+    Plan(grad_output.batch, out_shape, strides);
+    T* dx = EnsureSize(grad_input_, grad_output.size());
+    const T* dy = grad_output.data;
+    ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { dx[off] = dy[k]; });
+    return {TensorRef<T>{dx, grad_output.batch, in_.dims_for_ops()}};
+  }
+
+ private:
+  // The output's sizes and, per output axis, the input's stride along it.
+  void Plan(int batch, Shape& out_shape, Shape& strides) const {
+    const Shape in_strides = Strides(in_.Concrete(batch));
+    out_shape = this->out_.Concrete(batch);
+    strides.resize(perm_.size());
+    for (size_t p = 0; p < perm_.size(); ++p) strides[p] = in_strides[perm_[p]];
+  }
+
+  const ValueShape in_;
+  const std::vector<int> perm_;
+  std::vector<T> output_, grad_input_;
+};
+
+template <typename T>
+struct Transpose {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"perm"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
+    if (ctx.inputs.size() != 1) return ctx.Error("Transpose takes one input");
+    std::vector<int64_t> reversed(in.rank());
+    for (int i = 0; i < in.rank(); ++i) reversed[i] = in.rank() - 1 - i;
+    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
+                             IntsAttribute(ctx.node, "perm", reversed));
+    std::vector<int> p;
+    std::vector<bool> seen(in.rank(), false);
+    if (perm.size() != static_cast<size_t>(in.rank())) {
+      return ctx.Error(absl::StrCat("perm ", ShapeText(perm), " is not a permutation of the ",
+                                    in.rank(), " axes of ", in.ToString()));
+    }
+    for (int64_t a : perm) {
+      if (a < 0 || a >= in.rank() || seen[a]) {
+        return ctx.Error(absl::StrCat("perm ", ShapeText(perm), " is not a permutation of the ",
+                                      in.rank(), " axes of ", in.ToString()));
+      }
+      seen[a] = true;
+      p.push_back(static_cast<int>(a));
+    }
+    ValueShape out = in;
+    for (int i = 0; i < in.rank(); ++i) {
+      out.dims[i] = in.dims[p[i]];
+      if (p[i] == in.batch_axis) out.batch_axis = i;
+    }
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<TransposeNode<T>>(in, std::move(p), std::move(out)));
+  }
+};
+
+// ---- Gather of a computed value ----
+
+template <typename T>
+class GatherNode final : public AnyShapeNode<T> {
+ public:
+  GatherNode(ValueShape in, int axis, std::vector<int64_t> indices, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)),
+        in_(std::move(in)),
+        axis_(axis),
+        indices_(std::move(indices)) {}
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    int64_t outer, size, inner;
+    Plan(x.batch, outer, size, inner);
+    const int64_t picked = static_cast<int64_t>(indices_.size());
+    T* y = EnsureSize(output_, outer * picked * inner);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < picked; ++j) {
+        const T* src = x.data + (o * size + indices_[j]) * inner;
+        std::copy(src, src + inner, y + (o * picked + j) * inner);
+      }
+    }
+    return {y, x.batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    int64_t outer, size, inner;
+    Plan(grad_output.batch, outer, size, inner);
+    const int64_t picked = static_cast<int64_t>(indices_.size());
+    T* dx = EnsureSize(grad_input_, outer * size * inner);
+    std::fill(dx, dx + outer * size * inner, T(0));
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < picked; ++j) {
+        T* dst = dx + (o * size + indices_[j]) * inner;
+        const T* src = grad_output.data + (o * picked + j) * inner;
+        for (int64_t i = 0; i < inner; ++i) dst[i] += src[i];
+      }
+    }
+    return {TensorRef<T>{dx, grad_output.batch, in_.dims_for_ops()}};
+  }
+
+ private:
+  void Plan(int batch, int64_t& outer, int64_t& size, int64_t& inner) const {
+    const Shape s = in_.Concrete(batch);
+    outer = Product(s, 0, axis_);
+    size = s[axis_];
+    inner = Product(s, axis_ + 1);
+  }
+
+  const ValueShape in_;
+  const int axis_;
+  const std::vector<int64_t> indices_;
+  std::vector<T> output_, grad_input_;
+};
+
+template <typename T>
+struct Gather {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* indices,
+                             ctx.ConstantInput(1, Tensor::Type::kInt64, false));
+    if (ctx.inputs.size() != 2) return ctx.Error("Gather takes two inputs");
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t attr, IntAttribute(ctx.node, "axis", 0));
+    const std::optional<int> axis = NormalizeAxis(attr, in.rank());
+    if (!axis.has_value() || *axis == in.batch_axis) {
+      return ctx.Error(absl::StrCat("axis ", attr, " of ", in.ToString(),
+                                    " unsupported (an axis other than the batch's)"));
+    }
+    if (indices->shape.size() > 1) return ctx.Error("indices of rank > 1 unsupported");
+    std::vector<int64_t> picked;
+    const int64_t size = in.dims[*axis];
+    for (int64_t i : indices->ints) {
+      if (i < -size || i >= size) {
+        return ctx.Error(
+            absl::StrCat("index ", i, " out of range for axis ", *axis, " of ", in.ToString()));
+      }
+      picked.push_back(i < 0 ? i + size : i);
+    }
+    ValueShape out = in;
+    out.dims.erase(out.dims.begin() + *axis);
+    out.dims.insert(out.dims.begin() + *axis, indices->shape.begin(), indices->shape.end());
+    if (in.batch_axis > *axis) {
+      out.batch_axis += static_cast<int>(indices->shape.size()) - 1;
+    }
+    if (out.rank() < 1) return ctx.Error("the result would have no axis");
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<GatherNode<T>>(in, *axis, std::move(picked), std::move(out)));
+  }
+};
+
+// ---- Slice ----
+
+template <typename T>
+class SliceNode final : public AnyShapeNode<T> {
+ public:
+  SliceNode(ValueShape in, Shape starts, Shape steps, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)),
+        in_(std::move(in)),
+        starts_(std::move(starts)),
+        steps_(std::move(steps)) {}
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    Shape out_shape, strides;
+    const int64_t base = Plan(x.batch, out_shape, strides);
+    T* y = EnsureSize(output_, Product(out_shape));
+    ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { y[k] = x.data[base + off]; });
+    return {y, x.batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    Shape out_shape, strides;
+    const int64_t base = Plan(grad_output.batch, out_shape, strides);
+    const int64_t n = int64_t{grad_output.batch} * in_.per_sample();
+    T* dx = EnsureSize(grad_input_, n);
+    std::fill(dx, dx + n, T(0));
+    const T* dy = grad_output.data;
+    ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { dx[base + off] = dy[k]; });
+    return {TensorRef<T>{dx, grad_output.batch, in_.dims_for_ops()}};
+  }
+
+ private:
+  // The output's sizes, the input's stride along each output axis, and the first element.
+  int64_t Plan(int batch, Shape& out_shape, Shape& strides) const {
+    const Shape in_strides = Strides(in_.Concrete(batch));
+    out_shape = this->out_.Concrete(batch);
+    strides.resize(in_strides.size());
+    int64_t base = 0;
+    for (size_t a = 0; a < in_strides.size(); ++a) {
+      strides[a] = in_strides[a] * steps_[a];
+      base += starts_[a] * in_strides[a];
+    }
+    return base;
+  }
+
+  const ValueShape in_;
+  const Shape starts_, steps_;  // Per axis (0 and 1 where not sliced).
+  std::vector<T> output_, grad_input_;
+};
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateSlice(const NodeContext& ctx) {
+  DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"starts", "ends", "axes"}));
+  DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> starts, IntsInput(ctx, 1, "starts", {}));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> ends, IntsInput(ctx, 2, "ends", {}));
+  std::vector<int64_t> all_axes(starts.size());
+  std::iota(all_axes.begin(), all_axes.end(), 0);
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, IntsInput(ctx, 3, "axes", all_axes));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps,
+                           IntsInput(ctx, 4, "steps", std::vector<int64_t>(starts.size(), 1)));
+  if (starts.empty() || ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
+    return ctx.Error(absl::StrCat("starts ", ShapeText(starts), ", ends ", ShapeText(ends),
+                                  ", axes ", ShapeText(axes), " and steps ", ShapeText(steps),
+                                  " differ in length"));
+  }
+  Shape first(in.rank(), 0), step(in.rank(), 1);
+  ValueShape out = in;
+  std::vector<bool> seen(in.rank(), false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const std::optional<int> a = NormalizeAxis(axes[i], in.rank());
+    if (a.has_value() && seen[*a]) return ctx.Error(absl::StrCat("axis ", axes[i], " given twice"));
+    if (!a.has_value() || *a == in.batch_axis) {
+      return ctx.Error(absl::StrCat("axis ", axes[i], " of ", in.ToString(),
+                                    " unsupported (an axis other than the batch's)"));
+    }
+    seen[*a] = true;
+    if (steps[i] < 1) return ctx.Error(absl::StrCat("step ", steps[i], " unsupported (> 0)"));
+    const int64_t size = in.dims[*a];
+    auto clamp = [size](int64_t v) { return std::clamp(v < 0 ? v + size : v, int64_t{0}, size); };
+    const int64_t b = clamp(starts[i]), e = clamp(ends[i]);
+    if (e <= b) {
+      return ctx.Error(absl::StrCat("the slice [", starts[i], ", ", ends[i], ") of axis ", axes[i],
+                                    " (size ", size, ") is empty"));
+    }
+    first[*a] = b;
+    step[*a] = steps[i];
+    out.dims[*a] = (e - b - 1) / steps[i] + 1;
+  }
+  return std::unique_ptr<NodeImpl<T>>(
+      std::make_unique<SliceNode<T>>(in, std::move(first), std::move(step), std::move(out)));
+}
+
+template <typename T>
+struct AnyShapeSlice {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    if (AllBatchFirst(ctx)) {
+      absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made = Build<T>(SliceOp(), ctx);
+      if (made.ok()) return made;
+    }
+    // Where both refuse, the error that knows the rank.
+    return CreateSlice<T>(ctx);
+  }
+};
+
+// ---- Concat ----
+
+template <typename T>
+class ConcatNode final : public AnyShapeNode<T> {
+ public:
+  ConcatNode(std::vector<ValueShape> in, int axis, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)), in_(std::move(in)), axis_(axis) {}
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const int batch = inputs[0].batch;
+    const Shape out_shape = this->out_.Concrete(batch);
+    const int64_t outer = Product(out_shape, 0, axis_), inner = Product(out_shape, axis_ + 1);
+    T* y = EnsureSize(output_, Product(out_shape));
+    T* dst = y;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const int64_t block = in_[i].dims[axis_] * inner;
+        const T* src = inputs[i].data + o * block;
+        dst = std::copy(src, src + block, dst);
+      }
+    }
+    return {y, batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    const int batch = grad_output.batch;
+    const Shape out_shape = this->out_.Concrete(batch);
+    const int64_t outer = Product(out_shape, 0, axis_), inner = Product(out_shape, axis_ + 1);
+    grads_.resize(in_.size());
+    std::vector<TensorRef<T>> result(in_.size());
+    for (size_t i = 0; i < in_.size(); ++i) {
+      if (!need_input_grad[i]) continue;
+      EnsureSize(grads_[i], outer * in_[i].dims[axis_] * inner);
+      result[i] = {grads_[i].data(), batch, in_[i].dims_for_ops()};
+    }
+    const T* src = grad_output.data;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (size_t i = 0; i < in_.size(); ++i) {
+        const int64_t block = in_[i].dims[axis_] * inner;
+        if (need_input_grad[i]) std::copy(src, src + block, grads_[i].data() + o * block);
+        src += block;
+      }
+    }
+    return result;
+  }
+
+ private:
+  const std::vector<ValueShape> in_;
+  const int axis_;
+  std::vector<T> output_;
+  std::vector<std::vector<T>> grads_;
+};
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateConcat(const NodeContext& ctx, int axis) {
+  std::vector<ValueShape> in;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    DPTRAIN_ASSIGN_OR_RETURN(ValueShape s, ShapeOf(ctx, i));
+    in.push_back(std::move(s));
+  }
+  ValueShape out = in[0];
+  out.dims[axis] = 0;
+  for (const ValueShape& s : in) {
+    ValueShape a = s, b = in[0];
+    a.dims[axis] = b.dims[axis] = 0;
+    if (a != b) {
+      return ctx.Error(absl::StrCat("inputs of shapes ", in[0].ToString(), " and ", s.ToString(),
+                                    " differ other than along axis ", axis));
+    }
+    out.dims[axis] += s.dims[axis];
+  }
+  return std::unique_ptr<NodeImpl<T>>(
+      std::make_unique<ConcatNode<T>>(std::move(in), axis, std::move(out)));
+}
+
+template <typename T>
+struct AnyShapeConcat {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const ValueShape first, ShapeOf(ctx, 0));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t attr, IntAttribute(ctx.node, "axis", 1));
+    const std::optional<int> axis = NormalizeAxis(attr, first.rank());
+    if (AllBatchFirst(ctx) && axis == 1) {
+      Node node = ctx.node;  // Axis 1 as the batch-first version reads it (-1 of [N, F] too).
+      node.attributes["axis"] = int64_t{1};
+      return Build<T>(ConcatOp(), NodeContext{node, ctx.inputs, ctx.seed, ctx.scratch});
+    }
+    if (!axis.has_value() || *axis == first.batch_axis) {
+      return ctx.Error(absl::StrCat("axis ", attr, " of ", first.ToString(),
+                                    " unsupported (an axis other than the batch's)"));
+    }
+    return CreateConcat<T>(ctx, *axis);
+  }
+};
+
+// ---- Expand ----
+
+template <typename T>
+class ExpandNode final : public AnyShapeNode<T> {
+ public:
+  ExpandNode(Operand<T> operand, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)), operand_(std::move(operand)) {}
+  std::vector<NodeTensorSpec> Params() const override { return operand_.Params(); }
+  std::vector<NodeTensorSpec> Buffers() const override { return operand_.Buffers(); }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    operand_.BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override { operand_.BindBuffers(buffers); }
+
+  // inputs[0] is the graph's input, for the batch size only (node.h).
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const int batch = inputs[0].batch;
+    const Shape out_shape = this->out_.Concrete(batch);
+    T* y = EnsureSize(output_, Product(out_shape));
+    const T* c = operand_.data();
+    ForEachOffset(out_shape, operand_.StridesAgainst(out_shape),
+                  [&](int64_t k, int64_t off) { y[k] = c[off]; });
+    return {y, batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (T* g = operand_.grad(); g != nullptr) {
+      std::fill(g, g + operand_.size(), T(0));
+      const Shape out_shape = this->out_.Concrete(grad_output.batch);
+      const T* dy = grad_output.data;
+      ForEachOffset(out_shape, operand_.StridesAgainst(out_shape),
+                    [&](int64_t k, int64_t off) { g[off] += dy[k]; });
+    }
+    return std::vector<TensorRef<T>>(need_input_grad.size());
+  }
+
+ private:
+  Operand<T> operand_;
+  std::vector<T> output_;
+};
+
+template <typename T>
+struct Expand {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {}));
+    const NodeInput* in = ctx.input(0);
+    if (in == nullptr || in->constant == nullptr || in->constant->type != Tensor::Type::kFloat) {
+      return ctx.Error("only Expand of a float tensor of the model is supported");
+    }
+    const NodeInput* target_in = ctx.input(1);
+    if (target_in == nullptr || target_in->constant == nullptr ||
+        target_in->constant->type != Tensor::Type::kInt64 ||
+        target_in->constant->shape.size() != 1) {
+      return ctx.Error("the target shape (input 1) must be a 1-D int64 constant");
+    }
+    const Shape& own = in->constant->shape;
+    Shape target = target_in->constant->ints;
+    for (int64_t d : own) {
+      if (d < 1) return ctx.Error(absl::StrCat("Expand of ", in->constant->ToString(), ": empty"));
+    }
+    auto refuse = [&](absl::string_view why) {
+      return ctx.Error(absl::StrCat("Expand of ", in->constant->ToString(), " to ",
+                                    ShapeText(target_in->constant->ints), " unsupported: ", why));
+    };
+    if (target.empty() || target.size() > static_cast<size_t>(kMaxRank)) {
+      return refuse("expected 1 to 6 dims");
+    }
+    for (int64_t d : target) {
+      if (d != kBatchSize && d > kMaxAxisSize) return refuse("a dimension too large");
+    }
+    const int64_t symbolic = std::count(target.begin(), target.end(), kBatchSize);
+    if (symbolic > 1) return refuse("the batch twice");
+    const int batch_axis =
+        symbolic == 1
+            ? static_cast<int>(std::find(target.begin(), target.end(), kBatchSize) - target.begin())
+            : 0;
+    if (symbolic == 0 && target[0] < 2) {
+      // A graph exported with a fixed batch writes it (2 or more) as the first entry; 1 there
+      // is a value without a batch, which values here always have.
+      return refuse("the first entry must be the batch (export with a batch of 2 or more)");
+    }
+    target[batch_axis] = 1;
+    ValueShape out;
+    out.dims.assign(std::max(own.size(), target.size()), 1);
+    out.batch_axis = batch_axis + static_cast<int>(out.dims.size() - target.size());
+    for (size_t i = 0; i < out.dims.size(); ++i) {
+      const int64_t a =
+          i + own.size() >= out.dims.size() ? own[i + own.size() - out.dims.size()] : 1;
+      const int64_t b =
+          i + target.size() >= out.dims.size() ? target[i + target.size() - out.dims.size()] : 1;
+      if (a != 1 && b != 1 && a != b) return refuse("the shapes do not broadcast");
+      if (b < 1) return refuse("a negative size");
+      out.dims[i] = std::max(a, b);
+    }
+    if (out.dims[out.batch_axis] != 1) {
+      return refuse("the tensor must have one element along the batch axis");
+    }
+    Operand<T> operand(*in, own);
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<ExpandNode<T>>(std::move(operand), std::move(out)));
+  }
+};
+
+}  // namespace
+}  // namespace any_shape_internal
+
+OpFactory TransposeOp() { return MakeOpFactory<any_shape_internal::Transpose>(true); }
+OpFactory GatherOp() { return MakeOpFactory<any_shape_internal::Gather>(true); }
+OpFactory ExpandOp() { return MakeOpFactory<any_shape_internal::Expand>(true); }
+OpFactory AnyShapeSliceOp() { return MakeOpFactory<any_shape_internal::AnyShapeSlice>(true); }
+OpFactory AnyShapeConcatOp() { return MakeOpFactory<any_shape_internal::AnyShapeConcat>(true); }
+
+}  // namespace graph
+}  // namespace dptrain
