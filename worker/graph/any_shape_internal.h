@@ -109,22 +109,6 @@ class AnyShapeNode : public NodeImpl<T> {
   const ValueShape out_;
 };
 
-// A constant int64 input, or the attribute of the same name (before opset 10), or `fallback`.
-inline absl::StatusOr<std::vector<int64_t>> IntsInput(const NodeContext& ctx, size_t index,
-                                                      absl::string_view name,
-                                                      std::vector<int64_t> fallback) {
-  if (ctx.input(index) != nullptr) {
-    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t,
-                             ctx.ConstantInput(index, Tensor::Type::kInt64, false));
-    if (t->shape.size() != 1) return ctx.Error(absl::StrCat(name, " must be 1-D"));
-    return t->ints;
-  }
-  if (ctx.node.attributes.count(std::string(name)) > 0) {
-    return IntsAttribute(ctx.node, name, {});
-  }
-  return fallback;
-}
-
 // ---- A tensor of the model read by Expand or a broadcast binary op ----
 
 // Where the node's operand tensor comes from (as multi_input_ops.h says): learned, fixed, or a

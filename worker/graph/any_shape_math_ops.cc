@@ -113,50 +113,47 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateBatchedMatMul(const NodeConte
 // ---- A layer applied to each row of the last axis ----
 
 template <typename T>
-class RowwiseNode final : public NodeImpl<T> {
+class RowwiseNode final : public DelegatingNode<T> {
  public:
   RowwiseNode(std::unique_ptr<NodeImpl<T>> inner, ValueShape in)
-      : inner_(std::move(inner)), in_(std::move(in)), out_(in_) {
-    out_.dims.back() = inner_->output_dims().size();
+      : DelegatingNode<T>(std::move(inner)), in_(std::move(in)), out_(in_) {
+    out_.dims.back() = this->inner().output_dims().size();
   }
   Dims output_dims() const override { return out_.dims_for_ops(); }
   std::optional<ValueShape> output_shape() const override { return out_; }
   TwinSpec<T> twin() const override {
-    TwinSpec<T> t = inner_->twin();
+    TwinSpec<T> t = this->inner().twin();
     t.any_shape = true;
     return t;
   }
-  std::vector<NodeTensorSpec> Params() const override { return inner_->Params(); }
-  std::vector<NodeTensorSpec> Buffers() const override { return inner_->Buffers(); }
-  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
-    inner_->BindParams(params, grads);
-  }
-  void BindBuffers(absl::Span<T* const> buffers) override { inner_->BindBuffers(buffers); }
 
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     const TensorRef<T>& x = inputs[0];
-    const int64_t row = in_.dims.back();
-    const TensorRef<T> rows = {x.data, static_cast<int>(x.size() / row),
-                               Dims{static_cast<int>(row), 1, 1}};
-    const TensorRef<T> y = inner_->Forward(ctx, absl::MakeConstSpan(&rows, 1), training);
+    const TensorRef<T> y =
+        this->inner().Forward(ctx, absl::MakeConstSpan(&Rows(x, in_), 1), training);
     return {y.data, x.batch, output_dims()};
   }
 
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
-    const int64_t row = out_.dims.back();
-    const TensorRef<T> rows = {grad_output.data, static_cast<int>(grad_output.size() / row),
-                               Dims{static_cast<int>(row), 1, 1}};
-    std::vector<TensorRef<T>> grads = inner_->Backward(ctx, rows, need_input_grad);
+    std::vector<TensorRef<T>> grads =
+        this->inner().Backward(ctx, Rows(grad_output, out_), need_input_grad);
     if (need_input_grad[0]) grads[0] = {grads[0].data, grad_output.batch, in_.dims_for_ops()};
     return grads;
   }
 
  private:
-  std::unique_ptr<NodeImpl<T>> inner_;
+  // `v` (of `shape`) as rows of its last axis, the rows as the batch.
+  const TensorRef<T>& Rows(const TensorRef<T>& v, const ValueShape& shape) {
+    const int64_t row = shape.dims.back();
+    rows_ = {v.data, static_cast<int>(v.size() / row), Dims{static_cast<int>(row), 1, 1}};
+    return rows_;
+  }
+
   const ValueShape in_;
   ValueShape out_;
+  TensorRef<T> rows_;
 };
 
 enum class RowOp { kGemm, kMatMul, kLayerNorm, kSoftmax, kLogSoftmax };
@@ -285,7 +282,8 @@ struct AnyShapeReduceMean {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes", "keepdims"}));
     DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
-    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, IntsInput(ctx, 1, "axes", {}));
+    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes,
+                             ctx.IntsInputOrAttribute(1, "axes", true, {}));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t keepdims, IntAttribute(ctx.node, "keepdims", 1));
     if (in.IsBatchFirst() && ctx.node.attributes.count("axes") > 0) {
       // The pooling and channel-mean nodes of layer_ops.h (CUDA twins), given the axes they

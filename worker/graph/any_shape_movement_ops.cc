@@ -248,13 +248,17 @@ template <typename T>
 absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateSlice(const NodeContext& ctx) {
   DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"starts", "ends", "axes"}));
   DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
-  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> starts, IntsInput(ctx, 1, "starts", {}));
-  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> ends, IntsInput(ctx, 2, "ends", {}));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> starts,
+                           ctx.IntsInputOrAttribute(1, "starts", true, {}));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> ends,
+                           ctx.IntsInputOrAttribute(2, "ends", true, {}));
   std::vector<int64_t> all_axes(starts.size());
   std::iota(all_axes.begin(), all_axes.end(), 0);
-  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, IntsInput(ctx, 3, "axes", all_axes));
-  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps,
-                           IntsInput(ctx, 4, "steps", std::vector<int64_t>(starts.size(), 1)));
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes,
+                           ctx.IntsInputOrAttribute(3, "axes", true, all_axes));
+  DPTRAIN_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> steps,
+      ctx.IntsInputOrAttribute(4, "steps", true, std::vector<int64_t>(starts.size(), 1)));
   if (starts.empty() || ends.size() != starts.size() || axes.size() != starts.size() ||
       steps.size() != starts.size()) {
     return ctx.Error(absl::StrCat("starts ", ShapeText(starts), ", ends ", ShapeText(ends),

@@ -62,6 +62,18 @@ absl::StatusOr<const Tensor*> NodeContext::TargetShapeInput(size_t index) const 
   return in->constant;
 }
 
+absl::StatusOr<std::vector<int64_t>> NodeContext::IntsInputOrAttribute(
+    size_t index, absl::string_view name, bool optional, std::vector<int64_t> fallback) const {
+  if (input(index) != nullptr) {
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t, ConstantInput(index, Tensor::Type::kInt64, false));
+    if (t->shape.size() != 1) return Error(absl::StrCat(name, " must be 1-D"));
+    return t->ints;
+  }
+  if (node.attributes.count(std::string(name)) > 0) return IntsAttribute(node, name, {});
+  if (!optional) return Error(absl::StrCat("has no ", name));
+  return fallback;
+}
+
 absl::StatusOr<Dims> NodeContext::SoleRuntimeInput() const {
   DPTRAIN_ASSIGN_OR_RETURN(const Dims input, RuntimeInput(0));
   for (size_t i = 1; i < inputs.size(); ++i) {

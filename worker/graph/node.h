@@ -99,6 +99,11 @@ struct NodeContext {
   // (Pow's exponent, Clip's bound): then an error saying so, rather than a parameter silently
   // frozen.
   absl::Status CheckNotLearned(size_t index, absl::string_view role) const;
+  // A 1-D int64 constant input at `index`, or the INTS attribute `name` (what ops took before
+  // an opset turned it into an input), or `fallback` where there is neither and `optional`.
+  absl::StatusOr<std::vector<int64_t>> IntsInputOrAttribute(
+      size_t index, absl::string_view name, bool optional,
+      std::vector<int64_t> fallback = {}) const;
   // A 1-D int64 constant at `index` whose first entry may be the batch size (kBatchSize) and
   // no other: a Reshape target, or an error saying why not.
   absl::StatusOr<const Tensor*> TargetShapeInput(size_t index) const;
@@ -252,16 +257,14 @@ class NodeImpl {
                                              const std::vector<bool>& need_input_grad) = 0;
 };
 
-// A node that is `inner` with the whole output shape `shape` (ops whose rank the per-sample dims
-// do not tell: Flatten's [B, F] beside a pooled [B, C, 1, 1]).
+// A node that hands everything to `inner` (its parameters, buffers, forward and backward);
+// subclasses change what they say about the output or how they view the values.
 template <typename T>
-class ShapedNode final : public NodeImpl<T> {
+class DelegatingNode : public NodeImpl<T> {
  public:
-  ShapedNode(std::unique_ptr<NodeImpl<T>> inner, ValueShape shape)
-      : inner_(std::move(inner)), shape_(std::move(shape)) {}
+  explicit DelegatingNode(std::unique_ptr<NodeImpl<T>> inner) : inner_(std::move(inner)) {}
   TwinSpec<T> twin() const override { return inner_->twin(); }
   Dims output_dims() const override { return inner_->output_dims(); }
-  std::optional<ValueShape> output_shape() const override { return shape_; }
   std::vector<NodeTensorSpec> Params() const override { return inner_->Params(); }
   std::vector<NodeTensorSpec> Buffers() const override { return inner_->Buffers(); }
   void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
@@ -277,8 +280,23 @@ class ShapedNode final : public NodeImpl<T> {
     return inner_->Backward(ctx, grad_output, need_input_grad);
   }
 
+ protected:
+  NodeImpl<T>& inner() const { return *inner_; }
+
  private:
   std::unique_ptr<NodeImpl<T>> inner_;
+};
+
+// `inner` with the whole output shape `shape` (ops whose rank the per-sample dims do not tell:
+// Flatten's [B, F] beside a pooled [B, C, 1, 1]).
+template <typename T>
+class ShapedNode final : public DelegatingNode<T> {
+ public:
+  ShapedNode(std::unique_ptr<NodeImpl<T>> inner, ValueShape shape)
+      : DelegatingNode<T>(std::move(inner)), shape_(std::move(shape)) {}
+  std::optional<ValueShape> output_shape() const override { return shape_; }
+
+ private:
   const ValueShape shape_;
 };
 

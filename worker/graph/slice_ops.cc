@@ -75,40 +75,22 @@ class SliceNode final : public NodeImpl<T> {
   std::vector<T> grad_input_;
 };
 
-// A constant int64 input, or the attribute of the same name (before opset 10), or `fallback`
-// where neither is there and `optional`.
-absl::StatusOr<std::vector<int64_t>> IntsInputOrAttribute(const NodeContext& ctx, size_t index,
-                                                          absl::string_view name, bool optional,
-                                                          std::vector<int64_t> fallback = {}) {
-  if (ctx.input(index) != nullptr) {
-    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* t,
-                             ctx.ConstantInput(index, Tensor::Type::kInt64, false));
-    if (t->shape.size() != 1) return ctx.Error(absl::StrCat(name, " must be 1-D"));
-    return t->ints;
-  }
-  if (ctx.node.attributes.count(std::string(name)) > 0) {
-    return IntsAttribute(ctx.node, name, {});
-  }
-  if (!optional) return ctx.Error(absl::StrCat("has no ", name));
-  return fallback;
-}
-
 template <typename T>
 struct Slice {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"starts", "ends", "axes"}));
     DPTRAIN_ASSIGN_OR_RETURN(const Dims in, ctx.SoleRuntimeInput());
     DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> starts,
-                             IntsInputOrAttribute(ctx, 1, "starts", false));
+                             ctx.IntsInputOrAttribute(1, "starts", false));
     DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> ends,
-                             IntsInputOrAttribute(ctx, 2, "ends", false));
+                             ctx.IntsInputOrAttribute(2, "ends", false));
     std::vector<int64_t> all_axes(starts.size());
     for (size_t i = 0; i < all_axes.size(); ++i) all_axes[i] = static_cast<int64_t>(i);
     DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes,
-                             IntsInputOrAttribute(ctx, 3, "axes", true, all_axes));
+                             ctx.IntsInputOrAttribute(3, "axes", true, all_axes));
     DPTRAIN_ASSIGN_OR_RETURN(
         const std::vector<int64_t> steps,
-        IntsInputOrAttribute(ctx, 4, "steps", true, std::vector<int64_t>(starts.size(), 1)));
+        ctx.IntsInputOrAttribute(4, "steps", true, std::vector<int64_t>(starts.size(), 1)));
     if (ends.size() != starts.size() || axes.size() != starts.size() ||
         steps.size() != starts.size()) {
       return ctx.Error(absl::StrCat("starts ", ShapeText(starts), ", ends ", ShapeText(ends),
