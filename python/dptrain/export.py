@@ -12,8 +12,11 @@ def export_onnx(model, example_input, path, opset_version=None):
     initializers keep their state_dict names and the weights gpu_worker saves load back with
     model.load_state_dict (torch.onnx.export's defaults do neither, and gpu_worker refuses
     such a file). On PyTorch 2.x the TorchScript exporter is asked for (dynamo=False): it is
-    the one that exports training mode. `example_input` is one batch, [N, C, H, W] (its batch
-    size does not matter); `opset_version` as torch.onnx.export's (LayerNorm needs 17).
+    the one that exports training mode. `example_input` is one batch, [N, C, H, W], of 2 or more
+    samples (any size trains: gpu_worker finds the batch in the graph's reshapes by it, which a
+    batch of 1 leaves ambiguous where a transformer moves it off axis 0); `opset_version` as
+    torch.onnx.export's (nn.LayerNorm exports as one node from 17; written out below, which
+    gpu_worker fuses back).
 
     Exporting runs one training-mode forward pass, which moves BatchNorm's running statistics
     (the file holds them so moved); the model itself is left as it was, its state and its
