@@ -71,6 +71,9 @@ The models:
              tokens ([17 * B, 24]).
   mha_dynamic  mha exported with a dynamic batch axis: bsz * num_heads computed from the
              run-time batch size.
+  relpos     Patch tokens with a relative-position bias as Swin and BEiT add it (a learned
+             table gathered by an int64 index buffer: a value without a batch) and the head on
+             the tokens' mean.
 With --resnet18 (not stored in the repository: about 45 MB) it also writes the full-width
 resnet18 in torchvision's layout for a manual check, and with --torchvision=NAME,... the
 models of torchvision.models of those names (10 classes, inputs 3x64x64; needs Debian's
@@ -486,6 +489,48 @@ class Attention(nn.Module):
         return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
 
 
+class RelPosAttention(Attention):
+    """Attention with a learned relative-position bias, as Swin and BEiT add it: a table of
+    (2w-1)^2 rows (one per offset) x heads, gathered by a fixed int64 index buffer, viewed,
+    permuted and added to q k^T before the softmax."""
+
+    def __init__(self, dim, heads, window):
+        super().__init__(dim, heads)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.randn((2 * window - 1) ** 2, heads) * 0.5)
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window),
+                                            indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer("relative_position_index", rel[..., 0] * (2 * window - 1) + rel[..., 1])
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
+        bias = bias.view(n, n, -1).permute(2, 0, 1).contiguous()
+        attn = ((q @ k.transpose(-2, -1)) * self.scale + bias.unsqueeze(0)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class RelPosViT(nn.Module):
+    """Patches as tokens (no class token), one block with a relative-position bias, the head on
+    the tokens' mean (ReduceMean over axis 1)."""
+
+    def __init__(self, dim=24, heads=3):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 8, 8)
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = RelPosAttention(dim, heads, 4)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = x + self.attn(self.norm1(x))
+        return self.head(self.norm(x).mean(1))
+
+
 class Block(nn.Module):
     """A pre-norm transformer block; attention is timm's, or nn.MultiheadAttention."""
 
@@ -531,6 +576,7 @@ MODELS = {
     "attention_dynamic": lambda: (ViT(mha=False), 10),
     "mha": lambda: (ViT(mha=True), 10),
     "mha_dynamic": lambda: (ViT(mha=True), 10),
+    "relpos": lambda: (RelPosViT(), 10),
     "vgg": lambda: (VGG(), 10),
     "resnet": lambda: (ResNet([8, 16, 24, 32]), 10),
     "branching": lambda: (Branching(), 7),
@@ -547,7 +593,7 @@ MODELS = {
 
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
-             "mha_dynamic": 17}
+             "mha_dynamic": 17, "relpos": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
 DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic"}
 

@@ -359,7 +359,7 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
 
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
-    const int batch = inputs[0].batch;
+    const int batch = inputs[operand_ || !swapped_ ? 0 : 1].batch;  // The full value's.
     batch_ = batch;
     if (operand_) {
       x_ = inputs[0].data;
@@ -447,7 +447,8 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
     } else {
       if (dx != nullptr) grads[swapped_ ? 1 : 0] = {dx, batch, dims};
       if (need_other_value) {
-        grads[swapped_ ? 0 : 1] = {other_grad, batch,
+        const bool batchless = other_shape_ && other_shape_->batch_axis < 0;
+        grads[swapped_ ? 0 : 1] = {other_grad, batchless ? 1 : batch,
                                    other_shape_ ? other_shape_->dims_for_ops() : dims};
       }
     }
@@ -458,10 +459,17 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
   // f(k, o): element k of the output and the other operand's element o.
   template <typename F>
   void Visit(const Shape& out_shape, F f) {
-    if (!operand_ && other_shape_) {  // A computed value broadcast along its size-1 axes.
-      Shape strides = Strides(other_shape_->Concrete(batch_));
-      for (size_t a = 0; a < strides.size(); ++a) {
-        if (other_shape_->dims[a] == 1 && this->out_.dims[a] != 1) strides[a] = 0;
+    if (!operand_ && other_shape_) {
+      // A computed value broadcast along its size-1 axes (right-aligned: one without a batch
+      // may have fewer).
+      const Shape own = Strides(other_shape_->Concrete(batch_));
+      const size_t lead = out_shape.size() - own.size();
+      Shape strides(out_shape.size(), 0);
+      for (size_t a = 0; a < own.size(); ++a) {
+        const bool broadcast =
+            other_shape_->dims[a] == 1 &&
+            (this->out_.dims[lead + a] != 1 || static_cast<int>(lead + a) == this->out_.batch_axis);
+        if (!broadcast) strides[lead + a] = own[a];
       }
       ForEachOffset(out_shape, strides, f);
       return;
@@ -513,7 +521,11 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateBroadcastBinary(const NodeCon
   const NodeInput& b = ctx.inputs[1];
   if (a.is_runtime() && b.is_runtime()) {
     // One may broadcast into the other along its size-1 axes (x - x.mean(-1, keepdim=True)).
+    // Or be a value without a batch (a relative-position bias) that broadcasts into it, as a
+    // tensor of the model would.
     auto into = [](const ValueShape& small, const ValueShape& full) {
+      if (full.batch_axis < 0) return false;
+      if (small.batch_axis < 0) return BroadcastsTo(small.dims, full);
       if (small.rank() != full.rank() || small.batch_axis != full.batch_axis ||
           small.batch_outer != full.batch_outer || small.batch_inner != full.batch_inner) {
         return false;

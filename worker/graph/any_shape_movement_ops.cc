@@ -155,10 +155,96 @@ class GatherNode final : public AnyShapeNode<T> {
   std::vector<T> output_, grad_input_;
 };
 
+// Rows of a tensor of the model picked by constant indices (axis 0): a relative-position bias
+// gathered from its table (Swin, BEiT). A value without a batch; a learned table gets the sum of
+// its rows' gradients.
+template <typename T>
+class GatherRowsNode final : public AnyShapeNode<T> {
+ public:
+  GatherRowsNode(Operand<T> table, int64_t row, std::vector<int64_t> indices, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)),
+        table_(std::move(table)),
+        row_(row),
+        indices_(std::move(indices)) {}
+  std::vector<NodeTensorSpec> Params() const override { return table_.Params(); }
+  std::vector<NodeTensorSpec> Buffers() const override { return table_.Buffers(); }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    table_.BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override { table_.BindBuffers(buffers); }
+
+  // inputs[0] is the graph's input, read for nothing (node.h): the output has no batch.
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    T* y = EnsureSize(output_, static_cast<int64_t>(indices_.size()) * row_);
+    for (size_t j = 0; j < indices_.size(); ++j) {
+      const T* src = table_.data() + indices_[j] * row_;
+      std::copy(src, src + row_, y + j * row_);
+    }
+    return {y, 1, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (T* g = table_.grad(); g != nullptr) {
+      std::fill(g, g + table_.size(), T(0));
+      for (size_t j = 0; j < indices_.size(); ++j) {
+        T* dst = g + indices_[j] * row_;
+        const T* src = grad_output.data + j * row_;
+        for (int64_t i = 0; i < row_; ++i) dst[i] += src[i];
+      }
+    }
+    return std::vector<TensorRef<T>>(need_input_grad.size());
+  }
+
+ private:
+  Operand<T> table_;
+  const int64_t row_;
+  const std::vector<int64_t> indices_;
+  std::vector<T> output_;
+};
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateGatherRows(const NodeContext& ctx) {
+  const NodeInput& data = ctx.inputs[0];
+  if (data.constant->type != Tensor::Type::kFloat || data.constant->shape.empty()) {
+    return ctx.Error("the data (input 0) must be a float tensor of at least one axis");
+  }
+  DPTRAIN_ASSIGN_OR_RETURN(const Tensor* indices,
+                           ctx.ConstantInput(1, Tensor::Type::kInt64, false));
+  DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(ctx.node, "axis", 0));
+  const Shape& own = data.constant->shape;
+  if (axis != 0 && axis != -static_cast<int64_t>(own.size())) {
+    return ctx.Error(absl::StrCat("Gather of a tensor of the model along axis ", axis,
+                                  " unsupported (its rows: axis 0)"));
+  }
+  const int64_t rows = own[0];
+  std::vector<int64_t> picked;
+  for (int64_t i : indices->ints) {
+    if (i < -rows || i >= rows) {
+      return ctx.Error(
+          absl::StrCat("index ", i, " out of range for the ", rows, " rows of '", data.name, "'"));
+    }
+    picked.push_back(i < 0 ? i + rows : i);
+  }
+  ValueShape out;
+  out.batch_axis = -1;
+  out.dims = indices->shape;
+  out.dims.insert(out.dims.end(), own.begin() + 1, own.end());
+  if (out.rank() < 1 || out.rank() > kMaxRank)
+    return ctx.Error("the result's rank is out of range");
+  const int64_t row = Product(own, 1);
+  return std::unique_ptr<NodeImpl<T>>(std::make_unique<GatherRowsNode<T>>(
+      Operand<T>(data, own), row, std::move(picked), std::move(out)));
+}
+
 template <typename T>
 struct Gather {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
+    if (ctx.inputs.size() == 2 && ctx.input(0) != nullptr && ctx.inputs[0].constant != nullptr) {
+      return CreateGatherRows<T>(ctx);
+    }
     DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
     DPTRAIN_ASSIGN_OR_RETURN(const Tensor* indices,
                              ctx.ConstantInput(1, Tensor::Type::kInt64, false));

@@ -285,6 +285,36 @@ TEST_F(AnyShapeOpsTest, BatchFirstVersionsWhereTheyMeanTheSame) {
   Check(cat);
 }
 
+// A relative-position bias (Swin, BEiT): rows of a learned table gathered by constant indices
+// make a value without a batch ([4, 4, 2] -> [2, 4, 4] -> [1, 2, 4, 4]) added into each sample's
+// scores; the table gets the sum over the batch of its rows' gradients. An int64 entry of the
+// model's state that no node reads (the index buffer, read through shape arithmetic) is carried
+// as a fixed buffer.
+TEST_F(AnyShapeOpsTest, ABiasWithoutABatchBroadcastIntoEachSample) {
+  Tensor index;
+  index.type = Tensor::Type::kInt64;
+  index.shape = {16};
+  for (int i = 0; i < 16; ++i) index.ints.push_back((i * 5) % 9);
+  NamedConstant index_buffer{"relative_position_index", index, /*state=*/true};
+  Graph g = Of({2, 4, 4}, 4,
+               {MakeNode("Gather", "bias", {"table", "relative_position_index"}, {"b"}),
+                MakeNode("Reshape", "view", {"b", "s"}, {"bv"}),
+                MakeNode("Transpose", "heads_first", {"bv"}, {"bt"}, {{"perm", Ints{2, 0, 1}}}),
+                MakeNode("Unsqueeze", "u", {"bt", "zero"}, {"bu"}),
+                MakeNode("Add", "add", {"x", "bu"}, {"y0"}),
+                MakeNode("Softmax", "sm", {"y0"}, {"y"}, {{"axis", int64_t{-1}}})},
+               {Learned("table", {9, 2}, 12), index_buffer, IntConstant("s", {4, 4, -1}),
+                IntConstant("zero", {0})});
+  EXPECT_EQ(OutputShape(g), "[B, 2, 4, 4]");
+  Check(g);
+  auto e = Executor<float>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->value_shapes()[1].ToString(), "[16, 2]");  // The gathered rows: no batch.
+  ASSERT_EQ((*e)->buffers().size(), 1u);
+  EXPECT_EQ((*e)->buffers()[0].name, "relative_position_index");
+  EXPECT_EQ((*e)->initial_buffers()[1], 5.0f);
+}
+
 TEST_F(AnyShapeOpsTest, Refusals) {
   const Graph transposed =
       Of({3, 4, 5}, 4, {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2, 3}}})});

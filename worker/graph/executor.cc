@@ -405,6 +405,29 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
     }
   }
 
+  // Entries of the model's state that no node learns or keeps (an int64 index buffer read only
+  // through shape arithmetic, as Swin's and BEiT's relative_position_index): carried as fixed
+  // buffers, so that the saved weights hold every state_dict entry and load back strictly.
+  for (const NamedConstant& c : graph.constants) {
+    if (!c.state || param_uses.count(c.name) > 0 || buffer_names.count(c.name) > 0) continue;
+    const int64_t size = c.value.num_elements();
+    if (size < 1 ||
+        size != static_cast<int64_t>(c.value.type == Tensor::Type::kFloat ? c.value.floats.size()
+                                                                          : c.value.ints.size())) {
+      continue;
+    }
+    e->buffers_.push_back({c.name, c.value.shape, e->num_buffers_, size});
+    e->initial_buffers_.resize(e->num_buffers_ + size);
+    T* out = e->initial_buffers_.data() + e->num_buffers_;
+    if (c.value.type == Tensor::Type::kFloat) {
+      std::copy(c.value.floats.begin(), c.value.floats.end(), out);
+    } else {
+      std::transform(c.value.ints.begin(), c.value.ints.end(), out,
+                     [](int64_t v) { return static_cast<T>(v); });
+    }
+    e->num_buffers_ += size;
+  }
+
   // What every node computes with: the options' pool and algorithm, and two input-gradient
   // buffers that all share, as a Sequential's layers do (Backward keeps them safe: see
   // Accumulate).

@@ -5,9 +5,11 @@
 //
 // Layout: the parameters in the order of the graph's constants (for an ONNX file, its
 // initializers: PyTorch's state_dict order), back to back; the buffers node by node, each
-// node's in its own order. A parameter several nodes learn (a tied weight: a module applied
-// twice) is laid out once, its gradient the sum of theirs; it may not also be a plain constant
-// operand of a node that does not learn it.
+// node's in its own order, then the entries of the model's state that no node reads as a
+// parameter or buffer (an int64 index buffer read through shape arithmetic), kept fixed. A
+// parameter several nodes learn (a tied weight: a module applied twice) is laid out once, its
+// gradient the sum of theirs; it may not also be a plain constant operand of a node that does not
+// learn it.
 //
 // Templated on the scalar type: float for training, double for gradient checks. Not
 // thread-safe: one thread drives an executor (its layers may split work over a pool).

@@ -135,7 +135,8 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, OnnxParityTest,
     ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated", "pooling", "shared",
                                          "elementwise", "shuffle", "dynamic", "scaled", "convnext",
-                                         "attention", "attention_dynamic", "mha", "mha_dynamic"),
+                                         "attention", "attention_dynamic", "mha", "mha_dynamic",
+                                         "relpos"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:

@@ -83,7 +83,7 @@ nn::Dims ValueShape::dims_for_ops() const {
 
 std::vector<int64_t> ValueShape::Concrete(int64_t batch) const {
   std::vector<int64_t> c = dims;
-  c[batch_axis] = batch_outer * batch * batch_inner;
+  if (batch_axis >= 0) c[batch_axis] = batch_outer * batch * batch_inner;
   return c;
 }
 
@@ -126,6 +126,44 @@ std::optional<int> NormalizeAxis(int64_t axis, int rank) {
 }
 
 absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector<int64_t>& target) {
+  if (in.batch_axis < 0) {
+    // A value without a batch (computed from tensors of the model): a plain reshape.
+    auto refuse = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat("target shape ", ShapeText(target),
+                                                     " for a value of shape ", in.ToString(),
+                                                     " unsupported: ", why));
+    };
+    if (target.empty() || target.size() > static_cast<size_t>(kMaxRank)) {
+      return refuse(absl::StrCat("expected 1 to ", kMaxRank, " dims"));
+    }
+    ValueShape out;
+    out.batch_axis = -1;
+    out.dims = target;
+    int infer = -1;
+    for (size_t i = 0; i < target.size(); ++i) {
+      int64_t& d = out.dims[i];
+      if (IsBatchMultiple(d)) return refuse("the batch in a value without one");
+      if (d == 0) {
+        if (i >= in.dims.size()) return refuse("copies an axis the input lacks");
+        d = in.dims[i];
+      } else if (d == -1 && infer < 0) {
+        infer = static_cast<int>(i);
+      } else if (d < 1 || d > kMaxAxisSize) {
+        return refuse("a dimension out of range");
+      }
+    }
+    if (infer >= 0) {
+      std::vector<int64_t> others = out.dims;
+      others.erase(others.begin() + infer);
+      const int64_t known = Product(others, 0, others.size());
+      if (known < 1 || in.per_sample() % known != 0) return refuse("does not divide");
+      out.dims[infer] = in.per_sample() / known;
+    }
+    if (Product(out.dims, 0, out.dims.size()) != in.per_sample()) {
+      return refuse("changes the number of elements");
+    }
+    return out;
+  }
   absl::Status first_error;
   if (in.batch_axis == 0 && in.batch_outer == 1 && in.batch_inner == 1) {
     // A batch-first value (any rank): the rule graphs have always imported with, which reads

@@ -33,6 +33,8 @@ inline constexpr int64_t kMaxSampleSize = (int64_t{1} << 31) - 1;
 struct ValueShape {
   // Per axis; the batch axis's entry is outer * inner (the batch itself left out).
   std::vector<int64_t> dims;
+  // -1: a value without a batch, the same for every sample (computed from tensors of the model:
+  // a relative-position bias gathered from its table), held once (TensorRef::batch 1).
   int batch_axis = 0;
   // Axis `batch_axis` has outer * batch * inner elements; index i of it is
   // ((o * batch) + b) * inner + n.
