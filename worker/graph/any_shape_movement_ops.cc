@@ -12,6 +12,7 @@
 #include "worker/graph/any_shape_internal.h"
 #include "worker/graph/any_shape_ops.h"
 #include "worker/graph/multi_input_ops.h"
+#include "worker/graph/shape_ops.h"
 #include "worker/graph/slice_ops.h"
 
 namespace dptrain {
@@ -592,6 +593,94 @@ struct Expand {
   }
 };
 
+// ---- Pad ----
+
+// Zero padding along any axes but the batch's (Swin pads its channels-last windows).
+template <typename T>
+class PadNode final : public AnyShapeNode<T> {
+ public:
+  PadNode(ValueShape in, Shape begin, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)), in_(std::move(in)), begin_(std::move(begin)) {}
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    Shape strides;
+    const int64_t base = Plan(x.batch, strides);
+    const int64_t n = Product(this->out_.Concrete(x.batch));
+    T* y = EnsureSize(output_, n);
+    std::fill(y, y + n, T(0));
+    ForEachOffset(in_.Concrete(x.batch), strides,
+                  [&](int64_t k, int64_t off) { y[base + off] = x.data[k]; });
+    return {y, x.batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    const int batch = grad_output.batch;
+    Shape strides;
+    const int64_t base = Plan(batch, strides);
+    T* dx = EnsureSize(grad_input_, int64_t{batch} * in_.per_sample());
+    const T* dy = grad_output.data;
+    ForEachOffset(in_.Concrete(batch), strides,
+                  [&](int64_t k, int64_t off) { dx[k] = dy[base + off]; });
+    return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
+  }
+
+ private:
+  // The output's strides along each input axis, and where the input's first element lands.
+  int64_t Plan(int batch, Shape& strides) const {
+    strides = Strides(this->out_.Concrete(batch));
+    int64_t base = 0;
+    for (size_t a = 0; a < strides.size(); ++a) base += begin_[a] * strides[a];
+    return base;
+  }
+
+  const ValueShape in_;
+  const Shape begin_;
+  std::vector<T> output_, grad_input_;
+};
+
+template <typename T>
+struct AnyShapePad {
+  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+    if (AllBatchFirst(ctx)) {
+      absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made = Build<T>(PadOp(), ctx);
+      if (made.ok()) return made;
+    }
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"mode", "pads", "value"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
+    DPTRAIN_ASSIGN_OR_RETURN(const std::string mode, StringAttribute(ctx.node, "mode", "constant"));
+    if (mode != "constant") return ctx.Error(absl::StrCat("mode ", mode, " unsupported"));
+    DPTRAIN_ASSIGN_OR_RETURN(const Shape pads, ctx.IntsInputOrAttribute(1, "pads", false));
+    DPTRAIN_ASSIGN_OR_RETURN(float value, FloatAttribute(ctx.node, "value", 0.0f));
+    DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(2, "padding value"));
+    DPTRAIN_ASSIGN_OR_RETURN(const Tensor* v, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
+    if (v != nullptr) value = v->num_elements() == 1 ? v->floats[0] : 1.0f;
+    if (value != 0) return ctx.Error("only zero padding is supported");
+    if (ctx.inputs.size() > 3) return ctx.Error("the axes input is unsupported");
+    const int r = in.rank();
+    if (pads.size() != static_cast<size_t>(2 * r)) {
+      return ctx.Error(absl::StrCat("pads ", ShapeText(pads), " for a value of rank ", r));
+    }
+    ValueShape out = in;
+    Shape begin(r);
+    for (int a = 0; a < r; ++a) {
+      const int64_t b = pads[a], e = pads[r + a];
+      if (b < 0 || e < 0 || b > kMaxAxisSize || e > kMaxAxisSize ||
+          (a == in.batch_axis && (b != 0 || e != 0))) {
+        return ctx.Error(absl::StrCat("pads ", ShapeText(pads), " of ", in.ToString(),
+                                      " unsupported (non-negative, not of the batch axis)"));
+      }
+      begin[a] = b;
+      out.dims[a] += b + e;
+    }
+    return std::unique_ptr<NodeImpl<T>>(
+        std::make_unique<PadNode<T>>(in, std::move(begin), std::move(out)));
+  }
+};
+
 }  // namespace
 }  // namespace any_shape_internal
 
@@ -599,6 +688,7 @@ OpFactory TransposeOp() { return MakeOpFactory<any_shape_internal::Transpose>(tr
 OpFactory GatherOp() { return MakeOpFactory<any_shape_internal::Gather>(true); }
 OpFactory ExpandOp() { return MakeOpFactory<any_shape_internal::Expand>(true); }
 OpFactory AnyShapeSliceOp() { return MakeOpFactory<any_shape_internal::AnyShapeSlice>(true); }
+OpFactory AnyShapePadOp() { return MakeOpFactory<any_shape_internal::AnyShapePad>(true); }
 OpFactory AnyShapeConcatOp() { return MakeOpFactory<any_shape_internal::AnyShapeConcat>(true); }
 
 }  // namespace graph

@@ -19,6 +19,7 @@
 //   Slice      along axes other than the batch's, constant starts, ends, axes and positive steps
 //              (negative axes counted from the rank); x[..., a:b] and Split's outputs.
 //   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
+//   Pad        zeros along any axes but the batch's (constant mode, value 0).
 //   ReduceMean over axes other than the batch's (attribute, or input from opset 18), keepdims
 //              or not (a layer norm written out: x.mean(-1, keepdim=True)).
 //   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
@@ -48,6 +49,7 @@ OpFactory AnyShapeLayerNormalizationOp();
 OpFactory AnyShapeSoftmaxOp();
 OpFactory AnyShapeLogSoftmaxOp();
 OpFactory AnyShapeReduceMeanOp();
+OpFactory AnyShapePadOp();
 OpFactory AnyShapeSliceOp();
 OpFactory AnyShapeConcatOp();
 OpFactory AnyShapeAddOp();

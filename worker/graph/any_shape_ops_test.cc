@@ -54,6 +54,8 @@ TEST(ValueShapeTest, ReshapeFindsTheBatch) {
   EXPECT_EQ(Reshaped(Make({17, 2, 8}, 1, 1, 2), {BatchMultiple(17), 16}), "[17*B, 16]");
   EXPECT_EQ(Reshaped(Make({17, 16}, 0, 17, 1), {17, kBatchSize, 16}), "[17, B, 16]");
   EXPECT_EQ(Reshaped(Make({1, 2, 17, 8}, 0), {BatchMultiple(2), 17, 8}), "[B*2, 17, 8]");
+  // Swin's attn.view(-1, heads, N, N) of [B, windows, heads, N, N]: the -1 leads with the batch.
+  EXPECT_EQ(Reshaped(Make({1, 9, 3, 49, 49}, 0), {-1, 3, 49, 49}), "[B*9, 3, 49, 49]");
 }
 
 TEST(ValueShapeTest, ReshapeRefusals) {
@@ -347,20 +349,20 @@ TEST_F(AnyShapeOpsTest, Refusals) {
             "node 'a' (Add): operand 'p' of shape [2, 3, 4] does not broadcast to [B, 3, 4] "
             "(without the batch)");
   EXPECT_EQ(BuildError(Of({3, 4, 1}, 3, {MakeNode("Expand", "e", {"c", "s"}, {"y"})},
-                          {RandomConstant("c", {2, 1, 4}, 3), IntConstant("s", {2, 3, 4})})),
+                          {Learned("c", {2, 1, 4}, 3), IntConstant("s", {2, 3, 4})})),
             "node 'e' (Expand): Expand of float[2,1,4] to [2, 3, 4] unsupported: the tensor "
             "must have one element along the batch axis");
   EXPECT_EQ(
       BuildError(Of({3, 4, 5}, 4, {MakeNode("Transpose", "t", {"x"}, {"y"}, {{"perm", Ints{}}})})),
       "node 't' (Transpose): perm [] is not a permutation of the 4 axes of [B, 3, 4, 5]");
-  NamedConstant empty = RandomConstant("c", {1, 1, 4}, 3);
+  NamedConstant empty = Learned("c", {1, 1, 4}, 3);
   empty.value.shape = {1, 0, 4};
   empty.value.floats.clear();
   EXPECT_EQ(BuildError(Of({3, 4, 1}, 3, {MakeNode("Expand", "e", {"c", "s"}, {"y"})},
                           {empty, IntConstant("s", {2, 3, 4})})),
             "node 'e' (Expand): Expand of float[1,0,4]: empty");
   EXPECT_EQ(BuildError(Of({3, 4, 1}, 3, {MakeNode("Expand", "e", {"c", "s"}, {"y"})},
-                          {RandomConstant("c", {1, 3, 4}, 3), IntConstant("s", {1, 3, 4})})),
+                          {Learned("c", {1, 3, 4}, 3), IntConstant("s", {1, 3, 4})})),
             "node 'e' (Expand): Expand of float[1,3,4] to [1, 3, 4] unsupported: the first "
             "entry must be the batch (export with a batch of 2 or more)");
   Graph ln = transposed;

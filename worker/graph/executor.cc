@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/graph/constant_folding.h"
 #include "worker/graph/shape_arithmetic.h"
 
 namespace dptrain {
@@ -40,8 +41,8 @@ absl::Status InitialValue(const Node& node, const NodeTensorSpec& spec, T* out) 
 }
 
 // The size of axis `axis` of a value of `shape` as a Shape node gives it: kBatchSize for the
-// batch axis (known only at run time), else the axis's size; a batch merged with other axes
-// has no such value.
+// batch axis (known only at run time; BatchMultiple where other axes are merged with it), else
+// the axis's size.
 absl::StatusOr<int64_t> ShapeEntry(const Node& node, const ValueShape& shape, int64_t axis) {
   const std::optional<int> a = NormalizeAxis(axis, shape.rank());
   if (!a.has_value()) {
@@ -49,12 +50,14 @@ absl::StatusOr<int64_t> ShapeEntry(const Node& node, const ValueShape& shape, in
                                         " is out of range"));
   }
   if (*a != shape.batch_axis) return shape.dims[*a];
-  if (shape.batch_outer != 1 || shape.batch_inner != 1) {
-    return NodeError(node,
-                     absl::StrCat("reads axis ", *a, " of a value of shape ", shape.ToString(),
-                                  ", the batch merged with other axes: unsupported"));
+  // Merged with other axes (Swin's windows: B_ of [B*9, 49, 96]): the batch size times their
+  // count, which a Reshape places again by the elements in front of it.
+  const int64_t k = shape.batch_outer * shape.batch_inner;
+  if (k > kMaxBatchFactor) {
+    return NodeError(node, absl::StrCat("reads axis ", *a, " of a value of shape ",
+                                        shape.ToString(), ": too many axes merged with the batch"));
   }
-  return kBatchSize;
+  return BatchMultiple(k);
 }
 
 // Gather of dimensions of a Shape (of a value of `shape`), axis 0, constant indices.
@@ -87,6 +90,21 @@ absl::StatusOr<Tensor> WholeShape(const Node& node, const ValueShape& shape) {
     whole.ints.push_back(entry);
   }
   return whole;
+}
+
+// The value of a node whose inputs are all constants: shape arithmetic (its error where neither
+// way folds it), else the wider constant folding.
+absl::StatusOr<Tensor> FoldConstants(const Node& node, const std::vector<const Tensor*>& in) {
+  bool int64 = true;
+  for (const Tensor* t : in) int64 = int64 && (t == nullptr || t->type == Tensor::Type::kInt64);
+  absl::StatusOr<Tensor> value = absl::InvalidArgumentError("");
+  if (int64 && IsShapeArithmetic(node.op)) {
+    value = EvaluateShapeArithmetic(node, in);
+    if (value.ok() || !IsFoldableOnConstants(node.op)) return value;
+  }
+  absl::StatusOr<Tensor> wide = FoldConstantNode(node, in);
+  if (wide.ok() || value.status().message().empty()) return wide;
+  return value;
 }
 
 // The shape of a node's output where the op does not say it (NodeImpl::output_shape).
@@ -156,7 +174,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
       shapes[node.outputs[0]] = {e->value_shapes_[it->second], node.name};
       continue;
     }
-    if (IsShapeArithmetic(node.op)) {
+    if (IsShapeArithmetic(node.op) || IsFoldableOnConstants(node.op)) {
       std::vector<const Tensor*> operands;
       const ValueShape* shape = nullptr;
       bool constant = !node.inputs.empty();
@@ -176,9 +194,10 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
           }
         } else if (auto f = folded.find(name); f != folded.end()) {
           t = &f->second;
-        } else if (const Tensor* c = graph.FindConstant(name);
-                   c != nullptr && c->type == Tensor::Type::kInt64) {
-          t = c;
+        } else if (const NamedConstant* c = graph.FindNamedConstant(name);
+                   c != nullptr && (c->value.type == Tensor::Type::kInt64 ||
+                                    (!c->state && IsFoldableOnConstants(node.op)))) {
+          t = &c->value;  // An int64 constant, or a float one that is not model state.
         } else {
           constant = false;
         }
@@ -191,8 +210,18 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
         continue;
       }
       if (constant && !operands.empty() && operands[0] != nullptr) {
-        DPTRAIN_ASSIGN_OR_RETURN(folded[node.outputs[0]], EvaluateShapeArithmetic(node, operands));
-        continue;
+        // Folded here; else an op of the registry may take the constants (Expand of a float
+        // tensor of the model), or the error says why neither does.
+        absl::StatusOr<Tensor> value = FoldConstants(node, operands);
+        if (value.ok()) {
+          folded[node.outputs[0]] = *std::move(value);
+          continue;
+        }
+        bool any_float = false;
+        for (const Tensor* t : operands) {
+          any_float = any_float || (t != nullptr && t->type == Tensor::Type::kFloat);
+        }
+        if (!any_float || !registry.Has(node.op)) return value.status();
       }
     }
     DPTRAIN_RETURN_IF_ERROR(CheckOpSupported(registry, node));

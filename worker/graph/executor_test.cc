@@ -4,11 +4,14 @@
 #include "worker/graph/executor.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/graph/constant_folding.h"
 #include "worker/graph/graph_check.h"
 #include "worker/graph/graph_rewrites.h"
 #include "worker/graph/layer_ops.h"
@@ -481,15 +484,19 @@ TEST(GraphRewritesTest, FoldsExpandTargetsAndPaddingArithmetic) {
   EXPECT_EQ(value("p"), "[1] [4]");
   EXPECT_EQ(value("l"), "[2] [2, -1]");
 
-  // A float ConstantOfShape (zeros, ones) is no shape arithmetic: left for the executor,
-  // which refuses it in one line.
-  Graph zeros =
+  // A float ConstantOfShape (zeros, ones) is no shape arithmetic, but a constant to fold
+  // (constant_folding.h): a float tensor, not int64 zeros.
+  Graph ones =
       MakeGraph({3, 1, 1},
-                {MakeNode("ConstantOfShape", "zeros", {"target"}, {"z"}, {{"value_float", 1.0f}}),
+                {MakeNode("ConstantOfShape", "ones", {"target"}, {"z"}, {{"value_float", 1.0f}}),
                  MakeNode("Relu", "r", {"x"}, {"y"})},
                 {IntConstant("target", {2, 3})}, "y");
-  ASSERT_TRUE(FoldShapeConstants(zeros).ok());
-  EXPECT_EQ(zeros.nodes.size(), 2u);
+  ASSERT_TRUE(FoldShapeConstants(ones).ok());
+  EXPECT_EQ(ones.nodes.size(), 1u);
+  const Tensor* z = ones.FindConstant("z");
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z->type, Tensor::Type::kFloat);
+  EXPECT_EQ(z->floats, std::vector<float>(6, 1.0f));
 }
 
 // nn.LayerNorm(6) as torch exports it below opset 17, on [N, 4, 6]: nine nodes become one
@@ -553,6 +560,63 @@ TEST(GraphRewritesTest, FusesALayerNormWrittenOut) {
   EXPECT_EQ(leaking.nodes.size(), 11u);  // d is read outside the pattern: left alone.
 }
 
+// Constants computed on constants, as Swin's window masks are (constant_folding.h): Range,
+// N-d Slice with an open end (INT64_MAX) and a negative step, Transpose, Where with
+// broadcasting, ScatterND, Cast, a float ConstantOfShape.
+TEST(ConstantFoldingTest, FoldsTheOpsOfAnExportedMask) {
+  auto fold = [](const Node& node, std::vector<Tensor> inputs) {
+    std::vector<const Tensor*> in;
+    for (const Tensor& t : inputs) in.push_back(&t);
+    absl::StatusOr<Tensor> t = FoldConstantNode(node, in);
+    if (!t.ok()) return std::string(t.status().message());
+    std::string values;
+    for (int64_t v : t->ints) absl::StrAppend(&values, " ", v);
+    for (float v : t->floats) absl::StrAppend(&values, " ", v);
+    return absl::StrCat(ShapeText(t->shape), values);
+  };
+  auto ints = [](std::vector<int64_t> shape, std::vector<int64_t> values) {
+    Tensor t;
+    t.type = Tensor::Type::kInt64;
+    t.shape = std::move(shape);
+    t.ints = std::move(values);
+    return t;
+  };
+  auto floats = [](std::vector<int64_t> shape, std::vector<float> values) {
+    Tensor t;
+    t.shape = std::move(shape);
+    t.floats = std::move(values);
+    return t;
+  };
+  EXPECT_EQ(fold(MakeNode("Range", "r", {"a", "b", "c"}, {"y"}),
+                 {ints({}, {2}), ints({}, {9}), ints({}, {3})}),
+            "[3] 2 5 8");
+  const Tensor grid = ints({2, 3}, {0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(fold(MakeNode("Slice", "s", {"x", "b", "e", "a"}, {"y"}),
+                 {grid, ints({1}, {-2}), ints({1}, {std::numeric_limits<int64_t>::max()}),
+                  ints({1}, {1})}),
+            "[2, 2] 1 2 4 5");
+  EXPECT_EQ(fold(MakeNode("Slice", "s", {"x", "b", "e", "a", "st"}, {"y"}),
+                 {grid, ints({1}, {-1}), ints({1}, {-std::numeric_limits<int64_t>::max()}),
+                  ints({1}, {1}), ints({1}, {-1})}),
+            "[2, 3] 2 1 0 5 4 3");
+  EXPECT_EQ(fold(MakeNode("Transpose", "t", {"x"}, {"y"}), {grid}), "[3, 2] 0 3 1 4 2 5");
+  EXPECT_EQ(fold(MakeNode("Where", "w", {"c", "x", "y"}, {"z"}),
+                 {ints({2, 1}, {1, 0}), floats({3}, {1, 2, 3}), floats({}, {-1})}),
+            "[2, 3] 1 2 3 -1 -1 -1");
+  EXPECT_EQ(fold(MakeNode("ScatterND", "s", {"x", "i", "u"}, {"y"}),
+                 {floats({2, 2}, {0, 0, 0, 0}), ints({2, 2}, {0, 1, 1, 0}), floats({2}, {7, 8})}),
+            "[2, 2] 0 7 8 0");
+  EXPECT_EQ(fold(MakeNode("Cast", "c", {"x"}, {"y"}, {{"to", int64_t{1}}}), {grid}),
+            "[2, 3] 0 1 2 3 4 5");
+  EXPECT_EQ(fold(MakeNode("Not", "n", {"x"}, {"y"}), {ints({2}, {0, 3})}), "[2] 1 0");
+  EXPECT_EQ(fold(MakeNode("Range", "r", {"a", "b", "c"}, {"y"}),
+                 {ints({}, {0}), ints({}, {5}), ints({}, {0})}),
+            "node 'r' (Range): folding constants: a zero delta");
+  EXPECT_EQ(
+      fold(MakeNode("Add", "a", {"x", "y"}, {"z"}), {ints({2}, {1, 2}), ints({3}, {1, 2, 3})}),
+      "node 'a' (Add): folding constants: shapes that do not broadcast");
+}
+
 // Malformed shape arithmetic in a file: one error naming the node, no read past a vector.
 TEST(GraphRewritesTest, MalformedShapeArithmeticIsRefused) {
   auto fold = [](Node node, std::vector<NamedConstant> constants) {
@@ -563,9 +627,9 @@ TEST(GraphRewritesTest, MalformedShapeArithmeticIsRefused) {
   Tensor empty;
   empty.type = Tensor::Type::kInt64;
   empty.shape = {0};
+  // An empty operand gives an empty result, as NumPy's (Swin's masks slice empty windows).
   EXPECT_EQ(
-      fold(MakeNode("Add", "add", {"e", "one"}, {"z"}), {{"e", empty}, {"one", IntScalar(1)}}),
-      "node 'add' (Add): an empty operand");
+      fold(MakeNode("Add", "add", {"e", "one"}, {"z"}), {{"e", empty}, {"one", IntScalar(1)}}), "");
   EXPECT_EQ(fold(MakeNode("Unsqueeze", "u", {"one", "axes"}, {"z"}),
                  {{"one", IntScalar(1)}, IntConstant("axes", {1, 1})}),
             "node 'u' (Unsqueeze): an axis given twice");

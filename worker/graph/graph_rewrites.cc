@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/graph/constant_folding.h"
 #include "worker/graph/shape_arithmetic.h"
 
 namespace dptrain {
@@ -52,25 +53,45 @@ absl::Status FoldShapeConstants(Graph& graph) {
       continue;
     }
     std::vector<const Tensor*> inputs;
-    bool all_int_constants =
-        IsShapeArithmetic(node.op) && !node.inputs.empty() && !node.inputs[0].empty() &&
+    const bool arithmetic =
+        IsShapeArithmetic(node.op) &&
         !(node.op == "ConstantOfShape" && node.attributes.count("value_int") == 0);
+    const bool wide = IsFoldableOnConstants(node.op);
+    bool all_int_constants = arithmetic && !node.inputs.empty() && !node.inputs[0].empty();
+    bool all_constants = wide && !node.inputs.empty() && !node.inputs[0].empty();
     for (const std::string& name : node.inputs) {
-      if (!all_int_constants) break;
+      if (!all_int_constants && !all_constants) break;
       if (name.empty()) {
         inputs.push_back(nullptr);
         continue;
       }
       auto it = constants.find(name);
+      const NamedConstant* c = it == constants.end() ? nullptr : &graph.constants[it->second];
       all_int_constants =
-          it != constants.end() && graph.constants[it->second].value.type == Tensor::Type::kInt64;
-      if (all_int_constants) inputs.push_back(&graph.constants[it->second].value);
+          all_int_constants && c != nullptr && c->value.type == Tensor::Type::kInt64;
+      // Float constants fold too where they are not model state (a mask, not a weight).
+      all_constants =
+          all_constants && c != nullptr && (c->value.type == Tensor::Type::kInt64 || !c->state);
+      if (c != nullptr) inputs.push_back(&c->value);
     }
-    if (!all_int_constants) {
+    if (!all_int_constants && !all_constants) {
       kept.push_back(std::move(node));
       continue;
     }
-    DPTRAIN_ASSIGN_OR_RETURN(Tensor value, EvaluateShapeArithmetic(node, inputs));
+    absl::StatusOr<Tensor> folded = absl::InvalidArgumentError("");
+    if (all_int_constants) folded = EvaluateShapeArithmetic(node, inputs);
+    if (!folded.ok() && all_constants) {
+      absl::StatusOr<Tensor> other = FoldConstantNode(node, inputs);
+      if (other.ok()) {
+        folded = std::move(other);
+      } else if (!all_int_constants) {
+        // Not foldable here (a batch size yet unknown, an unimplemented form): left for the
+        // executor, which says why in one line if nothing else takes it.
+        kept.push_back(std::move(node));
+        continue;
+      }
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(Tensor value, std::move(folded));
     // Adding may move the constants the pointers above point to; they are not used again.
     constants[node.outputs[0]] = graph.constants.size();
     graph.constants.push_back({node.outputs[0], std::move(value)});

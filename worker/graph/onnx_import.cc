@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "onnx/onnx_pb.h"
+#include "worker/graph/constant_folding.h"
 #include "worker/graph/graph_rewrites.h"
 #include "worker/graph/shape_arithmetic.h"
 
@@ -450,7 +451,10 @@ std::vector<std::string> LearnedOperands(const Graph& graph) {
 
 absl::Status CheckOpsSupported(const Graph& graph, const OpRegistry& registry) {
   for (const Node& node : graph.nodes) {
-    if (node.op == "Shape" || IsShapeArithmetic(node.op)) continue;
+    // Evaluated when the model is built where their inputs are constants (else refused then).
+    if (node.op == "Shape" || IsShapeArithmetic(node.op) || IsFoldableOnConstants(node.op)) {
+      continue;
+    }
     DPTRAIN_RETURN_IF_ERROR(CheckOpSupported(registry, node));
   }
   return absl::OkStatus();

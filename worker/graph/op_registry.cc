@@ -93,7 +93,7 @@ OpRegistry BuiltinOps() {
   add("Identity", elementwise(IdentityOp()));
   add("Squeeze", SqueezeOp());
   add("Unsqueeze", UnsqueezeOp());
-  add("Pad", PadOp());
+  add("Pad", AnyShapePadOp());
   add("Dropout", elementwise(DropoutOp()));
   add("Tanh", elementwise(TanhOp()));
   add("LeakyRelu", elementwise(LeakyReluOp()));

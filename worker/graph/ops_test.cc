@@ -530,10 +530,13 @@ TEST_F(OpsTest, FactoriesRefuseWhatTheyDoNotImplement) {
       BuildError(Chain({6, 1, 1}, {MakeNode("Gemm", "fc", {"x", "w"}, {"y"}, {{"alpha", 2.0f}})},
                        {RandomConstant("w", {6, 2}, 5)})),
       "node 'fc' (Gemm): alpha 2, beta 1, transA 0 unsupported (1, 1, 0 only)");
+  // Channels are padded by any_shape_ops.h's Pad; the batch, or negative pads, by none.
+  Check(Chain({2, 3, 3}, {MakeNode("Pad", "p", {"x", "pads"}, {"y"})},
+              {IntConstant("pads", {0, 1, 0, 2, 0, 0, 1, 0})}));
   EXPECT_EQ(BuildError(Chain({2, 3, 3}, {MakeNode("Pad", "p", {"x", "pads"}, {"y"})},
-                             {IntConstant("pads", {0, 1, 0, 0, 0, 0, 0, 0})})),
-            "node 'p' (Pad): pads [0, 1, 0, 0, 0, 0, 0, 0] unsupported (non-negative, of H and W "
-            "of a 4-D value only)");
+                             {IntConstant("pads", {1, 0, 0, 0, 0, 0, 0, 0})})),
+            "node 'p' (Pad): pads [1, 0, 0, 0, 0, 0, 0, 0] of [B, 2, 3, 3] unsupported "
+            "(non-negative, not of the batch axis)");
   EXPECT_EQ(BuildError(Chain({2, 3, 3}, {MakeNode("Relu", "r", {"w"}, {"y"})}, {w})),
             "node 'r' (Relu): input 0 ('w') must be a computed value, not a constant");
 }

@@ -241,6 +241,19 @@ absl::StatusOr<ValueShape> ReshapedShape(const ValueShape& in, const std::vector
     out.batch_axis = batch;
     return out;
   }
+  if (infer == 0 && before == 1) {
+    // x.view(-1, heads, N, N) of [B, windows, heads, N, N]: the batch leads the flattened
+    // first axis (nothing of the sample before it), merged with what the rest does not hold.
+    std::vector<int64_t> others(out.dims.begin() + 1, out.dims.end());
+    const int64_t known = Product(others, 0, others.size());
+    if (known >= 1 && after % known == 0) {
+      out.dims[0] = after / known;
+      out.batch_axis = 0;
+      out.batch_outer = 1;
+      out.batch_inner = after / known;
+      return out;
+    }
+  }
   if (infer >= 0) {
     return refuse("both the batch and a -1 to infer (export with a dynamic batch axis)");
   }
