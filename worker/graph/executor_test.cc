@@ -617,6 +617,53 @@ TEST(ConstantFoldingTest, FoldsTheOpsOfAnExportedMask) {
       "node 'a' (Add): folding constants: shapes that do not broadcast");
 }
 
+// torch.einsum's attention products become a MatMul with Transposes where an operand or the
+// output is in another order; the result is the sum the equation says (checked in double at
+// batch 1) and its gradients pass the finite-difference check.
+TEST(GraphRewritesTest, EinsumOfABatchedMatrixProduct) {
+  auto graph = [](const std::string& equation) {
+    Graph g =
+        MakeGraph({2, 3, 4},
+                  {MakeNode("Relu", "a", {"x"}, {"a"}), MakeNode("Sigmoid", "b", {"x"}, {"b"}),
+                   MakeNode("Einsum", "e", {"a", "b"}, {"y"}, {{"equation", equation}})},
+                  {}, "y");
+    g.input_rank = 4;
+    EinsumToMatMul(g);
+    return g;
+  };
+  const Graph qk = graph("bhid,bhjd->bhij");  // q k^T: [B, 2, 3, 3].
+  ASSERT_EQ(qk.nodes.size(), 4u);
+  EXPECT_EQ(qk.nodes[2].op, "Transpose");
+  EXPECT_EQ(qk.nodes[3].op, "MatMul");
+  EXPECT_EQ(qk.nodes[3].outputs, (std::vector<std::string>{"y"}));
+  auto e = Executor<double>::Create(qk, BuiltinOps());
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<double> x(24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.9 * i);
+  (*e)->Bind(nullptr, nullptr, nullptr);
+  const nn::TensorRef<double> y = (*e)->Forward(x.data(), 1, false);
+  ASSERT_EQ(y.size(), 18);
+  for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        double sum = 0;
+        for (int d = 0; d < 4; ++d) {
+          const double a = std::max(0.0, x[(h * 3 + i) * 4 + d]);
+          const double b = 1 / (1 + std::exp(-x[(h * 3 + j) * 4 + d]));
+          sum += a * b;
+        }
+        EXPECT_NEAR(y.data[(h * 3 + i) * 3 + j], sum, 1e-12);
+      }
+    }
+  }
+  CheckGraphGradients(qk, BuiltinOps());
+  // An output in another order: a Transpose after the MatMul; other forms are left alone.
+  const Graph swapped = graph("bhid,bhjd->bhji");
+  EXPECT_EQ(swapped.nodes.back().op, "Transpose");
+  CheckGraphGradients(swapped, BuiltinOps());
+  EXPECT_EQ(graph("bhid,bhjd->bh").nodes.back().op, "Einsum");
+}
+
 // Malformed shape arithmetic in a file: one error naming the node, no read past a vector.
 TEST(GraphRewritesTest, MalformedShapeArithmeticIsRefused) {
   auto fold = [](Node node, std::vector<NamedConstant> constants) {

@@ -1,6 +1,7 @@
 #include "worker/graph/graph_rewrites.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <set>
@@ -279,6 +280,133 @@ void FuseLayerNorm(Graph& graph) {
       if (at == &n) kept.push_back(std::move(fused));
     }
     if (removed.count(&n) == 0) kept.push_back(n);
+  }
+  graph.nodes = std::move(kept);
+}
+
+namespace {
+
+// Einsum(a, b) of a batched matrix product with the same leading letters ("bhid,bhjd->bhij",
+// "bhij,bhjd->bhid"), or nullopt: for each operand and the output, the permutation that brings
+// it to [lead..., rows, cols] order (empty where it already is).
+struct EinsumPlan {
+  std::vector<int64_t> perm_a, perm_b, perm_out;
+};
+
+std::optional<EinsumPlan> PlanEinsum(const std::string& equation) {
+  std::string eq;
+  for (char c : equation) {
+    if (c != ' ') eq.push_back(c);
+  }
+  const size_t comma = eq.find(','), arrow = eq.find("->");
+  if (comma == std::string::npos || arrow == std::string::npos || arrow < comma) return {};
+  const std::string a = eq.substr(0, comma), b = eq.substr(comma + 1, arrow - comma - 1),
+                    out = eq.substr(arrow + 2);
+  for (const std::string* t : {&a, &b, &out}) {
+    if (t->size() < 2 || t->find('.') != std::string::npos) return {};
+    for (char c : *t) {
+      if (!std::islower(static_cast<unsigned char>(c)) || std::count(t->begin(), t->end(), c) > 1) {
+        return {};
+      }
+    }
+  }
+  if (a.size() != b.size() || a.size() != out.size()) return {};
+  // The one letter summed over (in both inputs, not in the output); the rows (a's other letter
+  // not in b) and the columns (b's not in a); every other letter is in all three.
+  std::string lead;
+  char k = 0, m = 0, n = 0;
+  for (char c : a) {
+    const bool in_b = b.find(c) != std::string::npos, in_out = out.find(c) != std::string::npos;
+    if (in_b && in_out) {
+      lead.push_back(c);
+    } else if (in_b && !in_out) {
+      if (k != 0) return {};
+      k = c;
+    } else if (!in_b && in_out) {
+      if (m != 0) return {};
+      m = c;
+    } else {
+      return {};
+    }
+  }
+  for (char c : b) {
+    if (a.find(c) == std::string::npos) {
+      if (n != 0 || out.find(c) == std::string::npos) return {};
+      n = c;
+    }
+  }
+  if (k == 0 || m == 0 || n == 0) return {};
+  auto perm = [&](const std::string& from, const std::string& to) {
+    std::vector<int64_t> p;
+    for (char c : to) p.push_back(static_cast<int64_t>(from.find(c)));
+    bool identity = true;
+    for (size_t i = 0; i < p.size(); ++i) identity = identity && p[i] == static_cast<int64_t>(i);
+    return identity ? std::vector<int64_t>{} : p;
+  };
+  EinsumPlan plan;
+  plan.perm_a = perm(a, lead + m + k);
+  plan.perm_b = perm(b, lead + k + n);
+  // MatMul gives lead + m + n; the output's order from it.
+  plan.perm_out = perm(lead + m + n, out);
+  return plan;
+}
+
+}  // namespace
+
+void EinsumToMatMul(Graph& graph) {
+  std::set<std::string> names;
+  for (const Node& node : graph.nodes) {
+    for (const std::string& o : node.outputs) names.insert(o);
+  }
+  auto fresh = [&](const std::string& stem) {
+    std::string name = stem;
+    for (int i = 1; names.count(name) > 0; ++i) name = absl::StrCat(stem, "_", i);
+    names.insert(name);
+    return name;
+  };
+  std::vector<Node> kept;
+  for (Node& node : graph.nodes) {
+    const auto eq = node.attributes.find("equation");
+    const std::string* equation =
+        eq == node.attributes.end() ? nullptr : std::get_if<std::string>(&eq->second);
+    std::optional<EinsumPlan> plan;
+    if (node.op == "Einsum" && node.inputs.size() == 2 && node.outputs.size() == 1 &&
+        equation != nullptr && node.attributes.size() == 1) {
+      plan = PlanEinsum(*equation);
+    }
+    if (!plan.has_value()) {
+      kept.push_back(std::move(node));
+      continue;
+    }
+    auto transposed = [&](const std::string& input, const std::vector<int64_t>& perm,
+                          const char* role) {
+      if (perm.empty()) return input;
+      Node t;
+      t.op = "Transpose";
+      t.name = absl::StrCat(node.name, "/", role);
+      t.inputs = {input};
+      t.outputs = {fresh(t.name)};
+      t.attributes["perm"] = perm;
+      kept.push_back(t);
+      return t.outputs[0];
+    };
+    Node matmul;
+    matmul.op = "MatMul";
+    matmul.name = node.name;
+    matmul.inputs = {transposed(node.inputs[0], plan->perm_a, "a"),
+                     transposed(node.inputs[1], plan->perm_b, "b")};
+    matmul.outputs = {plan->perm_out.empty() ? node.outputs[0] : fresh(node.name + "/product")};
+    const std::string product = matmul.outputs[0];
+    kept.push_back(std::move(matmul));
+    if (!plan->perm_out.empty()) {
+      Node t;
+      t.op = "Transpose";
+      t.name = absl::StrCat(node.name, "/out");
+      t.inputs = {product};
+      t.outputs = {node.outputs[0]};
+      t.attributes["perm"] = plan->perm_out;
+      kept.push_back(std::move(t));
+    }
   }
   graph.nodes = std::move(kept);
 }

@@ -44,6 +44,12 @@ void SinkChannelsLast(Graph& graph);
 // SinkChannelsLast, which moves ConvNeXt's channels-last ones first).
 void FuseLayerNorm(Graph& graph);
 
+// Einsum of two operands that is a batched matrix product with the same leading letters
+// (attention's "bhid,bhjd->bhij" and "bhij,bhjd->bhid", as torch.einsum exports them) ->
+// Transposes where an operand or the output is in another order, and one MatMul, named after
+// the Einsum. Other equations are left alone (and refused as unsupported).
+void EinsumToMatMul(Graph& graph);
+
 // Split(x, sizes) with constant sizes (input 1 from opset 13, the split attribute before) ->
 // one Slice per output along its axis (x.unbind(0), x.chunk(3, -1) as exported), so that each
 // output is a node's first output. A Split without sizes is left alone (and refused).

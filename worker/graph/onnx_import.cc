@@ -395,6 +395,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   FuseChannelShuffle(graph);
   FuseLayerNorm(graph);
   SplitToSlices(graph);
+  EinsumToMatMul(graph);
   DPTRAIN_RETURN_IF_ERROR(CheckExportedForTraining(graph));
   return graph;
 }
