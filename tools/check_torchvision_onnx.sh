@@ -8,7 +8,7 @@
 # Needs Debian's python3-torch and python3-torchvision (not part of the suite: about 3.5 GB of
 # fixtures for the default list, written to a temporary folder). AlexNet and VGG-11-BN run at
 # 224x224 (their adaptive pooling exports only from a multiple of its output size; 2.2 GB of
-# those fixtures), ViT-B/16 too (its image size is fixed; 0.7 GB), Inception v3 at 96x96 (its
+# those fixtures), ViT-B/16 and MaxViT-T too (their image size is fixed), Inception v3 at 96x96 (its
 # stem needs 75x75), the others (Swin-T too) at 64x64.
 # Usage: tools/check_torchvision_onnx.sh [--dynamic_batch] [MODEL,MODEL,...]
 set -euo pipefail
@@ -18,7 +18,7 @@ if [[ "${1:-}" == "--dynamic_batch" ]]; then
   dynamic=(--dynamic_batch)
   shift
 fi
-models="${1:-resnet18,resnet50,resnext50_32x4d,wide_resnet50_2,squeezenet1_1,densenet121,googlenet,mobilenet_v2,mobilenet_v3_small,mobilenet_v3_large,shufflenet_v2_x0_5,shufflenet_v2_x1_0,mnasnet0_5,mnasnet1_0,efficientnet_b0,efficientnet_v2_s,regnet_x_400mf,regnet_y_400mf,convnext_tiny,inception_v3,alexnet,vgg11_bn,vit_b_16,swin_t}"
+models="${1:-resnet18,resnet50,resnext50_32x4d,wide_resnet50_2,squeezenet1_1,densenet121,googlenet,mobilenet_v2,mobilenet_v3_small,mobilenet_v3_large,shufflenet_v2_x0_5,shufflenet_v2_x1_0,mnasnet0_5,mnasnet1_0,efficientnet_b0,efficientnet_v2_s,regnet_x_400mf,regnet_y_400mf,convnext_tiny,inception_v3,alexnet,vgg11_bn,vit_b_16,swin_t,maxvit_t}"
 if ! /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
   echo "check_torchvision_onnx: needs python3-torchvision (apt-get install python3-torchvision)" >&2
   exit 1

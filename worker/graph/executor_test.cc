@@ -662,6 +662,8 @@ TEST(GraphRewritesTest, EinsumOfABatchedMatrixProduct) {
   EXPECT_EQ(swapped.nodes.back().op, "Transpose");
   CheckGraphGradients(swapped, BuiltinOps());
   EXPECT_EQ(graph("bhid,bhjd->bh").nodes.back().op, "Einsum");
+  // MaxViT writes capitals and spaces.
+  EXPECT_EQ(graph("B H I D, B H J D -> B H I J").nodes.back().op, "MatMul");
 }
 
 // Malformed shape arithmetic in a file: one error naming the node, no read past a vector.

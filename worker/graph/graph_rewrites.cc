@@ -305,7 +305,7 @@ std::optional<EinsumPlan> PlanEinsum(const std::string& equation) {
   for (const std::string* t : {&a, &b, &out}) {
     if (t->size() < 2 || t->find('.') != std::string::npos) return {};
     for (char c : *t) {
-      if (!std::islower(static_cast<unsigned char>(c)) || std::count(t->begin(), t->end(), c) > 1) {
+      if (!std::isalpha(static_cast<unsigned char>(c)) || std::count(t->begin(), t->end(), c) > 1) {
         return {};
       }
     }
