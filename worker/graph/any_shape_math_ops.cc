@@ -466,9 +466,12 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
       const size_t lead = out_shape.size() - own.size();
       Shape strides(out_shape.size(), 0);
       for (size_t a = 0; a < own.size(); ++a) {
+        // A value without a batch repeats along the batch axis too; a batched one does not
+        // (its batch axis holds the same outer * inner as the output's: into() checked).
+        const bool batch_axis = static_cast<int>(lead + a) == this->out_.batch_axis;
         const bool broadcast =
             other_shape_->dims[a] == 1 &&
-            (this->out_.dims[lead + a] != 1 || static_cast<int>(lead + a) == this->out_.batch_axis);
+            (batch_axis ? other_shape_->batch_axis < 0 : this->out_.dims[lead + a] != 1);
         if (!broadcast) strides[lead + a] = own[a];
       }
       ForEachOffset(out_shape, strides, f);

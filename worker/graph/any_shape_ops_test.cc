@@ -2,6 +2,7 @@
 // (any_shape_ops.h): where a Reshape finds the batch, and each op forward and backward through
 // the executor (double gradients against central finite differences, float against double) at
 // a batch other than the one the graph's constants were written for, and their refusals.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -315,6 +316,32 @@ TEST_F(AnyShapeOpsTest, ABiasWithoutABatchBroadcastIntoEachSample) {
   ASSERT_EQ((*e)->buffers().size(), 1u);
   EXPECT_EQ((*e)->buffers()[0].name, "relative_position_index");
   EXPECT_EQ((*e)->initial_buffers()[1], 5.0f);
+}
+
+// Values, not only gradients: x - x.mean(-1, keepdim=True) on [4, B, 6] (the batch on axis 1)
+// subtracts each sample's own mean (a broadcast that repeated sample 0's passed the
+// finite-difference checks: they test a function's gradients, not which function).
+TEST_F(AnyShapeOpsTest, EachSampleKeepsItsOwnStatistic) {
+  const Graph g = Of({4, 6, 1}, 3,
+                     {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+                      MakeNode("ReduceMean", "m", {"t"}, {"m"}, {{"axes", Ints{-1}}}),
+                      MakeNode("Sub", "c", {"t", "m"}, {"y"})});
+  auto e = Executor<double>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const int batch = 3;
+  std::vector<double> x(batch * 24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.3 * i) + static_cast<double>(i / 24);
+  (*e)->Bind(nullptr, nullptr, nullptr);
+  const nn::TensorRef<double> y = (*e)->Forward(x.data(), batch, false);
+  for (int n = 0; n < 4; ++n) {
+    for (int b = 0; b < batch; ++b) {
+      double mean = 0;
+      for (int d = 0; d < 6; ++d) mean += x[(b * 4 + n) * 6 + d] / 6;
+      for (int d = 0; d < 6; ++d) {
+        EXPECT_NEAR(y.data[(n * batch + b) * 6 + d], x[(b * 4 + n) * 6 + d] - mean, 1e-12);
+      }
+    }
+  }
 }
 
 TEST_F(AnyShapeOpsTest, Refusals) {

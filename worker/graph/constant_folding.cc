@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -229,6 +230,9 @@ absl::StatusOr<Tensor> FoldConstantNode(const Node& node, const std::vector<cons
   }
   if (op == "Range") {
     if (x.size() != 3) return Error(node, "Range takes three inputs");
+    for (const Values& v : x) {
+      if (v.v.size() != 1) return Error(node, "Range takes three scalars");
+    }
     const double start = x[0].v.at(0), limit = x[1].v.at(0), delta = x[2].v.at(0);
     if (delta == 0) return Error(node, "a zero delta");
     const double count = std::max(0.0, std::ceil((limit - start) / delta));
@@ -339,6 +343,10 @@ absl::StatusOr<Tensor> FoldConstantNode(const Node& node, const std::vector<cons
       a[axis] = b[axis] = 0;
       if (a != b) return Error(node, "inputs of different shapes");
       out.shape[axis] += v.shape[axis];
+      if (out.shape[axis] > kMaxElements) return Error(node, "a result too large");
+    }
+    if (Count(out.shape) < 0 || Count(out.shape) > kMaxElements) {
+      return Error(node, "a result too large");
     }
     const int64_t outer = Count(Shape(x[0].shape.begin(), x[0].shape.begin() + axis));
     int64_t inner = 1;
@@ -366,6 +374,7 @@ absl::StatusOr<Tensor> FoldConstantNode(const Node& node, const std::vector<cons
     const Values& in0 = x[0];
     const size_t r = in0.shape.size();
     if (op == "Gather") {
+      if (x.size() != 2) return Error(node, "Gather takes two inputs");
       DPTRAIN_ASSIGN_OR_RETURN(const int64_t attr, IntAttribute(node, "axis", 0));
       DPTRAIN_ASSIGN_OR_RETURN(const int axis, Axis(node, attr, r));
       const int64_t size = in0.shape[axis];
@@ -374,10 +383,13 @@ absl::StatusOr<Tensor> FoldConstantNode(const Node& node, const std::vector<cons
       out.shape = Shape(in0.shape.begin(), in0.shape.begin() + axis);
       out.shape.insert(out.shape.end(), x[1].shape.begin(), x[1].shape.end());
       out.shape.insert(out.shape.end(), in0.shape.begin() + axis + 1, in0.shape.end());
+      const int64_t total = Count(out.shape);
+      if (total < 0 || total > kMaxElements) return Error(node, "a result too large");
+      const Shape picked = ints(1);
       const int64_t outer = Count(Shape(in0.shape.begin(), in0.shape.begin() + axis));
       const int64_t inner = Count(Shape(in0.shape.begin() + axis + 1, in0.shape.end()));
       for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t i : ints(1)) {
+        for (int64_t i : picked) {
           if (i < -size || i >= size) return Error(node, "an index out of range");
           const int64_t j = i < 0 ? i + size : i;
           const auto from = in0.v.begin() + (o * size + j) * inner;
@@ -401,7 +413,7 @@ absl::StatusOr<Tensor> FoldConstantNode(const Node& node, const std::vector<cons
     for (size_t i = 0; i < axes.size(); ++i) {
       DPTRAIN_ASSIGN_OR_RETURN(const int a, Axis(node, axes[i], r));
       const int64_t dim = in0.shape[a], st = steps[i];
-      if (st == 0) return Error(node, "a zero step");
+      if (st == 0 || st == std::numeric_limits<int64_t>::min()) return Error(node, "a bad step");
       auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
         if (v < 0) v = v < -dim ? lo : v + dim;
         return std::clamp(v, lo, hi);
@@ -410,8 +422,7 @@ absl::StatusOr<Tensor> FoldConstantNode(const Node& node, const std::vector<cons
       const int64_t e = st > 0 ? clamp(ends[i], 0, dim) : clamp(ends[i], -1, dim - 1);
       first[a] = b;
       step[a] = st;
-      count[a] = st > 0 ? std::max<int64_t>(0, (e - b + st - 1) / st)
-                        : std::max<int64_t>(0, (b - e - st - 1) / -st);
+      count[a] = st > 0 ? (e > b ? 1 + (e - b - 1) / st : 0) : (b > e ? 1 + (b - e - 1) / -st : 0);
     }
     Values out;
     out.integer = in0.integer;

@@ -612,6 +612,15 @@ TEST(ConstantFoldingTest, FoldsTheOpsOfAnExportedMask) {
   EXPECT_EQ(fold(MakeNode("Range", "r", {"a", "b", "c"}, {"y"}),
                  {ints({}, {0}), ints({}, {5}), ints({}, {0})}),
             "node 'r' (Range): folding constants: a zero delta");
+  EXPECT_EQ(fold(MakeNode("Range", "r", {"a", "b", "c"}, {"y"}),
+                 {ints({0}, {}), ints({}, {5}), ints({}, {1})}),
+            "node 'r' (Range): folding constants: Range takes three scalars");
+  EXPECT_EQ(fold(MakeNode("Gather", "g", {"x"}, {"y"}), {grid}),
+            "node 'g' (Gather): folding constants: Gather takes two inputs");
+  EXPECT_EQ(fold(MakeNode("Slice", "s", {"x", "b", "e", "a", "st"}, {"y"}),
+                 {grid, ints({1}, {0}), ints({1}, {3}), ints({1}, {1}),
+                  ints({1}, {std::numeric_limits<int64_t>::max()})}),
+            "[2, 1] 0 3");
   EXPECT_EQ(
       fold(MakeNode("Add", "a", {"x", "y"}, {"z"}), {ints({2}, {1, 2}), ints({3}, {1, 2, 3})}),
       "node 'a' (Add): folding constants: shapes that do not broadcast");

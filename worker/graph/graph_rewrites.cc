@@ -354,7 +354,8 @@ std::optional<EinsumPlan> PlanEinsum(const std::string& equation) {
 }  // namespace
 
 void EinsumToMatMul(Graph& graph) {
-  std::set<std::string> names;
+  std::set<std::string> names = {graph.input};
+  for (const NamedConstant& c : graph.constants) names.insert(c.name);
   for (const Node& node : graph.nodes) {
     for (const std::string& o : node.outputs) names.insert(o);
   }
