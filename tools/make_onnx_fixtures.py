@@ -74,6 +74,9 @@ The models:
   relpos     Patch tokens with a relative-position bias as Swin and BEiT add it (a learned
              table gathered by an int64 index buffer: a value without a batch) and the head on
              the tokens' mean.
+  text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
+             a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
+             tokens' mean and a Linear head; 5 classes.
 With --resnet18 (not stored in the repository: about 45 MB) it also writes the full-width
 resnet18 in torchvision's layout for a manual check, and with --torchvision=NAME,... the
 models of torchvision.models of those names (10 classes, inputs 3x64x64; needs Debian's
@@ -570,8 +573,26 @@ class ViT(nn.Module):
         return self.head(self.norm(self.blocks(x))[:, 0])
 
 
+class TextClassifier(nn.Module):
+    """A text classifier as users write one: nn.Embedding of token ids (the graph's int64
+    input), a learned positional embedding, one nn.TransformerEncoderLayer(batch_first=True)
+    with GELU, the mean over the tokens and a Linear head."""
+
+    def __init__(self, vocab=50, length=12, dim=24, heads=3, classes=5):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(1, length, dim) * 0.5)
+        self.encoder = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=48, dropout=0.0,
+                                                  activation="gelu", batch_first=True)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, ids):
+        return self.head(self.encoder(self.embed(ids) + self.pos).mean(1))
+
+
 # name -> () -> (module, classes)
 MODELS = {
+    "text": lambda: (TextClassifier(), 5),
     "attention": lambda: (ViT(mha=False), 10),
     "attention_dynamic": lambda: (ViT(mha=False), 10),
     "mha": lambda: (ViT(mha=True), 10),
@@ -591,9 +612,11 @@ MODELS = {
     "norms": lambda: (Norms(), 10),
 }
 
+# Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).
+ID_INPUTS = {"text": (50, 12)}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
-             "mha_dynamic": 17, "relpos": 17}
+             "mha_dynamic": 17, "relpos": 17, "text": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
 DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic"}
 
@@ -616,7 +639,7 @@ def reference_step(net, x, labels, classes, mse):
     for m in net64.modules():
         if isinstance(m, nn.Dropout):
             m.eval()
-    logits = net64(x.to(torch.float64))
+    logits = net64(x.to(torch.float64) if x.is_floating_point() else x)
     if mse:
         target = nn.functional.one_hot(labels, classes).to(torch.float64)
         loss = nn.functional.mse_loss(logits, target)
@@ -678,7 +701,11 @@ def make_fixture(name, out_dir, opset):
     net = net.to(torch.float32)
     randomize_batch_norms(net)
     net.train()
-    x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
+    if name in ID_INPUTS:
+        vocab, length = ID_INPUTS[name]
+        x = torch.randint(0, vocab, (BATCH, length))
+    else:
+        x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
     labels = torch.randint(0, classes, (BATCH,))
 
     # Exporting traces a train-mode forward pass, which moves the batch-norm running statistics
@@ -703,7 +730,7 @@ def make_fixture(name, out_dir, opset):
     net64, logits, loss = reference_step(net, x, labels, classes, mse=False)
     params = dict(net64.named_parameters())
     tensors = [("state." + k, v) for k, v in state]
-    tensors += [("input", x), ("labels", labels.to(torch.float32)), ("logits", logits),
+    tensors += [("input", x.to(torch.float32)), ("labels", labels.to(torch.float32)), ("logits", logits),
                 ("loss", loss.reshape(1)), ("float32_loss", loss32.reshape(1))]
     tensors += [("grad." + k, p.grad) for k, p in params.items()]
     tensors += [("after." + k, v) for k, v in net64.state_dict().items() if k not in params]

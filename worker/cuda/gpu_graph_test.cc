@@ -99,7 +99,7 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
 // Vision transformers (values whose batch is not first, any-shape nodes) have no CUDA version
 // yet: refused in one line naming the first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"attention", "mha"}) {
+  for (const char* name : {"attention", "mha", "text"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
@@ -347,7 +347,7 @@ class GpuTwinTest : public ::testing::Test {
     const std::vector<float> x = Random(batch * c.input_dims().size(), 1);
     const std::vector<float> gy = Random(batch * c.output_dims().size(), 2, 1.0f);
     c.Bind(params.data(), grads.data(), buffers.data());
-    const nn::TensorRef<float> y = c.Forward(x.data(), batch, /*training=*/true);
+    const nn::TensorRef<float> y = graph::ForwardOk(c, x.data(), batch, /*training=*/true);
     const std::vector<double> y_cpu(y.data, y.data + y.size());
     const nn::TensorRef<float> dx =
         c.Backward({gy.data(), batch, c.output_dims()}, /*need_input_grad=*/true);

@@ -159,6 +159,7 @@ class Operand {
     return s;
   }
   const Shape& shape() const { return shape_; }
+  const std::string& name() const { return name_; }
 
  private:
   std::string name_;

@@ -1,9 +1,11 @@
 // The any-shape ops that move elements (any_shape_ops.h): Transpose, Gather, Slice, Concat,
 // Expand.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -239,11 +241,112 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateGatherRows(const NodeContext&
       Operand<T>(data, own), row, std::move(picked), std::move(out)));
 }
 
+// ---- An embedding lookup: rows of a table of the model picked by computed ids ----
+
+// Gather(table, ids) with ids a computed value (nn.Embedding's export: the graph's int64 input,
+// or a view of it): the output is the ids' shape + the table's row shape, with the ids' batch
+// axis. The ids are values of T holding integers (graph.h: Graph::input_ids); CheckInputs
+// refuses any that is not an integer in [0, rows) before Forward reads it, as nn.Embedding does
+// (ONNX's negative indices are refused too). A learned table's gradient holds the sum of the
+// output gradients of each row's lookups (zero for rows not looked up); the ids get none.
+template <typename T>
+class EmbeddingNode final : public AnyShapeNode<T> {
+ public:
+  EmbeddingNode(Operand<T> table, int64_t rows, int64_t row, ValueShape ids, ValueShape out)
+      : AnyShapeNode<T>(std::move(out)),
+        table_(std::move(table)),
+        rows_(rows),
+        row_(row),
+        ids_(std::move(ids)) {}
+  std::vector<NodeTensorSpec> Params() const override { return table_.Params(); }
+  std::vector<NodeTensorSpec> Buffers() const override { return table_.Buffers(); }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    table_.BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override { table_.BindBuffers(buffers); }
+
+  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
+    const TensorRef<T>& ids = inputs[0];
+    const int64_t n = ids.size();
+    for (int64_t j = 0; j < n; ++j) {
+      const T v = ids.data[j];
+      if (v >= 0 && v < static_cast<T>(rows_) && v == std::floor(v)) continue;
+      std::string where = absl::StrCat("element ", j);
+      if (ids_.batch_axis == 0 && ids.batch > 0) {
+        const int64_t per_sample = n / ids.batch;
+        where = absl::StrCat("sample ", j / per_sample, ", position ", j % per_sample);
+      }
+      return absl::InvalidArgumentError(absl::StrCat("id ", static_cast<double>(v), " (", where,
+                                                     ") is not a row of the table '", table_.name(),
+                                                     "' (an integer in [0, ", rows_, "))"));
+    }
+    return absl::OkStatus();
+  }
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& ids = inputs[0];
+    const int64_t n = ids.size();
+    T* y = EnsureSize(output_, n * row_);
+    for (int64_t j = 0; j < n; ++j) {
+      const T* src = table_.data() + static_cast<int64_t>(ids.data[j]) * row_;
+      std::copy(src, src + row_, y + j * row_);
+    }
+    last_ids_ = ids;
+    return {y, ids.batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (T* g = table_.grad(); g != nullptr) {
+      std::fill(g, g + table_.size(), T(0));
+      for (int64_t j = 0; j < last_ids_.size(); ++j) {
+        T* dst = g + static_cast<int64_t>(last_ids_.data[j]) * row_;
+        const T* src = grad_output.data + j * row_;
+        for (int64_t i = 0; i < row_; ++i) dst[i] += src[i];
+      }
+    }
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    // Ids are integers: the output does not change with them (almost everywhere).
+    T* dx = EnsureSize(grad_input_, last_ids_.size());
+    std::fill(dx, dx + last_ids_.size(), T(0));
+    return {TensorRef<T>{dx, last_ids_.batch, ids_.dims_for_ops()}};
+  }
+
+ private:
+  Operand<T> table_;
+  const int64_t rows_, row_;
+  const ValueShape ids_;
+  TensorRef<T> last_ids_;  // Forward's input, valid until Backward returns (node.h).
+  std::vector<T> output_, grad_input_;
+};
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateEmbedding(const NodeContext& ctx) {
+  const NodeInput& data = ctx.inputs[0];
+  if (data.constant->type != Tensor::Type::kFloat || data.constant->shape.empty()) {
+    return ctx.Error("the table (input 0) must be a float tensor of at least one axis");
+  }
+  DPTRAIN_ASSIGN_OR_RETURN(const ValueShape ids, ShapeOf(ctx, 1));
+  DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(ctx.node, "axis", 0));
+  const Shape& own = data.constant->shape;
+  if (axis != 0 && axis != -static_cast<int64_t>(own.size())) {
+    return ctx.Error(absl::StrCat("a lookup in a tensor of the model along axis ", axis,
+                                  " unsupported (its rows: axis 0)"));
+  }
+  ValueShape out = ids;
+  out.dims.insert(out.dims.end(), own.begin() + 1, own.end());
+  if (out.rank() > kMaxRank) return ctx.Error("the result's rank is out of range");
+  return std::unique_ptr<NodeImpl<T>>(std::make_unique<EmbeddingNode<T>>(
+      Operand<T>(data, own), own[0], Product(own, 1), ids, std::move(out)));
+}
+
 template <typename T>
 struct Gather {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
     if (ctx.inputs.size() == 2 && ctx.input(0) != nullptr && ctx.inputs[0].constant != nullptr) {
+      if (ctx.inputs[1].is_runtime()) return CreateEmbedding<T>(ctx);
       return CreateGatherRows<T>(ctx);
     }
     DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));

@@ -332,7 +332,7 @@ TEST_F(AnyShapeOpsTest, EachSampleKeepsItsOwnStatistic) {
   std::vector<double> x(batch * 24);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.3 * i) + static_cast<double>(i / 24);
   (*e)->Bind(nullptr, nullptr, nullptr);
-  const nn::TensorRef<double> y = (*e)->Forward(x.data(), batch, false);
+  const nn::TensorRef<double> y = ForwardOk(**e, x.data(), batch, false);
   for (int n = 0; n < 4; ++n) {
     for (int b = 0; b < batch; ++b) {
       double mean = 0;
@@ -342,6 +342,62 @@ TEST_F(AnyShapeOpsTest, EachSampleKeepsItsOwnStatistic) {
       }
     }
   }
+}
+
+// nn.Embedding's export: Gather(table, ids) with the ids the graph's input [B, 4]. The output
+// is each id's row; the table's gradient sums the output gradients of every lookup of a row
+// (ids repeat here) and is zero for rows never looked up; ids that are not rows are refused
+// before anything runs, naming the node, the sample and the position.
+TEST_F(AnyShapeOpsTest, EmbeddingLookupOfComputedIds) {
+  Graph g = Of({4, 1, 1}, 2, {MakeNode("Gather", "embed", {"table", "x"}, {"y"})},
+               {RandomConstant("table", {6, 3}, 5)});
+  g.constants[0].state = true;  // Learned, as an initializer is.
+  g.input_ids = true;
+  auto e = Executor<double>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  Executor<double>& ex = **e;
+  EXPECT_TRUE(ex.input_ids());
+  EXPECT_EQ(ex.value_shapes()[1].ToString(), "[B, 4, 3]");
+  ASSERT_EQ(ex.params().size(), 1u);
+  std::vector<double> params = ex.initial_params(), grads(params.size(), -7.0);
+  ex.Bind(params.data(), grads.data(), nullptr);
+  const int batch = 2;
+  const std::vector<double> ids = {5, 0, 2, 5, 1, 5, 0, 0};
+  const nn::TensorRef<double> y = ForwardOk(ex, ids.data(), batch, true);
+  ASSERT_EQ(y.size(), 8 * 3);
+  for (int j = 0; j < 8; ++j) {
+    for (int d = 0; d < 3; ++d) {
+      EXPECT_EQ(y.data[j * 3 + d], params[static_cast<int>(ids[j]) * 3 + d]) << j;
+    }
+  }
+  std::vector<double> gy(8 * 3);
+  for (size_t i = 0; i < gy.size(); ++i) gy[i] = 0.25 * static_cast<double>(i) - 1.0;
+  ex.Backward({gy.data(), batch, ex.output_dims()}, false);
+  for (int row = 0; row < 6; ++row) {
+    for (int d = 0; d < 3; ++d) {
+      double sum = 0;
+      for (int j = 0; j < 8; ++j) sum += ids[j] == row ? gy[j * 3 + d] : 0.0;
+      EXPECT_EQ(grads[row * 3 + d], sum) << row;  // Row 3 and 4: never looked up, zero.
+    }
+  }
+
+  auto error = [&](std::vector<double> bad) {
+    absl::StatusOr<nn::TensorRef<double>> r = ex.Forward(bad.data(), batch, true);
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_EQ(error({0, 1, 2, 3, 4, 5, 6, 0}),
+            "node 'embed' (Gather): id 6 (sample 1, position 2) is not a row of the table "
+            "'table' (an integer in [0, 6))");
+  EXPECT_EQ(error({0, -1, 2, 3, 4, 5, 0, 0}),
+            "node 'embed' (Gather): id -1 (sample 0, position 1) is not a row of the table "
+            "'table' (an integer in [0, 6))");
+  EXPECT_EQ(error({0, 1, 2.5, 3, 4, 5, 0, 0}),
+            "node 'embed' (Gather): id 2.5 (sample 0, position 2) is not a row of the table "
+            "'table' (an integer in [0, 6))");
+  EXPECT_EQ(error({0, 1, 2, 3, 4, 5, 0, std::nan("")}),
+            "node 'embed' (Gather): id nan (sample 1, position 3) is not a row of the table "
+            "'table' (an integer in [0, 6))");
+  EXPECT_EQ(error({0, 1, 2, 3, 4, 5, 0, 0}), "ok");
 }
 
 TEST_F(AnyShapeOpsTest, Refusals) {

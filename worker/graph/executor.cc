@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   DPTRAIN_RETURN_IF_ERROR(ValidateGraph(graph));
   std::unique_ptr<Executor<T>> e(new Executor<T>());
   e->input_dims_ = graph.input_dims;
+  e->input_ids_ = graph.input_ids;
   e->value_shapes_.push_back(ValueShape::BatchFirst(graph.input_dims, graph.input_rank));
 
   // Value ids: runtime values only. A node's secondary outputs are "not computed" (-2).
@@ -502,13 +503,17 @@ void Executor<T>::Bind(const T* params, T* grads, T* buffers) {
 }
 
 template <typename T>
-nn::TensorRef<T> Executor<T>::Forward(const T* input, int batch, bool training) {
+absl::StatusOr<nn::TensorRef<T>> Executor<T>::Forward(const T* input, int batch, bool training) {
   values_[0] = {input, batch, input_dims_};
   std::vector<nn::TensorRef<T>> inputs;
   for (NodeState& node : nodes_) {
     inputs.clear();
     for (int v : node.inputs) inputs.push_back(values_[v]);
     if (inputs.empty()) inputs.push_back(values_[0]);  // For the batch size (node.h).
+    if (absl::Status s = node.impl->CheckInputs(inputs); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("node '", node.name, "' (", node.op, "): ", s.message()));
+    }
     values_[node.output] = node.impl->Forward(ctx_, inputs, training);
   }
   return values_[output_];

@@ -71,6 +71,7 @@ class Executor {
   std::vector<T> ReleaseInitialBuffers() { return std::move(initial_buffers_); }
 
   nn::Dims input_dims() const { return input_dims_; }
+  bool input_ids() const { return input_ids_; }  // Graph::input_ids.
   nn::Dims output_dims() const;
   const ValueShape& output_shape() const { return value_shapes_[output_]; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
@@ -83,7 +84,9 @@ class Executor {
   // The output for `batch` samples of input_dims() at `input` (which must stay valid and
   // unchanged until Backward returns). The view is valid until the next Forward. In training
   // mode, nodes update their buffers (batch norm's running statistics) and draw new masks.
-  nn::TensorRef<T> Forward(const T* input, int batch, bool training);
+  // InvalidArgument naming the node for input values a node refuses (NodeImpl::CheckInputs:
+  // token ids outside an embedding table); the later nodes did not run.
+  absl::StatusOr<nn::TensorRef<T>> Forward(const T* input, int batch, bool training);
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients (zero for
   // parameters the output does not depend on) and returns d(loss)/d(input) if
@@ -129,6 +132,7 @@ class Executor {
   void Accumulate(int v, nn::TensorRef<T> grad, bool consumed_next);
 
   nn::Dims input_dims_;
+  bool input_ids_ = false;
   std::vector<NodeState> nodes_;
   std::vector<nn::Dims> value_dims_;  // Per value id; id 0 is the graph input.
   std::vector<ValueShape> value_shapes_;

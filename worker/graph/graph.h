@@ -95,6 +95,10 @@ struct Graph {
   nn::Dims input_dims;                   // Per sample.
   // The input's rank, batch included (2 to 4); 0: the smallest that holds input_dims.
   int input_rank = 0;
+  // The input holds integer ids (an ONNX int64/int32 input: token or category ids for the
+  // model's embedding tables, Gather of a learned table), carried as values of the executor's
+  // type (exact below 2^24 in float); false: images or features.
+  bool input_ids = false;
   std::string output;                    // The logits' value name: [batch, classes].
   std::vector<NamedConstant> constants;  // Initializers, in file order (the order of params()).
   std::vector<Node> nodes;               // Topologically ordered.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
+#include "worker/graph/executor.h"
 #include "worker/graph/graph.h"
 #include "worker/graph/op_registry.h"
 
@@ -26,6 +28,14 @@ NamedConstant IntConstant(const std::string& name, std::vector<int64_t> values);
 NamedConstant FloatScalar(const std::string& name, float value);
 // A graph from input "x" of `dims` through `nodes` to the first output of the last node.
 Graph Chain(nn::Dims dims, std::vector<Node> nodes, std::vector<NamedConstant> constants = {});
+
+// e.Forward(...)'s view, failing the test (and giving an empty view) if it fails.
+template <typename T>
+nn::TensorRef<T> ForwardOk(Executor<T>& e, const T* input, int batch, bool training) {
+  absl::StatusOr<nn::TensorRef<T>> y = e.Forward(input, batch, training);
+  EXPECT_TRUE(y.ok()) << y.status();
+  return y.ok() ? *y : nn::TensorRef<T>{};
+}
 
 struct GraphCheckOptions {
   int batch = 3;

@@ -95,6 +95,7 @@ class GraphModel final : public nn::Model {
   std::vector<float>& buffer_values() override { return buffer_values_; }
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override { return executor_->input_dims(); }
+  bool input_is_ids() const override { return executor_->input_ids(); }
   int num_classes() const override { return classes_; }
 
   absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,
@@ -102,7 +103,8 @@ class GraphModel final : public nn::Model {
     DPTRAIN_RETURN_IF_ERROR(Prepare(images, labels, batch));
     largest_train_batch_ = std::max(largest_train_batch_, batch);
     const absl::Time start = absl::Now();
-    const nn::TensorRef<float> logits = executor_->Forward(images, batch, /*training=*/true);
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::TensorRef<float> logits,
+                             executor_->Forward(images, batch, /*training=*/true));
     float* grad_logits = nn::EnsureSize(grad_logits_, logits.size());
     const nn::LossOutput loss = ComputeLoss(logits.data, labels, batch, grad_logits);
     const absl::Time forward_end = absl::Now();
@@ -124,8 +126,10 @@ class GraphModel final : public nn::Model {
     int64_t correct = 0;
     for (int begin = 0; begin < batch; begin += piece) {
       const int n = std::min(piece, batch - begin);
-      const nn::TensorRef<float> logits = executor_->Forward(
-          images + begin * executor_->input_dims().size(), n, /*training=*/false);
+      DPTRAIN_ASSIGN_OR_RETURN(
+          const nn::TensorRef<float> logits,
+          executor_->Forward(images + begin * executor_->input_dims().size(), n,
+                             /*training=*/false));
       const nn::LossOutput loss = ComputeLoss(logits.data, labels + begin, n, nullptr);
       loss_sum += loss.loss * n;
       correct += loss.correct;

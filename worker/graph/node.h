@@ -246,6 +246,13 @@ class NodeImpl {
   // the executor's shared input-gradient buffers), per call as for the layers.
   virtual TensorRef<T> Forward(const nn::LayerContext<T>& ctx,
                                absl::Span<const TensorRef<T>> inputs, bool training) = 0;
+  // Refuses runtime input values the node cannot take (an embedding lookup's ids outside its
+  // table or not integers), called with Forward's inputs just before it: the executor's Forward
+  // then fails with this status (InvalidArgument naming the node) and runs no later node. OK by
+  // default.
+  virtual absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const {
+    return absl::OkStatus();
+  }
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
@@ -274,6 +281,9 @@ class DelegatingNode : public NodeImpl<T> {
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     return inner_->Forward(ctx, inputs, training);
+  }
+  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
+    return inner_->CheckInputs(inputs);
   }
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {

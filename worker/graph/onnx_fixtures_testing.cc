@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/graph/executor.h"
+#include "worker/graph/graph_check.h"
 #include "worker/graph/graph_model.h"
 #include "worker/graph/op_registry.h"
 #include "worker/nn/layer_check.h"
@@ -110,7 +111,8 @@ void ExpectDoubleStepMatches(const Graph& graph, const SafetensorsContents& ref)
   const Batch batch = ReferenceBatch(ref);
   const int n = static_cast<int>(batch.labels.size());
   const std::vector<double> input(batch.images.begin(), batch.images.end());
-  const nn::TensorRef<double> logits = e.Forward(input.data(), n, /*training=*/true);
+  const nn::TensorRef<double> logits = ForwardOk(e, input.data(), n, /*training=*/true);
+  ASSERT_NE(logits.data, nullptr);
   const int classes = static_cast<int>(logits.dims.size());
   std::vector<double> grad_logits(logits.size());
   const nn::LossOutput loss =

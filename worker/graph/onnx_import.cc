@@ -167,7 +167,11 @@ absl::StatusOr<nn::Dims> SampleDims(const onnx::ValueInfoProto& v) {
   };
   if (!v.type().has_tensor_type()) return refuse("not a tensor");
   const onnx::TypeProto_Tensor& t = v.type().tensor_type();
-  if (t.elem_type() != onnx::TensorProto_DataType_FLOAT) return refuse("not float");
+  const int type = t.elem_type();
+  if (type != onnx::TensorProto_DataType_FLOAT && type != onnx::TensorProto_DataType_INT64 &&
+      type != onnx::TensorProto_DataType_INT32) {
+    return refuse("neither float (images, features) nor int64/int32 (token ids)");
+  }
   const int rank = t.shape().dim_size();
   if (rank < 2 || rank > 4) {
     return refuse(absl::StrCat("rank ", rank,
@@ -335,6 +339,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   graph.input = inputs[0]->name();
   DPTRAIN_ASSIGN_OR_RETURN(graph.input_dims, SampleDims(*inputs[0]));
   graph.input_rank = inputs[0]->type().tensor_type().shape().dim_size();
+  graph.input_ids = inputs[0]->type().tensor_type().elem_type() != onnx::TensorProto_DataType_FLOAT;
   if (g.output_size() != 1) {
     return Invalid(absl::StrCat("expected one graph output (the logits), found ", g.output_size()));
   }

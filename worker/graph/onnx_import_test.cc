@@ -71,10 +71,17 @@ void CheckParity(const std::string& dir, const std::string& name, int threads,
   ASSERT_TRUE(made.ok()) << made.status();
   nn::Model& model = **made;
   EXPECT_EQ(model.name(), name);
-  const std::vector<int64_t>& input = ref->Find("input")->shape;  // [batch, 3, 32, 32] or 64s.
-  ASSERT_EQ(input.size(), 4u);
-  EXPECT_EQ(model.input_dims(),
-            (nn::Dims{3, static_cast<int>(input[2]), static_cast<int>(input[3])}));
+  // [batch, 3, 32, 32] (or 64s), or [batch, tokens] of ids.
+  const std::vector<int64_t>& input = ref->Find("input")->shape;
+  if (input.size() == 2) {
+    EXPECT_TRUE(model.input_is_ids());
+    EXPECT_EQ(model.input_dims(), (nn::Dims{static_cast<int>(input[1]), 1, 1}));
+  } else {
+    ASSERT_EQ(input.size(), 4u);
+    EXPECT_FALSE(model.input_is_ids());
+    EXPECT_EQ(model.input_dims(),
+              (nn::Dims{3, static_cast<int>(input[2]), static_cast<int>(input[3])}));
+  }
   EXPECT_EQ(model.num_classes(), ref->Find("logits")->shape[1]);
 
   // The file's weights and buffers are the state PyTorch started from.
@@ -136,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated", "pooling", "shared",
                                          "elementwise", "shuffle", "dynamic", "scaled", "convnext",
                                          "attention", "attention_dynamic", "mha", "mha_dynamic",
-                                         "relpos"),
+                                         "relpos", "text"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:

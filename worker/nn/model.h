@@ -122,6 +122,10 @@ class Model {
   // Evaluate read batch * input_dims().size() floats, so the caller checks its data against
   // it once, before any step (worker/data/batch.h).
   virtual Dims input_dims() const = 0;
+  // Whether a sample is integer ids (token or category ids for embedding tables, as floats:
+  // a graph model with an int64 input, graph.h) rather than image or feature values. Data of
+  // the other kind is refused before any step (worker/data/batch.h).
+  virtual bool input_is_ids() const { return false; }
   // The classes the model tells apart (its output's size): labels are in [0, num_classes()).
   virtual int num_classes() const = 0;
 
