@@ -3,13 +3,15 @@ PyTorch (Conv, BatchNorm, ReLU, MaxPool, Dropout, Linear) is exported to ONNX
 (torch.onnx.export, training mode, no constant folding), 2 gpu_worker processes train it
 through 2 real ps_server shards (BSP, sgd) on a generated 3x32x32 data set in the CIFAR-10
 binary format (and a small vision transformer built from nn.TransformerEncoder on the same
-data), again on the same images as an ImageFolder tree of PNG files, and on an
+data, and a text classifier built from nn.Embedding and nn.TransformerEncoder on int64 token
+ids in .npy arrays), again on the same images as an ImageFolder tree of PNG files, and on an
 ImageFolder of those images at other sizes (64x64 and 48x40) brought back to 32x32 by
 --image_size=32; each time rank 0 saves the weights, which load into the PyTorch model with a
 strict load_state_dict and give, in PyTorch, the test accuracy the worker printed (for the
 resized folder, on the test PNGs through torchvision's Resize(32) + CenterCrop(32), written out
 with PIL as in tools/make_resize_fixtures.py). Then the bad input: an
-unsupported op, a model whose input is not the data's shape, a model exported with
+unsupported op, a model whose input is not the data's shape or kind (ids, images), ids outside
+the embedding table, a model exported with
 torch.onnx.export's defaults (for evaluation), too few outputs for the classes. Run by
 tests/onnx_e2e_test.sh; every case prints one line, the first failure ends the run with a
 non-zero exit."""
@@ -29,6 +31,7 @@ import torch
 from torch import nn
 
 import dptrain.export
+import dptrain.models
 import dptrain.safetensors
 
 ROOT = os.environ["DPTRAIN_ROOT"]
@@ -79,6 +82,33 @@ def write_npy(folder, train, test):
     for split, (xs, ys) in (("train", train), ("test", test)):
         numpy.save(os.path.join(folder, f"{split}_images.npy"), xs.numpy())
         numpy.save(os.path.join(folder, f"{split}_labels.npy"), ys.long().numpy())
+
+
+VOCAB, LENGTH, TEXT_CLASSES = 100, 16, 5
+
+
+def token_ids_and_labels(n, seed):
+    """n sequences of LENGTH token ids: 3 keywords of the class (ids 10c .. 10c + 9) at random
+    places among filler ids (50 .. 99); a tenth of the labels redrawn at random, so that no
+    model is perfect."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, TEXT_CLASSES, (n,), generator=g)
+    ids = torch.randint(50, VOCAB, (n, LENGTH), generator=g)
+    for i in range(n):
+        places = torch.randperm(LENGTH, generator=g)[:3]
+        ids[i, places] = labels[i] * 10 + torch.randint(0, 10, (3,), generator=g)
+    noisy = torch.rand(n, generator=g) < 0.1
+    labels[noisy] = torch.randint(0, TEXT_CLASSES, (int(noisy.sum()),), generator=g)
+    return ids, labels
+
+
+def write_ids(folder, train, test):
+    """Token ids as .npy arrays: int64 N x LENGTH, int64 labels."""
+    import numpy
+    os.makedirs(folder, exist_ok=True)
+    for split, (xs, ys) in (("train", train), ("test", test)):
+        numpy.save(os.path.join(folder, f"{split}_images.npy"), xs.numpy())
+        numpy.save(os.path.join(folder, f"{split}_labels.npy"), ys.numpy())
 
 
 def png(image):
@@ -175,11 +205,27 @@ class ViT(nn.Module):
         return self.head(self.norm(self.encoder(x))[:, 0])
 
 
-def export(model, path, shape=(2, 3, 32, 32)):
+class TextClassifier(nn.Module):
+    """A text classifier as users write one: nn.Embedding of the token ids, a learned
+    positional embedding, nn.TransformerEncoder, the mean over the tokens, a Linear head."""
+
+    def __init__(self, dim=32, heads=4, classes=TEXT_CLASSES):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, dim)
+        self.pos = nn.Parameter(torch.randn(1, LENGTH, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, ids):
+        return self.head(self.encoder(self.embed(ids) + self.pos).mean(1))
+
+
+def export(model, path, shape=(2, 3, 32, 32), dtype=torch.float32):
     """dptrain.export_onnx, checked to leave the model as it was (its state and mode)."""
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.eval()
-    dptrain.export.export_onnx(model, torch.zeros(*shape), path)
+    dptrain.export.export_onnx(model, torch.zeros(*shape, dtype=dtype), path)
     if model.training or any(not torch.equal(v, before[k]) for k, v in model.state_dict().items()):
         fail(f"export_onnx changed the model it exported ({path})")
 
@@ -210,8 +256,9 @@ def start_shards(n, workers):
     return addresses
 
 
-def train(name, model_path, data_dir, extra=()):
+def train(name, model_path, data_dir, extra=(), normalize=True):
     """2 workers x 2 shards; returns (rank 0's printed test accuracy, the saved weights)."""
+    norm = ("--data_mean=0.5,0.5,0.5", "--data_std=0.25,0.25,0.25") if normalize else ()
     shards = start_shards(2, 2)
     saved = os.path.join(SCRATCH, f"{name}.safetensors")
     procs, logs = [], []
@@ -221,8 +268,7 @@ def train(name, model_path, data_dir, extra=()):
         procs.append(subprocess.Popen(
             [GPU_WORKER, "--mode=ps", f"--ps={','.join(shards)}", f"--rank={r}", "--world_size=2",
              f"--model={model_path}", f"--data_dir={data_dir}", "--epochs=3", "--batch_size=25",
-             "--threads=1", "--data_mean=0.5,0.5,0.5", "--data_std=0.25,0.25,0.25",
-             f"--save_model={saved}", *extra],
+             "--threads=1", *norm, f"--save_model={saved}", *extra],
             stdout=open(log, "w"), stderr=subprocess.STDOUT))
         _processes.append(procs[-1])
     for p in procs:
@@ -330,9 +376,31 @@ def main():
           f"data: test_acc {printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights",
           flush=True)
 
+    # A text classifier on token ids (an int64 input read by nn.Embedding) from .npy arrays.
+    torch.manual_seed(0)
+    text_path = os.path.join(SCRATCH, "text.onnx")
+    export(TextClassifier(), text_path, shape=(2, LENGTH), dtype=torch.long)
+    ids_train, ids_test = token_ids_and_labels(TRAIN, 3), token_ids_and_labels(TEST, 4)
+    ids_dir = os.path.join(SCRATCH, "ids")
+    write_ids(ids_dir, ids_train, ids_test)
+    printed, saved, text = train("onnx_text_ids", text_path, ids_dir, ("--epochs=10",),
+                                 normalize=False)
+    net = TextClassifier()
+    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    net.eval()
+    with torch.no_grad():
+        ours = (net(ids_test[0]).argmax(1) == ids_test[1]).float().mean().item()
+    if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.8 < printed < 0.99:
+        fail(f"text: the worker printed test_acc {printed}, PyTorch gets {ours} from the saved "
+             f"weights: {text[-600:]}")
+    if f"{TRAIN} training samples" not in text or f"{LENGTH} ids each" not in text:
+        fail(f"text: no line describing the ids: {text[:800]}")
+    print(f"ok: a text classifier (nn.Embedding + nn.TransformerEncoder) on int64 token ids "
+          f"from .npy, 2 workers x 2 shards: test_acc {printed:.4f} printed, {ours:.4f} in "
+          "PyTorch from the saved weights", flush=True)
+
     # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built
     # for that data (the same names and shapes as gpu_worker's) and evaluates as it printed.
-    import dptrain.models
     saved = os.path.join(SCRATCH, "mlp_cifar.safetensors")
     r = subprocess.run([GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.1",
                         "--model=mlp", f"--data_dir={cifar}", "--epochs=3", "--batch_size=25",
@@ -382,6 +450,35 @@ def main():
     export(Net(classes=5), few)
     expect_error("too few outputs", few, cifar, r"five.onnx has 5 outputs, and the data in .* has "
                  r"10 classes")
+    # Ids and images are not each other's data; ids outside the table are refused before any
+    # step, naming the sample and the position; ids are not normalised.
+    text10 = os.path.join(SCRATCH, "text10.onnx")
+    export(TextClassifier(classes=CLASSES), text10, shape=(2, LENGTH), dtype=torch.long)
+    expect_error("a text model on images", text10, cifar,
+                 r"the training set holds 3x32x32 images but model text10 takes 16 integer "
+                 r"id\(s\) per sample")
+    net5 = os.path.join(SCRATCH, "net5.onnx")
+    export(Net(classes=TEXT_CLASSES), net5)
+    expect_error("an image model on ids", net5, ids_dir,
+                 r"the training set holds 16 integer id\(s\) per sample but model net5 takes "
+                 r"3x32x32 images")
+    bad_ids = os.path.join(SCRATCH, "ids_bad")
+    ids = ids_train[0].clone()
+    ids[7, 2] = VOCAB
+    write_ids(bad_ids, (ids, ids_train[1]), ids_test)
+    expect_error("an id outside the table", text_path, bad_ids,
+                 r"the training set: id 100 at sample 7, position 2 is not below 100, the rows "
+                 r"of model text's embedding table")
+    ids[7, 2] = -3
+    write_ids(bad_ids, (ids, ids_train[1]), ids_test)
+    expect_error("a negative id", text_path, bad_ids,
+                 r"train_images.npy: id -3 at sample 7, position 2 is outside \[0, 2\^24\)")
+    expect_error("normalised ids", text_path, ids_dir,
+                 r"--data_mean/--data_std normalise images; the data set holds integer ids",
+                 ("--data_mean=0.5", "--data_std=0.25"))
+    expect_error("augmented ids", text_path, ids_dir,
+                 r"crop and flip augmentation apply to images; the training set holds integer ids",
+                 ("--random_hflip",))
     # Streamed sets: only image folders and .npy arrays stream; an image whose header reads but
     # whose data do not decode stops training when it is reached, naming the file.
     expect_error("stream a cifar set", model_path, cifar,

@@ -188,6 +188,11 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
   load.data_loading = data.data_loading;
   DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
   DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
+  if (test.ids != train.ids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(data.dir, ": the training set holds ", train.ids ? "integer ids" : "images",
+                     ", the test set ", test.ids ? "integer ids" : "images"));
+  }
   if (test.channels != train.channels || test.rows != train.rows || test.cols != train.cols) {
     return absl::InvalidArgumentError(absl::StrCat(
         data.dir, ": the training images are ", train.channels, "x", train.rows, "x", train.cols,
@@ -201,6 +206,10 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
   train.KeepFirst(data.train_subset);
   test.KeepFirst(data.test_subset);
   if (!data.mean.empty()) {
+    if (train.ids) {
+      return absl::InvalidArgumentError(
+          "--data_mean/--data_std normalise images; the data set holds integer ids");
+    }
     if (static_cast<int>(data.mean.size()) != train.channels) {
       return absl::InvalidArgumentError(absl::StrCat("--data_mean: ", data.mean.size(),
                                                      " values for images of ", train.channels,
@@ -305,10 +314,13 @@ absl::Status Run(const WorkerConfig& config) {
         train.cols, "; a resized crop is for images of at least 2x2"));
   }
   auto held = [](const Dataset& d) { return d.source != nullptr ? "read as needed" : "held"; };
-  std::cout << who << ": data " << config.data.dir << ": " << train.size << " training images ("
-            << held(train) << "), " << test.size << " test images (" << held(test) << "), "
-            << train.channels << "x" << train.rows << "x" << train.cols << ", " << train.num_classes
-            << " classes" << std::endl;
+  const std::string samples = train.ids ? "samples" : "images";
+  const std::string shape = train.ids
+                                ? absl::StrCat(train.channels, " ids each")
+                                : absl::StrCat(train.channels, "x", train.rows, "x", train.cols);
+  std::cout << who << ": data " << config.data.dir << ": " << train.size << " training " << samples
+            << " (" << held(train) << "), " << test.size << " test " << samples << " ("
+            << held(test) << "), " << shape << ", " << train.num_classes << " classes" << std::endl;
 
   nn::ModelOptions model_options;
   model_options.name = config.model;
@@ -409,9 +421,8 @@ absl::Status Run(const WorkerConfig& config) {
     std::cout << who << ": the optimizer runs on the GPU" << std::endl;
   }
   std::cout << who << ": " << config.model << " with " << model->weights().size() << " parameters, "
-            << train.size << " training images, " << test.size << " test images (" << train.channels
-            << "x" << train.rows << "x" << train.cols << ", " << train.num_classes << " classes)"
-            << std::endl;
+            << train.size << " training " << samples << ", " << test.size << " test " << samples
+            << " (" << shape << ", " << train.num_classes << " classes)" << std::endl;
   DPTRAIN_RETURN_IF_ERROR(Train(options, *model, Borrow(sync.sync), train, &test, nullptr));
   DPTRAIN_RETURN_IF_ERROR(DrainMaster(config, sync));
   if (!config.save_model.empty()) {

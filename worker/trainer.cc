@@ -254,8 +254,9 @@ std::vector<int64_t> ReadOrder(const DistributedSampler& sampler,
 absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size) {
   if (data.size < 1) return absl::InvalidArgumentError("evaluation set is empty");
   const nn::Dims input = model.input_dims();
-  if (auto s =
-          CheckImageShape(data, {input.c, input.h, input.w}, model.name(), "the evaluation set");
+  if (auto s = CheckImageShape(
+          data, {input.c, input.h, input.w, model.input_is_ids(), model.input_id_limit()},
+          model.name(), "the evaluation set");
       !s.ok()) {
     return s;
   }
@@ -305,8 +306,12 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   // Images of another shape than the model's input would be read misaligned or past the
   // batch buffer: one clear error before anything is sent.
   const nn::Dims input = model.input_dims();
-  const ImageShape shape{input.c, input.h, input.w};
+  const ImageShape shape{input.c, input.h, input.w, model.input_is_ids(), model.input_id_limit()};
   if (auto s = CheckImageShape(train, shape, model.name(), "the training set"); !s.ok()) return s;
+  if (train.ids && o.augment.enabled()) {
+    return absl::InvalidArgumentError(
+        "crop and flip augmentation apply to images; the training set holds integer ids");
+  }
   if (test != nullptr) {
     if (auto s = CheckImageShape(*test, shape, model.name(), "the test set"); !s.ok()) return s;
   }

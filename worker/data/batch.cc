@@ -8,13 +8,31 @@ namespace dptrain {
 
 absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
                              absl::string_view model, absl::string_view what) {
-  if (data.channels == model_input.channels && data.rows == model_input.height &&
-      data.cols == model_input.width) {
+  if (data.ids == model_input.ids && data.channels == model_input.channels &&
+      data.rows == model_input.height && data.cols == model_input.width) {
+    if (!data.ids || model_input.ids_below <= 0 || !data.consistent()) return absl::OkStatus();
+    const float limit = static_cast<float>(model_input.ids_below);
+    const int64_t length = data.image_size();
+    for (int64_t k = 0; k < data.size * length; ++k) {
+      if (data.images[k] < limit) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": id ", data.images[k], " at sample ", k / length, ", position ",
+                       k % length, " is not below ", model_input.ids_below, ", the rows of model ",
+                       model, "'s embedding table"));
+    }
     return absl::OkStatus();
   }
+  // "3x32x32 images", "16 integer id(s) per sample"; the model's images are "inputs" beside
+  // the data's images (a feature vector is Fx1x1).
+  auto describe = [](bool ids, int c, int h, int w, absl::string_view images) {
+    return ids ? absl::StrCat(c, " integer id(s) per sample")
+               : absl::StrCat(c, "x", h, "x", w, " ", images);
+  };
   return absl::InvalidArgumentError(absl::StrCat(
-      what, " holds ", data.channels, "x", data.rows, "x", data.cols, " images but model ", model,
-      " takes ", model_input.channels, "x", model_input.height, "x", model_input.width, " inputs"));
+      what, " holds ", describe(data.ids, data.channels, data.rows, data.cols, "images"),
+      " but model ", model, " takes ",
+      describe(model_input.ids, model_input.channels, model_input.height, model_input.width,
+               data.ids ? "images" : "inputs")));
 }
 
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,

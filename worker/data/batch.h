@@ -14,15 +14,20 @@
 
 namespace dptrain {
 
-// The shape of one input sample: channels x height x width.
+// The shape of one input sample: channels x height x width; or, where `ids`, `channels`
+// integer ids (token or category ids: height and width 1; Dataset::ids).
 struct ImageShape {
   int channels = 1;
   int height = 0;
   int width = 0;
+  bool ids = false;
+  // Ids: every one must be below this (the model's embedding tables' rows); 0: not checked.
+  int64_t ids_below = 0;
 };
 
-// OK if `data`'s images (channels x rows x cols) are `model_input`; else InvalidArgument
-// naming `what` (e.g. "the training set"), both shapes and `model`.
+// OK if `data`'s samples are `model_input` (the same kind, images or ids, and the same shape)
+// and, for ids, each is below model_input.ids_below; else InvalidArgument naming `what` (e.g.
+// "the training set"), both shapes and `model`, or the first id out of range (sample, position).
 absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
                              absl::string_view model, absl::string_view what);
 

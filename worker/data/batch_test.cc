@@ -29,6 +29,27 @@ TEST(BatchTest, ImagesOfAnotherSizeAreOneClearError) {
   }
 }
 
+// Ids (token ids) and images are not each other's data, and a model with embedding tables
+// refuses, before any step, an id its tables do not have, naming the sample and the position.
+TEST(BatchTest, IdsAreTheirOwnKindAndBelowTheTables) {
+  Dataset ids = Tiny(2, 1, 3);  // 2 samples of 3 ids: 0 1 2 | 3 4 5.
+  ids.ids = true;
+  ids.channels = 3;
+  ids.rows = ids.cols = 1;
+  EXPECT_TRUE(CheckImageShape(ids, {3, 1, 1, true, 6}, "text", "the training set").ok());
+  EXPECT_TRUE(CheckImageShape(ids, {3, 1, 1, true, 0}, "text", "the training set").ok());
+  EXPECT_EQ(CheckImageShape(ids, {3, 1, 1, true, 5}, "text", "the training set").message(),
+            "the training set: id 5 at sample 1, position 2 is not below 5, the rows of model "
+            "text's embedding table");
+  EXPECT_EQ(CheckImageShape(ids, {4, 1, 1, true, 6}, "text", "the test set").message(),
+            "the test set holds 3 integer id(s) per sample but model text takes 4 integer id(s) "
+            "per sample");
+  EXPECT_EQ(CheckImageShape(ids, {3, 1, 1}, "mlp", "the test set").message(),
+            "the test set holds 3 integer id(s) per sample but model mlp takes 3x1x1 images");
+  EXPECT_EQ(CheckImageShape(Tiny(1, 1, 3), {1, 1, 3, true}, "text", "the test set").message(),
+            "the test set holds 1x1x3 images but model text takes 1 integer id(s) per sample");
+}
+
 TEST(BatchTest, GathersInIndexOrderAndNeverPastItsBuffers) {
   const Dataset d = Tiny(4, 2, 2);
   std::vector<float> images(3 * 4, -1);

@@ -1,4 +1,5 @@
-// An in-memory image classification dataset (Fashion-MNIST, CIFAR, ImageFolder, .npy arrays).
+// An in-memory image classification dataset (Fashion-MNIST, CIFAR, ImageFolder, .npy arrays),
+// or of samples of integer ids (Dataset::ids: token ids for a text model, from .npy).
 //
 // Images are stored back to back, each image channels x rows x cols (NCHW per sample: channel
 // planes, each row-major): as float values in `images` (image i starts at
@@ -8,10 +9,10 @@
 // deviation, computed as Normalize computes it on floats, so both stores give the same values
 // bit for bit. A third store holds no images: an ImageSource reads them as training reaches
 // them (an image folder or a uint8 .npy array too large to hold: worker/data/image_stream.h,
-// npy_reader.h), as bytes read like the byte store's. Read images with ReadImage (any store) or CopyImages (held stores);
-// image() is for float stores. Labels are bytes, so a data set has at most kMaxClasses classes.
-// A Dataset is a plain value: copy or move it freely (copies share a source); readers must not
-// mutate it while another thread reads it.
+// npy_reader.h), as bytes read like the byte store's. Read images with ReadImage (any store) or
+// CopyImages (held stores); image() is for float stores. Labels are bytes, so a data set has at
+// most kMaxClasses classes. A Dataset is a plain value: copy or move it freely (copies share a
+// source); readers must not mutate it while another thread reads it.
 #ifndef DPTRAIN_WORKER_DATA_DATASET_H_
 #define DPTRAIN_WORKER_DATA_DATASET_H_
 
@@ -56,6 +57,11 @@ struct Dataset {
   std::vector<float> images;    // size * image_size() values, or empty with byte storage.
   std::vector<uint8_t> labels;  // size labels in [0, num_classes).
   int num_classes = 10;         // In [1, kMaxClasses].
+  // The samples are integer ids (token or category ids for a model's embedding tables, from an
+  // integer .npy array), `channels` per sample (rows and cols are 1), held as floats in
+  // `images` (exact: every id is below 2^24); no pixel scaling, normalisation or augmentation
+  // applies to them.
+  bool ids = false;
   // Byte storage: size * image_size() bytes; `images` is then empty.
   bool byte_storage = false;
   std::vector<uint8_t> bytes;

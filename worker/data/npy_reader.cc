@@ -319,16 +319,72 @@ class NpyImageSource final : public ImageSource {
   size_t announced_ ABSL_GUARDED_BY(mu_) = 0;  // Positions before it were announced.
 };
 
+// Integer ids: (N, L) of any integer dtype, each in [0, kMaxId), held as floats.
+constexpr int64_t kMaxId = int64_t{1} << 24;  // Floats hold every integer below it exactly.
+
+constexpr int64_t kMaxIdsPerSample = int64_t{1} << 20;
+
+absl::Status ReadIds(const std::string& path, const NpyOptions& options, InputFile& file,
+                     const NpyHeader& h, Dataset& out) {
+  if (options.loading == DataLoading::kStream) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": integer ids are held in memory; reading as training goes (stream) is for "
+                     "uint8 images"));
+  }
+  const int64_t n = h.shape[0], length = h.shape[1];
+  if (n < 1 || length < 1 || length > kMaxIdsPerSample) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ids of shape ", ShapeString(h.shape),
+                                                   ": no samples, or absurd dimensions"));
+  }
+  if (absl::Status st = CheckDataSize(path, h); !st.ok()) return st;
+  out.size = n;
+  out.ids = true;
+  out.channels = static_cast<int>(length);
+  out.rows = out.cols = 1;
+  out.images.resize(static_cast<size_t>(n * length));  // The file's size bounds it.
+  const int size = h.dtype.size;
+  const bool is_signed = h.dtype.kind == 'i';
+  const int64_t per_chunk = std::max<int64_t>(1, kChunkBytes / size);
+  std::vector<uint8_t> chunk(static_cast<size_t>(std::min(n * length, per_chunk) * size));
+  for (int64_t first = 0; first < n * length; first += per_chunk) {
+    const int64_t count = std::min(n * length - first, per_chunk);
+    if (absl::Status st = file.ReadExactly(chunk.data(), count * size, "data"); !st.ok()) {
+      return st;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, chunk.data() + i * size, size);
+      int64_t value = static_cast<int64_t>(bits);
+      if (is_signed && size < 8 && ((bits >> (8 * size - 1)) & 1)) {
+        value -= int64_t{1} << (8 * size);  // Sign-extend.
+      }
+      const bool too_large = !is_signed && size == 8 ? bits >= kMaxId : value >= kMaxId;
+      if (value < 0 || too_large) {
+        const int64_t k = first + i;
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": id ", is_signed ? absl::StrCat(value) : absl::StrCat(bits), " at sample ",
+            k / length, ", position ", k % length, " is outside [0, 2^24)"));
+      }
+      out.images[first + i] = static_cast<float>(value);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadImages(const std::string& path, const NpyOptions& options, Dataset& out) {
   absl::StatusOr<InputFile> file = InputFile::Open(path);
   if (!file.ok()) return file.status();
   absl::StatusOr<NpyHeader> h = ReadHeader(*file);
   if (!h.ok()) return h.status();
+  const bool is_int = h->dtype.kind == 'i' || h->dtype.kind == 'u';
+  if (is_int && h->shape.size() == 2) return ReadIds(path, options, *file, *h, out);
   const bool is_u8 = h->dtype.kind == 'u' && h->dtype.size == 1;
   const bool is_f32 = h->dtype.kind == 'f' && h->dtype.size == 4;
   if (!is_u8 && !is_f32) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": images of dtype '", h->descr,
-                                                   "' are unsupported (uint8 or float32 only)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": images of dtype '", h->descr,
+                     "' are unsupported (uint8 or float32 only; integer ids are (N, L))"));
   }
   const std::vector<int64_t>& s = h->shape;
   int64_t channels = 1, rows = 0, cols = 0;

@@ -283,6 +283,78 @@ TEST(NpyReaderTest, BadLabels) {
   }
 }
 
+// Integer arrays of shape (N, L) are ids (token ids for a text model): held as floats, exactly,
+// whatever their integer dtype; not pixels (no / 255).
+TEST(NpyReaderTest, IntegerArraysOfRankTwoAreIds) {
+  const std::string labels = Npy("<i8", {2}, Raw<int64_t>({0, 1}));
+  const std::vector<float> expected = {0, 7, 65535, 3, 16777215, 1};
+  for (const std::string& images :
+       {Npy("<i8", {2, 3}, Raw<int64_t>({0, 7, 65535, 3, 16777215, 1})),
+        Npy("<i4", {2, 3}, Raw<int32_t>({0, 7, 65535, 3, 16777215, 1})),
+        Npy("<u8", {2, 3}, Raw<uint64_t>({0, 7, 65535, 3, 16777215, 1}))}) {
+    const std::string dir = Pair(FreshDir("npy_ids"), images, labels);
+    absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_TRUE(data->ids);
+    EXPECT_EQ(data->size, 2);
+    EXPECT_EQ(data->channels, 3);
+    EXPECT_EQ(data->rows, 1);
+    EXPECT_EQ(data->cols, 1);
+    EXPECT_FALSE(data->byte_storage);
+    EXPECT_TRUE(data->consistent());
+    EXPECT_EQ(Floats(*data), expected);
+  }
+  const std::string u16 =
+      Pair(FreshDir("npy_ids_u16"), Npy("<u2", {1, 2}, Raw<uint16_t>({65535, 2})),
+           Npy("<i8", {1}, Raw<int64_t>({0})));
+  absl::StatusOr<Dataset> data = LoadNpy(u16, true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(Floats(*data), (std::vector<float>{65535, 2}));
+  const std::string u8 = Pair(FreshDir("npy_ids_u8"), Npy("|u1", {1, 2}, Bytes({255, 2})),
+                              Npy("<i8", {1}, Raw<int64_t>({0})));
+  data = LoadNpy(u8, true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(data->ids);
+  EXPECT_EQ(Floats(*data), (std::vector<float>{255, 2}));  // Ids, not pixels.
+}
+
+TEST(NpyReaderTest, BadIds) {
+  const std::string labels = Npy("<i8", {2}, Raw<int64_t>({0, 1}));
+  struct Case {
+    std::string images;
+    absl::StatusCode code;
+    std::string fragment;
+  };
+  for (const Case& c : {
+           Case{Npy("<i8", {2, 2}, Raw<int64_t>({0, 1, 2, -3})), absl::StatusCode::kInvalidArgument,
+                "id -3 at sample 1, position 1 is outside [0, 2^24)"},
+           Case{Npy("<i2", {2, 2}, Raw<int16_t>({0, -1, 2, 3})), absl::StatusCode::kInvalidArgument,
+                "id -1 at sample 0, position 1 is outside [0, 2^24)"},
+           Case{Npy("<i8", {2, 2}, Raw<int64_t>({0, 16777216, 2, 3})),
+                absl::StatusCode::kInvalidArgument,
+                "id 16777216 at sample 0, position 1 is outside [0, 2^24)"},
+           Case{Npy("<u8", {2, 2}, Raw<uint64_t>({0, 1, ~uint64_t{0}, 3})),
+                absl::StatusCode::kInvalidArgument,
+                "id 18446744073709551615 at sample 1, position 0 is outside [0, 2^24)"},
+           Case{Npy("<i8", {2, 0}, ""), absl::StatusCode::kInvalidArgument,
+                "ids of shape (2, 0): no samples, or absurd dimensions"},
+           Case{Npy("<i8", {2, 2}, Raw<int64_t>({0, 1, 2})), absl::StatusCode::kDataLoss,
+                "truncated data: shape (2, 2) of '<i8' needs 32 bytes, the file holds 24"},
+           Case{Npy("<i4", {2, 2, 2}, std::string(32, '\0')), absl::StatusCode::kInvalidArgument,
+                "images of dtype '<i4' are unsupported (uint8 or float32 only; integer ids are "
+                "(N, L))"},
+       }) {
+    const std::string dir = Pair(FreshDir("npy_bad_ids"), c.images, labels);
+    ExpectError(LoadNpy(dir, true), c.code, dir + "/train_images.npy: " + c.fragment);
+  }
+  NpyOptions stream;
+  stream.loading = DataLoading::kStream;
+  const std::string dir =
+      Pair(FreshDir("npy_ids_stream"), Npy("<i8", {2, 2}, Raw<int64_t>({0, 1, 2, 3})), labels);
+  ExpectError(LoadNpy(dir, true, stream), absl::StatusCode::kInvalidArgument,
+              dir + "/train_images.npy: integer ids are held in memory");
+}
+
 TEST(NpyReaderTest, BadImages) {
   const std::string labels = Npy("<i8", {2}, Raw<int64_t>({0, 1}));
   struct Case {

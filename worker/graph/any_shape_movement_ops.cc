@@ -265,6 +265,8 @@ class EmbeddingNode final : public AnyShapeNode<T> {
   }
   void BindBuffers(absl::Span<T* const> buffers) override { table_.BindBuffers(buffers); }
 
+  int64_t ids_below() const override { return rows_; }
+
   absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
     const TensorRef<T>& ids = inputs[0];
     const int64_t n = ids.size();

@@ -1,6 +1,7 @@
 #include "worker/graph/executor.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -464,6 +465,19 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
   e->ctx_.pool = options.pool;
   e->ctx_.conv_algorithm = options.conv_algorithm;
   e->ctx_.grad_buffers = &e->grad_pair_;
+
+  // A bound that every id of the input must be below, where only embedding lookups read it.
+  if (graph.input_ids) {
+    int64_t limit = std::numeric_limits<int64_t>::max();
+    for (const NodeState& node : e->nodes_) {
+      for (int v : node.inputs) {
+        if (v != 0) continue;
+        const int64_t rows = node.impl->ids_below();
+        limit = rows > 0 ? std::min(limit, rows) : 0;
+      }
+    }
+    e->input_id_limit_ = limit == std::numeric_limits<int64_t>::max() ? 0 : limit;
+  }
 
   const size_t num_values = e->value_dims_.size();
   e->values_.resize(num_values);

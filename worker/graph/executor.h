@@ -72,6 +72,9 @@ class Executor {
 
   nn::Dims input_dims() const { return input_dims_; }
   bool input_ids() const { return input_ids_; }  // Graph::input_ids.
+  // For an input of ids that only embedding lookups read: the fewest rows of their tables,
+  // which every id must be below (a data set can be checked whole before training); else 0.
+  int64_t input_id_limit() const { return input_id_limit_; }
   nn::Dims output_dims() const;
   const ValueShape& output_shape() const { return value_shapes_[output_]; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
@@ -133,6 +136,7 @@ class Executor {
 
   nn::Dims input_dims_;
   bool input_ids_ = false;
+  int64_t input_id_limit_ = 0;
   std::vector<NodeState> nodes_;
   std::vector<nn::Dims> value_dims_;  // Per value id; id 0 is the graph input.
   std::vector<ValueShape> value_shapes_;

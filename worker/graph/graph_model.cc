@@ -96,6 +96,7 @@ class GraphModel final : public nn::Model {
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override { return executor_->input_dims(); }
   bool input_is_ids() const override { return executor_->input_ids(); }
+  int64_t input_id_limit() const override { return executor_->input_id_limit(); }
   int num_classes() const override { return classes_; }
 
   absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,

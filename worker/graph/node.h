@@ -253,6 +253,9 @@ class NodeImpl {
   virtual absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const {
     return absl::OkStatus();
   }
+  // A node whose runtime input is ids (an embedding lookup): the bound they must be below (its
+  // table's rows); 0 for the others.
+  virtual int64_t ids_below() const { return 0; }
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
@@ -285,6 +288,7 @@ class DelegatingNode : public NodeImpl<T> {
   absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
     return inner_->CheckInputs(inputs);
   }
+  int64_t ids_below() const override { return inner_->ids_below(); }
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     return inner_->Backward(ctx, grad_output, need_input_grad);

@@ -126,6 +126,10 @@ class Model {
   // a graph model with an int64 input, graph.h) rather than image or feature values. Data of
   // the other kind is refused before any step (worker/data/batch.h).
   virtual bool input_is_ids() const { return false; }
+  // Ids must be below this (the fewest rows of the embedding tables that read them), known
+  // before any step; 0: no bound known beforehand (a step still refuses an id that is not a
+  // row of its table).
+  virtual int64_t input_id_limit() const { return 0; }
   // The classes the model tells apart (its output's size): labels are in [0, num_classes()).
   virtual int num_classes() const = 0;
 
