@@ -72,7 +72,8 @@ ABSL_FLAG(std::string, data_format, "",
           "idx (MNIST/Fashion-MNIST: train-images-idx3-ubyte(.gz), ...), cifar (CIFAR-10: "
           "data_batch_1..5.bin + test_batch.bin; CIFAR-100: train.bin + test.bin), imagefolder "
           "(train/<class>/*.png|jpg and test/<class>/...), npy (train_images.npy, "
-          "train_labels.npy, test_images.npy, test_labels.npy); empty: detected from the files.");
+          "train_labels.npy, test_images.npy, test_labels.npy: images, or integer token ids "
+          "N x L for a model whose input is ids); empty: detected from the files.");
 ABSL_FLAG(std::string, image_size, "",
           "ImageFolder data: the size every image is brought to as it is decoded, as "
           "torchvision's transforms with Pillow's bilinear resampling: S = Resize(S) then "

@@ -1,4 +1,4 @@
-// Reader for image classification data sets stored as NumPy .npy arrays (np.save).
+// Reader for classification data sets stored as NumPy .npy arrays (np.save): images, or token ids.
 //
 // A directory holds train_images.npy, train_labels.npy (the training set) and
 // test_images.npy, test_labels.npy (the test set). Format versions 1.0, 2.0 and 3.0 are read;
@@ -11,6 +11,9 @@
 //   (N, C, H, W) otherwise                         channels first (NCHW).
 // So (N, 32, 32, 3) is NHWC, (N, 3, 32, 32) and (N, 1, 28, 28) are NCHW, and the ambiguous
 // (N, 3, 32, 3) is taken as NCHW. Saving NCHW avoids any doubt.
+// Token ids: any little-endian integer dtype (uint8 included) of shape (N, L): L ids per
+// sample (Dataset::ids), each in [0, 2^24) (held as floats, which hold those exactly), for a
+// model whose input is ids (a text model's nn.Embedding); always held, never streamed.
 // Labels: shape (N,), any little-endian integer dtype ('|i1', '<i2', '<i4', '<i8', '|u1',
 // '<u1', '<u2', '<u4', '<u8'), values in [0, 256) (labels are bytes; at most 256 classes).
 //
@@ -19,7 +22,8 @@
 //   InvalidArgument  not a .npy file, an unsupported version, a malformed header,
 //                    fortran_order True, a big-endian or unsupported dtype, a wrong shape,
 //                    an image count that differs from the label count, a negative label or
-//                    one too large (naming its index), a bad num_classes option;
+//                    one too large (naming its index), an id outside [0, 2^24) (naming its
+//                    sample and position), ids asked to stream, a bad num_classes option;
 //   DataLoss         data shorter than the header promises (truncated) or longer.
 // Corrupt headers cannot cause huge allocations: a header's shape is checked against the
 // file's actual size before anything is allocated.
