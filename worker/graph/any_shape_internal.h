@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -170,6 +171,35 @@ class Operand {
   std::vector<T> held_;
   const T* data_ = nullptr;
   T* grad_ = nullptr;
+};
+
+// An any-shape node that reads a tensor of the model (an Operand: a table, an expanded or
+// broadcast tensor), whose Params/Buffers/Bind calls it hands on; none when constructed
+// without one (a binary op of two computed values).
+template <typename T>
+class OperandNode : public AnyShapeNode<T> {
+ public:
+  OperandNode(ValueShape out, std::optional<Operand<T>> operand)
+      : AnyShapeNode<T>(std::move(out)), operand_(std::move(operand)) {}
+  std::vector<NodeTensorSpec> Params() const override {
+    return operand_ ? operand_->Params() : std::vector<NodeTensorSpec>{};
+  }
+  std::vector<NodeTensorSpec> Buffers() const override {
+    return operand_ ? operand_->Buffers() : std::vector<NodeTensorSpec>{};
+  }
+  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
+    if (operand_) operand_->BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<T* const> buffers) override {
+    if (operand_) operand_->BindBuffers(buffers);
+  }
+
+ protected:
+  bool has_operand() const { return operand_.has_value(); }
+  const Operand<T>& operand() const { return *operand_; }
+
+ private:
+  std::optional<Operand<T>> operand_;
 };
 
 // OK when `shape` broadcasts (NumPy, right-aligned) to `out` without the batch.

@@ -331,7 +331,7 @@ struct AnyShapeReduceMean {
 // ---- Add, Sub, Mul, Div with NumPy broadcasting ----
 
 template <typename T>
-class BroadcastBinaryNode final : public AnyShapeNode<T> {
+class BroadcastBinaryNode final : public OperandNode<T> {
  public:
   // `full` is the computed value's position among the runtime inputs; the operand is the other
   // computed value (same shape) when `operand` is empty, else the tensor. `swapped`: the full
@@ -339,31 +339,18 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
   BroadcastBinaryNode(BinaryOp op, ValueShape shape, bool swapped,
                       std::optional<Operand<T>> operand,
                       std::optional<ValueShape> other_shape = std::nullopt)
-      : AnyShapeNode<T>(shape),
+      : OperandNode<T>(shape, std::move(operand)),
         op_(op),
         swapped_(swapped),
-        operand_(std::move(operand)),
         other_shape_(std::move(other_shape)) {}
-  std::vector<NodeTensorSpec> Params() const override {
-    return operand_ ? operand_->Params() : std::vector<NodeTensorSpec>{};
-  }
-  std::vector<NodeTensorSpec> Buffers() const override {
-    return operand_ ? operand_->Buffers() : std::vector<NodeTensorSpec>{};
-  }
-  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
-    if (operand_) operand_->BindParams(params, grads);
-  }
-  void BindBuffers(absl::Span<T* const> buffers) override {
-    if (operand_) operand_->BindBuffers(buffers);
-  }
 
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
-    const int batch = inputs[operand_ || !swapped_ ? 0 : 1].batch;  // The full value's.
+    const int batch = inputs[this->has_operand() || !swapped_ ? 0 : 1].batch;  // The full value's.
     batch_ = batch;
-    if (operand_) {
+    if (this->has_operand()) {
       x_ = inputs[0].data;
-      other_ = operand_->data();
+      other_ = this->operand().data();
     } else {
       x_ = inputs[swapped_ ? 1 : 0].data;
       other_ = inputs[swapped_ ? 0 : 1].data;
@@ -399,12 +386,13 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
     const int64_t n = Product(out_shape);
     const T* dy = grad_output.data;
     // d(out)/d(x) and d(out)/d(other) at each element, x being the full (computed) value.
-    const bool need_x = operand_ ? need_input_grad[0] : need_input_grad[swapped_ ? 1 : 0];
-    const bool need_other_value = !operand_ && need_input_grad[swapped_ ? 0 : 1];
+    const bool need_x =
+        this->has_operand() ? need_input_grad[0] : need_input_grad[swapped_ ? 1 : 0];
+    const bool need_other_value = !this->has_operand() && need_input_grad[swapped_ ? 0 : 1];
     T* other_grad = nullptr;
-    if (operand_ && operand_->grad() != nullptr) {
-      other_grad = operand_->grad();
-      std::fill(other_grad, other_grad + operand_->size(), T(0));
+    if (this->has_operand() && this->operand().grad() != nullptr) {
+      other_grad = this->operand().grad();
+      std::fill(other_grad, other_grad + this->operand().size(), T(0));
     } else if (need_other_value) {
       const int64_t m = other_shape_ ? Product(other_shape_->Concrete(batch)) : n;
       other_grad = EnsureSize(grad_other_, m);
@@ -442,7 +430,7 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
     });
     std::vector<TensorRef<T>> grads(need_input_grad.size());
     const Dims dims = this->output_dims();
-    if (operand_) {
+    if (this->has_operand()) {
       if (dx != nullptr) grads[0] = {dx, batch, dims};
     } else {
       if (dx != nullptr) grads[swapped_ ? 1 : 0] = {dx, batch, dims};
@@ -459,7 +447,7 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
   // f(k, o): element k of the output and the other operand's element o.
   template <typename F>
   void Visit(const Shape& out_shape, F f) {
-    if (!operand_ && other_shape_) {
+    if (!this->has_operand() && other_shape_) {
       // A computed value broadcast along its size-1 axes (right-aligned: one without a batch
       // may have fewer).
       const Shape own = Strides(other_shape_->Concrete(batch_));
@@ -477,22 +465,21 @@ class BroadcastBinaryNode final : public AnyShapeNode<T> {
       ForEachOffset(out_shape, strides, f);
       return;
     }
-    if (!operand_) {
+    if (!this->has_operand()) {
       const int64_t n = Product(out_shape);
       for (int64_t k = 0; k < n; ++k) f(k, k);
       return;
     }
-    if (operand_->size() == 1) {
+    if (this->operand().size() == 1) {
       const int64_t n = Product(out_shape);
       for (int64_t k = 0; k < n; ++k) f(k, 0);
       return;
     }
-    ForEachOffset(out_shape, operand_->StridesAgainst(out_shape), f);
+    ForEachOffset(out_shape, this->operand().StridesAgainst(out_shape), f);
   }
 
   const BinaryOp op_;
   const bool swapped_;
-  std::optional<Operand<T>> operand_;
   const std::optional<ValueShape> other_shape_;  // A computed operand that broadcasts.
   int batch_ = 0;
   const T* x_ = nullptr;

@@ -162,26 +162,17 @@ class GatherNode final : public AnyShapeNode<T> {
 // gathered from its table (Swin, BEiT). A value without a batch; a learned table gets the sum of
 // its rows' gradients.
 template <typename T>
-class GatherRowsNode final : public AnyShapeNode<T> {
+class GatherRowsNode final : public OperandNode<T> {
  public:
   GatherRowsNode(Operand<T> table, int64_t row, std::vector<int64_t> indices, ValueShape out)
-      : AnyShapeNode<T>(std::move(out)),
-        table_(std::move(table)),
-        row_(row),
-        indices_(std::move(indices)) {}
-  std::vector<NodeTensorSpec> Params() const override { return table_.Params(); }
-  std::vector<NodeTensorSpec> Buffers() const override { return table_.Buffers(); }
-  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
-    table_.BindParams(params, grads);
-  }
-  void BindBuffers(absl::Span<T* const> buffers) override { table_.BindBuffers(buffers); }
+      : OperandNode<T>(std::move(out), std::move(table)), row_(row), indices_(std::move(indices)) {}
 
   // inputs[0] is the graph's input, read for nothing (node.h): the output has no batch.
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     T* y = EnsureSize(output_, static_cast<int64_t>(indices_.size()) * row_);
     for (size_t j = 0; j < indices_.size(); ++j) {
-      const T* src = table_.data() + indices_[j] * row_;
+      const T* src = this->operand().data() + indices_[j] * row_;
       std::copy(src, src + row_, y + j * row_);
     }
     return {y, 1, this->output_dims()};
@@ -189,8 +180,8 @@ class GatherRowsNode final : public AnyShapeNode<T> {
 
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
-    if (T* g = table_.grad(); g != nullptr) {
-      std::fill(g, g + table_.size(), T(0));
+    if (T* g = this->operand().grad(); g != nullptr) {
+      std::fill(g, g + this->operand().size(), T(0));
       for (size_t j = 0; j < indices_.size(); ++j) {
         T* dst = g + indices_[j] * row_;
         const T* src = grad_output.data + j * row_;
@@ -201,7 +192,6 @@ class GatherRowsNode final : public AnyShapeNode<T> {
   }
 
  private:
-  Operand<T> table_;
   const int64_t row_;
   const std::vector<int64_t> indices_;
   std::vector<T> output_;
@@ -250,20 +240,13 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateGatherRows(const NodeContext&
 // (ONNX's negative indices are refused too). A learned table's gradient holds the sum of the
 // output gradients of each row's lookups (zero for rows not looked up); the ids get none.
 template <typename T>
-class EmbeddingNode final : public AnyShapeNode<T> {
+class EmbeddingNode final : public OperandNode<T> {
  public:
   EmbeddingNode(Operand<T> table, int64_t rows, int64_t row, ValueShape ids, ValueShape out)
-      : AnyShapeNode<T>(std::move(out)),
-        table_(std::move(table)),
+      : OperandNode<T>(std::move(out), std::move(table)),
         rows_(rows),
         row_(row),
         ids_(std::move(ids)) {}
-  std::vector<NodeTensorSpec> Params() const override { return table_.Params(); }
-  std::vector<NodeTensorSpec> Buffers() const override { return table_.Buffers(); }
-  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
-    table_.BindParams(params, grads);
-  }
-  void BindBuffers(absl::Span<T* const> buffers) override { table_.BindBuffers(buffers); }
 
   int64_t ids_below() const override { return rows_; }
 
@@ -278,9 +261,9 @@ class EmbeddingNode final : public AnyShapeNode<T> {
         const int64_t per_sample = n / ids.batch;
         where = absl::StrCat("sample ", j / per_sample, ", position ", j % per_sample);
       }
-      return absl::InvalidArgumentError(absl::StrCat("id ", static_cast<double>(v), " (", where,
-                                                     ") is not a row of the table '", table_.name(),
-                                                     "' (an integer in [0, ", rows_, "))"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("id ", static_cast<double>(v), " (", where, ") is not a row of the table '",
+                       this->operand().name(), "' (an integer in [0, ", rows_, "))"));
     }
     return absl::OkStatus();
   }
@@ -291,7 +274,7 @@ class EmbeddingNode final : public AnyShapeNode<T> {
     const int64_t n = ids.size();
     T* y = EnsureSize(output_, n * row_);
     for (int64_t j = 0; j < n; ++j) {
-      const T* src = table_.data() + static_cast<int64_t>(ids.data[j]) * row_;
+      const T* src = this->operand().data() + static_cast<int64_t>(ids.data[j]) * row_;
       std::copy(src, src + row_, y + j * row_);
     }
     last_ids_ = ids;
@@ -300,8 +283,8 @@ class EmbeddingNode final : public AnyShapeNode<T> {
 
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
-    if (T* g = table_.grad(); g != nullptr) {
-      std::fill(g, g + table_.size(), T(0));
+    if (T* g = this->operand().grad(); g != nullptr) {
+      std::fill(g, g + this->operand().size(), T(0));
       for (int64_t j = 0; j < last_ids_.size(); ++j) {
         T* dst = g + static_cast<int64_t>(last_ids_.data[j]) * row_;
         const T* src = grad_output.data + j * row_;
@@ -316,7 +299,6 @@ class EmbeddingNode final : public AnyShapeNode<T> {
   }
 
  private:
-  Operand<T> table_;
   const int64_t rows_, row_;
   const ValueShape ids_;
   TensorRef<T> last_ids_;  // Forward's input, valid until Backward returns (node.h).
@@ -596,16 +578,10 @@ struct AnyShapeConcat {
 // ---- Expand ----
 
 template <typename T>
-class ExpandNode final : public AnyShapeNode<T> {
+class ExpandNode final : public OperandNode<T> {
  public:
   ExpandNode(Operand<T> operand, ValueShape out)
-      : AnyShapeNode<T>(std::move(out)), operand_(std::move(operand)) {}
-  std::vector<NodeTensorSpec> Params() const override { return operand_.Params(); }
-  std::vector<NodeTensorSpec> Buffers() const override { return operand_.Buffers(); }
-  void BindParams(absl::Span<const T* const> params, absl::Span<T* const> grads) override {
-    operand_.BindParams(params, grads);
-  }
-  void BindBuffers(absl::Span<T* const> buffers) override { operand_.BindBuffers(buffers); }
+      : OperandNode<T>(std::move(out), std::move(operand)) {}
 
   // inputs[0] is the graph's input, for the batch size only (node.h).
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
@@ -613,26 +589,25 @@ class ExpandNode final : public AnyShapeNode<T> {
     const int batch = inputs[0].batch;
     const Shape out_shape = this->out_.Concrete(batch);
     T* y = EnsureSize(output_, Product(out_shape));
-    const T* c = operand_.data();
-    ForEachOffset(out_shape, operand_.StridesAgainst(out_shape),
+    const T* c = this->operand().data();
+    ForEachOffset(out_shape, this->operand().StridesAgainst(out_shape),
                   [&](int64_t k, int64_t off) { y[k] = c[off]; });
     return {y, batch, this->output_dims()};
   }
 
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
-    if (T* g = operand_.grad(); g != nullptr) {
-      std::fill(g, g + operand_.size(), T(0));
+    if (T* g = this->operand().grad(); g != nullptr) {
+      std::fill(g, g + this->operand().size(), T(0));
       const Shape out_shape = this->out_.Concrete(grad_output.batch);
       const T* dy = grad_output.data;
-      ForEachOffset(out_shape, operand_.StridesAgainst(out_shape),
+      ForEachOffset(out_shape, this->operand().StridesAgainst(out_shape),
                     [&](int64_t k, int64_t off) { g[off] += dy[k]; });
     }
     return std::vector<TensorRef<T>>(need_input_grad.size());
   }
 
  private:
-  Operand<T> operand_;
   std::vector<T> output_;
 };
 
