@@ -88,15 +88,17 @@ VOCAB, LENGTH, TEXT_CLASSES = 100, 16, 5
 
 
 def token_ids_and_labels(n, seed):
-    """n sequences of LENGTH token ids: 3 keywords of the class (ids 10c .. 10c + 9) at random
-    places among filler ids (50 .. 99); a tenth of the labels redrawn at random, so that no
-    model is perfect."""
+    """n sequences of 6 to LENGTH token ids padded with 0 to LENGTH: 3 keywords of the class
+    (ids 10c + 1 .. 10c + 9) at random places among filler ids (50 .. 99); a tenth of the labels
+    redrawn at random, so that no model is perfect."""
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, TEXT_CLASSES, (n,), generator=g)
     ids = torch.randint(50, VOCAB, (n, LENGTH), generator=g)
     for i in range(n):
-        places = torch.randperm(LENGTH, generator=g)[:3]
-        ids[i, places] = labels[i] * 10 + torch.randint(0, 10, (3,), generator=g)
+        length = int(torch.randint(6, LENGTH + 1, (1,), generator=g))
+        places = torch.randperm(length, generator=g)[:3]
+        ids[i, places] = labels[i] * 10 + torch.randint(1, 10, (3,), generator=g)
+        ids[i, length:] = 0
     noisy = torch.rand(n, generator=g) < 0.1
     labels[noisy] = torch.randint(0, TEXT_CLASSES, (int(noisy.sum()),), generator=g)
     return ids, labels
@@ -206,26 +208,31 @@ class ViT(nn.Module):
 
 
 class TextClassifier(nn.Module):
-    """A text classifier as users write one: nn.Embedding of the token ids, a learned
-    positional embedding, nn.TransformerEncoder, the mean over the tokens, a Linear head."""
+    """A text classifier as users write one: nn.Embedding of the token ids (0 = padding), a
+    learned positional embedding, nn.TransformerEncoder told where the padding is
+    (src_key_padding_mask), the mean over the real tokens, a Linear head."""
 
     def __init__(self, dim=32, heads=4, classes=TEXT_CLASSES):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, dim)
+        self.embed = nn.Embedding(VOCAB, dim, padding_idx=0)
         self.pos = nn.Parameter(torch.randn(1, LENGTH, dim) * 0.02)
         layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.1, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, 1)
         self.head = nn.Linear(dim, classes)
 
     def forward(self, ids):
-        return self.head(self.encoder(self.embed(ids) + self.pos).mean(1))
+        pad = ids == 0
+        h = self.encoder(self.embed(ids) + self.pos, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
 
 
-def export(model, path, shape=(2, 3, 32, 32), dtype=torch.float32):
+def export(model, path, shape=(2, 3, 32, 32), dtype=torch.float32, example=None):
     """dptrain.export_onnx, checked to leave the model as it was (its state and mode)."""
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.eval()
-    dptrain.export.export_onnx(model, torch.zeros(*shape, dtype=dtype), path)
+    example = example if example is not None else torch.zeros(*shape, dtype=dtype)
+    dptrain.export.export_onnx(model, example, path)
     if model.training or any(not torch.equal(v, before[k]) for k, v in model.state_dict().items()):
         fail(f"export_onnx changed the model it exported ({path})")
 
@@ -379,7 +386,8 @@ def main():
     # A text classifier on token ids (an int64 input read by nn.Embedding) from .npy arrays.
     torch.manual_seed(0)
     text_path = os.path.join(SCRATCH, "text.onnx")
-    export(TextClassifier(), text_path, shape=(2, LENGTH), dtype=torch.long)
+    export(TextClassifier(), text_path,
+           example=torch.tensor([[1] * LENGTH, [2] * 6 + [0] * (LENGTH - 6)]))
     ids_train, ids_test = token_ids_and_labels(TRAIN, 3), token_ids_and_labels(TEST, 4)
     ids_dir = os.path.join(SCRATCH, "ids")
     write_ids(ids_dir, ids_train, ids_test)
@@ -395,8 +403,8 @@ def main():
              f"weights: {text[-600:]}")
     if f"{TRAIN} training samples" not in text or f"{LENGTH} ids each" not in text:
         fail(f"text: no line describing the ids: {text[:800]}")
-    print(f"ok: a text classifier (nn.Embedding + nn.TransformerEncoder) on int64 token ids "
-          f"from .npy, 2 workers x 2 shards: test_acc {printed:.4f} printed, {ours:.4f} in "
+    print(f"ok: a text classifier (nn.Embedding + nn.TransformerEncoder, padding masked) on "
+          f"int64 token ids from .npy, 2 workers x 2 shards: test_acc {printed:.4f} printed, {ours:.4f} in "
           "PyTorch from the saved weights", flush=True)
 
     # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built
@@ -453,7 +461,7 @@ def main():
     # Ids and images are not each other's data; ids outside the table are refused before any
     # step, naming the sample and the position; ids are not normalised.
     text10 = os.path.join(SCRATCH, "text10.onnx")
-    export(TextClassifier(classes=CLASSES), text10, shape=(2, LENGTH), dtype=torch.long)
+    export(TextClassifier(classes=CLASSES), text10, example=torch.ones(2, LENGTH, dtype=torch.long))
     expect_error("a text model on images", text10, cifar,
                  r"the training set holds 3x32x32 images but model text10 takes 16 integer "
                  r"id\(s\) per sample")

@@ -74,6 +74,9 @@ The models:
   relpos     Patch tokens with a relative-position bias as Swin and BEiT add it (a learned
              table gathered by an int64 index buffer: a value without a batch) and the head on
              the tokens' mean.
+  text_mask  The same on padded ids (0 = padding): src_key_padding_mask in the encoder and a
+             mean over the real tokens only (Equal, Not, Cast to bool, Expand of the mask,
+             Where, ReduceSum).
   text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
              a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
              tokens' mean and a Linear head; 5 classes.
@@ -590,8 +593,26 @@ class TextClassifier(nn.Module):
         return self.head(self.encoder(self.embed(ids) + self.pos).mean(1))
 
 
+class MaskedText(TextClassifier):
+    """TextClassifier on padded token ids (0 = padding, nn.Embedding's padding_idx): the
+    encoder masks the padding (src_key_padding_mask: Equal, Expand, Cast to bool, Where of
+    -inf into the attention scores) and the mean runs over the real tokens only (Not, Cast,
+    ReduceSum, Clip, Div)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 24, padding_idx=0)
+
+    def forward(self, ids):
+        pad = ids == 0
+        h = self.encoder(self.embed(ids) + self.pos, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
+
+
 # name -> () -> (module, classes)
 MODELS = {
+    "text_mask": lambda: (MaskedText(), 5),
     "text": lambda: (TextClassifier(), 5),
     "attention": lambda: (ViT(mha=False), 10),
     "attention_dynamic": lambda: (ViT(mha=False), 10),
@@ -613,10 +634,12 @@ MODELS = {
 }
 
 # Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).
-ID_INPUTS = {"text": (50, 12)}
+ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12)}
+# Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens.
+PADDED = {"text_mask"}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
-             "mha_dynamic": 17, "relpos": 17, "text": 17}
+             "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
 DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic"}
 
@@ -704,6 +727,10 @@ def make_fixture(name, out_dir, opset):
     if name in ID_INPUTS:
         vocab, length = ID_INPUTS[name]
         x = torch.randint(0, vocab, (BATCH, length))
+        if name in PADDED:
+            x = torch.randint(1, vocab, (BATCH, length))
+            for i in range(BATCH):
+                x[i, length - 3 * i:] = 0
     else:
         x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
     labels = torch.randint(0, classes, (BATCH,))

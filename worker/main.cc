@@ -193,6 +193,11 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
         absl::StrCat(data.dir, ": the training set holds ", train.ids ? "integer ids" : "images",
                      ", the test set ", test.ids ? "integer ids" : "images"));
   }
+  if (train.ids && test.channels != train.channels) {
+    return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the training samples hold ",
+                                                   train.channels, " ids each, the test samples ",
+                                                   test.channels));
+  }
   if (test.channels != train.channels || test.rows != train.rows || test.cols != train.cols) {
     return absl::InvalidArgumentError(absl::StrCat(
         data.dir, ": the training images are ", train.channels, "x", train.rows, "x", train.cols,
@@ -308,6 +313,10 @@ absl::Status Run(const WorkerConfig& config) {
     decode_threads = auto_plan.threads;
   }
   DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, decode_threads, train, test));
+  if (config.data.resized_crop_min_scale > 0 && train.ids) {
+    return absl::InvalidArgumentError(
+        "--random_resized_crop applies to images; the training set holds integer ids");
+  }
   if (config.data.resized_crop_min_scale > 0 && (train.rows < 2 || train.cols < 2)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--random_resized_crop: the training samples are ", train.channels, "x", train.rows, "x",

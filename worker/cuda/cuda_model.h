@@ -88,6 +88,9 @@ class CudaModel final : public nn::Model {
                                            int batch) override;
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override;
+  // A graph model's (its plan's): ids or images, and the bound ids must be below.
+  bool input_is_ids() const override { return plan_ != nullptr && plan_->input_ids(); }
+  int64_t input_id_limit() const override { return plan_ != nullptr ? plan_->input_id_limit() : 0; }
   int num_classes() const override { return classes_; }
   void RecordStepOutcome(bool skipped) override;
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace dptrain {
 
@@ -16,16 +17,16 @@ absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
     for (int64_t k = 0; k < data.size * length; ++k) {
       if (data.images[k] < limit) continue;
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": id ", data.images[k], " at sample ", k / length, ", position ",
-                       k % length, " is not below ", model_input.ids_below, ", the rows of model ",
-                       model, "'s embedding table"));
+          absl::StrCat(what, ": id ", absl::StrFormat("%.9g", data.images[k]), " at sample ",
+                       k / length, ", position ", k % length, " is not below ",
+                       model_input.ids_below, ", the rows of model ", model, "'s embedding table"));
     }
     return absl::OkStatus();
   }
   // "3x32x32 images", "16 integer id(s) per sample"; the model's images are "inputs" beside
   // the data's images (a feature vector is Fx1x1).
   auto describe = [](bool ids, int c, int h, int w, absl::string_view images) {
-    return ids ? absl::StrCat(c, " integer id(s) per sample")
+    return ids ? absl::StrCat(int64_t{c} * h * w, " integer id(s) per sample")
                : absl::StrCat(c, "x", h, "x", w, " ", images);
   };
   return absl::InvalidArgumentError(absl::StrCat(

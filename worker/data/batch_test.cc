@@ -47,7 +47,7 @@ TEST(BatchTest, IdsAreTheirOwnKindAndBelowTheTables) {
   EXPECT_EQ(CheckImageShape(ids, {3, 1, 1}, "mlp", "the test set").message(),
             "the test set holds 3 integer id(s) per sample but model mlp takes 3x1x1 images");
   EXPECT_EQ(CheckImageShape(Tiny(1, 1, 3), {1, 1, 3, true}, "text", "the test set").message(),
-            "the test set holds 1x1x3 images but model text takes 1 integer id(s) per sample");
+            "the test set holds 1x1x3 images but model text takes 3 integer id(s) per sample");
 }
 
 TEST(BatchTest, GathersInIndexOrderAndNeverPastItsBuffers) {

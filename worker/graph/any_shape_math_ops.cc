@@ -1,6 +1,6 @@
 // The any-shape ops that compute (any_shape_ops.h): MatMul of two computed values, the
 // row-wise layers (Gemm, MatMul of a weight, LayerNormalization, Softmax, LogSoftmax),
-// ReduceMean, and Add, Sub, Mul, Div with NumPy broadcasting.
+// ReduceMean, ReduceSum, and Add, Sub, Mul, Div with NumPy broadcasting.
 #include <algorithm>
 #include <memory>
 #include <numeric>
@@ -224,18 +224,18 @@ struct Rowwise {
   }
 };
 
-// ---- ReduceMean over axes other than the batch's ----
+// ---- ReduceMean and ReduceSum over axes other than the batch's ----
 
 template <typename T>
-class ReduceMeanNode final : public AnyShapeNode<T> {
+class ReduceNode final : public AnyShapeNode<T> {
  public:
   // `kept` is the output with the reduced axes kept as size 1 (keepdims=1), whatever the
-  // output's own shape.
-  ReduceMeanNode(ValueShape in, ValueShape kept, ValueShape out, int64_t count)
+  // output's own shape; the sum is multiplied by `scale` (1 / count for a mean, 1 for a sum).
+  ReduceNode(ValueShape in, ValueShape kept, ValueShape out, T scale)
       : AnyShapeNode<T>(std::move(out)),
         in_(std::move(in)),
         kept_(std::move(kept)),
-        count_(count) {}
+        scale_(scale) {}
 
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
@@ -245,8 +245,9 @@ class ReduceMeanNode final : public AnyShapeNode<T> {
     std::fill(y, y + n, T(0));
     ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch),
                   [&](int64_t k, int64_t off) { y[off] += x.data[k]; });
-    const T scale = T(1) / static_cast<T>(count_);
-    for (int64_t i = 0; i < n; ++i) y[i] *= scale;
+    if (scale_ != T(1)) {
+      for (int64_t i = 0; i < n; ++i) y[i] *= scale_;
+    }
     return {y, x.batch, this->output_dims()};
   }
 
@@ -256,9 +257,8 @@ class ReduceMeanNode final : public AnyShapeNode<T> {
     const int batch = grad_output.batch;
     T* dx = EnsureSize(grad_input_, int64_t{batch} * in_.per_sample());
     const T* dy = grad_output.data;
-    const T scale = T(1) / static_cast<T>(count_);
     ForEachOffset(in_.Concrete(batch), KeptStrides(batch),
-                  [&](int64_t k, int64_t off) { dx[k] = dy[off] * scale; });
+                  [&](int64_t k, int64_t off) { dx[k] = dy[off] * scale_; });
     return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
   }
 
@@ -273,59 +273,71 @@ class ReduceMeanNode final : public AnyShapeNode<T> {
   }
 
   const ValueShape in_, kept_;
-  const int64_t count_;
+  const T scale_;
   std::vector<T> output_, grad_input_;
 };
 
-template <typename T>
-struct AnyShapeReduceMean {
-  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axes", "keepdims"}));
-    DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
-    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes,
-                             ctx.IntsInputOrAttribute(1, "axes", true, {}));
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t keepdims, IntAttribute(ctx.node, "keepdims", 1));
-    if (in.IsBatchFirst() && ctx.node.attributes.count("axes") > 0) {
-      // The pooling and channel-mean nodes of layer_ops.h (CUDA twins), given the axes they
-      // mean: H and W of [N, C, H, W], or the channels kept.
-      std::vector<int64_t> normal;
+// ReduceMean (kMean) or ReduceSum; the axes from the attribute or (opset 13 on) input 1.
+template <bool kMean>
+struct AnyShapeReduce {
+  template <typename T>
+  struct Op {
+    static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+      DPTRAIN_RETURN_IF_ERROR(
+          CheckKnownAttributes(ctx.node, {"axes", "keepdims", "noop_with_empty_axes"}));
+      DPTRAIN_ASSIGN_OR_RETURN(const ValueShape in, ShapeOf(ctx, 0));
+      DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes,
+                               ctx.IntsInputOrAttribute(1, "axes", true, {}));
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t keepdims, IntAttribute(ctx.node, "keepdims", 1));
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t noop,
+                               IntAttribute(ctx.node, "noop_with_empty_axes", 0));
+      if (noop != 0) return ctx.Error("noop_with_empty_axes unsupported");
+      if (kMean && in.IsBatchFirst() && ctx.node.attributes.count("axes") > 0) {
+        // The pooling and channel-mean nodes of layer_ops.h (CUDA twins), given the axes they
+        // mean: H and W of [N, C, H, W], or the channels kept.
+        std::vector<int64_t> normal;
+        for (int64_t a : axes) {
+          const std::optional<int> n = NormalizeAxis(a, in.rank());
+          normal.push_back(n.has_value() ? *n : -1);
+        }
+        std::sort(normal.begin(), normal.end());
+        if ((in.rank() == 4 && normal == std::vector<int64_t>{2, 3}) ||
+            (normal == std::vector<int64_t>{1} && keepdims == 1)) {
+          Node node = ctx.node;
+          node.attributes["axes"] = normal;
+          return Build<T>(ReduceMeanOp(), NodeContext{node, ctx.inputs, ctx.seed, ctx.scratch});
+        }
+      }
+      if (axes.empty()) {
+        return ctx.Error(absl::StrCat("a ", kMean ? "mean" : "sum",
+                                      " over every axis (the batch's too) unsupported"));
+      }
+      ValueShape kept = in;
+      int64_t count = 1;
       for (int64_t a : axes) {
-        const std::optional<int> n = NormalizeAxis(a, in.rank());
-        normal.push_back(n.has_value() ? *n : -1);
+        const std::optional<int> axis = NormalizeAxis(a, in.rank());
+        if (!axis.has_value() || *axis == in.batch_axis || kept.dims[*axis] == 0) {
+          return ctx.Error(absl::StrCat("axes ", ShapeText(axes), " of ", in.ToString(),
+                                        " unsupported (each once, not the batch's)"));
+        }
+        count *= in.dims[*axis];
+        kept.dims[*axis] = 0;  // Marked; set to 1 below.
       }
-      std::sort(normal.begin(), normal.end());
-      if ((in.rank() == 4 && normal == std::vector<int64_t>{2, 3}) ||
-          (normal == std::vector<int64_t>{1} && keepdims == 1)) {
-        Node node = ctx.node;
-        node.attributes["axes"] = normal;
-        return Build<T>(ReduceMeanOp(), NodeContext{node, ctx.inputs, ctx.seed, ctx.scratch});
+      ValueShape out = kept;
+      out.dims.clear();
+      for (int a = 0; a < in.rank(); ++a) {
+        if (kept.dims[a] == 0) {
+          kept.dims[a] = 1;
+          if (!keepdims) continue;
+        }
+        if (a == in.batch_axis) out.batch_axis = out.rank();
+        out.dims.push_back(kept.dims[a]);
       }
+      const T scale = kMean ? T(1) / static_cast<T>(count) : T(1);
+      return std::unique_ptr<NodeImpl<T>>(
+          std::make_unique<ReduceNode<T>>(in, std::move(kept), std::move(out), scale));
     }
-    if (axes.empty()) return ctx.Error("a mean over every axis (the batch's too) unsupported");
-    ValueShape kept = in;
-    int64_t count = 1;
-    for (int64_t a : axes) {
-      const std::optional<int> axis = NormalizeAxis(a, in.rank());
-      if (!axis.has_value() || *axis == in.batch_axis || kept.dims[*axis] == 0) {
-        return ctx.Error(absl::StrCat("axes ", ShapeText(axes), " of ", in.ToString(),
-                                      " unsupported (each once, not the batch's)"));
-      }
-      count *= in.dims[*axis];
-      kept.dims[*axis] = 0;  // Marked; set to 1 below.
-    }
-    ValueShape out = kept;
-    out.dims.clear();
-    for (int a = 0; a < in.rank(); ++a) {
-      if (kept.dims[a] == 0) {
-        kept.dims[a] = 1;
-        if (!keepdims) continue;
-      }
-      if (a == in.batch_axis) out.batch_axis = out.rank();
-      out.dims.push_back(kept.dims[a]);
-    }
-    return std::unique_ptr<NodeImpl<T>>(
-        std::make_unique<ReduceMeanNode<T>>(in, std::move(kept), std::move(out), count));
-  }
+  };
 };
 
 // ---- Add, Sub, Mul, Div with NumPy broadcasting ----
@@ -607,7 +619,11 @@ OpFactory AnyShapeLogSoftmaxOp() {
       true);
 }
 OpFactory AnyShapeReduceMeanOp() {
-  return MakeOpFactory<any_shape_internal::AnyShapeReduceMean>(true);
+  return MakeOpFactory<any_shape_internal::AnyShapeReduce<true>::Op>(true);
+}
+
+OpFactory AnyShapeReduceSumOp() {
+  return MakeOpFactory<any_shape_internal::AnyShapeReduce<false>::Op>(true);
 }
 OpFactory AnyShapeAddOp() {
   return MakeOpFactory<any_shape_internal::BinaryOf<BinaryOp::kAdd>::Impl>(true);

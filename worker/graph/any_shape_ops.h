@@ -15,17 +15,26 @@
 //              or shape_ops.h applied to every row of the last axis, the rows taken as its
 //              batch (a Linear at each token; a layer norm of each token's features).
 //   Gather     of a computed value along an axis other than the batch's, with constant 0-D or
-//              1-D indices (negative: from the end): x[:, 0] (a class token).
+//              1-D indices (negative: from the end): x[:, 0] (a class token); of a tensor of
+//              the model by constant indices (a relative-position bias: a value without a
+//              batch); of a tensor of the model by computed ids (nn.Embedding: an embedding
+//              lookup; ids that are not integers in [0, rows) refused before Forward).
 //   Slice      along axes other than the batch's, constant starts, ends, axes and positive steps
 //              (negative axes counted from the rank); x[..., a:b] and Split's outputs.
 //   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
 //   Pad        zeros along any axes but the batch's (constant mode, value 0).
-//   ReduceMean over axes other than the batch's (attribute, or input from opset 18), keepdims
-//              or not (a layer norm written out: x.mean(-1, keepdim=True)).
+//   ReduceMean, ReduceSum  over axes other than the batch's (attribute, or input from opset
+//              18; ReduceSum's from 13), keepdims or not (a layer norm written out:
+//              x.mean(-1, keepdim=True); a masked mean's sums).
 //   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
 //              export's target holds the batch size, else axis 0, which the tensor must have of
 //              size 1 (cls_token.expand(B, -1, -1)); a learned one gets the sum of its uses'
-//              gradients.
+//              gradients. Of a computed value along its size-1 axes, the batch kept (a padding
+//              mask to every head).
+//   Equal      of a computed value and a constant of one element (ids == pad), Not of a
+//              computed value, Cast to bool (x != 0): 1 or 0, no gradient.
+//   Where      cond ? a : b, computed inputs of one shape, constants broadcast into it
+//              (masked_fill); the gradient to a computed a or b where it was taken.
 //   Add, Sub, Mul, Div  of two computed values of one shape (or one of size 1 along axes where
 //              the other is not: x - mean), or of a computed value and a
 //              tensor of the graph that broadcasts to its shape as NumPy does, of size 1 on the
@@ -42,6 +51,10 @@ namespace graph {
 OpFactory TransposeOp();
 OpFactory GatherOp();
 OpFactory ExpandOp();
+OpFactory EqualOp();
+OpFactory NotOp();
+OpFactory WhereOp();
+OpFactory AnyShapeCastOp();  // CastOp() but to bool.
 // The ops above that also have a batch-first version, which each falls back to:
 OpFactory AnyShapeMatMulOp();  // LinearOp()
 OpFactory AnyShapeGemmOp();    // LinearOp()
@@ -49,6 +62,7 @@ OpFactory AnyShapeLayerNormalizationOp();
 OpFactory AnyShapeSoftmaxOp();
 OpFactory AnyShapeLogSoftmaxOp();
 OpFactory AnyShapeReduceMeanOp();
+OpFactory AnyShapeReduceSumOp();  // Any shape only (no batch-first version).
 OpFactory AnyShapePadOp();
 OpFactory AnyShapeSliceOp();
 OpFactory AnyShapeConcatOp();

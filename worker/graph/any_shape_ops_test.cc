@@ -385,19 +385,103 @@ TEST_F(AnyShapeOpsTest, EmbeddingLookupOfComputedIds) {
     absl::StatusOr<nn::TensorRef<double>> r = ex.Forward(bad.data(), batch, true);
     return r.ok() ? std::string("ok") : std::string(r.status().message());
   };
-  EXPECT_EQ(error({0, 1, 2, 3, 4, 5, 6, 0}),
-            "node 'embed' (Gather): id 6 (sample 1, position 2) is not a row of the table "
-            "'table' (an integer in [0, 6))");
-  EXPECT_EQ(error({0, -1, 2, 3, 4, 5, 0, 0}),
-            "node 'embed' (Gather): id -1 (sample 0, position 1) is not a row of the table "
-            "'table' (an integer in [0, 6))");
-  EXPECT_EQ(error({0, 1, 2.5, 3, 4, 5, 0, 0}),
-            "node 'embed' (Gather): id 2.5 (sample 0, position 2) is not a row of the table "
-            "'table' (an integer in [0, 6))");
-  EXPECT_EQ(error({0, 1, 2, 3, 4, 5, 0, std::nan("")}),
-            "node 'embed' (Gather): id nan (sample 1, position 3) is not a row of the table "
-            "'table' (an integer in [0, 6))");
+  EXPECT_EQ(
+      error({0, 1, 2, 3, 4, 5, 6, 0}),
+      "node 'embed' (Gather): id 6 (sample 1 of the batch, position 2) is not a row of the table "
+      "'table' (an integer in [0, 6))");
+  EXPECT_EQ(
+      error({0, -1, 2, 3, 4, 5, 0, 0}),
+      "node 'embed' (Gather): id -1 (sample 0 of the batch, position 1) is not a row of the table "
+      "'table' (an integer in [0, 6))");
+  EXPECT_EQ(
+      error({0, 1, 2.5, 3, 4, 5, 0, 0}),
+      "node 'embed' (Gather): id 2.5 (sample 0 of the batch, position 2) is not a row of the table "
+      "'table' (an integer in [0, 6))");
+  EXPECT_EQ(
+      error({0, 1, 2, 3, 4, 5, 0, std::nan("")}),
+      "node 'embed' (Gather): id nan (sample 1 of the batch, position 3) is not a row of the table "
+      "'table' (an integer in [0, 6))");
   EXPECT_EQ(error({0, 1, 2, 3, 4, 5, 0, 0}), "ok");
+}
+
+// A masked mean as exported (h * keep).sum(1) / keep.sum(1): ReduceSum with the axes as an
+// input, keepdims or not, at a batch (3) other than the export's.
+TEST_F(AnyShapeOpsTest, ReduceSum) {
+  const Graph g =
+      Of({4, 6, 1}, 3,
+         {MakeNode("ReduceSum", "sum", {"x", "axes"}, {"s"}, {{"keepdims", int64_t{0}}}),
+          MakeNode("ReduceSum", "total", {"x", "last"}, {"t"}),
+          MakeNode("ReduceSum", "pool", {"t", "axes"}, {"p"}),
+          MakeNode("Add", "y", {"s", "p"}, {"y"})},
+         {IntConstant("axes", {1}), IntConstant("last", {-1})});
+  EXPECT_EQ(OutputShape(g), "[B, 6]");
+  Check(g);
+  auto e = Executor<double>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  (*e)->Bind(nullptr, nullptr, nullptr);
+  std::vector<double> x(2 * 24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i);
+  const nn::TensorRef<double> y = ForwardOk(**e, x.data(), 2, false);
+  // Sample 1, feature 2: the column's sum (26 + 32 + 38 + 44) plus every element of the sample.
+  EXPECT_EQ(y.data[6 + 2], 26 + 32 + 38 + 44 + (24 + 47) * 24 / 2);
+}
+
+// Expand of a computed value along its size-1 axes (a padding mask to every head), the batch
+// kept whatever the target says there (the export's batch, 2); its gradient sums the copies.
+TEST_F(AnyShapeOpsTest, ExpandOfAComputedValue) {
+  const Graph g = Of({4, 6, 1}, 3,
+                     {MakeNode("ReduceMean", "m", {"x"}, {"m"}, {{"axes", Ints{-1}}}),
+                      MakeNode("Unsqueeze", "u", {"m", "one"}, {"u"}),
+                      MakeNode("Expand", "heads", {"u", "target"}, {"e"}),
+                      MakeNode("Mul", "y", {"e", "w"}, {"y"})},
+                     {IntConstant("one", {1}), IntConstant("target", {2, 3, 4, 5}),
+                      RandomConstant("w", {3, 4, 5}, 3)});
+  EXPECT_EQ(OutputShape(g), "[B, 3, 4, 5]");
+  Check(g);
+  EXPECT_EQ(BuildError(Of({4, 6, 1}, 3, {MakeNode("Expand", "e", {"x", "bad"}, {"y"})},
+                          {IntConstant("bad", {2, 5, 6})})),
+            "node 'e' (Expand): Expand of [B, 4, 6] to [2, 5, 6] unsupported: the shapes do not "
+            "broadcast");
+}
+
+// A padding mask as nn.TransformerEncoder exports it: ids == pad (Equal), Not, Cast to bool,
+// and Where into the scores (masked_fill): values by hand; then Where's gradients (to a
+// computed branch where it was taken) against finite differences, with a constant of one value
+// written at the export's batch (2) read at batch 3.
+TEST_F(AnyShapeOpsTest, MasksEqualNotCastWhere) {
+  const Graph masks =
+      Of({4, 1, 1}, 2,
+         {MakeNode("Equal", "pad", {"x", "zero"}, {"p"}), MakeNode("Not", "keep", {"p"}, {"k"}),
+          MakeNode("Cast", "b", {"x"}, {"b"}, {{"to", int64_t{9}}}),
+          MakeNode("Where", "fill", {"p", "minus", "x"}, {"f"}),
+          MakeNode("Concat", "all", {"p", "k", "b", "f"}, {"y"}, {{"axis", int64_t{1}}})},
+         {IntConstant("zero", {0}), FloatScalar("minus", -100.0f)});
+  auto e = Executor<double>::Create(masks, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  (*e)->Bind(nullptr, nullptr, nullptr);
+  const std::vector<double> x = {3, 0, 7, 0, 0, 0, 1, 2};
+  const nn::TensorRef<double> y = ForwardOk(**e, x.data(), 2, false);
+  EXPECT_EQ(std::vector<double>(y.data, y.data + y.size()),
+            (std::vector<double>{0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 1, 0, 3,    -100, 7, -100,  //
+                                 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, -100, -100, 1, 2}));
+  NamedConstant uniform = RandomConstant("uniform", {2, 4, 6}, 1);
+  std::fill(uniform.value.floats.begin(), uniform.value.floats.end(), -3.0f);
+  const Graph where = Of(
+      {4, 6, 1}, 3,
+      {MakeNode("Relu", "r", {"x"}, {"r"}),
+       MakeNode("Cast", "c", {"r"}, {"c"}, {{"to", int64_t{9}}}),
+       MakeNode("Mul", "sq", {"x", "x"}, {"sq"}), MakeNode("Where", "a", {"c", "x", "two"}, {"a"}),
+       MakeNode("Where", "b", {"c", "uniform", "sq"}, {"b"}),
+       MakeNode("Add", "y", {"a", "b"}, {"y"})},
+      {FloatScalar("two", 2.0f), uniform});
+  EXPECT_EQ(OutputShape(where), "[B, 4, 6]");
+  Check(where);
+  EXPECT_EQ(BuildError(Of({4, 6, 1}, 3, {MakeNode("Where", "w", {"x", "x", "bad"}, {"y"})},
+                          {RandomConstant("bad", {2, 4, 6}, 2)})),
+            "node 'w' (Where): the constant float[2,4,6] of input 2 does not broadcast to "
+            "[B, 4, 6]");
+  EXPECT_EQ(BuildError(Of({4, 6, 1}, 3, {MakeNode("Equal", "q", {"x", "x"}, {"y"})})),
+            "node 'q' (Equal): Equal of two computed values unsupported");
 }
 
 TEST_F(AnyShapeOpsTest, Refusals) {

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -53,6 +54,9 @@ struct NodeInput {
   bool present() const { return !name.empty(); }
   bool is_runtime() const { return dims.has_value(); }
 };
+
+// NodeImpl::ids_below of a node that reads ids without needing a bound.
+inline constexpr int64_t kNoIdBound = std::numeric_limits<int64_t>::max();
 
 // Scratch that the nodes of one executor may share: its nodes run one at a time, so buffers a
 // node uses only inside one Forward or Backward call (nn::Residual's backward gradients) need
@@ -254,7 +258,8 @@ class NodeImpl {
     return absl::OkStatus();
   }
   // A node whose runtime input is ids (an embedding lookup): the bound they must be below (its
-  // table's rows); 0 for the others.
+  // table's rows); kNoIdBound for a node that may read ids and needs no bound (a comparison:
+  // ids == pad); 0 for the others (what they do with ids is not known).
   virtual int64_t ids_below() const { return 0; }
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns

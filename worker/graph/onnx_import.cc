@@ -173,6 +173,9 @@ absl::StatusOr<nn::Dims> SampleDims(const onnx::ValueInfoProto& v) {
     return refuse("neither float (images, features) nor int64/int32 (token ids)");
   }
   const int rank = t.shape().dim_size();
+  if (type != onnx::TensorProto_DataType_FLOAT && rank != 2) {
+    return refuse(absl::StrCat("integer ids of rank ", rank, " unsupported ([batch, L] only)"));
+  }
   if (rank < 2 || rank > 4) {
     return refuse(absl::StrCat("rank ", rank,
                                " unsupported ([batch, C, H, W], [batch, C, L] or "

@@ -86,6 +86,7 @@ OpRegistry BuiltinOps() {
   add("AveragePool", AveragePoolOp());
   add("GlobalAveragePool", GlobalAveragePoolOp());
   add("ReduceMean", AnyShapeReduceMeanOp());
+  add("ReduceSum", AnyShapeReduceSumOp());
   add("Flatten", FlattenOp());
   add("Residual", ResidualOp());
   // Shapes and element-wise ops of one input (shape_ops.h):
@@ -112,7 +113,7 @@ OpRegistry BuiltinOps() {
   add("Abs", elementwise(AbsOp()));
   add("Reciprocal", elementwise(ReciprocalOp()));
   add("Pow", elementwise(PowOp()));
-  add("Cast", elementwise(CastOp()));
+  add("Cast", AnyShapeCastOp());
   add("Softmax", AnyShapeSoftmaxOp());
   add("LogSoftmax", AnyShapeLogSoftmaxOp());
   // Moving elements (slice_ops.h; any_shape_ops.h):
@@ -120,6 +121,9 @@ OpRegistry BuiltinOps() {
   add("Transpose", TransposeOp());
   add("Gather", GatherOp());
   add("Expand", ExpandOp());
+  add("Equal", EqualOp());
+  add("Not", NotOp());
+  add("Where", WhereOp());
   add("ChannelShuffle", ChannelShuffleOp());
   // Several runtime inputs (multi_input_ops.h):
   add("Add", AnyShapeAddOp());

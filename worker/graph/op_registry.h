@@ -7,12 +7,12 @@
 //   Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Pow (constant exponent),
 //   BatchNormalization, LayerNormalization, InstanceNormalization, MaxPool, AveragePool,
 //   GlobalAveragePool,
-//   ReduceMean, Flatten, Reshape, Squeeze, Unsqueeze, Pad, Dropout, Identity, Cast, Softmax,
-//   LogSoftmax, Slice, Add, Sub, Mul, Div, PRelu, Concat, Transpose, Gather, Expand; and
-//   Residual (not ONNX: the built-in resnet18's fused block) and ChannelShuffle (not ONNX:
-//   ShuffleNet's, fused by the importer). Those of any_shape_ops.h (and the element-wise ones,
-//   Reshape, Squeeze, Unsqueeze, Dropout, Identity, Cast) take values of any shape
-//   (OpFactory::any_shape); the others batch-first values of rank 2 to 4.
+//   ReduceMean, ReduceSum, Flatten, Reshape, Squeeze, Unsqueeze, Pad, Dropout, Identity, Cast,
+//   Softmax, LogSoftmax, Slice, Add, Sub, Mul, Div, PRelu, Concat, Transpose, Gather, Expand,
+//   Equal, Not, Where; and Residual (not ONNX: the built-in resnet18's fused block) and
+//   ChannelShuffle (not ONNX: ShuffleNet's, fused by the importer). Those of any_shape_ops.h (and
+//   the element-wise ones, Reshape, Squeeze, Unsqueeze, Dropout, Identity, Cast) take values of any
+//   shape (OpFactory::any_shape); the others batch-first values of rank 2 to 4.
 // Shape and the int64 arithmetic on it are no ops: the executor evaluates them when it is built
 // (shape_arithmetic.h).
 // A registry is a plain value: built once (e.g. in main), passed by const reference; it is
