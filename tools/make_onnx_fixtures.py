@@ -77,6 +77,8 @@ The models:
   text_mask  The same on padded ids (0 = padding): src_key_padding_mask in the encoder and a
              mean over the real tokens only (Equal, Not, Cast to bool, Expand of the mask,
              Where, ReduceSum).
+  text_cnn   Kim's text CNN on token ids: Conv1d (ONNX Conv of a 1-D window), MaxPool1d,
+             ReduceMax over time, Dropout.
   text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
              a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
              tokens' mean and a Linear head; 5 classes.
@@ -610,8 +612,29 @@ class MaskedText(TextClassifier):
         return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
 
 
+class TextCNN(nn.Module):
+    """Kim's text CNN on token ids: nn.Embedding, transposed to [N, C, L], Conv1d of widths 3
+    (padded, then MaxPool1d(2)) and 2, ReLU, the max over time (ReduceMax), Dropout, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.conv3 = nn.Conv1d(16, 8, 3, padding=1)
+        self.pool = nn.MaxPool1d(2)
+        self.conv2 = nn.Conv1d(16, 6, 2)
+        self.drop = nn.Dropout(0.5)
+        self.head = nn.Linear(14, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids).transpose(1, 2)
+        a = self.pool(torch.relu(self.conv3(x))).max(dim=2).values
+        b = torch.relu(self.conv2(x)).amax(dim=2)
+        return self.head(self.drop(torch.cat([a, b], 1)))
+
+
 # name -> () -> (module, classes)
 MODELS = {
+    "text_cnn": lambda: (TextCNN(), 5),
     "text_mask": lambda: (MaskedText(), 5),
     "text": lambda: (TextClassifier(), 5),
     "attention": lambda: (ViT(mha=False), 10),
@@ -634,7 +657,7 @@ MODELS = {
 }
 
 # Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).
-ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12)}
+ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12)}
 # Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens.
 PADDED = {"text_mask"}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).

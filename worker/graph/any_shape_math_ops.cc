@@ -1,6 +1,6 @@
 // The any-shape ops that compute (any_shape_ops.h): MatMul of two computed values, the
 // row-wise layers (Gemm, MatMul of a weight, LayerNormalization, Softmax, LogSoftmax),
-// ReduceMean, ReduceSum, and Add, Sub, Mul, Div with NumPy broadcasting.
+// ReduceMean, ReduceSum, ReduceMax, and Add, Sub, Mul, Div with NumPy broadcasting.
 #include <algorithm>
 #include <memory>
 #include <numeric>
@@ -226,13 +226,17 @@ struct Rowwise {
 
 // ---- ReduceMean and ReduceSum over axes other than the batch's ----
 
+enum class Reduction { kMean, kSum, kMax };
+
 template <typename T>
 class ReduceNode final : public AnyShapeNode<T> {
  public:
   // `kept` is the output with the reduced axes kept as size 1 (keepdims=1), whatever the
-  // output's own shape; the sum is multiplied by `scale` (1 / count for a mean, 1 for a sum).
-  ReduceNode(ValueShape in, ValueShape kept, ValueShape out, T scale)
+  // output's own shape; a sum is multiplied by `scale` (1 / count for a mean, 1 for a sum). A
+  // max's gradient goes to the first largest element, as torch.max(x, dim) gives it.
+  ReduceNode(Reduction reduction, ValueShape in, ValueShape kept, ValueShape out, T scale)
       : AnyShapeNode<T>(std::move(out)),
+        reduction_(reduction),
         in_(std::move(in)),
         kept_(std::move(kept)),
         scale_(scale) {}
@@ -242,6 +246,17 @@ class ReduceNode final : public AnyShapeNode<T> {
     const TensorRef<T>& x = inputs[0];
     const int64_t n = int64_t{x.batch} * kept_.per_sample();
     T* y = EnsureSize(output_, n);
+    if (reduction_ == Reduction::kMax) {
+      int64_t* arg = EnsureSize(argmax_, n);
+      std::fill(arg, arg + n, int64_t{-1});
+      ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch), [&](int64_t k, int64_t off) {
+        if (arg[off] < 0 || x.data[k] > y[off]) {
+          y[off] = x.data[k];
+          arg[off] = k;
+        }
+      });
+      return {y, x.batch, this->output_dims()};
+    }
     std::fill(y, y + n, T(0));
     ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch),
                   [&](int64_t k, int64_t off) { y[off] += x.data[k]; });
@@ -255,8 +270,14 @@ class ReduceNode final : public AnyShapeNode<T> {
                                      const std::vector<bool>& need_input_grad) override {
     if (!need_input_grad[0]) return {TensorRef<T>{}};
     const int batch = grad_output.batch;
-    T* dx = EnsureSize(grad_input_, int64_t{batch} * in_.per_sample());
+    const int64_t size = int64_t{batch} * in_.per_sample();
+    T* dx = EnsureSize(grad_input_, size);
     const T* dy = grad_output.data;
+    if (reduction_ == Reduction::kMax) {
+      std::fill(dx, dx + size, T(0));
+      for (int64_t i = 0; i < grad_output.size(); ++i) dx[argmax_[i]] += dy[i];
+      return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
+    }
     ForEachOffset(in_.Concrete(batch), KeptStrides(batch),
                   [&](int64_t k, int64_t off) { dx[k] = dy[off] * scale_; });
     return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
@@ -272,13 +293,15 @@ class ReduceNode final : public AnyShapeNode<T> {
     return strides;
   }
 
+  const Reduction reduction_;
   const ValueShape in_, kept_;
   const T scale_;
   std::vector<T> output_, grad_input_;
+  std::vector<int64_t> argmax_;  // A max's: per output element, the input element taken.
 };
 
-// ReduceMean (kMean) or ReduceSum; the axes from the attribute or (opset 13 on) input 1.
-template <bool kMean>
+// ReduceMean, ReduceSum or ReduceMax; the axes from the attribute or (opset 13 on) input 1.
+template <Reduction kReduction>
 struct AnyShapeReduce {
   template <typename T>
   struct Op {
@@ -292,6 +315,7 @@ struct AnyShapeReduce {
       DPTRAIN_ASSIGN_OR_RETURN(const int64_t noop,
                                IntAttribute(ctx.node, "noop_with_empty_axes", 0));
       if (noop != 0) return ctx.Error("noop_with_empty_axes unsupported");
+      constexpr bool kMean = kReduction == Reduction::kMean;
       if (kMean && in.IsBatchFirst() && ctx.node.attributes.count("axes") > 0) {
         // The pooling and channel-mean nodes of layer_ops.h (CUDA twins), given the axes they
         // mean: H and W of [N, C, H, W], or the channels kept.
@@ -309,7 +333,10 @@ struct AnyShapeReduce {
         }
       }
       if (axes.empty()) {
-        return ctx.Error(absl::StrCat("a ", kMean ? "mean" : "sum",
+        return ctx.Error(absl::StrCat("a ",
+                                      kMean                           ? "mean"
+                                      : kReduction == Reduction::kSum ? "sum"
+                                                                      : "max",
                                       " over every axis (the batch's too) unsupported"));
       }
       ValueShape kept = in;
@@ -335,7 +362,7 @@ struct AnyShapeReduce {
       }
       const T scale = kMean ? T(1) / static_cast<T>(count) : T(1);
       return std::unique_ptr<NodeImpl<T>>(
-          std::make_unique<ReduceNode<T>>(in, std::move(kept), std::move(out), scale));
+          std::make_unique<ReduceNode<T>>(kReduction, in, std::move(kept), std::move(out), scale));
     }
   };
 };
@@ -619,11 +646,18 @@ OpFactory AnyShapeLogSoftmaxOp() {
       true);
 }
 OpFactory AnyShapeReduceMeanOp() {
-  return MakeOpFactory<any_shape_internal::AnyShapeReduce<true>::Op>(true);
+  return MakeOpFactory<
+      any_shape_internal::AnyShapeReduce<any_shape_internal::Reduction::kMean>::Op>(true);
 }
 
 OpFactory AnyShapeReduceSumOp() {
-  return MakeOpFactory<any_shape_internal::AnyShapeReduce<false>::Op>(true);
+  return MakeOpFactory<any_shape_internal::AnyShapeReduce<any_shape_internal::Reduction::kSum>::Op>(
+      true);
+}
+
+OpFactory AnyShapeReduceMaxOp() {
+  return MakeOpFactory<any_shape_internal::AnyShapeReduce<any_shape_internal::Reduction::kMax>::Op>(
+      true);
 }
 OpFactory AnyShapeAddOp() {
   return MakeOpFactory<any_shape_internal::BinaryOf<BinaryOp::kAdd>::Impl>(true);

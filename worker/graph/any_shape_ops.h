@@ -23,9 +23,10 @@
 //              (negative axes counted from the rank); x[..., a:b] and Split's outputs.
 //   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
 //   Pad        zeros along any axes but the batch's (constant mode, value 0).
-//   ReduceMean, ReduceSum  over axes other than the batch's (attribute, or input from opset
-//              18; ReduceSum's from 13), keepdims or not (a layer norm written out:
-//              x.mean(-1, keepdim=True); a masked mean's sums).
+//   ReduceMean, ReduceSum, ReduceMax  over axes other than the batch's (attribute, or input
+//              from opset 18; ReduceSum's from 13), keepdims or not (a layer norm written out:
+//              x.mean(-1, keepdim=True); a masked mean's sums; a text CNN's max over time, its
+//              gradient to the first largest element as torch.max(x, dim)'s).
 //   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
 //              export's target holds the batch size, else axis 0, which the tensor must have of
 //              size 1 (cls_token.expand(B, -1, -1)); a learned one gets the sum of its uses'
@@ -63,6 +64,7 @@ OpFactory AnyShapeSoftmaxOp();
 OpFactory AnyShapeLogSoftmaxOp();
 OpFactory AnyShapeReduceMeanOp();
 OpFactory AnyShapeReduceSumOp();  // Any shape only (no batch-first version).
+OpFactory AnyShapeReduceMaxOp();  // Any shape only (no batch-first version).
 OpFactory AnyShapePadOp();
 OpFactory AnyShapeSliceOp();
 OpFactory AnyShapeConcatOp();

@@ -426,6 +426,28 @@ TEST_F(AnyShapeOpsTest, ReduceSum) {
   EXPECT_EQ(y.data[6 + 2], 26 + 32 + 38 + 44 + (24 + 47) * 24 / 2);
 }
 
+// A text CNN's layers on [N, C, L]: Conv1d (a 1-D window: kernel_shape [3], pads [1, 1]),
+// MaxPool1d, and the max over time (ReduceMax, keepdims 0; its gradient to the largest element).
+TEST_F(AnyShapeOpsTest, Conv1dMaxPool1dAndReduceMax) {
+  const Graph g = Of(
+      {4, 7, 1}, 3,
+      {MakeNode("Conv", "conv", {"x", "w", "b"}, {"c"},
+                {{"kernel_shape", Ints{3}}, {"pads", Ints{1, 1}}, {"strides", Ints{1}}}),
+       MakeNode("MaxPool", "pool", {"c"}, {"p"}, {{"kernel_shape", Ints{2}}, {"strides", Ints{2}}}),
+       MakeNode("ReduceMax", "max", {"p"}, {"y"}, {{"axes", Ints{2}}, {"keepdims", int64_t{0}}})},
+      {RandomConstant("w", {5, 4, 3}, 1), RandomConstant("b", {5}, 2)});
+  EXPECT_EQ(OutputShape(g), "[B, 5]");
+  Check(g);
+  auto e = Executor<double>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ((*e)->params()[0].shape, (Ints{5, 4, 3}));  // The state_dict's Conv1d weight.
+  EXPECT_EQ((*e)->value_shapes()[1].ToString(), "[B, 5, 7]");
+  EXPECT_EQ((*e)->value_shapes()[2].ToString(), "[B, 5, 3]");
+  EXPECT_EQ(
+      BuildError(Of({4, 7, 1}, 3, {MakeNode("ReduceMax", "m", {"x"}, {"y"}, {{"axes", Ints{0}}})})),
+      "node 'm' (ReduceMax): axes [0] of [B, 4, 7] unsupported (each once, not the batch's)");
+}
+
 // Expand of a computed value along its size-1 axes (a padding mask to every head), the batch
 // kept whatever the target says there (the export's batch, 2); its gradient sums the copies.
 TEST_F(AnyShapeOpsTest, ExpandOfAComputedValue) {

@@ -128,8 +128,39 @@ struct Window {
   int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
 };
 
+// A 1-D window's attributes (Conv1d, MaxPool1d on [N, C, L]) as the 2-D window they are on
+// per-sample dims {C, L, 1}: kernel [k, 1], strides [s, 1], pads [b, 0, e, 0], dilations [d, 1].
+// A node without a 1-D kernel_shape is returned unchanged.
+Node As2dWindow(const Node& node) {
+  const auto it = node.attributes.find("kernel_shape");
+  if (it == node.attributes.end()) return node;
+  const auto* kernel = std::get_if<std::vector<int64_t>>(&it->second);
+  if (kernel == nullptr || kernel->size() != 1) return node;
+  Node out = node;
+  auto widen = [&out](const std::string& name,
+                      std::vector<int64_t> (*f)(const std::vector<int64_t>&)) {
+    auto a = out.attributes.find(name);
+    if (a == out.attributes.end()) return;
+    if (const auto* v = std::get_if<std::vector<int64_t>>(&a->second)) a->second = f(*v);
+  };
+  auto one_axis = [](const std::vector<int64_t>& v) {
+    return v.size() == 1 ? std::vector<int64_t>{v[0], 1} : v;
+  };
+  widen("kernel_shape", one_axis);
+  widen("strides", one_axis);
+  widen("dilations", one_axis);
+  widen("pads", [](const std::vector<int64_t>& v) {
+    return v.size() == 2 ? std::vector<int64_t>{v[0], 0, v[1], 0} : v;
+  });
+  return out;
+}
+
 absl::StatusOr<Window> ReadWindow(const NodeContext& ctx, std::vector<int64_t> kernel) {
-  const Node& node = ctx.node;
+  // A 1-D window over [N, C, L] (Conv1d, MaxPool1d) is the 2-D window As2dWindow says.
+  const NodeInput* x = ctx.input(0);
+  const bool one_d = x != nullptr && x->shape.has_value() && x->shape->rank() == 3;
+  const Node widened = one_d ? As2dWindow(ctx.node) : Node();
+  const Node& node = one_d ? widened : ctx.node;
   DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> kernel_shape,
                            IntsAttribute(node, "kernel_shape", kernel));
   if (kernel_shape.empty()) return ctx.Error("kernel_shape missing");
@@ -298,6 +329,17 @@ struct Conv {
     DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bias, ctx.ConstantInput(2, Tensor::Type::kFloat, true));
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t group, IntAttribute(ctx.node, "group", 1));
     std::vector<int64_t> w = weight->shape;
+    // Conv1d on [N, C, L]: a 2-D convolution of a [k, 1] kernel on dims {C, L, 1}, its window
+    // attributes widened to 2-D; the weight keeps its [out, in, k] name, shape and layout.
+    const bool one_d = w.size() == 3;
+    if (one_d) {
+      const NodeInput& x = ctx.inputs[0];
+      if (!x.shape.has_value() || x.shape->rank() != 3) {
+        return ctx.Error(absl::StrCat("weight shape ", ShapeText(w),
+                                      ": a 1-D convolution of a [N, C, L] input only"));
+      }
+      w.push_back(1);
+    }
     // A Linear's [out, in] weight as a 1x1 convolution's: what SinkChannelsLast (graph_rewrites.h)
     // makes of a Linear applied to each pixel of a channels-last value.
     if (w.size() == 2 && ctx.node.attributes.count("kernel_shape") > 0) {

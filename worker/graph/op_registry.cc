@@ -87,6 +87,7 @@ OpRegistry BuiltinOps() {
   add("GlobalAveragePool", GlobalAveragePoolOp());
   add("ReduceMean", AnyShapeReduceMeanOp());
   add("ReduceSum", AnyShapeReduceSumOp());
+  add("ReduceMax", AnyShapeReduceMaxOp());
   add("Flatten", FlattenOp());
   add("Residual", ResidualOp());
   // Shapes and element-wise ops of one input (shape_ops.h):

@@ -7,8 +7,8 @@
 //   Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Pow (constant exponent),
 //   BatchNormalization, LayerNormalization, InstanceNormalization, MaxPool, AveragePool,
 //   GlobalAveragePool,
-//   ReduceMean, ReduceSum, Flatten, Reshape, Squeeze, Unsqueeze, Pad, Dropout, Identity, Cast,
-//   Softmax, LogSoftmax, Slice, Add, Sub, Mul, Div, PRelu, Concat, Transpose, Gather, Expand,
+//   ReduceMean, ReduceSum, ReduceMax, Flatten, Reshape, Squeeze, Unsqueeze, Pad, Dropout, Identity,
+//   Cast, Softmax, LogSoftmax, Slice, Add, Sub, Mul, Div, PRelu, Concat, Transpose, Gather, Expand,
 //   Equal, Not, Where; and Residual (not ONNX: the built-in resnet18's fused block) and
 //   ChannelShuffle (not ONNX: ShuffleNet's, fused by the importer). Those of any_shape_ops.h (and
 //   the element-wise ones, Reshape, Squeeze, Unsqueeze, Dropout, Identity, Cast) take values of any
