@@ -77,6 +77,7 @@ struct Equal {
     if (constant.constant == nullptr || constant.constant->num_elements() != 1) {
       return ctx.Error("Equal to a constant of one element only (ids == pad)");
     }
+    DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(first ? 1 : 0, "compared value"));
     DPTRAIN_ASSIGN_OR_RETURN(const ValueShape shape, ShapeOf(ctx, first ? 0 : 1));
     return std::unique_ptr<NodeImpl<T>>(
         std::make_unique<CompareNode<T>>(shape, ValuesOf<T>(*constant.constant)[0]));
@@ -204,10 +205,15 @@ struct Where {
       Shape own = in.constant->shape;
       std::vector<T> values = ValuesOf<T>(*in.constant);
       if (!BroadcastsTo(own, *shape)) {
-        // A constant of one value throughout is that scalar: a tensor an export made with its
-        // batch size written in (nn.MultiheadAttention's zeros of [bsz * heads, 1, L]).
-        const bool uniform = !values.empty() && std::all_of(values.begin(), values.end(),
-                                                            [&](T v) { return v == values[0]; });
+        // A constant of one value throughout that broadcasts but for its entry at the batch
+        // axis is that scalar: a tensor an export made with its batch size written in
+        // (nn.MultiheadAttention's zeros of [bsz * heads, 1, L]).
+        Shape batchless = own;
+        const int at = shape->batch_axis - (shape->rank() - static_cast<int>(own.size()));
+        if (at >= 0 && at < static_cast<int>(own.size())) batchless[at] = 1;
+        const bool uniform =
+            !values.empty() && BroadcastsTo(batchless, *shape) &&
+            std::all_of(values.begin(), values.end(), [&](T v) { return v == values[0]; });
         if (!uniform) {
           return ctx.Error(absl::StrCat("the constant ", in.constant->ToString(), " of input ", i,
                                         " does not broadcast to ", shape->ToString()));

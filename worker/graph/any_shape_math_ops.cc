@@ -2,6 +2,7 @@
 // row-wise layers (Gemm, MatMul of a weight, LayerNormalization, Softmax, LogSoftmax),
 // ReduceMean, ReduceSum, ReduceMax, and Add, Sub, Mul, Div with NumPy broadcasting.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -250,7 +251,8 @@ class ReduceNode final : public AnyShapeNode<T> {
       int64_t* arg = EnsureSize(argmax_, n);
       std::fill(arg, arg + n, int64_t{-1});
       ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch), [&](int64_t k, int64_t off) {
-        if (arg[off] < 0 || x.data[k] > y[off]) {
+        // NaN wins, as in PyTorch's max.
+        if (arg[off] < 0 || x.data[k] > y[off] || (std::isnan(x.data[k]) && !std::isnan(y[off]))) {
           y[off] = x.data[k];
           arg[off] = k;
         }

@@ -443,6 +443,23 @@ TEST_F(AnyShapeOpsTest, Conv1dMaxPool1dAndReduceMax) {
   ASSERT_EQ((*e)->params()[0].shape, (Ints{5, 4, 3}));  // The state_dict's Conv1d weight.
   EXPECT_EQ((*e)->value_shapes()[1].ToString(), "[B, 5, 7]");
   EXPECT_EQ((*e)->value_shapes()[2].ToString(), "[B, 5, 3]");
+  // NaN wins the max, wherever it lies (PyTorch's max); a Conv1d without kernel_shape takes
+  // its 1-D strides and pads.
+  const Graph max = Of(
+      {2, 3, 1}, 3,
+      {MakeNode("ReduceMax", "m", {"x"}, {"y"}, {{"axes", Ints{-1}}, {"keepdims", int64_t{0}}})});
+  auto m = Executor<double>::Create(max, registry_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->Bind(nullptr, nullptr, nullptr);
+  const std::vector<double> x = {1, std::nan(""), 3, 4, 6, 5};
+  const nn::TensorRef<double> y = ForwardOk(**m, x.data(), 1, false);
+  EXPECT_TRUE(std::isnan(y.data[0]));
+  EXPECT_EQ(y.data[1], 6);
+  const Graph strided = Of(
+      {4, 7, 1}, 3,
+      {MakeNode("Conv", "conv", {"x", "w"}, {"y"}, {{"strides", Ints{2}}, {"pads", Ints{1, 1}}})},
+      {RandomConstant("w", {5, 4, 3}, 1)});
+  EXPECT_EQ(OutputShape(strided), "[B, 5, 4]");
   EXPECT_EQ(
       BuildError(Of({4, 7, 1}, 3, {MakeNode("ReduceMax", "m", {"x"}, {"y"}, {{"axes", Ints{0}}})})),
       "node 'm' (ReduceMax): axes [0] of [B, 4, 7] unsupported (each once, not the batch's)");
@@ -504,6 +521,14 @@ TEST_F(AnyShapeOpsTest, MasksEqualNotCastWhere) {
             "[B, 4, 6]");
   EXPECT_EQ(BuildError(Of({4, 6, 1}, 3, {MakeNode("Equal", "q", {"x", "x"}, {"y"})})),
             "node 'q' (Equal): Equal of two computed values unsupported");
+  // One value throughout makes a scalar only of a constant whose batch entry alone is off: one
+  // that would widen another axis is refused.
+  NamedConstant wider = RandomConstant("wider", {1, 3, 6}, 3);
+  std::fill(wider.value.floats.begin(), wider.value.floats.end(), 1.0f);
+  EXPECT_EQ(
+      BuildError(Of({4, 6, 1}, 3, {MakeNode("Where", "w", {"x", "x", "wider"}, {"y"})}, {wider})),
+      "node 'w' (Where): the constant float[1,3,6] of input 2 does not broadcast to "
+      "[B, 4, 6]");
 }
 
 TEST_F(AnyShapeOpsTest, Refusals) {

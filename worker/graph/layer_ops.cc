@@ -129,28 +129,22 @@ struct Window {
 };
 
 // A 1-D window's attributes (Conv1d, MaxPool1d on [N, C, L]) as the 2-D window they are on
-// per-sample dims {C, L, 1}: kernel [k, 1], strides [s, 1], pads [b, 0, e, 0], dilations [d, 1].
-// A node without a 1-D kernel_shape is returned unchanged.
+// per-sample dims {C, L, 1}: kernel [k, 1], strides [s, 1], pads [b, 0, e, 0], dilations [d, 1];
+// attributes of another length are left as they are (and refused by ReadWindow).
 Node As2dWindow(const Node& node) {
-  const auto it = node.attributes.find("kernel_shape");
-  if (it == node.attributes.end()) return node;
-  const auto* kernel = std::get_if<std::vector<int64_t>>(&it->second);
-  if (kernel == nullptr || kernel->size() != 1) return node;
   Node out = node;
-  auto widen = [&out](const std::string& name,
-                      std::vector<int64_t> (*f)(const std::vector<int64_t>&)) {
+  auto widen = [&out](const std::string& name, size_t length, auto f) {
     auto a = out.attributes.find(name);
     if (a == out.attributes.end()) return;
-    if (const auto* v = std::get_if<std::vector<int64_t>>(&a->second)) a->second = f(*v);
+    const auto* v = std::get_if<std::vector<int64_t>>(&a->second);
+    if (v != nullptr && v->size() == length) a->second = f(*v);
   };
-  auto one_axis = [](const std::vector<int64_t>& v) {
-    return v.size() == 1 ? std::vector<int64_t>{v[0], 1} : v;
-  };
-  widen("kernel_shape", one_axis);
-  widen("strides", one_axis);
-  widen("dilations", one_axis);
-  widen("pads", [](const std::vector<int64_t>& v) {
-    return v.size() == 2 ? std::vector<int64_t>{v[0], 0, v[1], 0} : v;
+  auto one_axis = [](const std::vector<int64_t>& v) { return std::vector<int64_t>{v[0], 1}; };
+  widen("kernel_shape", 1, one_axis);
+  widen("strides", 1, one_axis);
+  widen("dilations", 1, one_axis);
+  widen("pads", 2, [](const std::vector<int64_t>& v) {
+    return std::vector<int64_t>{v[0], 0, v[1], 0};
   });
   return out;
 }
@@ -355,7 +349,7 @@ struct Conv {
                                     " input and ", w[0], " output channels"));
     }
     if (w[1] * group != input.c) {
-      return ctx.Error(absl::StrCat("weight ", ShapeText(w), " does not fit input ",
+      return ctx.Error(absl::StrCat("weight ", ShapeText(weight->shape), " does not fit input ",
                                     input.ToString(),
                                     group > 1 ? absl::StrCat(" in ", group, " groups") : ""));
     }
