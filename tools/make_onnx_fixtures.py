@@ -79,6 +79,8 @@ The models:
              Where, ReduceSum).
   text_cnn   Kim's text CNN on token ids: Conv1d (ONNX Conv of a 1-D window), MaxPool1d,
              ReduceMax over time, Dropout.
+  text_lstm  A 2-layer nn.LSTM on token ids (ONNX LSTM nodes with the weights' gates
+             re-ordered by Slice and Concat), the head on out[:, -1] + h[-1].
   text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
              a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
              tokens' mean and a Linear head; 5 classes.
@@ -632,8 +634,25 @@ class TextCNN(nn.Module):
         return self.head(self.drop(torch.cat([a, b], 1)))
 
 
+class TextLSTM(nn.Module):
+    """A recurrent text classifier: nn.Embedding, a 2-layer nn.LSTM(batch_first=True) (each
+    layer an ONNX LSTM whose weights are the state_dict's with their gates re-ordered), the
+    head on the last step's output plus the last layer's final hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.LSTM(12, 10, num_layers=2, batch_first=True)
+        self.head = nn.Linear(10, 5)
+
+    def forward(self, ids):
+        out, (h, _) = self.rnn(self.embed(ids))
+        return self.head(out[:, -1] + h[-1])
+
+
 # name -> () -> (module, classes)
 MODELS = {
+    "text_lstm": lambda: (TextLSTM(), 5),
     "text_cnn": lambda: (TextCNN(), 5),
     "text_mask": lambda: (MaskedText(), 5),
     "text": lambda: (TextClassifier(), 5),
@@ -657,7 +676,8 @@ MODELS = {
 }
 
 # Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).
-ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12)}
+ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12),
+             "text_lstm": (50, 12)}
 # Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens.
 PADDED = {"text_mask"}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).

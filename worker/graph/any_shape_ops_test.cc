@@ -465,6 +465,28 @@ TEST_F(AnyShapeOpsTest, Conv1dMaxPool1dAndReduceMax) {
       "node 'm' (ReduceMax): axes [0] of [B, 4, 7] unsupported (each once, not the batch's)");
 }
 
+// One nn.LSTM layer (TorchLSTM, what FuseTorchLstm makes of torch's export) on [B, 5, 3] made
+// sequence-first: each output (every step's h, the last h, the last c) forward and backward
+// through time against finite differences, the input's gradient and every weight's.
+TEST_F(AnyShapeOpsTest, TorchLstmThroughTime) {
+  for (int64_t output : {0, 1, 2}) {
+    SCOPED_TRACE(output);
+    const Graph g = Of({5, 3, 1}, 3,
+                       {MakeNode("Transpose", "seq", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+                        MakeNode("TorchLSTM", "lstm", {"t", "w_ih", "w_hh", "b_ih", "b_hh"}, {"y"},
+                                 {{"hidden_size", int64_t{4}}, {"output", output}})},
+                       {Learned("w_ih", {16, 3}, 1), Learned("w_hh", {16, 4}, 2),
+                        Learned("b_ih", {16}, 3), Learned("b_hh", {16}, 4)});
+    EXPECT_EQ(OutputShape(g), output == 0 ? "[5, 1, B, 4]" : "[1, B, 4]");
+    Check(g);
+  }
+  EXPECT_EQ(BuildError(Of({5, 3, 1}, 3,
+                          {MakeNode("TorchLSTM", "lstm", {"x", "w_ih", "w_hh"}, {"y"},
+                                    {{"hidden_size", int64_t{4}}})},
+                          {Learned("w_ih", {16, 3}, 1), Learned("w_hh", {16, 4}, 2)})),
+            "node 'lstm' (TorchLSTM): input of shape [B, 5, 3]: [T, B, features] only");
+}
+
 // Expand of a computed value along its size-1 axes (a padding mask to every head), the batch
 // kept whatever the target says there (the export's batch, 2); its gradient sums the copies.
 TEST_F(AnyShapeOpsTest, ExpandOfAComputedValue) {

@@ -731,5 +731,195 @@ void ViewStateOperands(Graph& graph) {
   graph.nodes = std::move(kept);
 }
 
+namespace {
+
+// What FuseTorchLstm reads of the graph: which node writes each value, and the constants.
+class LstmPattern {
+ public:
+  explicit LstmPattern(const Graph& graph) : graph_(graph) {
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+      for (const std::string& o : graph.nodes[n].outputs) producer_[o] = n;
+    }
+  }
+
+  // The node writing `value` if its op is `op`, else null.
+  const Node* Producer(const std::string& value, absl::string_view op) const {
+    const auto it = producer_.find(value);
+    if (it == producer_.end() || graph_.nodes[it->second].op != op) return nullptr;
+    return &graph_.nodes[it->second];
+  }
+  std::optional<size_t> ProducerIndex(const std::string& value) const {
+    const auto it = producer_.find(value);
+    if (it == producer_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // The one int64 of a constant input, or nullopt.
+  std::optional<int64_t> OneInt(const Node& node, size_t input) const {
+    if (input >= node.inputs.size()) return std::nullopt;
+    const Tensor* t = graph_.FindConstant(node.inputs[input]);
+    if (t == nullptr || t->type != Tensor::Type::kInt64 || t->ints.size() != 1) return std::nullopt;
+    return t->ints[0];
+  }
+
+  // x.unsqueeze(0) as exported (axes as input 1 or attribute): its input, or nullopt.
+  std::optional<std::string> UnsqueezedAtZero(const std::string& value) const {
+    const Node* u = Producer(value, "Unsqueeze");
+    if (u == nullptr || u->inputs.empty()) return std::nullopt;
+    const absl::StatusOr<std::vector<int64_t>> axes = IntsAttribute(*u, "axes", {});
+    const bool zero = u->inputs.size() == 2 ? OneInt(*u, 1) == int64_t{0}
+                                            : axes.ok() && *axes == std::vector<int64_t>{0};
+    if (!zero) return std::nullopt;
+    return u->inputs[0];
+  }
+
+  // Concat along axis 0 of `count` values: them, or empty.
+  std::vector<std::string> ConcatParts(const std::string& value, size_t count) const {
+    const Node* c = Producer(value, "Concat");
+    if (c == nullptr || c->inputs.size() != count) return {};
+    const absl::StatusOr<int64_t> axis = IntAttribute(*c, "axis", -1);
+    if (!axis.ok() || *axis != 0) return {};
+    return c->inputs;
+  }
+
+  // A state tensor S of 4H rows re-ordered from PyTorch's gates (i, f, g, o) to ONNX's (i, o,
+  // f, g) as torch.onnx.export writes it: Concat(S[0:H], S[3H:4H], S[H:3H]). S's name, or
+  // nullopt.
+  std::optional<std::string> TorchGateRows(const std::string& value, int64_t hidden) const {
+    const std::vector<std::string> parts = ConcatParts(value, 3);
+    if (parts.empty()) return std::nullopt;
+    const int64_t ranges[3][2] = {{0, hidden}, {3 * hidden, 4 * hidden}, {hidden, 3 * hidden}};
+    std::string source;
+    for (int k = 0; k < 3; ++k) {
+      const Node* s = Producer(parts[k], "Slice");
+      if (s == nullptr || s->inputs.size() < 3 || s->inputs.size() > 5) return std::nullopt;
+      if (OneInt(*s, 1) != ranges[k][0] || OneInt(*s, 2) != ranges[k][1]) return std::nullopt;
+      if (s->inputs.size() > 3 && OneInt(*s, 3) != int64_t{0}) return std::nullopt;
+      if (s->inputs.size() > 4 && OneInt(*s, 4) != int64_t{1}) return std::nullopt;
+      if (k > 0 && s->inputs[0] != source) return std::nullopt;
+      source = s->inputs[0];
+    }
+    const NamedConstant* c = graph_.FindNamedConstant(source);
+    if (c == nullptr || !c->state || c->value.type != Tensor::Type::kFloat ||
+        c->value.shape.empty() || c->value.shape[0] != 4 * hidden) {
+      return std::nullopt;
+    }
+    return source;
+  }
+
+  // An absent initial state, or zeros: a constant of zeros expanded to [1, B, H].
+  bool ZeroState(const std::string& value) const {
+    if (value.empty()) return true;
+    std::string source = value;
+    if (const Node* e = Producer(value, "Expand"); e != nullptr && !e->inputs.empty()) {
+      source = e->inputs[0];
+    }
+    const Tensor* t = graph_.FindConstant(source);
+    return t != nullptr && t->type == Tensor::Type::kFloat &&
+           std::all_of(t->floats.begin(), t->floats.end(), [](float v) { return v == 0.0f; });
+  }
+
+ private:
+  const Graph& graph_;
+  std::map<std::string, size_t> producer_;
+};
+
+}  // namespace
+
+void FuseTorchLstm(Graph& graph) {
+  const LstmPattern pattern(graph);
+  std::map<size_t, std::vector<Node>> replacements;  // Per LSTM node index.
+  std::set<std::string> candidates;                  // Nodes (by name) that may now be unread.
+  const auto consumers = Consumers(graph);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& lstm = graph.nodes[n];
+    if (lstm.op != "LSTM" || lstm.inputs.size() < 3 || lstm.inputs.size() > 7) continue;
+    const absl::StatusOr<int64_t> hidden = IntAttribute(lstm, "hidden_size", 0);
+    const absl::StatusOr<std::string> direction = StringAttribute(lstm, "direction", "forward");
+    const absl::StatusOr<int64_t> layout = IntAttribute(lstm, "layout", 0);
+    const absl::StatusOr<int64_t> forget = IntAttribute(lstm, "input_forget", 0);
+    if (!hidden.ok() || *hidden < 1 || !direction.ok() || *direction != "forward" || !layout.ok() ||
+        *layout != 0 || !forget.ok() || *forget != 0 || lstm.attributes.count("activations") ||
+        lstm.attributes.count("clip")) {
+      continue;
+    }
+    auto input = [&](size_t k) { return k < lstm.inputs.size() ? lstm.inputs[k] : std::string(); };
+    const std::optional<std::string> w = pattern.UnsqueezedAtZero(input(1));
+    const std::optional<std::string> r = pattern.UnsqueezedAtZero(input(2));
+    if (!w || !r) continue;
+    const std::optional<std::string> w_ih = pattern.TorchGateRows(*w, *hidden);
+    const std::optional<std::string> w_hh = pattern.TorchGateRows(*r, *hidden);
+    if (!w_ih || !w_hh) continue;
+    std::vector<std::string> inputs = {input(0), *w_ih, *w_hh};
+    if (!input(3).empty()) {
+      const std::optional<std::string> b = pattern.UnsqueezedAtZero(input(3));
+      const std::vector<std::string> halves =
+          b ? pattern.ConcatParts(*b, 2) : std::vector<std::string>{};
+      if (halves.empty()) continue;
+      const std::optional<std::string> b_ih = pattern.TorchGateRows(halves[0], *hidden);
+      const std::optional<std::string> b_hh = pattern.TorchGateRows(halves[1], *hidden);
+      if (!b_ih || !b_hh) continue;
+      inputs.push_back(*b_ih);
+      inputs.push_back(*b_hh);
+    }
+    if (!input(4).empty() || !pattern.ZeroState(input(5)) || !pattern.ZeroState(input(6))) continue;
+    std::vector<Node> made;
+    static const char* const kSuffix[3] = {"", "/Y_h", "/Y_c"};
+    for (size_t k = 0; k < lstm.outputs.size() && k < 3; ++k) {
+      const std::string& out = lstm.outputs[k];
+      if (out.empty() || (consumers.count(out) == 0 && out != graph.output)) continue;
+      Node node;
+      node.op = "TorchLSTM";
+      node.name = lstm.name + kSuffix[k];
+      node.inputs = inputs;
+      node.outputs = {out};
+      node.attributes["hidden_size"] = *hidden;
+      node.attributes["output"] = static_cast<int64_t>(k);
+      made.push_back(std::move(node));
+    }
+    replacements[n] = std::move(made);
+    // Everything the weights and initial states were computed from may now be unread.
+    std::vector<std::string> pending(lstm.inputs.begin() + 1, lstm.inputs.end());
+    while (!pending.empty()) {
+      const std::string value = pending.back();
+      pending.pop_back();
+      const std::optional<size_t> p = pattern.ProducerIndex(value);
+      if (!p.has_value() || !candidates.insert(graph.nodes[*p].name).second) continue;
+      for (const std::string& in : graph.nodes[*p].inputs) pending.push_back(in);
+    }
+  }
+  if (replacements.empty()) return;
+  std::vector<Node> nodes;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const auto it = replacements.find(n);
+    if (it == replacements.end()) {
+      nodes.push_back(std::move(graph.nodes[n]));
+      continue;
+    }
+    for (Node& made : it->second) nodes.push_back(std::move(made));
+  }
+  graph.nodes = std::move(nodes);
+  // The weights' re-ordering and the initial states' expansion, now unread, go (and what only
+  // they read).
+  bool removed = true;
+  while (removed) {
+    removed = false;
+    const auto readers = Consumers(graph);
+    std::vector<Node> kept;
+    for (Node& node : graph.nodes) {
+      bool unread = candidates.count(node.name) > 0;
+      for (const std::string& o : node.outputs) {
+        unread = unread && readers.count(o) == 0 && o != graph.output;
+      }
+      if (unread) {
+        removed = true;
+        continue;
+      }
+      kept.push_back(std::move(node));
+    }
+    graph.nodes = std::move(kept);
+  }
+}
+
 }  // namespace graph
 }  // namespace dptrain

@@ -9,6 +9,7 @@
 #include "worker/graph/layer_ops.h"
 #include "worker/graph/multi_input_ops.h"
 #include "worker/graph/norm_ops.h"
+#include "worker/graph/recurrent_ops.h"
 #include "worker/graph/shape_ops.h"
 #include "worker/graph/slice_ops.h"
 
@@ -88,6 +89,7 @@ OpRegistry BuiltinOps() {
   add("ReduceMean", AnyShapeReduceMeanOp());
   add("ReduceSum", AnyShapeReduceSumOp());
   add("ReduceMax", AnyShapeReduceMaxOp());
+  add("TorchLSTM", TorchLstmOp());
   add("Flatten", FlattenOp());
   add("Residual", ResidualOp());
   // Shapes and element-wise ops of one input (shape_ops.h):
