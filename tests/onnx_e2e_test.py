@@ -227,6 +227,21 @@ class TextClassifier(nn.Module):
         return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
 
 
+class TextLSTM(nn.Module):
+    """A recurrent text classifier: nn.Embedding, a bidirectional nn.LSTM, the head on both
+    directions' final hidden states."""
+
+    def __init__(self, dim=32):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, dim, padding_idx=0)
+        self.rnn = nn.LSTM(dim, dim, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * dim, TEXT_CLASSES)
+
+    def forward(self, ids):
+        _, (h, _) = self.rnn(self.embed(ids))
+        return self.head(torch.cat([h[0], h[1]], 1))
+
+
 def export(model, path, shape=(2, 3, 32, 32), dtype=torch.float32, example=None):
     """dptrain.export_onnx, checked to leave the model as it was (its state and mode)."""
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -406,6 +421,25 @@ def main():
     print(f"ok: a text classifier (nn.Embedding + nn.TransformerEncoder, padding masked) on "
           f"int64 token ids from .npy, 2 workers x 2 shards: test_acc {printed:.4f} printed, {ours:.4f} in "
           "PyTorch from the saved weights", flush=True)
+
+    # A recurrent one (a bidirectional nn.LSTM, each ONNX LSTM read back as the state_dict's
+    # weights) on the same ids.
+    torch.manual_seed(0)
+    lstm_path = os.path.join(SCRATCH, "lstm.onnx")
+    export(TextLSTM(), lstm_path, example=torch.ones(2, LENGTH, dtype=torch.long))
+    printed, saved, text = train("onnx_lstm_ids", lstm_path, ids_dir, ("--epochs=10",),
+                                 normalize=False)
+    net = TextLSTM()
+    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    net.eval()
+    with torch.no_grad():
+        ours = (net(ids_test[0]).argmax(1) == ids_test[1]).float().mean().item()
+    if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.6 < printed < 0.99:
+        fail(f"lstm: the worker printed test_acc {printed}, PyTorch gets {ours} from the saved "
+             f"weights: {text[-600:]}")
+    print(f"ok: a bidirectional nn.LSTM text classifier on the same ids, 2 workers x 2 shards: "
+          f"test_acc {printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights",
+          flush=True)
 
     # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built
     # for that data (the same names and shapes as gpu_worker's) and evaluates as it printed.

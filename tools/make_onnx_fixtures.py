@@ -81,6 +81,10 @@ The models:
              ReduceMax over time, Dropout.
   text_lstm  A 2-layer nn.LSTM on token ids (ONNX LSTM nodes with the weights' gates
              re-ordered by Slice and Concat), the head on out[:, -1] + h[-1].
+  text_bigru  A bidirectional nn.GRU (linear_before_reset=1, two directions' weights
+             re-ordered), the head on the steps' mean and both final hidden states.
+  text_bilstm  A bidirectional nn.LSTM without biases, the head on out[:, -1] and both final
+             cell states (Y_c).
   text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
              a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
              tokens' mean and a Linear head; 5 classes.
@@ -650,8 +654,41 @@ class TextLSTM(nn.Module):
         return self.head(out[:, -1] + h[-1])
 
 
+class TextBiGRU(nn.Module):
+    """A bidirectional nn.GRU(batch_first=True) on token ids (an ONNX GRU of two directions,
+    linear_before_reset=1, its gates re-ordered), the head on the steps' mean plus both final
+    hidden states."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.GRU(12, 10, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(20, 5)
+
+    def forward(self, ids):
+        out, h = self.rnn(self.embed(ids))
+        return self.head(out.mean(1) + torch.cat([h[0], h[1]], 1))
+
+
+class TextBiLSTM(nn.Module):
+    """A bidirectional nn.LSTM without biases, the head on the last step's output and both
+    final cell states."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.LSTM(12, 10, batch_first=True, bidirectional=True, bias=False)
+        self.head = nn.Linear(20, 5)
+
+    def forward(self, ids):
+        out, (_, c) = self.rnn(self.embed(ids))
+        return self.head(out[:, -1] + torch.cat([c[0], c[1]], 1))
+
+
 # name -> () -> (module, classes)
 MODELS = {
+    "text_bigru": lambda: (TextBiGRU(), 5),
+    "text_bilstm": lambda: (TextBiLSTM(), 5),
     "text_lstm": lambda: (TextLSTM(), 5),
     "text_cnn": lambda: (TextCNN(), 5),
     "text_mask": lambda: (MaskedText(), 5),
@@ -677,7 +714,7 @@ MODELS = {
 
 # Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).
 ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12),
-             "text_lstm": (50, 12)}
+             "text_lstm": (50, 12), "text_bigru": (50, 12), "text_bilstm": (50, 12)}
 # Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens.
 PADDED = {"text_mask"}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).

@@ -85,7 +85,8 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   for (const std::string& op : ops.ops()) {
     // Only any-shape nodes (graph/any_shape_ops.h), which have no twin yet.
     if (op == "Transpose" || op == "Gather" || op == "Expand" || op == "Equal" || op == "Not" ||
-        op == "Where" || op == "ReduceSum" || op == "ReduceMax" || op == "TorchLSTM") {
+        op == "Where" || op == "ReduceSum" || op == "ReduceMax" || op == "TorchLSTM" ||
+        op == "TorchGRU") {
       continue;
     }
     EXPECT_TRUE(all.Has(op)) << op;
@@ -102,7 +103,7 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
 // Vision transformers (values whose batch is not first, any-shape nodes) have no CUDA version
 // yet: refused in one line naming the first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"attention", "mha", "text", "text_mask", "text_lstm"}) {
+  for (const char* name : {"attention", "mha", "text", "text_mask", "text_lstm", "text_bigru"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());

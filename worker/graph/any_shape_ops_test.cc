@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/graph/executor.h"
 #include "worker/graph/graph_check.h"
@@ -465,20 +466,45 @@ TEST_F(AnyShapeOpsTest, Conv1dMaxPool1dAndReduceMax) {
       "node 'm' (ReduceMax): axes [0] of [B, 4, 7] unsupported (each once, not the batch's)");
 }
 
-// One nn.LSTM layer (TorchLSTM, what FuseTorchLstm makes of torch's export) on [B, 5, 3] made
-// sequence-first: each output (every step's h, the last h, the last c) forward and backward
-// through time against finite differences, the input's gradient and every weight's.
-TEST_F(AnyShapeOpsTest, TorchLstmThroughTime) {
-  for (int64_t output : {0, 1, 2}) {
-    SCOPED_TRACE(output);
-    const Graph g = Of({5, 3, 1}, 3,
-                       {MakeNode("Transpose", "seq", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
-                        MakeNode("TorchLSTM", "lstm", {"t", "w_ih", "w_hh", "b_ih", "b_hh"}, {"y"},
-                                 {{"hidden_size", int64_t{4}}, {"output", output}})},
-                       {Learned("w_ih", {16, 3}, 1), Learned("w_hh", {16, 4}, 2),
-                        Learned("b_ih", {16}, 3), Learned("b_hh", {16}, 4)});
-    EXPECT_EQ(OutputShape(g), output == 0 ? "[5, 1, B, 4]" : "[1, B, 4]");
-    Check(g);
+// One nn.LSTM or nn.GRU layer (TorchLSTM, TorchGRU: what FuseTorchRecurrent makes of torch's
+// export) on [B, 5, 3] made sequence-first, one direction or both, with and without biases:
+// each output (every step's h, the last h, the LSTM's last c) forward and backward through time
+// against finite differences, the input's gradient and every weight's.
+TEST_F(AnyShapeOpsTest, TorchLstmAndGruThroughTime) {
+  for (const char* op : {"TorchLSTM", "TorchGRU"}) {
+    const int64_t rows = std::string(op) == "TorchLSTM" ? 16 : 12;
+    for (int64_t directions : {1, 2}) {
+      for (bool biases : {true, false}) {
+        for (int64_t output = 0; output < (rows == 16 ? 3 : 2); ++output) {
+          SCOPED_TRACE(
+              absl::StrCat(op, " directions ", directions, " biases ", biases, " output ", output));
+          std::vector<std::string> inputs = {"t"};
+          std::vector<NamedConstant> weights;
+          for (int64_t d = 0; d < directions; ++d) {
+            const std::string s = d == 0 ? "" : "_reverse";
+            inputs.push_back("w_ih" + s);
+            inputs.push_back("w_hh" + s);
+            weights.push_back(Learned("w_ih" + s, {rows, 3}, 1 + 10 * d));
+            weights.push_back(Learned("w_hh" + s, {rows, 4}, 2 + 10 * d));
+            if (!biases) continue;
+            inputs.push_back("b_ih" + s);
+            inputs.push_back("b_hh" + s);
+            weights.push_back(Learned("b_ih" + s, {rows}, 3 + 10 * d));
+            weights.push_back(Learned("b_hh" + s, {rows}, 4 + 10 * d));
+          }
+          const Graph g = Of(
+              {5, 3, 1}, 3,
+              {MakeNode("Transpose", "seq", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+               MakeNode(
+                   op, "rnn", inputs, {"y"},
+                   {{"hidden_size", int64_t{4}}, {"output", output}, {"directions", directions}})},
+              weights);
+          EXPECT_EQ(OutputShape(g), output == 0 ? absl::StrCat("[5, ", directions, ", B, 4]")
+                                                : absl::StrCat("[", directions, ", B, 4]"));
+          Check(g);
+        }
+      }
+    }
   }
   EXPECT_EQ(BuildError(Of({5, 3, 1}, 3,
                           {MakeNode("TorchLSTM", "lstm", {"x", "w_ih", "w_hh"}, {"y"},

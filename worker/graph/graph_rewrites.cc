@@ -1,6 +1,7 @@
 #include "worker/graph/graph_rewrites.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <map>
 #include <optional>
@@ -733,10 +734,10 @@ void ViewStateOperands(Graph& graph) {
 
 namespace {
 
-// What FuseTorchLstm reads of the graph: which node writes each value, and the constants.
-class LstmPattern {
+// What FuseTorchRecurrent reads of the graph: which node writes each value, and the constants.
+class RecurrentPattern {
  public:
-  explicit LstmPattern(const Graph& graph) : graph_(graph) {
+  explicit RecurrentPattern(const Graph& graph) : graph_(graph) {
     for (size_t n = 0; n < graph.nodes.size(); ++n) {
       for (const std::string& o : graph.nodes[n].outputs) producer_[o] = n;
     }
@@ -782,13 +783,14 @@ class LstmPattern {
     return c->inputs;
   }
 
-  // A state tensor S of 4H rows re-ordered from PyTorch's gates (i, f, g, o) to ONNX's (i, o,
-  // f, g) as torch.onnx.export writes it: Concat(S[0:H], S[3H:4H], S[H:3H]). S's name, or
-  // nullopt.
-  std::optional<std::string> TorchGateRows(const std::string& value, int64_t hidden) const {
+  // A state tensor S of PyTorch's gate rows re-ordered to ONNX's as torch.onnx.export writes
+  // it: Concat(S[a0:b0], S[a1:b1], S[a2:b2]) with the ranges given (an LSTM's i, f, g, o -> i, o,
+  // f, g; a GRU's r, z, n -> z, r, n) and S of `rows` rows. S's name, or nullopt.
+  std::optional<std::string> TorchGateRows(const std::string& value,
+                                           const std::array<std::array<int64_t, 2>, 3>& ranges,
+                                           int64_t rows) const {
     const std::vector<std::string> parts = ConcatParts(value, 3);
     if (parts.empty()) return std::nullopt;
-    const int64_t ranges[3][2] = {{0, hidden}, {3 * hidden, 4 * hidden}, {hidden, 3 * hidden}};
     std::string source;
     for (int k = 0; k < 3; ++k) {
       const Node* s = Producer(parts[k], "Slice");
@@ -801,10 +803,24 @@ class LstmPattern {
     }
     const NamedConstant* c = graph_.FindNamedConstant(source);
     if (c == nullptr || !c->state || c->value.type != Tensor::Type::kFloat ||
-        c->value.shape.empty() || c->value.shape[0] != 4 * hidden) {
+        c->value.shape.empty() || c->value.shape[0] != rows) {
       return std::nullopt;
     }
     return source;
+  }
+
+  // An ONNX W, R or B input of `directions` directions as torch writes it: one unsqueezed
+  // value, or a Concat of two. The per-direction values, or empty.
+  std::vector<std::string> PerDirection(const std::string& value, int64_t directions) const {
+    const std::vector<std::string> parts =
+        directions == 1 ? std::vector<std::string>{value} : ConcatParts(value, 2);
+    std::vector<std::string> out;
+    for (const std::string& p : parts) {
+      const std::optional<std::string> v = UnsqueezedAtZero(p);
+      if (!v) return {};
+      out.push_back(*v);
+    }
+    return out.size() == static_cast<size_t>(directions) ? out : std::vector<std::string>{};
   }
 
   // An absent initial state, or zeros: a constant of zeros expanded to [1, B, H].
@@ -826,60 +842,81 @@ class LstmPattern {
 
 }  // namespace
 
-void FuseTorchLstm(Graph& graph) {
-  const LstmPattern pattern(graph);
-  std::map<size_t, std::vector<Node>> replacements;  // Per LSTM node index.
+void FuseTorchRecurrent(Graph& graph) {
+  const RecurrentPattern pattern(graph);
+  std::map<size_t, std::vector<Node>> replacements;  // Per LSTM or GRU node index.
   std::set<std::string> candidates;                  // Nodes (by name) that may now be unread.
   const auto consumers = Consumers(graph);
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const Node& lstm = graph.nodes[n];
-    if (lstm.op != "LSTM" || lstm.inputs.size() < 3 || lstm.inputs.size() > 7) continue;
-    const absl::StatusOr<int64_t> hidden = IntAttribute(lstm, "hidden_size", 0);
-    const absl::StatusOr<std::string> direction = StringAttribute(lstm, "direction", "forward");
-    const absl::StatusOr<int64_t> layout = IntAttribute(lstm, "layout", 0);
-    const absl::StatusOr<int64_t> forget = IntAttribute(lstm, "input_forget", 0);
-    if (!hidden.ok() || *hidden < 1 || !direction.ok() || *direction != "forward" || !layout.ok() ||
-        *layout != 0 || !forget.ok() || *forget != 0 || lstm.attributes.count("activations") ||
-        lstm.attributes.count("clip")) {
+    const Node& rnn = graph.nodes[n];
+    const bool lstm = rnn.op == "LSTM";
+    if ((!lstm && rnn.op != "GRU") || rnn.inputs.size() < 3) continue;
+    const absl::StatusOr<int64_t> hidden = IntAttribute(rnn, "hidden_size", 0);
+    const absl::StatusOr<std::string> direction = StringAttribute(rnn, "direction", "forward");
+    const absl::StatusOr<int64_t> layout = IntAttribute(rnn, "layout", 0);
+    const absl::StatusOr<int64_t> forget = IntAttribute(rnn, "input_forget", 0);
+    const absl::StatusOr<int64_t> before_reset = IntAttribute(rnn, "linear_before_reset", 0);
+    if (!hidden.ok() || *hidden < 1 || !direction.ok() ||
+        (*direction != "forward" && *direction != "bidirectional") || !layout.ok() ||
+        *layout != 0 || !forget.ok() || *forget != 0 || !before_reset.ok() ||
+        *before_reset != (lstm ? 0 : 1) || rnn.attributes.count("activations") ||
+        rnn.attributes.count("clip")) {
       continue;
     }
-    auto input = [&](size_t k) { return k < lstm.inputs.size() ? lstm.inputs[k] : std::string(); };
-    const std::optional<std::string> w = pattern.UnsqueezedAtZero(input(1));
-    const std::optional<std::string> r = pattern.UnsqueezedAtZero(input(2));
-    if (!w || !r) continue;
-    const std::optional<std::string> w_ih = pattern.TorchGateRows(*w, *hidden);
-    const std::optional<std::string> w_hh = pattern.TorchGateRows(*r, *hidden);
-    if (!w_ih || !w_hh) continue;
-    std::vector<std::string> inputs = {input(0), *w_ih, *w_hh};
-    if (!input(3).empty()) {
-      const std::optional<std::string> b = pattern.UnsqueezedAtZero(input(3));
-      const std::vector<std::string> halves =
-          b ? pattern.ConcatParts(*b, 2) : std::vector<std::string>{};
-      if (halves.empty()) continue;
-      const std::optional<std::string> b_ih = pattern.TorchGateRows(halves[0], *hidden);
-      const std::optional<std::string> b_hh = pattern.TorchGateRows(halves[1], *hidden);
-      if (!b_ih || !b_hh) continue;
+    const int64_t h = *hidden, directions = *direction == "forward" ? 1 : 2;
+    const int64_t rows = (lstm ? 4 : 3) * h;
+    const std::array<std::array<int64_t, 2>, 3> ranges =
+        lstm ? std::array<std::array<int64_t, 2>, 3>{{{0, h}, {3 * h, 4 * h}, {h, 3 * h}}}
+             : std::array<std::array<int64_t, 2>, 3>{{{h, 2 * h}, {0, h}, {2 * h, 3 * h}}};
+    auto input = [&](size_t k) { return k < rnn.inputs.size() ? rnn.inputs[k] : std::string(); };
+    const std::vector<std::string> w = pattern.PerDirection(input(1), directions);
+    const std::vector<std::string> r = pattern.PerDirection(input(2), directions);
+    const std::vector<std::string> b =
+        input(3).empty() ? std::vector<std::string>{} : pattern.PerDirection(input(3), directions);
+    if (w.empty() || r.empty() || (!input(3).empty() && b.empty())) continue;
+    std::vector<std::string> inputs = {input(0)};
+    bool matched = true;
+    for (int64_t d = 0; d < directions && matched; ++d) {
+      const std::optional<std::string> w_ih = pattern.TorchGateRows(w[d], ranges, rows);
+      const std::optional<std::string> w_hh = pattern.TorchGateRows(r[d], ranges, rows);
+      matched = w_ih && w_hh;
+      if (!matched) break;
+      inputs.push_back(*w_ih);
+      inputs.push_back(*w_hh);
+      if (b.empty()) continue;
+      const std::vector<std::string> halves = pattern.ConcatParts(b[d], 2);
+      std::optional<std::string> b_ih, b_hh;
+      if (!halves.empty()) {
+        b_ih = pattern.TorchGateRows(halves[0], ranges, rows);
+        b_hh = pattern.TorchGateRows(halves[1], ranges, rows);
+      }
+      matched = b_ih && b_hh;
+      if (!matched) break;
       inputs.push_back(*b_ih);
       inputs.push_back(*b_hh);
     }
-    if (!input(4).empty() || !pattern.ZeroState(input(5)) || !pattern.ZeroState(input(6))) continue;
+    if (!matched || !input(4).empty() || !pattern.ZeroState(input(5)) ||
+        (lstm && !pattern.ZeroState(input(6))) || rnn.inputs.size() > (lstm ? 7u : 6u)) {
+      continue;
+    }
     std::vector<Node> made;
     static const char* const kSuffix[3] = {"", "/Y_h", "/Y_c"};
-    for (size_t k = 0; k < lstm.outputs.size() && k < 3; ++k) {
-      const std::string& out = lstm.outputs[k];
+    for (size_t k = 0; k < rnn.outputs.size() && k < (lstm ? 3u : 2u); ++k) {
+      const std::string& out = rnn.outputs[k];
       if (out.empty() || (consumers.count(out) == 0 && out != graph.output)) continue;
       Node node;
-      node.op = "TorchLSTM";
-      node.name = lstm.name + kSuffix[k];
+      node.op = lstm ? "TorchLSTM" : "TorchGRU";
+      node.name = rnn.name + kSuffix[k];
       node.inputs = inputs;
       node.outputs = {out};
-      node.attributes["hidden_size"] = *hidden;
+      node.attributes["hidden_size"] = h;
+      node.attributes["directions"] = directions;
       node.attributes["output"] = static_cast<int64_t>(k);
       made.push_back(std::move(node));
     }
     replacements[n] = std::move(made);
     // Everything the weights and initial states were computed from may now be unread.
-    std::vector<std::string> pending(lstm.inputs.begin() + 1, lstm.inputs.end());
+    std::vector<std::string> pending(rnn.inputs.begin() + 1, rnn.inputs.end());
     while (!pending.empty()) {
       const std::string value = pending.back();
       pending.pop_back();

@@ -61,15 +61,16 @@ void SplitToSlices(Graph& graph);
 // (a dynamic batch axis): the op's factory reads them once the executor has evaluated them.
 void FuseChannelShuffle(Graph& graph);
 
-// One layer of nn.LSTM as torch.onnx.export writes it: an LSTM node (forward, default
-// activations, no sequence lengths) whose W, R and B are the state_dict's weight_ih, weight_hh,
-// bias_ih and bias_hh with their gate rows re-ordered (Slice, Concat, Unsqueeze) and whose initial
-// states are zeros (absent, or a zero constant expanded) -> one TorchLSTM node
+// One layer of nn.LSTM or nn.GRU as torch.onnx.export writes it: an LSTM or GRU node
+// (forward or bidirectional, default activations, the GRU's linear_before_reset=1, no sequence
+// lengths) whose W, R and B are, per direction, the state_dict's weight_ih, weight_hh, bias_ih
+// and bias_hh with their gate rows re-ordered (Slice, Concat, Unsqueeze) and whose initial
+// states are zeros (absent, or a zero constant expanded) -> one TorchLSTM or TorchGRU node
 // (recurrent_ops.h) per output the graph reads, reading those tensors themselves (so that they
-// are learned under their own names and shapes), in the LSTM's place; the re-ordering and the
-// initial states' nodes go once unread. Other LSTM nodes are left alone (and refused as
+// are learned under their own names and shapes), in the node's place; the re-ordering and the
+// initial states' nodes go once unread. Other LSTM and GRU nodes are left alone (and refused as
 // unsupported).
-void FuseTorchLstm(Graph& graph);
+void FuseTorchRecurrent(Graph& graph);
 
 }  // namespace graph
 }  // namespace dptrain

@@ -397,7 +397,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
     graph.nodes.push_back(std::move(node));
   }
   DPTRAIN_RETURN_IF_ERROR(FoldShapeConstants(graph));
-  FuseTorchLstm(graph);
+  FuseTorchRecurrent(graph);
   FuseLinear(graph);
   ViewStateOperands(graph);
   SinkChannelsLast(graph);

@@ -143,7 +143,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("vgg", "resnet", "branching", "gated", "pooling", "shared",
                                          "elementwise", "shuffle", "dynamic", "scaled", "convnext",
                                          "attention", "attention_dynamic", "mha", "mha_dynamic",
-                                         "relpos", "text", "text_mask", "text_cnn", "text_lstm"),
+                                         "relpos", "text", "text_mask", "text_cnn", "text_lstm",
+                                         "text_bigru", "text_bilstm"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:

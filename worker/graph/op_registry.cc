@@ -90,6 +90,7 @@ OpRegistry BuiltinOps() {
   add("ReduceSum", AnyShapeReduceSumOp());
   add("ReduceMax", AnyShapeReduceMaxOp());
   add("TorchLSTM", TorchLstmOp());
+  add("TorchGRU", TorchGruOp());
   add("Flatten", FlattenOp());
   add("Residual", ResidualOp());
   // Shapes and element-wise ops of one input (shape_ops.h):

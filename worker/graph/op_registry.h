@@ -10,10 +10,11 @@
 //   ReduceMean, ReduceSum, ReduceMax, Flatten, Reshape, Squeeze, Unsqueeze, Pad, Dropout, Identity,
 //   Cast, Softmax, LogSoftmax, Slice, Add, Sub, Mul, Div, PRelu, Concat, Transpose, Gather, Expand,
 //   Equal, Not, Where; and Residual (not ONNX: the built-in resnet18's fused block),
-//   ChannelShuffle (not ONNX: ShuffleNet's, fused by the importer) and TorchLSTM (not ONNX: one
-//   nn.LSTM layer as torch exports it, recurrent_ops.h). Those of any_shape_ops.h (and
-//   the element-wise ones, Reshape, Squeeze, Unsqueeze, Dropout, Identity, Cast) take values of any
-//   shape (OpFactory::any_shape); the others batch-first values of rank 2 to 4.
+//   ChannelShuffle (not ONNX: ShuffleNet's, fused by the importer), TorchLSTM and TorchGRU (not
+//   ONNX: one nn.LSTM or nn.GRU layer as torch exports it, recurrent_ops.h). Those of
+//   any_shape_ops.h (and the element-wise ones, Reshape, Squeeze, Unsqueeze, Dropout, Identity,
+//   Cast) take values of any shape (OpFactory::any_shape); the others batch-first values of rank 2
+//   to 4.
 // Shape and the int64 arithmetic on it are no ops: the executor evaluates them when it is built
 // (shape_arithmetic.h).
 // A registry is a plain value: built once (e.g. in main), passed by const reference; it is

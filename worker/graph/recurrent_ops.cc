@@ -22,19 +22,27 @@ T Sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
-// One nn.LSTM layer (recurrent_ops.h). Gate order: input, forget, cell, output.
+enum class Cell { kLstm, kGru };
+
+// One layer of nn.LSTM or nn.GRU, one or two directions (recurrent_ops.h). Gate order as
+// PyTorch's: LSTM input, forget, cell, output; GRU reset, update, new.
 template <typename T>
-class TorchLstmNode final : public AnyShapeNode<T> {
+class TorchRecurrentNode final : public AnyShapeNode<T> {
  public:
-  // `tensors`: weight_ih, weight_hh, then bias_ih and bias_hh where the layer has biases.
-  TorchLstmNode(std::vector<Operand<T>> tensors, int64_t steps, int64_t in, int64_t hidden,
-                int output, ValueShape out)
+  // `tensors`: per direction weight_ih, weight_hh, then bias_ih and bias_hh if `biases`.
+  TorchRecurrentNode(Cell cell, std::vector<Operand<T>> tensors, bool biases, int directions,
+                     int64_t steps, int64_t in, int64_t hidden, int output, ValueShape out)
       : AnyShapeNode<T>(std::move(out)),
+        cell_(cell),
         tensors_(std::move(tensors)),
+        per_direction_(biases ? 4 : 2),
+        directions_(directions),
         steps_(steps),
         in_(in),
         hidden_(hidden),
-        output_index_(output) {
+        gates_per_step_((cell == Cell::kLstm ? 4 : 3) * hidden),
+        output_index_(output),
+        state_(directions) {
     // Counted now: an Operand reads the graph's constant only while the executor is built.
     for (const Operand<T>& t : tensors_) {
       params_per_tensor_.push_back(t.Params().size());
@@ -78,187 +86,303 @@ class TorchLstmNode final : public AnyShapeNode<T> {
     const TensorRef<T>& x = inputs[0];
     x_ = x.data;
     batch_ = x.batch;
-    const int64_t b = batch_, h = hidden_, g = 4 * hidden_, state = b * h;
-    T* gates = EnsureSize(gates_, steps_ * b * g);
-    T* c = EnsureSize(c_, (steps_ + 1) * state);
-    T* hs = EnsureSize(h_, (steps_ + 1) * state);
-    T* tanh_c = EnsureSize(tanh_c_, steps_ * state);
-    std::fill(c, c + state, T(0));
-    std::fill(hs, hs + state, T(0));
-    const T* w_ih = tensors_[0].data();
-    const T* w_hh = tensors_[1].data();
-    for (int64_t t = 0; t < steps_; ++t) {
-      T* pre = gates + t * b * g;
-      nn::Gemm(false, true, static_cast<int>(b), static_cast<int>(g), static_cast<int>(in_), T(1),
-               x.data + t * b * in_, static_cast<int>(in_), w_ih, static_cast<int>(in_), T(0), pre,
-               static_cast<int>(g));
-      nn::Gemm(false, true, static_cast<int>(b), static_cast<int>(g), static_cast<int>(h), T(1),
-               hs + t * state, static_cast<int>(h), w_hh, static_cast<int>(h), T(1), pre,
-               static_cast<int>(g));
-      for (int64_t n = 0; n < b; ++n) {
-        T* row = pre + n * g;
-        if (tensors_.size() == 4) {
-          const T* b_ih = tensors_[2].data();
-          const T* b_hh = tensors_[3].data();
-          for (int64_t j = 0; j < g; ++j) row[j] += b_ih[j] + b_hh[j];
+    const int64_t b = batch_, h = hidden_, state = b * h;
+    for (int d = 0; d < directions_; ++d) ForwardDirection(d);
+    // Y [T, D, B, H]: each time step's h of each direction; Y_h, Y_c [D, B, H]: the last.
+    const int64_t out_size = (output_index_ == 0 ? steps_ : 1) * directions_ * state;
+    T* y = EnsureSize(output_, out_size);
+    for (int d = 0; d < directions_; ++d) {
+      const State& s = state_[d];
+      if (output_index_ == 0) {
+        for (int64_t step = 0; step < steps_; ++step) {
+          const T* h_t = s.h.data() + (step + 1) * state;
+          std::copy(h_t, h_t + state, y + (TimeOf(d, step) * directions_ + d) * state);
         }
-        const T* c_prev = c + t * state + n * h;
-        T* c_next = c + (t + 1) * state + n * h;
-        T* h_next = hs + (t + 1) * state + n * h;
-        T* tc = tanh_c + t * state + n * h;
-        for (int64_t j = 0; j < h; ++j) {
-          const T i = Sigmoid(row[j]), f = Sigmoid(row[h + j]), cell = std::tanh(row[2 * h + j]),
-                  o = Sigmoid(row[3 * h + j]);
-          row[j] = i;
-          row[h + j] = f;
-          row[2 * h + j] = cell;
-          row[3 * h + j] = o;
-          c_next[j] = f * c_prev[j] + i * cell;
-          tc[j] = std::tanh(c_next[j]);
-          h_next[j] = o * tc[j];
-        }
+      } else {
+        const T* last = (output_index_ == 1 ? s.h : s.c).data() + steps_ * state;
+        std::copy(last, last + state, y + d * state);
       }
     }
-    if (output_index_ == 0) return {hs + state, x.batch, this->output_dims()};
-    return {(output_index_ == 1 ? hs : c) + steps_ * state, x.batch, this->output_dims()};
+    return {y, x.batch, this->output_dims()};
   }
 
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
-    const int64_t b = batch_, h = hidden_, g = 4 * hidden_, state = b * h;
-    const T* dy = grad_output.data;
-    T* dh = EnsureSize(dh_, state);
-    T* dc = EnsureSize(dc_, state);
-    T* dpre = EnsureSize(dpre_, b * g);
-    std::fill(dh, dh + state, T(0));
-    std::fill(dc, dc + state, T(0));
-    if (output_index_ == 1) std::copy(dy, dy + state, dh);
-    if (output_index_ == 2) std::copy(dy, dy + state, dc);
-    T* dx = need_input_grad[0] ? EnsureSize(grad_input_, steps_ * b * in_) : nullptr;
     for (Operand<T>& t : tensors_) {
       if (T* grad = t.grad(); grad != nullptr) std::fill(grad, grad + t.size(), T(0));
     }
-    const T* w_ih = tensors_[0].data();
-    const T* w_hh = tensors_[1].data();
-    for (int64_t t = steps_ - 1; t >= 0; --t) {
-      const T* gates = gates_.data() + t * b * g;
+    T* dx = nullptr;
+    if (need_input_grad[0]) {
+      const int64_t n = steps_ * batch_ * in_;
+      dx = EnsureSize(grad_input_, n);
+      std::fill(dx, dx + n, T(0));
+    }
+    for (int d = 0; d < directions_; ++d) BackwardDirection(d, grad_output.data, dx);
+    if (dx == nullptr) return {TensorRef<T>{}};
+    ValueShape in;
+    in.dims = {steps_, 1, in_};
+    in.batch_axis = 1;
+    return {TensorRef<T>{dx, batch_, in.dims_for_ops()}};
+  }
+
+ private:
+  // One direction's values of the last Forward, in its own step order (step s reads time
+  // TimeOf(d, s)): the gates after their activations [T, B, G], h (and the LSTM's c) [T + 1, B,
+  // H] from the zero initial state, tanh(c) (LSTM) or W_hn h + b_hn (GRU) [T, B, H].
+  struct State {
+    std::vector<T> gates, h, c, extra;
+  };
+
+  int64_t TimeOf(int direction, int64_t step) const {
+    return direction == 0 ? step : steps_ - 1 - step;
+  }
+  const Operand<T>& Tensor(int direction, int k) const {
+    return tensors_[direction * per_direction_ + k];
+  }
+  Operand<T>& MutableTensor(int direction, int k) {
+    return tensors_[direction * per_direction_ + k];
+  }
+  const T* Bias(int direction, int k) const {
+    return per_direction_ == 4 ? Tensor(direction, 2 + k).data() : nullptr;
+  }
+
+  void ForwardDirection(int d) {
+    const int64_t b = batch_, h = hidden_, g = gates_per_step_, state = b * h;
+    State& s = state_[d];
+    T* gates = EnsureSize(s.gates, steps_ * b * g);
+    T* hs = EnsureSize(s.h, (steps_ + 1) * state);
+    T* cs = cell_ == Cell::kLstm ? EnsureSize(s.c, (steps_ + 1) * state) : nullptr;
+    T* extra = EnsureSize(s.extra, steps_ * state);
+    T* hidden_pre = cell_ == Cell::kGru ? EnsureSize(hidden_pre_, b * g) : nullptr;
+    std::fill(hs, hs + state, T(0));
+    if (cs != nullptr) std::fill(cs, cs + state, T(0));
+    const T* w_ih = Tensor(d, 0).data();
+    const T* w_hh = Tensor(d, 1).data();
+    const T* b_ih = Bias(d, 0);
+    const T* b_hh = Bias(d, 1);
+    for (int64_t step = 0; step < steps_; ++step) {
+      const T* x_t = x_ + TimeOf(d, step) * b * in_;
+      const T* h_prev = hs + step * state;
+      T* pre = gates + step * b * g;
+      nn::Gemm(false, true, static_cast<int>(b), static_cast<int>(g), static_cast<int>(in_), T(1),
+               x_t, static_cast<int>(in_), w_ih, static_cast<int>(in_), T(0), pre,
+               static_cast<int>(g));
+      // LSTM: every gate sums both products; GRU: the hidden product apart (r scales its n part).
+      T* into = cell_ == Cell::kLstm ? pre : hidden_pre;
+      nn::Gemm(false, true, static_cast<int>(b), static_cast<int>(g), static_cast<int>(h), T(1),
+               h_prev, static_cast<int>(h), w_hh, static_cast<int>(h),
+               cell_ == Cell::kLstm ? T(1) : T(0), into, static_cast<int>(g));
       for (int64_t n = 0; n < b; ++n) {
-        const T* row = gates + n * g;
-        const T* c_prev = c_.data() + t * state + n * h;
-        const T* tc = tanh_c_.data() + t * state + n * h;
-        T* dh_n = dh + n * h;
-        T* dc_n = dc + n * h;
-        T* d = dpre + n * g;
-        for (int64_t j = 0; j < h; ++j) {
-          const T i = row[j], f = row[h + j], cell = row[2 * h + j], o = row[3 * h + j];
-          const T dh_j = dh_n[j] + (output_index_ == 0 ? dy[t * state + n * h + j] : T(0));
-          const T dc_j = dc_n[j] + dh_j * o * (T(1) - tc[j] * tc[j]);
-          d[j] = dc_j * cell * i * (T(1) - i);
-          d[h + j] = dc_j * c_prev[j] * f * (T(1) - f);
-          d[2 * h + j] = dc_j * i * (T(1) - cell * cell);
-          d[3 * h + j] = dh_j * tc[j] * o * (T(1) - o);
-          dc_n[j] = dc_j * f;
+        T* row = pre + n * g;
+        const T* hp = h_prev + n * h;
+        T* h_next = hs + (step + 1) * state + n * h;
+        T* ex = extra + step * state + n * h;
+        if (cell_ == Cell::kLstm) {
+          const T* c_prev = cs + step * state + n * h;
+          T* c_next = cs + (step + 1) * state + n * h;
+          for (int64_t j = 0; j < g; ++j) {
+            row[j] += (b_ih != nullptr ? b_ih[j] + b_hh[j] : T(0));
+          }
+          for (int64_t j = 0; j < h; ++j) {
+            const T i = Sigmoid(row[j]), f = Sigmoid(row[h + j]), cell = std::tanh(row[2 * h + j]),
+                    o = Sigmoid(row[3 * h + j]);
+            row[j] = i;
+            row[h + j] = f;
+            row[2 * h + j] = cell;
+            row[3 * h + j] = o;
+            c_next[j] = f * c_prev[j] + i * cell;
+            ex[j] = std::tanh(c_next[j]);
+            h_next[j] = o * ex[j];
+          }
+        } else {
+          const T* hrow = hidden_pre + n * g;
+          for (int64_t j = 0; j < h; ++j) {
+            auto bias = [&](const T* v, int64_t k) { return v != nullptr ? v[k] : T(0); };
+            const T r = Sigmoid(row[j] + bias(b_ih, j) + hrow[j] + bias(b_hh, j));
+            const T z = Sigmoid(row[h + j] + bias(b_ih, h + j) + hrow[h + j] + bias(b_hh, h + j));
+            ex[j] = hrow[2 * h + j] + bias(b_hh, 2 * h + j);  // W_hn h + b_hn.
+            const T cand = std::tanh(row[2 * h + j] + bias(b_ih, 2 * h + j) + r * ex[j]);
+            row[j] = r;
+            row[h + j] = z;
+            row[2 * h + j] = cand;
+            h_next[j] = (T(1) - z) * cand + z * hp[j];
+          }
         }
       }
+    }
+  }
+
+  void BackwardDirection(int d, const T* dy, T* dx) {
+    const int64_t b = batch_, h = hidden_, g = gates_per_step_, state = b * h;
+    const State& s = state_[d];
+    T* dh = EnsureSize(dh_, state);
+    T* dc = EnsureSize(dc_, state);
+    T* dpre_i = EnsureSize(dpre_i_, b * g);
+    T* dpre_h = EnsureSize(dpre_h_, b * g);
+    std::fill(dh, dh + state, T(0));
+    std::fill(dc, dc + state, T(0));
+    if (output_index_ == 1) std::copy(dy + d * state, dy + (d + 1) * state, dh);
+    if (output_index_ == 2) std::copy(dy + d * state, dy + (d + 1) * state, dc);
+    const T* w_ih = Tensor(d, 0).data();
+    const T* w_hh = Tensor(d, 1).data();
+    T* gw_ih = MutableTensor(d, 0).grad();
+    T* gw_hh = MutableTensor(d, 1).grad();
+    T* gb_ih = per_direction_ == 4 ? MutableTensor(d, 2).grad() : nullptr;
+    T* gb_hh = per_direction_ == 4 ? MutableTensor(d, 3).grad() : nullptr;
+    for (int64_t step = steps_ - 1; step >= 0; --step) {
+      const int64_t t = TimeOf(d, step);
+      const T* gates = s.gates.data() + step * b * g;
+      const T* h_prev = s.h.data() + step * state;
+      for (int64_t n = 0; n < b; ++n) {
+        const T* row = gates + n * g;
+        const T* ex = s.extra.data() + step * state + n * h;
+        const T* hp = h_prev + n * h;
+        T* dh_n = dh + n * h;
+        T* dc_n = dc + n * h;
+        T* di = dpre_i + n * g;
+        T* dhh = dpre_h + n * g;
+        const T* dy_t = output_index_ == 0 ? dy + (t * directions_ + d) * state + n * h : nullptr;
+        for (int64_t j = 0; j < h; ++j) {
+          const T dh_j = dh_n[j] + (dy_t != nullptr ? dy_t[j] : T(0));
+          if (cell_ == Cell::kLstm) {
+            const T i = row[j], f = row[h + j], cell = row[2 * h + j], o = row[3 * h + j];
+            const T c_prev = s.c[step * state + n * h + j];
+            const T dc_j = dc_n[j] + dh_j * o * (T(1) - ex[j] * ex[j]);
+            di[j] = dc_j * cell * i * (T(1) - i);
+            di[h + j] = dc_j * c_prev * f * (T(1) - f);
+            di[2 * h + j] = dc_j * i * (T(1) - cell * cell);
+            di[3 * h + j] = dh_j * ex[j] * o * (T(1) - o);
+            dc_n[j] = dc_j * f;
+          } else {
+            const T r = row[j], z = row[h + j], cand = row[2 * h + j];
+            const T dn = dh_j * (T(1) - z) * (T(1) - cand * cand);
+            const T dr = dn * ex[j] * r * (T(1) - r);
+            const T dz = dh_j * (hp[j] - cand) * z * (T(1) - z);
+            di[j] = dr;
+            di[h + j] = dz;
+            di[2 * h + j] = dn;
+            dhh[j] = dr;
+            dhh[h + j] = dz;
+            dhh[2 * h + j] = dn * r;
+            dh_n[j] = dh_j * z;  // The direct path; the product's is added below.
+          }
+        }
+      }
+      // LSTM: both products share the gates' gradient.
+      const T* dh_side = cell_ == Cell::kLstm ? dpre_i : dpre_h;
       const T* x_t = x_ + t * b * in_;
-      const T* h_t = h_.data() + t * state;
-      if (T* gw = tensors_[0].grad(); gw != nullptr) {
+      if (gw_ih != nullptr) {
         nn::Gemm(true, false, static_cast<int>(g), static_cast<int>(in_), static_cast<int>(b), T(1),
-                 dpre, static_cast<int>(g), x_t, static_cast<int>(in_), T(1), gw,
+                 dpre_i, static_cast<int>(g), x_t, static_cast<int>(in_), T(1), gw_ih,
                  static_cast<int>(in_));
       }
-      if (T* gw = tensors_[1].grad(); gw != nullptr) {
+      if (gw_hh != nullptr) {
         nn::Gemm(true, false, static_cast<int>(g), static_cast<int>(h), static_cast<int>(b), T(1),
-                 dpre, static_cast<int>(g), h_t, static_cast<int>(h), T(1), gw,
+                 dh_side, static_cast<int>(g), h_prev, static_cast<int>(h), T(1), gw_hh,
                  static_cast<int>(h));
       }
-      for (size_t k = 2; k < tensors_.size(); ++k) {
-        if (T* gb = tensors_[k].grad(); gb != nullptr) {
-          for (int64_t n = 0; n < b; ++n) {
-            for (int64_t j = 0; j < g; ++j) gb[j] += dpre[n * g + j];
-          }
+      for (int64_t n = 0; n < b; ++n) {
+        for (int64_t j = 0; j < g; ++j) {
+          if (gb_ih != nullptr) gb_ih[j] += dpre_i[n * g + j];
+          if (gb_hh != nullptr) gb_hh[j] += dh_side[n * g + j];
         }
       }
       if (dx != nullptr) {
         nn::Gemm(false, false, static_cast<int>(b), static_cast<int>(in_), static_cast<int>(g),
-                 T(1), dpre, static_cast<int>(g), w_ih, static_cast<int>(in_), T(0),
+                 T(1), dpre_i, static_cast<int>(g), w_ih, static_cast<int>(in_), T(1),
                  dx + t * b * in_, static_cast<int>(in_));
       }
-      // The gradient of h_{t-1}: through the recurrence only (and Y's, added above).
+      // The gradient of the previous h: LSTM through the recurrence only; GRU adds it to the
+      // direct path left in dh.
       nn::Gemm(false, false, static_cast<int>(b), static_cast<int>(h), static_cast<int>(g), T(1),
-               dpre, static_cast<int>(g), w_hh, static_cast<int>(h), T(0), dh, static_cast<int>(h));
+               dh_side, static_cast<int>(g), w_hh, static_cast<int>(h),
+               cell_ == Cell::kLstm ? T(0) : T(1), dh, static_cast<int>(h));
     }
-    if (dx == nullptr) return {TensorRef<T>{}};
-    return {TensorRef<T>{dx, batch_, in_shape_dims()}};
   }
 
- private:
-  Dims in_shape_dims() const {
-    ValueShape in;
-    in.dims = {steps_, 1, in_};
-    in.batch_axis = 1;
-    return in.dims_for_ops();
-  }
-
+  const Cell cell_;
   std::vector<Operand<T>> tensors_;
   std::vector<size_t> params_per_tensor_, buffers_per_tensor_;
-  const int64_t steps_, in_, hidden_;
+  const int per_direction_, directions_;
+  const int64_t steps_, in_, hidden_, gates_per_step_;
   const int output_index_;
   const T* x_ = nullptr;  // Forward's input, valid until Backward returns (node.h).
   int batch_ = 0;
-  // Per step: the gates after their activations [T, B, 4H], tanh(c) [T, B, H]; c and h
-  // [T + 1, B, H] from the zero initial state.
-  std::vector<T> gates_, tanh_c_, c_, h_;
-  std::vector<T> dh_, dc_, dpre_, grad_input_;
+  std::vector<State> state_;
+  std::vector<T> output_, hidden_pre_, dh_, dc_, dpre_i_, dpre_h_, grad_input_;
 };
 
-template <typename T>
-struct TorchLstm {
-  static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"hidden_size", "output"}));
-    if (ctx.inputs.size() != 3 && ctx.inputs.size() != 5) {
-      return ctx.Error("TorchLSTM takes X, weight_ih, weight_hh and optionally both biases");
-    }
-    DPTRAIN_ASSIGN_OR_RETURN(const ValueShape x, ShapeOf(ctx, 0));
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t hidden, IntAttribute(ctx.node, "hidden_size", 0));
-    DPTRAIN_ASSIGN_OR_RETURN(const int64_t output, IntAttribute(ctx.node, "output", 0));
-    if (x.rank() != 3 || x.batch_axis != 1 || x.batch_outer != 1 || x.batch_inner != 1) {
-      return ctx.Error(absl::StrCat("input of shape ", x.ToString(), ": [T, B, features] only"));
-    }
-    if (hidden < 1 || hidden > (1 << 20) || output < 0 || output > 2) {
-      return ctx.Error(
-          absl::StrCat("hidden_size ", hidden, " or output ", output, " out of range"));
-    }
-    const int64_t steps = x.dims[0], in = x.dims[2];
-    const std::vector<Shape> expected = {
-        {4 * hidden, in}, {4 * hidden, hidden}, {4 * hidden}, {4 * hidden}};
-    std::vector<Operand<T>> tensors;
-    for (size_t k = 1; k < ctx.inputs.size(); ++k) {
-      const NodeInput& t = ctx.inputs[k];
-      if (t.constant == nullptr || t.constant->type != Tensor::Type::kFloat ||
-          t.constant->shape != expected[k - 1]) {
-        return ctx.Error(absl::StrCat("input ", k, " must be a float tensor of the model of shape ",
-                                      ShapeText(expected[k - 1])));
+// TorchLSTM or TorchGRU: X, then per direction weight_ih, weight_hh and (both or neither)
+// bias_ih, bias_hh; attributes hidden_size, output, directions (1 or 2).
+template <Cell kCell>
+struct TorchRecurrent {
+  template <typename T>
+  struct Op {
+    static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
+      DPTRAIN_RETURN_IF_ERROR(
+          CheckKnownAttributes(ctx.node, {"hidden_size", "output", "directions"}));
+      DPTRAIN_ASSIGN_OR_RETURN(const ValueShape x, ShapeOf(ctx, 0));
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t hidden, IntAttribute(ctx.node, "hidden_size", 0));
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t output, IntAttribute(ctx.node, "output", 0));
+      DPTRAIN_ASSIGN_OR_RETURN(const int64_t directions, IntAttribute(ctx.node, "directions", 1));
+      if (x.rank() != 3 || x.batch_axis != 1 || x.batch_outer != 1 || x.batch_inner != 1) {
+        return ctx.Error(absl::StrCat("input of shape ", x.ToString(), ": [T, B, features] only"));
       }
-      tensors.emplace_back(t, t.constant->shape);
+      const int64_t outputs = kCell == Cell::kLstm ? 3 : 2;
+      if (hidden < 1 || hidden > (1 << 20) || output < 0 || output >= outputs ||
+          (directions != 1 && directions != 2)) {
+        return ctx.Error(absl::StrCat("hidden_size ", hidden, ", output ", output,
+                                      " or directions ", directions, " out of range"));
+      }
+      const size_t tensors_in = ctx.inputs.size() - 1;
+      if (tensors_in != 2 * static_cast<size_t>(directions) &&
+          tensors_in != 4 * static_cast<size_t>(directions)) {
+        return ctx.Error(
+            "expected X, then per direction weight_ih, weight_hh and optionally "
+            "bias_ih, bias_hh");
+      }
+      const bool biases = tensors_in == 4 * static_cast<size_t>(directions);
+      const int per = biases ? 4 : 2;
+      const int64_t steps = x.dims[0], in = x.dims[2];
+      const int64_t rows = (kCell == Cell::kLstm ? 4 : 3) * hidden;
+      const std::vector<Shape> expected = {{rows, in}, {rows, hidden}, {rows}, {rows}};
+      std::vector<Operand<T>> tensors;
+      for (size_t k = 1; k < ctx.inputs.size(); ++k) {
+        const NodeInput& t = ctx.inputs[k];
+        const Shape& want = expected[(k - 1) % per];
+        if (t.constant == nullptr || t.constant->type != Tensor::Type::kFloat ||
+            t.constant->shape != want) {
+          return ctx.Error(absl::StrCat(
+              "input ", k, " must be a float tensor of the model of shape ", ShapeText(want)));
+        }
+        tensors.emplace_back(t, t.constant->shape);
+      }
+      ValueShape out;
+      if (output == 0) {
+        out.dims = {steps, directions, 1, hidden};
+        out.batch_axis = 2;
+      } else {
+        out.dims = {directions, 1, hidden};
+        out.batch_axis = 1;
+      }
+      return std::unique_ptr<NodeImpl<T>>(std::make_unique<TorchRecurrentNode<T>>(
+          kCell, std::move(tensors), biases, static_cast<int>(directions), steps, in, hidden,
+          static_cast<int>(output), std::move(out)));
     }
-    ValueShape out;
-    if (output == 0) {
-      out.dims = {steps, 1, 1, hidden};
-      out.batch_axis = 2;
-    } else {
-      out.dims = {1, 1, hidden};
-      out.batch_axis = 1;
-    }
-    return std::unique_ptr<NodeImpl<T>>(std::make_unique<TorchLstmNode<T>>(
-        std::move(tensors), steps, in, hidden, static_cast<int>(output), std::move(out)));
-  }
+  };
 };
 
 }  // namespace
 }  // namespace any_shape_internal
 
-OpFactory TorchLstmOp() { return MakeOpFactory<any_shape_internal::TorchLstm>(true); }
+OpFactory TorchLstmOp() {
+  return MakeOpFactory<any_shape_internal::TorchRecurrent<any_shape_internal::Cell::kLstm>::Op>(
+      true);
+}
+OpFactory TorchGruOp() {
+  return MakeOpFactory<any_shape_internal::TorchRecurrent<any_shape_internal::Cell::kGru>::Op>(
+      true);
+}
 
 }  // namespace graph
 }  // namespace dptrain

@@ -1,12 +1,16 @@
-// Recurrent layers: nn.LSTM as PyTorch computes it.
+// Recurrent layers: nn.LSTM and nn.GRU as PyTorch computes them.
 //
-//   TorchLSTM  (not ONNX: what the importer makes of an ONNX LSTM node that torch.onnx.export
-//              wrote for one layer of an nn.LSTM, graph_rewrites.h FuseTorchLstm) inputs X
-//              [T, B, I] (sequence-first, the batch on axis 1), weight_ih [4H, I], weight_hh
-//              [4H, H], bias_ih [4H], bias_hh [4H]: the state_dict's tensors in PyTorch's gate
-//              order (input, forget, cell, output), learned as they are; zero initial states;
-//              attributes hidden_size H and `output`: 0 for Y [T, 1, B, H] (every step's h), 1
-//              for Y_h [1, B, H] (the last h), 2 for Y_c [1, B, H] (the last c), ONNX's outputs.
+//   TorchLSTM, TorchGRU  (not ONNX: what the importer makes of an ONNX LSTM or GRU node that
+//              torch.onnx.export wrote for one layer of an nn.LSTM or nn.GRU, graph_rewrites.h
+//              FuseTorchRecurrent) inputs X [T, B, I] (sequence-first, the batch on axis 1),
+//              then per direction (forward, then reverse) the state_dict's weight_ih [G, I],
+//              weight_hh [G, H] and, both or neither, bias_ih [G], bias_hh [G], with G = 4H
+//              (LSTM gates input, forget, cell, output) or 3H (GRU gates reset, update, new; the
+//              new gate's hidden product scaled by the reset gate, PyTorch's and ONNX's
+//              linear_before_reset=1), learned as they are; zero initial states; attributes
+//              hidden_size H, directions (1 or 2, bidirectional) and `output`: 0 for Y [T, D, B,
+//              H] (every step's h per direction), 1 for Y_h [D, B, H] (the last h), 2 for the
+//              LSTM's Y_c [D, B, H] (the last c), ONNX's outputs.
 //              Forward keeps every step's gates; backward runs back through time (BPTT).
 // A node of every output a graph reads (each reads the same weights: their gradients add up,
 // as for any weight several nodes read).
@@ -19,6 +23,7 @@ namespace dptrain {
 namespace graph {
 
 OpFactory TorchLstmOp();
+OpFactory TorchGruOp();
 
 }  // namespace graph
 }  // namespace dptrain
