@@ -518,6 +518,20 @@ def main():
     expect_error("normalised ids", text_path, ids_dir,
                  r"--data_mean/--data_std normalise images; the data set holds integer ids",
                  ("--data_mean=0.5", "--data_std=0.25"))
+    class LearnedState(TextLSTM):
+        def __init__(self):
+            super().__init__()
+            self.h0 = nn.Parameter(torch.zeros(2, 1, 32))
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            h0 = self.h0.expand(2, x.shape[0], 32).contiguous()
+            _, (h, _) = self.rnn(x, (h0, torch.zeros_like(h0)))
+            return self.head(torch.cat([h[0], h[1]], 1))
+    learned_h0 = os.path.join(SCRATCH, "learned_h0.onnx")
+    export(LearnedState(), learned_h0, example=torch.ones(2, LENGTH, dtype=torch.long))
+    expect_error("a learned initial state", learned_h0, ids_dir,
+                 r"learned_h0.onnx: unsupported op 'LSTM' \(node '/rnn/LSTM'\)")
     expect_error("augmented ids", text_path, ids_dir,
                  r"crop and flip augmentation apply to images; the training set holds integer ids",
                  ("--random_hflip",))

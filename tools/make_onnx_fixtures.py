@@ -81,6 +81,8 @@ The models:
              ReduceMax over time, Dropout.
   text_lstm  A 2-layer nn.LSTM on token ids (ONNX LSTM nodes with the weights' gates
              re-ordered by Slice and Concat), the head on out[:, -1] + h[-1].
+  text_lstm_dynamic  text_lstm exported with a dynamic batch axis (its zero initial states a
+             ConstantOfShape of the run-time batch, sliced per layer).
   text_bigru  A bidirectional nn.GRU (linear_before_reset=1, two directions' weights
              re-ordered), the head on the steps' mean and both final hidden states.
   text_bilstm  A bidirectional nn.LSTM without biases, the head on out[:, -1] and both final
@@ -690,6 +692,7 @@ MODELS = {
     "text_bigru": lambda: (TextBiGRU(), 5),
     "text_bilstm": lambda: (TextBiLSTM(), 5),
     "text_lstm": lambda: (TextLSTM(), 5),
+    "text_lstm_dynamic": lambda: (TextLSTM(), 5),
     "text_cnn": lambda: (TextCNN(), 5),
     "text_mask": lambda: (MaskedText(), 5),
     "text": lambda: (TextClassifier(), 5),
@@ -714,14 +717,15 @@ MODELS = {
 
 # Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).
 ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12),
-             "text_lstm": (50, 12), "text_bigru": (50, 12), "text_bilstm": (50, 12)}
+             "text_lstm": (50, 12), "text_bigru": (50, 12), "text_bilstm": (50, 12),
+             "text_lstm_dynamic": (50, 12)}
 # Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens.
 PADDED = {"text_mask"}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
              "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
-DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic"}
+DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic"}
 
 
 def randomize_batch_norms(net):

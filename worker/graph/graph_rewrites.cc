@@ -786,9 +786,10 @@ class RecurrentPattern {
   // A state tensor S of PyTorch's gate rows re-ordered to ONNX's as torch.onnx.export writes
   // it: Concat(S[a0:b0], S[a1:b1], S[a2:b2]) with the ranges given (an LSTM's i, f, g, o -> i, o,
   // f, g; a GRU's r, z, n -> z, r, n) and S of `rows` rows. S's name, or nullopt.
+  // `columns`: S's second axis (a weight; -1: any), or 0 for a bias of one axis.
   std::optional<std::string> TorchGateRows(const std::string& value,
                                            const std::array<std::array<int64_t, 2>, 3>& ranges,
-                                           int64_t rows) const {
+                                           int64_t rows, int64_t columns) const {
     const std::vector<std::string> parts = ConcatParts(value, 3);
     if (parts.empty()) return std::nullopt;
     std::string source;
@@ -803,7 +804,8 @@ class RecurrentPattern {
     }
     const NamedConstant* c = graph_.FindNamedConstant(source);
     if (c == nullptr || !c->state || c->value.type != Tensor::Type::kFloat ||
-        c->value.shape.empty() || c->value.shape[0] != rows) {
+        c->value.shape.size() != static_cast<size_t>(columns == 0 ? 1 : 2) ||
+        c->value.shape[0] != rows || (columns > 0 && c->value.shape[1] != columns)) {
       return std::nullopt;
     }
     return source;
@@ -823,16 +825,28 @@ class RecurrentPattern {
     return out.size() == static_cast<size_t>(directions) ? out : std::vector<std::string>{};
   }
 
-  // An absent initial state, or zeros: a constant of zeros expanded to [1, B, H].
-  bool ZeroState(const std::string& value) const {
+  // An absent initial state, or zeros: a zero constant (not a learned one: an nn.Parameter
+  // expanded is left to be refused), a ConstantOfShape of 0 (a dynamic batch's), or an Expand or
+  // a Slice (a layer's part of the stack's zeros) of such.
+  bool ZeroState(const std::string& value, int depth = 0) const {
     if (value.empty()) return true;
-    std::string source = value;
-    if (const Node* e = Producer(value, "Expand"); e != nullptr && !e->inputs.empty()) {
-      source = e->inputs[0];
+    if (depth > 4) return false;
+    for (const char* op : {"Expand", "Slice"}) {
+      if (const Node* n = Producer(value, op); n != nullptr && !n->inputs.empty()) {
+        return ZeroState(n->inputs[0], depth + 1);
+      }
     }
-    const Tensor* t = graph_.FindConstant(source);
-    return t != nullptr && t->type == Tensor::Type::kFloat &&
-           std::all_of(t->floats.begin(), t->floats.end(), [](float v) { return v == 0.0f; });
+    if (const Node* n = Producer(value, "ConstantOfShape"); n != nullptr) {
+      const auto it = n->attributes.find("value_float");
+      const auto int_value = n->attributes.find("value_int");
+      const float* v = it == n->attributes.end() ? nullptr : std::get_if<float>(&it->second);
+      return int_value == n->attributes.end() &&
+             (it == n->attributes.end() || (v != nullptr && *v == 0.0f));
+    }
+    const NamedConstant* c = graph_.FindNamedConstant(value);
+    if (c == nullptr || c->state || c->value.type != Tensor::Type::kFloat) return false;
+    return std::all_of(c->value.floats.begin(), c->value.floats.end(),
+                       [](float v) { return v == 0.0f; });
   }
 
  private:
@@ -877,8 +891,8 @@ void FuseTorchRecurrent(Graph& graph) {
     std::vector<std::string> inputs = {input(0)};
     bool matched = true;
     for (int64_t d = 0; d < directions && matched; ++d) {
-      const std::optional<std::string> w_ih = pattern.TorchGateRows(w[d], ranges, rows);
-      const std::optional<std::string> w_hh = pattern.TorchGateRows(r[d], ranges, rows);
+      const std::optional<std::string> w_ih = pattern.TorchGateRows(w[d], ranges, rows, -1);
+      const std::optional<std::string> w_hh = pattern.TorchGateRows(r[d], ranges, rows, h);
       matched = w_ih && w_hh;
       if (!matched) break;
       inputs.push_back(*w_ih);
@@ -887,8 +901,8 @@ void FuseTorchRecurrent(Graph& graph) {
       const std::vector<std::string> halves = pattern.ConcatParts(b[d], 2);
       std::optional<std::string> b_ih, b_hh;
       if (!halves.empty()) {
-        b_ih = pattern.TorchGateRows(halves[0], ranges, rows);
-        b_hh = pattern.TorchGateRows(halves[1], ranges, rows);
+        b_ih = pattern.TorchGateRows(halves[0], ranges, rows, 0);
+        b_hh = pattern.TorchGateRows(halves[1], ranges, rows, 0);
       }
       matched = b_ih && b_hh;
       if (!matched) break;
