@@ -324,6 +324,14 @@ def pytorch_accuracy(saved, test, net=None):
         return (net(x).argmax(1) == test[1]).float().mean().item()
 
 
+def ids_accuracy(net, saved, test):
+    """The accuracy of `net` with the saved weights (a strict load) on the (ids, labels) set."""
+    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    net.eval()
+    with torch.no_grad():
+        return (net(test[0]).argmax(1) == test[1]).float().mean().item()
+
+
 def expect_error(name, model_path, data_dir, pattern, extra=()):
     r = subprocess.run([GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.1",
                         f"--model={model_path}", f"--data_dir={data_dir}", "--epochs=1",
@@ -408,19 +416,15 @@ def main():
     write_ids(ids_dir, ids_train, ids_test)
     printed, saved, text = train("onnx_text_ids", text_path, ids_dir, ("--epochs=10",),
                                  normalize=False)
-    net = TextClassifier()
-    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
-    net.eval()
-    with torch.no_grad():
-        ours = (net(ids_test[0]).argmax(1) == ids_test[1]).float().mean().item()
+    ours = ids_accuracy(TextClassifier(), saved, ids_test)
     if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.8 < printed < 0.99:
         fail(f"text: the worker printed test_acc {printed}, PyTorch gets {ours} from the saved "
              f"weights: {text[-600:]}")
     if f"{TRAIN} training samples" not in text or f"{LENGTH} ids each" not in text:
         fail(f"text: no line describing the ids: {text[:800]}")
     print(f"ok: a text classifier (nn.Embedding + nn.TransformerEncoder, padding masked) on "
-          f"int64 token ids from .npy, 2 workers x 2 shards: test_acc {printed:.4f} printed, {ours:.4f} in "
-          "PyTorch from the saved weights", flush=True)
+          f"int64 token ids from .npy, 2 workers x 2 shards: test_acc {printed:.4f} printed, "
+          f"{ours:.4f} in PyTorch from the saved weights", flush=True)
 
     # A recurrent one (a bidirectional nn.LSTM, each ONNX LSTM read back as the state_dict's
     # weights) on the same ids.
@@ -429,11 +433,7 @@ def main():
     export(TextLSTM(), lstm_path, example=torch.ones(2, LENGTH, dtype=torch.long))
     printed, saved, text = train("onnx_lstm_ids", lstm_path, ids_dir, ("--epochs=10",),
                                  normalize=False)
-    net = TextLSTM()
-    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
-    net.eval()
-    with torch.no_grad():
-        ours = (net(ids_test[0]).argmax(1) == ids_test[1]).float().mean().item()
+    ours = ids_accuracy(TextLSTM(), saved, ids_test)
     if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.6 < printed < 0.99:
         fail(f"lstm: the worker printed test_acc {printed}, PyTorch gets {ours} from the saved "
              f"weights: {text[-600:]}")

@@ -841,7 +841,8 @@ def make_fixture(name, out_dir, opset):
     net64, logits, loss = reference_step(net, x, labels, classes, mse=False)
     params = dict(net64.named_parameters())
     tensors = [("state." + k, v) for k, v in state]
-    tensors += [("input", x.to(torch.float32)), ("labels", labels.to(torch.float32)), ("logits", logits),
+    tensors += [("input", x.to(torch.float32)), ("labels", labels.to(torch.float32)),
+                ("logits", logits),
                 ("loss", loss.reshape(1)), ("float32_loss", loss32.reshape(1))]
     tensors += [("grad." + k, p.grad) for k, p in params.items()]
     tensors += [("after." + k, v) for k, v in net64.state_dict().items() if k not in params]
