@@ -105,11 +105,11 @@ def token_ids_and_labels(n, seed):
 
 
 def write_ids(folder, train, test):
-    """Token ids as .npy arrays: int64 N x LENGTH, int64 labels."""
+    """Token ids as .npy arrays: int64 N x LENGTH (train_ids.npy, test_ids.npy), int64 labels."""
     import numpy
     os.makedirs(folder, exist_ok=True)
     for split, (xs, ys) in (("train", train), ("test", test)):
-        numpy.save(os.path.join(folder, f"{split}_images.npy"), xs.numpy())
+        numpy.save(os.path.join(folder, f"{split}_ids.npy"), xs.numpy())
         numpy.save(os.path.join(folder, f"{split}_labels.npy"), ys.numpy())
 
 
@@ -514,7 +514,7 @@ def main():
     ids[7, 2] = -3
     write_ids(bad_ids, (ids, ids_train[1]), ids_test)
     expect_error("a negative id", text_path, bad_ids,
-                 r"train_images.npy: id -3 at sample 7, position 2 is outside \[0, 2\^24\)")
+                 r"train_ids.npy: id -3 at sample 7, position 2 is outside \[0, 2\^24\)")
     expect_error("normalised ids", text_path, ids_dir,
                  r"--data_mean/--data_std normalise images; the data set holds integer ids",
                  ("--data_mean=0.5", "--data_std=0.25"))

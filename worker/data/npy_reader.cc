@@ -558,8 +558,20 @@ absl::StatusOr<Dataset> LoadNpyPair(const std::string& images_path, const std::s
 absl::StatusOr<Dataset> LoadNpy(const std::string& dir, bool train, const NpyOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   const std::string split = train ? "train" : "test";
-  absl::StatusOr<Dataset> data = LoadNpyPair(JoinPath(dir, split + "_images.npy"),
-                                             JoinPath(dir, split + "_labels.npy"), options);
+  // The samples: SPLIT_images.npy, or SPLIT_ids.npy for token ids (which must be ids).
+  const std::string images = JoinPath(dir, split + "_images.npy");
+  const std::string ids = JoinPath(dir, split + "_ids.npy");
+  const bool has_ids = IsRegularFile(ids);
+  if (has_ids && IsRegularFile(images)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": both ", split, "_images.npy and ", split, "_ids.npy; keep one"));
+  }
+  absl::StatusOr<Dataset> data =
+      LoadNpyPair(has_ids ? ids : images, JoinPath(dir, split + "_labels.npy"), options);
+  if (data.ok() && has_ids && !data->ids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ids, ": holds images; an ids file holds integers of shape (N, L)"));
+  }
   if (!data.ok() || options.num_classes > 0) return data;
   // The other split's labels, so that both splits have the same num_classes.
   const std::string other = JoinPath(dir, train ? "test_labels.npy" : "train_labels.npy");

@@ -1,7 +1,8 @@
 // Reader for classification data sets stored as NumPy .npy arrays (np.save): images, or token ids.
 //
 // A directory holds train_images.npy, train_labels.npy (the training set) and
-// test_images.npy, test_labels.npy (the test set). Format versions 1.0, 2.0 and 3.0 are read;
+// test_images.npy, test_labels.npy (the test set); token ids may be named train_ids.npy and
+// test_ids.npy instead (which must then hold ids). Format versions 1.0, 2.0 and 3.0 are read;
 // the header must be a dict with exactly 'descr', 'fortran_order' and 'shape'.
 //
 // Images: dtype uint8 ('|u1' or '<u1'; loaded as byte / 255, as torchvision's ToTensor) or

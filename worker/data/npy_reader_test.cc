@@ -318,6 +318,27 @@ TEST(NpyReaderTest, IntegerArraysOfRankTwoAreIds) {
   EXPECT_EQ(Floats(*data), (std::vector<float>{255, 2}));  // Ids, not pixels.
 }
 
+// Token ids may be named SPLIT_ids.npy; such a file must hold ids, and only one of the two
+// names may be there.
+TEST(NpyReaderTest, IdsFilesByTheirOwnName) {
+  const std::string labels = Npy("<i8", {2}, Raw<int64_t>({0, 1}));
+  const std::string dir = FreshDir("npy_ids_named");
+  WriteFile(dir + "/train_ids.npy", Npy("<i8", {2, 2}, Raw<int64_t>({4, 5, 6, 7})));
+  WriteFile(dir + "/train_labels.npy", labels);
+  absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(data->ids);
+  EXPECT_EQ(Floats(*data), (std::vector<float>{4, 5, 6, 7}));
+  WriteFile(dir + "/train_images.npy", Npy("|u1", {2, 1, 1}, Bytes({1, 2})));
+  ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument,
+              dir + ": both train_images.npy and train_ids.npy; keep one");
+  const std::string images = FreshDir("npy_ids_images");
+  WriteFile(images + "/train_ids.npy", Npy("|u1", {2, 1, 1}, Bytes({1, 2})));
+  WriteFile(images + "/train_labels.npy", labels);
+  ExpectError(LoadNpy(images, true), absl::StatusCode::kInvalidArgument,
+              images + "/train_ids.npy: holds images; an ids file holds integers of shape (N, L)");
+}
+
 TEST(NpyReaderTest, BadIds) {
   const std::string labels = Npy("<i8", {2}, Raw<int64_t>({0, 1}));
   struct Case {
