@@ -144,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          "elementwise", "shuffle", "dynamic", "scaled", "convnext",
                                          "attention", "attention_dynamic", "mha", "mha_dynamic",
                                          "relpos", "text", "text_mask", "text_cnn", "text_lstm",
-                                         "text_bigru", "text_bilstm", "text_lstm_dynamic"),
+                                         "text_bigru", "text_bilstm", "text_lstm_dynamic", "norms"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
