@@ -323,7 +323,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
 
   const int64_t pixels = train.image_size();
   std::vector<float> batch_images(static_cast<size_t>(o.batch_size) * pixels);
-  std::vector<uint8_t> batch_labels(o.batch_size);
+  std::vector<nn::Label> batch_labels(o.batch_size);
   std::vector<EpochMetrics> local_history;
   std::vector<EpochMetrics>& h = history != nullptr ? *history : local_history;
   // Every epoch has the same number of steps (each rank's share of an epoch is the same

@@ -42,7 +42,7 @@ class FakeModel final : public nn::Model {
     for (int i = 0; i < 2; ++i) weights_[i] -= grads_[i];
     return absl::OkStatus();
   }
-  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t*, int n) override {
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const nn::Label*, int n) override {
     for (int i = 0; i < n; ++i) first_pixels.push_back(images[i * 784]);
     bool overflow = false;
     for (int s : overflow_steps_) overflow = overflow || s == steps_;
@@ -51,7 +51,7 @@ class FakeModel final : public nn::Model {
     grads_ = {1, 1, overflow ? 1.0f : 0.0f};
     return nn::BatchResult{1.0, 0, overflow};
   }
-  absl::StatusOr<nn::BatchResult> Evaluate(const float*, const uint8_t*, int) override {
+  absl::StatusOr<nn::BatchResult> Evaluate(const float*, const nn::Label*, int) override {
     return nn::BatchResult{1.0, 0};
   }
   void RecordStepOutcome(bool skipped) override { outcomes.push_back(skipped); }

@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<float> values(static_cast<size_t>(d.size * d.image_size()));
   if (d.size > 0) d.CopyImages(0, d.size, values.data());
   for (float p : values) FUZZ_CHECK(p >= 0.0f && p <= 1.0f);
-  for (uint8_t l : d.labels) FUZZ_CHECK(l < d.num_classes);
+  for (dptrain::nn::Label l : d.labels) FUZZ_CHECK(l >= 0 && l < d.num_classes);
 
   // Reader to first batch, as the trainer goes for a model that takes 1x28x28 images.
   const dptrain::ImageShape model_input{1, 28, 28};
@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr int kBatch = 4;
   const size_t n = std::min<size_t>(kBatch, indices.size());
   std::vector<float> batch_images(kBatch * 28 * 28);
-  std::vector<uint8_t> batch_labels(kBatch);
+  std::vector<dptrain::nn::Label> batch_labels(kBatch);
   FUZZ_CHECK(dptrain::GatherBatch(d, absl::MakeConstSpan(indices).first(n),
                                   absl::MakeSpan(batch_images), absl::MakeSpan(batch_labels))
                  .ok());

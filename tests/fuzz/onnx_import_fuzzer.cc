@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (m.input_is_ids()) {
     for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i % 7);
   }
-  std::vector<uint8_t> labels(batch, 0);
+  std::vector<dptrain::nn::Label> labels(batch, 0);
   absl::StatusOr<dptrain::nn::BatchResult> step = m.TrainStep(images.data(), labels.data(), batch);
   if (!step.ok()) CheckError(step.status());
   return 0;

@@ -310,7 +310,7 @@ absl::Status CudaModel::Upload() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8_t* labels,
+absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const nn::Label* labels,
                                                 int batch, bool training) {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
   DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch, classes_));
@@ -318,11 +318,11 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
   const nn::Dims dims = input_dims_;
   const int64_t pixels = int64_t{batch} * dims.size();
   DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, pixels));
-  DPTRAIN_ASSIGN_OR_RETURN(uint8_t * y, d_labels_.Ensure(*ctx_, batch));
+  DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
   DPTRAIN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(x, images, pixels * sizeof(float), cudaMemcpyHostToDevice, ctx_->stream()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(y, labels, batch, cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, labels, batch * sizeof(nn::Label),
+                                               cudaMemcpyHostToDevice, ctx_->stream()));
   DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
                            net_->Forward(*ctx_, DeviceTensor{x, batch, dims}, training));
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
@@ -368,12 +368,12 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const uint8
   return nn::BatchResult{static_cast<double>(loss_sum) / batch, correct, non_finite > 0};
 }
 
-absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, const uint8_t* labels,
+absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, const nn::Label* labels,
                                                      int batch) {
   return Step(images, labels, batch, /*training=*/true);
 }
 
-absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const uint8_t* labels,
+absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const nn::Label* labels,
                                                     int batch) {
   return Step(images, labels, batch, /*training=*/false);
 }

@@ -82,9 +82,9 @@ class CudaModel final : public nn::Model {
   absl::Status ImportOptimizerState(OptimizerState state) override;
   const std::vector<nn::ParamInfo>& buffers() const override { return buffer_infos_; }
   std::vector<float>& buffer_values() override;
-  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const nn::Label* labels,
                                             int batch) override;
-  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const uint8_t* labels,
+  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const nn::Label* labels,
                                            int batch) override;
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override;
@@ -135,7 +135,7 @@ class CudaModel final : public nn::Model {
       int classes, double label_smoothing);
   absl::Status Allocate();
   // Checks the call, copies stale host state up and the batch in; then runs the network.
-  absl::StatusOr<nn::BatchResult> Step(const float* images, const uint8_t* labels, int batch,
+  absl::StatusOr<nn::BatchResult> Step(const float* images, const nn::Label* labels, int batch,
                                        bool training);
   absl::Status Upload();
   absl::Status DownloadWeights();
@@ -169,7 +169,7 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_grads_;
   DeviceBuffer<float> d_buffers_;
   DeviceBuffer<float> d_images_;
-  DeviceBuffer<uint8_t> d_labels_;
+  DeviceBuffer<nn::Label> d_labels_;
   DeviceBuffer<float> d_grad_logits_;
   DeviceBuffer<float> d_loss_;  // [0]: summed loss
   DeviceBuffer<int> d_correct_;

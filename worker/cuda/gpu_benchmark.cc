@@ -43,8 +43,8 @@ int Run() {
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
   std::vector<float> images(static_cast<size_t>(batch) * 28 * 28);
   for (float& x : images) x = pixel(rng);
-  std::vector<uint8_t> labels(batch);
-  for (uint8_t& y : labels) y = static_cast<uint8_t>(rng() % 10);
+  std::vector<nn::Label> labels(batch);
+  for (nn::Label& y : labels) y = static_cast<nn::Label>(rng() % 10);
 
   std::string device;
   std::vector<std::string> rows;

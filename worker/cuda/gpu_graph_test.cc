@@ -168,8 +168,8 @@ TEST_P(BuiltinGraphTest, StepsEqualTheSequentialPath) {
   const nn::Dims in = (*seq)->input_dims();
   std::vector<float> images(static_cast<size_t>(batch) * in.size());
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>((i * 7919) % 101) / 101;
-  std::vector<uint8_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = static_cast<uint8_t>(i % (*seq)->num_classes());
+  std::vector<nn::Label> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<nn::Label>(i % (*seq)->num_classes());
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(absl::StrCat(GetParam(), " step ", step));
     absl::StatusOr<nn::BatchResult> a = (*seq)->TrainStep(images.data(), labels.data(), batch);

@@ -321,8 +321,8 @@ TEST_P(ModelParityTest, TrainStepSgdAndEvaluate) {
   const int batch = name == "resnet18" ? 4 : 16;
   std::mt19937 gen(11);
   std::vector<float> images = Random(batch * 784, gen);
-  std::vector<uint8_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
+  std::vector<nn::Label> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<nn::Label>(gen() % 10);
 
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(step);
@@ -410,8 +410,8 @@ TEST_P(ResNetDiagnosis, CopyPathDeterminismAndFloat64Reference) {
   const int batch = 4;
   std::mt19937 gen(11);
   const std::vector<float> images = Random(batch * 784, gen);
-  std::vector<uint8_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
+  std::vector<nn::Label> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<nn::Label>(gen() % 10);
   const std::vector<double> images64(images.begin(), images.end());
   std::vector<float> previous;
   constexpr int kSteps = 3;
@@ -492,8 +492,8 @@ TEST(ResNetPrecision, GradientErrorsAgainstFloat64) {
   const int batch = 4;
   std::mt19937 gen(11);
   const std::vector<float> images = Random(batch * 784, gen);
-  std::vector<uint8_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
+  std::vector<nn::Label> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<nn::Label>(gen() % 10);
   absl::StatusOr<nn::Sequential<double>> ref_net = nn::BuildNetwork<double>("resnet18");
   ASSERT_TRUE(ref_net.ok()) << ref_net.status();
   const std::vector<float>& w = (*cpu)->weights();
@@ -555,7 +555,7 @@ TEST(MixedPrecisionTest, OverflowSkipsTheStepAndBacksOff) {
   ASSERT_TRUE(model.ok()) << model.status();
   std::mt19937 gen(5);
   std::vector<float> images = Random(8 * 784, gen);
-  std::vector<uint8_t> labels = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<nn::Label> labels = {1, 2, 3, 4, 5, 6, 7, 8};
   const std::vector<float> before = (*model)->weights();
   auto r = (*model)->TrainStep(images.data(), labels.data(), 8);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -596,8 +596,8 @@ TEST_P(ApplyUpdateTest, SameAsTheCpuModel) {
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   std::mt19937 gen(9);
   std::vector<float> images = Random(16 * 784, gen);
-  std::vector<uint8_t> labels(16);
-  for (int i = 0; i < 16; ++i) labels[i] = static_cast<uint8_t>(gen() % 10);
+  std::vector<nn::Label> labels(16);
+  for (int i = 0; i < 16; ++i) labels[i] = static_cast<nn::Label>(gen() % 10);
   for (int step = 0; step < 6; ++step) {
     SCOPED_TRACE(step);
     ASSERT_TRUE((*gpu)->TrainStep(images.data(), labels.data(), 16).ok());

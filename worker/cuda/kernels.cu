@@ -23,8 +23,9 @@ __global__ void ReluBackwardKernel(const float* y, const float* dy, float* dx, i
   DPTRAIN_GRID_STRIDE(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
 }
 
-// One thread per row: `classes` is small (10) for every model here.
-__global__ void SoftmaxCrossEntropyKernel(const float* logits, const uint8_t* labels, int batch,
+// One thread per row (a thousand classes are a thousand steps of one thread: fine beside the
+// network that made the logits).
+__global__ void SoftmaxCrossEntropyKernel(const float* logits, const nn::Label* labels, int batch,
                                           int classes, float smoothing, float* loss_sum,
                                           int* correct, float* dlogits) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -160,8 +161,8 @@ absl::Status ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
   return Launched("ReluBackwardKernel<<<>>>");
 }
 
-absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch, int classes,
-                                 float label_smoothing, float* loss_sum, int* correct,
+absl::Status SoftmaxCrossEntropy(const float* logits, const nn::Label* labels, int batch,
+                                 int classes, float label_smoothing, float* loss_sum, int* correct,
                                  float* dlogits, cudaStream_t stream) {
   if (batch <= 0) return absl::OkStatus();
   if (classes < 1) return absl::InvalidArgumentError("SoftmaxCrossEntropy: classes < 1");

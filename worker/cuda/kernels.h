@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "common/optimizer.h"
+#include "worker/nn/tensor.h"
 
 namespace dptrain {
 namespace cuda {
@@ -26,8 +27,8 @@ absl::Status ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
 // device scalars the caller zeroes), and writes d(mean loss)/d(logits) to dlogits. With
 // `label_smoothing` e the target is (1 - e) onehot(label) + e / classes, as
 // nn.CrossEntropyLoss(label_smoothing=e) (worker/nn/softmax_cross_entropy.h).
-absl::Status SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch, int classes,
-                                 float label_smoothing, float* loss_sum, int* correct,
+absl::Status SoftmaxCrossEntropy(const float* logits, const nn::Label* labels, int batch,
+                                 int classes, float label_smoothing, float* loss_sum, int* correct,
                                  float* dlogits, cudaStream_t stream);
 
 // torch.optim.SGD (dampening 0): d = g + wd w; buf = mu buf + d (buf = d when `first`);

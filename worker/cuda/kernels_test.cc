@@ -86,28 +86,31 @@ TEST_F(KernelsTest, Relu) {
 // Against the CPU's loss in double (worker/nn/softmax_cross_entropy.h, itself checked against
 // the definition and PyTorch's label smoothing), without and with label smoothing.
 TEST_F(KernelsTest, SoftmaxCrossEntropyMatchesFloat64) {
-  const int batch = 257, classes = 10;
-  std::vector<float> z = Random(batch * classes, -20, 20);
-  std::vector<uint8_t> labels(batch);
-  for (int r = 0; r < batch; ++r) labels[r] = static_cast<uint8_t>(gen_() % classes);
-  const std::vector<double> z64(z.begin(), z.end());
-  for (const float smoothing : {0.0f, 0.1f}) {
-    SCOPED_TRACE(smoothing);
-    Device<float> dz_in(z), loss(std::vector<float>{0.0f}), dz(z.size());
-    Device<uint8_t> dlabels(labels);
-    Device<int> correct(std::vector<int>{0});
-    ASSERT_TRUE(SoftmaxCrossEntropy(dz_in.get(), dlabels.get(), batch, classes, smoothing,
-                                    loss.get(), correct.get(), dz.get(), nullptr)
-                    .ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<double> dz_ref(z.size());
-    const nn::LossOutput ref = nn::SoftmaxCrossEntropy(z64.data(), labels.data(), batch, classes,
-                                                       dz_ref.data(), smoothing);
-    const double loss_ref = ref.loss * batch;  // The kernel sums the rows.
-    EXPECT_NEAR(loss.Read()[0], loss_ref, 1e-5 * loss_ref);
-    EXPECT_EQ(correct.Read()[0], ref.correct);
-    const std::vector<float> got = dz.Read();
-    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], dz_ref[i], 1e-7) << i;
+  for (const int classes : {10, 1000}) {  // 1000: labels past a byte (ImageNet's classes).
+    SCOPED_TRACE(classes);
+    const int batch = 257;
+    std::vector<float> z = Random(batch * classes, -20, 20);
+    std::vector<nn::Label> labels(batch);
+    for (int r = 0; r < batch; ++r) labels[r] = static_cast<nn::Label>(gen_() % classes);
+    const std::vector<double> z64(z.begin(), z.end());
+    for (const float smoothing : {0.0f, 0.1f}) {
+      SCOPED_TRACE(smoothing);
+      Device<float> dz_in(z), loss(std::vector<float>{0.0f}), dz(z.size());
+      Device<nn::Label> dlabels(labels);
+      Device<int> correct(std::vector<int>{0});
+      ASSERT_TRUE(SoftmaxCrossEntropy(dz_in.get(), dlabels.get(), batch, classes, smoothing,
+                                      loss.get(), correct.get(), dz.get(), nullptr)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<double> dz_ref(z.size());
+      const nn::LossOutput ref = nn::SoftmaxCrossEntropy(z64.data(), labels.data(), batch, classes,
+                                                         dz_ref.data(), smoothing);
+      const double loss_ref = ref.loss * batch;  // The kernel sums the rows.
+      EXPECT_NEAR(loss.Read()[0], loss_ref, 1e-5 * loss_ref);
+      EXPECT_EQ(correct.Read()[0], ref.correct);
+      const std::vector<float> got = dz.Read();
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], dz_ref[i], 1e-7) << i;
+    }
   }
 }
 

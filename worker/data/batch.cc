@@ -37,7 +37,7 @@ absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
 }
 
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
-                         absl::Span<float> images, absl::Span<uint8_t> labels) {
+                         absl::Span<float> images, absl::Span<nn::Label> labels) {
   const int64_t pixels = data.image_size();
   const int64_t n = static_cast<int64_t>(indices.size());
   if (static_cast<int64_t>(images.size()) < n * pixels || static_cast<int64_t>(labels.size()) < n) {

@@ -36,7 +36,7 @@ absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
 // for indices.size() samples of data.image_size() values; the error of a source's read
 // (Dataset::source) when one fails.
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
-                         absl::Span<float> images, absl::Span<uint8_t> labels);
+                         absl::Span<float> images, absl::Span<nn::Label> labels);
 
 }  // namespace dptrain
 

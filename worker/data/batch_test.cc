@@ -13,7 +13,7 @@ Dataset Tiny(int n, int rows, int cols) {
   d.rows = rows;
   d.cols = cols;
   for (int i = 0; i < n * rows * cols; ++i) d.images.push_back(static_cast<float>(i));
-  for (int i = 0; i < n; ++i) d.labels.push_back(static_cast<uint8_t>(i % 10));
+  for (int i = 0; i < n; ++i) d.labels.push_back(static_cast<nn::Label>(i % 10));
   return d;
 }
 
@@ -53,11 +53,11 @@ TEST(BatchTest, IdsAreTheirOwnKindAndBelowTheTables) {
 TEST(BatchTest, GathersInIndexOrderAndNeverPastItsBuffers) {
   const Dataset d = Tiny(4, 2, 2);
   std::vector<float> images(3 * 4, -1);
-  std::vector<uint8_t> labels(3, 99);
+  std::vector<nn::Label> labels(3, 99);
   const std::vector<int64_t> order = {3, 0, 2};
   ASSERT_TRUE(GatherBatch(d, order, absl::MakeSpan(images), absl::MakeSpan(labels)).ok());
   EXPECT_EQ(images, (std::vector<float>{12, 13, 14, 15, 0, 1, 2, 3, 8, 9, 10, 11}));
-  EXPECT_EQ(labels, (std::vector<uint8_t>{3, 0, 2}));
+  EXPECT_EQ(labels, (std::vector<nn::Label>{3, 0, 2}));
 
   std::vector<float> small(2 * 4);
   EXPECT_EQ(GatherBatch(d, order, absl::MakeSpan(small), absl::MakeSpan(labels)).code(),
@@ -88,7 +88,7 @@ TEST(BatchTest, ChannelsAreComparedAndGatheredWhole) {
   two.channels = 2;
   two.labels.resize(2);
   std::vector<float> images(8, -1);
-  std::vector<uint8_t> labels(1);
+  std::vector<nn::Label> labels(1);
   const std::vector<int64_t> second = {1};
   ASSERT_TRUE(GatherBatch(two, second, absl::MakeSpan(images), absl::MakeSpan(labels)).ok());
   EXPECT_EQ(images, (std::vector<float>{8, 9, 10, 11, 12, 13, 14, 15}));

@@ -75,7 +75,7 @@ absl::Status ReadFile(const std::string& path, const Variant& v, Dataset& out) {
                                                        label, ", not in [0, ", v.num_classes, ")"));
       }
       const size_t index = old_size + first + r;
-      out.labels[index] = static_cast<uint8_t>(label);
+      out.labels[index] = static_cast<nn::Label>(label);
       const uint8_t* pixels = record + v.label_bytes;
       std::copy(pixels, pixels + kPixels, out.bytes.data() + index * kPixels);
     }

@@ -61,7 +61,7 @@ TEST(CifarReaderTest, LoadsCifar10TrainingBatchesInOrder) {
   EXPECT_EQ(data->image_size(), kPixels);
   ASSERT_TRUE(data->byte_storage);
   ASSERT_EQ(data->bytes.size(), 10u * kPixels);
-  EXPECT_EQ(data->labels, (Bytes{0, 9, 1, 8, 2, 7, 3, 6, 4, 5}));
+  EXPECT_EQ(data->labels, (std::vector<nn::Label>{0, 9, 1, 8, 2, 7, 3, 6, 4, 5}));
   for (int r : {0, 3, 9}) {
     // Red plane first, then green (offset 1024), then blue (2048), as stored.
     for (int k : {0, 1, 1023, 1024, 2048, 3071}) {
@@ -74,7 +74,7 @@ TEST(CifarReaderTest, LoadsCifar10TestBatch) {
   absl::StatusOr<Dataset> data = LoadCifar(Cifar10Dir("cifar10_test"), false);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->size, 3);
-  EXPECT_EQ(data->labels, (Bytes{4, 5, 6}));
+  EXPECT_EQ(data->labels, (std::vector<nn::Label>{4, 5, 6}));
   EXPECT_FLOAT_EQ(Value(*data, 2, 5), Pixel(102, 5) / 255.0f);
 }
 
@@ -87,11 +87,11 @@ TEST(CifarReaderTest, LoadsCifar100FineLabels) {
   EXPECT_EQ(train->size, 3);
   EXPECT_EQ(train->num_classes, 100);
   EXPECT_EQ(train->channels, 3);
-  EXPECT_EQ(train->labels, (Bytes{0, 99, 42}));
+  EXPECT_EQ(train->labels, (std::vector<nn::Label>{0, 99, 42}));
   EXPECT_FLOAT_EQ(Value(*train, 1, 3071), Pixel(1, 3071) / 255.0f);
   absl::StatusOr<Dataset> test = LoadCifar(dir, false);
   ASSERT_TRUE(test.ok()) << test.status();
-  EXPECT_EQ(test->labels, (Bytes{7}));
+  EXPECT_EQ(test->labels, (std::vector<nn::Label>{7}));
   EXPECT_EQ(test->num_classes, 100);
 }
 

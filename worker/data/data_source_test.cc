@@ -110,8 +110,8 @@ TEST(DataSourceTest, DetectsAndLoadsEachFormat) {
       EXPECT_EQ(test->num_classes, c.num_classes) << c.format;
     }
   }
-  EXPECT_EQ(LoadDataset(idx_gz, "idx", true)->labels, (Bytes{5, 6}));
-  EXPECT_EQ(LoadDataset(cifar, "", true)->labels, (Bytes{42, 42}));
+  EXPECT_EQ(LoadDataset(idx_gz, "idx", true)->labels, (std::vector<nn::Label>{5, 6}));
+  EXPECT_EQ(LoadDataset(cifar, "", true)->labels, (std::vector<nn::Label>{42, 42}));
   // An image size is for image folders; a CIFAR set (detected) refuses it.
   LoadOptions sized;
   sized.image_size = *ParseImageSize("16");

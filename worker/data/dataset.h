@@ -10,9 +10,9 @@
 // bit for bit. A third store holds no images: an ImageSource reads them as training reaches
 // them (an image folder or a uint8 .npy array too large to hold: worker/data/image_stream.h,
 // npy_reader.h), as bytes read like the byte store's. Read images with ReadImage (any store) or
-// CopyImages (held stores); image() is for float stores. Labels are bytes, so a data set has at
-// most kMaxClasses classes. A Dataset is a plain value: copy or move it freely (copies share a
-// source); readers must not mutate it while another thread reads it.
+// CopyImages (held stores); image() is for float stores. Labels are nn::Label (int32); a data set
+// has at most kMaxClasses classes. A Dataset is a plain value: copy or move it freely (copies share
+// a source); readers must not mutate it while another thread reads it.
 #ifndef DPTRAIN_WORKER_DATA_DATASET_H_
 #define DPTRAIN_WORKER_DATA_DATASET_H_
 
@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "worker/nn/tensor.h"
 
 namespace dptrain {
 
@@ -46,8 +47,9 @@ class ImageSource {
   virtual absl::Status Read(int64_t index, uint8_t* out) = 0;
 };
 
-// Labels are uint8_t: classes 0..255.
-inline constexpr int kMaxClasses = 256;
+// Classes 0..kMaxClasses-1 (nn::Label is int32): a bound on what a reader accepts (a label file
+// of absurd values is refused, not turned into a million-way output), not a limit of the models.
+inline constexpr int kMaxClasses = 1 << 20;
 
 struct Dataset {
   int64_t size = 0;  // Number of examples.
@@ -55,7 +57,7 @@ struct Dataset {
   int rows = 0;
   int cols = 0;
   std::vector<float> images;    // size * image_size() values, or empty with byte storage.
-  std::vector<uint8_t> labels;  // size labels in [0, num_classes).
+  std::vector<nn::Label> labels;  // size labels in [0, num_classes).
   int num_classes = 10;         // In [1, kMaxClasses].
   // The samples are integer ids (token or category ids for a model's embedding tables, from an
   // integer .npy array), `channels` per sample (rows and cols are 1), held as floats in

@@ -155,7 +155,7 @@ absl::Status ReadImages(const std::string& path, Dataset& out) {
   });
 }
 
-absl::Status ReadLabels(const std::string& path, std::vector<uint8_t>& labels) {
+absl::Status ReadLabels(const std::string& path, std::vector<nn::Label>& labels) {
   absl::StatusOr<GzPtr> f = Open(path);
   if (!f.ok()) return f.status();
   absl::StatusOr<std::vector<int64_t>> dims = ReadHeader(f->get(), path, kLabelsMagic, 1);

@@ -97,7 +97,7 @@ void ExpectGood(const absl::StatusOr<Dataset>& data) {
   EXPECT_EQ(data->num_classes, 10);
   ASSERT_TRUE(data->byte_storage);
   ASSERT_TRUE(data->consistent());
-  EXPECT_EQ(data->labels, kLabels);
+  EXPECT_EQ(data->labels, std::vector<nn::Label>(kLabels.begin(), kLabels.end()));
   std::vector<float> v(12);  // As the trainer reads them.
   data->CopyImages(0, 2, v.data());
   EXPECT_FLOAT_EQ(v[0], 0.0f);
@@ -255,7 +255,7 @@ void CheckFashionMnist(bool train, int64_t expected_size) {
   data->CopyImages(0, expected_size, values.data());
   ASSERT_EQ(data->labels.size(), static_cast<size_t>(expected_size));
   std::vector<int64_t> histogram(10, 0);
-  for (uint8_t label : data->labels) ++histogram[label];
+  for (nn::Label label : data->labels) ++histogram[label];
   for (int c = 0; c < 10; ++c) EXPECT_EQ(histogram[c], expected_size / 10) << "class " << c;
   float lo = 1, hi = 0;
   double sum = 0;

@@ -169,9 +169,8 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
         absl::StrCat(train_dir, ": no class folders (expected ", train_dir, "/<class>/<image>)"));
   }
   if (classes->size() > static_cast<size_t>(kMaxClasses)) {
-    return absl::InvalidArgumentError(absl::StrCat(train_dir, ": ", classes->size(),
-                                                   " class folders; at most ", kMaxClasses,
-                                                   " (labels are bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(train_dir, ": ", classes->size(), " class folders; at most ", kMaxClasses));
   }
   const std::string split_dir = train ? train_dir : JoinPath(dir, "test");
   absl::StatusOr<std::vector<std::string>> split_classes = classes;
@@ -208,7 +207,8 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
   data.num_classes = static_cast<int>(classes->size());
   data.byte_storage = true;  // A quarter of the memory of floats (dataset.h).
   data.labels.resize(static_cast<size_t>(data.size));
-  for (int64_t i = 0; i < data.size; ++i) data.labels[i] = static_cast<uint8_t>(examples[i].label);
+  for (int64_t i = 0; i < data.size; ++i)
+    data.labels[i] = static_cast<nn::Label>(examples[i].label);
   const int threads = ThreadCount(options);
   if (options.loading != DataLoading::kLoad) {
     std::vector<ImageInfo> shapes;

@@ -4,7 +4,7 @@
 //   DIR/test/<class>/<image>     the test set
 //
 // Classes are the sorted names of the folders in DIR/train, labelled 0, 1, ... in that order
-// (at most 256: labels are bytes); num_classes is their count for both sets. DIR/test may
+// (at most kMaxClasses, about a million); num_classes is their count for both sets. DIR/test may
 // hold the same classes or a subset of them, labelled as in DIR/train. Images are the files
 // directly in a class folder whose names end in .png, .jpg or .jpeg (any case), sorted by name
 // (byte order); other files are skipped, and so is every file or folder whose name starts

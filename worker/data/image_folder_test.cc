@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "worker/data/test_files.h"
 #include "worker/data/test_images.h"
@@ -78,7 +79,7 @@ TEST(ImageFolderTest, LoadsMixedImagesAsRgbInClassAndNameOrder) {
   EXPECT_EQ(data->rows, 3);
   EXPECT_EQ(data->cols, 4);
   EXPECT_EQ(data->num_classes, 2);
-  EXPECT_EQ(data->labels, (Pixels{0, 0, 1, 1}));
+  EXPECT_EQ(data->labels, (std::vector<nn::Label>{0, 0, 1, 1}));
   ASSERT_TRUE(data->byte_storage);
   ASSERT_EQ(data->bytes.size(), 4u * 36);
   for (int p = 0; p < 12; ++p) {
@@ -97,7 +98,7 @@ TEST(ImageFolderTest, TestSetWithASubsetOfClassesKeepsTrainingLabels) {
   absl::StatusOr<Dataset> data = LoadImageFolder(MixedDir("folder_test_split"), false);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->size, 1);
-  EXPECT_EQ(data->labels, (Pixels{1}));
+  EXPECT_EQ(data->labels, (std::vector<nn::Label>{1}));
   EXPECT_EQ(data->num_classes, 2);
   EXPECT_EQ(data->channels, 1) << "every test image is gray";
   for (int p = 0; p < 12; ++p) EXPECT_FLOAT_EQ(At(*data, 0, 0, p), Gray(5)[p] / 255.0f);
@@ -213,11 +214,24 @@ TEST(ImageFolderTest, LayoutErrors) {
               no_test + "/test: no such directory");
 }
 
-TEST(ImageFolderTest, MoreThan256ClassesIsAnError) {
-  const std::string dir = FreshDir("folder_257");
-  for (int i = 0; i < 257; ++i) MakeDirs(absl::StrCat(dir, "/train/c", i));
-  ExpectError(LoadImageFolder(dir, true), absl::StatusCode::kInvalidArgument,
-              dir + "/train: 257 class folders; at most 256 (labels are bytes)");
+// Labels are int32: a folder per class of ImageNet's 1,000 (here 300: past a byte) keeps
+// each class's label.
+TEST(ImageFolderTest, MoreThan256Classes) {
+  const std::string dir = FreshDir("folder_300");
+  for (int i = 0; i < 300; ++i) {
+    const std::string png = EncodePng8(4, 3, 1, Gray(i));
+    WriteFile(absl::StrFormat("%s/train/c%03d/img.png", dir, i), png);
+    if (i % 100 == 99) WriteFile(absl::StrFormat("%s/test/c%03d/img.png", dir, i), png);
+  }
+  auto train = LoadImageFolder(dir, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->num_classes, 300);
+  ASSERT_EQ(train->size, 300);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(train->labels[i], i);
+  auto test = LoadImageFolder(dir, false);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->num_classes, 300);
+  EXPECT_EQ(test->labels, (std::vector<nn::Label>{99, 199, 299}));
 }
 
 }  // namespace

@@ -479,7 +479,7 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Data
 
 // Reads a labels file; `max_label` is the largest value (-1 for none). `limit`: the labels must
 // be below it.
-absl::Status ReadLabels(const std::string& path, int limit, std::vector<uint8_t>& labels,
+absl::Status ReadLabels(const std::string& path, int limit, std::vector<nn::Label>& labels,
                         int& max_label) {
   absl::StatusOr<InputFile> file = InputFile::Open(path);
   if (!file.ok()) return file.status();
@@ -519,9 +519,9 @@ absl::Status ReadLabels(const std::string& path, int limit, std::vector<uint8_t>
     if (bits >= static_cast<uint64_t>(limit)) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": label ", bits, " at index ", i, " is not below ", limit,
-          limit == kMaxClasses ? " (labels are bytes: at most 256 classes)" : " (num_classes)"));
+          limit == kMaxClasses ? " (the most classes a data set may have)" : " (num_classes)"));
     }
-    labels[i] = static_cast<uint8_t>(bits);
+    labels[i] = static_cast<nn::Label>(bits);
     max_label = std::max<int>(max_label, labels[i]);
   }
   return absl::OkStatus();
@@ -576,7 +576,7 @@ absl::StatusOr<Dataset> LoadNpy(const std::string& dir, bool train, const NpyOpt
   // The other split's labels, so that both splits have the same num_classes.
   const std::string other = JoinPath(dir, train ? "test_labels.npy" : "train_labels.npy");
   if (!IsRegularFile(other)) return data;
-  std::vector<uint8_t> labels;
+  std::vector<nn::Label> labels;
   int max_label = -1;
   if (absl::Status s = ReadLabels(other, kMaxClasses, labels, max_label); !s.ok()) return s;
   data->num_classes = std::max(data->num_classes, max_label + 1);

@@ -16,7 +16,7 @@
 // sample (Dataset::ids), each in [0, 2^24) (held as floats, which hold those exactly), for a
 // model whose input is ids (a text model's nn.Embedding); always held, never streamed.
 // Labels: shape (N,), any little-endian integer dtype ('|i1', '<i2', '<i4', '<i8', '|u1',
-// '<u1', '<u2', '<u4', '<u8'), values in [0, 256) (labels are bytes; at most 256 classes).
+// '<u1', '<u2', '<u4', '<u8'), values in [0, kMaxClasses) (2^20).
 //
 // Errors are one-line statuses that name the offending file:
 //   NotFound         a missing file;

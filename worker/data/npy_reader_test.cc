@@ -68,7 +68,7 @@ TEST(NpyReaderTest, LoadsUint8ImagesWithInt64Labels) {
   EXPECT_EQ(data->rows, 2);
   EXPECT_EQ(data->cols, 3);
   EXPECT_EQ(data->num_classes, 4);
-  EXPECT_EQ(data->labels, (std::vector<uint8_t>{3, 1}));
+  EXPECT_EQ(data->labels, (std::vector<nn::Label>{3, 1}));
   // Held as the file's bytes (a quarter of the memory), read as byte / 255 (ToTensor's).
   EXPECT_TRUE(data->byte_storage);
   EXPECT_TRUE(data->consistent());
@@ -259,7 +259,9 @@ TEST(NpyReaderTest, NumClassesCoversBothSplitsUnlessGiven) {
   EXPECT_EQ(LoadNpy(dir, false, {10})->num_classes, 10);
   ExpectError(LoadNpy(dir, true, {7}), absl::StatusCode::kInvalidArgument,
               dir + "/train_labels.npy: label 7 at index 1 is not below 7");
-  ExpectError(LoadNpy(dir, true, {300}), absl::StatusCode::kInvalidArgument, "num_classes 300");
+  EXPECT_EQ(LoadNpy(dir, true, {300})->num_classes, 300);  // Past a byte: labels are int32.
+  ExpectError(LoadNpy(dir, true, {(1 << 20) + 1}), absl::StatusCode::kInvalidArgument,
+              "num_classes 1048577 is not in [1, 1048576]");
 }
 
 TEST(NpyReaderTest, BadLabels) {
@@ -270,8 +272,9 @@ TEST(NpyReaderTest, BadLabels) {
   for (const Case& c : {
            Case{Npy("<i8", {2}, Raw<int64_t>({0, -1})), "label -1 at index 1 is negative"},
            Case{Npy("<i4", {2}, Raw<int32_t>({-5, 0})), "label -5 at index 0 is negative"},
-           Case{Npy("<i8", {2}, Raw<int64_t>({256, 0})),
-                "label 256 at index 0 is not below 256 (labels are bytes: at most 256 classes)"},
+           Case{Npy("<i8", {2}, Raw<int64_t>({1 << 20, 0})),
+                "label 1048576 at index 0 is not below 1048576 (the most classes a data set may "
+                "have)"},
            Case{Npy("<i8", {3}, Raw<int64_t>({0, 1, 2})), "has 3 labels but"},
            Case{Npy("<i8", {2, 1}, Raw<int64_t>({0, 1})), "labels of shape (2, 1); expected (N,)"},
            Case{Npy("<f4", {2}, Raw<float>({0, 1})), "labels of dtype '<f4' are unsupported"},

@@ -26,7 +26,7 @@ Dataset MakeSyntheticDataset(int64_t size, int rows, int cols, uint64_t seed) {
   data.images.resize(size * pixels);
   for (int64_t i = 0; i < size; ++i) {
     const int label = static_cast<int>(gen() % data.num_classes);
-    data.labels[i] = static_cast<uint8_t>(label);
+    data.labels[i] = static_cast<nn::Label>(label);
     const float* proto = prototypes.data() + label * pixels;
     float* image = data.mutable_image(i);
     for (int64_t p = 0; p < pixels; ++p) image[p] = 0.5f * proto[p] + 0.5f * Unit(gen);

@@ -13,7 +13,7 @@ TEST(SyntheticTest, ShapesRangesAndDeterminism) {
   ASSERT_EQ(a.images.size(), 200u * 20);
   ASSERT_EQ(a.labels.size(), 200u);
   std::vector<int> histogram(10, 0);
-  for (uint8_t label : a.labels) {
+  for (nn::Label label : a.labels) {
     ASSERT_LT(label, 10);
     ++histogram[label];
   }

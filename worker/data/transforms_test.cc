@@ -73,7 +73,7 @@ TEST(NormalizeTest, ByteStorageReadsAsTheFloatStore) {
     floats.CopyImages(0, 3, b.data());
     EXPECT_EQ(a, b) << normalised;
     std::vector<float> batch_a(24), batch_b(24);
-    std::vector<uint8_t> la(2), lb(2);
+    std::vector<nn::Label> la(2), lb(2);
     ASSERT_TRUE(GatherBatch(bytes, {2, 0}, absl::MakeSpan(batch_a), absl::MakeSpan(la)).ok());
     ASSERT_TRUE(GatherBatch(floats, {2, 0}, absl::MakeSpan(batch_b), absl::MakeSpan(lb)).ok());
     EXPECT_EQ(batch_a, batch_b) << normalised;

@@ -95,7 +95,7 @@ TEST_P(BuiltinModelTest, OneStepEqualsTheSequentialBitForBit) {
 
     const int batch = 3, classes = options.shape.classes;
     const std::vector<float> images = RandomFloats(int64_t{batch} * options.shape.input.size(), 5);
-    const std::vector<uint8_t> labels = {1, 0, static_cast<uint8_t>(classes - 1)};
+    const std::vector<nn::Label> labels = {1, 0, static_cast<nn::Label>(classes - 1)};
 
     absl::StatusOr<nn::BatchResult> step = (*model)->TrainStep(images.data(), labels.data(), batch);
     ASSERT_TRUE(step.ok()) << step.status();

@@ -17,7 +17,7 @@ namespace graph {
 namespace {
 
 // Mean over batch x classes of (y - onehot(label))^2; grad (if not null) = its derivative.
-nn::LossOutput MeanSquaredError(const float* y, const uint8_t* labels, int batch, int classes,
+nn::LossOutput MeanSquaredError(const float* y, const nn::Label* labels, int batch, int classes,
                                 float* grad) {
   nn::LossOutput out;
   const double scale = 2.0 / (static_cast<double>(batch) * classes);
@@ -99,7 +99,7 @@ class GraphModel final : public nn::Model {
   int64_t input_id_limit() const override { return executor_->input_id_limit(); }
   int num_classes() const override { return classes_; }
 
-  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const uint8_t* labels,
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const nn::Label* labels,
                                             int batch) override {
     DPTRAIN_RETURN_IF_ERROR(Prepare(images, labels, batch));
     largest_train_batch_ = std::max(largest_train_batch_, batch);
@@ -119,7 +119,7 @@ class GraphModel final : public nn::Model {
 
   // A batch larger than the largest training batch so far is evaluated in pieces of that size,
   // so that the nodes' buffers (which grow to the largest batch seen) do not grow for it.
-  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const uint8_t* labels,
+  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const nn::Label* labels,
                                            int batch) override {
     DPTRAIN_RETURN_IF_ERROR(Prepare(images, labels, batch));
     const int piece = largest_train_batch_ > 0 ? std::min(batch, largest_train_batch_) : batch;
@@ -139,7 +139,7 @@ class GraphModel final : public nn::Model {
   }
 
  private:
-  nn::LossOutput ComputeLoss(const float* logits, const uint8_t* labels, int batch,
+  nn::LossOutput ComputeLoss(const float* logits, const nn::Label* labels, int batch,
                              float* grad) const {
     if (loss_ == Loss::kMse) return MeanSquaredError(logits, labels, batch, classes_, grad);
     return nn::SoftmaxCrossEntropy<float>(logits, labels, batch, classes_, grad, label_smoothing_);
@@ -160,7 +160,7 @@ class GraphModel final : public nn::Model {
   }
 
   // Validates a call and (re)binds the executor if the caller replaced a buffer.
-  absl::Status Prepare(const float* images, const uint8_t* labels, int batch) {
+  absl::Status Prepare(const float* images, const nn::Label* labels, int batch) {
     DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch, classes_));
     DPTRAIN_RETURN_IF_ERROR(CheckSizes());
     if (weights_.data() != bound_weights_ || buffer_values_.data() != bound_buffers_ || !bound_) {

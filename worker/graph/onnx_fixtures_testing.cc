@@ -33,7 +33,7 @@ std::vector<double> ToDouble(const float* data, int64_t n) {
 Batch ReferenceBatch(const SafetensorsContents& ref) {
   Batch b;
   b.images = ref.Find("input")->data;
-  for (float l : ref.Find("labels")->data) b.labels.push_back(static_cast<uint8_t>(l));
+  for (float l : ref.Find("labels")->data) b.labels.push_back(static_cast<nn::Label>(l));
   return b;
 }
 

@@ -25,7 +25,7 @@ std::vector<double> ToDouble(const float* data, int64_t n);
 // The reference's input batch.
 struct Batch {
   std::vector<float> images;
-  std::vector<uint8_t> labels;
+  std::vector<nn::Label> labels;
 };
 Batch ReferenceBatch(const SafetensorsContents& ref);
 

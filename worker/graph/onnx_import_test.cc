@@ -342,7 +342,7 @@ TEST(OnnxModelTest, LabelOutOfRangeNamesTheSample) {
   absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("branching"), {});
   ASSERT_TRUE(model.ok()) << model.status();
   std::vector<float> images(4 * 3 * 32 * 32, 0.5f);
-  std::vector<uint8_t> labels = {0, 6, 7, 1};  // 7 classes.
+  std::vector<nn::Label> labels = {0, 6, 7, 1};  // 7 classes.
   absl::StatusOr<nn::BatchResult> step = (*model)->TrainStep(images.data(), labels.data(), 4);
   EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(step.status().message(), "sample 2")) << step.status();

@@ -47,7 +47,7 @@ absl::Status Model::NoOptimizer(const std::string& model) {
                    "mode the parameter server applies it"));
 }
 
-absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch, int classes) {
+absl::Status CheckBatch(const float* images, const nn::Label* labels, int batch, int classes) {
   if (batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
   }

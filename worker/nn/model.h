@@ -104,11 +104,11 @@ class Model {
   // statistics, buffers updated), so for resnet18 the gradient of a batch of 2b is NOT the mean
   // of the gradients of its halves, unlike mlp and lenet (and as with PyTorch's DDP without
   // SyncBatchNorm, each worker normalises with its own batch's statistics).
-  virtual absl::StatusOr<BatchResult> TrainStep(const float* images, const uint8_t* labels,
+  virtual absl::StatusOr<BatchResult> TrainStep(const float* images, const nn::Label* labels,
                                                 int batch) = 0;
   // Forward only, in evaluation mode (batch norm uses the running statistics of buffers()).
   // Leaves grads() and the buffers alone. Same errors as TrainStep.
-  virtual absl::StatusOr<BatchResult> Evaluate(const float* images, const uint8_t* labels,
+  virtual absl::StatusOr<BatchResult> Evaluate(const float* images, const nn::Label* labels,
                                                int batch) = 0;
 
   // Mixed precision: after the gradient of the last TrainStep went through the optimizer
@@ -199,7 +199,7 @@ std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net);
 
 // The argument checks of TrainStep and Evaluate, shared by the backends: InvalidArgument for
 // batch < 1, null images or labels, or a label >= `classes` (naming the sample).
-absl::Status CheckBatch(const float* images, const uint8_t* labels, int batch, int classes);
+absl::Status CheckBatch(const float* images, const nn::Label* labels, int batch, int classes);
 
 // How a model uses `threads` math threads (ModelOptions::threads and dense_gemm, whose comments
 // say the rules; `convolutions`: whether it has any): the pool to hand its layers (null: none)

@@ -29,7 +29,7 @@ std::unique_ptr<Model> MustCreate(const std::string& name, uint64_t seed) {
 // -4 or +4); sample i has label i % 10 and is its prototype plus uniform noise.
 struct Dataset {
   std::vector<float> images;
-  std::vector<uint8_t> labels;
+  std::vector<nn::Label> labels;
 };
 
 Dataset MakeDataset(int n, uint64_t seed, float noise) {
@@ -48,7 +48,7 @@ Dataset MakeDataset(int n, uint64_t seed, float noise) {
   std::uniform_real_distribution<float> jitter(-noise, noise);
   Dataset d;
   for (int i = 0; i < n; ++i) {
-    d.labels.push_back(static_cast<uint8_t>(i % 10));
+    d.labels.push_back(static_cast<nn::Label>(i % 10));
     for (int j = 0; j < kImage; ++j) {
       d.images.push_back(prototypes[(i % 10) * kImage + j] + jitter(rng));
     }

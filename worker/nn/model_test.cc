@@ -91,7 +91,7 @@ TEST(ModelTest, BuiltInsTakeTheDataShape) {
       EXPECT_EQ((*model)->params()[0].shape, (std::vector<int64_t>{256, 3 * 32 * 32}));
     }
     std::vector<float> images(2 * 3 * 32 * 32, 0.5f);
-    std::vector<uint8_t> labels = {99, 3};
+    std::vector<nn::Label> labels = {99, 3};
     absl::StatusOr<BatchResult> step = (*model)->TrainStep(images.data(), labels.data(), 2);
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_NEAR(step->loss, std::log(100.0), 1.0);
@@ -163,7 +163,7 @@ TEST(ModelTest, LeNetInitIsXavierUniformWithZeroBias) {
 TEST(ModelTest, RejectsBadArguments) {
   auto model = MustCreate("mlp");
   std::vector<float> images(2 * kImage, 0.5f);
-  std::vector<uint8_t> labels = {1, 10};
+  std::vector<nn::Label> labels = {1, 10};
   EXPECT_EQ(model->TrainStep(images.data(), labels.data(), 0).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model->Evaluate(images.data(), labels.data(), -1).status().code(),
@@ -181,7 +181,7 @@ TEST(ModelTest, EvaluateMatchesTrainStepAndKeepsGrads) {
     auto model = MustCreate(name, 3);
     std::vector<float> images(4 * kImage);
     for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>((i * 37) % 101) / 101;
-    const std::vector<uint8_t> labels = {0, 3, 9, 3};
+    const std::vector<nn::Label> labels = {0, 3, 9, 3};
     absl::StatusOr<BatchResult> train = model->TrainStep(images.data(), labels.data(), 4);
     ASSERT_TRUE(train.ok()) << train.status();
     const std::vector<float> grads(model->grads().begin(), model->grads().end());
@@ -197,7 +197,7 @@ TEST(ModelTest, EvaluateMatchesTrainStepAndKeepsGrads) {
 TEST(ModelTest, UsesReplacedWeights) {
   auto model = MustCreate("lenet");
   std::vector<float> images(3 * kImage, 0.25f);
-  const std::vector<uint8_t> labels = {2, 2, 7};
+  const std::vector<nn::Label> labels = {2, 2, 7};
   ASSERT_TRUE(model->TrainStep(images.data(), labels.data(), 3).ok());
   // A new vector (new storage), as a parameter-server client might assign: all zeros gives
   // uniform logits, loss log(10), and last-bias gradient mean(softmax - onehot).
@@ -228,7 +228,7 @@ TEST(ModelTest, ExportsAndImportsTheOptimizerState) {
   ASSERT_TRUE(a.ok() && b.ok());
   std::vector<float> images(4 * kImage);
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i % 13) / 13;
-  const std::vector<uint8_t> labels = {1, 4, 4, 9};
+  const std::vector<nn::Label> labels = {1, 4, 4, 9};
   auto step = [&](Model& m) {
     ASSERT_TRUE(m.TrainStep(images.data(), labels.data(), 4).ok());
     ASSERT_TRUE(m.ApplyUpdate(0.01f).ok());
@@ -270,9 +270,9 @@ TEST(ModelTest, EvaluatesLargeBatchesInPiecesOfTheTrainingBatch) {
     SCOPED_TRACE(name);
     const int kEval = 11;
     std::vector<float> images(kEval * kImage);
-    std::vector<uint8_t> labels(kEval);
+    std::vector<nn::Label> labels(kEval);
     for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>((i * 37) % 101) / 101;
-    for (int i = 0; i < kEval; ++i) labels[i] = static_cast<uint8_t>((i * 3) % 10);
+    for (int i = 0; i < kEval; ++i) labels[i] = static_cast<nn::Label>((i * 3) % 10);
     auto whole = MustCreate(name, 3);
     auto pieces = MustCreate(name, 3);
     ASSERT_TRUE(pieces->TrainStep(images.data(), labels.data(), 4).ok());  // Pieces of 4.

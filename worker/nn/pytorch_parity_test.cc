@@ -72,10 +72,10 @@ TEST_P(PyTorchParityTest, LossAndGradientsMatchPyTorch) {
   ASSERT_EQ(input->shape, (std::vector<int64_t>{batch, 1, 28, 28}));
   ASSERT_EQ(label_values->data.size(), static_cast<size_t>(batch));
   ASSERT_EQ(logits->shape, (std::vector<int64_t>{batch, 10}));
-  std::vector<uint8_t> labels;
+  std::vector<nn::Label> labels;
   int64_t expected_correct = 0;
   for (int i = 0; i < batch; ++i) {
-    labels.push_back(static_cast<uint8_t>(label_values->data[i]));
+    labels.push_back(static_cast<nn::Label>(label_values->data[i]));
     const float* row = logits->data.data() + 10 * i;
     int argmax = 0;
     for (int c = 1; c < 10; ++c) argmax = row[c] > row[argmax] ? c : argmax;
@@ -155,8 +155,8 @@ TEST_P(ResNet18ParityTest, WholeModelMatchesPyTorch) {
   const LoadedTensor* label_values = contents->Find("labels");
   ASSERT_TRUE(input != nullptr && label_values != nullptr);
   const int batch = static_cast<int>(input->shape[0]);
-  std::vector<uint8_t> labels;
-  for (float v : label_values->data) labels.push_back(static_cast<uint8_t>(v));
+  std::vector<nn::Label> labels;
+  for (float v : label_values->data) labels.push_back(static_cast<nn::Label>(v));
 
   auto result = model.TrainStep(input->data.data(), labels.data(), batch);
   ASSERT_TRUE(result.ok()) << result.status();

@@ -83,7 +83,7 @@ TEST(ResNetTest, SmallResNetGradientsMatchFiniteDifferences) {
   std::vector<double> params = RandomVector(net->num_params(), 0.5, 3);
   std::vector<double> grads(params.size()), buffers(net->num_buffers());
   const std::vector<double> images = RandomVector(batch * config.input.size(), 1.0, 4);
-  const std::vector<uint8_t> labels = {1, 7, 3};
+  const std::vector<nn::Label> labels = {1, 7, 3};
   net->BindParams(params.data(), grads.data());
   net->InitBuffers(buffers.data());
   net->BindBuffers(buffers.data());
@@ -180,8 +180,8 @@ TEST(ResNetTest, SmallResNetMatchesPyTorch) {
   const LoadedTensor* label_values = fixture->Find("labels");
   ASSERT_TRUE(input != nullptr && label_values != nullptr);
   const int batch = static_cast<int>(input->shape[0]);
-  std::vector<uint8_t> labels;
-  for (float v : label_values->data) labels.push_back(static_cast<uint8_t>(v));
+  std::vector<nn::Label> labels;
+  for (float v : label_values->data) labels.push_back(static_cast<nn::Label>(v));
   TensorRef<float> logits = net->Forward(input->data.data(), batch, /*training=*/true);
   EXPECT_LE(RelativeError(logits.data, fixture->Find("logits")->data, 0), 1e-5);
   std::vector<float> grad_logits(batch * kNumClasses);
@@ -220,12 +220,12 @@ std::unique_ptr<Model> MustCreate(const ModelOptions& options) {
 }
 
 // Smooth random images (7x7 blocks of 4x4 pixels) for labels 0..n-1.
-void MakeBatch(int n, std::vector<float>* images, std::vector<uint8_t>* labels) {
+void MakeBatch(int n, std::vector<float>* images, std::vector<nn::Label>* labels) {
   std::mt19937_64 rng(11);
   images->assign(n * kImage, 0.0f);
   labels->clear();
   for (int i = 0; i < n; ++i) {
-    labels->push_back(static_cast<uint8_t>(i % kNumClasses));
+    labels->push_back(static_cast<nn::Label>(i % kNumClasses));
     float blocks[7][7];
     for (auto& row : blocks) {
       for (float& b : row) b = (rng() & 1) ? 1.0f : -1.0f;
@@ -238,7 +238,7 @@ TEST(ResNetTest, Resnet18TrainsAndKeepsBuffersLocal) {
   auto model = MustCreate({"resnet18", 3, 0});
   EXPECT_EQ(model->name(), "resnet18");
   std::vector<float> images;
-  std::vector<uint8_t> labels;
+  std::vector<nn::Label> labels;
   MakeBatch(4, &images, &labels);
 
   // Fresh buffers: running_mean 0, running_var 1, num_batches_tracked 0.
@@ -299,7 +299,7 @@ TEST(ResNetTest, Resnet18TrainsAndKeepsBuffersLocal) {
 TEST(ResNetTest, Resnet18BatchOneAndFourMatchShapes) {
   auto model = MustCreate({"resnet18", 1, 0});
   std::vector<float> images;
-  std::vector<uint8_t> labels;
+  std::vector<nn::Label> labels;
   MakeBatch(4, &images, &labels);
   absl::StatusOr<BatchResult> r = model->TrainStep(images.data(), labels.data(), 4);
   ASSERT_TRUE(r.ok()) << r.status();

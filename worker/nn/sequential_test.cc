@@ -72,7 +72,7 @@ TEST(SequentialTest, NetworkGradientMatchesFiniteDifferences) {
   std::vector<double> params = RandomVector(net->num_params(), 0.5, 3);
   std::vector<double> grads(net->num_params());
   const std::vector<double> x = RandomVector(batch * 2 * 9 * 9, 1.0, 4);
-  const std::vector<uint8_t> labels = {4, 0, 2};
+  const std::vector<nn::Label> labels = {4, 0, 2};
   net->BindParams(params.data(), grads.data());
   auto loss = [&](double* grad_logits) {
     TensorRef<double> logits = net->Forward(x.data(), batch, true);

@@ -7,7 +7,7 @@ namespace dptrain {
 namespace nn {
 
 template <typename T>
-LossOutput SoftmaxCrossEntropy(const T* logits, const uint8_t* labels, int batch, int classes,
+LossOutput SoftmaxCrossEntropy(const T* logits, const nn::Label* labels, int batch, int classes,
                                T* grad_logits, double label_smoothing) {
   LossOutput out;
   double total = 0;
@@ -46,9 +46,9 @@ LossOutput SoftmaxCrossEntropy(const T* logits, const uint8_t* labels, int batch
   return out;
 }
 
-template LossOutput SoftmaxCrossEntropy<float>(const float*, const uint8_t*, int, int, float*,
+template LossOutput SoftmaxCrossEntropy<float>(const float*, const nn::Label*, int, int, float*,
                                                double);
-template LossOutput SoftmaxCrossEntropy<double>(const double*, const uint8_t*, int, int, double*,
+template LossOutput SoftmaxCrossEntropy<double>(const double*, const nn::Label*, int, int, double*,
                                                 double);
 
 }  // namespace nn

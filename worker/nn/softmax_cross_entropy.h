@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "worker/nn/tensor.h"
+
 namespace dptrain {
 namespace nn {
 
@@ -21,7 +23,7 @@ struct LossOutput {
 // `label_smoothing` e in [0, 1) (PyTorch's). Computed in double internally, with the row maximum
 // subtracted before exponentiating, so large logits neither overflow nor lose the loss.
 template <typename T>
-LossOutput SoftmaxCrossEntropy(const T* logits, const uint8_t* labels, int batch, int classes,
+LossOutput SoftmaxCrossEntropy(const T* logits, const nn::Label* labels, int batch, int classes,
                                T* grad_logits, double label_smoothing = 0);
 
 }  // namespace nn

@@ -11,7 +11,7 @@ namespace nn {
 namespace {
 
 // Mean of -log(exp(z_label) / sum_j exp(z_j)), straight from the definition (small logits only).
-double DirectLoss(const std::vector<double>& z, const std::vector<uint8_t>& labels, int classes) {
+double DirectLoss(const std::vector<double>& z, const std::vector<nn::Label>& labels, int classes) {
   const int batch = static_cast<int>(labels.size());
   double total = 0;
   for (int i = 0; i < batch; ++i) {
@@ -25,7 +25,7 @@ double DirectLoss(const std::vector<double>& z, const std::vector<uint8_t>& labe
 TEST(SoftmaxCrossEntropyTest, LossAndGradientMatchDefinition) {
   const int batch = 5, classes = 7;
   std::vector<double> z = RandomVector(batch * classes, 3.0, 11);
-  const std::vector<uint8_t> labels = {0, 6, 3, 3, 1};
+  const std::vector<nn::Label> labels = {0, 6, 3, 3, 1};
   std::vector<double> grad(z.size());
   const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), batch, classes, grad.data());
   EXPECT_NEAR(out.loss, DirectLoss(z, labels, classes), 1e-12);
@@ -51,13 +51,29 @@ TEST(SoftmaxCrossEntropyTest, LossAndGradientMatchDefinition) {
   ExpectAllClose("float gradient", std::vector<double>(gradf.begin(), gradf.end()), grad, 1e-6);
 }
 
+// Labels past a byte (ImageNet's 1,000 classes): each row's own class is the one that counts.
+TEST(SoftmaxCrossEntropyTest, ThousandClasses) {
+  const int batch = 3, classes = 1000;
+  std::vector<double> z = RandomVector(batch * classes, 3.0, 5);
+  const std::vector<Label> labels = {999, 300, 256};
+  z[2 * classes + 256] = 40.0;  // Row 2 predicts its class; rows 0 and 1 (almost surely) not.
+  std::vector<double> grad(z.size());
+  const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), batch, classes, grad.data());
+  EXPECT_NEAR(out.loss, DirectLoss(z, labels, classes), 1e-12);
+  EXPECT_EQ(out.correct, 1);
+  for (int r = 0; r < batch; ++r) {  // p - onehot: negative only at the label.
+    EXPECT_LT(grad[r * classes + labels[r]], 0.0) << r;
+    EXPECT_GT(grad[r * classes + (labels[r] + 1) % classes], 0.0) << r;
+  }
+}
+
 // nn.CrossEntropyLoss(label_smoothing=0.1) in float64, from Debian's torch 1.13:
 //   z = torch.tensor([[1.5, -0.25, 0.75, 2.0], [0.1, 0.2, -3.0, 0.4], [-1.0, 0.5, 0.5, 0.0]],
 //                    dtype=torch.float64, requires_grad=True)
 //   loss = F.cross_entropy(z, torch.tensor([3, 0, 2]), label_smoothing=0.1); loss.backward()
 TEST(SoftmaxCrossEntropyTest, LabelSmoothingMatchesPyTorch) {
   const std::vector<double> z = {1.5, -0.25, 0.75, 2.0, 0.1, 0.2, -3.0, 0.4, -1.0, 0.5, 0.5, 0.0};
-  const std::vector<uint8_t> labels = {3, 0, 2};
+  const std::vector<nn::Label> labels = {3, 0, 2};
   std::vector<double> grad(z.size());
   const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data(), 0.1);
   EXPECT_NEAR(out.loss, 1.0676021955446064, 1e-14);
@@ -76,17 +92,17 @@ TEST(SoftmaxCrossEntropyTest, CountsCorrectWithFirstMaximumOnTies) {
   const std::vector<float> z = {0, 5, 1,   // argmax 1
                                 2, 2, 1,   // tie: argmax 0
                                 1, 1, 9};  // argmax 2
-  const std::vector<uint8_t> labels = {1, 1, 0};
+  const std::vector<nn::Label> labels = {1, 1, 0};
   EXPECT_EQ(
       SoftmaxCrossEntropy(z.data(), labels.data(), 3, 3, static_cast<float*>(nullptr)).correct, 1);
-  const std::vector<uint8_t> labels2 = {1, 0, 2};
+  const std::vector<nn::Label> labels2 = {1, 0, 2};
   EXPECT_EQ(
       SoftmaxCrossEntropy(z.data(), labels2.data(), 3, 3, static_cast<float*>(nullptr)).correct, 3);
 }
 
 TEST(SoftmaxCrossEntropyTest, LargeLogitsAreStable) {
   const std::vector<float> z = {1000, 0, -1000, 1e30f, 1e30f, -1e30f};
-  const std::vector<uint8_t> labels = {1, 0};
+  const std::vector<nn::Label> labels = {1, 0};
   std::vector<float> grad(6);
   const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), 2, 3, grad.data());
   // Row 0: loss 1000; row 1: log 2.
@@ -101,7 +117,7 @@ TEST(SoftmaxCrossEntropyTest, LargeLogitsAreStable) {
 
 TEST(SoftmaxCrossEntropyTest, UniformLogitsGiveLogClasses) {
   const std::vector<float> z(20, 0.0f);
-  const std::vector<uint8_t> labels = {3, 9};
+  const std::vector<nn::Label> labels = {3, 9};
   std::vector<float> grad(20);
   const LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), 2, 10, grad.data());
   EXPECT_NEAR(out.loss, std::log(10.0), 1e-12);

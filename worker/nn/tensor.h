@@ -10,6 +10,10 @@
 namespace dptrain {
 namespace nn {
 
+// A class index (a sample's label): int32, so that a data set may have ImageNet's 1,000 classes
+// or far more (worker/data/dataset.h bounds them).
+using Label = int32_t;
+
 // Shape of one sample: channels x height x width. A feature vector of length f is {f, 1, 1}.
 struct Dims {
   int c = 0;

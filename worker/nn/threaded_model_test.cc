@@ -34,7 +34,7 @@ std::unique_ptr<Model> MustCreate(const std::string& name, int threads, DenseGem
 
 struct Batch {
   std::vector<float> images;
-  std::vector<uint8_t> labels;
+  std::vector<nn::Label> labels;
 };
 
 Batch MakeBatch(int batch) {
@@ -46,7 +46,7 @@ Batch MakeBatch(int batch) {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
     v = static_cast<float>((state >> 40) % 1000) / 1000.0f;
   }
-  for (int i = 0; i < batch; ++i) b.labels[i] = static_cast<uint8_t>(i % 10);
+  for (int i = 0; i < batch; ++i) b.labels[i] = static_cast<nn::Label>(i % 10);
   return b;
 }
 
