@@ -18,7 +18,7 @@ expect_error() {
 }
 
 mkdir -p "$SCRATCH/empty" "$SCRATCH/corrupt"
-expect_error "missing data" "empty: no data set found; looked for train-images-idx3-ubyte\[.gz\] (idx), data_batch_1.bin or train.bin (cifar), train_images.npy or train_ids.npy (npy), train/<class>/ folders (imagefolder)" \
+expect_error "missing data" "empty: no data set found; looked for train-images-idx3-ubyte\[.gz\] (idx), data_batch_1.bin or train.bin (cifar), train_images.npy, train_ids.npy or train_features.npy (npy), train/<class>/ folders (imagefolder)" \
   --ps=127.0.0.1:1 --data_dir="$SCRATCH/empty"
 expect_error "missing idx files" "empty/train-images-idx3-ubyte.gz: cannot open" \
   --ps=127.0.0.1:1 --data_dir="$SCRATCH/empty" --data_format=idx

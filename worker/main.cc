@@ -188,15 +188,14 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
   load.data_loading = data.data_loading;
   DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
   DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
-  if (test.ids != train.ids) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(data.dir, ": the training set holds ", train.ids ? "integer ids" : "images",
-                     ", the test set ", test.ids ? "integer ids" : "images"));
+  if (test.ids != train.ids || test.features() != train.features()) {
+    return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the training set holds ",
+                                                   train.kind(), ", the test set ", test.kind()));
   }
-  if (train.ids && test.channels != train.channels) {
+  if ((train.ids || train.features()) && test.channels != train.channels) {
     return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the training samples hold ",
-                                                   train.channels, " ids each, the test samples ",
-                                                   test.channels));
+                                                   train.channels, train.ids ? " ids" : " features",
+                                                   " each, the test samples ", test.channels));
   }
   if (test.channels != train.channels || test.rows != train.rows || test.cols != train.cols) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -215,10 +214,11 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
       return absl::InvalidArgumentError(
           "--data_mean/--data_std normalise images; the data set holds integer ids");
     }
-    if (static_cast<int>(data.mean.size()) != train.channels) {
-      return absl::InvalidArgumentError(absl::StrCat("--data_mean: ", data.mean.size(),
-                                                     " values for images of ", train.channels,
-                                                     " channel(s)"));
+    if (static_cast<int>(data.mean.size()) != train.channels) {  // Features: one per feature.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data_mean: ", data.mean.size(), " values for ",
+          train.features() ? absl::StrCat("feature vectors of ", train.channels)
+                           : absl::StrCat("images of ", train.channels, " channel(s)")));
     }
     DPTRAIN_RETURN_IF_ERROR(Normalize(train, data.mean, data.std));
     DPTRAIN_RETURN_IF_ERROR(Normalize(test, data.mean, data.std));
@@ -313,9 +313,9 @@ absl::Status Run(const WorkerConfig& config) {
     decode_threads = auto_plan.threads;
   }
   DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, decode_threads, train, test));
-  if (config.data.resized_crop_min_scale > 0 && train.ids) {
-    return absl::InvalidArgumentError(
-        "--random_resized_crop applies to images; the training set holds integer ids");
+  if (config.data.resized_crop_min_scale > 0 && (train.ids || train.features())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--random_resized_crop applies to images; the training set holds ", train.kind()));
   }
   if (config.data.resized_crop_min_scale > 0 && (train.rows < 2 || train.cols < 2)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -323,10 +323,11 @@ absl::Status Run(const WorkerConfig& config) {
         train.cols, "; a resized crop is for images of at least 2x2"));
   }
   auto held = [](const Dataset& d) { return d.source != nullptr ? "read as needed" : "held"; };
-  const std::string samples = train.ids ? "samples" : "images";
-  const std::string shape = train.ids
-                                ? absl::StrCat(train.channels, " ids each")
-                                : absl::StrCat(train.channels, "x", train.rows, "x", train.cols);
+  const bool vectors = train.ids || train.features();
+  const std::string samples = vectors ? "samples" : "images";
+  const std::string shape =
+      vectors ? absl::StrCat(train.channels, train.ids ? " ids each" : " features each")
+              : absl::StrCat(train.channels, "x", train.rows, "x", train.cols);
   std::cout << who << ": data " << config.data.dir << ": " << train.size << " training " << samples
             << " (" << held(train) << "), " << test.size << " test " << samples << " ("
             << held(test) << "), " << shape << ", " << train.num_classes << " classes" << std::endl;

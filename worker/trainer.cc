@@ -308,9 +308,9 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   const nn::Dims input = model.input_dims();
   const ImageShape shape{input.c, input.h, input.w, model.input_is_ids(), model.input_id_limit()};
   if (auto s = CheckImageShape(train, shape, model.name(), "the training set"); !s.ok()) return s;
-  if (train.ids && o.augment.enabled()) {
-    return absl::InvalidArgumentError(
-        "crop and flip augmentation apply to images; the training set holds integer ids");
+  if ((train.ids || train.features()) && o.augment.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "crop and flip augmentation apply to images; the training set holds ", train.kind()));
   }
   if (test != nullptr) {
     if (auto s = CheckImageShape(*test, shape, model.name(), "the test set"); !s.ok()) return s;

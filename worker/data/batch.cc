@@ -23,17 +23,21 @@ absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
     }
     return absl::OkStatus();
   }
-  // "3x32x32 images", "16 integer id(s) per sample"; the model's images are "inputs" beside
-  // the data's images (a feature vector is Fx1x1).
+  // "3x32x32 images", "16 integer id(s) per sample", "24 feature(s) per sample" (a feature
+  // vector is Fx1x1); the model's images are "inputs" beside the data's images.
   auto describe = [](bool ids, int c, int h, int w, absl::string_view images) {
-    return ids ? absl::StrCat(int64_t{c} * h * w, " integer id(s) per sample")
-               : absl::StrCat(c, "x", h, "x", w, " ", images);
+    if (ids) return absl::StrCat(int64_t{c} * h * w, " integer id(s) per sample");
+    if (h == 1 && w == 1) return absl::StrCat(c, " feature(s) per sample");
+    return absl::StrCat(c, "x", h, "x", w, " ", images);
   };
   return absl::InvalidArgumentError(absl::StrCat(
       what, " holds ", describe(data.ids, data.channels, data.rows, data.cols, "images"),
       " but model ", model, " takes ",
       describe(model_input.ids, model_input.channels, model_input.height, model_input.width,
-               data.ids ? "images" : "inputs")));
+               data.ids ? "images" : "inputs"),
+      data.ids && !model_input.ids && model_input.height == 1 && model_input.width == 1
+          ? " (an integer .npy array of rank 2 is read as ids: save features as float32)"
+          : ""));
 }
 
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,

@@ -45,7 +45,12 @@ TEST(BatchTest, IdsAreTheirOwnKindAndBelowTheTables) {
             "the test set holds 3 integer id(s) per sample but model text takes 4 integer id(s) "
             "per sample");
   EXPECT_EQ(CheckImageShape(ids, {3, 1, 1}, "mlp", "the test set").message(),
-            "the test set holds 3 integer id(s) per sample but model mlp takes 3x1x1 images");
+            "the test set holds 3 integer id(s) per sample but model mlp takes 3 feature(s) "
+            "per sample (an integer .npy array of rank 2 is read as ids: save features as "
+            "float32)");
+  EXPECT_EQ(CheckImageShape(Tiny(2, 1, 1), {3, 1, 1}, "mlp", "the test set").message(),
+            "the test set holds 1 feature(s) per sample but model mlp takes 3 feature(s) per "
+            "sample");
   EXPECT_EQ(CheckImageShape(Tiny(1, 1, 3), {1, 1, 3, true}, "text", "the test set").message(),
             "the test set holds 1x1x3 images but model text takes 3 integer id(s) per sample");
 }

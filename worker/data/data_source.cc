@@ -39,13 +39,16 @@ absl::StatusOr<std::string> DetectDataFormat(const std::string& dir) {
   std::vector<std::string> found;
   if (has("train-images-idx3-ubyte.gz") || has("train-images-idx3-ubyte")) found.push_back("idx");
   if (has("data_batch_1.bin") || has("train.bin")) found.push_back("cifar");
-  if (has("train_images.npy") || has("train_ids.npy")) found.push_back("npy");
+  if (has("train_images.npy") || has("train_ids.npy") || has("train_features.npy")) {
+    found.push_back("npy");
+  }
   if (HasClassFolder(dir)) found.push_back("imagefolder");
   if (found.empty()) {
     return absl::NotFoundError(absl::StrCat(
         dir,
         ": no data set found; looked for train-images-idx3-ubyte[.gz] (idx), data_batch_1.bin "
-        "or train.bin (cifar), train_images.npy or train_ids.npy (npy), train/<class>/ folders "
+        "or train.bin (cifar), train_images.npy, train_ids.npy or train_features.npy (npy), "
+        "train/<class>/ folders "
         "(imagefolder)"));
   }
   if (found.size() > 1) {

@@ -128,9 +128,8 @@ TEST(DataSourceTest, NothingToDetect) {
   EXPECT_EQ(result.status().message(),
             empty +
                 ": no data set found; looked for train-images-idx3-ubyte[.gz] (idx), "
-                "data_batch_1.bin or train.bin (cifar), train_images.npy or train_ids.npy (npy), "
-                "train/<class>/ "
-                "folders (imagefolder)");
+                "data_batch_1.bin or train.bin (cifar), train_images.npy, train_ids.npy or "
+                "train_features.npy (npy), train/<class>/ folders (imagefolder)");
   result = LoadDataset(empty + "/none", "", false);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(result.status().message(), empty + "/none: no such directory");

@@ -72,6 +72,14 @@ struct Dataset {
   // Images read as needed (byte_storage is then true, `bytes` and `images` empty).
   std::shared_ptr<ImageSource> source;
 
+  // The samples are feature vectors (from a float .npy array of shape (N, F)): `channels`
+  // values per sample, rows and cols 1; what crops and flips apply to are images.
+  bool features() const { return !ids && rows == 1 && cols == 1; }
+  // "integer ids", "feature vectors" or "images": what the set holds, for messages.
+  const char* kind() const {
+    return ids ? "integer ids" : features() ? "feature vectors" : "images";
+  }
+
   // Values per image: channels * rows * cols.
   int64_t image_size() const { return static_cast<int64_t>(channels) * rows * cols; }
   // First pixel of image i of a float store; requires 0 <= i < size.

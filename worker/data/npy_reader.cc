@@ -1,6 +1,7 @@
 #include "worker/data/npy_reader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -372,24 +373,47 @@ absl::Status ReadIds(const std::string& path, const NpyOptions& options, InputFi
   return absl::OkStatus();
 }
 
-absl::Status ReadImages(const std::string& path, const NpyOptions& options, Dataset& out) {
+// What a samples file must hold: anything (SPLIT_images.npy), ids (SPLIT_ids.npy) or feature
+// vectors (SPLIT_features.npy).
+enum class Samples { kAny, kIds, kFeatures };
+
+absl::Status ReadImages(const std::string& path, const NpyOptions& options, Samples want,
+                        Dataset& out) {
   absl::StatusOr<InputFile> file = InputFile::Open(path);
   if (!file.ok()) return file.status();
   absl::StatusOr<NpyHeader> h = ReadHeader(*file);
   if (!h.ok()) return h.status();
   const bool is_int = h->dtype.kind == 'i' || h->dtype.kind == 'u';
+  // Checked before any data is read: the file's name says what it must hold.
+  const bool rank2 = h->shape.size() == 2;
+  const char* holds = rank2 && is_int                 ? "integer ids"
+                      : rank2 && h->dtype.kind == 'f' ? "feature vectors"
+                                                      : "images";
+  if (want == Samples::kIds && !(rank2 && is_int)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": holds ", holds, "; an ids file holds integers of shape (N, L)"));
+  }
+  if (want == Samples::kFeatures && !(rank2 && h->dtype.kind == 'f')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": holds ", holds,
+                     "; a features file holds floats of shape (N, F) (integers: save them as "
+                     "float32)"));
+  }
   if (is_int && h->shape.size() == 2) return ReadIds(path, options, *file, *h, out);
   const bool is_u8 = h->dtype.kind == 'u' && h->dtype.size == 1;
-  const bool is_f32 = h->dtype.kind == 'f' && h->dtype.size == 4;
-  if (!is_u8 && !is_f32) {
+  const bool is_float = h->dtype.kind == 'f' && (h->dtype.size == 4 || h->dtype.size == 8);
+  if (!is_u8 && !is_float) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": images of dtype '", h->descr,
-                     "' are unsupported (uint8 or float32 only; integer ids are (N, L))"));
+                     "' are unsupported (uint8, float32 or float64 only; integer ids are (N, L))"));
   }
   const std::vector<int64_t>& s = h->shape;
   int64_t channels = 1, rows = 0, cols = 0;
   bool channels_last = false;
-  if (s.size() == 3) {
+  if (s.size() == 2 && is_float) {  // Feature vectors: F x 1 x 1.
+    channels = s[1];
+    rows = cols = 1;
+  } else if (s.size() == 3) {
     rows = s[1];
     cols = s[2];
   } else if (s.size() == 4) {
@@ -401,10 +425,11 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Data
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": images of shape ", ShapeString(s),
-                     "; expected (N, H, W), (N, C, H, W) or (N, H, W, C)"));
+                     "; expected (N, H, W), (N, C, H, W) or (N, H, W, C) (or float features "
+                     "(N, F))"));
   }
   if (s[0] < 1 || channels < 1 || rows < 1 || cols < 1 || channels > kMaxSide || rows > kMaxSide ||
-      cols > kMaxSide || channels * rows * cols > kMaxImageValues) {
+      cols > kMaxSide || channels * rows * cols > kMaxImageValues) {  // Features: F <= 2^20.
     return absl::InvalidArgumentError(absl::StrCat(path, ": images of shape ", ShapeString(s),
                                                    ": no images, or absurd dimensions"));
   }
@@ -422,7 +447,7 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Data
     if (!is_u8) {
       return absl::InvalidArgumentError(absl::StrCat(
           path,
-          ": float32 images are held in memory; reading as training goes (stream) is for "
+          ": float images are held in memory; reading as training goes (stream) is for "
           "uint8 images"));
     }
     out.byte_storage = true;
@@ -432,7 +457,8 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Data
     return absl::OkStatus();
   }
   // uint8 images are held as the file's bytes (Dataset's byte storage: a quarter of the
-  // memory of floats, read as byte / 255 by CopyImages); float32 ones as floats.
+  // memory of floats, read as byte / 255 by CopyImages); float ones as float32 (float64, as
+  // NumPy makes by default, rounded to the model's type), each checked finite.
   out.byte_storage = is_u8;
   if (is_u8) {
     out.bytes.resize(static_cast<size_t>(n * values));  // The file's size bounds it.
@@ -449,6 +475,7 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Data
     }
   };
   std::vector<float> sample(is_u8 ? 0 : values);
+  std::vector<double> sample64(h->dtype.size == 8 ? values : 0);
   for (int64_t first = 0; first < n; first += per_chunk) {
     const int64_t count = std::min(n - first, per_chunk);
     if (absl::Status st = file->ReadExactly(chunk.data(), count * sample_bytes, "data"); !st.ok()) {
@@ -465,12 +492,27 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Data
         }
         continue;
       }
-      float* dst = out.images.data() + (first + i) * values;
-      if (channels_last) {  // Through an aligned copy: the file's floats may be unaligned.
+      // Through an aligned copy: the file's floats may be unaligned.
+      if (h->dtype.size == 8) {
+        std::memcpy(sample64.data(), src, values * sizeof(double));
+        for (int64_t k = 0; k < values; ++k) sample[k] = static_cast<float>(sample64[k]);
+      } else {
         std::memcpy(sample.data(), src, values * sizeof(float));
+      }
+      for (int64_t k = 0; k < values; ++k) {
+        if (std::isfinite(sample[k])) continue;
+        // A NaN or an infinity (or a float64 beyond float's range) would make every loss NaN.
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": value ",
+            h->dtype.size == 8 ? absl::StrCat(sample64[k]) : absl::StrCat(sample[k]), " at sample ",
+            first + i, ", index ", k, " (of the sample as stored) is not finite",
+            h->dtype.size == 8 ? " in float32" : ""));
+      }
+      float* dst = out.images.data() + (first + i) * values;
+      if (channels_last) {
         to_channels_first(sample.data(), dst);
       } else {
-        std::memcpy(dst, src, values * sizeof(float));
+        std::copy_n(sample.data(), values, dst);
       }
     }
   }
@@ -536,13 +578,11 @@ absl::Status CheckOptions(const NpyOptions& options) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<Dataset> LoadNpyPair(const std::string& images_path, const std::string& labels_path,
-                                    const NpyOptions& options) {
+absl::StatusOr<Dataset> LoadPair(const std::string& images_path, const std::string& labels_path,
+                                 const NpyOptions& options, Samples want) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   Dataset data;
-  if (absl::Status s = ReadImages(images_path, options, data); !s.ok()) return s;
+  if (absl::Status s = ReadImages(images_path, options, want, data); !s.ok()) return s;
   int max_label = -1;
   const int limit = options.num_classes > 0 ? options.num_classes : kMaxClasses;
   if (absl::Status s = ReadLabels(labels_path, limit, data.labels, max_label); !s.ok()) return s;
@@ -555,23 +595,33 @@ absl::StatusOr<Dataset> LoadNpyPair(const std::string& images_path, const std::s
   return data;
 }
 
+}  // namespace
+
+absl::StatusOr<Dataset> LoadNpyPair(const std::string& images_path, const std::string& labels_path,
+                                    const NpyOptions& options) {
+  return LoadPair(images_path, labels_path, options, Samples::kAny);
+}
+
 absl::StatusOr<Dataset> LoadNpy(const std::string& dir, bool train, const NpyOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   const std::string split = train ? "train" : "test";
-  // The samples: SPLIT_images.npy, or SPLIT_ids.npy for token ids (which must be ids).
-  const std::string images = JoinPath(dir, split + "_images.npy");
-  const std::string ids = JoinPath(dir, split + "_ids.npy");
-  const bool has_ids = IsRegularFile(ids);
-  if (has_ids && IsRegularFile(images)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, ": both ", split, "_images.npy and ", split, "_ids.npy; keep one"));
+  // The samples: SPLIT_images.npy (any kind), SPLIT_ids.npy for token ids (which must be ids)
+  // or SPLIT_features.npy for feature vectors (which must be floats of shape (N, F)).
+  std::string file = split + "_images.npy";
+  Samples want = Samples::kAny;
+  for (const auto& [name, kind] :
+       {std::pair{"ids", Samples::kIds}, std::pair{"features", Samples::kFeatures}}) {
+    const std::string other = absl::StrCat(split, "_", name, ".npy");
+    if (!IsRegularFile(JoinPath(dir, other))) continue;
+    if (IsRegularFile(JoinPath(dir, file))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, ": both ", file, " and ", other, "; keep one"));
+    }
+    file = other;
+    want = kind;
   }
   absl::StatusOr<Dataset> data =
-      LoadNpyPair(has_ids ? ids : images, JoinPath(dir, split + "_labels.npy"), options);
-  if (data.ok() && has_ids && !data->ids) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ids, ": holds images; an ids file holds integers of shape (N, L)"));
-  }
+      LoadPair(JoinPath(dir, file), JoinPath(dir, split + "_labels.npy"), options, want);
   if (!data.ok() || options.num_classes > 0) return data;
   // The other split's labels, so that both splits have the same num_classes.
   const std::string other = JoinPath(dir, train ? "test_labels.npy" : "train_labels.npy");

@@ -1,5 +1,6 @@
 #include "worker/data/npy_reader.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -211,7 +212,7 @@ TEST(NpyReaderTest, Uint8ImagesStreamFromTheFile) {
   NpyOptions stream;
   stream.loading = DataLoading::kStream;
   ExpectError(LoadNpy(floats, true, stream), absl::StatusCode::kInvalidArgument,
-              "train_images.npy: float32 images are held in memory");
+              "train_images.npy: float images are held in memory");
   stream.loading = DataLoading::kAuto;
   stream.stream_above_bytes = 1;
   absl::StatusOr<Dataset> held = LoadNpy(floats, true, stream);
@@ -321,6 +322,55 @@ TEST(NpyReaderTest, IntegerArraysOfRankTwoAreIds) {
   EXPECT_EQ(Floats(*data), (std::vector<float>{255, 2}));  // Ids, not pixels.
 }
 
+// Float arrays of rank 2 are feature vectors (tabular data): F x 1 x 1 per sample, float64 (as
+// NumPy saves by default) rounded to float32; SPLIT_features.npy must hold them.
+TEST(NpyReaderTest, FloatArraysOfRankTwoAreFeatures) {
+  const std::string labels = Npy("<i8", {2}, Raw<int64_t>({0, 1}));
+  const std::vector<double> values = {0.5, -2.25, 1e-3, 3.0, 0.1, -7.0};
+  for (const std::string& name : {"train_images.npy", "train_features.npy"}) {
+    for (const std::string& file :
+         {Npy("<f4", {2, 3}, Raw(std::vector<float>(values.begin(), values.end()))),
+          Npy("<f8", {2, 3}, Raw(values))}) {
+      SCOPED_TRACE(name);
+      const std::string dir = FreshDir("npy_features");
+      WriteFile(dir + "/" + name, file);
+      WriteFile(dir + "/train_labels.npy", labels);
+      absl::StatusOr<Dataset> data = LoadNpy(dir, true);
+      ASSERT_TRUE(data.ok()) << data.status();
+      EXPECT_FALSE(data->ids);
+      EXPECT_TRUE(data->features());
+      EXPECT_STREQ(data->kind(), "feature vectors");
+      EXPECT_EQ(data->channels, 3);
+      EXPECT_EQ(data->rows, 1);
+      EXPECT_EQ(data->cols, 1);
+      EXPECT_FALSE(data->byte_storage);
+      EXPECT_EQ(Floats(*data), std::vector<float>(values.begin(), values.end()));
+    }
+  }
+  const std::string both = FreshDir("npy_features_both");
+  WriteFile(both + "/train_images.npy", Npy("<f4", {2, 1}, Raw(std::vector<float>{1, 2})));
+  WriteFile(both + "/train_features.npy", Npy("<f4", {2, 1}, Raw(std::vector<float>{1, 2})));
+  WriteFile(both + "/train_labels.npy", labels);
+  ExpectError(LoadNpy(both, true), absl::StatusCode::kInvalidArgument,
+              both + ": both train_images.npy and train_features.npy; keep one");
+  for (const std::string& file : {Npy("<i8", {2, 2}, Raw<int64_t>({4, 5, 6, 7})),
+                                  Npy("<f4", {2, 1, 2}, Raw(std::vector<float>{1, 2, 3, 4}))}) {
+    const std::string dir = FreshDir("npy_features_wrong");
+    WriteFile(dir + "/train_features.npy", file);
+    WriteFile(dir + "/train_labels.npy", labels);
+    ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument,
+                dir + "/train_features.npy: holds ");
+    ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument,
+                "; a features file holds floats of shape (N, F) (integers: save them as float32)");
+  }
+  NpyOptions stream;
+  stream.loading = DataLoading::kStream;
+  const std::string dir =
+      Pair(FreshDir("npy_features_stream"), Npy("<f8", {2, 3}, Raw(values)), labels);
+  ExpectError(LoadNpy(dir, true, stream), absl::StatusCode::kInvalidArgument,
+              dir + "/train_images.npy: float images are held in memory");
+}
+
 // Token ids may be named SPLIT_ids.npy; such a file must hold ids, and only one of the two
 // names may be there.
 TEST(NpyReaderTest, IdsFilesByTheirOwnName) {
@@ -365,8 +415,8 @@ TEST(NpyReaderTest, BadIds) {
            Case{Npy("<i8", {2, 2}, Raw<int64_t>({0, 1, 2})), absl::StatusCode::kDataLoss,
                 "truncated data: shape (2, 2) of '<i8' needs 32 bytes, the file holds 24"},
            Case{Npy("<i4", {2, 2, 2}, std::string(32, '\0')), absl::StatusCode::kInvalidArgument,
-                "images of dtype '<i4' are unsupported (uint8 or float32 only; integer ids are "
-                "(N, L))"},
+                "images of dtype '<i4' are unsupported (uint8, float32 or float64 only; integer "
+                "ids are (N, L))"},
        }) {
     const std::string dir = Pair(FreshDir("npy_bad_ids"), c.images, labels);
     ExpectError(LoadNpy(dir, true), c.code, dir + "/train_images.npy: " + c.fragment);
@@ -392,8 +442,17 @@ TEST(NpyReaderTest, BadImages) {
                 "fortran_order True is unsupported"},
            Case{Npy(">f4", {2, 2, 3}, twelve + twelve + twelve + twelve),
                 absl::StatusCode::kInvalidArgument, "big-endian dtype '>f4' is unsupported"},
-           Case{Npy("<f8", {2, 2, 3}, std::string(96, '\0')), absl::StatusCode::kInvalidArgument,
-                "images of dtype '<f8' are unsupported"},
+           Case{Npy("<f2", {2, 2, 3}, std::string(48, '\0')), absl::StatusCode::kInvalidArgument,
+                "images of dtype '<f2' are unsupported"},
+           Case{
+               Npy("<f4", {2, 2, 3}, Raw(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, NAN, 9, 0, 0})),
+               absl::StatusCode::kInvalidArgument,
+               "value nan at sample 1, index 2 (of the sample as stored) is not finite"},
+           Case{Npy("<f8", {2, 2, 3},
+                    Raw(std::vector<double>{0, 1, 2, 3, 4, 5, 6, 1e300, 8, 9, 0, 0})),
+                absl::StatusCode::kInvalidArgument,
+                "value 1e+300 at sample 1, index 1 (of the sample as stored) is not finite in "
+                "float32"},
            Case{Npy("<U3", {2, 2, 3}, twelve), absl::StatusCode::kInvalidArgument,
                 "unsupported dtype '<U3'"},
            Case{Npy("|u1", {12}, twelve), absl::StatusCode::kInvalidArgument,

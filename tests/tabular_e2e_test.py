@@ -1,0 +1,115 @@
+"""gpu_worker trains a model on tabular data, end to end: feature vectors saved by NumPy as
+float64 arrays of shape (N, F) (train_features.npy; rounded to float32 when read) with labels of
+300 classes (past a byte: labels are int32), an MLP written in PyTorch and exported to ONNX,
+trained by 2 gpu_worker processes through 2 real ps_server shards; rank 0's saved weights load
+into the PyTorch model with a strict load_state_dict and give, in PyTorch, the test accuracy
+the worker printed. The built-in mlp trains on the same features. Then the bad input: features
+of another length than the model's, integer features (read as ids), a NaN, augmentation of
+feature vectors. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
+case prints one line, the first failure ends the run with a non-zero exit."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import onnx_e2e_test as e2e  # noqa: E402
+import dptrain.safetensors  # noqa: E402
+
+FEATURES, CLASSES, TRAIN, TEST = 24, 300, 3000, 600
+
+
+def clusters(n, seed, centers):
+    """n feature vectors: a class's centre plus unit noise, float64 as NumPy makes them."""
+    rng = numpy.random.default_rng(seed)
+    labels = rng.integers(0, CLASSES, n)
+    x = centers[labels] + rng.standard_normal((n, FEATURES))
+    return x, labels
+
+
+def write_features(folder, train, test, dtype=numpy.float64):
+    os.makedirs(folder, exist_ok=True)
+    for split, (xs, ys) in (("train", train), ("test", test)):
+        numpy.save(os.path.join(folder, f"{split}_features.npy"), xs.astype(dtype))
+        numpy.save(os.path.join(folder, f"{split}_labels.npy"), ys.astype(numpy.int64))
+
+
+def mlp(features=FEATURES):
+    return nn.Sequential(nn.Linear(features, 64), nn.ReLU(), nn.Linear(64, CLASSES))
+
+
+def accuracy(net, saved, test):
+    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    net.eval()
+    with torch.no_grad():
+        x = torch.from_numpy(test[0]).float()
+        return (net(x).argmax(1).numpy() == test[1]).mean()
+
+
+def main():
+    torch.manual_seed(0)
+    centers = numpy.random.default_rng(0).standard_normal((CLASSES, FEATURES)) * 0.8
+    train_set, test_set = clusters(TRAIN, 1, centers), clusters(TEST, 2, centers)
+    data = os.path.join(e2e.SCRATCH, "tabular")
+    write_features(data, train_set, test_set)
+    model_path = os.path.join(e2e.SCRATCH, "tabular_mlp.onnx")
+    e2e.export(mlp(), model_path, shape=(2, FEATURES))
+    printed, saved, text = e2e.train("tabular", model_path, data, ("--epochs=8",),
+                                     normalize=False)
+    ours = accuracy(mlp(), saved, test_set)
+    # One test sample may fall on the other side of an argmax between the two float paths.
+    if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.3 < printed <= 1.0:
+        e2e.fail(f"tabular: the worker printed test_acc {printed}, PyTorch gets {ours} from the "
+                 f"saved weights: {text[-600:]}")
+    if (f"{TRAIN} training samples" not in text or f"{FEATURES} features each" not in text or
+            f"{CLASSES} classes" not in text):
+        e2e.fail(f"tabular: no line describing the features: {text[:800]}")
+    print(f"ok: an exported MLP on float64 feature vectors ({FEATURES} features, {CLASSES} "
+          f"classes), 2 workers x 2 shards: test_acc {printed:.4f} printed, {ours:.4f} in "
+          "PyTorch from the saved weights", flush=True)
+
+    # The built-in mlp takes any input shape, feature vectors too.
+    r = subprocess.run([e2e.GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.05",
+                        "--model=mlp", f"--data_dir={data}", "--epochs=4", "--batch_size=25",
+                        "--threads=1"], capture_output=True, text=True, timeout=240)
+    done = re.search(r"done: .* test_acc ([0-9.]+)", r.stdout + r.stderr)
+    if r.returncode != 0 or not done or not float(done.group(1)) > 15.0 / CLASSES:
+        e2e.fail(f"built-in mlp on features: exit {r.returncode}: {(r.stdout + r.stderr)[-600:]}")
+    print(f"ok: the built-in mlp on the same features: test_acc {float(done.group(1)):.4f}",
+          flush=True)
+
+    short = os.path.join(e2e.SCRATCH, "tabular_20.onnx")
+    e2e.export(mlp(20), short, shape=(2, 20))
+    e2e.expect_error("features of another length", short, data,
+                     rf"the training set holds {FEATURES} feature\(s\) per sample but model "
+                     r"tabular_20 takes 20 feature\(s\) per sample")
+    ints = os.path.join(e2e.SCRATCH, "tabular_int")
+    write_features(ints, (train_set[0].round(), train_set[1]), (test_set[0].round(), test_set[1]),
+                   numpy.int64)
+    e2e.expect_error("integer features", model_path, ints,
+                     r"train_features.npy: holds integer ids; a features file holds floats of "
+                     r"shape \(N, F\) \(integers: save them as float32\)")
+    nan = os.path.join(e2e.SCRATCH, "tabular_nan")
+    x = train_set[0].copy()
+    x[17, 5] = numpy.nan
+    write_features(nan, (x, train_set[1]), test_set)
+    e2e.expect_error("a NaN feature", model_path, nan,
+                     r"train_features.npy: value nan at sample 17, index 5 \(of the sample as "
+                     r"stored\) is not finite in float32")
+    e2e.expect_error("augmented features", model_path, data,
+                     r"crop and flip augmentation apply to images; the training set holds "
+                     r"feature vectors", ("--random_hflip",))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for p in e2e._processes:
+            if p.poll() is None:
+                p.kill()
