@@ -72,8 +72,10 @@ ABSL_FLAG(std::string, data_format, "",
           "idx (MNIST/Fashion-MNIST: train-images-idx3-ubyte(.gz), ...), cifar (CIFAR-10: "
           "data_batch_1..5.bin + test_batch.bin; CIFAR-100: train.bin + test.bin), imagefolder "
           "(train/<class>/*.png|jpg and test/<class>/...), npy (train_images.npy, "
-          "train_labels.npy, test_images.npy, test_labels.npy: images, or integer token ids "
-          "N x L for a model whose input is ids); empty: detected from the files.");
+          "train_labels.npy, test_images.npy, test_labels.npy: images, integer token ids "
+          "N x L for a model whose input is ids (or train_ids.npy, test_ids.npy), or float "
+          "feature vectors N x F (or train_features.npy, test_features.npy)); empty: detected "
+          "from the files.");
 ABSL_FLAG(std::string, image_size, "",
           "ImageFolder data: the size every image is brought to as it is decoded, as "
           "torchvision's transforms with Pillow's bilinear resampling: S = Resize(S) then "
@@ -88,7 +90,8 @@ ABSL_FLAG(std::string, data_loading, "auto",
           ".npy arrays and the other formats are held.");
 ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "Per-channel means to subtract after scaling pixels to [0, 1] (with --data_std), "
-          "e.g. 0.4914,0.4822,0.4465; empty: no normalisation.");
+          "e.g. 0.4914,0.4822,0.4465 (feature vectors: one per feature); empty: no "
+          "normalisation.");
 ABSL_FLAG(std::vector<std::string>, data_std, {},
           "Per-channel standard deviations to divide by (with --data_mean).");
 ABSL_FLAG(double, random_resized_crop, 0,

@@ -513,8 +513,10 @@ TEST(ResNetPrecision, GradientErrorsAgainstFloat64) {
     ASSERT_TRUE(nn::SaveModel(**cpu, absl::StrCat(dir, "/resnet18.safetensors")).ok());
     std::ofstream(absl::StrCat(dir, "/images.f32"), std::ios::binary)
         .write(reinterpret_cast<const char*>(images.data()), images.size() * sizeof(float));
+    // One byte per label, as tools/gpu/torch_parity_reference.py reads them (all below 10).
+    const std::vector<uint8_t> label_bytes(labels.begin(), labels.end());
     std::ofstream(absl::StrCat(dir, "/labels.u8"), std::ios::binary)
-        .write(reinterpret_cast<const char*>(labels.data()), labels.size());
+        .write(reinterpret_cast<const char*>(label_bytes.data()), label_bytes.size());
     ours.open(absl::StrCat(dir, "/ours.txt"));
   }
   ASSERT_TRUE((*cpu)->TrainStep(images.data(), labels.data(), batch).ok());

@@ -72,8 +72,9 @@ struct Dataset {
   // Images read as needed (byte_storage is then true, `bytes` and `images` empty).
   std::shared_ptr<ImageSource> source;
 
-  // The samples are feature vectors (from a float .npy array of shape (N, F)): `channels`
-  // values per sample, rows and cols 1; what crops and flips apply to are images.
+  // The samples are feature vectors (a float .npy array of shape (N, F); or any set of 1x1
+  // images, which are as much vectors): `channels` values per sample, rows and cols 1; crops
+  // and flips apply to images.
   bool features() const { return !ids && rows == 1 && cols == 1; }
   // "integer ids", "feature vectors" or "images": what the set holds, for messages.
   const char* kind() const {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -495,7 +496,13 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Samp
       // Through an aligned copy: the file's floats may be unaligned.
       if (h->dtype.size == 8) {
         std::memcpy(sample64.data(), src, values * sizeof(double));
-        for (int64_t k = 0; k < values; ++k) sample[k] = static_cast<float>(sample64[k]);
+        // Beyond float's range is inf (left for the check below), not a cast out of range.
+        for (int64_t k = 0; k < values; ++k) {
+          const double v = sample64[k];
+          sample[k] = std::fabs(v) <= std::numeric_limits<float>::max()
+                          ? static_cast<float>(v)
+                          : std::numeric_limits<float>::infinity();
+        }
       } else {
         std::memcpy(sample.data(), src, values * sizeof(float));
       }

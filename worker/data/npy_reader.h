@@ -53,9 +53,9 @@ struct NpyOptions {
   // below it.
   int num_classes = 0;
   // uint8 images held (kLoad), or read from the file as training reaches them (kStream: the
-  // Dataset has a source, Dataset::source; float32 images refuse it, InvalidArgument), or
-  // (kAuto) streamed when they are more than stream_above_bytes (float32 images are held
-  // whatever their size).
+  // Dataset has a source, Dataset::source; float images, ids and features refuse it,
+  // InvalidArgument), or (kAuto) streamed when they are more than stream_above_bytes (float
+  // arrays and ids are held whatever their size).
   DataLoading loading = DataLoading::kLoad;
   int64_t stream_above_bytes = int64_t{1} << 32;
 };

@@ -1,8 +1,9 @@
 // The any-shape ops of masks (any_shape_ops.h): Equal and Not of a computed value, Cast to
-// bool, and Where.
+// bool or to an integer type, and Where.
 // What a padding mask exports as: ids == pad, its negation, and masked_fill(x, mask, value).
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -94,16 +95,54 @@ struct Not {
   }
 };
 
-// Cast: to bool, x != 0 (a mask cast before Where); to float, CastOp's identity.
+// ---- Cast to an integer type ----
+
+// y = trunc(x) (ONNX's and NumPy's float-to-integer cast), held in T like every value: a
+// mask's or a count's cast (`(ids != pad).sum(1)` as pack_padded_sequence's lengths). No
+// gradient flows through it (PyTorch's integer tensors have none: the input's is zero).
+template <typename T>
+class TruncateNode final : public AnyShapeNode<T> {
+ public:
+  explicit TruncateNode(ValueShape shape) : AnyShapeNode<T>(std::move(shape)) {}
+
+  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
+                       bool training) override {
+    const TensorRef<T>& x = inputs[0];
+    T* y = EnsureSize(output_, x.size());
+    for (int64_t i = 0; i < x.size(); ++i) y[i] = std::trunc(x.data[i]);
+    return {y, x.batch, this->output_dims()};
+  }
+
+  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
+                                     const std::vector<bool>& need_input_grad) override {
+    if (!need_input_grad[0]) return {TensorRef<T>{}};
+    T* dx = EnsureSize(grad_input_, grad_output.size());
+    std::fill(dx, dx + grad_output.size(), T(0));
+    return {TensorRef<T>{dx, grad_output.batch, this->output_dims()}};
+  }
+
+ private:
+  std::vector<T> output_, grad_input_;
+};
+
+// Cast: to bool, x != 0 (a mask cast before Where); to an integer type, trunc(x) without a
+// gradient; to float, CastOp's identity.
 template <typename T>
 struct Cast {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
     constexpr int64_t kOnnxBool = 9;  // onnx.TensorProto.BOOL.
+    // UINT8, INT8, UINT16, INT16, INT32, INT64, UINT32, UINT64.
+    constexpr std::array<int64_t, 8> kOnnxIntegers = {2, 3, 4, 5, 6, 7, 12, 13};
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t to, IntAttribute(ctx.node, "to", 0));
-    if (to != kOnnxBool) return Build<T>(CastOp(), ctx);
+    const bool integer =
+        std::find(kOnnxIntegers.begin(), kOnnxIntegers.end(), to) != kOnnxIntegers.end();
+    if (to != kOnnxBool && !integer) return Build<T>(CastOp(), ctx);
     DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"to"}));
-    if (ctx.inputs.size() != 1) return ctx.Error("Cast takes one input");
+    if (ctx.inputs.size() != 1 || !ctx.inputs[0].is_runtime()) {
+      return ctx.Error("Cast takes one computed input");
+    }
     DPTRAIN_ASSIGN_OR_RETURN(const ValueShape shape, ShapeOf(ctx, 0));
+    if (integer) return std::unique_ptr<NodeImpl<T>>(std::make_unique<TruncateNode<T>>(shape));
     return std::unique_ptr<NodeImpl<T>>(std::make_unique<CompareNode<T>>(shape, T(0), true));
   }
 };

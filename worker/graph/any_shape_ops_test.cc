@@ -569,6 +569,20 @@ TEST_F(AnyShapeOpsTest, MasksEqualNotCastWhere) {
             "[B, 4, 6]");
   EXPECT_EQ(BuildError(Of({4, 6, 1}, 3, {MakeNode("Equal", "q", {"x", "x"}, {"y"})})),
             "node 'q' (Equal): Equal of two computed values unsupported");
+  // A cast to an integer type (int64, int32, uint8): trunc(x), as NumPy's astype; no gradient.
+  for (const int64_t to : {7, 6, 2}) {
+    const Graph cast = Of({5, 1, 1}, 2, {MakeNode("Cast", "i", {"x"}, {"y"}, {{"to", to}})});
+    auto c = Executor<double>::Create(cast, registry_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    (*c)->Bind(nullptr, nullptr, nullptr);
+    const std::vector<double> v = {2.7, -1.5, 0.0, 3.0, 0.25, -0.75, 9.999, 1e6, -2.0, 5.5};
+    const nn::TensorRef<double> t = ForwardOk(**c, v.data(), 2, false);
+    EXPECT_EQ(std::vector<double>(t.data, t.data + t.size()),
+              (std::vector<double>{2, -1, 0, 3, 0, 0, 9, 1e6, -2, 5}));
+    const std::vector<double> ones(10, 1.0);
+    const nn::TensorRef<double> dx = (*c)->Backward({ones.data(), 2, {5, 1, 1}}, true);
+    EXPECT_EQ(std::vector<double>(dx.data, dx.data + dx.size()), std::vector<double>(10, 0.0));
+  }
   // One value throughout makes a scalar only of a constant whose batch entry alone is off: one
   // that would widen another axis is refused.
   NamedConstant wider = RandomConstant("wider", {1, 3, 6}, 3);

@@ -4,7 +4,7 @@
 // builtin_models.h).
 //
 // The class count (num_classes()) is the output's size: the output must be [batch, classes];
-// labels are uint8 and must be < classes (nn::CheckBatch). Like every nn::Model, not
+// labels (nn::Label, int32) must be in [0, classes) (nn::CheckBatch). Like every nn::Model, not
 // thread-safe.
 #ifndef DPTRAIN_WORKER_GRAPH_GRAPH_MODEL_H_
 #define DPTRAIN_WORKER_GRAPH_GRAPH_MODEL_H_

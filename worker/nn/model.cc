@@ -55,7 +55,7 @@ absl::Status CheckBatch(const float* images, const nn::Label* labels, int batch,
     return absl::InvalidArgumentError("null images or labels");
   }
   for (int i = 0; i < batch; ++i) {
-    if (labels[i] >= classes) {
+    if (labels[i] < 0 || labels[i] >= classes) {
       return absl::InvalidArgumentError(absl::StrCat("label ", int{labels[i]}, " of sample ", i,
                                                      " is not in [0, ", classes, ")"));
     }

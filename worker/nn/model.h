@@ -198,7 +198,7 @@ std::vector<ParamInfo> DescribeParams(const Sequential<float>& net);
 std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net);
 
 // The argument checks of TrainStep and Evaluate, shared by the backends: InvalidArgument for
-// batch < 1, null images or labels, or a label >= `classes` (naming the sample).
+// batch < 1, null images or labels, or a label outside [0, classes) (naming the sample).
 absl::Status CheckBatch(const float* images, const nn::Label* labels, int batch, int classes);
 
 // How a model uses `threads` math threads (ModelOptions::threads and dense_gemm, whose comments

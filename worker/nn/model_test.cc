@@ -98,6 +98,9 @@ TEST(ModelTest, BuiltInsTakeTheDataShape) {
     labels[1] = 100;
     EXPECT_EQ((*model)->TrainStep(images.data(), labels.data(), 2).status().message(),
               "label 100 of sample 1 is not in [0, 100)");
+    labels[1] = -1;  // Labels are int32: a negative one is refused too, never indexed.
+    EXPECT_EQ((*model)->TrainStep(images.data(), labels.data(), 2).status().message(),
+              "label -1 of sample 1 is not in [0, 100)");
   }
   ModelOptions tiny{"lenet", 1};
   tiny.shape = {{1, 8, 8}, 10};
