@@ -229,16 +229,22 @@ class TextClassifier(nn.Module):
 
 class TextLSTM(nn.Module):
     """A recurrent text classifier: nn.Embedding, a bidirectional nn.LSTM, the head on both
-    directions' final hidden states."""
+    directions' final hidden states; `packed`: through pack_padded_sequence (each sample's
+    real tokens only, the padding's 0 left out, enforce_sorted=False)."""
 
-    def __init__(self, dim=32):
+    def __init__(self, dim=32, packed=False):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, dim, padding_idx=0)
         self.rnn = nn.LSTM(dim, dim, batch_first=True, bidirectional=True)
         self.head = nn.Linear(2 * dim, TEXT_CLASSES)
+        self.packed = packed
 
     def forward(self, ids):
-        _, (h, _) = self.rnn(self.embed(ids))
+        x = self.embed(ids)
+        if self.packed:
+            x = nn.utils.rnn.pack_padded_sequence(x, (ids != 0).sum(1), batch_first=True,
+                                                  enforce_sorted=False)
+        _, (h, _) = self.rnn(x)
         return self.head(torch.cat([h[0], h[1]], 1))
 
 
@@ -439,6 +445,21 @@ def main():
              f"weights: {text[-600:]}")
     print(f"ok: a bidirectional nn.LSTM text classifier on the same ids, 2 workers x 2 shards: "
           f"test_acc {printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights",
+          flush=True)
+    # The same through pack_padded_sequence: each sample's real tokens only (the export sorts
+    # the batch by length; the worker runs each sample at its own length instead).
+    torch.manual_seed(0)
+    packed_path = os.path.join(SCRATCH, "lstm_packed.onnx")
+    export(TextLSTM(packed=True), packed_path,
+           example=torch.tensor([[1] * LENGTH, [2] * 6 + [0] * (LENGTH - 6)]))
+    printed, saved, text = train("onnx_lstm_packed", packed_path, ids_dir, ("--epochs=10",),
+                                 normalize=False)
+    ours = ids_accuracy(TextLSTM(packed=True), saved, ids_test)
+    if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.6 < printed < 0.99:
+        fail(f"packed lstm: the worker printed test_acc {printed}, PyTorch gets {ours} from the "
+             f"saved weights: {text[-600:]}")
+    print(f"ok: the same nn.LSTM on pack_padded_sequence(enforce_sorted=False), 2 workers x 2 "
+          f"shards: test_acc {printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights",
           flush=True)
 
     # A built-in network trained on the CIFAR-shaped data loads into dptrain.models' module built

@@ -87,6 +87,12 @@ The models:
              re-ordered), the head on the steps' mean and both final hidden states.
   text_bilstm  A bidirectional nn.LSTM without biases, the head on out[:, -1] and both final
              cell states (Y_c).
+  text_lstm_packed  A 2-layer bidirectional nn.LSTM on padded ids of unsorted lengths through
+             pack_padded_sequence(enforce_sorted=False) (the export sorts the batch by length:
+             TopK, Gather, sequence_lens, ScatterElements, Gather back), the head on the last
+             layer's final hidden states.
+  text_gru_packed  A packed nn.GRU exported with a dynamic batch axis, the head on
+             pad_packed_sequence's output summed over time plus the final hidden state.
   text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
              a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
              tokens' mean and a Linear head; 5 classes.
@@ -672,6 +678,43 @@ class TextBiGRU(nn.Module):
         return self.head(out.mean(1) + torch.cat([h[0], h[1]], 1))
 
 
+class PackedLSTM(nn.Module):
+    """Padded ids (0 = padding) of unsorted lengths through pack_padded_sequence into a 2-layer
+    bidirectional nn.LSTM; the head on both directions' final hidden states of the last layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.LSTM(12, 10, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(20, 5)
+
+    def forward(self, ids):
+        lengths = (ids != 0).sum(1)
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(ids), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        _, (h, _) = self.rnn(packed)
+        return self.head(torch.cat([h[-2], h[-1]], 1))
+
+
+class PackedGRU(nn.Module):
+    """A packed nn.GRU whose padded output (pad_packed_sequence: zeros past each length) is
+    summed over time, plus the final hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.GRU(12, 10, batch_first=True)
+        self.head = nn.Linear(10, 5)
+
+    def forward(self, ids):
+        lengths = (ids != 0).sum(1)
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(ids), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        out, h = self.rnn(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
+        return self.head(out.sum(1) + h[-1])
+
+
 class TextBiLSTM(nn.Module):
     """A bidirectional nn.LSTM without biases, the head on the last step's output and both
     final cell states."""
@@ -693,6 +736,8 @@ MODELS = {
     "text_bilstm": lambda: (TextBiLSTM(), 5),
     "text_lstm": lambda: (TextLSTM(), 5),
     "text_lstm_dynamic": lambda: (TextLSTM(), 5),
+    "text_lstm_packed": lambda: (PackedLSTM(), 5),
+    "text_gru_packed": lambda: (PackedGRU(), 5),
     "text_cnn": lambda: (TextCNN(), 5),
     "text_mask": lambda: (MaskedText(), 5),
     "text": lambda: (TextClassifier(), 5),
@@ -718,14 +763,18 @@ MODELS = {
 # Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).
 ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12),
              "text_lstm": (50, 12), "text_bigru": (50, 12), "text_bilstm": (50, 12),
-             "text_lstm_dynamic": (50, 12)}
-# Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens.
-PADDED = {"text_mask"}
+             "text_lstm_dynamic": (50, 12), "text_lstm_packed": (50, 12),
+             "text_gru_packed": (50, 12)}
+# Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens,
+# or, for packed sequences, the lengths given (unsorted: the export's sort is exercised).
+PADDED = {"text_mask", "text_lstm_packed", "text_gru_packed"}
+PADDED_LENGTHS = {"text_lstm_packed": [6, 12, 3, 9], "text_gru_packed": [9, 3, 12, 6]}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
              "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
-DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic"}
+DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic",
+                 "text_gru_packed"}
 
 
 def randomize_batch_norms(net):
@@ -814,7 +863,7 @@ def make_fixture(name, out_dir, opset):
         if name in PADDED:
             x = torch.randint(1, vocab, (BATCH, length))
             for i in range(BATCH):
-                x[i, length - 3 * i:] = 0
+                x[i, PADDED_LENGTHS[name][i] if name in PADDED_LENGTHS else length - 3 * i:] = 0
     else:
         x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
     labels = torch.randint(0, classes, (BATCH,))

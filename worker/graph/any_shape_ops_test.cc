@@ -13,6 +13,7 @@
 #include "worker/graph/graph_model.h"
 #include "worker/graph/op_registry.h"
 #include "worker/graph/value_shape.h"
+#include "worker/nn/layer_check.h"
 
 namespace dptrain {
 namespace graph {
@@ -511,6 +512,79 @@ TEST_F(AnyShapeOpsTest, TorchLstmAndGruThroughTime) {
                                     {{"hidden_size", int64_t{4}}})},
                           {Learned("w_ih", {16, 3}, 1), Learned("w_hh", {16, 4}, 2)})),
             "node 'lstm' (TorchLSTM): input of shape [B, 5, 3]: [T, B, features] only");
+}
+
+// The same layers with each sample's length (packed sequences): lengths computed from the
+// input, trunc(clip(30 * mean(x) + 9, 1, 5)) (lengths 2, 2, 5 for this input: steps past a
+// sample's length leave its state, its Y zero, the reverse direction starting at its own last
+// step), every output against finite differences; a length outside [1, T] fails the step
+// naming the sample.
+TEST_F(AnyShapeOpsTest, TorchLstmAndGruWithSequenceLengths) {
+  const std::vector<Node> lengths = {
+      MakeNode("ReduceMean", "m", {"x"}, {"m"}, {{"axes", Ints{1, 2}}, {"keepdims", int64_t{0}}}),
+      MakeNode("Mul", "m10", {"m", "scale"}, {"m10"}),
+      MakeNode("Add", "m3", {"m10", "shift"}, {"m3"}),
+      MakeNode("Clip", "c", {"m3", "one", "five"}, {"c"}),
+      MakeNode("Cast", "len", {"c"}, {"len"}, {{"to", int64_t{7}}})};
+  const std::vector<NamedConstant> scalars = {FloatScalar("scale", 30.0f),
+                                              FloatScalar("shift", 9.0f), FloatScalar("one", 1.0f),
+                                              FloatScalar("five", 5.0f)};
+  {
+    Graph g = Of({5, 3, 1}, 3, lengths, scalars);
+    auto e = Executor<double>::Create(g, registry_);
+    ASSERT_TRUE(e.ok()) << e.status();
+    (*e)->Bind(nullptr, nullptr, nullptr);
+    const std::vector<double> x = nn::RandomVector(3 * 15, 1.0, 1);  // CheckGraphGradients's.
+    const nn::TensorRef<double> y = ForwardOk(**e, x.data(), 3, false);
+    EXPECT_EQ(std::vector<double>(y.data, y.data + y.size()), (std::vector<double>{2, 2, 5}));
+  }
+  for (const char* op : {"TorchLSTM", "TorchGRU"}) {
+    const int64_t rows = std::string(op) == "TorchLSTM" ? 16 : 12;
+    for (int64_t directions : {1, 2}) {
+      for (int64_t output = 0; output < (rows == 16 ? 3 : 2); ++output) {
+        SCOPED_TRACE(absl::StrCat(op, " directions ", directions, " output ", output));
+        std::vector<std::string> inputs = {"t"};
+        std::vector<NamedConstant> constants = scalars;
+        for (int64_t d = 0; d < directions; ++d) {
+          const std::string s = d == 0 ? "" : "_reverse";
+          for (const char* w : {"w_ih", "w_hh", "b_ih", "b_hh"}) inputs.push_back(w + s);
+          constants.push_back(Learned("w_ih" + s, {rows, 3}, 1 + 10 * d));
+          constants.push_back(Learned("w_hh" + s, {rows, 4}, 2 + 10 * d));
+          constants.push_back(Learned("b_ih" + s, {rows}, 3 + 10 * d));
+          constants.push_back(Learned("b_hh" + s, {rows}, 4 + 10 * d));
+        }
+        inputs.push_back("len");
+        std::vector<Node> nodes = lengths;
+        nodes.push_back(MakeNode("Transpose", "seq", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}));
+        nodes.push_back(MakeNode(op, "rnn", inputs, {"y"},
+                                 {{"hidden_size", int64_t{4}},
+                                  {"output", output},
+                                  {"directions", directions},
+                                  {"sequence_lens", int64_t{1}}}));
+        Check(Of({5, 3, 1}, 3, nodes, constants));
+      }
+    }
+  }
+  // Lengths of 0 (clip from 0) are refused when the step runs.
+  std::vector<Node> nodes = lengths;
+  nodes[3] = MakeNode("Clip", "c", {"m3", "zero", "zero"}, {"c"});
+  nodes.push_back(MakeNode("Transpose", "seq", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}));
+  nodes.push_back(MakeNode("TorchGRU", "rnn", {"t", "w_ih", "w_hh", "len"}, {"y"},
+                           {{"hidden_size", int64_t{4}}, {"sequence_lens", int64_t{1}}}));
+  std::vector<NamedConstant> constants = scalars;
+  constants.push_back(FloatScalar("zero", 0.0f));
+  constants.push_back(Learned("w_ih", {12, 3}, 1));
+  constants.push_back(Learned("w_hh", {12, 4}, 2));
+  auto e = Executor<double>::Create(Of({5, 3, 1}, 3, nodes, constants), registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<double> params((*e)->num_params()), grads(params.size());
+  (*e)->Bind(params.data(), grads.data(), nullptr);
+  const std::vector<double> x(3 * 15, 0.5);
+  absl::StatusOr<nn::TensorRef<double>> y = (*e)->Forward(x.data(), 3, true);
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().message(),
+            "node 'rnn' (TorchGRU): sample 0 of the batch has sequence length 0, not a whole "
+            "number in [1, 5] (pack_padded_sequence needs at least one step per sample)");
 }
 
 // Expand of a computed value along its size-1 axes (a padding mask to every head), the batch

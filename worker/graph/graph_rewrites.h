@@ -61,15 +61,25 @@ void SplitToSlices(Graph& graph);
 // (a dynamic batch axis): the op's factory reads them once the executor has evaluated them.
 void FuseChannelShuffle(Graph& graph);
 
+// pack_padded_sequence(x, lengths, enforce_sorted=False) as torch.onnx.export writes it: the
+// batch sorted by length (TopK of the lengths, largest first), the sorted batch Gathered, the
+// sorted lengths as the recurrent layers' sequence_lens, and Gathers back through the inverse
+// order (ScatterElements) -> the layers read the batch and the lengths in their own order and
+// the Gathers go (each gather's reader reads what it gathered from). The sort is only ever
+// taken out whole: a TopK whose outputs anything else reads is left alone (and refused as
+// unsupported). So a packed sequence's layers run on any batch size, unlike the export's own
+// inverse order (a constant of the export's batch).
+void UnsortPackedSequences(Graph& graph);
+
 // One layer of nn.LSTM or nn.GRU as torch.onnx.export writes it: an LSTM or GRU node
-// (forward or bidirectional, default activations, the GRU's linear_before_reset=1, no sequence
-// lengths) whose W, R and B are, per direction, the state_dict's weight_ih, weight_hh, bias_ih
-// and bias_hh with their gate rows re-ordered (Slice, Concat, Unsqueeze) and whose initial
-// states are zeros (absent, or a zero constant expanded) -> one TorchLSTM or TorchGRU node
-// (recurrent_ops.h) per output the graph reads, reading those tensors themselves (so that they
-// are learned under their own names and shapes), in the node's place; the re-ordering and the
-// initial states' nodes go once unread. Other LSTM and GRU nodes are left alone (and refused as
-// unsupported).
+// (forward or bidirectional, default activations, the GRU's linear_before_reset=1; each
+// sample's length as its sequence_lens, or none) whose W, R and B are, per direction, the
+// state_dict's weight_ih, weight_hh, bias_ih and bias_hh with their gate rows re-ordered (Slice,
+// Concat, Unsqueeze) and whose initial states are zeros (absent, or a zero constant expanded) ->
+// one TorchLSTM or TorchGRU node (recurrent_ops.h) per output the graph reads, reading those
+// tensors themselves (so that they are learned under their own names and shapes), in the node's
+// place; the re-ordering and the initial states' nodes go once unread. Other LSTM and GRU nodes are
+// left alone (and refused as unsupported).
 void FuseTorchRecurrent(Graph& graph);
 
 }  // namespace graph

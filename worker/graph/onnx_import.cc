@@ -397,6 +397,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
     graph.nodes.push_back(std::move(node));
   }
   DPTRAIN_RETURN_IF_ERROR(FoldShapeConstants(graph));
+  UnsortPackedSequences(graph);
   FuseTorchRecurrent(graph);
   FuseLinear(graph);
   ViewStateOperands(graph);

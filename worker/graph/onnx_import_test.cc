@@ -144,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "elementwise", "shuffle", "dynamic", "scaled", "convnext",
                                          "attention", "attention_dynamic", "mha", "mha_dynamic",
                                          "relpos", "text", "text_mask", "text_cnn", "text_lstm",
-                                         "text_bigru", "text_bilstm", "text_lstm_dynamic", "norms"),
+                                         "text_bigru", "text_bilstm", "text_lstm_dynamic",
+                                         "text_lstm_packed", "text_gru_packed", "norms"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
@@ -348,6 +349,37 @@ TEST(OnnxModelTest, LabelOutOfRangeNamesTheSample) {
   EXPECT_TRUE(absl::StrContains(step.status().message(), "sample 2")) << step.status();
   EXPECT_EQ((*model)->Evaluate(images.data(), labels.data(), 4).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A packed GRU exported with a dynamic batch (its sort by length taken out: no constant of the
+// export's batch left) runs at other batch sizes, each sample as it would run alone; a sample
+// of padding only (length 0, which pack_padded_sequence refuses too) is refused naming it.
+TEST(OnnxModelTest, PackedSequencesAtAnyBatchSize) {
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(OnnxPath("text_gru_packed"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> ids(3 * 12, 0.0f);
+  const int lengths[3] = {5, 12, 1};
+  for (int n = 0; n < 3; ++n) {
+    for (int t = 0; t < lengths[n]; ++t) ids[n * 12 + t] = static_cast<float>(1 + (7 * n + t) % 49);
+  }
+  const std::vector<nn::Label> labels = {4, 0, 2};
+  absl::StatusOr<nn::BatchResult> together = (*model)->Evaluate(ids.data(), labels.data(), 3);
+  ASSERT_TRUE(together.ok()) << together.status();
+  double alone = 0;
+  for (int n = 0; n < 3; ++n) {
+    absl::StatusOr<nn::BatchResult> one = (*model)->Evaluate(&ids[n * 12], &labels[n], 1);
+    ASSERT_TRUE(one.ok()) << one.status();
+    alone += one->loss / 3;
+  }
+  EXPECT_NEAR(together->loss, alone, 1e-6);
+  std::fill(ids.begin() + 12, ids.begin() + 24, 0.0f);
+  absl::StatusOr<nn::BatchResult> empty = (*model)->TrainStep(ids.data(), labels.data(), 3);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(empty.status().message(),
+                                "sample 1 of the batch has sequence length 0, not a whole number "
+                                "in [1, 12] (pack_padded_sequence needs at least one step per "
+                                "sample)"))
+      << empty.status();
 }
 
 // `op` of the first node that has it in vgg.onnx replaced by `replacement`, written to a file.

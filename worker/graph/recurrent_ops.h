@@ -10,7 +10,12 @@
 //              linear_before_reset=1), learned as they are; zero initial states; attributes
 //              hidden_size H, directions (1 or 2, bidirectional) and `output`: 0 for Y [T, D, B,
 //              H] (every step's h per direction), 1 for Y_h [D, B, H] (the last h), 2 for the
-//              LSTM's Y_c [D, B, H] (the last c), ONNX's outputs.
+//              LSTM's Y_c [D, B, H] (the last c), ONNX's outputs. With attribute
+//              sequence_lens = 1, a last input [B] holds each sample's length L_n (ONNX's
+//              sequence_lens, pack_padded_sequence's lengths; whole numbers in [1, T], else
+//              the step fails naming the sample): sample n runs steps 0 .. L_n - 1 (the
+//              reverse direction from time L_n - 1 down), its state then stays (Y_h, Y_c) and
+//              its Y is zero past L_n, as ONNX and PyTorch compute them.
 //              Forward keeps every step's gates; backward runs back through time (BPTT).
 // A node of every output a graph reads (each reads the same weights: their gradients add up,
 // as for any weight several nodes read).

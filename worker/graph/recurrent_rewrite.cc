@@ -1,5 +1,6 @@
 // FuseTorchRecurrent (graph_rewrites.h): torch's export of an nn.LSTM or nn.GRU layer read back
-// as one TorchLSTM or TorchGRU node (recurrent_ops.h) on the state_dict's tensors.
+// as one TorchLSTM or TorchGRU node (recurrent_ops.h) on the state_dict's tensors; and
+// UnsortPackedSequences: pack_padded_sequence's sort by length taken out again.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -150,6 +151,152 @@ class RecurrentPattern {
 
 }  // namespace
 
+namespace {
+
+// Who reads each value: (node index, input index) pairs.
+std::map<std::string, std::vector<std::pair<size_t, size_t>>> Readers(const Graph& graph) {
+  std::map<std::string, std::vector<std::pair<size_t, size_t>>> readers;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (size_t k = 0; k < graph.nodes[n].inputs.size(); ++k) {
+      if (!graph.nodes[n].inputs[k].empty()) readers[graph.nodes[n].inputs[k]].push_back({n, k});
+    }
+  }
+  return readers;
+}
+
+// Removes the nodes named in `candidates` whose outputs nothing reads (nor the graph's output),
+// until none is left: what only a rewritten pattern read.
+void RemoveUnread(Graph& graph, const std::set<std::string>& candidates) {
+  bool removed = true;
+  while (removed) {
+    removed = false;
+    const std::set<std::string> readers = ReadValues(graph);
+    std::vector<Node> kept;
+    for (Node& node : graph.nodes) {
+      bool unread = candidates.count(node.name) > 0;
+      for (const std::string& o : node.outputs) {
+        unread = unread && readers.count(o) == 0 && o != graph.output;
+      }
+      if (unread) {
+        removed = true;
+        continue;
+      }
+      kept.push_back(std::move(node));
+    }
+    graph.nodes = std::move(kept);
+  }
+}
+
+}  // namespace
+
+void UnsortPackedSequences(Graph& graph) {
+  const RecurrentPattern pattern(graph);
+  const auto readers = Readers(graph);
+  auto reads_of = [&](const std::string& v) {
+    const auto it = readers.find(v);
+    return it == readers.end() ? std::vector<std::pair<size_t, size_t>>{} : it->second;
+  };
+  // `value` and every Cast of it (and of those): the same numbers in another integer type.
+  auto with_casts = [&](const std::string& value, std::set<size_t>& casts) {
+    std::vector<std::string> all = {value};
+    for (size_t i = 0; i < all.size(); ++i) {
+      for (const auto& [n, k] : reads_of(all[i])) {
+        if (graph.nodes[n].op != "Cast" || graph.nodes[n].outputs.size() != 1) continue;
+        casts.insert(n);
+        all.push_back(graph.nodes[n].outputs[0]);
+      }
+    }
+    return all;
+  };
+  std::map<std::string, std::string> renamed;  // A value read instead of another.
+  std::set<std::string> candidates;            // Nodes that may now be unread.
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& top = graph.nodes[n];
+    if (top.op != "TopK" || top.inputs.size() != 2 || top.outputs.size() != 2) continue;
+    const absl::StatusOr<int64_t> largest = IntAttribute(top, "largest", 1);
+    if (!largest.ok() || *largest != 1) continue;
+    std::set<size_t> pattern_nodes = {n};
+    const std::vector<std::string> sorted = with_casts(top.outputs[0], pattern_nodes);
+    const std::vector<std::string> order = with_casts(top.outputs[1], pattern_nodes);
+    // The sorted lengths go only to recurrent layers' sequence_lens; the order only gathers
+    // (the batch into sorted order), builds the inverse order (which only gathers back) or
+    // gives its size (the inverse's arange, with a dynamic batch).
+    bool matched = true;
+    std::vector<size_t> lstms, gathers;
+    std::vector<std::string> inverse;
+    for (const std::string& v : sorted) {
+      for (const auto& [r, k] : reads_of(v)) {
+        const std::string& op = graph.nodes[r].op;
+        if (pattern_nodes.count(r)) continue;
+        matched = matched && (op == "LSTM" || op == "GRU") && k == 4;
+        lstms.push_back(r);
+      }
+    }
+    for (const std::string& v : order) {
+      for (const auto& [r, k] : reads_of(v)) {
+        const Node& reader = graph.nodes[r];
+        if (pattern_nodes.count(r)) continue;
+        if (reader.op == "Gather" && k == 1 && reader.outputs.size() == 1) {
+          gathers.push_back(r);
+        } else if (reader.op == "Shape") {  // The batch size, for the inverse's arange.
+          pattern_nodes.insert(r);
+        } else if (reader.op == "ScatterElements" && k == 1 && reader.outputs.size() == 1) {
+          pattern_nodes.insert(r);
+          for (const std::string& i : with_casts(reader.outputs[0], pattern_nodes)) {
+            inverse.push_back(i);
+          }
+        } else {
+          matched = false;
+        }
+      }
+    }
+    for (const std::string& v : inverse) {
+      for (const auto& [r, k] : reads_of(v)) {
+        if (pattern_nodes.count(r)) continue;
+        const Node& reader = graph.nodes[r];
+        matched = matched && reader.op == "Gather" && k == 1 && reader.outputs.size() == 1;
+        gathers.push_back(r);
+      }
+    }
+    if (!matched || lstms.empty() || gathers.empty()) continue;
+    // Each sample in its own place: the layers read the unsorted batch and the lengths in its
+    // order, and the gathers into and out of the sorted order read what they would permute.
+    for (size_t r : lstms) renamed[graph.nodes[r].inputs[4]] = top.inputs[0];
+    for (size_t r : gathers) {
+      renamed[graph.nodes[r].outputs[0]] = graph.nodes[r].inputs[0];
+      pattern_nodes.insert(r);
+    }
+    // Everything the pattern computed from (k, the inverse's constants) may now be unread.
+    std::vector<std::string> pending;
+    for (size_t p : pattern_nodes) {
+      candidates.insert(graph.nodes[p].name);
+      for (size_t k = 0; k < graph.nodes[p].inputs.size(); ++k) {
+        if (graph.nodes[p].op == "Gather" && k == 0) continue;  // The data: read on.
+        pending.push_back(graph.nodes[p].inputs[k]);
+      }
+    }
+    while (!pending.empty()) {
+      const std::string value = pending.back();
+      pending.pop_back();
+      const std::optional<size_t> p = pattern.ProducerIndex(value);
+      if (!p.has_value() || !candidates.insert(graph.nodes[*p].name).second) continue;
+      for (const std::string& in : graph.nodes[*p].inputs) pending.push_back(in);
+    }
+  }
+  if (renamed.empty()) return;
+  auto resolve = [&](std::string v) {
+    for (auto it = renamed.find(v); it != renamed.end(); it = renamed.find(v)) v = it->second;
+    return v;
+  };
+  for (Node& node : graph.nodes) {
+    for (std::string& in : node.inputs) {
+      if (!in.empty()) in = resolve(in);
+    }
+  }
+  graph.output = resolve(graph.output);
+  RemoveUnread(graph, candidates);
+}
+
 void FuseTorchRecurrent(Graph& graph) {
   const RecurrentPattern pattern(graph);
   std::map<size_t, std::vector<Node>> replacements;  // Per LSTM or GRU node index.
@@ -203,8 +350,9 @@ void FuseTorchRecurrent(Graph& graph) {
       inputs.push_back(*b_ih);
       inputs.push_back(*b_hh);
     }
-    if (!matched || !input(4).empty() || !pattern.ZeroState(input(5)) ||
-        (lstm && !pattern.ZeroState(input(6))) || rnn.inputs.size() > (lstm ? 7u : 6u)) {
+    if (!input(4).empty()) inputs.push_back(input(4));  // Each sample's length, last.
+    if (!matched || !pattern.ZeroState(input(5)) || (lstm && !pattern.ZeroState(input(6))) ||
+        rnn.inputs.size() > (lstm ? 7u : 6u)) {
       continue;
     }
     std::vector<Node> made;
@@ -220,6 +368,7 @@ void FuseTorchRecurrent(Graph& graph) {
       node.attributes["hidden_size"] = h;
       node.attributes["directions"] = directions;
       node.attributes["output"] = static_cast<int64_t>(k);
+      if (!input(4).empty()) node.attributes["sequence_lens"] = int64_t{1};
       made.push_back(std::move(node));
     }
     replacements[n] = std::move(made);
@@ -246,24 +395,7 @@ void FuseTorchRecurrent(Graph& graph) {
   graph.nodes = std::move(nodes);
   // The weights' re-ordering and the initial states' expansion, now unread, go (and what only
   // they read).
-  bool removed = true;
-  while (removed) {
-    removed = false;
-    const std::set<std::string> readers = ReadValues(graph);
-    std::vector<Node> kept;
-    for (Node& node : graph.nodes) {
-      bool unread = candidates.count(node.name) > 0;
-      for (const std::string& o : node.outputs) {
-        unread = unread && readers.count(o) == 0 && o != graph.output;
-      }
-      if (unread) {
-        removed = true;
-        continue;
-      }
-      kept.push_back(std::move(node));
-    }
-    graph.nodes = std::move(kept);
-  }
+  RemoveUnread(graph, candidates);
 }
 
 }  // namespace graph
