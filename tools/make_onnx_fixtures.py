@@ -54,6 +54,10 @@ The models:
   norms      GroupNorm (InstanceNormalization of a reshaped value, reshaped back to its
              input's Shape, then the unsqueezed weight and bias), PReLU per channel and shared,
              InstanceNorm2d(affine=True), AdaptiveMaxPool2d(1).
+  functional  Functional ops: F.normalize over the channels (ReduceL2, Clip, Expand, Div),
+             torch.maximum and torch.minimum (Max, Min), torch.sin and torch.cos, x.std over
+             the channels (its divisor folded from ReduceProd of a Shape), a masked count
+             clamped by an integer bound.
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -92,7 +96,8 @@ The models:
              TopK, Gather, sequence_lens, ScatterElements, Gather back), the head on the last
              layer's final hidden states.
   text_gru_packed  A packed nn.GRU exported with a dynamic batch axis, the head on
-             pad_packed_sequence's output summed over time plus the final hidden state.
+             pad_packed_sequence's output averaged over each sample's length (the lengths it
+             returns) plus the final hidden state.
   text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
              a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
              tokens' mean and a Linear head; 5 classes.
@@ -478,6 +483,24 @@ class Norms(nn.Module):
         return self.fc(torch.flatten(self.pool(h), 1))
 
 
+class Functional(nn.Module):
+    """F.normalize, torch.maximum/minimum, sin and cos, x.std(dim) and an integer clamp."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        h = self.conv(x)
+        a = nn.functional.normalize(h, dim=1)
+        b = torch.maximum(torch.minimum(a, 0.5 * torch.sin(h)), -0.5 * torch.cos(h))
+        s = h.std(dim=1, keepdim=True)
+        y = (b * s + a).mean((2, 3))
+        count = (h.mean((2, 3)) != 0).sum(1, keepdim=True).clamp(min=1)  # Integers: 8 each.
+        return self.fc(y / count.to(y.dtype))
+
+
 class DynamicShuffle(Shuffle):
     """Shuffle with x.view(x.size(0), -1) before its head, exported with a dynamic batch axis:
     the shapes of the view, the chunks and the shuffles come from Shape at run time."""
@@ -698,7 +721,8 @@ class PackedLSTM(nn.Module):
 
 class PackedGRU(nn.Module):
     """A packed nn.GRU whose padded output (pad_packed_sequence: zeros past each length) is
-    summed over time, plus the final hidden state."""
+    averaged over each sample's length (the lengths pad_packed_sequence returns), plus the final
+    hidden state."""
 
     def __init__(self):
         super().__init__()
@@ -711,8 +735,9 @@ class PackedGRU(nn.Module):
         packed = nn.utils.rnn.pack_padded_sequence(self.embed(ids), lengths, batch_first=True,
                                                    enforce_sorted=False)
         out, h = self.rnn(packed)
-        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
-        return self.head(out.sum(1) + h[-1])
+        out, lengths = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                        total_length=ids.shape[1])
+        return self.head(out.sum(1) / lengths.unsqueeze(1).to(out.dtype) + h[-1])
 
 
 class TextBiLSTM(nn.Module):
@@ -758,6 +783,7 @@ MODELS = {
     "scaled": lambda: (Scaled(), 10),
     "convnext": lambda: (ConvNeXt(), 10),
     "norms": lambda: (Norms(), 10),
+    "functional": lambda: (Functional(), 10),
 }
 
 # Models whose input is token ids, not images: name -> (vocabulary, tokens per sample).

@@ -225,16 +225,17 @@ struct Rowwise {
   }
 };
 
-// ---- ReduceMean and ReduceSum over axes other than the batch's ----
+// ---- ReduceMean, ReduceSum, ReduceMax and ReduceL2 over axes other than the batch's ----
 
-enum class Reduction { kMean, kSum, kMax };
+enum class Reduction { kMean, kSum, kMax, kL2 };
 
 template <typename T>
 class ReduceNode final : public AnyShapeNode<T> {
  public:
   // `kept` is the output with the reduced axes kept as size 1 (keepdims=1), whatever the
   // output's own shape; a sum is multiplied by `scale` (1 / count for a mean, 1 for a sum). A
-  // max's gradient goes to the first largest element, as torch.max(x, dim) gives it.
+  // max's gradient goes to the first largest element, as torch.max(x, dim) gives it; an L2
+  // norm's is x / norm, 0 where the norm is 0 (as PyTorch's norm gives it).
   ReduceNode(Reduction reduction, ValueShape in, ValueShape kept, ValueShape out, T scale)
       : AnyShapeNode<T>(std::move(out)),
         reduction_(reduction),
@@ -260,6 +261,13 @@ class ReduceNode final : public AnyShapeNode<T> {
       return {y, x.batch, this->output_dims()};
     }
     std::fill(y, y + n, T(0));
+    if (reduction_ == Reduction::kL2) {
+      x_ = x.data;
+      ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch),
+                    [&](int64_t k, int64_t off) { y[off] += x.data[k] * x.data[k]; });
+      for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(y[i]);
+      return {y, x.batch, this->output_dims()};
+    }
     ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch),
                   [&](int64_t k, int64_t off) { y[off] += x.data[k]; });
     if (scale_ != T(1)) {
@@ -278,6 +286,13 @@ class ReduceNode final : public AnyShapeNode<T> {
     if (reduction_ == Reduction::kMax) {
       std::fill(dx, dx + size, T(0));
       for (int64_t i = 0; i < grad_output.size(); ++i) dx[argmax_[i]] += dy[i];
+      return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
+    }
+    if (reduction_ == Reduction::kL2) {
+      const T* norm = output_.data();
+      ForEachOffset(in_.Concrete(batch), KeptStrides(batch), [&](int64_t k, int64_t off) {
+        dx[k] = norm[off] > T(0) ? dy[off] * x_[k] / norm[off] : T(0);
+      });
       return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
     }
     ForEachOffset(in_.Concrete(batch), KeptStrides(batch),
@@ -300,6 +315,7 @@ class ReduceNode final : public AnyShapeNode<T> {
   const T scale_;
   std::vector<T> output_, grad_input_;
   std::vector<int64_t> argmax_;  // A max's: per output element, the input element taken.
+  const T* x_ = nullptr;         // An L2 norm's input, valid until Backward returns (node.h).
 };
 
 // ReduceMean, ReduceSum or ReduceMax; the axes from the attribute or (opset 13 on) input 1.
@@ -338,7 +354,8 @@ struct AnyShapeReduce {
         return ctx.Error(absl::StrCat("a ",
                                       kMean                           ? "mean"
                                       : kReduction == Reduction::kSum ? "sum"
-                                                                      : "max",
+                                      : kReduction == Reduction::kMax ? "max"
+                                                                      : "norm",
                                       " over every axis (the batch's too) unsupported"));
       }
       ValueShape kept = in;
@@ -402,6 +419,12 @@ class BroadcastBinaryNode final : public OperandNode<T> {
       const T a = swapped_ ? other_[o] : x_[k];
       const T b = swapped_ ? x_[k] : other_[o];
       switch (op_) {
+        case BinaryOp::kMax:  // NaN wins, as in torch.maximum.
+          y[k] = a > b || std::isnan(a) ? a : b;
+          break;
+        case BinaryOp::kMin:
+          y[k] = a < b || std::isnan(a) ? a : b;
+          break;
         case BinaryOp::kAdd:
           y[k] = a + b;
           break;
@@ -444,6 +467,16 @@ class BroadcastBinaryNode final : public OperandNode<T> {
       const T x = x_[k], c = other_[o], g = dy[k];
       T gx, gc;  // d/dx, d/dc of the output times g.
       switch (op_) {
+        case BinaryOp::kMax:  // To the larger; a tie halves it, as torch.maximum's gradient.
+        case BinaryOp::kMin:
+          if (x == c) {
+            gx = gc = g / T(2);
+          } else {
+            const bool x_taken = (op_ == BinaryOp::kMax) == (x > c);
+            gx = x_taken ? g : T(0);
+            gc = x_taken ? T(0) : g;
+          }
+          break;
         case BinaryOp::kAdd:
           gx = g;
           gc = g;
@@ -605,7 +638,8 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateBroadcastBinary(const NodeCon
 template <typename T, BinaryOp kOp>
 struct AnyShapeBinary {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    if (AllBatchFirst(ctx)) {
+    constexpr bool kMaxMin = kOp == BinaryOp::kMax || kOp == BinaryOp::kMin;
+    if (!kMaxMin && AllBatchFirst(ctx)) {
       absl::StatusOr<std::unique_ptr<NodeImpl<T>>> made = Build<T>(BatchFirstBinary(kOp), ctx);
       if (made.ok()) return made;
     }
@@ -655,6 +689,17 @@ OpFactory AnyShapeReduceMeanOp() {
 OpFactory AnyShapeReduceSumOp() {
   return MakeOpFactory<any_shape_internal::AnyShapeReduce<any_shape_internal::Reduction::kSum>::Op>(
       true);
+}
+
+OpFactory AnyShapeReduceL2Op() {
+  return MakeOpFactory<any_shape_internal::AnyShapeReduce<any_shape_internal::Reduction::kL2>::Op>(
+      true);
+}
+OpFactory AnyShapeMaxOp() {
+  return MakeOpFactory<any_shape_internal::BinaryOf<BinaryOp::kMax>::Impl>(true);
+}
+OpFactory AnyShapeMinOp() {
+  return MakeOpFactory<any_shape_internal::BinaryOf<BinaryOp::kMin>::Impl>(true);
 }
 
 OpFactory AnyShapeReduceMaxOp() {

@@ -23,17 +23,19 @@
 //              (negative axes counted from the rank); x[..., a:b] and Split's outputs.
 //   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
 //   Pad        zeros along any axes but the batch's (constant mode, value 0).
-//   ReduceMean, ReduceSum, ReduceMax  over axes other than the batch's (attribute, or input
-//              from opset 18; ReduceSum's from 13), keepdims or not (a layer norm written out:
-//              x.mean(-1, keepdim=True); a masked mean's sums; a text CNN's max over time, its
-//              gradient to the first largest element as torch.max(x, dim)'s).
+//   ReduceMean, ReduceSum, ReduceMax, ReduceL2  over axes other than the batch's (attribute,
+//              or input from opset 18; ReduceSum's from 13), keepdims or not (a layer norm
+//              written out: x.mean(-1, keepdim=True); a masked mean's sums; a text CNN's max
+//              over time, its gradient to the first largest element as torch.max(x, dim)'s;
+//              F.normalize's norm, its gradient x / norm, 0 at a zero norm).
 //   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
 //              export's target holds the batch size, else axis 0, which the tensor must have of
 //              size 1 (cls_token.expand(B, -1, -1)); a learned one gets the sum of its uses'
 //              gradients. Of a computed value along its size-1 axes, the batch kept (a padding
 //              mask to every head).
 //   Equal      of a computed value and a constant of one element (ids == pad), Not of a
-//              computed value, Cast to bool (x != 0): 1 or 0, no gradient.
+//              computed value, Cast to bool (x != 0): 1 or 0, no gradient. Cast to an integer
+//              type: trunc(x), no gradient.
 //   Where      cond ? a : b, computed inputs of one shape, constants broadcast into it
 //              (masked_fill); the gradient to a computed a or b where it was taken.
 //   Add, Sub, Mul, Div  of two computed values of one shape (or one of size 1 along axes where
@@ -41,6 +43,9 @@
 //              tensor of the graph that broadcasts to its shape as NumPy does, of size 1 on the
 //              batch axis (a bias over the last axis, a positional embedding, a scalar); the
 //              tensor is learned, fixed or held as multi_input_ops.h says.
+//   Max, Min   the same operands (two), element by element (torch.maximum, torch.minimum, a
+//              clamp by a tensor): the gradient to the operand taken, halved on a tie as
+//              PyTorch's; NaN wins.
 #ifndef DPTRAIN_WORKER_GRAPH_ANY_SHAPE_OPS_H_
 #define DPTRAIN_WORKER_GRAPH_ANY_SHAPE_OPS_H_
 
@@ -65,6 +70,7 @@ OpFactory AnyShapeLogSoftmaxOp();
 OpFactory AnyShapeReduceMeanOp();
 OpFactory AnyShapeReduceSumOp();  // Any shape only (no batch-first version).
 OpFactory AnyShapeReduceMaxOp();  // Any shape only (no batch-first version).
+OpFactory AnyShapeReduceL2Op();   // Any shape only.
 OpFactory AnyShapePadOp();
 OpFactory AnyShapeSliceOp();
 OpFactory AnyShapeConcatOp();
@@ -72,6 +78,8 @@ OpFactory AnyShapeAddOp();
 OpFactory AnyShapeSubOp();
 OpFactory AnyShapeMulOp();
 OpFactory AnyShapeDivOp();
+OpFactory AnyShapeMaxOp();  // Any shape only.
+OpFactory AnyShapeMinOp();  // Any shape only.
 
 }  // namespace graph
 }  // namespace dptrain

@@ -173,6 +173,21 @@ struct LogFn {
   void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kLog; }
 };
 
+// Sin, Cos: no twin (ElementFunction::kNone): a GPU graph refuses them in one line.
+template <typename T>
+struct SinFn {
+  T value(T x) const { return std::sin(x); }
+  T slope(T x) const { return std::cos(x); }
+  void Describe(TwinSpec<T>&) const {}
+};
+
+template <typename T>
+struct CosFn {
+  T value(T x) const { return std::cos(x); }
+  T slope(T x) const { return -std::sin(x); }
+  void Describe(TwinSpec<T>&) const {}
+};
+
 template <typename T>
 struct SqrtFn {
   T value(T x) const { return std::sqrt(x); }
@@ -339,12 +354,17 @@ struct Clip {
         float high, FloatAttribute(ctx.node, "max", std::numeric_limits<float>::infinity()));
     for (size_t k : {size_t{1}, size_t{2}}) {
       DPTRAIN_RETURN_IF_ERROR(ctx.CheckNotLearned(k, "bound"));
-      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bound,
-                               ctx.ConstantInput(k, Tensor::Type::kFloat, /*optional=*/true));
+      // An integer bound clips an integer value (a count: `n.clamp(min=1)` of a mask's sum).
+      const NodeInput* in = ctx.input(k);
+      const Tensor::Type type =
+          in != nullptr && in->constant != nullptr ? in->constant->type : Tensor::Type::kFloat;
+      DPTRAIN_ASSIGN_OR_RETURN(const Tensor* bound, ctx.ConstantInput(k, type, /*optional=*/true));
       if (bound == nullptr) continue;
-      if (bound->floats.size() != 1)
+      if (bound->num_elements() != 1) {
         return ctx.Error(absl::StrCat("bound ", k, " is not a scalar"));
-      (k == 1 ? low : high) = bound->floats[0];
+      }
+      (k == 1 ? low : high) =
+          type == Tensor::Type::kFloat ? bound->floats[0] : static_cast<float>(bound->ints[0]);
     }
     if (!(low <= high)) {
       return ctx.Error(absl::StrCat("min ", low, " is above max ", high));
@@ -394,6 +414,8 @@ OpFactory SoftsignOp() { return MakeOpFactory<PlainFunction<SoftsignFn>::Op>(); 
 OpFactory ExpOp() { return MakeOpFactory<PlainFunction<ExpFn>::Op>(); }
 OpFactory LogOp() { return MakeOpFactory<PlainFunction<LogFn>::Op>(); }
 OpFactory SqrtOp() { return MakeOpFactory<PlainFunction<SqrtFn>::Op>(); }
+OpFactory SinOp() { return MakeOpFactory<PlainFunction<SinFn>::Op>(); }
+OpFactory CosOp() { return MakeOpFactory<PlainFunction<CosFn>::Op>(); }
 OpFactory NegOp() { return MakeOpFactory<PlainFunction<NegFn>::Op>(); }
 OpFactory AbsOp() { return MakeOpFactory<PlainFunction<AbsFn>::Op>(); }
 OpFactory ReciprocalOp() { return MakeOpFactory<PlainFunction<ReciprocalFn>::Op>(); }

@@ -251,14 +251,14 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
           return NodeError(
               node, absl::StrCat("input '", name, "' is ", nc->second, ", which is not computed"));
         } else if (auto sh = shapes.find(name); sh != shapes.end()) {
-          // Whole, only as a Reshape's target (x.reshape(y.shape), as GroupNorm exports): the
-          // batch size and the per-sample dims (a lower rank's trailing 1s give it the same
-          // per-sample dims).
-          if (node.op != "Reshape" || slot != 1) {
+          // Whole, only as a Reshape's or an Expand's target (x.reshape(y.shape), as GroupNorm
+          // exports; norm.expand_as(x), as F.normalize does): the batch size and the
+          // per-sample dims (a lower rank's trailing 1s give it the same per-sample dims).
+          if ((node.op != "Reshape" && node.op != "Expand") || slot != 1) {
             return NodeError(
                 node, absl::StrCat("reads the Shape '", name, "' of node '", sh->second.second,
-                                   "' other than by Gather or as a Reshape's target: "
-                                   "unsupported"));
+                                   "' other than by Gather or as a Reshape's or an Expand's "
+                                   "target: unsupported"));
           }
           Tensor& whole = folded[name];
           DPTRAIN_ASSIGN_OR_RETURN(whole, WholeShape(node, sh->second.first));

@@ -65,10 +65,12 @@ void FuseChannelShuffle(Graph& graph);
 // batch sorted by length (TopK of the lengths, largest first), the sorted batch Gathered, the
 // sorted lengths as the recurrent layers' sequence_lens, and Gathers back through the inverse
 // order (ScatterElements) -> the layers read the batch and the lengths in their own order and
-// the Gathers go (each gather's reader reads what it gathered from). The sort is only ever
-// taken out whole: a TopK whose outputs anything else reads is left alone (and refused as
-// unsupported). So a packed sequence's layers run on any batch size, unlike the export's own
-// inverse order (a constant of the export's batch).
+// the Gathers go (each gather's reader reads what it gathered from; pad_packed_sequence's
+// lengths, gathered back, are the lengths). A TopK whose outputs anything else reads is left
+// alone (and refused as unsupported). The pattern is trusted to be torch's, where every value
+// gathered into sorted order is gathered back before it meets the batch's own order (the axes
+// are not checked). So a packed sequence's layers run on any batch size, unlike the export's
+// own inverse order (a constant of the export's batch).
 void UnsortPackedSequences(Graph& graph);
 
 // One layer of nn.LSTM or nn.GRU as torch.onnx.export writes it: an LSTM or GRU node

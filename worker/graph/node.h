@@ -152,7 +152,8 @@ enum class ElementFunction {
 // The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
 // one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); one
 // constant scalar; or one value per pixel.
-enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPRelu };
+// kMax, kMin: element-wise maximum and minimum (any-shape nodes only: no CUDA twin).
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPRelu, kMax, kMin };
 // kPixel: b is [1, H, W] against a's [C, H, W] (a per-pixel statistic: a channel layer norm).
 enum class Broadcast { kNone, kChannel, kScalar, kPixel };
 // Where a node's operand tensor comes from: a computed value, a constant scalar the node keeps,

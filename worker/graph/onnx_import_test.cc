@@ -145,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "attention", "attention_dynamic", "mha", "mha_dynamic",
                                          "relpos", "text", "text_mask", "text_cnn", "text_lstm",
                                          "text_bigru", "text_bilstm", "text_lstm_dynamic",
-                                         "text_lstm_packed", "text_gru_packed", "norms"),
+                                         "text_lstm_packed", "text_gru_packed", "norms",
+                                         "functional"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
@@ -397,12 +398,12 @@ std::string VggWithOp(const std::string& op, const std::string& replacement,
 }
 
 TEST(OnnxImportTest, UnsupportedOpNamesOpAndNode) {
-  const std::string path = VggWithOp("Relu", "Sin", "sin.onnx");
+  const std::string path = VggWithOp("Relu", "CumSum", "cumsum.onnx");
   absl::StatusOr<std::unique_ptr<nn::Model>> model = LoadOnnxModel(path, {});
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model.status().message(),
-            absl::StrCat(path, ": unsupported op 'Sin' (node '/features/features.2/Relu')"));
+            absl::StrCat(path, ": unsupported op 'CumSum' (node '/features/features.2/Relu')"));
 }
 
 TEST(OnnxImportTest, UnsupportedAttributeNamesNode) {

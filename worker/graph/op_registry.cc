@@ -89,6 +89,7 @@ OpRegistry BuiltinOps() {
   add("ReduceMean", AnyShapeReduceMeanOp());
   add("ReduceSum", AnyShapeReduceSumOp());
   add("ReduceMax", AnyShapeReduceMaxOp());
+  add("ReduceL2", AnyShapeReduceL2Op());
   add("TorchLSTM", TorchLstmOp());
   add("TorchGRU", TorchGruOp());
   add("Flatten", FlattenOp());
@@ -111,6 +112,8 @@ OpRegistry BuiltinOps() {
   add("Softplus", elementwise(SoftplusOp()));
   add("Softsign", elementwise(SoftsignOp()));
   add("Exp", elementwise(ExpOp()));
+  add("Sin", elementwise(SinOp()));
+  add("Cos", elementwise(CosOp()));
   add("Log", elementwise(LogOp()));
   add("Sqrt", elementwise(SqrtOp()));
   add("Neg", elementwise(NegOp()));
@@ -134,6 +137,8 @@ OpRegistry BuiltinOps() {
   add("Sub", AnyShapeSubOp());
   add("Mul", AnyShapeMulOp());
   add("Div", AnyShapeDivOp());
+  add("Max", AnyShapeMaxOp());
+  add("Min", AnyShapeMinOp());
   add("PRelu", PReluOp());
   add("Concat", AnyShapeConcatOp());
   // Normalizations with their own parameters (norm_ops.h):

@@ -101,7 +101,7 @@ TEST_F(OpsTest, ElementWise) {
 }
 
 TEST_F(OpsTest, ErfHardSigmoidHardSwishCastAndReduceMean) {
-  for (const char* op : {"Erf", "HardSwish", "Cast"}) {
+  for (const char* op : {"Erf", "HardSwish", "Cast", "Sin", "Cos"}) {
     SCOPED_TRACE(op);
     std::map<std::string, Attribute> attributes;
     if (std::string(op) == "Cast") attributes["to"] = int64_t{1};
@@ -195,6 +195,9 @@ TEST_F(OpsTest, LeakyReluAndClip) {
   Check(
       Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x", "", "hi"}, {"y"})}, {FloatScalar("hi", 0.1f)}));
   Check(Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x"}, {"y"}, {{"min", -0.1f}, {"max", 0.25f}})}));
+  // An integer bound (int64, as `count.clamp(min=1)` of an integer tensor exports it).
+  Check(Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x", "zero", "hi"}, {"y"})},
+              {IntConstant("zero", {0}), FloatScalar("hi", 0.3f)}));
   EXPECT_NE(BuildError(Chain({2, 3, 4},
                              {MakeNode("Clip", "c", {"x"}, {"y"}, {{"min", 1.0f}, {"max", 0.5f}})}))
                 .find("min 1 is above max 0.5"),

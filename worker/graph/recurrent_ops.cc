@@ -108,7 +108,11 @@ class TorchRecurrentNode final : public AnyShapeNode<T> {
     const int64_t b = batch_, h = hidden_, state = b * h;
     lengths_.clear();
     if (has_lengths_) {
-      for (int n = 0; n < x.batch; ++n) lengths_.push_back(static_cast<int64_t>(inputs[1].data[n]));
+      // In [0, T] whatever happens (CheckInputs refused anything else before this call).
+      for (int n = 0; n < x.batch; ++n) {
+        const T v = inputs[1].data[n];
+        lengths_.push_back(v >= T(0) && v <= static_cast<T>(steps_) ? static_cast<int64_t>(v) : 0);
+      }
     }
     for (int d = 0; d < directions_; ++d) ForwardDirection(d);
     // Y [T, D, B, H]: each time step's h of each direction (zero past a sample's length); Y_h,
@@ -430,9 +434,10 @@ struct TorchRecurrent {
                                IntAttribute(ctx.node, "sequence_lens", 0));
       const bool lengths = with_lengths != 0;
       if (lengths) {
+        if (ctx.inputs.size() < 2) return ctx.Error("sequence_lens without a lengths input");
         const NodeInput& l = ctx.inputs.back();
-        if (ctx.inputs.size() < 2 || !l.is_runtime() || l.shape->per_sample() != 1 ||
-            l.shape->batch_axis != 0 || l.shape->batch_outer != 1 || l.shape->batch_inner != 1) {
+        if (!l.is_runtime() || l.shape->per_sample() != 1 || l.shape->batch_axis != 0 ||
+            l.shape->batch_outer != 1 || l.shape->batch_inner != 1) {
           return ctx.Error("the last input must be each sample's length, a computed [B] value");
         }
       }

@@ -199,14 +199,18 @@ void UnsortPackedSequences(Graph& graph) {
   // `value` and every Cast of it (and of those): the same numbers in another integer type.
   auto with_casts = [&](const std::string& value, std::set<size_t>& casts) {
     std::vector<std::string> all = {value};
+    std::set<std::string> seen = {value};  // A malformed graph's cycle ends here.
     for (size_t i = 0; i < all.size(); ++i) {
       for (const auto& [n, k] : reads_of(all[i])) {
-        if (graph.nodes[n].op != "Cast" || graph.nodes[n].outputs.size() != 1) continue;
+        const Node& cast = graph.nodes[n];
+        if (cast.op != "Cast" || cast.outputs.size() != 1 || !seen.insert(cast.outputs[0]).second) {
+          continue;
+        }
         casts.insert(n);
-        all.push_back(graph.nodes[n].outputs[0]);
+        all.push_back(cast.outputs[0]);
       }
     }
-    return all;
+    return std::set<std::string>(all.begin(), all.end());
   };
   std::map<std::string, std::string> renamed;  // A value read instead of another.
   std::set<std::string> candidates;            // Nodes that may now be unread.
@@ -216,56 +220,66 @@ void UnsortPackedSequences(Graph& graph) {
     const absl::StatusOr<int64_t> largest = IntAttribute(top, "largest", 1);
     if (!largest.ok() || *largest != 1) continue;
     std::set<size_t> pattern_nodes = {n};
-    const std::vector<std::string> sorted = with_casts(top.outputs[0], pattern_nodes);
-    const std::vector<std::string> order = with_casts(top.outputs[1], pattern_nodes);
-    // The sorted lengths go only to recurrent layers' sequence_lens; the order only gathers
-    // (the batch into sorted order), builds the inverse order (which only gathers back) or
-    // gives its size (the inverse's arange, with a dynamic batch).
+    const std::set<std::string> sorted = with_casts(top.outputs[0], pattern_nodes);
+    const std::set<std::string> order = with_casts(top.outputs[1], pattern_nodes);
+    // The order only gathers (the batch into sorted order), builds the inverse order (which
+    // only gathers back) or gives its size (the inverse's arange, with a dynamic batch); the
+    // sorted lengths go only to recurrent layers' sequence_lens or are gathered back
+    // (pad_packed_sequence's lengths).
     bool matched = true;
-    std::vector<size_t> lstms, gathers;
-    std::vector<std::string> inverse;
-    for (const std::string& v : sorted) {
-      for (const auto& [r, k] : reads_of(v)) {
-        const std::string& op = graph.nodes[r].op;
-        if (pattern_nodes.count(r)) continue;
-        matched = matched && (op == "LSTM" || op == "GRU") && k == 4;
-        lstms.push_back(r);
-      }
-    }
+    std::vector<size_t> gathers;  // Of the batch, by the order or its inverse.
+    std::set<std::string> inverse;
     for (const std::string& v : order) {
       for (const auto& [r, k] : reads_of(v)) {
         const Node& reader = graph.nodes[r];
         if (pattern_nodes.count(r)) continue;
         if (reader.op == "Gather" && k == 1 && reader.outputs.size() == 1) {
           gathers.push_back(r);
-        } else if (reader.op == "Shape") {  // The batch size, for the inverse's arange.
+        } else if (reader.op == "Shape") {
           pattern_nodes.insert(r);
         } else if (reader.op == "ScatterElements" && k == 1 && reader.outputs.size() == 1) {
           pattern_nodes.insert(r);
-          for (const std::string& i : with_casts(reader.outputs[0], pattern_nodes)) {
-            inverse.push_back(i);
-          }
+          const std::set<std::string> inv = with_casts(reader.outputs[0], pattern_nodes);
+          inverse.insert(inv.begin(), inv.end());
         } else {
           matched = false;
         }
       }
     }
+    std::vector<size_t> layers, unsorted_lengths;
     for (const std::string& v : inverse) {
       for (const auto& [r, k] : reads_of(v)) {
-        if (pattern_nodes.count(r)) continue;
         const Node& reader = graph.nodes[r];
+        if (pattern_nodes.count(r)) continue;
         matched = matched && reader.op == "Gather" && k == 1 && reader.outputs.size() == 1;
-        gathers.push_back(r);
+        if (!matched) break;
+        (sorted.count(reader.inputs[0]) ? unsorted_lengths : gathers).push_back(r);
       }
     }
-    if (!matched || lstms.empty() || gathers.empty()) continue;
+    for (const std::string& v : sorted) {
+      for (const auto& [r, k] : reads_of(v)) {
+        const Node& reader = graph.nodes[r];
+        if (pattern_nodes.count(r)) continue;
+        const bool layer = (reader.op == "LSTM" || reader.op == "GRU") && k == 4;
+        const bool unsort = reader.op == "Gather" && k == 0 && reader.inputs.size() == 2 &&
+                            inverse.count(reader.inputs[1]) > 0;
+        matched = matched && (layer || unsort);
+        if (layer) layers.push_back(r);
+      }
+    }
+    if (!matched || layers.empty() || gathers.empty()) continue;
     // Each sample in its own place: the layers read the unsorted batch and the lengths in its
     // order, and the gathers into and out of the sorted order read what they would permute.
-    for (size_t r : lstms) renamed[graph.nodes[r].inputs[4]] = top.inputs[0];
-    for (size_t r : gathers) {
-      renamed[graph.nodes[r].outputs[0]] = graph.nodes[r].inputs[0];
-      pattern_nodes.insert(r);
+    std::map<std::string, std::string> mine;
+    for (size_t r : layers) mine[graph.nodes[r].inputs[4]] = top.inputs[0];
+    for (size_t r : unsorted_lengths) mine[graph.nodes[r].outputs[0]] = top.inputs[0];
+    for (size_t r : gathers) mine[graph.nodes[r].outputs[0]] = graph.nodes[r].inputs[0];
+    for (size_t r : unsorted_lengths) pattern_nodes.insert(r);
+    for (size_t r : gathers) pattern_nodes.insert(r);
+    if (std::any_of(mine.begin(), mine.end(), [](const auto& m) { return m.first == m.second; })) {
+      continue;  // A value gathered from itself: a malformed graph, left to be refused.
     }
+    renamed.insert(mine.begin(), mine.end());
     // Everything the pattern computed from (k, the inverse's constants) may now be unread.
     std::vector<std::string> pending;
     for (size_t p : pattern_nodes) {
@@ -284,9 +298,21 @@ void UnsortPackedSequences(Graph& graph) {
     }
   }
   if (renamed.empty()) return;
-  auto resolve = [&](std::string v) {
-    for (auto it = renamed.find(v); it != renamed.end(); it = renamed.find(v)) v = it->second;
-    return v;
+  // Each renamed value's final name, a chain of renames followed to its end; a cycle (only a
+  // malformed graph has one) leaves the graph as it was, to be refused.
+  std::map<std::string, std::string> final_name;
+  for (const auto& [from, to] : renamed) {
+    std::string v = to;
+    size_t steps = 0;
+    for (auto it = renamed.find(v); it != renamed.end(); it = renamed.find(v)) {
+      if (++steps > renamed.size()) return;
+      v = it->second;
+    }
+    final_name[from] = v;
+  }
+  auto resolve = [&](const std::string& v) {
+    const auto it = final_name.find(v);
+    return it == final_name.end() ? v : it->second;
   };
   for (Node& node : graph.nodes) {
     for (std::string& in : node.inputs) {

@@ -104,7 +104,7 @@ bool IsShapeArithmetic(const std::string& op) {
   return op == "Unsqueeze" || op == "Squeeze" || op == "Concat" || op == "Gather" || op == "Cast" ||
          op == "Identity" || op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
          op == "Mod" || op == "Reshape" || op == "ConstantOfShape" || op == "Equal" ||
-         op == "Where" || op == "Slice";
+         op == "Where" || op == "Slice" || op == "ReduceProd";
 }
 
 absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
@@ -126,6 +126,44 @@ absl::StatusOr<Tensor> EvaluateShapeArithmetic(const Node& node,
   }
   const Tensor& x = *in[0];
   if (node.op == "Identity") return x;
+  if (node.op == "ReduceProd") {
+    // The element count of some axes (x.std(dim) exports its divisor so): a product of a 1-D
+    // int64 value's entries, the batch size among them at most once.
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(node, {"keepdims", "axes"}));
+    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, IntsAttribute(node, "axes", {}));
+    DPTRAIN_ASSIGN_OR_RETURN(const int64_t keepdims, IntAttribute(node, "keepdims", 1));
+    if (x.shape.size() > 1 || in.size() > 1 ||
+        !(axes.empty() || axes == std::vector<int64_t>{0} || axes == std::vector<int64_t>{-1})) {
+      return NodeError(node, "folding is implemented for the product of a 1-D value only");
+    }
+    int64_t product = 1, batch_factor = 0;
+    for (int64_t v : x.ints) {
+      bool overflow = false;
+      if (IsBatchMultiple(v)) {
+        if (batch_factor != 0) return NodeError(node, "a product of the batch size with itself");
+        batch_factor = BatchFactor(v);
+      } else {
+        overflow = __builtin_mul_overflow(product, v, &product);
+      }
+      if (overflow) return NodeError(node, "int64 overflow");
+    }
+    Tensor out;
+    out.type = Tensor::Type::kInt64;
+    if (keepdims != 0 && !x.shape.empty()) out.shape = {1};
+    if (batch_factor == 0) {
+      out.ints = {product};
+      return out;
+    }
+    int64_t factor = 0;
+    if (product < 1 || __builtin_mul_overflow(batch_factor, product, &factor) ||
+        factor > kMaxBatchFactor) {
+      return NodeError(node,
+                       "computes with the batch size other than multiplying it by a "
+                       "positive constant: unsupported");
+    }
+    out.ints = {BatchMultiple(factor)};
+    return out;
+  }
   if (node.op == "Cast") {
     DPTRAIN_ASSIGN_OR_RETURN(const int64_t to, IntAttribute(node, "to", 0));
     constexpr int64_t kOnnxFloat = 1, kOnnxInt64 = 7;
