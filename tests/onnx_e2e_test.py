@@ -554,6 +554,16 @@ def main():
     export(LearnedState(), learned_h0, example=torch.ones(2, LENGTH, dtype=torch.long))
     expect_error("a learned initial state", learned_h0, ids_dir,
                  r"learned_h0.onnx: unsupported op 'LSTM' \(node '/rnn/LSTM'\)")
+    # A sample of padding only has no sequence for pack_padded_sequence: the step that reaches
+    # it stops, naming the sample of the training set.
+    empty = os.path.join(SCRATCH, "ids_empty")
+    ids = ids_train[0].clone()
+    ids[7] = 0
+    write_ids(empty, (ids, ids_train[1]), ids_test)
+    expect_error("a sample of padding only, packed", packed_path, empty,
+                 r"node '/rnn/LSTM[^']*' \(TorchLSTM\): sample \d+ of the batch has sequence length 0, "
+                 r"not a whole number in \[1, 16\] \(pack_padded_sequence needs at least one step "
+                 r"per sample\); sample \d+ of the batch is sample 7 of the training set")
     expect_error("augmented ids", text_path, ids_dir,
                  r"crop and flip augmentation apply to images; the training set holds integer ids",
                  ("--random_hflip",))

@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/data/batch.h"
 #include "worker/data/sampler.h"
+#include "worker/nn/batch_sample.h"
 
 namespace dptrain {
 namespace {
@@ -288,7 +289,10 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
       batch = images.data();
     }
     auto result = model.Evaluate(batch, data.labels.data() + begin, n);
-    if (!result.ok()) return result.status();
+    if (!result.ok()) {
+      return nn::NameDataSample(
+          result.status(), [begin](int64_t k) { return begin + k; }, "the evaluated set");
+    }
     correct += result->correct;
   }
   return static_cast<double>(correct) / static_cast<double>(data.size);
@@ -418,7 +422,10 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     }
     report.data_end = absl::Now();
     auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
-    if (!result.ok()) return result.status();
+    if (!result.ok()) {
+      return nn::NameDataSample(
+          result.status(), [&](int64_t k) { return batch_indices[k]; }, "the training set");
+    }
     report.compute_end = absl::Now();
     // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's
     // loss scale hears the global outcome.

@@ -17,6 +17,7 @@
 #include "worker/graph/multi_input_ops.h"
 #include "worker/graph/shape_ops.h"
 #include "worker/graph/slice_ops.h"
+#include "worker/nn/batch_sample.h"
 
 namespace dptrain {
 namespace graph {
@@ -258,14 +259,17 @@ class EmbeddingNode final : public OperandNode<T> {
       const T v = ids.data[j];
       if (v >= 0 && v < static_cast<T>(rows_) && v == std::floor(v)) continue;
       std::string where = absl::StrCat("element ", j);
+      int64_t sample = -1;
       if (ids_.batch_axis == 0 && ids.batch > 0) {
         const int64_t per_sample = n / ids.batch;
-        where = absl::StrCat("sample ", j / per_sample, " of the batch, position ", j % per_sample);
+        sample = j / per_sample;
+        where = absl::StrCat(nn::BatchSampleText(sample), ", position ", j % per_sample);
       }
-      return absl::InvalidArgumentError(
+      absl::Status error = absl::InvalidArgumentError(
           absl::StrCat("id ", absl::StrFormat("%.17g", static_cast<double>(v)), " (", where,
                        ") is not a row of the table '", this->operand().name(),
                        "' (an integer in [0, ", rows_, "))"));
+      return sample >= 0 ? nn::AtBatchSample(std::move(error), sample) : error;
     }
     return absl::OkStatus();
   }

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "worker/graph/constant_folding.h"
 #include "worker/graph/shape_arithmetic.h"
+#include "worker/nn/batch_sample.h"
 
 namespace dptrain {
 namespace graph {
@@ -525,8 +526,7 @@ absl::StatusOr<nn::TensorRef<T>> Executor<T>::Forward(const T* input, int batch,
     for (int v : node.inputs) inputs.push_back(values_[v]);
     if (inputs.empty()) inputs.push_back(values_[0]);  // For the batch size (node.h).
     if (absl::Status s = node.impl->CheckInputs(inputs); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("node '", node.name, "' (", node.op, "): ", s.message()));
+      return nn::Prefixed(s, absl::StrCat("node '", node.name, "' (", node.op, "): "));
     }
     values_[node.output] = node.impl->Forward(ctx_, inputs, training);
   }

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/graph/executor.h"
+#include "worker/nn/batch_sample.h"
 #include "worker/nn/gemm.h"
 #include "worker/nn/softmax_cross_entropy.h"
 #include "worker/nn/thread_pool.h"
@@ -127,10 +128,10 @@ class GraphModel final : public nn::Model {
     int64_t correct = 0;
     for (int begin = 0; begin < batch; begin += piece) {
       const int n = std::min(piece, batch - begin);
-      DPTRAIN_ASSIGN_OR_RETURN(
-          const nn::TensorRef<float> logits,
-          executor_->Forward(images + begin * executor_->input_dims().size(), n,
-                             /*training=*/false));
+      absl::StatusOr<nn::TensorRef<float>> forward = executor_->Forward(
+          images + begin * executor_->input_dims().size(), n, /*training=*/false);
+      if (!forward.ok()) return nn::ShiftBatchSample(forward.status(), begin);
+      const nn::TensorRef<float> logits = *forward;
       const nn::LossOutput loss = ComputeLoss(logits.data, labels + begin, n, nullptr);
       loss_sum += loss.loss * n;
       correct += loss.correct;

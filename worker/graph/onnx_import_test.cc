@@ -23,6 +23,7 @@
 #include "onnx/onnx_pb.h"
 #include "worker/graph/onnx_fixtures_testing.h"
 #include "worker/graph/op_registry.h"
+#include "worker/nn/batch_sample.h"
 #include "worker/nn/layer_check.h"
 #include "worker/nn/safetensors.h"
 
@@ -381,6 +382,17 @@ TEST(OnnxModelTest, PackedSequencesAtAnyBatchSize) {
                                 "in [1, 12] (pack_padded_sequence needs at least one step per "
                                 "sample)"))
       << empty.status();
+  EXPECT_EQ(nn::BatchSampleOf(empty.status()), 1);  // For the trainer to name the data's.
+  // Evaluated in pieces of the largest training batch (1): the piece's sample is the batch's.
+  ASSERT_TRUE((*model)->TrainStep(ids.data(), labels.data(), 1).ok());
+  ASSERT_TRUE((*model)->TrainStep(ids.data() + 24, labels.data() + 2, 1).ok());
+  std::vector<float> six(6 * 12, 3.0f);
+  std::fill(six.begin() + 4 * 12, six.begin() + 5 * 12, 0.0f);
+  const std::vector<nn::Label> six_labels(6, 1);
+  absl::StatusOr<nn::BatchResult> pieces = (*model)->Evaluate(six.data(), six_labels.data(), 6);
+  EXPECT_TRUE(absl::StrContains(pieces.status().message(), "sample 4 of the batch has sequence"))
+      << pieces.status();
+  EXPECT_EQ(nn::BatchSampleOf(pieces.status()), 4);
 }
 
 // `op` of the first node that has it in vgg.onnx replaced by `replacement`, written to a file.

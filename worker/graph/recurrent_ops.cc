@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/graph/any_shape_internal.h"
+#include "worker/nn/batch_sample.h"
 #include "worker/nn/gemm.h"
 
 namespace dptrain {
@@ -91,10 +92,12 @@ class TorchRecurrentNode final : public AnyShapeNode<T> {
     for (int n = 0; n < lengths.batch; ++n) {
       const T v = lengths.data[n];
       if (!(v >= T(1) && v <= static_cast<T>(steps_) && v == std::floor(v))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sample ", n, " of the batch has sequence length ", static_cast<double>(v),
-                         ", not a whole number in [1, ", steps_,
-                         "] (pack_padded_sequence needs at least one step per sample)"));
+        return nn::AtBatchSample(
+            absl::InvalidArgumentError(
+                absl::StrCat(nn::BatchSampleText(n), " has sequence length ",
+                             static_cast<double>(v), ", not a whole number in [1, ", steps_,
+                             "] (pack_padded_sequence needs at least one step per sample)")),
+            n);
       }
     }
     return absl::OkStatus();
