@@ -144,6 +144,50 @@ void IdxSeeds() {
   }
 }
 
+// A .npy file as np.save writes it (format 1.0): magic, version, header length, the dict padded
+// with spaces and a newline to a multiple of 64 bytes, then `data`.
+std::string Npy(const std::string& descr, const std::vector<int64_t>& shape,
+                const std::string& data) {
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\0';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header + data;
+}
+
+template <typename T>
+std::string Raw(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+void NpySeeds() {
+  const std::string labels2 = Npy("<i8", {2}, Raw<int64_t>({1, 0}));
+  const std::string labels3 = Npy("<i8", {3}, Raw<int64_t>({2, 0, 299}));
+  auto seed = [](const std::string& name, bool stream, const std::string& samples,
+                 const std::string& labels) {
+    Write("npy_reader_fuzzer", name,
+          ProviderInput().Bool(stream).String(samples).Rest(labels).Bytes());
+  };
+  const std::string bytes12("\x00\x10\x20\x30\x40\x50\xff\x5c\x01\x02\x03\x04", 12);
+  seed("uint8_nhw", false, Npy("|u1", {2, 2, 3}, bytes12), labels2);
+  seed("uint8_nhw_stream", true, Npy("|u1", {2, 2, 3}, bytes12), labels2);
+  seed("uint8_nhwc", false, Npy("|u1", {2, 2, 1, 3}, bytes12), labels2);
+  seed("float32_nchw", false,
+       Npy("<f4", {2, 1, 2, 3}, Raw<float>({0, 0.5f, 1, -1, 2, 3, 4, 5, 6, 7, 8, 9})), labels2);
+  seed("float64_features", false,
+       Npy("<f8", {3, 4}, Raw<double>({0.5, -2, 1e-3, 3, 0, 1, 2, 3, 4, 5, 6, 7})), labels3);
+  seed("int64_ids", false, Npy("<i8", {3, 2}, Raw<int64_t>({1, 2, 0, 16777215, 5, 0})), labels3);
+  seed("uint16_ids", false, Npy("<u2", {2, 3}, Raw<uint16_t>({1, 2, 3, 4, 5, 65535})), labels2);
+}
+
 void SafetensorsSeeds() {
   const float w[6] = {1, 2, 3, 4, 5, 6}, b[2] = {-1, 0.5f}, scalar = 7;
   auto write = [](const std::string& name, const std::vector<NamedTensor>& tensors,
@@ -300,6 +344,7 @@ int main(int argc, char** argv) {
   dptrain::root = argv[1];
   dptrain::TensorFrameSeeds();
   dptrain::IdxSeeds();
+  dptrain::NpySeeds();
   dptrain::SafetensorsSeeds();
   dptrain::ModelDescriptionSeeds();
   dptrain::InitRequestSeeds();
