@@ -56,8 +56,8 @@ The models:
              InstanceNorm2d(affine=True), AdaptiveMaxPool2d(1).
   functional  Functional ops: F.normalize over the channels (ReduceL2, Clip, Expand, Div),
              torch.maximum and torch.minimum (Max, Min), torch.sin and torch.cos, x.std over
-             the channels (its divisor folded from ReduceProd of a Shape), a masked count
-             clamped by an integer bound.
+             the channels (its divisor folded from ReduceProd of a Shape), F.glu (Split in
+             equal halves), a masked count clamped by an integer bound.
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -484,7 +484,8 @@ class Norms(nn.Module):
 
 
 class Functional(nn.Module):
-    """F.normalize, torch.maximum/minimum, sin and cos, x.std(dim) and an integer clamp."""
+    """F.normalize, torch.maximum/minimum, sin and cos, x.std(dim), F.glu and an integer
+    clamp."""
 
     def __init__(self):
         super().__init__()
@@ -497,6 +498,8 @@ class Functional(nn.Module):
         b = torch.maximum(torch.minimum(a, 0.5 * torch.sin(h)), -0.5 * torch.cos(h))
         s = h.std(dim=1, keepdim=True)
         y = (b * s + a).mean((2, 3))
+        g = nn.functional.glu(h, dim=1).mean((2, 3))  # Split in equal halves.
+        y = torch.cat([y[:, :4] + g, y[:, 4:]], 1)
         count = (h.mean((2, 3)) != 0).sum(1, keepdim=True).clamp(min=1)  # Integers: 8 each.
         return self.fc(y / count.to(y.dtype))
 

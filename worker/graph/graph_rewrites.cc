@@ -454,7 +454,61 @@ void SplitToSlices(Graph& graph) {
     for (const auto& [attribute, value] : node.attributes) {
       known = known && (attribute == "axis" || attribute == "split");
     }
-    if (!known) {  // Equal parts of a size the graph does not say: left for the op check.
+    // Equal parts (no sizes given: F.glu, x.chunk of an even size as opset 13 writes it): the
+    // axis's size from the Shape of the input, evaluated when the model loads, parts of size /
+    // n (the last to the end). Anything else is left for the op check.
+    bool equal = sizes.empty() && !node.outputs.empty() &&
+                 (node.inputs.size() == 1 || node.inputs[1].empty());
+    for (const auto& [attribute, value] : node.attributes) {
+      const int64_t* v = std::get_if<int64_t>(&value);
+      equal = equal && (attribute == "axis" || (attribute == "num_outputs" && v != nullptr &&
+                                                *v == static_cast<int64_t>(node.outputs.size())));
+    }
+    if (!known && equal) {
+      const int64_t a = axis_value != nullptr ? *axis_value : 0;
+      const int64_t parts = static_cast<int64_t>(node.outputs.size());
+      auto value = [&](const std::string& stem) {
+        std::string name = stem;
+        for (int i = 1; names.count(name) > 0; ++i) name = absl::StrCat(stem, "_", i);
+        names.insert(name);
+        return name;
+      };
+      auto add = [&](const std::string& op, const std::string& stem,
+                     std::vector<std::string> inputs) {
+        Node n;
+        n.op = op;
+        n.name = value(absl::StrCat(node.name, "/", stem));
+        n.inputs = std::move(inputs);
+        n.outputs = {n.name};
+        const std::string out = n.name;
+        kept.push_back(std::move(n));
+        return out;
+      };
+      const std::string axes = int_constant(absl::StrCat(node.name, "/axes"), {a});
+      const std::string shape = add("Shape", "shape", {node.inputs[0]});
+      const std::string size = add("Gather", "size", {shape, axes});
+      const std::string part =
+          add("Div", "part", {size, int_constant(absl::StrCat(node.name, "/parts"), {parts})});
+      std::string start = int_constant(absl::StrCat(node.name, "/zero"), {0});
+      for (int64_t i = 0; i < parts; ++i) {
+        const std::string end =
+            i + 1 == parts
+                ? size
+                : add("Mul", absl::StrCat(i, "/end"),
+                      {part, int_constant(absl::StrCat(node.name, "/", i + 1), {i + 1})});
+        if (!node.outputs[i].empty()) {
+          Node slice;
+          slice.op = "Slice";
+          slice.name = value(absl::StrCat(node.name, "/", i));
+          slice.inputs = {node.inputs[0], start, end, axes};
+          slice.outputs = {node.outputs[i]};
+          kept.push_back(std::move(slice));
+        }
+        start = end;
+      }
+      continue;
+    }
+    if (!known) {
       kept.push_back(std::move(node));
       continue;
     }

@@ -52,7 +52,9 @@ void EinsumToMatMul(Graph& graph);
 
 // Split(x, sizes) with constant sizes (input 1 from opset 13, the split attribute before) ->
 // one Slice per output along its axis (x.unbind(0), x.chunk(3, -1) as exported), so that each
-// output is a node's first output. A Split without sizes is left alone (and refused).
+// output is a node's first output. Without sizes (equal parts: F.glu), the slices' bounds come
+// from the Shape of x (Shape, Gather, Div, Mul: evaluated when the model loads), the last part
+// to the end of the axis.
 void SplitToSlices(Graph& graph);
 
 // ShuffleNet's channel shuffle, Reshape(x, s1) -> Transpose(perm=[0, 2, 1, 3, 4]) ->
