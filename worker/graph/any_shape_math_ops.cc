@@ -227,7 +227,7 @@ struct Rowwise {
 
 // ---- ReduceMean, ReduceSum, ReduceMax and ReduceL2 over axes other than the batch's ----
 
-enum class Reduction { kMean, kSum, kMax, kL2 };
+enum class Reduction { kMean, kSum, kMax, kMin, kL2 };
 
 template <typename T>
 class ReduceNode final : public AnyShapeNode<T> {
@@ -248,12 +248,14 @@ class ReduceNode final : public AnyShapeNode<T> {
     const TensorRef<T>& x = inputs[0];
     const int64_t n = int64_t{x.batch} * kept_.per_sample();
     T* y = EnsureSize(output_, n);
-    if (reduction_ == Reduction::kMax) {
+    if (reduction_ == Reduction::kMax || reduction_ == Reduction::kMin) {
       int64_t* arg = EnsureSize(argmax_, n);
       std::fill(arg, arg + n, int64_t{-1});
+      const bool max = reduction_ == Reduction::kMax;
       ForEachOffset(in_.Concrete(x.batch), KeptStrides(x.batch), [&](int64_t k, int64_t off) {
-        // NaN wins, as in PyTorch's max.
-        if (arg[off] < 0 || x.data[k] > y[off] || (std::isnan(x.data[k]) && !std::isnan(y[off]))) {
+        // NaN wins, as in PyTorch's max and min.
+        const bool better = max ? x.data[k] > y[off] : x.data[k] < y[off];
+        if (arg[off] < 0 || better || (std::isnan(x.data[k]) && !std::isnan(y[off]))) {
           y[off] = x.data[k];
           arg[off] = k;
         }
@@ -283,7 +285,7 @@ class ReduceNode final : public AnyShapeNode<T> {
     const int64_t size = int64_t{batch} * in_.per_sample();
     T* dx = EnsureSize(grad_input_, size);
     const T* dy = grad_output.data;
-    if (reduction_ == Reduction::kMax) {
+    if (reduction_ == Reduction::kMax || reduction_ == Reduction::kMin) {
       std::fill(dx, dx + size, T(0));
       for (int64_t i = 0; i < grad_output.size(); ++i) dx[argmax_[i]] += dy[i];
       return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
@@ -355,6 +357,7 @@ struct AnyShapeReduce {
                                       kMean                           ? "mean"
                                       : kReduction == Reduction::kSum ? "sum"
                                       : kReduction == Reduction::kMax ? "max"
+                                      : kReduction == Reduction::kMin ? "min"
                                                                       : "norm",
                                       " over every axis (the batch's too) unsupported"));
       }
@@ -691,6 +694,10 @@ OpFactory AnyShapeReduceSumOp() {
       true);
 }
 
+OpFactory AnyShapeReduceMinOp() {
+  return MakeOpFactory<any_shape_internal::AnyShapeReduce<any_shape_internal::Reduction::kMin>::Op>(
+      true);
+}
 OpFactory AnyShapeReduceL2Op() {
   return MakeOpFactory<any_shape_internal::AnyShapeReduce<any_shape_internal::Reduction::kL2>::Op>(
       true);

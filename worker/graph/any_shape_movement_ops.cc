@@ -456,17 +456,27 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateSlice(const NodeContext& ctx)
                                     " unsupported (an axis other than the batch's)"));
     }
     seen[*a] = true;
-    if (steps[i] < 1) return ctx.Error(absl::StrCat("step ", steps[i], " unsupported (> 0)"));
+    if (steps[i] == 0 || steps[i] < -kMaxAxisSize) {
+      return ctx.Error(absl::StrCat("step ", steps[i], " unsupported"));
+    }
     const int64_t size = in.dims[*a];
-    auto clamp = [size](int64_t v) { return std::clamp(v < 0 ? v + size : v, int64_t{0}, size); };
-    const int64_t b = clamp(starts[i]), e = clamp(ends[i]);
-    if (e <= b) {
-      return ctx.Error(absl::StrCat("the slice [", starts[i], ", ", ends[i], ") of axis ", axes[i],
-                                    " (size ", size, ") is empty"));
+    // ONNX's clamping: a negative index counts from the end; a positive step's bounds into
+    // [0, size], a negative step's (x.flip(d): from the end down) into [0, size - 1] and
+    // [-1, size - 1].
+    const bool down = steps[i] < 0;
+    auto clamp = [size](int64_t v, int64_t low, int64_t high) {
+      if (v < 0) v = v < -size ? -size - 1 : v + size;  // No overflow for -INT64_MAX.
+      return std::clamp(v, low, high);
+    };
+    const int64_t b = down ? clamp(starts[i], 0, size - 1) : clamp(starts[i], 0, size);
+    const int64_t e = down ? clamp(ends[i], -1, size - 1) : clamp(ends[i], 0, size);
+    if (down ? e >= b : e <= b) {
+      return ctx.Error(absl::StrCat("the slice [", starts[i], ", ", ends[i], ") step ", steps[i],
+                                    " of axis ", axes[i], " (size ", size, ") is empty"));
     }
     first[*a] = b;
     step[*a] = steps[i];
-    out.dims[*a] = (e - b - 1) / steps[i] + 1;
+    out.dims[*a] = down ? (b - e - 1) / -steps[i] + 1 : (e - b - 1) / steps[i] + 1;
   }
   return std::unique_ptr<NodeImpl<T>>(
       std::make_unique<SliceNode<T>>(in, std::move(first), std::move(step), std::move(out)));

@@ -19,14 +19,17 @@
 //              the model by constant indices (a relative-position bias: a value without a
 //              batch); of a tensor of the model by computed ids (nn.Embedding: an embedding
 //              lookup; ids that are not integers in [0, rows) refused before Forward).
-//   Slice      along axes other than the batch's, constant starts, ends, axes and positive steps
-//              (negative axes counted from the rank); x[..., a:b] and Split's outputs.
+//   Slice      along axes other than the batch's, constant starts, ends, axes and steps
+//              (negative axes counted from the rank; a negative step goes down, x.flip(d), with
+//              ONNX's clamping); x[..., a:b] and Split's outputs.
 //   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
 //   Pad        zeros along any axes but the batch's (constant mode, value 0).
-//   ReduceMean, ReduceSum, ReduceMax, ReduceL2  over axes other than the batch's (attribute,
+//   ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceL2  over axes other than the batch's
+//   (attribute,
 //              or input from opset 18; ReduceSum's from 13), keepdims or not (a layer norm
 //              written out: x.mean(-1, keepdim=True); a masked mean's sums; a text CNN's max
-//              over time, its gradient to the first largest element as torch.max(x, dim)'s;
+//              over time, its gradient to the first largest (smallest) element as
+//              torch.max(x, dim)'s;
 //              F.normalize's norm, its gradient x / norm, 0 at a zero norm).
 //   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
 //              export's target holds the batch size, else axis 0, which the tensor must have of
@@ -70,6 +73,7 @@ OpFactory AnyShapeLogSoftmaxOp();
 OpFactory AnyShapeReduceMeanOp();
 OpFactory AnyShapeReduceSumOp();  // Any shape only (no batch-first version).
 OpFactory AnyShapeReduceMaxOp();  // Any shape only (no batch-first version).
+OpFactory AnyShapeReduceMinOp();  // Any shape only.
 OpFactory AnyShapeReduceL2Op();   // Any shape only.
 OpFactory AnyShapePadOp();
 OpFactory AnyShapeSliceOp();

@@ -457,6 +457,20 @@ TEST_F(AnyShapeOpsTest, Conv1dMaxPool1dAndReduceMax) {
   const nn::TensorRef<double> y = ForwardOk(**m, x.data(), 1, false);
   EXPECT_TRUE(std::isnan(y.data[0]));
   EXPECT_EQ(y.data[1], 6);
+  // ReduceMin the same way (x.min(dim)), and both against finite differences.
+  Graph min = max;
+  min.nodes[0].op = "ReduceMin";
+  auto mn = Executor<double>::Create(min, registry_);
+  ASSERT_TRUE(mn.ok()) << mn.status();
+  (*mn)->Bind(nullptr, nullptr, nullptr);
+  const nn::TensorRef<double> z = ForwardOk(**mn, x.data(), 1, false);
+  EXPECT_TRUE(std::isnan(z.data[0]));
+  EXPECT_EQ(z.data[1], 4);
+  Check(min);
+  // ReduceL2 (F.normalize's norm) over two axes, kept, against finite differences.
+  Check(Of(
+      {4, 5, 1}, 3,
+      {MakeNode("ReduceL2", "n", {"x"}, {"y"}, {{"axes", Ints{1, 2}}, {"keepdims", int64_t{1}}})}));
   const Graph strided = Of(
       {4, 7, 1}, 3,
       {MakeNode("Conv", "conv", {"x", "w"}, {"y"}, {{"strides", Ints{2}}, {"pads", Ints{1, 1}}})},

@@ -89,6 +89,7 @@ OpRegistry BuiltinOps() {
   add("ReduceMean", AnyShapeReduceMeanOp());
   add("ReduceSum", AnyShapeReduceSumOp());
   add("ReduceMax", AnyShapeReduceMaxOp());
+  add("ReduceMin", AnyShapeReduceMinOp());
   add("ReduceL2", AnyShapeReduceL2Op());
   add("TorchLSTM", TorchLstmOp());
   add("TorchGRU", TorchGruOp());

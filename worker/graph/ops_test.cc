@@ -578,6 +578,19 @@ TEST_F(OpsTest, SliceValues) {
       Chain({3, 2, 2}, {MakeNode("Slice", "s", {"x", "b", "e", "a"}, {"y"})},
             {IntConstant("b", {1, 1}), IntConstant("e", {3, 2}), IntConstant("a", {1, 2})});
   EXPECT_EQ(ForwardOfIota(g, registry_, 2), (std::vector<double>{6, 7, 10, 11, 18, 19, 22, 23}));
+  // x.flip(3) as exported (step -1 from -1 to -INT64_MAX), and every other row from the last
+  // down (step -2): the ONNX clamping of negative steps.
+  const Graph flip = Chain({2, 2, 3}, {MakeNode("Slice", "s", {"x", "b", "e", "a", "st"}, {"y"})},
+                           {IntConstant("b", {-1}), IntConstant("e", {-INT64_MAX}),
+                            IntConstant("a", {3}), IntConstant("st", {-1})});
+  EXPECT_EQ(ForwardOfIota(flip, registry_, 1),
+            (std::vector<double>{2, 1, 0, 5, 4, 3, 8, 7, 6, 11, 10, 9}));
+  Check(flip);
+  const Graph down = Chain({2, 5, 1}, {MakeNode("Slice", "s", {"x", "b", "e", "a", "st"}, {"y"})},
+                           {IntConstant("b", {INT64_MAX}), IntConstant("e", {-INT64_MAX}),
+                            IntConstant("a", {2}), IntConstant("st", {-2})});
+  EXPECT_EQ(ForwardOfIota(down, registry_, 1), (std::vector<double>{4, 2, 0, 9, 7, 5}));
+  Check(down);
 }
 
 TEST_F(OpsTest, SliceRefusals) {
@@ -592,9 +605,11 @@ TEST_F(OpsTest, SliceRefusals) {
   EXPECT_EQ(
       error({0}, {1}, {-4}, {1}),
       "node 's' (Slice): axis -4 of [B, 4, 3, 3] unsupported (an axis other than the batch's)");
-  EXPECT_EQ(error({0}, {4}, {1}, {-1}), "node 's' (Slice): step -1 unsupported (> 0)");
+  EXPECT_EQ(error({0}, {4}, {1}, {0}), "node 's' (Slice): step 0 unsupported");
   EXPECT_EQ(error({3}, {2}, {2}, {1}),
-            "node 's' (Slice): the slice [3, 2) of axis 2 (size 3) is empty");
+            "node 's' (Slice): the slice [3, 2) step 1 of axis 2 (size 3) is empty");
+  EXPECT_EQ(error({0}, {2}, {2}, {-1}),
+            "node 's' (Slice): the slice [0, 2) step -1 of axis 2 (size 3) is empty");
   EXPECT_EQ(error({0, 0}, {1}, {1, 2}, {1, 1}),
             "node 's' (Slice): starts [0, 0], ends [1], axes [1, 2] and steps [1, 1] differ in "
             "length");
