@@ -91,6 +91,9 @@ The models:
              re-ordered), the head on the steps' mean and both final hidden states.
   text_bilstm  A bidirectional nn.LSTM without biases, the head on out[:, -1] and both final
              cell states (Y_c).
+  text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
+             an ONNX Loop over the bags), the head on the three concatenated.
+  text_bag_dynamic  text_bag exported with a dynamic batch axis (the bags' offsets a Range).
   text_lstm_packed  A 2-layer bidirectional nn.LSTM on padded ids of unsorted lengths through
              pack_padded_sequence(enforce_sorted=False) (the export sorts the batch by length:
              TopK, Gather, sequence_lens, ScatterElements, Gather back), the head on the last
@@ -704,6 +707,20 @@ class TextBiGRU(nn.Module):
         return self.head(out.mean(1) + torch.cat([h[0], h[1]], 1))
 
 
+class TextBag(nn.Module):
+    """nn.EmbeddingBag(mode) of a 2-D input (bags of equal length), in three modes."""
+
+    def __init__(self):
+        super().__init__()
+        self.mean = nn.EmbeddingBag(50, 8, mode="mean")
+        self.sum = nn.EmbeddingBag(50, 8, mode="sum")
+        self.max = nn.EmbeddingBag(50, 8, mode="max")
+        self.head = nn.Linear(24, 5)
+
+    def forward(self, ids):
+        return self.head(torch.cat([self.mean(ids), self.sum(ids), self.max(ids)], 1))
+
+
 class PackedLSTM(nn.Module):
     """Padded ids (0 = padding) of unsorted lengths through pack_padded_sequence into a 2-layer
     bidirectional nn.LSTM; the head on both directions' final hidden states of the last layer."""
@@ -765,6 +782,8 @@ MODELS = {
     "text_lstm": lambda: (TextLSTM(), 5),
     "text_lstm_dynamic": lambda: (TextLSTM(), 5),
     "text_lstm_packed": lambda: (PackedLSTM(), 5),
+    "text_bag": lambda: (TextBag(), 5),
+    "text_bag_dynamic": lambda: (TextBag(), 5),
     "text_gru_packed": lambda: (PackedGRU(), 5),
     "text_cnn": lambda: (TextCNN(), 5),
     "text_mask": lambda: (MaskedText(), 5),
@@ -793,7 +812,7 @@ MODELS = {
 ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12),
              "text_lstm": (50, 12), "text_bigru": (50, 12), "text_bilstm": (50, 12),
              "text_lstm_dynamic": (50, 12), "text_lstm_packed": (50, 12),
-             "text_gru_packed": (50, 12)}
+             "text_gru_packed": (50, 12), "text_bag": (50, 12), "text_bag_dynamic": (50, 12)}
 # Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens,
 # or, for packed sequences, the lengths given (unsorted: the export's sort is exercised).
 PADDED = {"text_mask", "text_lstm_packed", "text_gru_packed"}
@@ -803,7 +822,7 @@ MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
              "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
 DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic",
-                 "text_gru_packed"}
+                 "text_gru_packed", "text_bag_dynamic"}
 
 
 def randomize_batch_norms(net):

@@ -105,7 +105,7 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
 // yet: refused in one line naming the first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
   for (const char* name : {"attention", "mha", "text", "text_mask", "text_lstm", "text_bigru",
-                           "text_lstm_packed", "functional"}) {
+                           "text_lstm_packed", "functional", "text_bag"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());

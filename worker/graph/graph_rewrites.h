@@ -3,6 +3,10 @@
 #ifndef DPTRAIN_WORKER_GRAPH_GRAPH_REWRITES_H_
 #define DPTRAIN_WORKER_GRAPH_GRAPH_REWRITES_H_
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "worker/graph/graph.h"
 
@@ -85,6 +89,23 @@ void UnsortPackedSequences(Graph& graph);
 // place; the re-ordering and the initial states' nodes go once unread. Other LSTM and GRU nodes are
 // left alone (and refused as unsupported).
 void FuseTorchRecurrent(Graph& graph);
+
+// nn.EmbeddingBag(mode) of the graph's 2-D ids input [B, L] (bags of L equal ids) as
+// torch.onnx.export writes it: a Loop over the bags, which the importer reads as op Loop with
+// attribute embedding_bag (onnx_import.cc), on the ids flattened (Reshape to [-1]) with offsets
+// 0, L, 2L, ... (a constant of the export's batch, or a Range stepping by the ids' second
+// dimension) -> Gather of the table by the ids and ReduceSum, ReduceMean or ReduceMax over the
+// bag's axis, the offsets' nodes gone once unread (so it runs at any batch size). Any other
+// Loop is left (and refused as unsupported).
+void FuseEmbeddingBag(Graph& graph);
+
+// For the rewrites: adds to `names` the nodes that compute `values`, and what they read, all
+// the way up.
+void AddProducers(const Graph& graph, std::vector<std::string> values,
+                  std::set<std::string>& names);
+// Removes the nodes named in `candidates` whose outputs nothing reads (nor the graph's output),
+// again until none is left: what only a rewritten pattern read.
+void RemoveUnreadNodes(Graph& graph, const std::set<std::string>& candidates);
 
 }  // namespace graph
 }  // namespace dptrain

@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -130,6 +132,83 @@ absl::Status ReadAttributes(const onnx::NodeProto& proto, Node& node) {
     }
   }
   return absl::OkStatus();
+}
+
+// nn.EmbeddingBag(mode) of a 2-D input as torch.onnx.export writes it: a Loop over the bags
+// whose body slices the flattened ids between two offsets, gathers the table's rows and reduces
+// them (sum, mean or max) -> `node` as op Loop with attribute embedding_bag (the mode) and
+// inputs [trip count, condition, table, flattened ids, offsets, ends] (the body's values of
+// the graph); FuseEmbeddingBag (graph_rewrites.h) checks the rest and replaces it. nullopt for
+// any other body.
+std::optional<Node> EmbeddingBagLoop(const onnx::NodeProto& proto, const Graph& graph, Node node) {
+  if (proto.attribute_size() != 1 || proto.attribute(0).name() != "body" ||
+      proto.attribute(0).type() != onnx::AttributeProto_AttributeType_GRAPH ||
+      proto.input_size() != 2 || proto.output_size() != 1) {
+    return std::nullopt;
+  }
+  const onnx::GraphProto& body = proto.attribute(0).g();
+  if (body.input_size() != 2 || body.output_size() != 2) return std::nullopt;
+  // The body's int64 constants, and its other nodes in order.
+  std::map<std::string, std::vector<int64_t>> ints;
+  std::vector<const onnx::NodeProto*> ops;
+  for (const onnx::NodeProto& n : body.node()) {
+    if (n.op_type() != "Constant") {
+      ops.push_back(&n);
+      continue;
+    }
+    if (n.output_size() != 1 || n.attribute_size() != 1 || !n.attribute(0).has_t()) {
+      return std::nullopt;
+    }
+    absl::StatusOr<Tensor> t = ToTensor(n.attribute(0).t(), "constant");
+    if (!t.ok() || t->type != Tensor::Type::kInt64) return std::nullopt;
+    ints[n.output(0)] = t->ints;
+  }
+  static const char* const kOps[] = {"Gather", "Gather", "Unsqueeze", "Unsqueeze",
+                                     "Slice",  "Gather", "",          "Cast"};
+  if (ops.size() != 8) return std::nullopt;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (*kOps[k] != '\0' && ops[k]->op_type() != kOps[k]) return std::nullopt;
+    if (ops[k]->output_size() != 1) return std::nullopt;
+  }
+  // An int64 constant [0] of the body or of the graph around it.
+  auto is_zero = [&](const std::string& name) {
+    const auto it = ints.find(name);
+    if (it != ints.end()) return it->second == std::vector<int64_t>{0};
+    const Tensor* t = graph.FindConstant(name);
+    return t != nullptr && t->type == Tensor::Type::kInt64 && t->ints == std::vector<int64_t>{0};
+  };
+  auto zero = [&](const onnx::NodeProto& n, int input, const char* attribute) {
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      if (a.name() == attribute) return a.ints_size() == 1 && a.ints(0) == 0;
+    }
+    return input < n.input_size() && is_zero(n.input(input));
+  };
+  const std::string& iter = body.input(0).name();
+  const onnx::NodeProto &start = *ops[0], &end = *ops[1], &u_start = *ops[2], &u_end = *ops[3],
+                        &slice = *ops[4], &rows = *ops[5], &reduce = *ops[6];
+  const std::string mode = reduce.op_type() == "ReduceSum"    ? "sum"
+                           : reduce.op_type() == "ReduceMean" ? "mean"
+                           : reduce.op_type() == "ReduceMax"  ? "max"
+                                                              : "";
+  bool keepdims_zero = false;
+  for (const onnx::AttributeProto& a : reduce.attribute()) {
+    if (a.name() == "keepdims") keepdims_zero = a.i() == 0;
+  }
+  const bool matched =
+      !mode.empty() && keepdims_zero && zero(reduce, 1, "axes") && start.input_size() == 2 &&
+      start.input(1) == iter && end.input_size() == 2 && end.input(1) == iter &&
+      u_start.input(0) == start.output(0) && zero(u_start, 1, "axes") &&
+      u_end.input(0) == end.output(0) && zero(u_end, 1, "axes") && slice.input_size() >= 4 &&
+      slice.input(1) == u_start.output(0) && slice.input(2) == u_end.output(0) &&
+      is_zero(slice.input(3)) && rows.input_size() == 2 && rows.input(1) == slice.output(0) &&
+      reduce.input(0) == rows.output(0) && body.output(1).name() == reduce.output(0) &&
+      body.output(0).name() == ops[7]->output(0);
+  if (!matched) return std::nullopt;
+  node.attributes["embedding_bag"] = mode;
+  node.inputs = {proto.input(0), proto.input(1), rows.input(0),
+                 slice.input(0), start.input(0), end.input(0)};
+  node.outputs = {proto.output(0)};
+  return node;
 }
 
 // The value of a Constant node.
@@ -389,6 +468,15 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
         }
       }
       DPTRAIN_RETURN_IF_ERROR(ReadAttributes(rest, node));
+    } else if (node.op == "Loop") {
+      std::optional<Node> bag = EmbeddingBagLoop(proto, graph, node);
+      if (!bag.has_value()) {
+        return Invalid(absl::StrCat("node '", node.name,
+                                    "' (Loop): control flow is unsupported (a Loop other than "
+                                    "nn.EmbeddingBag's of a 2-D input)"));
+      }
+      graph.nodes.push_back(*std::move(bag));
+      continue;
     } else {
       DPTRAIN_RETURN_IF_ERROR(ReadAttributes(proto, node));
     }
@@ -397,6 +485,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
     graph.nodes.push_back(std::move(node));
   }
   DPTRAIN_RETURN_IF_ERROR(FoldShapeConstants(graph));
+  FuseEmbeddingBag(graph);
   UnsortPackedSequences(graph);
   FuseTorchRecurrent(graph);
   FuseLinear(graph);

@@ -147,7 +147,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          "relpos", "text", "text_mask", "text_cnn", "text_lstm",
                                          "text_bigru", "text_bilstm", "text_lstm_dynamic",
                                          "text_lstm_packed", "text_gru_packed", "norms",
-                                         "functional"),
+                                         "functional", "text_bag", "text_bag_dynamic"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
@@ -393,6 +393,44 @@ TEST(OnnxModelTest, PackedSequencesAtAnyBatchSize) {
   EXPECT_TRUE(absl::StrContains(pieces.status().message(), "sample 4 of the batch has sequence"))
       << pieces.status();
   EXPECT_EQ(nn::BatchSampleOf(pieces.status()), 4);
+}
+
+// nn.EmbeddingBag's Loop read back as a lookup and a reduction: a dynamic-batch export runs at
+// other batch sizes, each sample as alone (the export's offsets were for its batch); a Loop
+// whose body is anything else is refused in one line.
+TEST(OnnxModelTest, EmbeddingBagsAtAnyBatchSizeOtherLoopsRefused) {
+  absl::StatusOr<std::unique_ptr<nn::Model>> model =
+      LoadOnnxModel(OnnxPath("text_bag_dynamic"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> ids(5 * 12);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>((i * 7) % 50);
+  const std::vector<nn::Label> labels = {4, 0, 2, 1, 3};
+  absl::StatusOr<nn::BatchResult> together = (*model)->Evaluate(ids.data(), labels.data(), 5);
+  ASSERT_TRUE(together.ok()) << together.status();
+  double alone = 0;
+  for (int n = 0; n < 5; ++n) {
+    absl::StatusOr<nn::BatchResult> one = (*model)->Evaluate(&ids[n * 12], &labels[n], 1);
+    ASSERT_TRUE(one.ok()) << one.status();
+    alone += one->loss / 5;
+  }
+  EXPECT_NEAR(together->loss, alone, 1e-6);
+
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(ReadBytes(OnnxPath("text_bag"))));
+  for (onnx::NodeProto& node : *proto.mutable_graph()->mutable_node()) {
+    if (node.op_type() != "Loop") continue;
+    for (onnx::NodeProto& inner : *node.mutable_attribute(0)->mutable_g()->mutable_node()) {
+      if (inner.op_type() == "ReduceMean") inner.set_op_type("ReduceProd");
+    }
+    break;
+  }
+  const std::string path = WriteTemp("prod_bag.onnx", proto.SerializeAsString());
+  absl::StatusOr<std::unique_ptr<nn::Model>> prod = LoadOnnxModel(path, {});
+  ASSERT_FALSE(prod.ok());
+  EXPECT_EQ(prod.status().message(),
+            absl::StrCat(path,
+                         ": node '/mean/Loop' (Loop): control flow is unsupported (a Loop other "
+                         "than nn.EmbeddingBag's of a 2-D input)"));
 }
 
 // `op` of the first node that has it in vgg.onnx replaced by `replacement`, written to a file.

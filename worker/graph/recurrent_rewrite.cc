@@ -44,11 +44,6 @@ class RecurrentPattern {
     if (it == producer_.end() || graph_.nodes[it->second].op != op) return nullptr;
     return &graph_.nodes[it->second];
   }
-  std::optional<size_t> ProducerIndex(const std::string& value) const {
-    const auto it = producer_.find(value);
-    if (it == producer_.end()) return std::nullopt;
-    return it->second;
-  }
 
   // The one int64 of a constant input, or nullopt.
   std::optional<int64_t> OneInt(const Node& node, size_t input) const {
@@ -164,33 +159,9 @@ std::map<std::string, std::vector<std::pair<size_t, size_t>>> Readers(const Grap
   return readers;
 }
 
-// Removes the nodes named in `candidates` whose outputs nothing reads (nor the graph's output),
-// until none is left: what only a rewritten pattern read.
-void RemoveUnread(Graph& graph, const std::set<std::string>& candidates) {
-  bool removed = true;
-  while (removed) {
-    removed = false;
-    const std::set<std::string> readers = ReadValues(graph);
-    std::vector<Node> kept;
-    for (Node& node : graph.nodes) {
-      bool unread = candidates.count(node.name) > 0;
-      for (const std::string& o : node.outputs) {
-        unread = unread && readers.count(o) == 0 && o != graph.output;
-      }
-      if (unread) {
-        removed = true;
-        continue;
-      }
-      kept.push_back(std::move(node));
-    }
-    graph.nodes = std::move(kept);
-  }
-}
-
 }  // namespace
 
 void UnsortPackedSequences(Graph& graph) {
-  const RecurrentPattern pattern(graph);
   const auto readers = Readers(graph);
   auto reads_of = [&](const std::string& v) {
     const auto it = readers.find(v);
@@ -289,13 +260,7 @@ void UnsortPackedSequences(Graph& graph) {
         pending.push_back(graph.nodes[p].inputs[k]);
       }
     }
-    while (!pending.empty()) {
-      const std::string value = pending.back();
-      pending.pop_back();
-      const std::optional<size_t> p = pattern.ProducerIndex(value);
-      if (!p.has_value() || !candidates.insert(graph.nodes[*p].name).second) continue;
-      for (const std::string& in : graph.nodes[*p].inputs) pending.push_back(in);
-    }
+    AddProducers(graph, std::move(pending), candidates);
   }
   if (renamed.empty()) return;
   // Each renamed value's final name, a chain of renames followed to its end; a cycle (only a
@@ -320,7 +285,7 @@ void UnsortPackedSequences(Graph& graph) {
     }
   }
   graph.output = resolve(graph.output);
-  RemoveUnread(graph, candidates);
+  RemoveUnreadNodes(graph, candidates);
 }
 
 void FuseTorchRecurrent(Graph& graph) {
@@ -399,14 +364,8 @@ void FuseTorchRecurrent(Graph& graph) {
     }
     replacements[n] = std::move(made);
     // Everything the weights and initial states were computed from may now be unread.
-    std::vector<std::string> pending(rnn.inputs.begin() + 1, rnn.inputs.end());
-    while (!pending.empty()) {
-      const std::string value = pending.back();
-      pending.pop_back();
-      const std::optional<size_t> p = pattern.ProducerIndex(value);
-      if (!p.has_value() || !candidates.insert(graph.nodes[*p].name).second) continue;
-      for (const std::string& in : graph.nodes[*p].inputs) pending.push_back(in);
-    }
+    AddProducers(graph, std::vector<std::string>(rnn.inputs.begin() + 1, rnn.inputs.end()),
+                 candidates);
   }
   if (replacements.empty()) return;
   std::vector<Node> nodes;
@@ -421,7 +380,7 @@ void FuseTorchRecurrent(Graph& graph) {
   graph.nodes = std::move(nodes);
   // The weights' re-ordering and the initial states' expansion, now unread, go (and what only
   // they read).
-  RemoveUnread(graph, candidates);
+  RemoveUnreadNodes(graph, candidates);
 }
 
 }  // namespace graph

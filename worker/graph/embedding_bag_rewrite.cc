@@ -1,0 +1,150 @@
+// FuseEmbeddingBag (graph_rewrites.h): nn.EmbeddingBag's Loop over equal bags read back as one
+// embedding lookup and a reduction over the bag's axis.
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/graph/graph_rewrites.h"
+
+namespace dptrain {
+namespace graph {
+namespace {
+
+class Producers {
+ public:
+  explicit Producers(const Graph& graph) : graph_(graph) {
+    for (const Node& node : graph.nodes) {
+      for (const std::string& o : node.outputs) producer_[o] = &node;
+    }
+  }
+  // The node writing `value` if its op is `op` (through any Casts), else null.
+  const Node* Of(std::string value, const std::string& op) const {
+    for (int depth = 0; depth < 8; ++depth) {
+      const auto it = producer_.find(value);
+      if (it == producer_.end()) return nullptr;
+      if (it->second->op == op) return it->second;
+      if (it->second->op != "Cast" || it->second->inputs.empty()) return nullptr;
+      value = it->second->inputs[0];
+    }
+    return nullptr;
+  }
+  // The int64 values of a constant (through Casts of constants folded later: not followed).
+  std::optional<std::vector<int64_t>> Ints(const std::string& value) const {
+    const Tensor* t = graph_.FindConstant(value);
+    if (t == nullptr || t->type != Tensor::Type::kInt64) return std::nullopt;
+    return t->ints;
+  }
+  // Whether `value` is the size of axis `axis` of `of`: Gather(Shape(of), axis), through Casts.
+  bool IsAxisSize(const std::string& value, const std::string& of, int64_t axis) const {
+    const Node* g = Of(value, "Gather");
+    if (g == nullptr || g->inputs.size() != 2) return false;
+    const Node* shape = Of(g->inputs[0], "Shape");
+    const std::optional<std::vector<int64_t>> index = Ints(g->inputs[1]);
+    return shape != nullptr && shape->inputs.size() == 1 && shape->inputs[0] == of && index &&
+           index->size() == 1 && (*index)[0] == axis;
+  }
+
+ private:
+  const Graph& graph_;
+  std::map<std::string, const Node*> producer_;
+};
+
+}  // namespace
+
+void FuseEmbeddingBag(Graph& graph) {
+  const Producers producers(graph);
+  const int64_t length = graph.input_dims.c;  // L of the [B, L] ids.
+  std::map<size_t, std::vector<Node>> replacements;
+  std::set<std::string> candidates;
+  std::set<std::string> names;
+  for (const Node& node : graph.nodes) {
+    names.insert(node.name);
+    names.insert(node.outputs.begin(), node.outputs.end());
+  }
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& loop = graph.nodes[n];
+    const auto mode = loop.attributes.find("embedding_bag");
+    if (loop.op != "Loop" || mode == loop.attributes.end() || loop.inputs.size() != 6 ||
+        !graph.input_ids || graph.input_rank != 2) {
+      continue;
+    }
+    const std::string* how = std::get_if<std::string>(&mode->second);
+    const std::string &table = loop.inputs[2], &flat = loop.inputs[3], &offsets = loop.inputs[4],
+                      &ends = loop.inputs[5];
+    // The ids flattened: Reshape(ids, [-1]).
+    const Node* reshape = producers.Of(flat, "Reshape");
+    if (how == nullptr || reshape == nullptr || reshape->inputs.size() != 2 ||
+        reshape->inputs[0] != graph.input ||
+        producers.Ints(reshape->inputs[1]) != std::vector<int64_t>{-1}) {
+      continue;
+    }
+    // The offsets: Concat(0, L, 2L, ..., the total) and the ends: their Slice from 1.
+    const Node* concat = producers.Of(offsets, "Concat");
+    const Node* slice = producers.Of(ends, "Slice");
+    if (concat == nullptr || concat->inputs.size() != 2 || slice == nullptr ||
+        slice->inputs.size() < 2 || slice->inputs[0] != offsets ||
+        producers.Ints(slice->inputs[1]) != std::vector<int64_t>{1}) {
+      continue;
+    }
+    bool equal_bags = false;
+    if (const std::optional<std::vector<int64_t>> starts = producers.Ints(concat->inputs[0])) {
+      equal_bags = !starts->empty();
+      for (size_t k = 0; k < starts->size(); ++k) {
+        equal_bags = equal_bags && (*starts)[k] == static_cast<int64_t>(k) * length;
+      }
+    } else if (const Node* range = producers.Of(concat->inputs[0], "Range");
+               range != nullptr && range->inputs.size() == 3) {
+      // A dynamic batch: Range(0, B * L, L), L the ids' second dimension.
+      const Node* zero = producers.Of(range->inputs[0], "Cast");
+      const std::optional<std::vector<int64_t>> start =
+          producers.Ints(zero != nullptr ? zero->inputs[0] : range->inputs[0]);
+      equal_bags = start == std::vector<int64_t>{0} &&
+                   producers.IsAxisSize(range->inputs[2], graph.input, 1);
+    }
+    const NamedConstant* weights = graph.FindNamedConstant(table);
+    if (!equal_bags || weights == nullptr || weights->value.type != Tensor::Type::kFloat ||
+        weights->value.shape.size() != 2) {
+      continue;
+    }
+    auto fresh = [&](const std::string& stem) {
+      std::string name = stem;
+      for (int i = 1; names.count(name) > 0; ++i) name = absl::StrCat(stem, "_", i);
+      names.insert(name);
+      return name;
+    };
+    Node lookup;
+    lookup.op = "Gather";
+    lookup.name = fresh(loop.name + "/rows");
+    lookup.inputs = {table, graph.input};
+    lookup.outputs = {lookup.name};
+    lookup.attributes["axis"] = int64_t{0};
+    Node reduce;
+    reduce.op = *how == "sum" ? "ReduceSum" : *how == "mean" ? "ReduceMean" : "ReduceMax";
+    reduce.name = loop.name;
+    reduce.inputs = {lookup.name};
+    reduce.outputs = loop.outputs;
+    reduce.attributes["axes"] = std::vector<int64_t>{1};
+    reduce.attributes["keepdims"] = int64_t{0};
+    replacements[n] = {std::move(lookup), std::move(reduce)};
+    AddProducers(graph, {loop.inputs[0], loop.inputs[1], flat, offsets, ends}, candidates);
+  }
+  if (replacements.empty()) return;
+  std::vector<Node> nodes;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const auto it = replacements.find(n);
+    if (it == replacements.end()) {
+      nodes.push_back(std::move(graph.nodes[n]));
+      continue;
+    }
+    for (Node& made : it->second) nodes.push_back(std::move(made));
+  }
+  graph.nodes = std::move(nodes);
+  RemoveUnreadNodes(graph, candidates);
+}
+
+}  // namespace graph
+}  // namespace dptrain
