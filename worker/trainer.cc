@@ -424,7 +424,9 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
     if (!result.ok()) {
       return nn::NameDataSample(
-          result.status(), [&](int64_t k) { return batch_indices[k]; }, "the training set");
+          result.status(),
+          [&](int64_t k) { return k >= 0 && k < n ? batch_indices[k] : int64_t{-1}; },
+          "the training set");
     }
     report.compute_end = absl::Now();
     // Mixed precision: an overflow anywhere skips the step everywhere, and every replica's

@@ -1,6 +1,7 @@
 // The any-shape ops that compute (any_shape_ops.h): MatMul of two computed values, the
 // row-wise layers (Gemm, MatMul of a weight, LayerNormalization, Softmax, LogSoftmax),
-// ReduceMean, ReduceSum, ReduceMax, and Add, Sub, Mul, Div with NumPy broadcasting.
+// ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceL2, and Add, Sub, Mul, Div, Max, Min with
+// NumPy broadcasting.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -225,7 +226,7 @@ struct Rowwise {
   }
 };
 
-// ---- ReduceMean, ReduceSum, ReduceMax and ReduceL2 over axes other than the batch's ----
+// ---- Reductions (mean, sum, max, min, L2) over axes other than the batch's ----
 
 enum class Reduction { kMean, kSum, kMax, kMin, kL2 };
 
@@ -316,11 +317,12 @@ class ReduceNode final : public AnyShapeNode<T> {
   const ValueShape in_, kept_;
   const T scale_;
   std::vector<T> output_, grad_input_;
-  std::vector<int64_t> argmax_;  // A max's: per output element, the input element taken.
+  std::vector<int64_t> argmax_;  // A max's or min's: per output element, the element taken.
   const T* x_ = nullptr;         // An L2 norm's input, valid until Backward returns (node.h).
 };
 
-// ReduceMean, ReduceSum or ReduceMax; the axes from the attribute or (opset 13 on) input 1.
+// ReduceMean, ReduceSum, ReduceMax, ReduceMin or ReduceL2; the axes from the attribute or
+// (opset 13 on) input 1.
 template <Reduction kReduction>
 struct AnyShapeReduce {
   template <typename T>
@@ -475,7 +477,9 @@ class BroadcastBinaryNode final : public OperandNode<T> {
           if (x == c) {
             gx = gc = g / T(2);
           } else {
-            const bool x_taken = (op_ == BinaryOp::kMax) == (x > c);
+            // The operand the forward took (a NaN is taken, as it wins there).
+            const bool x_taken =
+                std::isnan(x) || (!std::isnan(c) && (op_ == BinaryOp::kMax) == (x > c));
             gx = x_taken ? g : T(0);
             gc = x_taken ? T(0) : g;
           }

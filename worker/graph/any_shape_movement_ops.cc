@@ -260,7 +260,7 @@ class EmbeddingNode final : public OperandNode<T> {
       if (v >= 0 && v < static_cast<T>(rows_) && v == std::floor(v)) continue;
       std::string where = absl::StrCat("element ", j);
       int64_t sample = -1;
-      if (ids_.batch_axis == 0 && ids.batch > 0) {
+      if (ids_.batch_axis == 0 && ids_.batch_outer == 1 && ids_.batch_inner == 1 && ids.batch > 0) {
         const int64_t per_sample = n / ids.batch;
         sample = j / per_sample;
         where = absl::StrCat(nn::BatchSampleText(sample), ", position ", j % per_sample);

@@ -24,12 +24,11 @@
 //              ONNX's clamping); x[..., a:b] and Split's outputs.
 //   Concat     of computed values along an axis other than the batch's, same shapes otherwise.
 //   Pad        zeros along any axes but the batch's (constant mode, value 0).
-//   ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceL2  over axes other than the batch's
-//   (attribute,
-//              or input from opset 18; ReduceSum's from 13), keepdims or not (a layer norm
-//              written out: x.mean(-1, keepdim=True); a masked mean's sums; a text CNN's max
-//              over time, its gradient to the first largest (smallest) element as
-//              torch.max(x, dim)'s;
+//   ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceL2
+//              over axes other than the batch's (attribute, or input from opset 18;
+//              ReduceSum's from 13), keepdims or not (a layer norm written out:
+//              x.mean(-1, keepdim=True); a masked mean's sums; a text CNN's max over time, its
+//              gradient to the first largest (smallest) element as torch.max(x, dim)'s;
 //              F.normalize's norm, its gradient x / norm, 0 at a zero norm).
 //   Expand     of a tensor of the model to a shape with the batch: the axis where a dynamic
 //              export's target holds the batch size, else axis 0, which the tensor must have of

@@ -1,5 +1,6 @@
 // FuseEmbeddingBag (graph_rewrites.h): nn.EmbeddingBag's Loop over equal bags read back as one
 // embedding lookup and a reduction over the bag's axis.
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -38,9 +39,17 @@ class Producers {
     if (t == nullptr || t->type != Tensor::Type::kInt64) return std::nullopt;
     return t->ints;
   }
-  // Whether `value` is the size of axis `axis` of `of`: Gather(Shape(of), axis), through Casts.
-  bool IsAxisSize(const std::string& value, const std::string& of, int64_t axis) const {
-    const Node* g = Of(value, "Gather");
+  // Whether `value` is the size of axis `axis` of `of`: Gather(Shape(of), axis), through Casts
+  // (and an Unsqueeze of it, where `unsqueezed`).
+  bool IsAxisSize(const std::string& value, const std::string& of, int64_t axis,
+                  bool unsqueezed = false) const {
+    std::string v = value;
+    if (unsqueezed) {
+      const Node* u = Of(value, "Unsqueeze");
+      if (u == nullptr || u->inputs.empty()) return false;
+      v = u->inputs[0];
+    }
+    const Node* g = Of(v, "Gather");
     if (g == nullptr || g->inputs.size() != 2) return false;
     const Node* shape = Of(g->inputs[0], "Shape");
     const std::optional<std::vector<int64_t>> index = Ints(g->inputs[1]);
@@ -82,12 +91,19 @@ void FuseEmbeddingBag(Graph& graph) {
         producers.Ints(reshape->inputs[1]) != std::vector<int64_t>{-1}) {
       continue;
     }
-    // The offsets: Concat(0, L, 2L, ..., the total) and the ends: their Slice from 1.
+    // The offsets: Concat(0, L, 2L, ..., the total) and the ends: their Slice from 1 to the
+    // end; the loop runs once per end (bag).
     const Node* concat = producers.Of(offsets, "Concat");
     const Node* slice = producers.Of(ends, "Slice");
+    const int64_t kEnd = std::numeric_limits<int64_t>::max();
     if (concat == nullptr || concat->inputs.size() != 2 || slice == nullptr ||
-        slice->inputs.size() < 2 || slice->inputs[0] != offsets ||
-        producers.Ints(slice->inputs[1]) != std::vector<int64_t>{1}) {
+        slice->inputs.size() < 3 || slice->inputs.size() > 5 || slice->inputs[0] != offsets ||
+        producers.Ints(slice->inputs[1]) != std::vector<int64_t>{1} ||
+        producers.Ints(slice->inputs[2]) != std::vector<int64_t>{kEnd} ||
+        (slice->inputs.size() > 3 && producers.Ints(slice->inputs[3]) != std::vector<int64_t>{0}) ||
+        (slice->inputs.size() > 4 && producers.Ints(slice->inputs[4]) != std::vector<int64_t>{1}) ||
+        !producers.IsAxisSize(concat->inputs[1], flat, 0, /*unsqueezed=*/true) ||
+        !producers.IsAxisSize(loop.inputs[0], ends, 0)) {
       continue;
     }
     bool equal_bags = false;
@@ -98,11 +114,17 @@ void FuseEmbeddingBag(Graph& graph) {
       }
     } else if (const Node* range = producers.Of(concat->inputs[0], "Range");
                range != nullptr && range->inputs.size() == 3) {
-      // A dynamic batch: Range(0, B * L, L), L the ids' second dimension.
+      // A dynamic batch: Range(0, B * L, L), L the ids' second dimension, B * L the product of
+      // their Shape.
       const Node* zero = producers.Of(range->inputs[0], "Cast");
       const std::optional<std::vector<int64_t>> start =
           producers.Ints(zero != nullptr ? zero->inputs[0] : range->inputs[0]);
-      equal_bags = start == std::vector<int64_t>{0} &&
+      const Node* product = producers.Of(range->inputs[1], "ReduceProd");
+      const Node* shape = product != nullptr && product->inputs.size() == 1
+                              ? producers.Of(product->inputs[0], "Shape")
+                              : nullptr;
+      equal_bags = start == std::vector<int64_t>{0} && shape != nullptr &&
+                   shape->inputs.size() == 1 && shape->inputs[0] == graph.input &&
                    producers.IsAxisSize(range->inputs[2], graph.input, 1);
     }
     const NamedConstant* weights = graph.FindNamedConstant(table);

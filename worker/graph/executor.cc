@@ -261,6 +261,17 @@ absl::StatusOr<std::unique_ptr<Executor<T>>> Executor<T>::Create(const Graph& gr
                                    "' other than by Gather or as a Reshape's or an Expand's "
                                    "target: unsupported"));
           }
+          // An Expand reads the sizes as a shape of the run's batch: the value's batch must be
+          // an axis of its own (no batch, or one merged with another axis, would read as
+          // another shape).
+          const ValueShape& of = sh->second.first;
+          if (node.op == "Expand" &&
+              (of.batch_axis < 0 || of.batch_outer != 1 || of.batch_inner != 1)) {
+            return NodeError(
+                node, absl::StrCat("expands to the Shape of a value of shape ", of.ToString(),
+                                   ": unsupported (its batch is not "
+                                   "an axis of its own)"));
+          }
           Tensor& whole = folded[name];
           DPTRAIN_ASSIGN_OR_RETURN(whole, WholeShape(node, sh->second.first));
           in.constant = &whole;

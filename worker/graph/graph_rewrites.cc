@@ -487,8 +487,11 @@ void SplitToSlices(Graph& graph) {
       const std::string axes = int_constant(absl::StrCat(node.name, "/axes"), {a});
       const std::string shape = add("Shape", "shape", {node.inputs[0]});
       const std::string size = add("Gather", "size", {shape, axes});
+      // ONNX's ceil(size / n) per part, the last smaller: (size + n - 1) / n.
+      const std::string rounded =
+          add("Add", "rounded", {size, int_constant(absl::StrCat(node.name, "/n_1"), {parts - 1})});
       const std::string part =
-          add("Div", "part", {size, int_constant(absl::StrCat(node.name, "/parts"), {parts})});
+          add("Div", "part", {rounded, int_constant(absl::StrCat(node.name, "/parts"), {parts})});
       std::string start = int_constant(absl::StrCat(node.name, "/zero"), {0});
       for (int64_t i = 0; i < parts; ++i) {
         const std::string end =

@@ -57,8 +57,8 @@ void EinsumToMatMul(Graph& graph);
 // Split(x, sizes) with constant sizes (input 1 from opset 13, the split attribute before) ->
 // one Slice per output along its axis (x.unbind(0), x.chunk(3, -1) as exported), so that each
 // output is a node's first output. Without sizes (equal parts: F.glu), the slices' bounds come
-// from the Shape of x (Shape, Gather, Div, Mul: evaluated when the model loads), the last part
-// to the end of the axis.
+// from the Shape of x (Shape, Gather, Add, Div, Mul: evaluated when the model loads): parts
+// of ceil(size / n), the last to the end of the axis (ONNX's; smaller where n does not divide).
 void SplitToSlices(Graph& graph);
 
 // ShuffleNet's channel shuffle, Reshape(x, s1) -> Transpose(perm=[0, 2, 1, 3, 4]) ->

@@ -166,9 +166,19 @@ std::optional<Node> EmbeddingBagLoop(const onnx::NodeProto& proto, const Graph& 
   static const char* const kOps[] = {"Gather", "Gather", "Unsqueeze", "Unsqueeze",
                                      "Slice",  "Gather", "",          "Cast"};
   if (ops.size() != 8) return std::nullopt;
+  // Inputs per op: Gather 2, Unsqueeze 1 or 2 (axes), Slice 4 (no steps), Reduce 1 or 2, Cast 1.
+  static const int kInputs[][2] = {{2, 2}, {2, 2}, {1, 2}, {1, 2}, {4, 4}, {2, 2}, {1, 2}, {1, 1}};
   for (size_t k = 0; k < ops.size(); ++k) {
     if (*kOps[k] != '\0' && ops[k]->op_type() != kOps[k]) return std::nullopt;
-    if (ops[k]->output_size() != 1) return std::nullopt;
+    if (ops[k]->output_size() != 1 || ops[k]->input_size() < kInputs[k][0] ||
+        ops[k]->input_size() > kInputs[k][1]) {
+      return std::nullopt;
+    }
+    if (ops[k]->op_type() == "Gather") {  // Along axis 0 only.
+      for (const onnx::AttributeProto& a : ops[k]->attribute()) {
+        if (a.name() == "axis" && a.i() != 0) return std::nullopt;
+      }
+    }
   }
   // An int64 constant [0] of the body or of the graph around it.
   auto is_zero = [&](const std::string& name) {
@@ -195,12 +205,11 @@ std::optional<Node> EmbeddingBagLoop(const onnx::NodeProto& proto, const Graph& 
     if (a.name() == "keepdims") keepdims_zero = a.i() == 0;
   }
   const bool matched =
-      !mode.empty() && keepdims_zero && zero(reduce, 1, "axes") && start.input_size() == 2 &&
-      start.input(1) == iter && end.input_size() == 2 && end.input(1) == iter &&
-      u_start.input(0) == start.output(0) && zero(u_start, 1, "axes") &&
-      u_end.input(0) == end.output(0) && zero(u_end, 1, "axes") && slice.input_size() >= 4 &&
+      !mode.empty() && keepdims_zero && zero(reduce, 1, "axes") && start.input(1) == iter &&
+      end.input(1) == iter && u_start.input(0) == start.output(0) && zero(u_start, 1, "axes") &&
+      u_end.input(0) == end.output(0) && zero(u_end, 1, "axes") &&
       slice.input(1) == u_start.output(0) && slice.input(2) == u_end.output(0) &&
-      is_zero(slice.input(3)) && rows.input_size() == 2 && rows.input(1) == slice.output(0) &&
+      is_zero(slice.input(3)) && rows.input(1) == slice.output(0) &&
       reduce.input(0) == rows.output(0) && body.output(1).name() == reduce.output(0) &&
       body.output(0).name() == ops[7]->output(0);
   if (!matched) return std::nullopt;
@@ -369,6 +378,7 @@ absl::Status CheckGraphStrings(const onnx::GraphProto& g) {
     }
     for (const onnx::AttributeProto& a : n.attribute()) {
       DPTRAIN_RETURN_IF_ERROR(CheckPrintable(a.name(), "attribute name"));
+      if (a.has_g()) DPTRAIN_RETURN_IF_ERROR(CheckGraphStrings(a.g()));  // A Loop's body.
       DPTRAIN_RETURN_IF_ERROR(CheckPrintable(a.s(), "attribute string"));
       for (const std::string& v : a.strings()) {
         DPTRAIN_RETURN_IF_ERROR(CheckPrintable(v, "attribute string"));

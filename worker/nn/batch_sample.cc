@@ -4,7 +4,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 
 namespace dptrain {
 namespace nn {
@@ -42,8 +41,17 @@ absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
 absl::Status ShiftBatchSample(const absl::Status& status, int64_t offset) {
   const std::optional<int64_t> k = BatchSampleOf(status);
   if (!k.has_value() || offset == 0) return status;
-  const std::string message =
-      absl::StrReplaceAll(status.message(), {{BatchSampleText(*k), BatchSampleText(*k + offset)}});
+  // The first mention outside quotes: a quoted name (a node's, a table's) may hold the words.
+  std::string message(status.message());
+  const std::string old_text = BatchSampleText(*k);
+  bool quoted = false;
+  for (size_t i = 0; i < message.size(); ++i) {
+    if (message[i] == '\'') quoted = !quoted;
+    if (!quoted && message.compare(i, old_text.size(), old_text) == 0) {
+      message.replace(i, old_text.size(), BatchSampleText(*k + offset));
+      break;
+    }
+  }
   return AtBatchSample(WithMessage(status, message), *k + offset);
 }
 

@@ -26,6 +26,12 @@ TEST(BatchSampleTest, CarriedShiftedAndNamed) {
   EXPECT_EQ(shifted.message(),
             "node 'e' (Gather): id 7 (sample 12 of the batch, position 1) is bad");
   EXPECT_EQ(BatchSampleOf(shifted), 12);
+  // A quoted name holding the words is left as it is.
+  const absl::Status named_node =
+      ShiftBatchSample(Prefixed(at, "node 'sample 2 of the batch' (Gather): "), 10);
+  EXPECT_EQ(named_node.message(),
+            "node 'sample 2 of the batch' (Gather): id 7 (sample 12 of the batch, position 1) "
+            "is bad");
   const absl::Status named = NameDataSample(
       shifted, [](int64_t k) { return 1000 + k; }, "the training set");
   EXPECT_EQ(named.message(),
