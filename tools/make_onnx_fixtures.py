@@ -91,6 +91,9 @@ The models:
              re-ordered), the head on the steps' mean and both final hidden states.
   text_bilstm  A bidirectional nn.LSTM without biases, the head on out[:, -1] and both final
              cell states (Y_c).
+  tabular_mixed  Tabular features [B, 6] whose first two columns are category codes: each read
+             through .long() (a Cast to int64) into its own nn.Embedding, concatenated with the
+             four continuous columns, then an MLP.
   text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
              an ONNX Loop over the bags), the head on the three concatenated.
   text_bag_dynamic  text_bag exported with a dynamic batch axis (the bags' offsets a Range).
@@ -707,6 +710,21 @@ class TextBiGRU(nn.Module):
         return self.head(out.mean(1) + torch.cat([h[0], h[1]], 1))
 
 
+class TabularMixed(nn.Module):
+    """Category codes carried as floats in the feature vector, embedded, and the rest."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Embedding(10, 4)
+        self.second = nn.Embedding(7, 3)
+        self.mlp = nn.Sequential(nn.Linear(11, 16), nn.ReLU(), nn.Linear(16, 5))
+
+    def forward(self, x):
+        codes = x[:, :2].long()
+        return self.mlp(torch.cat([self.first(codes[:, 0]), self.second(codes[:, 1]), x[:, 2:]],
+                                  1))
+
+
 class TextBag(nn.Module):
     """nn.EmbeddingBag(mode) of a 2-D input (bags of equal length), in three modes."""
 
@@ -783,6 +801,7 @@ MODELS = {
     "text_lstm_dynamic": lambda: (TextLSTM(), 5),
     "text_lstm_packed": lambda: (PackedLSTM(), 5),
     "text_bag": lambda: (TextBag(), 5),
+    "tabular_mixed": lambda: (TabularMixed(), 5),
     "text_bag_dynamic": lambda: (TextBag(), 5),
     "text_gru_packed": lambda: (PackedGRU(), 5),
     "text_cnn": lambda: (TextCNN(), 5),
@@ -912,6 +931,8 @@ def make_fixture(name, out_dir, opset):
             x = torch.randint(1, vocab, (BATCH, length))
             for i in range(BATCH):
                 x[i, PADDED_LENGTHS[name][i] if name in PADDED_LENGTHS else length - 3 * i:] = 0
+    elif name == "tabular_mixed":  # Two category codes (floats), four continuous features.
+        x = torch.cat([torch.randint(0, 7, (BATCH, 2)).float(), torch.randn(BATCH, 4)], 1)
     else:
         x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
     labels = torch.randint(0, classes, (BATCH,))

@@ -72,10 +72,10 @@ void CheckParity(const std::string& dir, const std::string& name, int threads,
   ASSERT_TRUE(made.ok()) << made.status();
   nn::Model& model = **made;
   EXPECT_EQ(model.name(), name);
-  // [batch, 3, 32, 32] (or 64s), or [batch, tokens] of ids.
+  // [batch, 3, 32, 32] (or 64s), or [batch, tokens] of ids, or [batch, features] (tabular_*).
   const std::vector<int64_t>& input = ref->Find("input")->shape;
   if (input.size() == 2) {
-    EXPECT_TRUE(model.input_is_ids());
+    EXPECT_EQ(model.input_is_ids(), !absl::StartsWith(name, "tabular"));
     EXPECT_EQ(model.input_dims(), (nn::Dims{static_cast<int>(input[1]), 1, 1}));
   } else {
     ASSERT_EQ(input.size(), 4u);
@@ -147,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "relpos", "text", "text_mask", "text_cnn", "text_lstm",
                                          "text_bigru", "text_bilstm", "text_lstm_dynamic",
                                          "text_lstm_packed", "text_gru_packed", "norms",
-                                         "functional", "text_bag", "text_bag_dynamic"),
+                                         "functional", "text_bag", "text_bag_dynamic",
+                                         "tabular_mixed"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
