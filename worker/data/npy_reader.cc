@@ -535,8 +535,10 @@ absl::Status ReadLabels(const std::string& path, int limit, std::vector<nn::Labe
   absl::StatusOr<NpyHeader> h = ReadHeader(*file);
   if (!h.ok()) return h.status();
   if (h->dtype.kind == 'f') {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": labels of dtype '", h->descr, "' are unsupported (integers only)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": labels of dtype '", h->descr,
+        "' are unsupported (class indices, integers only: the worker trains classifiers; "
+        "regression targets are not supported)"));
   }
   if (h->shape.size() != 1) {
     return absl::InvalidArgumentError(
