@@ -209,7 +209,7 @@ bool SparseTable::CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out,
   const size_t d = spec_.dim;
   // Every slot first, then the rows, each fetched a few rows ahead: the lookups' cache misses
   // overlap instead of queueing behind the copies.
-  constexpr size_t kAhead = 8;
+  constexpr size_t kAhead = 4;
   if (!HeldSlotsLocked(ids, slots)) return false;
   const float* w = rows_.w.data();
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -248,19 +248,21 @@ absl::Status SparseTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> 
   return absl::OkStatus();
 }
 
-void SparseTable::ApplyLocked(int64_t slot, const float* g, float scale) {
+void SparseTable::ApplyLocked(int64_t slot, const float* g, float scale, bool from_zero) {
   const int d = spec_.dim;
   const float lr = spec_.lr;
   float* w = rows_.w.data() + slot * d;
+  // g[i] times scale; from zero, (0 + g[i]) times scale, as a sum of one term gives it.
+  auto grad = [g, scale, from_zero](int i) { return (from_zero ? 0.0f + g[i] : g[i]) * scale; };
   if (rule_ == Rule::kSgd) {
-    for (int i = 0; i < d; ++i) w[i] -= lr * (g[i] * scale);
+    for (int i = 0; i < d; ++i) w[i] -= lr * grad(i);
     return;
   }
   float* a = rows_.a.data() + slot * d;
   if (rule_ == Rule::kAdagrad) {
     const float eps = static_cast<float>(spec_.eps);
     for (int i = 0; i < d; ++i) {
-      const float gi = g[i] * scale;
+      const float gi = grad(i);
       a[i] += gi * gi;
       w[i] -= lr * (gi / (std::sqrt(a[i]) + eps));  // torch's addcdiv order.
     }
@@ -275,7 +277,7 @@ void SparseTable::ApplyLocked(int64_t slot, const float* g, float scale) {
   const float step_size = static_cast<float>(lr / c1);
   const float c2_sqrt = static_cast<float>(std::sqrt(c2)), eps = static_cast<float>(spec_.eps);
   for (int i = 0; i < d; ++i) {
-    const float gi = g[i] * scale;
+    const float gi = grad(i);
     a[i] = b1 * a[i] + (1.0f - b1) * gi;
     v[i] = b2 * v[i] + (1.0f - b2) * (gi * gi);
     w[i] -= step_size * (a[i] / (std::sqrt(v[i]) / c2_sqrt + eps));
@@ -316,6 +318,8 @@ void SparseTable::StartApplyLocked() {
   if (part_slots_.size() < static_cast<size_t>(apply_parts_)) {
     part_slots_.resize(apply_parts_);
     part_sums_.resize(apply_parts_);
+    part_single_.resize(apply_parts_);
+    part_sum_at_.resize(apply_parts_);
   }
   applying_ = true;
 }
@@ -350,7 +354,15 @@ void SparseTable::ApplyMeanPart(int part) {
   constexpr int kBlockShift = 6;       // Blocks of 64 slots: no cache line shared by parts.
   std::vector<int64_t>& order = part_slots_[part];
   std::vector<float>& sums = part_sums_[part];
+  std::vector<const float*>& single = part_single_[part];
+  std::vector<int64_t>& sum_at = part_sum_at_[part];
   order.clear();
+  single.clear();
+  sum_at.clear();
+  // Each row of the part once, in the order first pushed, with its first push's gradient; a
+  // row pushed again gets a sum (most rows of a large table are pushed by one rank a step:
+  // they are applied from that push, no sum written and read back).
+  int64_t summed = 0;
   for (int r = 0; r < options_.num_workers; ++r) {
     const std::vector<int64_t>& slots = pending_slots_[r];
     const float* g = pending_grads_[r];
@@ -360,21 +372,30 @@ void SparseTable::ApplyMeanPart(int part) {
       if (at < 0) {
         at = static_cast<int64_t>(order.size());
         order.push_back(slots[i]);
-        if (sums.size() < order.size() * d)
-          sums.resize(std::max(2 * sums.size(), order.size() * d));
-        // 0 + g, as a sum from zero gives (-0 becomes +0): the serial apply's bits.
-        float* sum = sums.data() + at * d;
-        for (size_t k = 0; k < d; ++k) sum[k] = 0.0f + g[i * d + k];
-      } else {
-        float* sum = sums.data() + at * d;
-        for (size_t k = 0; k < d; ++k) sum[k] += g[i * d + k];
+        single.push_back(g + i * d);
+        sum_at.push_back(-1);
+        continue;
       }
+      float* sum;
+      if (sum_at[at] < 0) {  // The second push of the row: its sum starts from the first.
+        sum_at[at] = summed++;
+        if (sums.size() < static_cast<size_t>(summed) * d) {
+          sums.resize(std::max(2 * sums.size(), static_cast<size_t>(summed) * d));
+        }
+        sum = sums.data() + sum_at[at] * d;
+        // 0 + g, as a sum from zero gives (-0 becomes +0): the serial apply's bits.
+        for (size_t k = 0; k < d; ++k) sum[k] = 0.0f + single[at][k];
+        single[at] = nullptr;
+      } else {
+        sum = sums.data() + sum_at[at] * d;
+      }
+      for (size_t k = 0; k < d; ++k) sum[k] += g[i * d + k];
     }
   }
   for (int64_t slot : order) mean_at_[slot] = -1;
   // The rows of this part, fetched a few ahead (ApplySlotsLocked's loop, without the lock:
   // this thread owns them while applying_).
-  constexpr size_t kAhead = 4;
+  constexpr size_t kAhead = 8;
   const float scale = 1.0f / static_cast<float>(options_.num_workers);
   for (size_t i = 0; i < order.size(); ++i) {
     if (i + kAhead < order.size()) {
@@ -382,7 +403,11 @@ void SparseTable::ApplyMeanPart(int part) {
       if (!rows_.a.empty()) PrefetchRow<1>(rows_.a.data() + order[i + kAhead] * d, d);
       if (!rows_.b.empty()) PrefetchRow<1>(rows_.b.data() + order[i + kAhead] * d, d);
     }
-    ApplyLocked(order[i], sums.data() + i * d, scale);
+    if (single[i] != nullptr) {
+      ApplyLocked(order[i], single[i], scale, /*from_zero=*/true);
+    } else {
+      ApplyLocked(order[i], sums.data() + sum_at[i] * d, scale);
+    }
   }
 }
 

@@ -138,8 +138,11 @@ class SparseTable {
   // enough); false, with `out` partly written, if one is not.
   bool CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out,
                           std::vector<int64_t>& slots) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // One optimizer step on the row in `slot` with gradient `g` (dim values) times `scale`.
-  void ApplyLocked(int64_t slot, const float* g, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One optimizer step on the row in `slot` with gradient `g` (dim values) times `scale`;
+  // `from_zero`: the gradient as a sum from zero gives it, 0 + g (-0 becomes +0), the bits of
+  // a mean of one contribution.
+  void ApplyLocked(int64_t slot, const float* g, float scale, bool from_zero = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BSP, once every rank pushed the step: the mean of their pushes is applied in parts
   // (rows by blocks of 64 slots, so that two parts never share a cache line of the per-slot
   // arrays; as many parts as workers, at most the cores), each run WITHOUT mu_ by a pushing
@@ -150,7 +153,8 @@ class SparseTable {
   // Claims and runs parts while any are left (unlocking mu_ around each), finishing the step
   // after the last one. Returns with mu_ held.
   void HelpApplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Part `part`: its rows' sums in rank order (bit-reproducible), then their updates.
+  // Part `part`: its rows' sums in rank order (bit-reproducible; a row one rank pushed is
+  // applied from that push, with no sum), then their updates.
   void ApplyMeanPart(int part) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // No step is being applied (absl::Condition of every entry point that touches rows).
   bool NotApplying() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !applying_; }
@@ -185,6 +189,10 @@ class SparseTable {
   int parts_done_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::vector<int64_t>> part_slots_;
   std::vector<std::vector<float>> part_sums_;
+  // Per part and row of part_slots_: its gradient if one rank pushed it (else null: its sum's
+  // index in part_sums_ is in part_sum_at_).
+  std::vector<std::vector<const float*>> part_single_;
+  std::vector<std::vector<int64_t>> part_sum_at_;
   // Each slot's place in its part's sums (-1: not in this step; reset after each step).
   std::vector<int64_t> mean_at_;
   int64_t restores_ ABSL_GUARDED_BY(mu_) = 0;  // Restore calls: ends the waits they cut off.
