@@ -57,7 +57,7 @@ The models:
   functional  Functional ops: F.normalize over the channels (ReduceL2, Clip, Expand, Div),
              torch.maximum and torch.minimum (Max, Min), torch.sin and torch.cos, x.std over
              the channels (its divisor folded from ReduceProd of a Shape), F.glu (Split in
-             equal halves), a masked count clamped by an integer bound.
+             equal halves), k-max pooling (TopK), a masked count clamped by an integer bound.
   shared     Tied weights: a Conv2d + BatchNorm2d applied twice and a square Linear applied
              twice (each initializer read by two nodes; the gradient is the sum of both uses').
   branching  An inception-style block (1x1, 1x1->3x3 and AvgPool2d(3, 1, padding=1)->1x1
@@ -505,7 +505,8 @@ class Functional(nn.Module):
         s = h.std(dim=1, keepdim=True)
         y = (b * s + a).mean((2, 3))
         g = nn.functional.glu(h, dim=1).mean((2, 3))  # Split in equal halves.
-        y = torch.cat([y[:, :4] + g, y[:, 4:]], 1)
+        k = h.flatten(2).topk(3, dim=-1).values.mean(-1)  # k-max pooling: TopK's values.
+        y = torch.cat([y[:, :4] + g, y[:, 4:]], 1) + k
         count = (h.mean((2, 3)) != 0).sum(1, keepdim=True).clamp(min=1)  # Integers: 8 each.
         return self.fc(y / count.to(y.dtype))
 

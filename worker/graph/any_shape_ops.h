@@ -45,6 +45,9 @@
 //              tensor of the graph that broadcasts to its shape as NumPy does, of size 1 on the
 //              batch axis (a bias over the last axis, a positional embedding, a scalar); the
 //              tensor is learned, fixed or held as multi_input_ops.h says.
+//   TopK       the k largest (or smallest) values along an axis other than the batch's, in
+//              order (k-max pooling: x.topk(k, dim).values), k a constant; the gradient to the
+//              elements taken; ties to the lower index and NaN largest, as PyTorch's.
 //   Max, Min   the same operands (two), element by element (torch.maximum, torch.minimum, a
 //              clamp by a tensor): the gradient to the operand taken, halved on a tie as
 //              PyTorch's; NaN wins.
@@ -83,6 +86,7 @@ OpFactory AnyShapeMulOp();
 OpFactory AnyShapeDivOp();
 OpFactory AnyShapeMaxOp();  // Any shape only.
 OpFactory AnyShapeMinOp();  // Any shape only.
+OpFactory AnyShapeTopKOp();  // Any shape only.
 
 }  // namespace graph
 }  // namespace dptrain

@@ -481,6 +481,37 @@ TEST_F(AnyShapeOpsTest, Conv1dMaxPool1dAndReduceMax) {
       "node 'm' (ReduceMax): axes [0] of [B, 4, 7] unsupported (each once, not the batch's)");
 }
 
+// TopK's values (k-max pooling): in order, ties to the lower index, NaN largest; the gradient
+// to the elements taken, against finite differences (largest along the last axis, smallest
+// along another).
+TEST_F(AnyShapeOpsTest, TopKValues) {
+  const Graph top =
+      Of({2, 5, 1}, 3, {MakeNode("TopK", "k", {"x", "three"}, {"y", "i"}, {{"axis", int64_t{-1}}})},
+         {IntConstant("three", {3})});
+  EXPECT_EQ(OutputShape(top), "[B, 2, 3]");
+  auto e = Executor<double>::Create(top, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  (*e)->Bind(nullptr, nullptr, nullptr);
+  const std::vector<double> x = {1, 5, 5, 2, 4, 0, std::nan(""), -1, 7, 3};
+  const nn::TensorRef<double> y = ForwardOk(**e, x.data(), 1, false);
+  ASSERT_EQ(y.size(), 6);
+  EXPECT_EQ(std::vector<double>(y.data, y.data + 3), (std::vector<double>{5, 5, 4}));
+  EXPECT_TRUE(std::isnan(y.data[3]));
+  EXPECT_EQ(std::vector<double>(y.data + 4, y.data + 6), (std::vector<double>{7, 3}));
+  Check(top);
+  Check(Of(
+      {4, 6, 1}, 3,
+      {MakeNode("TopK", "k", {"x", "two"}, {"y"}, {{"axis", int64_t{1}}, {"largest", int64_t{0}}})},
+      {IntConstant("two", {2})}));
+  EXPECT_EQ(BuildError(Of({4, 6, 1}, 3,
+                          {MakeNode("TopK", "k", {"x", "two"}, {"y"}, {{"axis", int64_t{0}}})},
+                          {IntConstant("two", {2})})),
+            "node 'k' (TopK): axis 0 of [B, 4, 6] unsupported (an axis other than the batch's)");
+  EXPECT_EQ(BuildError(Of({4, 6, 1}, 3, {MakeNode("TopK", "k", {"x", "seven"}, {"y"})},
+                          {IntConstant("seven", {7})})),
+            "node 'k' (TopK): k int64[1] is not one number in [1, 6], the size of axis -1");
+}
+
 // One nn.LSTM or nn.GRU layer (TorchLSTM, TorchGRU: what FuseTorchRecurrent makes of torch's
 // export) on [B, 5, 3] made sequence-first, one direction or both, with and without biases:
 // each output (every step's h, the last h, the LSTM's last c) forward and backward through time

@@ -205,7 +205,7 @@ TEST(OpRegistryTest, OneEntryPerOp) {
   EXPECT_EQ(r.Register("Conv", ConvOp()).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(r.Register("CumSum", OpFactory{}).code(), absl::StatusCode::kInvalidArgument);
   const std::vector<std::string> ops = r.ops();
-  EXPECT_EQ(ops.size(), 64u);
+  EXPECT_EQ(ops.size(), 65u);
   OpRegistry empty;
   Node node = MakeNode("Conv", "c", {"x"}, {"y"});
   EXPECT_EQ(CheckOpSupported(empty, node).message(), "unsupported op 'Conv' (node 'c')");

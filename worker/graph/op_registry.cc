@@ -140,6 +140,7 @@ OpRegistry BuiltinOps() {
   add("Div", AnyShapeDivOp());
   add("Max", AnyShapeMaxOp());
   add("Min", AnyShapeMinOp());
+  add("TopK", AnyShapeTopKOp());
   add("PRelu", PReluOp());
   add("Concat", AnyShapeConcatOp());
   // Normalizations with their own parameters (norm_ops.h):
