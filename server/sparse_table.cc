@@ -209,7 +209,7 @@ bool SparseTable::CopyHeldRowsLocked(absl::Span<const int64_t> ids, float* out,
   const size_t d = spec_.dim;
   // Every slot first, then the rows, each fetched a few rows ahead: the lookups' cache misses
   // overlap instead of queueing behind the copies.
-  constexpr size_t kAhead = 4;
+  constexpr size_t kAhead = 8;
   if (!HeldSlotsLocked(ids, slots)) return false;
   const float* w = rows_.w.data();
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -395,7 +395,7 @@ void SparseTable::ApplyMeanPart(int part) {
   for (int64_t slot : order) mean_at_[slot] = -1;
   // The rows of this part, fetched a few ahead (ApplySlotsLocked's loop, without the lock:
   // this thread owns them while applying_).
-  constexpr size_t kAhead = 8;
+  constexpr size_t kAhead = 4;
   const float scale = 1.0f / static_cast<float>(options_.num_workers);
   for (size_t i = 0; i < order.size(); ++i) {
     if (i + kAhead < order.size()) {

@@ -181,8 +181,8 @@ class SparseTable {
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   // The step's parallel apply: parts to run, claimed, done. While applying_, a part's
-  // thread owns its rows (slot mod parts), its entries of mean_at_ and its own part_slots_
-  // and part_sums_ (kept from step to step: no fresh pages).
+  // thread owns its rows (slot mod parts), its entries of mean_at_ and its own part_slots_,
+  // part_sums_, part_single_ and part_sum_at_ (kept from step to step: no fresh pages).
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
   int apply_parts_ ABSL_GUARDED_BY(mu_) = 0;
   int next_part_ ABSL_GUARDED_BY(mu_) = 0;

@@ -217,7 +217,7 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
     if (static_cast<int>(data.mean.size()) != train.channels) {  // Features: one per feature.
       return absl::InvalidArgumentError(absl::StrCat(
           "--data_mean: ", data.mean.size(), " values for ",
-          train.features() ? absl::StrCat("feature vectors of ", train.channels)
+          train.features() ? absl::StrCat("feature vectors of ", train.channels, " features")
                            : absl::StrCat("images of ", train.channels, " channel(s)")));
     }
     DPTRAIN_RETURN_IF_ERROR(Normalize(train, data.mean, data.std));
