@@ -20,45 +20,27 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_files.h"
 #include "worker/data/batch.h"
 #include "worker/data/idx_reader.h"
 #include "worker/data/sampler.h"
 
 namespace {
 
-std::string& Dir() {
-  static std::string dir;
-  return dir;
-}
-
-void Write(const std::string& path, const std::string& bytes) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  FUZZ_CHECK(f != nullptr);
-  FUZZ_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-  FUZZ_CHECK(std::fclose(f) == 0);
-}
+std::string dir;  // LLVMFuzzerInitialize's.
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  if (tmp == nullptr) tmp = std::getenv("TMPDIR");
-  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/idx_fuzz.XXXXXX";
-  FUZZ_CHECK(mkdtemp(dir.data()) != nullptr);
-  Dir() = dir;
-  std::atexit([] {
-    std::remove((Dir() + "/images").c_str());
-    std::remove((Dir() + "/labels").c_str());
-    rmdir(Dir().c_str());
-  });
+  dir = fuzz_files::MakeDir("idx_fuzz", {"images", "labels"});
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  const std::string images = Dir() + "/images", labels = Dir() + "/labels";
-  Write(images, in.ConsumeRandomLengthString());
-  Write(labels, in.ConsumeRemainingBytesAsString());
+  const std::string images = dir + "/images", labels = dir + "/labels";
+  fuzz_files::Write(images, in.ConsumeRandomLengthString());
+  fuzz_files::Write(labels, in.ConsumeRemainingBytesAsString());
   absl::StatusOr<dptrain::Dataset> loaded = dptrain::LoadIdxPair(images, labels);
   if (!loaded.ok()) {
     FUZZ_CHECK(absl::IsInvalidArgument(loaded.status()) || absl::IsDataLoss(loaded.status()));

@@ -21,46 +21,28 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_files.h"
 #include "worker/data/batch.h"
 #include "worker/data/npy_reader.h"
 #include "worker/data/sampler.h"
 
 namespace {
 
-std::string& Dir() {
-  static std::string dir;
-  return dir;
-}
-
-void Write(const std::string& path, const std::string& bytes) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  FUZZ_CHECK(f != nullptr);
-  FUZZ_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-  FUZZ_CHECK(std::fclose(f) == 0);
-}
+std::string dir;  // LLVMFuzzerInitialize's.
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  if (tmp == nullptr) tmp = std::getenv("TMPDIR");
-  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/npy_fuzz.XXXXXX";
-  FUZZ_CHECK(mkdtemp(dir.data()) != nullptr);
-  Dir() = dir;
-  std::atexit([] {
-    std::remove((Dir() + "/samples.npy").c_str());
-    std::remove((Dir() + "/labels.npy").c_str());
-    rmdir(Dir().c_str());
-  });
+  dir = fuzz_files::MakeDir("npy_fuzz", {"samples.npy", "labels.npy"});
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   const bool stream = in.ConsumeBool();
-  const std::string samples = Dir() + "/samples.npy", labels = Dir() + "/labels.npy";
-  Write(samples, in.ConsumeRandomLengthString());
-  Write(labels, in.ConsumeRemainingBytesAsString());
+  const std::string samples = dir + "/samples.npy", labels = dir + "/labels.npy";
+  fuzz_files::Write(samples, in.ConsumeRandomLengthString());
+  fuzz_files::Write(labels, in.ConsumeRemainingBytesAsString());
   dptrain::NpyOptions options;
   options.loading = stream ? dptrain::DataLoading::kStream : dptrain::DataLoading::kLoad;
   absl::StatusOr<dptrain::Dataset> loaded = dptrain::LoadNpyPair(samples, labels, options);

@@ -30,23 +30,20 @@ std::vector<T> ValuesOf(const Tensor& t) {
   return v;
 }
 
-// ---- Equal to a constant, Not ----
+// ---- Element by element without a gradient ----
 
-// y = 1 where x == value, else 0 (Equal; Not is value 0): a mask of the ids (ids == pad) or of
-// another mask. No gradient flows through a comparison (the input's is zero).
+// y = Value(x) element by element; no gradient flows through it (the input's is zero), as
+// through PyTorch's comparisons and integer casts.
 template <typename T>
-class CompareNode final : public AnyShapeNode<T> {
+class NoGradientNode : public AnyShapeNode<T> {
  public:
-  // `negate`: 1 where x != value instead (a cast to bool: x != 0).
-  CompareNode(ValueShape shape, T value, bool negate = false)
-      : AnyShapeNode<T>(std::move(shape)), value_(value), negate_(negate) {}
-  int64_t ids_below() const override { return kNoIdBound; }
+  using AnyShapeNode<T>::AnyShapeNode;
 
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     const TensorRef<T>& x = inputs[0];
     T* y = EnsureSize(output_, x.size());
-    for (int64_t i = 0; i < x.size(); ++i) y[i] = (x.data[i] == value_) != negate_ ? T(1) : T(0);
+    for (int64_t i = 0; i < x.size(); ++i) y[i] = Value(x.data[i]);
     return {y, x.batch, this->output_dims()};
   }
 
@@ -58,10 +55,30 @@ class CompareNode final : public AnyShapeNode<T> {
     return {TensorRef<T>{dx, grad_output.batch, this->output_dims()}};
   }
 
+ protected:
+  virtual T Value(T x) const = 0;
+
  private:
+  std::vector<T> output_, grad_input_;
+};
+
+// ---- Equal to a constant, Not ----
+
+// y = 1 where x == value, else 0 (Equal; Not is value 0): a mask of the ids (ids == pad) or of
+// another mask.
+template <typename T>
+class CompareNode final : public NoGradientNode<T> {
+ public:
+  // `negate`: 1 where x != value instead (a cast to bool: x != 0).
+  CompareNode(ValueShape shape, T value, bool negate = false)
+      : NoGradientNode<T>(std::move(shape)), value_(value), negate_(negate) {}
+  int64_t ids_below() const override { return kNoIdBound; }
+
+ private:
+  T Value(T x) const override { return (x == value_) != negate_ ? T(1) : T(0); }
+
   const T value_;
   const bool negate_;
-  std::vector<T> output_, grad_input_;
 };
 
 template <typename T>
@@ -98,31 +115,15 @@ struct Not {
 // ---- Cast to an integer type ----
 
 // y = trunc(x) (ONNX's and NumPy's float-to-integer cast), held in T like every value: a
-// mask's or a count's cast (`(ids != pad).sum(1)` as pack_padded_sequence's lengths). No
-// gradient flows through it (PyTorch's integer tensors have none: the input's is zero).
+// mask's or a count's cast (`(ids != pad).sum(1)` as pack_padded_sequence's lengths); PyTorch's
+// integer tensors have no gradient.
 template <typename T>
-class TruncateNode final : public AnyShapeNode<T> {
+class TruncateNode final : public NoGradientNode<T> {
  public:
-  explicit TruncateNode(ValueShape shape) : AnyShapeNode<T>(std::move(shape)) {}
-
-  TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
-                       bool training) override {
-    const TensorRef<T>& x = inputs[0];
-    T* y = EnsureSize(output_, x.size());
-    for (int64_t i = 0; i < x.size(); ++i) y[i] = std::trunc(x.data[i]);
-    return {y, x.batch, this->output_dims()};
-  }
-
-  std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
-                                     const std::vector<bool>& need_input_grad) override {
-    if (!need_input_grad[0]) return {TensorRef<T>{}};
-    T* dx = EnsureSize(grad_input_, grad_output.size());
-    std::fill(dx, dx + grad_output.size(), T(0));
-    return {TensorRef<T>{dx, grad_output.batch, this->output_dims()}};
-  }
+  explicit TruncateNode(ValueShape shape) : NoGradientNode<T>(std::move(shape)) {}
 
  private:
-  std::vector<T> output_, grad_input_;
+  T Value(T x) const override { return std::trunc(x); }
 };
 
 // Cast: to bool, x != 0 (a mask cast before Where); to an integer type, trunc(x) without a

@@ -155,16 +155,7 @@ void FuseEmbeddingBag(Graph& graph) {
     AddProducers(graph, {loop.inputs[0], loop.inputs[1], flat, offsets, ends}, candidates);
   }
   if (replacements.empty()) return;
-  std::vector<Node> nodes;
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const auto it = replacements.find(n);
-    if (it == replacements.end()) {
-      nodes.push_back(std::move(graph.nodes[n]));
-      continue;
-    }
-    for (Node& made : it->second) nodes.push_back(std::move(made));
-  }
-  graph.nodes = std::move(nodes);
+  ReplaceNodes(graph, std::move(replacements));
   RemoveUnreadNodes(graph, candidates);
 }
 

@@ -3,6 +3,7 @@
 #ifndef DPTRAIN_WORKER_GRAPH_GRAPH_REWRITES_H_
 #define DPTRAIN_WORKER_GRAPH_GRAPH_REWRITES_H_
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -103,6 +104,8 @@ void FuseEmbeddingBag(Graph& graph);
 // the way up.
 void AddProducers(const Graph& graph, std::vector<std::string> values,
                   std::set<std::string>& names);
+// Puts each node's replacements (by its index in graph.nodes) in its place.
+void ReplaceNodes(Graph& graph, std::map<size_t, std::vector<Node>> replacements);
 // Removes the nodes named in `candidates` whose outputs nothing reads (nor the graph's output),
 // again until none is left: what only a rewritten pattern read.
 void RemoveUnreadNodes(Graph& graph, const std::set<std::string>& candidates);

@@ -368,16 +368,7 @@ void FuseTorchRecurrent(Graph& graph) {
                  candidates);
   }
   if (replacements.empty()) return;
-  std::vector<Node> nodes;
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const auto it = replacements.find(n);
-    if (it == replacements.end()) {
-      nodes.push_back(std::move(graph.nodes[n]));
-      continue;
-    }
-    for (Node& made : it->second) nodes.push_back(std::move(made));
-  }
-  graph.nodes = std::move(nodes);
+  ReplaceNodes(graph, std::move(replacements));
   // The weights' re-ordering and the initial states' expansion, now unread, go (and what only
   // they read).
   RemoveUnreadNodes(graph, candidates);

@@ -25,6 +25,19 @@ void AddProducers(const Graph& graph, std::vector<std::string> values,
   }
 }
 
+void ReplaceNodes(Graph& graph, std::map<size_t, std::vector<Node>> replacements) {
+  std::vector<Node> nodes;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const auto it = replacements.find(n);
+    if (it == replacements.end()) {
+      nodes.push_back(std::move(graph.nodes[n]));
+      continue;
+    }
+    for (Node& made : it->second) nodes.push_back(std::move(made));
+  }
+  graph.nodes = std::move(nodes);
+}
+
 void RemoveUnreadNodes(Graph& graph, const std::set<std::string>& candidates) {
   bool removed = true;
   while (removed) {
