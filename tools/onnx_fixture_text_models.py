@@ -1,0 +1,174 @@
+"""The text and tabular models of tools/make_onnx_fixtures.py (token ids or feature vectors as
+input): a transformer with and without padding masks, a text CNN, LSTMs and GRUs (stacked,
+bidirectional, packed), EmbeddingBags, and category codes carried in a feature vector."""
+import torch
+from torch import nn
+
+
+class TextClassifier(nn.Module):
+    """A text classifier as users write one: nn.Embedding of token ids (the graph's int64
+    input), a learned positional embedding, one nn.TransformerEncoderLayer(batch_first=True)
+    with GELU, the mean over the tokens and a Linear head."""
+
+    def __init__(self, vocab=50, length=12, dim=24, heads=3, classes=5):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(1, length, dim) * 0.5)
+        self.encoder = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=48, dropout=0.0,
+                                                  activation="gelu", batch_first=True)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, ids):
+        return self.head(self.encoder(self.embed(ids) + self.pos).mean(1))
+
+
+class MaskedText(TextClassifier):
+    """TextClassifier on padded token ids (0 = padding, nn.Embedding's padding_idx): the
+    encoder masks the padding (src_key_padding_mask: Equal, Expand, Cast to bool, Where of
+    -inf into the attention scores) and the mean runs over the real tokens only (Not, Cast,
+    ReduceSum, Clip, Div)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 24, padding_idx=0)
+
+    def forward(self, ids):
+        pad = ids == 0
+        h = self.encoder(self.embed(ids) + self.pos, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
+
+
+class TextCNN(nn.Module):
+    """Kim's text CNN on token ids: nn.Embedding, transposed to [N, C, L], Conv1d of widths 3
+    (padded, then MaxPool1d(2)) and 2, ReLU, the max over time (ReduceMax), Dropout, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.conv3 = nn.Conv1d(16, 8, 3, padding=1)
+        self.pool = nn.MaxPool1d(2)
+        self.conv2 = nn.Conv1d(16, 6, 2)
+        self.drop = nn.Dropout(0.5)
+        self.head = nn.Linear(14, 5)
+
+    def forward(self, ids):
+        x = self.embed(ids).transpose(1, 2)
+        a = self.pool(torch.relu(self.conv3(x))).max(dim=2).values
+        b = torch.relu(self.conv2(x)).amax(dim=2)
+        return self.head(self.drop(torch.cat([a, b], 1)))
+
+
+class TextLSTM(nn.Module):
+    """A recurrent text classifier: nn.Embedding, a 2-layer nn.LSTM(batch_first=True) (each
+    layer an ONNX LSTM whose weights are the state_dict's with their gates re-ordered), the
+    head on the last step's output plus the last layer's final hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.LSTM(12, 10, num_layers=2, batch_first=True)
+        self.head = nn.Linear(10, 5)
+
+    def forward(self, ids):
+        out, (h, _) = self.rnn(self.embed(ids))
+        return self.head(out[:, -1] + h[-1])
+
+
+class TextBiGRU(nn.Module):
+    """A bidirectional nn.GRU(batch_first=True) on token ids (an ONNX GRU of two directions,
+    linear_before_reset=1, its gates re-ordered), the head on the steps' mean plus both final
+    hidden states."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.GRU(12, 10, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(20, 5)
+
+    def forward(self, ids):
+        out, h = self.rnn(self.embed(ids))
+        return self.head(out.mean(1) + torch.cat([h[0], h[1]], 1))
+
+
+class TabularMixed(nn.Module):
+    """Category codes carried as floats in the feature vector, embedded, and the rest."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Embedding(10, 4)
+        self.second = nn.Embedding(7, 3)
+        self.mlp = nn.Sequential(nn.Linear(11, 16), nn.ReLU(), nn.Linear(16, 5))
+
+    def forward(self, x):
+        codes = x[:, :2].long()
+        return self.mlp(torch.cat([self.first(codes[:, 0]), self.second(codes[:, 1]), x[:, 2:]],
+                                  1))
+
+
+class TextBag(nn.Module):
+    """nn.EmbeddingBag(mode) of a 2-D input (bags of equal length), in three modes."""
+
+    def __init__(self):
+        super().__init__()
+        self.mean = nn.EmbeddingBag(50, 8, mode="mean")
+        self.sum = nn.EmbeddingBag(50, 8, mode="sum")
+        self.max = nn.EmbeddingBag(50, 8, mode="max")
+        self.head = nn.Linear(24, 5)
+
+    def forward(self, ids):
+        return self.head(torch.cat([self.mean(ids), self.sum(ids), self.max(ids)], 1))
+
+
+class PackedLSTM(nn.Module):
+    """Padded ids (0 = padding) of unsorted lengths through pack_padded_sequence into a 2-layer
+    bidirectional nn.LSTM; the head on both directions' final hidden states of the last layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.LSTM(12, 10, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(20, 5)
+
+    def forward(self, ids):
+        lengths = (ids != 0).sum(1)
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(ids), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        _, (h, _) = self.rnn(packed)
+        return self.head(torch.cat([h[-2], h[-1]], 1))
+
+
+class PackedGRU(nn.Module):
+    """A packed nn.GRU whose padded output (pad_packed_sequence: zeros past each length) is
+    averaged over each sample's length (the lengths pad_packed_sequence returns), plus the final
+    hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.GRU(12, 10, batch_first=True)
+        self.head = nn.Linear(10, 5)
+
+    def forward(self, ids):
+        lengths = (ids != 0).sum(1)
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(ids), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        out, h = self.rnn(packed)
+        out, lengths = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                        total_length=ids.shape[1])
+        return self.head(out.sum(1) / lengths.unsqueeze(1).to(out.dtype) + h[-1])
+
+
+class TextBiLSTM(nn.Module):
+    """A bidirectional nn.LSTM without biases, the head on the last step's output and both
+    final cell states."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12)
+        self.rnn = nn.LSTM(12, 10, batch_first=True, bidirectional=True, bias=False)
+        self.head = nn.Linear(20, 5)
+
+    def forward(self, ids):
+        out, (_, c) = self.rnn(self.embed(ids))
+        return self.head(out[:, -1] + torch.cat([c[0], c[1]], 1))
