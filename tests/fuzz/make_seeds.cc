@@ -174,7 +174,13 @@ void NpySeeds() {
   auto seed = [](const std::string& name, bool stream, const std::string& samples,
                  const std::string& labels) {
     Write("npy_reader_fuzzer", name,
-          ProviderInput().Bool(stream).String(samples).Rest(labels).Bytes());
+          ProviderInput()
+              .Bool(stream)
+              .Integral<int>(0, 0, 3)    // Layout: LoadNpyPair.
+              .Integral<int>(0, 0, 300)  // num_classes: from the labels.
+              .String(samples)
+              .Rest(labels)
+              .Bytes());
   };
   const std::string bytes12("\x00\x10\x20\x30\x40\x50\xff\x5c\x01\x02\x03\x04", 12);
   seed("uint8_nhw", false, Npy("|u1", {2, 2, 3}, bytes12), labels2);
@@ -186,6 +192,21 @@ void NpySeeds() {
        Npy("<f8", {3, 4}, Raw<double>({0.5, -2, 1e-3, 3, 0, 1, 2, 3, 4, 5, 6, 7})), labels3);
   seed("int64_ids", false, Npy("<i8", {3, 2}, Raw<int64_t>({1, 2, 0, 16777215, 5, 0})), labels3);
   seed("uint16_ids", false, Npy("<u2", {2, 3}, Raw<uint16_t>({1, 2, 3, 4, 5, 65535})), labels2);
+  // Through LoadNpy: a directory whose file names say what they hold.
+  auto named = [](const std::string& name, int layout, int classes, const std::string& samples,
+                  const std::string& labels) {
+    Write("npy_reader_fuzzer", name,
+          ProviderInput()
+              .Bool(false)
+              .Integral<int>(layout, 0, 3)
+              .Integral<int>(classes, 0, 300)
+              .String(samples)
+              .Rest(labels)
+              .Bytes());
+  };
+  named("dir_ids", 1, 300, Npy("<i8", {3, 2}, Raw<int64_t>({1, 2, 0, 7, 5, 0})), labels3);
+  named("dir_features", 2, 0, Npy("<f4", {2, 3}, Raw<float>({0.5f, 1, 2, 3, 4, 5})), labels2);
+  named("dir_images_nhwc", 3, 10, Npy("|u1", {2, 2, 1, 3}, bytes12), labels2);
 }
 
 void SafetensorsSeeds() {

@@ -1,13 +1,16 @@
-// Fuzzes the .npy reader (worker/data/npy_reader) through its public entry, LoadNpyPair, with
-// a samples file and a labels file made from the input, held or streamed (uint8 images read
-// from the file as training goes), and the rest of the worker's data path up to the first
+// Fuzzes the .npy reader (worker/data/npy_reader) through its public entries, LoadNpyPair and
+// LoadNpy (a directory whose samples file is train_images.npy, train_ids.npy or
+// train_features.npy, which must then hold what it says), with a samples file and a labels
+// file made from the input, held or streamed (uint8 images read from the file as training
+// goes), a num_classes option or none, and the rest of the worker's data path up to the first
 // batch: the shape check against the set's own shape and kind (worker/data/batch.h), the
 // sampler's first epoch and the gathering of the first batch into a buffer sized for it.
-// Input: FuzzedDataProvider's bool (stream), a random-length string for the samples file, the
-// rest for the labels file. Checks: a loaded set holds what its header promised (labels in
-// [0, num_classes) and as many as samples; float values finite; ids whole numbers in
-// [0, 2^24); features and ids one row per sample); errors are InvalidArgument or DataLoss
-// only; no allocation beyond the bytes that arrived (libFuzzer's -rss_limit_mb and
+// Input: FuzzedDataProvider's bool (stream), layout (0: LoadNpyPair; 1, 2, 3: LoadNpy with
+// train_ids, train_features, train_images), num_classes (0 to 300), a random-length string for
+// the samples file, the rest for the labels file. Checks: a loaded set holds what its header
+// promised (labels in [0, num_classes) and as many as samples; float values finite; ids whole
+// numbers in [0, 2^24); features and ids one row per sample); errors are InvalidArgument or
+// DataLoss only; no allocation beyond the bytes that arrived (libFuzzer's -rss_limit_mb and
 // -malloc_limit_mb catch one).
 #include <fuzzer/FuzzedDataProvider.h>
 #include <unistd.h>
@@ -33,19 +36,30 @@ std::string dir;  // LLVMFuzzerInitialize's.
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  dir = fuzz_files::MakeDir("npy_fuzz", {"samples.npy", "labels.npy"});
+  dir = fuzz_files::MakeDir("npy_fuzz",
+                            {"samples.npy", "labels.npy", "train_ids.npy", "train_features.npy",
+                             "train_images.npy", "train_labels.npy"});
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   const bool stream = in.ConsumeBool();
-  const std::string samples = dir + "/samples.npy", labels = dir + "/labels.npy";
+  const int layout = in.ConsumeIntegralInRange<int>(0, 3);
+  const int num_classes = in.ConsumeIntegralInRange<int>(0, 300);
+  static const char* const kSamples[] = {"samples.npy", "train_ids.npy", "train_features.npy",
+                                         "train_images.npy"};
+  for (const char* name : kSamples) std::remove((dir + "/" + name).c_str());
+  const std::string samples = dir + "/" + kSamples[layout];
+  const std::string labels = dir + (layout == 0 ? "/labels.npy" : "/train_labels.npy");
   fuzz_files::Write(samples, in.ConsumeRandomLengthString());
   fuzz_files::Write(labels, in.ConsumeRemainingBytesAsString());
   dptrain::NpyOptions options;
   options.loading = stream ? dptrain::DataLoading::kStream : dptrain::DataLoading::kLoad;
-  absl::StatusOr<dptrain::Dataset> loaded = dptrain::LoadNpyPair(samples, labels, options);
+  options.num_classes = num_classes;
+  absl::StatusOr<dptrain::Dataset> loaded = layout == 0
+                                                ? dptrain::LoadNpyPair(samples, labels, options)
+                                                : dptrain::LoadNpy(dir, /*train=*/true, options);
   if (!loaded.ok()) {
     FUZZ_CHECK(absl::IsInvalidArgument(loaded.status()) || absl::IsDataLoss(loaded.status()));
     return 0;
@@ -54,6 +68,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(d.size >= 1 && d.channels >= 1 && d.rows >= 1 && d.cols >= 1);
   FUZZ_CHECK(static_cast<int64_t>(d.labels.size()) == d.size);
   FUZZ_CHECK(d.num_classes >= 1 && d.num_classes <= dptrain::kMaxClasses);
+  FUZZ_CHECK(num_classes == 0 || d.num_classes == num_classes);
+  FUZZ_CHECK(layout != 1 || d.ids);         // train_ids.npy holds ids,
+  FUZZ_CHECK(layout != 2 || d.features());  // train_features.npy feature vectors.
   for (dptrain::nn::Label l : d.labels) FUZZ_CHECK(l >= 0 && l < d.num_classes);
   FUZZ_CHECK(d.consistent());
   FUZZ_CHECK(!d.ids || (d.rows == 1 && d.cols == 1 && !d.byte_storage));
