@@ -446,6 +446,12 @@ def main():
     print(f"ok: a bidirectional nn.LSTM text classifier on the same ids, 2 workers x 2 shards: "
           f"test_acc {printed:.4f} printed, {ours:.4f} in PyTorch from the saved weights",
           flush=True)
+    # Its nn.Embedding(padding_idx=0): the export drops padding_idx; the worker finds the row of
+    # zeros, says so, and leaves it as PyTorch would (no gradient).
+    pad_row = dptrain.safetensors.load_file(saved)["embed.weight"][0]
+    if "taken as nn.Embedding's padding_idx" not in text or bool(pad_row.abs().sum() != 0):
+        fail(f"lstm: padding row {pad_row.tolist()} after training: {text[:800]}")
+    print("ok: nn.Embedding(padding_idx=0)'s row of zeros found and kept at zeros", flush=True)
     # The same through pack_padded_sequence: each sample's real tokens only (the export sorts
     # the batch by length; the worker runs each sample at its own length instead).
     torch.manual_seed(0)

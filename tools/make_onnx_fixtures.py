@@ -94,6 +94,7 @@ The models:
   tabular_mixed  Tabular features [B, 6] whose first two columns are category codes: each read
              through .long() (a Cast to int64) into its own nn.Embedding, concatenated with the
              four continuous columns, then an MLP.
+  text_pad   nn.Embedding(padding_idx=0) on padded ids (row 0 zeros, no gradient to it).
   text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
              an ONNX Loop over the bags), the head on the three concatenated.
   text_bag_dynamic  text_bag exported with a dynamic batch axis (the bags' offsets a Range).
@@ -142,6 +143,7 @@ from onnx_fixture_text_models import (  # noqa: E402  (the text and tabular mode
     TextBiGRU,
     TabularMixed,
     TextBag,
+    TextPad,
     PackedLSTM,
     PackedGRU,
     TextBiLSTM,
@@ -547,6 +549,7 @@ MODELS = {
     "text_lstm_packed": lambda: (PackedLSTM(), 5),
     "text_bag": lambda: (TextBag(), 5),
     "tabular_mixed": lambda: (TabularMixed(), 5),
+    "text_pad": lambda: (TextPad(), 5),
     "text_bag_dynamic": lambda: (TextBag(), 5),
     "text_gru_packed": lambda: (PackedGRU(), 5),
     "text_cnn": lambda: (TextCNN(), 5),
@@ -576,10 +579,11 @@ MODELS = {
 ID_INPUTS = {"text": (50, 12), "text_mask": (50, 12), "text_cnn": (50, 12),
              "text_lstm": (50, 12), "text_bigru": (50, 12), "text_bilstm": (50, 12),
              "text_lstm_dynamic": (50, 12), "text_lstm_packed": (50, 12),
-             "text_gru_packed": (50, 12), "text_bag": (50, 12), "text_bag_dynamic": (50, 12)}
+             "text_gru_packed": (50, 12), "text_bag": (50, 12), "text_bag_dynamic": (50, 12),
+             "text_pad": (50, 12)}
 # Of those, models whose samples end in padding (id 0): sample i keeps 12 - 3 i real tokens,
 # or, for packed sequences, the lengths given (unsorted: the export's sort is exercised).
-PADDED = {"text_mask", "text_lstm_packed", "text_gru_packed"}
+PADDED = {"text_mask", "text_lstm_packed", "text_gru_packed", "text_pad"}
 PADDED_LENGTHS = {"text_lstm_packed": [6, 12, 3, 9], "text_gru_packed": [9, 3, 12, 6]}
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,

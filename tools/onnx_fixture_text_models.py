@@ -106,6 +106,19 @@ class TabularMixed(nn.Module):
                                   1))
 
 
+class TextPad(nn.Module):
+    """nn.Embedding(padding_idx=0) on padded ids: row 0 starts at zeros and gets no gradient in
+    PyTorch (the export does not say so: the importer finds the row of zeros)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 12, padding_idx=0)
+        self.head = nn.Linear(12, 5)
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.embed(ids)).mean(1))
+
+
 class TextBag(nn.Module):
     """nn.EmbeddingBag(mode) of a 2-D input (bags of equal length), in three modes."""
 

@@ -244,11 +244,14 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateGatherRows(const NodeContext&
 template <typename T>
 class EmbeddingNode final : public OperandNode<T> {
  public:
-  EmbeddingNode(Operand<T> table, int64_t rows, int64_t row, ValueShape ids, ValueShape out)
+  // `padding_row`: the row whose gradient stays zero (nn.Embedding's padding_idx), or -1.
+  EmbeddingNode(Operand<T> table, int64_t rows, int64_t row, ValueShape ids, ValueShape out,
+                int64_t padding_row)
       : OperandNode<T>(std::move(out), std::move(table)),
         rows_(rows),
         row_(row),
-        ids_(std::move(ids)) {}
+        ids_(std::move(ids)),
+        padding_row_(padding_row) {}
 
   int64_t ids_below() const override { return rows_; }
 
@@ -292,7 +295,9 @@ class EmbeddingNode final : public OperandNode<T> {
     if (T* g = this->operand().grad(); g != nullptr) {
       std::fill(g, g + this->operand().size(), T(0));
       for (int64_t j = 0; j < last_ids_.size(); ++j) {
-        T* dst = g + static_cast<int64_t>(last_ids_.data[j]) * row_;
+        const int64_t id = static_cast<int64_t>(last_ids_.data[j]);
+        if (id == padding_row_) continue;  // PyTorch's padding_idx: no gradient.
+        T* dst = g + id * row_;
         const T* src = grad_output.data + j * row_;
         for (int64_t i = 0; i < row_; ++i) dst[i] += src[i];
       }
@@ -307,6 +312,7 @@ class EmbeddingNode final : public OperandNode<T> {
  private:
   const int64_t rows_, row_;
   const ValueShape ids_;
+  const int64_t padding_row_;
   TensorRef<T> last_ids_;  // Forward's input, valid until Backward returns (node.h).
   std::vector<T> output_, grad_input_;
 };
@@ -319,7 +325,11 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateEmbedding(const NodeContext& 
   }
   DPTRAIN_ASSIGN_OR_RETURN(const ValueShape ids, ShapeOf(ctx, 1));
   DPTRAIN_ASSIGN_OR_RETURN(const int64_t axis, IntAttribute(ctx.node, "axis", 0));
+  DPTRAIN_ASSIGN_OR_RETURN(const int64_t padding, IntAttribute(ctx.node, "padding_idx", -1));
   const Shape& own = data.constant->shape;
+  if (padding < -1 || padding >= own[0]) {
+    return ctx.Error(absl::StrCat("padding_idx ", padding, " is not a row of the table"));
+  }
   if (axis != 0 && axis != -static_cast<int64_t>(own.size())) {
     return ctx.Error(absl::StrCat("a lookup in a tensor of the model along axis ", axis,
                                   " unsupported (its rows: axis 0)"));
@@ -328,13 +338,13 @@ absl::StatusOr<std::unique_ptr<NodeImpl<T>>> CreateEmbedding(const NodeContext& 
   out.dims.insert(out.dims.end(), own.begin() + 1, own.end());
   if (out.rank() > kMaxRank) return ctx.Error("the result's rank is out of range");
   return std::unique_ptr<NodeImpl<T>>(std::make_unique<EmbeddingNode<T>>(
-      Operand<T>(data, own), own[0], Product(own, 1), ids, std::move(out)));
+      Operand<T>(data, own), own[0], Product(own, 1), ids, std::move(out), padding));
 }
 
 template <typename T>
 struct Gather {
   static absl::StatusOr<std::unique_ptr<NodeImpl<T>>> Create(const NodeContext& ctx) {
-    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis"}));
+    DPTRAIN_RETURN_IF_ERROR(CheckKnownAttributes(ctx.node, {"axis", "padding_idx"}));
     if (ctx.inputs.size() == 2 && ctx.input(0) != nullptr && ctx.inputs[0].constant != nullptr) {
       if (ctx.inputs[1].is_runtime()) return CreateEmbedding<T>(ctx);
       return CreateGatherRows<T>(ctx);

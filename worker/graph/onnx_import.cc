@@ -1,5 +1,6 @@
 #include "worker/graph/onnx_import.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -506,6 +507,7 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   SplitToSlices(graph);
   EinsumToMatMul(graph);
   DPTRAIN_RETURN_IF_ERROR(CheckExportedForTraining(graph));
+  MarkPaddingRows(graph);
   return graph;
 }
 
@@ -542,6 +544,41 @@ absl::Status MarkBuffers(Graph& graph, const std::vector<std::string>& names) {
   }
   for (NamedConstant* c : marked) c->fixed = true;  // All valid: nothing half done.
   return absl::OkStatus();
+}
+
+std::vector<std::string> MarkPaddingRows(Graph& graph) {
+  for (Node& node : graph.nodes) {
+    if (node.op != "Gather" || node.inputs.size() != 2 || node.attributes.count("padding_idx") ||
+        graph.FindConstant(node.inputs[1]) != nullptr) {
+      continue;
+    }
+    const NamedConstant* table = graph.FindNamedConstant(node.inputs[0]);
+    if (table == nullptr || !table->state || table->value.type != Tensor::Type::kFloat ||
+        table->value.shape.size() != 2 || table->value.shape[1] < 1) {
+      continue;
+    }
+    const int64_t rows = table->value.shape[0], width = table->value.shape[1];
+    int64_t zero_row = -1, zero_rows = 0;
+    for (int64_t r = 0; r < rows && zero_rows < 2; ++r) {
+      const float* row = table->value.floats.data() + r * width;
+      if (std::all_of(row, row + width, [](float v) { return v == 0.0f; })) {
+        zero_row = r;
+        ++zero_rows;
+      }
+    }
+    if (zero_rows == 1) node.attributes["padding_idx"] = zero_row;
+  }
+  return PaddingRows(graph);
+}
+
+std::vector<std::string> PaddingRows(const Graph& graph) {
+  std::set<std::string> marked;
+  for (const Node& node : graph.nodes) {
+    const auto it = node.attributes.find("padding_idx");
+    if (node.op != "Gather" || it == node.attributes.end() || node.inputs.empty()) continue;
+    marked.insert(absl::StrCat(node.inputs[0], " (row ", std::get<int64_t>(it->second), ")"));
+  }
+  return std::vector<std::string>(marked.begin(), marked.end());
 }
 
 std::vector<std::string> LearnedOperands(const Graph& graph) {

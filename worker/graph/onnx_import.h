@@ -73,6 +73,16 @@ absl::Status MarkBuffers(Graph& graph, const std::vector<std::string>& names);
 // the weights of its layers.
 std::vector<std::string> LearnedOperands(const Graph& graph);
 
+// nn.Embedding(padding_idx=p) exports as a plain Gather (the ONNX file does not say p), and
+// PyTorch both starts row p at zeros and never gives it a gradient. So an embedding lookup (a
+// Gather of a 2-D initializer by computed ids) whose table holds exactly one row of zeros is
+// taken as having that padding row: its node gets attribute padding_idx (the lookup then adds
+// no gradient to it, as PyTorch; another use of the tensor, a tied output layer, still does).
+// Applied by ParseOnnxGraph. Returns "table (row p)" for each table so marked, to be said.
+std::vector<std::string> MarkPaddingRows(Graph& graph);
+// The tables marked so (MarkPaddingRows's descriptions), for a graph already read.
+std::vector<std::string> PaddingRows(const Graph& graph);
+
 // CheckOpSupported on every node of `graph` but those the executor evaluates when it is built
 // (Shape and the int64 arithmetic on it: shape_arithmetic.h; it refuses what it cannot
 // evaluate): the first error, or OK.

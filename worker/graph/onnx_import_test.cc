@@ -21,6 +21,7 @@
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "worker/graph/graph_check.h"
 #include "worker/graph/onnx_fixtures_testing.h"
 #include "worker/graph/op_registry.h"
 #include "worker/nn/batch_sample.h"
@@ -148,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          "text_bigru", "text_bilstm", "text_lstm_dynamic",
                                          "text_lstm_packed", "text_gru_packed", "norms",
                                          "functional", "text_bag", "text_bag_dynamic",
-                                         "tabular_mixed"),
+                                         "tabular_mixed", "text_pad"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
@@ -432,6 +433,24 @@ TEST(OnnxModelTest, EmbeddingBagsAtAnyBatchSizeOtherLoopsRefused) {
             absl::StrCat(path,
                          ": node '/mean/Loop' (Loop): control flow is unsupported (a Loop other "
                          "than nn.EmbeddingBag's of a 2-D input)"));
+}
+
+// nn.Embedding's padding_idx, which the export drops, is found as the table's one row of zeros;
+// a table with two such rows (or none) has no padding row.
+TEST(OnnxImportTest, PaddingRowIsTheTablesOneRowOfZeros) {
+  Graph g;
+  g.input = "ids";
+  Tensor table;
+  table.shape = {4, 2};
+  table.floats = {0.5f, 1, 0, -0.0f, 2, 3, 4, 5};
+  g.constants.push_back({"e.weight", table, /*state=*/true});
+  table.floats[4] = table.floats[5] = 0;
+  g.constants.push_back({"f.weight", table, /*state=*/true});
+  g.nodes = {MakeNode("Gather", "e", {"e.weight", "ids"}, {"a"}),
+             MakeNode("Gather", "f", {"f.weight", "ids"}, {"b"})};
+  EXPECT_EQ(MarkPaddingRows(g), (std::vector<std::string>{"e.weight (row 1)"}));
+  EXPECT_EQ(std::get<int64_t>(g.nodes[0].attributes.at("padding_idx")), 1);
+  EXPECT_EQ(g.nodes[1].attributes.count("padding_idx"), 0u);
 }
 
 // `op` of the first node that has it in vgg.onnx replaced by `replacement`, written to a file.
