@@ -137,10 +137,12 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& c
               << "); name the buffers among them with --onnx_buffers to keep them fixed"
               << std::endl;
   }
+  if (!config.onnx_padding_rows) graph::ClearPaddingRows(graph);
   if (const std::vector<std::string> padding = graph::PaddingRows(graph); !padding.empty()) {
     std::cout << who << ": " << config.model << ": embedding tables with one row of zeros, "
-              << "taken as nn.Embedding's padding_idx (no gradient to that row, as in PyTorch): "
-              << absl::StrJoin(padding, ", ") << std::endl;
+              << "taken as nn.Embedding's padding_idx (no gradient to that row, as in PyTorch; "
+              << "--onnx_padding_rows=false learns it): " << absl::StrJoin(padding, ", ")
+              << std::endl;
   }
   graph::GraphModelOptions model;
   model.name = graph.name;

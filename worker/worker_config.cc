@@ -59,6 +59,10 @@ ABSL_FLAG(std::vector<std::string>, onnx_buffers, {},
           "kept fixed. Other initializers those ops read (nn.Parameter: a layer scale, a "
           "learned scalar) are learned; the file cannot tell the two apart, so the worker "
           "names the ones it learns.");
+ABSL_FLAG(bool, onnx_padding_rows, true,
+          "ONNX models: an embedding table's one row of zeros is nn.Embedding's padding_idx "
+          "(which the export drops; PyTorch starts that row at zeros): it gets no gradient, as "
+          "in PyTorch, and the worker names it. false: every row is learned.");
 ABSL_FLAG(int, batch_size, 256, "Batch size per worker (the global batch is world_size times it).");
 ABSL_FLAG(int, epochs, 5, "Epochs over the training set.");
 ABSL_FLAG(double, lr, 0,
@@ -384,6 +388,7 @@ absl::Status ReadTraining(WorkerConfig& c) {
     return Bad("loss", absl::StrCat("must be cross_entropy or mse, got '", c.loss, "'"));
   }
   c.onnx_buffers = absl::GetFlag(FLAGS_onnx_buffers);
+  c.onnx_padding_rows = absl::GetFlag(FLAGS_onnx_padding_rows);
   if (!c.onnx_buffers.empty() && !IsOnnxModel(c.model)) {
     return Bad("onnx_buffers", "names initializers of an ONNX model (--model=FILE.onnx)");
   }

@@ -90,6 +90,7 @@ struct WorkerConfig {
   std::string loss = "cross_entropy";  // ONNX models: cross_entropy | mse.
   double label_smoothing = 0;          // cross_entropy's, in [0, 1).
   std::vector<std::string> onnx_buffers;  // ONNX models: initializers kept fixed (MarkBuffers).
+  bool onnx_padding_rows = true;          // ONNX models: a table's row of zeros is padding_idx.
   uint64_t seed = 0;
   std::string load_model, save_model;  // save_model: rank 0 only (empty elsewhere).
 

@@ -581,6 +581,12 @@ std::vector<std::string> PaddingRows(const Graph& graph) {
   return std::vector<std::string>(marked.begin(), marked.end());
 }
 
+void ClearPaddingRows(Graph& graph) {
+  for (Node& node : graph.nodes) {
+    if (node.op == "Gather") node.attributes.erase("padding_idx");
+  }
+}
+
 std::vector<std::string> LearnedOperands(const Graph& graph) {
   std::set<std::string> read;
   for (const Node& node : graph.nodes) {

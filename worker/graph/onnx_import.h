@@ -82,6 +82,8 @@ std::vector<std::string> LearnedOperands(const Graph& graph);
 std::vector<std::string> MarkPaddingRows(Graph& graph);
 // The tables marked so (MarkPaddingRows's descriptions), for a graph already read.
 std::vector<std::string> PaddingRows(const Graph& graph);
+// Undoes MarkPaddingRows: every row of every table is learned.
+void ClearPaddingRows(Graph& graph);
 
 // CheckOpSupported on every node of `graph` but those the executor evaluates when it is built
 // (Shape and the int64 arithmetic on it: shape_arithmetic.h; it refuses what it cannot

@@ -451,6 +451,8 @@ TEST(OnnxImportTest, PaddingRowIsTheTablesOneRowOfZeros) {
   EXPECT_EQ(MarkPaddingRows(g), (std::vector<std::string>{"e.weight (row 1)"}));
   EXPECT_EQ(std::get<int64_t>(g.nodes[0].attributes.at("padding_idx")), 1);
   EXPECT_EQ(g.nodes[1].attributes.count("padding_idx"), 0u);
+  ClearPaddingRows(g);  // --onnx_padding_rows=false.
+  EXPECT_TRUE(PaddingRows(g).empty());
 }
 
 // `op` of the first node that has it in vgg.onnx replaced by `replacement`, written to a file.
