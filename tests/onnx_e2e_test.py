@@ -284,8 +284,9 @@ def start_shards(n, workers):
     return addresses
 
 
-def train(name, model_path, data_dir, extra=(), normalize=True):
-    """2 workers x 2 shards; returns (rank 0's printed test accuracy, the saved weights)."""
+def train(name, model_path, data_dir, extra=(), normalize=True, score="test_acc"):
+    """2 workers x 2 shards; returns (rank 0's printed final `score`: the test accuracy, or a
+    regression's test_loss; the saved weights; rank 0's output)."""
     norm = ("--data_mean=0.5,0.5,0.5", "--data_std=0.25,0.25,0.25") if normalize else ()
     shards = start_shards(2, 2)
     saved = os.path.join(SCRATCH, f"{name}.safetensors")
@@ -312,7 +313,7 @@ def train(name, model_path, data_dir, extra=(), normalize=True):
     if any(p.returncode for p in procs):
         fail(f"{name}: exit codes {[p.returncode for p in procs]}: {text[-1200:]}"
              f" | {open(logs[1]).read()[-600:]}")
-    done = re.search(r"done: .* test_acc ([0-9.]+)", text)
+    done = re.search(rf"done: .* {score} ([0-9.]+)", text)
     if not done:
         fail(f"{name}: no final line: {text[-800:]}")
     return float(done.group(1)), saved, text

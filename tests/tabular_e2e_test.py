@@ -5,7 +5,9 @@ trained by 2 gpu_worker processes through 2 real ps_server shards; rank 0's save
 into the PyTorch model with a strict load_state_dict and give, in PyTorch, the test accuracy
 the worker printed. The built-in mlp trains on the same features. Then the bad input: features
 of another length than the model's, integer features (read as ids), a NaN, augmentation of
-feature vectors. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
+feature vectors. Regression: float labels are target values, trained with nn.MSELoss (2 workers
+x 2 shards) or nn.L1Loss, and the test loss the worker printed is PyTorch's from the saved
+weights; its bad input. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
 case prints one line, the first failure ends the run with a non-zero exit."""
 
 import os
@@ -104,6 +106,99 @@ def main():
     e2e.expect_error("augmented features", model_path, data,
                      r"crop and flip augmentation apply to images; the training set holds "
                      r"feature vectors", ("--random_hflip",))
+    regression(train_set[0], test_set[0])
+
+
+def write_targets(folder, x, y, x_test, y_test):
+    os.makedirs(folder, exist_ok=True)
+    for split, xs, ys in (("train", x, y), ("test", x_test, y_test)):
+        numpy.save(os.path.join(folder, f"{split}_features.npy"), xs)
+        numpy.save(os.path.join(folder, f"{split}_labels.npy"), ys)
+
+
+def regression(x, x_test):
+    """Float labels are regression targets: (N, 2) float64 values of a smooth function of the
+    features, an MLP with two outputs trained with nn.MSELoss by 2 workers x 2 shards; the test
+    loss printed is PyTorch's from the saved weights, and well below the targets' variance.
+    Then (N,) targets with --loss=l1 on one worker, and the bad input."""
+    rng = numpy.random.default_rng(5)
+    mix = rng.standard_normal((FEATURES, 2)) / numpy.sqrt(FEATURES)
+
+    def targets(xs):  # Plus noise, so that the test loss is far from 0 (0.09 at best).
+        z = xs @ mix
+        return (numpy.stack([numpy.tanh(z[:, 0]), z[:, 1] * 0.5], 1) +
+                0.3 * rng.standard_normal((len(xs), 2)))
+
+    y, y_test = targets(x), targets(x_test)
+    data = os.path.join(e2e.SCRATCH, "regression")
+    write_targets(data, x, y, x_test, y_test)
+
+    def net(outputs=2):
+        return nn.Sequential(nn.Linear(FEATURES, 64), nn.Tanh(), nn.Linear(64, outputs))
+
+    model_path = os.path.join(e2e.SCRATCH, "regression_mlp.onnx")
+    e2e.export(net(), model_path, shape=(2, FEATURES))
+    printed, saved, text = e2e.train("regression", model_path, data, ("--epochs=6",),
+                                     normalize=False, score="test_loss")
+    trained = net()
+    trained.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    with torch.no_grad():
+        ours = nn.functional.mse_loss(trained(torch.from_numpy(x_test).float()),
+                                      torch.from_numpy(y_test).float()).item()
+    variance = float(y_test.var(0).mean())
+    # Printed with 4 decimals; the two float paths agree far closer than that.
+    if abs(ours - printed) > 1e-4 + 1e-4 * ours or not printed < 0.5 * variance:
+        e2e.fail(f"regression: the worker printed test_loss {printed}, PyTorch gets {ours} from "
+                 f"the saved weights (targets' variance {variance}): {text[-600:]}")
+    if "2 target value(s) per sample (regression)" not in text or "test_acc" in text:
+        e2e.fail(f"regression: the lines do not describe a regression: {text[-1200:]}")
+    print(f"ok: an exported MLP with two outputs on float64 regression targets, nn.MSELoss, "
+          f"2 workers x 2 shards: test_loss {printed:.4f} printed, {ours:.4f} in PyTorch from the "
+          f"saved weights (targets' variance {variance:.4f})", flush=True)
+
+    # One target per sample, (N,), and nn.L1Loss, on one worker.
+    single = os.path.join(e2e.SCRATCH, "regression_single")
+    write_targets(single, x, y[:, 0], x_test, y_test[:, 0])
+    one = os.path.join(e2e.SCRATCH, "regression_one.onnx")
+    e2e.export(net(1), one, shape=(2, FEATURES))
+    saved_one = os.path.join(e2e.SCRATCH, "regression_one.safetensors")
+    r = subprocess.run([e2e.GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.05",
+                        f"--model={one}", f"--data_dir={single}", "--epochs=3",
+                        "--batch_size=25", "--threads=1", "--loss=l1",
+                        f"--save_model={saved_one}"],
+                       capture_output=True, text=True, timeout=240)
+    done = re.search(r"done: .* test_loss ([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not done:
+        e2e.fail(f"l1 regression: exit {r.returncode}: {(r.stdout + r.stderr)[-600:]}")
+    trained = net(1)
+    trained.load_state_dict(dptrain.safetensors.load_file(saved_one), strict=True)
+    with torch.no_grad():
+        ours = nn.functional.l1_loss(trained(torch.from_numpy(x_test).float())[:, 0],
+                                     torch.from_numpy(y_test[:, 0]).float()).item()
+    printed = float(done.group(1))
+    baseline = float(numpy.abs(y_test[:, 0] - y[:, 0].mean()).mean())
+    if abs(ours - printed) > 1e-4 + 1e-4 * ours or not printed < 0.7 * baseline:
+        e2e.fail(f"l1 regression: printed test_loss {printed}, PyTorch {ours}, predicting the "
+                 f"mean {baseline}: {r.stdout[-600:]}")
+    print(f"ok: one target per sample ((N,) float64), --loss=l1, one worker: test_loss "
+          f"{printed:.4f} printed, {ours:.4f} in PyTorch (the mean's {baseline:.4f})", flush=True)
+
+    e2e.expect_error("cross-entropy on regression targets", model_path, data,
+                     r"--loss=cross_entropy is for class labels, and .*regression holds regression "
+                     r"targets \(2 float value\(s\) per sample\): --loss=mse or l1",
+                     ("--loss=cross_entropy",))
+    e2e.expect_error("the built-in mlp on regression targets", "mlp", data,
+                     r"--model=mlp is a built-in classifier, and .* holds regression targets")
+    e2e.expect_error("targets per sample other than the outputs", one, data,
+                     r"regression_one.onnx has 1 output\(s\), and the data in .* has 2 target "
+                     r"value\(s\) per sample")
+    bad = os.path.join(e2e.SCRATCH, "regression_nan")
+    y_nan = y.copy()
+    y_nan[9, 1] = numpy.inf
+    write_targets(bad, x, y_nan, x_test, y_test)
+    e2e.expect_error("an infinite target", model_path, bad,
+                     r"train_labels.npy: target value inf at sample 9, index 1 is not finite "
+                     r"in float32")
 
 
 if __name__ == "__main__":

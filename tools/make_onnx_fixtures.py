@@ -10,7 +10,8 @@ For each model <m> (in --out_dir, default worker/graph/testdata):
   <m>_reference.safetensors (written with struct + json, no safetensors package):
     state.<name>      every state_dict entry the step starts from (num_batches_tracked as F32)
     input             [batch, 3, 32, 32]
-    labels            [batch] class indices (as F32)
+    labels            [batch] class indices (as F32); or, for a regression fixture,
+    targets           [batch, outputs] target values
     logits            [batch, classes]
     loss              [1]  mean cross-entropy
     grad.<name>       d(loss)/d(parameter) for every parameter
@@ -94,6 +95,9 @@ The models:
   tabular_mixed  Tabular features [B, 6] whose first two columns are category codes: each read
              through .long() (a Cast to int64) into its own nn.Embedding, concatenated with the
              four continuous columns, then an MLP.
+  tabular_regression  An MLP on [B, 6] features with 3 outputs, scored against target values
+             (regression): "targets" [B, 3] instead of "labels", "loss" nn.MSELoss's, and
+             l1_loss, l1_grad.<name> the same step with nn.L1Loss.
   text_pad   nn.Embedding(padding_idx=0) on padded ids (row 0 zeros, no gradient to it).
   text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
              an ONNX Loop over the bags), the head on the three concatenated.
@@ -142,6 +146,7 @@ from onnx_fixture_text_models import (  # noqa: E402  (the text and tabular mode
     TextLSTM,
     TextBiGRU,
     TabularMixed,
+    TabularRegression,
     TextBag,
     TextPad,
     PackedLSTM,
@@ -549,6 +554,7 @@ MODELS = {
     "text_lstm_packed": lambda: (PackedLSTM(), 5),
     "text_bag": lambda: (TextBag(), 5),
     "tabular_mixed": lambda: (TabularMixed(), 5),
+    "tabular_regression": lambda: (TabularRegression(), 3),
     "text_pad": lambda: (TextPad(), 5),
     "text_bag_dynamic": lambda: (TextBag(), 5),
     "text_gru_packed": lambda: (PackedGRU(), 5),
@@ -589,6 +595,8 @@ PADDED_LENGTHS = {"text_lstm_packed": [6, 12, 3, 9], "text_gru_packed": [9, 3, 1
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
              "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
+# Fixtures whose batch has target values (regression) rather than labels.
+REGRESSION = {"tabular_regression"}
 DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic",
                  "text_gru_packed", "text_bag_dynamic"}
 
@@ -604,24 +612,21 @@ def randomize_batch_norms(net):
                 m.running_var.uniform_(0.5, 1.5)
 
 
-def reference_step(net, x, labels, classes, mse):
-    """One train-mode step in float64 (dropout off); returns (net64, logits, loss)."""
+def reference_step(net, x, loss_fn):
+    """One train-mode step in float64 (dropout off) with loss_fn(logits); returns (net64,
+    logits, loss)."""
     net64 = copy.deepcopy(net).to(torch.float64)
     net64.train()
     for m in net64.modules():
         if isinstance(m, nn.Dropout):
             m.eval()
     logits = net64(x.to(torch.float64) if x.is_floating_point() else x)
-    if mse:
-        target = nn.functional.one_hot(labels, classes).to(torch.float64)
-        loss = nn.functional.mse_loss(logits, target)
-    else:
-        loss = nn.functional.cross_entropy(logits, labels)
+    loss = loss_fn(logits)
     loss.backward()
     return net64, logits, loss
 
 
-def float32_loss(net, x, labels):
+def float32_loss(net, x, loss_fn):
     """PyTorch's own float32 loss of the same train-mode step (dropout off): how far float32
     arithmetic alone takes a deep network's loss from the float64 reference, which the C++
     test allows its float model too."""
@@ -631,7 +636,7 @@ def float32_loss(net, x, labels):
         if isinstance(m, nn.Dropout):
             m.eval()
     with torch.no_grad():
-        return nn.functional.cross_entropy(net32(x), labels)
+        return loss_fn(net32(x))
 
 
 # Inputs of the --torchvision models: 64x64, but where a model needs more: Inception v3's
@@ -682,9 +687,13 @@ def make_fixture(name, out_dir, opset):
                 x[i, PADDED_LENGTHS[name][i] if name in PADDED_LENGTHS else length - 3 * i:] = 0
     elif name == "tabular_mixed":  # Two category codes (floats), four continuous features.
         x = torch.cat([torch.randint(0, 7, (BATCH, 2)).float(), torch.randn(BATCH, 4)], 1)
+    elif name == "tabular_regression":
+        x = torch.randn(BATCH, 6)
     else:
         x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
     labels = torch.randint(0, classes, (BATCH,))
+    # Regression: target values, one per output, scored by nn.MSELoss (and nn.L1Loss).
+    targets = torch.randn(BATCH, classes) if name in REGRESSION else None
 
     # Exporting traces a train-mode forward pass, which moves the batch-norm running statistics
     # before the initializers are written: the reference starts from the module as exported
@@ -704,19 +713,31 @@ def make_fixture(name, out_dir, opset):
                 m.num_batches_tracked.zero_()
 
     state = [(k, v.detach().clone()) for k, v in net.state_dict().items()]
-    loss32 = float32_loss(net, x, labels)
-    net64, logits, loss = reference_step(net, x, labels, classes, mse=False)
+    if targets is None:
+        loss_fn = lambda y: nn.functional.cross_entropy(y, labels)  # noqa: E731
+        scored = [("labels", labels.to(torch.float32))]
+    else:
+        loss_fn = lambda y: nn.functional.mse_loss(y, targets.to(y.dtype))  # noqa: E731
+        scored = [("targets", targets)]
+    loss32 = float32_loss(net, x, loss_fn)
+    net64, logits, loss = reference_step(net, x, loss_fn)
     params = dict(net64.named_parameters())
     tensors = [("state." + k, v) for k, v in state]
-    tensors += [("input", x.to(torch.float32)), ("labels", labels.to(torch.float32)),
+    tensors += [("input", x.to(torch.float32))] + scored + [
                 ("logits", logits),
                 ("loss", loss.reshape(1)), ("float32_loss", loss32.reshape(1))]
     tensors += [("grad." + k, p.grad) for k, p in params.items()]
     tensors += [("after." + k, v) for k, v in net64.state_dict().items() if k not in params]
     if name == "branching":
-        net64, _, mse = reference_step(net, x, labels, classes, mse=True)
+        one_hot = nn.functional.one_hot(labels, classes).to(torch.float64)
+        net64, _, mse = reference_step(net, x, lambda y: nn.functional.mse_loss(y, one_hot))
         tensors += [("mse_loss", mse.reshape(1))]
         tensors += [("mse_grad." + k, p.grad) for k, p in net64.named_parameters()]
+    if targets is not None:
+        net64, _, l1 = reference_step(
+            net, x, lambda y: nn.functional.l1_loss(y, targets.to(torch.float64)))
+        tensors += [("l1_loss", l1.reshape(1))]
+        tensors += [("l1_grad." + k, p.grad) for k, p in net64.named_parameters()]
     ref_path = os.path.join(out_dir, "%s_reference.safetensors" % name)
     save_safetensors(ref_path, tensors, {"model": name, "torch": torch.__version__,
                                          "seed": str(SEED)})

@@ -106,6 +106,13 @@ class TabularMixed(nn.Module):
                                   1))
 
 
+class TabularRegression(nn.Sequential):
+    """An MLP with three outputs scored against target values (nn.MSELoss)."""
+
+    def __init__(self):
+        super().__init__(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
 class TextPad(nn.Module):
     """nn.Embedding(padding_idx=0) on padded ids: row 0 starts at zeros and gets no gradient in
     PyTorch (the export does not say so: the importer finds the row of zeros)."""

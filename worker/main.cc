@@ -114,11 +114,9 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateModelOn(cuda::Backend* gpu,
 // --model=FILE.onnx: the graph of the file (worker/graph/onnx_import.h), on the CPU, or on the
 // GPU through `gpu` when not null. Says which initializers it learns beyond its layers' weights
 // (the file cannot tell a parameter from a buffer: --onnx_buffers).
-absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& config,
-                                                           const nn::ModelOptions& options,
-                                                           cuda::Backend* gpu,
-                                                           const cuda::BackendOptions& backend,
-                                                           const std::string& who) {
+absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(
+    const WorkerConfig& config, graph::Loss loss, const nn::ModelOptions& options,
+    cuda::Backend* gpu, const cuda::BackendOptions& backend, const std::string& who) {
   const graph::OpRegistry registry = graph::BuiltinOps();
   DPTRAIN_ASSIGN_OR_RETURN(graph::Graph graph, graph::ReadOnnxGraph(config.model, registry));
   if (absl::Status s = graph::MarkBuffers(graph, config.onnx_buffers); !s.ok()) {
@@ -146,7 +144,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(const WorkerConfig& c
   }
   graph::GraphModelOptions model;
   model.name = graph.name;
-  model.loss = config.loss == "mse" ? graph::Loss::kMse : graph::Loss::kSoftmaxCrossEntropy;
+  model.loss = loss;
   model.label_smoothing = options.label_smoothing;
   model.optimizer = options.optimizer;
   model.seed = config.seed;
@@ -186,6 +184,36 @@ class StatusService final : public proto::Worker::Service {
   proto::WorkerStatus status_;
 };
 
+// The loss of --loss on `train`: auto is cross-entropy for class labels and mse for regression
+// targets, which only an ONNX model trains on, with mse or l1.
+absl::StatusOr<graph::Loss> ChooseLoss(const WorkerConfig& config, const Dataset& train) {
+  const graph::Loss chosen = config.loss == "mse"  ? graph::Loss::kMse
+                             : config.loss == "l1" ? graph::Loss::kL1
+                                                   : graph::Loss::kSoftmaxCrossEntropy;
+  if (!train.regression()) return chosen;
+  const std::string what = absl::StrCat(config.data.dir, " holds regression targets (",
+                                        train.targets_per_sample, " float value(s) per sample)");
+  if (!IsOnnxModel(config.model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=", config.model, " is a built-in classifier, and ", what,
+        ": train a model of yours (--model=FILE.onnx), or save class labels as integers"));
+  }
+  if (config.loss == "cross_entropy" || config.label_smoothing != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.loss == "cross_entropy" ? "--loss=cross_entropy" : "--label_smoothing",
+                     " is for class labels, and ", what,
+                     ": --loss=mse or l1 (or save class labels as integers)"));
+  }
+  return config.loss == "l1" ? graph::Loss::kL1 : graph::Loss::kMse;
+}
+
+// What the data's samples are scored against, for the startup lines: "10 classes" or "2 target
+// value(s) per sample (regression)".
+std::string Scores(const Dataset& data) {
+  if (!data.regression()) return absl::StrCat(data.num_classes, " classes");
+  return absl::StrCat(data.targets_per_sample, " target value(s) per sample (regression)");
+}
+
 // The training and test sets of --data_dir in --data_format (detected when empty), cut to
 // the subsets and normalised; the same classes and image shape in both.
 absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Dataset& test) {
@@ -208,6 +236,11 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
     return absl::InvalidArgumentError(absl::StrCat(
         data.dir, ": the training images are ", train.channels, "x", train.rows, "x", train.cols,
         ", the test images ", test.channels, "x", test.rows, "x", test.cols));
+  }
+  if (test.regression() != train.regression() ||
+      test.targets_per_sample != train.targets_per_sample) {
+    return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the training set has ",
+                                                   Scores(train), ", the test set ", Scores(test)));
   }
   if (test.num_classes > train.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the test set has ",
@@ -337,7 +370,8 @@ absl::Status Run(const WorkerConfig& config) {
               : absl::StrCat(train.channels, "x", train.rows, "x", train.cols);
   std::cout << who << ": data " << config.data.dir << ": " << train.size << " training " << samples
             << " (" << held(train) << "), " << test.size << " test " << samples << " ("
-            << held(test) << "), " << shape << ", " << train.num_classes << " classes" << std::endl;
+            << held(test) << "), " << shape << ", " << Scores(train) << std::endl;
+  DPTRAIN_ASSIGN_OR_RETURN(const graph::Loss loss, ChooseLoss(config, train));
 
   nn::ModelOptions model_options;
   model_options.name = config.model;
@@ -359,7 +393,12 @@ absl::Status Run(const WorkerConfig& config) {
   std::unique_ptr<nn::Model> model;
   if (IsOnnxModel(config.model)) {
     DPTRAIN_ASSIGN_OR_RETURN(
-        model, CreateOnnxModel(config, model_options, gpu.backend.get(), backend, who));
+        model, CreateOnnxModel(config, loss, model_options, gpu.backend.get(), backend, who));
+    if (train.regression() && model->num_classes() != train.targets_per_sample) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model=", config.model, " has ", model->num_classes(), " output(s), and the data in ",
+          config.data.dir, " has ", train.targets_per_sample, " target value(s) per sample"));
+    }
     if (model->num_classes() < train.num_classes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--model=", config.model, " has ", model->num_classes(), " outputs, and the data in ",
@@ -439,7 +478,7 @@ absl::Status Run(const WorkerConfig& config) {
   }
   std::cout << who << ": " << config.model << " with " << model->weights().size() << " parameters, "
             << train.size << " training " << samples << ", " << test.size << " test " << samples
-            << " (" << shape << ", " << train.num_classes << " classes)" << std::endl;
+            << " (" << shape << ", " << Scores(train) << ")" << std::endl;
   DPTRAIN_RETURN_IF_ERROR(Train(options, *model, Borrow(sync.sync), train, &test, nullptr));
   DPTRAIN_RETURN_IF_ERROR(DrainMaster(config, sync));
   if (!config.save_model.empty()) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/data/batch.h"
 #include "worker/data/sampler.h"
@@ -15,6 +16,18 @@
 
 namespace dptrain {
 namespace {
+
+// A regression set's target values per sample must be the model's outputs (class labels are
+// checked by each step: nn::CheckBatch).
+absl::Status CheckTargets(const Dataset& data, const nn::Model& model, absl::string_view what) {
+  if (!data.regression() || data.targets_per_sample == model.num_classes()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " has ", data.targets_per_sample,
+                   " target value(s) per sample (regression), but model ", model.name(), " has ",
+                   model.num_classes(), " output(s)"));
+}
 
 // When the steps waited for their batches (reading, decoding, augmenting) a tenth of their
 // time or more, says so: the input, not the model, then limits the pace.
@@ -26,15 +39,17 @@ std::string DataShareNote(const EpochMetrics& m) {
 
 void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
   if (o.progress != nullptr) {
-    *o.progress << absl::StrFormat(
-                       "rank %d epoch %d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  "
-                       "images/s %.0f  time %.1fs%s",
-                       o.rank, m.epoch, o.epochs, m.loss, m.train_acc, m.test_acc, m.images_per_s,
-                       m.seconds,
-                       m.skipped_steps > 0
-                           ? absl::StrFormat("  skipped %d steps (inf/NaN gradient)",
-                                             m.skipped_steps)
-                           : "")
+    // A regression's scores are its losses (no accuracy).
+    const std::string scores =
+        m.regression ? absl::StrFormat("loss %.4f  test_loss %.4f", m.loss, m.test_loss)
+                     : absl::StrFormat("loss %.4f  train_acc %.4f  test_acc %.4f", m.loss,
+                                       m.train_acc, m.test_acc);
+    *o.progress << absl::StrFormat("rank %d epoch %d/%d  %s  images/s %.0f  time %.1fs%s", o.rank,
+                                   m.epoch, o.epochs, scores, m.images_per_s, m.seconds,
+                                   m.skipped_steps > 0
+                                       ? absl::StrFormat("  skipped %d steps (inf/NaN gradient)",
+                                                         m.skipped_steps)
+                                       : "")
                 << DataShareNote(m) << std::endl;
   }
   if (o.metrics != nullptr) {
@@ -47,6 +62,7 @@ void WriteEpochLine(const TrainerOptions& o, const EpochMetrics& m) {
                                          {"loss", m.loss},
                                          {"train_acc", m.train_acc},
                                          {"test_acc", m.test_acc},
+                                         {"test_loss", m.test_loss},
                                          {"images_per_s", m.images_per_s},
                                          {"data_seconds", m.data_seconds},
                                          {"seconds", m.seconds},
@@ -71,12 +87,13 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
   }
   const double images_per_s = train_s > 0 ? timed_images / train_s : 0;
   if (o.progress != nullptr) {
+    const std::string score = last.regression ? absl::StrFormat("test_loss %.4f", last.test_loss)
+                                              : absl::StrFormat("test_acc %.4f", last.test_acc);
     *o.progress << absl::StrFormat(
-                       "rank %d done: %d epochs, %d steps, final loss %.4f, test_acc %.4f, "
+                       "rank %d done: %d epochs, %d steps, final loss %.4f, %s, "
                        "%.0f images/s, %.1fs, pushed %.1f MB, pulled %.1f MB",
-                       o.rank, static_cast<int>(h.size()), steps, last.loss, last.test_acc,
-                       images_per_s, seconds, last.comm.bytes_pushed / 1e6,
-                       last.comm.bytes_pulled / 1e6)
+                       o.rank, static_cast<int>(h.size()), steps, last.loss, score, images_per_s,
+                       seconds, last.comm.bytes_pushed / 1e6, last.comm.bytes_pulled / 1e6)
                 << std::endl;
   }
   if (o.metrics != nullptr) {
@@ -90,6 +107,7 @@ void WriteFinalLine(const TrainerOptions& o, const std::vector<EpochMetrics>& h,
         {"loss", last.loss},
         {"train_acc", last.train_acc},
         {"test_acc", last.test_acc},
+        {"test_loss", last.test_loss},
         {"images_per_s", images_per_s},
         {"seconds", seconds},
         {"bytes_pushed", c.bytes_pushed},
@@ -252,7 +270,7 @@ std::vector<int64_t> ReadOrder(const DistributedSampler& sampler,
 
 }  // namespace
 
-absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size) {
+absl::StatusOr<Evaluation> EvaluateModel(nn::Model& model, const Dataset& data, int batch_size) {
   if (data.size < 1) return absl::InvalidArgumentError("evaluation set is empty");
   const nn::Dims input = model.input_dims();
   if (auto s = CheckImageShape(
@@ -261,7 +279,9 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
       !s.ok()) {
     return s;
   }
+  DPTRAIN_RETURN_IF_ERROR(CheckTargets(data, model, "the evaluation set"));
   int64_t correct = 0;
+  double loss_sum = 0;
   std::vector<float> images;  // A byte store's images as floats, one batch at a time.
   std::vector<uint8_t> scratch;
   std::vector<int64_t> order;
@@ -288,14 +308,16 @@ absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, i
       data.CopyImages(begin, n, images.data());
       batch = images.data();
     }
-    auto result = model.Evaluate(batch, data.labels.data() + begin, n);
+    auto result = model.Evaluate(batch, data.targets_from(begin), n);
     if (!result.ok()) {
       return nn::NameDataSample(
           result.status(), [begin](int64_t k) { return begin + k; }, "the evaluated set");
     }
     correct += result->correct;
+    loss_sum += result->loss * n;
   }
-  return static_cast<double>(correct) / static_cast<double>(data.size);
+  const double size = static_cast<double>(data.size);
+  return Evaluation{data.regression() ? -1 : static_cast<double>(correct) / size, loss_sum / size};
 }
 
 absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync,
@@ -316,8 +338,10 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     return absl::InvalidArgumentError(absl::StrCat(
         "crop and flip augmentation apply to images; the training set holds ", train.kind()));
   }
+  DPTRAIN_RETURN_IF_ERROR(CheckTargets(train, model, "the training set"));
   if (test != nullptr) {
     if (auto s = CheckImageShape(*test, shape, model.name(), "the test set"); !s.ok()) return s;
+    DPTRAIN_RETURN_IF_ERROR(CheckTargets(*test, model, "the test set"));
   }
 
   ReplicaSync& sync = Common(step_sync);
@@ -327,7 +351,10 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
 
   const int64_t pixels = train.image_size();
   std::vector<float> batch_images(static_cast<size_t>(o.batch_size) * pixels);
-  std::vector<nn::Label> batch_labels(o.batch_size);
+  std::vector<nn::Label> batch_labels(train.regression() ? 0 : o.batch_size);
+  std::vector<float> batch_targets(static_cast<size_t>(o.batch_size) * train.targets_per_sample);
+  const nn::Targets batch_scored = train.regression() ? nn::Targets::Values(batch_targets.data())
+                                                      : nn::Targets(batch_labels.data());
   std::vector<EpochMetrics> local_history;
   std::vector<EpochMetrics>& h = history != nullptr ? *history : local_history;
   // Every epoch has the same number of steps (each rank's share of an epoch is the same
@@ -409,7 +436,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     }
     planned_next = step + 1;
     if (auto s = GatherBatch(train, batch_indices, absl::MakeSpan(batch_images),
-                             absl::MakeSpan(batch_labels));
+                             absl::MakeSpan(batch_labels), absl::MakeSpan(batch_targets));
         !s.ok()) {
       return s;
     }
@@ -421,7 +448,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       }
     }
     report.data_end = absl::Now();
-    auto result = model.TrainStep(batch_images.data(), batch_labels.data(), n);
+    auto result = model.TrainStep(batch_images.data(), batch_scored, n);
     if (!result.ok()) {
       return nn::NameDataSample(
           result.status(),
@@ -521,15 +548,17 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     m.steps = static_cast<int64_t>(records.size());
     m.learning_rate = o.lr_schedule.base_lr > 0 ? LearningRateAt(o.lr_schedule, step - 1) : 0;
     m.loss = seen > 0 ? loss_sum / seen : 0;
-    m.train_acc = seen > 0 ? static_cast<double>(correct) / seen : 0;
+    m.regression = train.regression();
+    m.train_acc = m.regression ? -1 : seen > 0 ? static_cast<double>(correct) / seen : 0;
     m.images = seen;
     m.train_seconds = train_seconds;
     m.images_per_s = train_seconds > 0 ? timed_images / train_seconds : 0;
     m.test_acc = -1;
     if (o.evaluate && test != nullptr) {
-      auto acc = EvaluateAccuracy(model, *test, o.eval_batch_size);
-      if (!acc.ok()) return acc.status();
-      m.test_acc = *acc;
+      DPTRAIN_ASSIGN_OR_RETURN(const Evaluation evaluation,
+                               EvaluateModel(model, *test, o.eval_batch_size));
+      m.test_acc = evaluation.accuracy;
+      m.test_loss = evaluation.loss;
     }
     m.seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
     m.comm = sync.stats();

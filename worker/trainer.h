@@ -91,8 +91,11 @@ struct EpochMetrics {
   // precision), or had inf/NaN.
   int64_t skipped_steps = 0;
   double loss = 0;           // Mean training loss over this worker's batches.
+  // Regression (target values): no accuracies (-1); the losses are the scores.
+  bool regression = false;
   double train_acc = 0;      // On this worker's shard, with the weights of each step.
   double test_acc = 0;       // On the whole test set after the epoch (-1 if not evaluated).
+  double test_loss = -1;     // The mean loss on the whole test set (-1 if not evaluated).
   double learning_rate = 0;  // Of the epoch's last step (0 if unknown).
   int64_t images = 0;        // Training images this worker processed.
   // Time of the training steps (no evaluation), and images / that time; both from the end of
@@ -121,9 +124,14 @@ struct EpochMetrics {
 absl::Status Train(const TrainerOptions& options, nn::Model& model, StepSync sync,
                    const Dataset& train, const Dataset* test, std::vector<EpochMetrics>* history);
 
-// Accuracy of `model` on `data` (forward only), or an error (InvalidArgument for images of
-// another shape than the model's input).
-absl::StatusOr<double> EvaluateAccuracy(nn::Model& model, const Dataset& data, int batch_size);
+// A model's scores on a data set (forward only, evaluation mode).
+struct Evaluation {
+  double accuracy = 0;  // -1 for a regression set (target values, no classes).
+  double loss = 0;      // The mean loss over the set.
+};
+// Evaluates `model` on `data`, or an error (InvalidArgument for images of another shape than the
+// model's input, or target values per sample other than its outputs).
+absl::StatusOr<Evaluation> EvaluateModel(nn::Model& model, const Dataset& data, int batch_size);
 
 }  // namespace dptrain
 

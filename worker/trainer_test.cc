@@ -42,8 +42,12 @@ class FakeModel final : public nn::Model {
     for (int i = 0; i < 2; ++i) weights_[i] -= grads_[i];
     return absl::OkStatus();
   }
-  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const nn::Label*, int n) override {
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, nn::Targets targets,
+                                            int n) override {
     for (int i = 0; i < n; ++i) first_pixels.push_back(images[i * 784]);
+    for (int i = 0; targets.values != nullptr && i < n * 10; ++i) {
+      trained_targets.push_back(targets.values[i]);
+    }
     bool overflow = false;
     for (int s : overflow_steps_) overflow = overflow || s == steps_;
     ++steps_;
@@ -51,8 +55,12 @@ class FakeModel final : public nn::Model {
     grads_ = {1, 1, overflow ? 1.0f : 0.0f};
     return nn::BatchResult{1.0, 0, overflow};
   }
-  absl::StatusOr<nn::BatchResult> Evaluate(const float*, const nn::Label*, int) override {
-    return nn::BatchResult{1.0, 0};
+  // The loss: the mean of the batch's target values (1 for labels).
+  absl::StatusOr<nn::BatchResult> Evaluate(const float*, nn::Targets targets, int n) override {
+    if (targets.values == nullptr) return nn::BatchResult{1.0, 0};
+    double sum = 0;
+    for (int i = 0; i < n * 10; ++i) sum += targets.values[i];
+    return nn::BatchResult{sum / (n * 10), 0};
   }
   void RecordStepOutcome(bool skipped) override { outcomes.push_back(skipped); }
   std::string name() const override { return "fake"; }
@@ -62,7 +70,8 @@ class FakeModel final : public nn::Model {
   std::vector<float>& buffer_values() override { return buffer_values_; }
 
   std::vector<bool> outcomes;
-  std::vector<float> first_pixels;  // Of every sample trained on, in order.
+  std::vector<float> first_pixels;     // Of every sample trained on, in order.
+  std::vector<float> trained_targets;  // Every target value trained on, in order.
   int exchanges = 0;
   int updates = 0;
 
@@ -160,6 +169,17 @@ Dataset GreyImages(int n) {
   return data;
 }
 
+// GreyImages(n) as a regression set: 10 target values per sample (the fake model's outputs),
+// sample i's all i.
+Dataset GreyTargets(int n) {
+  Dataset data = GreyImages(n);
+  data.labels.clear();
+  data.num_classes = 0;
+  data.targets_per_sample = 10;
+  for (int i = 0; i < n; ++i) data.targets.insert(data.targets.end(), 10, static_cast<float>(i));
+  return data;
+}
+
 TrainerOptions EightSteps(std::ostringstream* metrics) {
   TrainerOptions options;
   options.batch_size = 2;  // 4 steps per epoch.
@@ -229,7 +249,7 @@ TEST(TrainerTest, ImagesOfAnotherShapeFailBeforeAnyStep) {
   FakeStore store;
   const absl::Status s = Train(EightSteps(&metrics), model, &store, GreyImages(8), &test, nullptr);
   EXPECT_EQ(s.message(), "the test set holds 1x8x28 images but model fake takes 1x28x28 inputs");
-  EXPECT_EQ(EvaluateAccuracy(model, test, 2).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EvaluateModel(model, test, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A lone replica needs no exchange: its gradient is never asked for (on a GPU it stays on
@@ -399,9 +419,56 @@ TEST(TrainerTest, AFailedReadOfASourceEndsTrainingWithItsError) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(s.message(), "img.png: truncated");
   EXPECT_EQ(model.first_pixels.size(), 4u) << "two steps trained before the failed read";
-  const absl::StatusOr<double> eval =
-      EvaluateAccuracy(model, FromSource(held, std::make_shared<FakeSource>(held, 0)), 4);
+  const absl::StatusOr<Evaluation> eval =
+      EvaluateModel(model, FromSource(held, std::make_shared<FakeSource>(held, 0)), 4);
   EXPECT_EQ(eval.status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A regression set: each step gets its samples' target values (no labels), the epoch reports
+// the test set's mean loss and no accuracy; target values per sample other than the model's
+// outputs are refused before any step.
+TEST(TrainerTest, RegressionTrainsOnTargetValuesAndReportsTheTestLoss) {
+  const Dataset train = GreyTargets(4);
+  const Dataset test = GreyTargets(3);  // Mean target value 1.
+  std::ostringstream metrics, progress;
+  TrainerOptions options = EightSteps(&metrics);
+  options.epochs = 1;
+  options.world_size = 1;
+  options.evaluate = true;
+  options.progress = &progress;
+  FakeModel model({});
+  FakeStore store;
+  std::vector<EpochMetrics> history;
+  ASSERT_TRUE(Train(options, model, &store, train, &test, &history).ok());
+  ASSERT_EQ(model.trained_targets.size(), 40u);
+  std::vector<float> seen = model.trained_targets;
+  std::sort(seen.begin(), seen.end());
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(seen[i], i / 10) << "every sample once, its own values";
+  for (int i = 0; i < 40; i += 10) {  // A sample's ten values stay together.
+    EXPECT_EQ(std::count(model.trained_targets.begin() + i, model.trained_targets.begin() + i + 10,
+                         model.trained_targets[i]),
+              10);
+  }
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_TRUE(history[0].regression);
+  EXPECT_EQ(history[0].train_acc, -1);
+  EXPECT_EQ(history[0].test_acc, -1);
+  EXPECT_DOUBLE_EQ(history[0].test_loss, 1.0);
+  EXPECT_NE(progress.str().find("loss 1.0000  test_loss 1.0000  images/s"), std::string::npos)
+      << progress.str();
+  EXPECT_EQ(progress.str().find("acc"), std::string::npos) << progress.str();
+  EXPECT_NE(metrics.str().find("\"test_loss\":1.0"), std::string::npos) << metrics.str();
+
+  Dataset three = GreyTargets(4);
+  three.targets_per_sample = 3;
+  three.targets.resize(12);
+  const absl::Status s = Train(options, model, &store, three, nullptr, nullptr);
+  EXPECT_EQ(s.message(),
+            "the training set has 3 target value(s) per sample (regression), but model fake has 10 "
+            "output(s)");
+  EXPECT_EQ(EvaluateModel(model, three, 2).status().message(),
+            "the evaluation set has 3 target value(s) per sample (regression), but model fake has "
+            "10 output(s)");
 }
 
 }  // namespace

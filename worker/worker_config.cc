@@ -46,10 +46,12 @@ ABSL_FLAG(std::string, model, "mlp",
           "resnet18 (d2l's; built for the data's image shape and class count), or FILE.onnx "
           "(a network as torch.onnx.export writes it; its initializers are the initial "
           "weights and their names).");
-ABSL_FLAG(std::string, loss, "cross_entropy",
+ABSL_FLAG(std::string, loss, "auto",
           "The loss on an ONNX model's output: cross_entropy (softmax cross-entropy, as "
-          "nn.CrossEntropyLoss) or mse (against one-hot labels, as nn.MSELoss). The built-in "
-          "models train with cross_entropy.");
+          "nn.CrossEntropyLoss), mse (as nn.MSELoss) or l1 (as nn.L1Loss), the last two against "
+          "the data's regression targets (float labels) or one-hot class labels; auto: "
+          "cross_entropy for class labels, mse for regression targets. The built-in models "
+          "train with cross_entropy.");
 ABSL_FLAG(double, label_smoothing, 0,
           "cross_entropy's label smoothing in [0, 1), as nn.CrossEntropyLoss(label_smoothing=): "
           "the target is (1 - e) for the label plus e / classes for every class.");
@@ -384,22 +386,23 @@ absl::Status ReadData(WorkerConfig& c) {
 absl::Status ReadTraining(WorkerConfig& c) {
   c.model = absl::GetFlag(FLAGS_model);
   c.loss = absl::GetFlag(FLAGS_loss);
-  if (c.loss != "cross_entropy" && c.loss != "mse") {
-    return Bad("loss", absl::StrCat("must be cross_entropy or mse, got '", c.loss, "'"));
+  if (c.loss != "auto" && c.loss != "cross_entropy" && c.loss != "mse" && c.loss != "l1") {
+    return Bad("loss", absl::StrCat("must be auto, cross_entropy, mse or l1, got '", c.loss, "'"));
   }
   c.onnx_buffers = absl::GetFlag(FLAGS_onnx_buffers);
   c.onnx_padding_rows = absl::GetFlag(FLAGS_onnx_padding_rows);
   if (!c.onnx_buffers.empty() && !IsOnnxModel(c.model)) {
     return Bad("onnx_buffers", "names initializers of an ONNX model (--model=FILE.onnx)");
   }
-  if (c.loss != "cross_entropy" && !IsOnnxModel(c.model)) {
+  const bool other_loss = c.loss != "auto" && c.loss != "cross_entropy";
+  if (other_loss && !IsOnnxModel(c.model)) {
     return Bad("loss", absl::StrCat("the built-in model ", c.model, " trains with cross_entropy"));
   }
   c.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
   if (!(c.label_smoothing >= 0 && c.label_smoothing < 1)) {
     return Bad("label_smoothing", absl::StrCat("must be in [0, 1), got ", c.label_smoothing));
   }
-  if (c.label_smoothing != 0 && c.loss != "cross_entropy") {
+  if (c.label_smoothing != 0 && other_loss) {
     return Bad("label_smoothing", "applies to --loss=cross_entropy only");
   }
   c.seed = absl::GetFlag(FLAGS_seed);

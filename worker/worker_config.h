@@ -87,7 +87,9 @@ struct WorkerConfig {
 
   // The model: a built-in name (mlp, lenet, resnet18) or an ONNX file.
   std::string model = "mlp";
-  std::string loss = "cross_entropy";  // ONNX models: cross_entropy | mse.
+  // ONNX models: auto (from the data: cross_entropy for class labels, mse for regression
+  // targets) | cross_entropy | mse | l1.
+  std::string loss = "auto";
   double label_smoothing = 0;          // cross_entropy's, in [0, 1).
   std::vector<std::string> onnx_buffers;  // ONNX models: initializers kept fixed (MarkBuffers).
   bool onnx_padding_rows = true;          // ONNX models: a table's row of zeros is padding_idx.

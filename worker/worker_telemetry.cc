@@ -35,6 +35,11 @@ WorkerTelemetry::WorkerTelemetry(MetricsRegistry* registry, TraceRecorder* trace
                           ->AddGauge("dptrain_worker_test_accuracy",
                                      "Test accuracy after the last epoch (-1 if not evaluated).")
                           .Get();
+    test_loss_ = &registry
+                      ->AddGauge("dptrain_worker_test_loss",
+                                 "The mean test loss after the last epoch (-1 if not evaluated): "
+                                 "a regression's score.")
+                      .Get();
     epoch_ = &registry->AddGauge("dptrain_worker_epoch", "Epochs completed.").Get();
     learning_rate_ = &registry
                           ->AddGauge("dptrain_worker_learning_rate",
@@ -46,6 +51,7 @@ WorkerTelemetry::WorkerTelemetry(MetricsRegistry* registry, TraceRecorder* trace
                                   "The loss scale of the next step (1 without mixed precision).")
                        .Get();
     test_accuracy_->Set(-1);
+    test_loss_->Set(-1);
   }
   if (trace_ != nullptr) trace_->NameTrack(0, "step");
 }
@@ -95,6 +101,7 @@ void WorkerTelemetry::OnEpoch(const EpochMetrics& m) {
   if (epoch_ == nullptr) return;
   epoch_->Set(m.epoch);
   test_accuracy_->Set(m.test_acc);
+  test_loss_->Set(m.test_loss);
 }
 
 }  // namespace dptrain

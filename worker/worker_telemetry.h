@@ -4,7 +4,8 @@
 //   dptrain_worker_steps_total, dptrain_worker_images_total, dptrain_worker_skipped_steps_total
 //   dptrain_worker_step_phase_seconds{phase="data|compute|sync|apply"}
 //   dptrain_worker_loss, dptrain_worker_train_accuracy (the last step's batch),
-//   dptrain_worker_test_accuracy, dptrain_worker_epoch (the last epoch's),
+//   dptrain_worker_test_accuracy, dptrain_worker_test_loss, dptrain_worker_epoch (the last
+//   epoch's),
 //   dptrain_worker_learning_rate, dptrain_worker_pushed_bytes_total,
 //   dptrain_worker_pulled_bytes_total, dptrain_worker_loss_scale, and on a GPU
 //   dptrain_worker_gpu_memory_bytes (what the model's caching allocator handed out)
@@ -41,6 +42,7 @@ class WorkerTelemetry final : public StepObserver {
   Gauge* loss_ = nullptr;
   Gauge* train_accuracy_ = nullptr;
   Gauge* test_accuracy_ = nullptr;
+  Gauge* test_loss_ = nullptr;
   Gauge* epoch_ = nullptr;
   Gauge* learning_rate_ = nullptr;
   Gauge* loss_scale_ = nullptr;

@@ -207,6 +207,12 @@ void NpySeeds() {
   named("dir_ids", 1, 300, Npy("<i8", {3, 2}, Raw<int64_t>({1, 2, 0, 7, 5, 0})), labels3);
   named("dir_features", 2, 0, Npy("<f4", {2, 3}, Raw<float>({0.5f, 1, 2, 3, 4, 5})), labels2);
   named("dir_images_nhwc", 3, 10, Npy("|u1", {2, 2, 1, 3}, bytes12), labels2);
+  // Regression targets: float labels, one or two per sample.
+  seed("float64_targets", false,
+       Npy("<f8", {3, 4}, Raw<double>({0.5, -2, 1e-3, 3, 0, 1, 2, 3, 4, 5, 6, 7})),
+       Npy("<f8", {3}, Raw<double>({0.25, -1e3, 7})));
+  named("dir_features_targets", 2, 0, Npy("<f4", {2, 3}, Raw<float>({0.5f, 1, 2, 3, 4, 5})),
+        Npy("<f4", {2, 2}, Raw<float>({1, -2, 3.5f, 0})));
 }
 
 void SafetensorsSeeds() {

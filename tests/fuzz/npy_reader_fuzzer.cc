@@ -66,9 +66,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const dptrain::Dataset& d = *loaded;
   FUZZ_CHECK(d.size >= 1 && d.channels >= 1 && d.rows >= 1 && d.cols >= 1);
-  FUZZ_CHECK(static_cast<int64_t>(d.labels.size()) == d.size);
-  FUZZ_CHECK(d.num_classes >= 1 && d.num_classes <= dptrain::kMaxClasses);
-  FUZZ_CHECK(num_classes == 0 || d.num_classes == num_classes);
+  if (d.regression()) {  // A float labels file: target values, finite, no classes.
+    FUZZ_CHECK(num_classes == 0 && d.num_classes == 0 && d.labels.empty());
+    FUZZ_CHECK(d.targets_per_sample <= dptrain::kMaxClasses);
+    FUZZ_CHECK(static_cast<int64_t>(d.targets.size()) == d.size * d.targets_per_sample);
+    for (float v : d.targets) FUZZ_CHECK(std::isfinite(v));
+  } else {
+    FUZZ_CHECK(static_cast<int64_t>(d.labels.size()) == d.size && d.targets.empty());
+    FUZZ_CHECK(d.num_classes >= 1 && d.num_classes <= dptrain::kMaxClasses);
+    FUZZ_CHECK(num_classes == 0 || d.num_classes == num_classes);
+  }
   FUZZ_CHECK(layout != 1 || d.ids);         // train_ids.npy holds ids,
   FUZZ_CHECK(layout != 2 || d.features());  // train_features.npy feature vectors.
   for (dptrain::nn::Label l : d.labels) FUZZ_CHECK(l >= 0 && l < d.num_classes);
@@ -93,11 +100,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (d.source != nullptr) d.source->Plan(indices);
   std::vector<float> batch_images(static_cast<size_t>(kBatch * d.image_size()));
   std::vector<dptrain::nn::Label> batch_labels(kBatch);
+  std::vector<float> batch_targets(static_cast<size_t>(kBatch) * d.targets_per_sample);
   const absl::Status gathered =
       dptrain::GatherBatch(d, absl::MakeConstSpan(indices).first(n), absl::MakeSpan(batch_images),
-                           absl::MakeSpan(batch_labels));
+                           absl::MakeSpan(batch_labels), absl::MakeSpan(batch_targets));
   // A streamed set's read may fail (a file changed under it cannot happen here): only OK.
   FUZZ_CHECK(gathered.ok());
-  for (size_t i = 0; i < n; ++i) FUZZ_CHECK(batch_labels[i] < d.num_classes);
+  for (size_t i = 0; i < n && !d.regression(); ++i) FUZZ_CHECK(batch_labels[i] < d.num_classes);
   return 0;
 }

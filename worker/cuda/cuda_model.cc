@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
     const graph::GraphModelOptions& options, const DeviceOptions& device) {
   if (options.loss != graph::Loss::kSoftmaxCrossEntropy) {
     return absl::InvalidArgumentError(
-        "a graph model trains on the GPU with softmax cross-entropy only so far "
-        "(--loss=cross_entropy, or --device=cpu)");
+        "a graph model trains on the GPU with softmax cross-entropy on class labels only so far "
+        "(--loss=cross_entropy; regression targets and other losses: --device=cpu)");
   }
   if (options.optimizer.has_value()) {
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
@@ -310,10 +310,17 @@ absl::Status CudaModel::Upload() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const nn::Label* labels,
-                                                int batch, bool training) {
+absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, nn::Targets targets, int batch,
+                                                bool training) {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
-  DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch, classes_));
+  DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, targets, batch, classes_));
+  if (targets.values != nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat(name_,
+                     ": target values (regression) are not trained on the GPU yet: its "
+                     "loss is softmax cross-entropy on class labels (--device=cpu)"));
+  }
+  const nn::Label* labels = targets.labels;
   DPTRAIN_RETURN_IF_ERROR(Upload());
   const nn::Dims dims = input_dims_;
   const int64_t pixels = int64_t{batch} * dims.size();
@@ -368,14 +375,14 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, const nn::L
   return nn::BatchResult{static_cast<double>(loss_sum) / batch, correct, non_finite > 0};
 }
 
-absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, const nn::Label* labels,
+absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, nn::Targets targets,
                                                      int batch) {
-  return Step(images, labels, batch, /*training=*/true);
+  return Step(images, targets, batch, /*training=*/true);
 }
 
-absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, const nn::Label* labels,
+absl::StatusOr<nn::BatchResult> CudaModel::Evaluate(const float* images, nn::Targets targets,
                                                     int batch) {
-  return Step(images, labels, batch, /*training=*/false);
+  return Step(images, targets, batch, /*training=*/false);
 }
 
 absl::Status CudaModel::ApplyUpdate(float learning_rate) {

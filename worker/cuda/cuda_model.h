@@ -82,9 +82,9 @@ class CudaModel final : public nn::Model {
   absl::Status ImportOptimizerState(OptimizerState state) override;
   const std::vector<nn::ParamInfo>& buffers() const override { return buffer_infos_; }
   std::vector<float>& buffer_values() override;
-  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const nn::Label* labels,
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, nn::Targets targets,
                                             int batch) override;
-  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const nn::Label* labels,
+  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, nn::Targets targets,
                                            int batch) override;
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override;
@@ -135,7 +135,7 @@ class CudaModel final : public nn::Model {
       int classes, double label_smoothing);
   absl::Status Allocate();
   // Checks the call, copies stale host state up and the batch in; then runs the network.
-  absl::StatusOr<nn::BatchResult> Step(const float* images, const nn::Label* labels, int batch,
+  absl::StatusOr<nn::BatchResult> Step(const float* images, nn::Targets targets, int batch,
                                        bool training);
   absl::Status Upload();
   absl::Status DownloadWeights();

@@ -1,5 +1,6 @@
 #include "worker/data/batch.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -41,15 +42,25 @@ absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
 }
 
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
-                         absl::Span<float> images, absl::Span<nn::Label> labels) {
+                         absl::Span<float> images, absl::Span<nn::Label> labels,
+                         absl::Span<float> targets) {
   const int64_t pixels = data.image_size();
   const int64_t n = static_cast<int64_t>(indices.size());
-  if (static_cast<int64_t>(images.size()) < n * pixels || static_cast<int64_t>(labels.size()) < n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a batch of ", n, " samples of ", pixels, " values does not fit buffers of ",
-                     images.size(), " values and ", labels.size(), " labels"));
+  const int64_t per_sample = data.targets_per_sample;
+  const bool fits = data.regression() ? static_cast<int64_t>(targets.size()) >= n * per_sample
+                                      : static_cast<int64_t>(labels.size()) >= n;
+  if (static_cast<int64_t>(images.size()) < n * pixels || !fits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a batch of ", n, " samples of ", pixels, " values does not fit buffers of ", images.size(),
+        " values and ",
+        data.regression()
+            ? absl::StrCat(targets.size(), " target values (", per_sample, " per sample)")
+            : absl::StrCat(labels.size(), " labels")));
   }
-  if (!data.consistent() || static_cast<int64_t>(data.labels.size()) != data.size) {
+  const bool scored = data.regression()
+                          ? static_cast<int64_t>(data.targets.size()) == data.size * per_sample
+                          : static_cast<int64_t>(data.labels.size()) == data.size;
+  if (!data.consistent() || !scored) {
     return absl::InvalidArgumentError("the data set's arrays do not match its size");
   }
   for (int64_t idx : indices) {
@@ -63,7 +74,12 @@ absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
     if (absl::Status s = data.ReadImage(indices[i], images.data() + i * pixels, scratch); !s.ok()) {
       return s;
     }
-    labels[i] = data.labels[indices[i]];
+    if (data.regression()) {
+      std::copy_n(data.targets.data() + indices[i] * per_sample, per_sample,
+                  targets.data() + i * per_sample);
+    } else {
+      labels[i] = data.labels[indices[i]];
+    }
   }
   return absl::OkStatus();
 }

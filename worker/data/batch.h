@@ -31,12 +31,14 @@ struct ImageShape {
 absl::Status CheckImageShape(const Dataset& data, const ImageShape& model_input,
                              absl::string_view model, absl::string_view what);
 
-// Copies the images and labels of `indices` into the front of `images` and `labels`.
-// InvalidArgument (copying nothing) for an index outside the data set, or buffers too small
-// for indices.size() samples of data.image_size() values; the error of a source's read
-// (Dataset::source) when one fails.
+// Copies the images and labels of `indices` into the front of `images` and `labels` (of a
+// regression set, Dataset::regression(): their target values into `targets`, and `labels` is
+// not used). InvalidArgument (copying nothing) for an index outside the data set, or buffers
+// too small for indices.size() samples of data.image_size() values (and their targets); the
+// error of a source's read (Dataset::source) when one fails.
 absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
-                         absl::Span<float> images, absl::Span<nn::Label> labels);
+                         absl::Span<float> images, absl::Span<nn::Label> labels,
+                         absl::Span<float> targets = {});
 
 }  // namespace dptrain
 

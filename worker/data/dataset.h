@@ -11,8 +11,9 @@
 // them (an image folder or a uint8 .npy array too large to hold: worker/data/image_stream.h,
 // npy_reader.h), as bytes read like the byte store's. Read images with ReadImage (any store) or
 // CopyImages (held stores); image() is for float stores. Labels are nn::Label (int32); a data set
-// has at most kMaxClasses classes. A Dataset is a plain value: copy or move it freely (copies share
-// a source); readers must not mutate it while another thread reads it.
+// has at most kMaxClasses classes. A regression set has target values instead of labels
+// (`targets`, from a float labels .npy). A Dataset is a plain value: copy or move it freely (copies
+// share a source); readers must not mutate it while another thread reads it.
 #ifndef DPTRAIN_WORKER_DATA_DATASET_H_
 #define DPTRAIN_WORKER_DATA_DATASET_H_
 
@@ -57,8 +58,12 @@ struct Dataset {
   int rows = 0;
   int cols = 0;
   std::vector<float> images;    // size * image_size() values, or empty with byte storage.
-  std::vector<nn::Label> labels;  // size labels in [0, num_classes).
-  int num_classes = 10;         // In [1, kMaxClasses].
+  std::vector<nn::Label> labels;  // size labels in [0, num_classes); empty for regression.
+  int num_classes = 10;           // In [1, kMaxClasses]; 0 for regression.
+  // Regression: `targets_per_sample` finite target values per sample (a model output each, as
+  // nn.MSELoss's target), back to back in `targets`, in place of labels. 0: class labels.
+  int targets_per_sample = 0;
+  std::vector<float> targets;
   // The samples are integer ids (token or category ids for a model's embedding tables, from an
   // integer .npy array), `channels` per sample (rows and cols are 1), held as floats in
   // `images` (exact: every id is below 2^24); no pixel scaling, normalisation or augmentation
@@ -76,6 +81,12 @@ struct Dataset {
   // images, which are as much vectors): `channels` values per sample, rows and cols 1; crops
   // and flips apply to images.
   bool features() const { return !ids && rows == 1 && cols == 1; }
+  bool regression() const { return targets_per_sample > 0; }
+  // What a batch from sample `first` on is scored against (labels, or target values).
+  nn::Targets targets_from(int64_t first) const {
+    if (regression()) return nn::Targets::Values(targets.data() + first * targets_per_sample);
+    return nn::Targets(labels.data() + first);
+  }
   // "integer ids", "feature vectors" or "images": what the set holds, for messages.
   const char* kind() const {
     return ids ? "integer ids" : features() ? "feature vectors" : "images";
@@ -143,7 +154,11 @@ struct Dataset {
     } else {
       images.resize(static_cast<size_t>(n * image_size()));
     }
-    labels.resize(static_cast<size_t>(n));
+    if (regression()) {
+      targets.resize(static_cast<size_t>(n * targets_per_sample));
+    } else {
+      labels.resize(static_cast<size_t>(n));
+    }
   }
 };
 

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "worker/data/input_file.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the .npy reader assumes little endian");
@@ -526,20 +527,56 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Samp
   return absl::OkStatus();
 }
 
-// Reads a labels file; `max_label` is the largest value (-1 for none). `limit`: the labels must
-// be below it.
-absl::Status ReadLabels(const std::string& path, int limit, std::vector<nn::Label>& labels,
-                        int& max_label) {
-  absl::StatusOr<InputFile> file = InputFile::Open(path);
-  if (!file.ok()) return file.status();
-  absl::StatusOr<NpyHeader> h = ReadHeader(*file);
-  if (!h.ok()) return h.status();
-  if (h->dtype.kind == 'f') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": labels of dtype '", h->descr,
-        "' are unsupported (class indices, integers only: the worker trains classifiers; "
-        "regression targets are not supported)"));
+// Reads a float labels file, whose header `h` was read: regression targets, (N,) for one per
+// sample or (N, T) for T, each finite in float32, into data.targets.
+absl::Status ReadTargets(InputFile& file, const NpyHeader& h, Dataset& data) {
+  const std::string& path = file.path();
+  if (h.dtype.size != 4 && h.dtype.size != 8) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": target values of dtype '", h.descr,
+                                                   "' are unsupported (float32 or float64)"));
   }
+  if (h.shape.empty() || h.shape.size() > 2 || (h.shape.size() == 2 && h.shape[1] < 1) ||
+      (h.shape.size() == 2 && h.shape[1] > kMaxClasses)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": target values of shape ", ShapeString(h.shape),
+        "; expected (N,) or (N, T) with T in [1, ", kMaxClasses, "] (regression targets)"));
+  }
+  if (absl::Status st = CheckDataSize(path, h); !st.ok()) return st;
+  const int64_t n = h.shape[0];
+  const int per_sample = h.shape.size() == 2 ? static_cast<int>(h.shape[1]) : 1;
+  const int64_t count = n * per_sample;  // The file's size bounds it.
+  std::vector<uint8_t> raw(static_cast<size_t>(count * h.dtype.size));
+  if (absl::Status st = file.ReadExactly(raw.data(), raw.size(), "data"); !st.ok()) return st;
+  data.targets.resize(static_cast<size_t>(count));
+  for (int64_t k = 0; k < count; ++k) {
+    double v;
+    if (h.dtype.size == 8) {
+      std::memcpy(&v, raw.data() + k * 8, 8);
+    } else {
+      float f;
+      std::memcpy(&f, raw.data() + k * 4, 4);
+      v = f;
+    }
+    // Beyond float's range is not finite in float32 (and no cast out of range happens).
+    if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": target value ", v, " at sample ", k / per_sample,
+                       per_sample > 1 ? absl::StrCat(", index ", k % per_sample) : "",
+                       " is not finite", h.dtype.size == 8 ? " in float32" : ""));
+    }
+    data.targets[k] = static_cast<float>(v);
+  }
+  data.targets_per_sample = per_sample;
+  data.num_classes = 0;
+  return absl::OkStatus();
+}
+
+// Reads a labels file of class labels; `max_label` is the largest value (-1 for none).
+// `limit`: the labels must be below it. `h`: its header, read.
+absl::Status ReadClassLabels(InputFile& file, const NpyHeader& header, int limit,
+                             std::vector<nn::Label>& labels, int& max_label) {
+  const std::string& path = file.path();
+  const NpyHeader* h = &header;
   if (h->shape.size() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": labels of shape ", ShapeString(h->shape), "; expected (N,)"));
@@ -548,7 +585,7 @@ absl::Status ReadLabels(const std::string& path, int limit, std::vector<nn::Labe
   const int64_t n = h->shape[0];
   const int size = h->dtype.size;
   std::vector<uint8_t> raw(static_cast<size_t>(n * size));  // The file's size bounds it.
-  if (absl::Status st = file->ReadExactly(raw.data(), n * size, "data"); !st.ok()) return st;
+  if (absl::Status st = file.ReadExactly(raw.data(), n * size, "data"); !st.ok()) return st;
   labels.resize(n);
   max_label = -1;
   for (int64_t i = 0; i < n; ++i) {
@@ -578,6 +615,21 @@ absl::Status ReadLabels(const std::string& path, int limit, std::vector<nn::Labe
   return absl::OkStatus();
 }
 
+// Reads a labels file of class labels (integers); `max_label` is the largest value (-1 for
+// none). `limit`: the labels must be below it. A float file (regression targets) is refused.
+absl::Status ReadLabels(const std::string& path, int limit, std::vector<nn::Label>& labels,
+                        int& max_label) {
+  DPTRAIN_ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path));
+  DPTRAIN_ASSIGN_OR_RETURN(const NpyHeader h, ReadHeader(file));
+  if (h.dtype.kind == 'f') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": float labels (regression targets) where the other split has class labels "
+                     "(integers): save both the same"));
+  }
+  return ReadClassLabels(file, h, limit, labels, max_label);
+}
+
 absl::Status CheckOptions(const NpyOptions& options) {
   if (options.num_classes < 0 || options.num_classes > kMaxClasses) {
     return absl::InvalidArgumentError(absl::StrCat("npy: num_classes ", options.num_classes,
@@ -592,9 +644,25 @@ absl::StatusOr<Dataset> LoadPair(const std::string& images_path, const std::stri
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   Dataset data;
   if (absl::Status s = ReadImages(images_path, options, want, data); !s.ok()) return s;
+  DPTRAIN_ASSIGN_OR_RETURN(InputFile file, InputFile::Open(labels_path));
+  DPTRAIN_ASSIGN_OR_RETURN(const NpyHeader h, ReadHeader(file));
+  if (h.dtype.kind == 'f') {  // Regression.
+    if (options.num_classes > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(labels_path, ": float labels are regression targets; num_classes (",
+                       options.num_classes, ") applies to class labels (integers)"));
+    }
+    DPTRAIN_RETURN_IF_ERROR(ReadTargets(file, h, data));
+    if (h.shape[0] != data.size) {
+      return absl::InvalidArgumentError(absl::StrCat(labels_path, ": has ", h.shape[0],
+                                                     " samples' targets but ", images_path, " has ",
+                                                     data.size, " samples"));
+    }
+    return data;
+  }
   int max_label = -1;
   const int limit = options.num_classes > 0 ? options.num_classes : kMaxClasses;
-  if (absl::Status s = ReadLabels(labels_path, limit, data.labels, max_label); !s.ok()) return s;
+  DPTRAIN_RETURN_IF_ERROR(ReadClassLabels(file, h, limit, data.labels, max_label));
   if (static_cast<int64_t>(data.labels.size()) != data.size) {
     return absl::InvalidArgumentError(absl::StrCat(labels_path, ": has ", data.labels.size(),
                                                    " labels but ", images_path, " has ", data.size,
@@ -631,7 +699,7 @@ absl::StatusOr<Dataset> LoadNpy(const std::string& dir, bool train, const NpyOpt
   }
   absl::StatusOr<Dataset> data =
       LoadPair(JoinPath(dir, file), JoinPath(dir, split + "_labels.npy"), options, want);
-  if (!data.ok() || options.num_classes > 0) return data;
+  if (!data.ok() || options.num_classes > 0 || data->regression()) return data;
   // The other split's labels, so that both splits have the same num_classes.
   const std::string other = JoinPath(dir, train ? "test_labels.npy" : "train_labels.npy");
   if (!IsRegularFile(other)) return data;

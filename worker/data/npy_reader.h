@@ -1,5 +1,5 @@
-// Reader for classification data sets stored as NumPy .npy arrays (np.save): images, token ids
-// or feature vectors.
+// Reader for data sets stored as NumPy .npy arrays (np.save): images, token ids or feature
+// vectors, with class labels or regression targets.
 //
 // A directory holds train_images.npy, train_labels.npy (the training set) and
 // test_images.npy, test_labels.npy (the test set); token ids may be named train_ids.npy and
@@ -21,7 +21,10 @@
 // sample (Dataset::ids), each in [0, 2^24) (held as floats, which hold those exactly), for a
 // model whose input is ids (a text model's nn.Embedding); always held, never streamed.
 // Labels: shape (N,), any little-endian integer dtype ('|i1', '<i2', '<i4', '<i8', '|u1',
-// '<u1', '<u2', '<u4', '<u8'), values in [0, kMaxClasses) (2^20).
+// '<u1', '<u2', '<u4', '<u8'), values in [0, kMaxClasses) (2^20). Or regression targets: a
+// float32 or float64 labels file of shape (N,) (one per sample) or (N, T) (T per sample, T up
+// to kMaxClasses), every value finite in float32 (Dataset::targets; num_classes 0); both
+// splits must then hold targets.
 //
 // Errors are one-line statuses that name the offending file:
 //   NotFound         a missing file;
@@ -31,7 +34,8 @@
 //                    one too large (naming its index), an id outside [0, 2^24) (naming its
 //                    sample and position), a float value not finite (naming its sample and
 //                    index), ids or floats asked to stream, an ids or features file holding
-//                    something else, a bad num_classes option;
+//                    something else, a bad num_classes option (or one given with regression
+//                    targets), float labels in one split and class labels in the other;
 //   DataLoss         data shorter than the header promises (truncated) or longer.
 // Corrupt headers cannot cause huge allocations: a header's shape is checked against the
 // file's actual size before anything is allocated.

@@ -1,7 +1,9 @@
 #include "worker/data/npy_reader.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -278,13 +280,75 @@ TEST(NpyReaderTest, BadLabels) {
                 "have)"},
            Case{Npy("<i8", {3}, Raw<int64_t>({0, 1, 2})), "has 3 labels but"},
            Case{Npy("<i8", {2, 1}, Raw<int64_t>({0, 1})), "labels of shape (2, 1); expected (N,)"},
-           Case{Npy("<f4", {2}, Raw<float>({0, 1})), "labels of dtype '<f4' are unsupported"},
+           Case{Npy("<f2", {2}, Raw<uint16_t>({0, 1})),
+                "target values of dtype '<f2' are unsupported (float32 or float64)"},
            Case{Npy(">i8", {2}, Raw<int64_t>({0, 1})), "big-endian dtype '>i8' is unsupported"},
        }) {
     const std::string dir = Pair(FreshDir("npy_bad_labels"), images, c.labels);
     ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument,
                 dir + "/train_labels.npy: " + c.fragment);
   }
+}
+
+// A float labels file holds regression targets: (N,) one per sample, (N, T) T per sample,
+// float64 rounded to float32; no classes. Both splits must agree (the worker checks T).
+TEST(NpyReaderTest, FloatLabelsAreRegressionTargets) {
+  const std::string features = Npy("<f4", {2, 3}, Raw(std::vector<float>{1, 2, 3, 4, 5, 6}));
+  const std::string dir = FreshDir("npy_targets");
+  WriteFile(dir + "/train_features.npy", features);
+  WriteFile(dir + "/train_labels.npy", Npy("<f8", {2}, Raw(std::vector<double>{0.25, -1e3})));
+  WriteFile(dir + "/test_features.npy", features);
+  WriteFile(dir + "/test_labels.npy", Npy("<f4", {2, 2}, Raw(std::vector<float>{1, 2, 3, 4})));
+  absl::StatusOr<Dataset> train = LoadNpy(dir, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_TRUE(train->regression());
+  EXPECT_EQ(train->targets_per_sample, 1);
+  EXPECT_EQ(train->targets, (std::vector<float>{0.25f, -1000.0f}));
+  EXPECT_TRUE(train->labels.empty());
+  EXPECT_EQ(train->num_classes, 0);
+  absl::StatusOr<Dataset> test = LoadNpy(dir, false);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->targets_per_sample, 2);
+  EXPECT_EQ(test->targets, (std::vector<float>{1, 2, 3, 4}));
+  test->KeepFirst(1);
+  EXPECT_EQ(test->targets, (std::vector<float>{1, 2}));
+  EXPECT_EQ(test->targets_from(0).values, test->targets.data());
+
+  // Class labels in one split, targets in the other: refused by the split holding labels.
+  WriteFile(dir + "/test_labels.npy", Npy("<i8", {2}, Raw<int64_t>({0, 1})));
+  ExpectError(LoadNpy(dir, false), absl::StatusCode::kInvalidArgument,
+              dir +
+                  "/train_labels.npy: float labels (regression targets) where the other split "
+                  "has class labels (integers): save both the same");
+  ExpectError(LoadNpy(dir, true, {5}), absl::StatusCode::kInvalidArgument,
+              dir +
+                  "/train_labels.npy: float labels are regression targets; num_classes (5) "
+                  "applies to class labels (integers)");
+  struct Case {
+    std::string labels, fragment;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const Case& c : {
+           Case{Npy("<f8", {2}, Raw(std::vector<double>{0, nan})),
+                "target value nan at sample 1 is not finite in float32"},
+           Case{Npy("<f8", {2}, Raw(std::vector<double>{1e39, 0})),
+                "target value 1e+39 at sample 0 is not finite in float32"},
+           Case{Npy("<f4", {2, 2}, Raw(std::vector<float>{0, 1, 2, -INFINITY})),
+                "target value -inf at sample 1, index 1 is not finite"},
+           Case{Npy("<f4", {3}, Raw(std::vector<float>{0, 1, 2})),
+                "has 3 samples' targets but " + dir + "/train_features.npy has 2 samples"},
+           Case{Npy("<f4", {2, 1, 1}, Raw(std::vector<float>{0, 1})),
+                "target values of shape (2, 1, 1); expected (N,) or (N, T) with T in [1, "
+                "1048576] (regression targets)"},
+           Case{Npy("<f4", {2, 0}, ""), "target values of shape (2, 0); expected"},
+       }) {
+    SCOPED_TRACE(c.fragment);
+    WriteFile(dir + "/train_labels.npy", c.labels);
+    ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument, c.fragment);
+  }
+  WriteFile(dir + "/train_labels.npy", Npy("<f4", {2, 2}, Raw(std::vector<float>{0, 1, 2})));
+  ExpectError(LoadNpy(dir, true), absl::StatusCode::kDataLoss,
+              "truncated data: shape (2, 2) of '<f4' needs 16 bytes, the file holds 12");
 }
 
 // Integer arrays of shape (N, L) are ids (token ids for a text model): held as floats, exactly,

@@ -1,6 +1,7 @@
 #include "worker/graph/graph_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -17,22 +18,30 @@ namespace dptrain {
 namespace graph {
 namespace {
 
-// Mean over batch x classes of (y - onehot(label))^2; grad (if not null) = its derivative.
-nn::LossOutput MeanSquaredError(const float* y, const nn::Label* labels, int batch, int classes,
-                                float* grad) {
+// The mean over batch x outputs of (y - t)^2 (kMse) or |y - t| (kL1), t the target values or
+// onehot(label); grad (if not null) = its derivative (for |d|: sign(d), 0 at 0, as PyTorch).
+// Correct counts argmax(y) == label where there are labels.
+nn::LossOutput ElementwiseLoss(Loss loss, const float* y, nn::Targets targets, int batch,
+                               int outputs, float* grad) {
   nn::LossOutput out;
-  const double scale = 2.0 / (static_cast<double>(batch) * classes);
+  const double count = static_cast<double>(batch) * outputs;
+  const double scale = loss == Loss::kMse ? 2.0 / count : 1.0 / count;
   double sum = 0;
   for (int n = 0; n < batch; ++n) {
-    const float* row = y + int64_t{n} * classes;
-    for (int k = 0; k < classes; ++k) {
-      const double d = static_cast<double>(row[k]) - (k == labels[n] ? 1.0 : 0.0);
-      sum += d * d;
-      if (grad != nullptr) grad[int64_t{n} * classes + k] = static_cast<float>(scale * d);
+    const float* row = y + int64_t{n} * outputs;
+    const float* t = targets.values == nullptr ? nullptr : targets.values + int64_t{n} * outputs;
+    for (int k = 0; k < outputs; ++k) {
+      const double target = t != nullptr ? t[k] : k == targets.labels[n] ? 1.0 : 0.0;
+      const double d = static_cast<double>(row[k]) - target;
+      sum += loss == Loss::kMse ? d * d : std::abs(d);
+      const double g = loss == Loss::kMse ? d : (d > 0) - (d < 0);
+      if (grad != nullptr) grad[int64_t{n} * outputs + k] = static_cast<float>(scale * g);
     }
-    out.correct += std::max_element(row, row + classes) - row == labels[n];
+    if (t == nullptr) {
+      out.correct += std::max_element(row, row + outputs) - row == targets.labels[n];
+    }
   }
-  out.loss = sum / (static_cast<double>(batch) * classes);
+  out.loss = sum / count;
   return out;
 }
 
@@ -100,15 +109,15 @@ class GraphModel final : public nn::Model {
   int64_t input_id_limit() const override { return executor_->input_id_limit(); }
   int num_classes() const override { return classes_; }
 
-  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, const nn::Label* labels,
+  absl::StatusOr<nn::BatchResult> TrainStep(const float* images, nn::Targets targets,
                                             int batch) override {
-    DPTRAIN_RETURN_IF_ERROR(Prepare(images, labels, batch));
+    DPTRAIN_RETURN_IF_ERROR(Prepare(images, targets, batch));
     largest_train_batch_ = std::max(largest_train_batch_, batch);
     const absl::Time start = absl::Now();
     DPTRAIN_ASSIGN_OR_RETURN(const nn::TensorRef<float> logits,
                              executor_->Forward(images, batch, /*training=*/true));
     float* grad_logits = nn::EnsureSize(grad_logits_, logits.size());
-    const nn::LossOutput loss = ComputeLoss(logits.data, labels, batch, grad_logits);
+    const nn::LossOutput loss = ComputeLoss(logits.data, targets, batch, grad_logits);
     const absl::Time forward_end = absl::Now();
     executor_->Backward({grad_logits, batch, logits.dims}, /*need_input_grad=*/false);
     grads_.back() = 0.0f;
@@ -120,9 +129,9 @@ class GraphModel final : public nn::Model {
 
   // A batch larger than the largest training batch so far is evaluated in pieces of that size,
   // so that the nodes' buffers (which grow to the largest batch seen) do not grow for it.
-  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, const nn::Label* labels,
+  absl::StatusOr<nn::BatchResult> Evaluate(const float* images, nn::Targets targets,
                                            int batch) override {
-    DPTRAIN_RETURN_IF_ERROR(Prepare(images, labels, batch));
+    DPTRAIN_RETURN_IF_ERROR(Prepare(images, targets, batch));
     const int piece = largest_train_batch_ > 0 ? std::min(batch, largest_train_batch_) : batch;
     double loss_sum = 0;
     int64_t correct = 0;
@@ -132,7 +141,8 @@ class GraphModel final : public nn::Model {
           images + begin * executor_->input_dims().size(), n, /*training=*/false);
       if (!forward.ok()) return nn::ShiftBatchSample(forward.status(), begin);
       const nn::TensorRef<float> logits = *forward;
-      const nn::LossOutput loss = ComputeLoss(logits.data, labels + begin, n, nullptr);
+      const nn::LossOutput loss =
+          ComputeLoss(logits.data, targets.From(begin, classes_), n, nullptr);
       loss_sum += loss.loss * n;
       correct += loss.correct;
     }
@@ -140,10 +150,13 @@ class GraphModel final : public nn::Model {
   }
 
  private:
-  nn::LossOutput ComputeLoss(const float* logits, const nn::Label* labels, int batch,
+  nn::LossOutput ComputeLoss(const float* logits, nn::Targets targets, int batch,
                              float* grad) const {
-    if (loss_ == Loss::kMse) return MeanSquaredError(logits, labels, batch, classes_, grad);
-    return nn::SoftmaxCrossEntropy<float>(logits, labels, batch, classes_, grad, label_smoothing_);
+    if (loss_ != Loss::kSoftmaxCrossEntropy) {
+      return ElementwiseLoss(loss_, logits, targets, batch, classes_, grad);
+    }
+    return nn::SoftmaxCrossEntropy<float>(logits, targets.labels, batch, classes_, grad,
+                                          label_smoothing_);
   }
 
   absl::Status CheckSizes() const {
@@ -161,8 +174,14 @@ class GraphModel final : public nn::Model {
   }
 
   // Validates a call and (re)binds the executor if the caller replaced a buffer.
-  absl::Status Prepare(const float* images, const nn::Label* labels, int batch) {
-    DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, labels, batch, classes_));
+  absl::Status Prepare(const float* images, nn::Targets targets, int batch) {
+    DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, targets, batch, classes_));
+    if (targets.values != nullptr && loss_ == Loss::kSoftmaxCrossEntropy) {
+      return absl::UnimplementedError(
+          absl::StrCat(name_,
+                       ": target values (regression) need a loss that takes them (mse, l1), not "
+                       "softmax cross-entropy, which takes class labels"));
+    }
     DPTRAIN_RETURN_IF_ERROR(CheckSizes());
     if (weights_.data() != bound_weights_ || buffer_values_.data() != bound_buffers_ || !bound_) {
       executor_->Bind(weights_.data(), grads_.data(), buffer_values_.data());

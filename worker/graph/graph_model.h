@@ -4,8 +4,9 @@
 // builtin_models.h).
 //
 // The class count (num_classes()) is the output's size: the output must be [batch, classes];
-// labels (nn::Label, int32) must be in [0, classes) (nn::CheckBatch). Like every nn::Model, not
-// thread-safe.
+// labels (nn::Label, int32) must be in [0, classes) (nn::CheckBatch). With mse or l1 a batch may
+// instead give target values (regression: nn::Targets::Values, `classes` per sample). Like every
+// nn::Model, not thread-safe.
 #ifndef DPTRAIN_WORKER_GRAPH_GRAPH_MODEL_H_
 #define DPTRAIN_WORKER_GRAPH_GRAPH_MODEL_H_
 
@@ -28,9 +29,11 @@ namespace graph {
 enum class Loss {
   // Mean softmax cross-entropy, as nn.CrossEntropyLoss().
   kSoftmaxCrossEntropy,
-  // Mean over batch x classes of (output - onehot(label))^2, as nn.MSELoss() against one-hot
-  // targets.
+  // Mean over batch x outputs of (output - target)^2, as nn.MSELoss(): against the target
+  // values of a regression batch, or onehot(label) for class labels.
   kMse,
+  // Mean over batch x outputs of |output - target|, as nn.L1Loss() (the same targets).
+  kL1,
 };
 
 struct GraphModelOptions {

@@ -33,6 +33,11 @@ std::vector<double> ToDouble(const float* data, int64_t n) {
 Batch ReferenceBatch(const SafetensorsContents& ref) {
   Batch b;
   b.images = ref.Find("input")->data;
+  b.size = static_cast<int>(ref.Find("input")->shape[0]);
+  if (const LoadedTensor* targets = ref.Find("targets"); targets != nullptr) {
+    b.targets = targets->data;
+    return b;
+  }
   for (float l : ref.Find("labels")->data) b.labels.push_back(static_cast<nn::Label>(l));
   return b;
 }
@@ -83,9 +88,8 @@ double FloatLossTolerance(const SafetensorsContents& ref) {
 
 void ExpectTrainStepMatches(nn::Model& model, const SafetensorsContents& ref) {
   const Batch batch = ReferenceBatch(ref);
-  const int n = static_cast<int>(batch.labels.size());
   absl::StatusOr<nn::BatchResult> step =
-      model.TrainStep(batch.images.data(), batch.labels.data(), n);
+      model.TrainStep(batch.images.data(), batch.scored(), batch.size);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_NEAR(step->loss, ref.Find("loss")->data[0], FloatLossTolerance(ref));
   ExpectGradientsMatch(model, ref, "grad.");
@@ -109,14 +113,24 @@ void ExpectDoubleStepMatches(const Graph& graph, const SafetensorsContents& ref)
   std::vector<double> buffers = e.initial_buffers();
   e.Bind(params.data(), grads.data(), buffers.data());
   const Batch batch = ReferenceBatch(ref);
-  const int n = static_cast<int>(batch.labels.size());
+  const int n = batch.size;
   const std::vector<double> input(batch.images.begin(), batch.images.end());
   const nn::TensorRef<double> logits = ForwardOk(e, input.data(), n, /*training=*/true);
   ASSERT_NE(logits.data, nullptr);
   const int classes = static_cast<int>(logits.dims.size());
   std::vector<double> grad_logits(logits.size());
-  const nn::LossOutput loss =
-      nn::SoftmaxCrossEntropy(logits.data, batch.labels.data(), n, classes, grad_logits.data());
+  nn::LossOutput loss;
+  if (batch.regression()) {  // nn.MSELoss: the mean of (y - t)^2 over batch x outputs.
+    ASSERT_EQ(static_cast<int64_t>(batch.targets.size()), logits.size());
+    for (int64_t k = 0; k < logits.size(); ++k) {
+      const double d = logits.data[k] - double{batch.targets[k]};
+      loss.loss += d * d / static_cast<double>(logits.size());
+      grad_logits[k] = 2 * d / static_cast<double>(logits.size());
+    }
+  } else {
+    loss =
+        nn::SoftmaxCrossEntropy(logits.data, batch.labels.data(), n, classes, grad_logits.data());
+  }
   const double expected_loss = ref.Find("loss")->data[0];
   // The reference holds float32s: the loss rounded to 6e-8 of itself.
   EXPECT_NEAR(loss.loss, expected_loss, 1e-7 * std::max(1.0, std::abs(expected_loss)));

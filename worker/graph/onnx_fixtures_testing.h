@@ -22,10 +22,17 @@ std::string OnnxPath(const std::string& model, const std::string& dir = kTestdat
 std::string ReferencePath(const std::string& model, const std::string& dir = kTestdata);
 std::vector<double> ToDouble(const float* data, int64_t n);
 
-// The reference's input batch.
+// The reference's input batch, with class labels, or target values (a regression fixture's
+// "targets": [batch, outputs]).
 struct Batch {
   std::vector<float> images;
   std::vector<nn::Label> labels;
+  std::vector<float> targets;
+  int size = 0;  // Samples.
+  bool regression() const { return !targets.empty(); }
+  nn::Targets scored() const {
+    return regression() ? nn::Targets::Values(targets.data()) : nn::Targets(labels.data());
+  }
 };
 Batch ReferenceBatch(const SafetensorsContents& ref);
 
@@ -35,7 +42,8 @@ Batch ReferenceBatch(const SafetensorsContents& ref);
 void ExpectGradientsMatch(nn::Model& model, const SafetensorsContents& ref,
                           const std::string& prefix);
 
-// One TrainStep of `model` on the reference batch: PyTorch's loss (1e-5 relative), gradients
+// One TrainStep of `model` on the reference batch (labels, or a regression fixture's targets,
+// for a model made with mse): PyTorch's loss (1e-5 relative), gradients
 // (ExpectGradientsMatch, "grad.") and updated buffers ("after.", 1e-5).
 void ExpectTrainStepMatches(nn::Model& model, const SafetensorsContents& ref);
 // How far a float model's loss may be from the reference's (float64) loss: 1e-5 of it, or

@@ -69,6 +69,8 @@ void CheckParity(const std::string& dir, const std::string& name, int threads,
   options.dropout = false;  // PyTorch's reference step ran with dropout off too.
   options.threads = threads;
   options.buffers = buffers;
+  // A regression fixture's step is nn.MSELoss's against its targets.
+  if (ReferenceBatch(*ref).regression()) options.loss = Loss::kMse;
   absl::StatusOr<std::unique_ptr<nn::Model>> made = LoadOnnxModel(OnnxPath(name, dir), options);
   ASSERT_TRUE(made.ok()) << made.status();
   nn::Model& model = **made;
@@ -113,8 +115,8 @@ void CheckParity(const std::string& dir, const std::string& name, int threads,
     ExpectTrainStepMatches(model, *ref);
   } else {
     const Batch batch = ReferenceBatch(*ref);
-    absl::StatusOr<nn::BatchResult> step = model.TrainStep(batch.images.data(), batch.labels.data(),
-                                                           static_cast<int>(batch.labels.size()));
+    absl::StatusOr<nn::BatchResult> step =
+        model.TrainStep(batch.images.data(), batch.scored(), batch.size);
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_NEAR(step->loss, ref->Find("loss")->data[0], FloatLossTolerance(*ref));
   }
@@ -124,11 +126,10 @@ void CheckParity(const std::string& dir, const std::string& name, int threads,
   ExpectDoubleStepMatches(*graph, *ref);
 
   const Batch batch = ReferenceBatch(*ref);
-  const int n = static_cast<int>(batch.labels.size());
   // Evaluation reads the updated running statistics and leaves the gradients alone.
   const std::vector<float> grads(model.grads().begin(), model.grads().end());
   absl::StatusOr<nn::BatchResult> eval =
-      model.Evaluate(batch.images.data(), batch.labels.data(), n);
+      model.Evaluate(batch.images.data(), batch.scored(), batch.size);
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_TRUE(std::isfinite(eval->loss));
   EXPECT_EQ(std::vector<float>(model.grads().begin(), model.grads().end()), grads);
@@ -149,7 +150,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          "text_bigru", "text_bilstm", "text_lstm_dynamic",
                                          "text_lstm_packed", "text_gru_packed", "norms",
                                          "functional", "text_bag", "text_bag_dynamic",
-                                         "tabular_mixed", "text_pad"),
+                                         "tabular_mixed", "text_pad", "tabular_regression"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
@@ -251,6 +252,49 @@ TEST(OnnxModelTest, MseLossMatchesPyTorch) {
   options.label_smoothing = 1;
   EXPECT_EQ(LoadOnnxModel(OnnxPath("branching"), options).status().message(),
             "worker/graph/testdata/branching.onnx: label smoothing must be in [0, 1), got 1");
+}
+
+// Regression: nn.MSELoss and nn.L1Loss against target values (an MLP with three outputs), and
+// the losses that cannot take them refused.
+TEST(OnnxModelTest, RegressionLossesMatchPyTorch) {
+  absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("tabular_regression"));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const Batch batch = ReferenceBatch(*ref);
+  ASSERT_TRUE(batch.regression());
+  OnnxModelOptions options;
+  options.loss = Loss::kL1;
+  absl::StatusOr<std::unique_ptr<nn::Model>> model =
+      LoadOnnxModel(OnnxPath("tabular_regression"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->num_classes(), 3);
+  absl::StatusOr<nn::BatchResult> step =
+      (*model)->TrainStep(batch.images.data(), batch.scored(), batch.size);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_NEAR(step->loss, ref->Find("l1_loss")->data[0], 1e-5);
+  EXPECT_EQ(step->correct, 0);
+  ExpectGradientsMatch(**model, *ref, "l1_grad.");
+  // Evaluation scores the same batch alike (no dropout, no batch norm in this MLP).
+  absl::StatusOr<nn::BatchResult> eval =
+      (*model)->Evaluate(batch.images.data(), batch.scored(), batch.size);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_NEAR(eval->loss, ref->Find("l1_loss")->data[0], 1e-5);
+
+  // Softmax cross-entropy takes class labels: target values are refused, the gradient untouched.
+  options.loss = Loss::kSoftmaxCrossEntropy;
+  model = LoadOnnxModel(OnnxPath("tabular_regression"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  step = (*model)->TrainStep(batch.images.data(), batch.scored(), batch.size);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(step.status().message(),
+            "tabular_regression: target values (regression) need a loss that takes them (mse, "
+            "l1), not softmax cross-entropy, which takes class labels");
+  for (float g : (*model)->grads()) ASSERT_EQ(g, 0.0f);
+  // Neither labels nor targets, or both: refused.
+  nn::Targets both = batch.scored();
+  const nn::Label labels[4] = {0, 1, 2, 0};
+  both.labels = labels;
+  EXPECT_EQ((*model)->TrainStep(batch.images.data(), both, batch.size).status().message(),
+            "null images, or not exactly one of labels and targets");
 }
 
 TEST(OnnxModelTest, ParamsAreTheInitializersInFileOrder) {

@@ -47,13 +47,15 @@ absl::Status Model::NoOptimizer(const std::string& model) {
                    "mode the parameter server applies it"));
 }
 
-absl::Status CheckBatch(const float* images, const nn::Label* labels, int batch, int classes) {
+absl::Status CheckBatch(const float* images, Targets targets, int batch, int classes) {
   if (batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
   }
-  if (images == nullptr || labels == nullptr) {
-    return absl::InvalidArgumentError("null images or labels");
+  if (images == nullptr || (targets.labels == nullptr) == (targets.values == nullptr)) {
+    return absl::InvalidArgumentError("null images, or not exactly one of labels and targets");
   }
+  if (targets.values != nullptr) return absl::OkStatus();
+  const Label* labels = targets.labels;
   for (int i = 0; i < batch; ++i) {
     if (labels[i] < 0 || labels[i] >= classes) {
       return absl::InvalidArgumentError(absl::StrCat("label ", int{labels[i]}, " of sample ", i,

@@ -36,8 +36,8 @@ struct ParamInfo {
 };
 
 struct BatchResult {
-  double loss;      // Mean softmax cross-entropy over the batch.
-  int64_t correct;  // Samples with argmax(logits) == label.
+  double loss;      // The mean loss over the batch (softmax cross-entropy, or the model's).
+  int64_t correct;  // Samples with argmax(logits) == label (0 for regression targets).
   // Mixed precision: grads() has inf/NaN at the current loss scale; the step must not be
   // applied (by anyone: the flag travels in gradient_exchange()). Always false in fp32.
   bool overflow = false;
@@ -98,18 +98,19 @@ class Model {
   virtual std::vector<float>& buffer_values() { return no_buffer_values_; }
 
   // Forward + backward on `batch` images (batch * input_dims().size() floats, NCHW) with
-  // labels in [0, num_classes()). Overwrites grads() with d(mean loss)/d(weights).
-  // InvalidArgument for batch < 1, null pointers or a label out of range; grads() is
+  // labels in [0, num_classes()), or target values (num_classes() per sample: regression, for a
+  // model whose loss takes them). Overwrites grads() with d(mean loss)/d(weights).
+  // InvalidArgument for batch < 1, null pointers or a label out of range; Unimplemented for
+  // target values to a model whose loss needs labels (softmax cross-entropy); grads() is
   // unchanged then. Batch norm runs in training mode (batch
   // statistics, buffers updated), so for resnet18 the gradient of a batch of 2b is NOT the mean
   // of the gradients of its halves, unlike mlp and lenet (and as with PyTorch's DDP without
   // SyncBatchNorm, each worker normalises with its own batch's statistics).
-  virtual absl::StatusOr<BatchResult> TrainStep(const float* images, const nn::Label* labels,
+  virtual absl::StatusOr<BatchResult> TrainStep(const float* images, Targets targets,
                                                 int batch) = 0;
   // Forward only, in evaluation mode (batch norm uses the running statistics of buffers()).
   // Leaves grads() and the buffers alone. Same errors as TrainStep.
-  virtual absl::StatusOr<BatchResult> Evaluate(const float* images, const nn::Label* labels,
-                                               int batch) = 0;
+  virtual absl::StatusOr<BatchResult> Evaluate(const float* images, Targets targets, int batch) = 0;
 
   // Mixed precision: after the gradient of the last TrainStep went through the optimizer
   // path, whether that step was skipped (by any worker's overflow): the loss scale backs off
@@ -131,6 +132,7 @@ class Model {
   // row of its table).
   virtual int64_t input_id_limit() const { return 0; }
   // The classes the model tells apart (its output's size): labels are in [0, num_classes()).
+  // For regression, the values it predicts per sample (as many targets per sample).
   virtual int num_classes() const = 0;
 
   // For the metrics: the loss scale of the next step (1 without mixed precision), and the
@@ -198,8 +200,9 @@ std::vector<ParamInfo> DescribeParams(const Sequential<float>& net);
 std::vector<ParamInfo> DescribeBuffers(const Sequential<float>& net);
 
 // The argument checks of TrainStep and Evaluate, shared by the backends: InvalidArgument for
-// batch < 1, null images or labels, or a label outside [0, classes) (naming the sample).
-absl::Status CheckBatch(const float* images, const nn::Label* labels, int batch, int classes);
+// batch < 1, null images, no targets (or both labels and values), or a label outside
+// [0, classes) (naming the sample).
+absl::Status CheckBatch(const float* images, Targets targets, int batch, int classes);
 
 // How a model uses `threads` math threads (ModelOptions::threads and dense_gemm, whose comments
 // say the rules; `convolutions`: whether it has any): the pool to hand its layers (null: none)

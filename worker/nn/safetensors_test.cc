@@ -254,10 +254,10 @@ class FakeModel : public Model {
   absl::Status ApplyUpdate(float) override { return absl::UnimplementedError("fake"); }
   const std::vector<ParamInfo>& buffers() const override { return buffers_; }
   std::vector<float>& buffer_values() override { return buffer_values_; }
-  absl::StatusOr<BatchResult> TrainStep(const float*, const Label*, int) override {
+  absl::StatusOr<BatchResult> TrainStep(const float*, Targets, int) override {
     return absl::UnimplementedError("fake");
   }
-  absl::StatusOr<BatchResult> Evaluate(const float*, const Label*, int) override {
+  absl::StatusOr<BatchResult> Evaluate(const float*, Targets, int) override {
     return absl::UnimplementedError("fake");
   }
   std::string name() const override { return "fake"; }

@@ -14,6 +14,27 @@ namespace nn {
 // or far more (worker/data/dataset.h bounds them).
 using Label = int32_t;
 
+// What a batch's outputs are scored against: one class label per sample (classification), or
+// target values (regression: as many per sample as the model has outputs, back to back, as
+// nn.MSELoss's target). Exactly one of the two is set; a Label pointer converts to Targets,
+// the common case.
+struct Targets {
+  Targets(const Label* class_labels) : labels(class_labels) {}  // NOLINT: implicit on purpose.
+  static Targets Values(const float* target_values) {
+    Targets t(nullptr);
+    t.values = target_values;
+    return t;
+  }
+  // The targets of the samples from `first` on (`per_sample` values each for regression).
+  Targets From(int64_t first, int per_sample) const {
+    if (values != nullptr) return Values(values + first * per_sample);
+    return Targets(labels == nullptr ? nullptr : labels + first);
+  }
+
+  const Label* labels = nullptr;
+  const float* values = nullptr;
+};
+
 // Shape of one sample: channels x height x width. A feature vector of length f is {f, 1, 1}.
 struct Dims {
   int c = 0;
