@@ -6,8 +6,8 @@ into the PyTorch model with a strict load_state_dict and give, in PyTorch, the t
 the worker printed. The built-in mlp trains on the same features. Then the bad input: features
 of another length than the model's, integer features (read as ids), a NaN, augmentation of
 feature vectors. Regression: float labels are target values, trained with nn.MSELoss (2 workers
-x 2 shards) or nn.L1Loss, and the test loss the worker printed is PyTorch's from the saved
-weights; its bad input. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
+x 2 shards), nn.L1Loss or (multi-label) nn.BCEWithLogitsLoss, and the test loss the worker
+printed is PyTorch's from the saved weights; its bad input. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
 case prints one line, the first failure ends the run with a non-zero exit."""
 
 import os
@@ -116,11 +116,35 @@ def write_targets(folder, x, y, x_test, y_test):
         numpy.save(os.path.join(folder, f"{split}_labels.npy"), ys)
 
 
+def train_one(loss, net, model_path, data):
+    """One worker (all-reduce) trains `model_path` with --loss=`loss`; returns the test loss it
+    printed and `net` with the saved weights loaded."""
+    saved = os.path.join(e2e.SCRATCH, f"{loss}.safetensors")
+    r = subprocess.run([e2e.GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.05",
+                        f"--model={model_path}", f"--data_dir={data}", "--epochs=3",
+                        "--batch_size=25", "--threads=1", f"--loss={loss}",
+                        f"--save_model={saved}"],
+                       capture_output=True, text=True, timeout=240)
+    done = re.search(r"done: .* test_loss ([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not done or "test_acc" in r.stdout:
+        e2e.fail(f"--loss={loss}: exit {r.returncode}: {(r.stdout + r.stderr)[-600:]}")
+    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    return float(done.group(1)), net
+
+
+def expect_same_loss(name, printed, ours, baseline):
+    """The printed test loss (4 decimals) is PyTorch's from the saved weights, and the model
+    learned: its loss is well below the baseline's (a constant prediction)."""
+    if abs(ours - printed) > 1e-4 + 1e-4 * ours or not printed < 0.7 * baseline:
+        e2e.fail(f"{name}: printed test_loss {printed}, PyTorch {ours}, baseline {baseline}")
+
+
 def regression(x, x_test):
     """Float labels are regression targets: (N, 2) float64 values of a smooth function of the
     features, an MLP with two outputs trained with nn.MSELoss by 2 workers x 2 shards; the test
     loss printed is PyTorch's from the saved weights, and well below the targets' variance.
-    Then (N,) targets with --loss=l1 on one worker, and the bad input."""
+    Then (N,) targets with --loss=l1 and multi-label 0/1 targets with --loss=bce on one worker,
+    and the bad input."""
     rng = numpy.random.default_rng(5)
     mix = rng.standard_normal((FEATURES, 2)) / numpy.sqrt(FEATURES)
 
@@ -161,31 +185,38 @@ def regression(x, x_test):
     write_targets(single, x, y[:, 0], x_test, y_test[:, 0])
     one = os.path.join(e2e.SCRATCH, "regression_one.onnx")
     e2e.export(net(1), one, shape=(2, FEATURES))
-    saved_one = os.path.join(e2e.SCRATCH, "regression_one.safetensors")
-    r = subprocess.run([e2e.GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.05",
-                        f"--model={one}", f"--data_dir={single}", "--epochs=3",
-                        "--batch_size=25", "--threads=1", "--loss=l1",
-                        f"--save_model={saved_one}"],
-                       capture_output=True, text=True, timeout=240)
-    done = re.search(r"done: .* test_loss ([0-9.]+)", r.stdout)
-    if r.returncode != 0 or not done:
-        e2e.fail(f"l1 regression: exit {r.returncode}: {(r.stdout + r.stderr)[-600:]}")
-    trained = net(1)
-    trained.load_state_dict(dptrain.safetensors.load_file(saved_one), strict=True)
+    printed, trained = train_one("l1", net(1), one, single)
     with torch.no_grad():
         ours = nn.functional.l1_loss(trained(torch.from_numpy(x_test).float())[:, 0],
                                      torch.from_numpy(y_test[:, 0]).float()).item()
-    printed = float(done.group(1))
     baseline = float(numpy.abs(y_test[:, 0] - y[:, 0].mean()).mean())
-    if abs(ours - printed) > 1e-4 + 1e-4 * ours or not printed < 0.7 * baseline:
-        e2e.fail(f"l1 regression: printed test_loss {printed}, PyTorch {ours}, predicting the "
-                 f"mean {baseline}: {r.stdout[-600:]}")
+    expect_same_loss("l1 regression", printed, ours, baseline)
     print(f"ok: one target per sample ((N,) float64), --loss=l1, one worker: test_loss "
           f"{printed:.4f} printed, {ours:.4f} in PyTorch (the mean's {baseline:.4f})", flush=True)
 
+    # Multi-label: three 0/1 targets per sample (float32), nn.BCEWithLogitsLoss.
+    tags = os.path.join(e2e.SCRATCH, "multilabel")
+    planes = rng.standard_normal((FEATURES, 3))
+    z, z_test = (x @ planes > 0.3).astype(numpy.float32), (x_test @ planes > 0.3).astype(numpy.float32)
+    write_targets(tags, x, z, x_test, z_test)
+    three = os.path.join(e2e.SCRATCH, "multilabel.onnx")
+    e2e.export(net(3), three, shape=(2, FEATURES))
+    printed, trained = train_one("bce", net(3), three, tags)
+    with torch.no_grad():
+        logits = trained(torch.from_numpy(x_test).float())
+        ours = nn.functional.binary_cross_entropy_with_logits(logits,
+                                                              torch.from_numpy(z_test)).item()
+        hits = ((logits > 0).float() == torch.from_numpy(z_test)).float().mean().item()
+    p = z.mean(0)  # Predicting each label's frequency.
+    baseline = float(-(p * numpy.log(p) + (1 - p) * numpy.log(1 - p)).mean())
+    expect_same_loss("multi-label", printed, ours, baseline)
+    print(f"ok: three 0/1 labels per sample, --loss=bce, one worker: test_loss {printed:.4f} "
+          f"printed, {ours:.4f} in PyTorch (the label frequencies' {baseline:.4f}; "
+          f"{hits:.3f} of the test labels right)", flush=True)
+
     e2e.expect_error("cross-entropy on regression targets", model_path, data,
                      r"--loss=cross_entropy is for class labels, and .*regression holds regression "
-                     r"targets \(2 float value\(s\) per sample\): --loss=mse or l1",
+                     r"targets \(2 float value\(s\) per sample\): --loss=mse, l1 or bce",
                      ("--loss=cross_entropy",))
     e2e.expect_error("the built-in mlp on regression targets", "mlp", data,
                      r"--model=mlp is a built-in classifier, and .* holds regression targets")
@@ -196,6 +227,10 @@ def regression(x, x_test):
     y_nan = y.copy()
     y_nan[9, 1] = numpy.inf
     write_targets(bad, x, y_nan, x_test, y_test)
+    e2e.expect_error("bce on targets outside [0, 1]", model_path, data,
+                     r"--loss=bce takes target values in \[0, 1\] \(probabilities: multi-label\), "
+                     r"and the training set has \S+ at sample [0-9]+, index [01]$",
+                     ("--loss=bce",))
     e2e.expect_error("an infinite target", model_path, bad,
                      r"train_labels.npy: target value inf at sample 9, index 1 is not finite "
                      r"in float32")

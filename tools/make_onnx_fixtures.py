@@ -96,8 +96,9 @@ The models:
              through .long() (a Cast to int64) into its own nn.Embedding, concatenated with the
              four continuous columns, then an MLP.
   tabular_regression  An MLP on [B, 6] features with 3 outputs, scored against target values
-             (regression): "targets" [B, 3] instead of "labels", "loss" nn.MSELoss's, and
-             l1_loss, l1_grad.<name> the same step with nn.L1Loss.
+             (regression): "targets" [B, 3] instead of "labels", "loss" nn.MSELoss's,
+             l1_loss, l1_grad.<name> the same step with nn.L1Loss, and bce_loss,
+             bce_grad.<name> with nn.BCEWithLogitsLoss against bce_targets [B, 3] in [0, 1].
   text_pad   nn.Embedding(padding_idx=0) on padded ids (row 0 zeros, no gradient to it).
   text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
              an ONNX Loop over the bags), the head on the three concatenated.
@@ -738,6 +739,14 @@ def make_fixture(name, out_dir, opset):
             net, x, lambda y: nn.functional.l1_loss(y, targets.to(torch.float64)))
         tensors += [("l1_loss", l1.reshape(1))]
         tensors += [("l1_grad." + k, p.grad) for k, p in net64.named_parameters()]
+        # Multi-label targets: probabilities, some exactly 0 or 1.
+        probabilities = torch.rand(BATCH, classes)
+        probabilities[0, 0], probabilities[1, 1] = 0.0, 1.0
+        net64, _, bce = reference_step(
+            net, x, lambda y: nn.functional.binary_cross_entropy_with_logits(
+                y, probabilities.to(torch.float64)))
+        tensors += [("bce_targets", probabilities), ("bce_loss", bce.reshape(1))]
+        tensors += [("bce_grad." + k, p.grad) for k, p in net64.named_parameters()]
     ref_path = os.path.join(out_dir, "%s_reference.safetensors" % name)
     save_safetensors(ref_path, tensors, {"model": name, "torch": torch.__version__,
                                          "seed": str(SEED)})

@@ -184,12 +184,29 @@ class StatusService final : public proto::Worker::Service {
   proto::WorkerStatus status_;
 };
 
-// The loss of --loss on `train`: auto is cross-entropy for class labels and mse for regression
-// targets, which only an ONNX model trains on, with mse or l1.
-absl::StatusOr<graph::Loss> ChooseLoss(const WorkerConfig& config, const Dataset& train) {
-  const graph::Loss chosen = config.loss == "mse"  ? graph::Loss::kMse
-                             : config.loss == "l1" ? graph::Loss::kL1
-                                                   : graph::Loss::kSoftmaxCrossEntropy;
+// OK if every target value of `data` is a probability, in [0, 1] (what bce takes); else
+// InvalidArgument naming the first that is not.
+absl::Status CheckProbabilities(const Dataset& data, const std::string& what) {
+  for (size_t k = 0; k < data.targets.size(); ++k) {
+    const float t = data.targets[k];
+    if (t >= 0 && t <= 1) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--loss=bce takes target values in [0, 1] (probabilities: multi-label), and ",
+                     what, " has ", t, " at sample ", k / data.targets_per_sample, ", index ",
+                     k % data.targets_per_sample));
+  }
+  return absl::OkStatus();
+}
+
+// The loss of --loss on `train` and `test`: auto is cross-entropy for class labels and mse for
+// target values, which only an ONNX model trains on, with mse, l1 or bce (whose targets must be
+// probabilities).
+absl::StatusOr<graph::Loss> ChooseLoss(const WorkerConfig& config, const Dataset& train,
+                                       const Dataset& test) {
+  const graph::Loss chosen = config.loss == "mse"   ? graph::Loss::kMse
+                             : config.loss == "l1"  ? graph::Loss::kL1
+                             : config.loss == "bce" ? graph::Loss::kBce
+                                                    : graph::Loss::kSoftmaxCrossEntropy;
   if (!train.regression()) return chosen;
   const std::string what = absl::StrCat(config.data.dir, " holds regression targets (",
                                         train.targets_per_sample, " float value(s) per sample)");
@@ -202,9 +219,13 @@ absl::StatusOr<graph::Loss> ChooseLoss(const WorkerConfig& config, const Dataset
     return absl::InvalidArgumentError(
         absl::StrCat(config.loss == "cross_entropy" ? "--loss=cross_entropy" : "--label_smoothing",
                      " is for class labels, and ", what,
-                     ": --loss=mse or l1 (or save class labels as integers)"));
+                     ": --loss=mse, l1 or bce (or save class labels as integers)"));
   }
-  return config.loss == "l1" ? graph::Loss::kL1 : graph::Loss::kMse;
+  if (chosen == graph::Loss::kBce) {
+    DPTRAIN_RETURN_IF_ERROR(CheckProbabilities(train, "the training set"));
+    DPTRAIN_RETURN_IF_ERROR(CheckProbabilities(test, "the test set"));
+  }
+  return chosen == graph::Loss::kSoftmaxCrossEntropy ? graph::Loss::kMse : chosen;
 }
 
 // What the data's samples are scored against, for the startup lines: "10 classes" or "2 target
@@ -371,7 +392,7 @@ absl::Status Run(const WorkerConfig& config) {
   std::cout << who << ": data " << config.data.dir << ": " << train.size << " training " << samples
             << " (" << held(train) << "), " << test.size << " test " << samples << " ("
             << held(test) << "), " << shape << ", " << Scores(train) << std::endl;
-  DPTRAIN_ASSIGN_OR_RETURN(const graph::Loss loss, ChooseLoss(config, train));
+  DPTRAIN_ASSIGN_OR_RETURN(const graph::Loss loss, ChooseLoss(config, train, test));
 
   nn::ModelOptions model_options;
   model_options.name = config.model;

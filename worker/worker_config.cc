@@ -48,8 +48,9 @@ ABSL_FLAG(std::string, model, "mlp",
           "weights and their names).");
 ABSL_FLAG(std::string, loss, "auto",
           "The loss on an ONNX model's output: cross_entropy (softmax cross-entropy, as "
-          "nn.CrossEntropyLoss), mse (as nn.MSELoss) or l1 (as nn.L1Loss), the last two against "
-          "the data's regression targets (float labels) or one-hot class labels; auto: "
+          "nn.CrossEntropyLoss), mse (as nn.MSELoss), l1 (as nn.L1Loss) or bce (as "
+          "nn.BCEWithLogitsLoss: multi-label, targets in [0, 1]), the last three against the "
+          "data's target values (float labels) or one-hot class labels; auto: "
           "cross_entropy for class labels, mse for regression targets. The built-in models "
           "train with cross_entropy.");
 ABSL_FLAG(double, label_smoothing, 0,
@@ -386,8 +387,10 @@ absl::Status ReadData(WorkerConfig& c) {
 absl::Status ReadTraining(WorkerConfig& c) {
   c.model = absl::GetFlag(FLAGS_model);
   c.loss = absl::GetFlag(FLAGS_loss);
-  if (c.loss != "auto" && c.loss != "cross_entropy" && c.loss != "mse" && c.loss != "l1") {
-    return Bad("loss", absl::StrCat("must be auto, cross_entropy, mse or l1, got '", c.loss, "'"));
+  if (c.loss != "auto" && c.loss != "cross_entropy" && c.loss != "mse" && c.loss != "l1" &&
+      c.loss != "bce") {
+    return Bad("loss",
+               absl::StrCat("must be auto, cross_entropy, mse, l1 or bce, got '", c.loss, "'"));
   }
   c.onnx_buffers = absl::GetFlag(FLAGS_onnx_buffers);
   c.onnx_padding_rows = absl::GetFlag(FLAGS_onnx_padding_rows);

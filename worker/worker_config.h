@@ -88,7 +88,7 @@ struct WorkerConfig {
   // The model: a built-in name (mlp, lenet, resnet18) or an ONNX file.
   std::string model = "mlp";
   // ONNX models: auto (from the data: cross_entropy for class labels, mse for regression
-  // targets) | cross_entropy | mse | l1.
+  // targets) | cross_entropy | mse | l1 | bce.
   std::string loss = "auto";
   double label_smoothing = 0;          // cross_entropy's, in [0, 1).
   std::vector<std::string> onnx_buffers;  // ONNX models: initializers kept fixed (MarkBuffers).

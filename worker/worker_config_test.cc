@@ -107,7 +107,7 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
       {{{"ps", "a:1"}, {"model", "m.onnx"}, {"loss", "l1"}, {"label_smoothing", "0.1"}},
        "--label_smoothing: applies to --loss=cross_entropy only"},
       {{{"ps", "a:1"}, {"model", "m.onnx"}, {"loss", "huber"}},
-       "--loss: must be auto, cross_entropy, mse or l1, got 'huber'"},
+       "--loss: must be auto, cross_entropy, mse, l1 or bce, got 'huber'"},
       {{{"ps", "a:1"}, {"loss", "l1"}}, "--loss: the built-in model mlp trains with cross_entropy"},
 
       {{{"ps", "a:1"}, {"batch_size", "0"}}, "--batch_size: must be >= 1"},

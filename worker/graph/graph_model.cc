@@ -18,24 +18,42 @@ namespace dptrain {
 namespace graph {
 namespace {
 
-// The mean over batch x outputs of (y - t)^2 (kMse) or |y - t| (kL1), t the target values or
-// onehot(label); grad (if not null) = its derivative (for |d|: sign(d), 0 at 0, as PyTorch).
-// Correct counts argmax(y) == label where there are labels.
+// One output's loss against its target and the loss's derivative by the output: (y - t)^2
+// (kMse), |y - t| (kL1: sign(y - t), 0 at 0, as PyTorch) or the binary cross-entropy of
+// sigmoid(y) (kBce: max(y, 0) - y t + log(1 + exp(-|y|)), stable for any y, as PyTorch's).
+struct ElementLoss {
+  double value, derivative;
+};
+ElementLoss LossOf(Loss loss, double y, double t) {
+  const double d = y - t;
+  switch (loss) {
+    case Loss::kMse:
+      return {d * d, 2 * d};
+    case Loss::kL1:
+      return {std::abs(d), static_cast<double>((d > 0) - (d < 0))};
+    default:  // kBce.
+      return {std::max(y, 0.0) - y * t + std::log1p(std::exp(-std::abs(y))),
+              1 / (1 + std::exp(-y)) - t};
+  }
+}
+
+// The mean over batch x outputs of LossOf(output, target), the target the target values or
+// onehot(label); grad (if not null) = its derivative. Correct counts argmax(y) == label where
+// there are labels.
 nn::LossOutput ElementwiseLoss(Loss loss, const float* y, nn::Targets targets, int batch,
                                int outputs, float* grad) {
   nn::LossOutput out;
   const double count = static_cast<double>(batch) * outputs;
-  const double scale = loss == Loss::kMse ? 2.0 / count : 1.0 / count;
   double sum = 0;
   for (int n = 0; n < batch; ++n) {
     const float* row = y + int64_t{n} * outputs;
     const float* t = targets.values == nullptr ? nullptr : targets.values + int64_t{n} * outputs;
     for (int k = 0; k < outputs; ++k) {
       const double target = t != nullptr ? t[k] : k == targets.labels[n] ? 1.0 : 0.0;
-      const double d = static_cast<double>(row[k]) - target;
-      sum += loss == Loss::kMse ? d * d : std::abs(d);
-      const double g = loss == Loss::kMse ? d : (d > 0) - (d < 0);
-      if (grad != nullptr) grad[int64_t{n} * outputs + k] = static_cast<float>(scale * g);
+      const ElementLoss e = LossOf(loss, row[k], target);
+      sum += e.value;
+      if (grad != nullptr)
+        grad[int64_t{n} * outputs + k] = static_cast<float>(e.derivative / count);
     }
     if (t == nullptr) {
       out.correct += std::max_element(row, row + outputs) - row == targets.labels[n];
@@ -177,10 +195,10 @@ class GraphModel final : public nn::Model {
   absl::Status Prepare(const float* images, nn::Targets targets, int batch) {
     DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, targets, batch, classes_));
     if (targets.values != nullptr && loss_ == Loss::kSoftmaxCrossEntropy) {
-      return absl::UnimplementedError(
-          absl::StrCat(name_,
-                       ": target values (regression) need a loss that takes them (mse, l1), not "
-                       "softmax cross-entropy, which takes class labels"));
+      return absl::UnimplementedError(absl::StrCat(
+          name_,
+          ": target values (regression) need a loss that takes them (mse, l1, bce), not "
+          "softmax cross-entropy, which takes class labels"));
     }
     DPTRAIN_RETURN_IF_ERROR(CheckSizes());
     if (weights_.data() != bound_weights_ || buffer_values_.data() != bound_buffers_ || !bound_) {

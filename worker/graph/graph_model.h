@@ -34,6 +34,10 @@ enum class Loss {
   kMse,
   // Mean over batch x outputs of |output - target|, as nn.L1Loss() (the same targets).
   kL1,
+  // Mean over batch x outputs of the binary cross-entropy of sigmoid(output) against the target
+  // (a probability in [0, 1]: multi-label classification), as nn.BCEWithLogitsLoss() (the
+  // same targets).
+  kBce,
 };
 
 struct GraphModelOptions {

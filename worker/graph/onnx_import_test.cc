@@ -254,8 +254,8 @@ TEST(OnnxModelTest, MseLossMatchesPyTorch) {
             "worker/graph/testdata/branching.onnx: label smoothing must be in [0, 1), got 1");
 }
 
-// Regression: nn.MSELoss and nn.L1Loss against target values (an MLP with three outputs), and
-// the losses that cannot take them refused.
+// Regression: nn.MSELoss and nn.L1Loss against target values (an MLP with three outputs),
+// nn.BCEWithLogitsLoss against probabilities, and the loss that cannot take them refused.
 TEST(OnnxModelTest, RegressionLossesMatchPyTorch) {
   absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(ReferencePath("tabular_regression"));
   ASSERT_TRUE(ref.ok()) << ref.status();
@@ -279,6 +279,18 @@ TEST(OnnxModelTest, RegressionLossesMatchPyTorch) {
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_NEAR(eval->loss, ref->Find("l1_loss")->data[0], 1e-5);
 
+  // nn.BCEWithLogitsLoss against probabilities (multi-label targets), from the same weights.
+  options.loss = Loss::kBce;
+  model = LoadOnnxModel(OnnxPath("tabular_regression"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<float>& probabilities = ref->Find("bce_targets")->data;
+  ASSERT_EQ(probabilities.size(), batch.targets.size());
+  step = (*model)->TrainStep(batch.images.data(), nn::Targets::Values(probabilities.data()),
+                             batch.size);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_NEAR(step->loss, ref->Find("bce_loss")->data[0], 1e-5);
+  ExpectGradientsMatch(**model, *ref, "bce_grad.");
+
   // Softmax cross-entropy takes class labels: target values are refused, the gradient untouched.
   options.loss = Loss::kSoftmaxCrossEntropy;
   model = LoadOnnxModel(OnnxPath("tabular_regression"), options);
@@ -287,7 +299,7 @@ TEST(OnnxModelTest, RegressionLossesMatchPyTorch) {
   EXPECT_EQ(step.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(step.status().message(),
             "tabular_regression: target values (regression) need a loss that takes them (mse, "
-            "l1), not softmax cross-entropy, which takes class labels");
+            "l1, bce), not softmax cross-entropy, which takes class labels");
   for (float g : (*model)->grads()) ASSERT_EQ(g, 0.0f);
   // Neither labels nor targets, or both: refused.
   nn::Targets both = batch.scored();
