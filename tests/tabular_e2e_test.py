@@ -7,7 +7,8 @@ the worker printed. The built-in mlp trains on the same features. Then the bad i
 of another length than the model's, integer features (read as ids), a NaN, augmentation of
 feature vectors. Regression: float labels are target values, trained with nn.MSELoss (2 workers
 x 2 shards), nn.L1Loss or (multi-label) nn.BCEWithLogitsLoss, and the test loss the worker
-printed is PyTorch's from the saved weights; its bad input. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
+printed is PyTorch's from the saved weights; its bad input. Data without a test split: refused,
+or split by --test_fraction. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
 case prints one line, the first failure ends the run with a non-zero exit."""
 
 import os
@@ -107,6 +108,37 @@ def main():
                      r"crop and flip augmentation apply to images; the training set holds "
                      r"feature vectors", ("--random_hflip",))
     regression(train_set[0], test_set[0])
+    held_out(train_set)
+
+
+def held_out(train_set):
+    """Data without a test split: refused in one line, or a held-out fraction of the training
+    set is the test set (--test_fraction); the flag with a test split present is refused."""
+    alone = os.path.join(e2e.SCRATCH, "no_test_split")
+    os.makedirs(alone, exist_ok=True)
+    numpy.save(os.path.join(alone, "train_features.npy"), train_set[0])
+    numpy.save(os.path.join(alone, "train_labels.npy"), train_set[1])
+    e2e.expect_error("no test split", "mlp", alone,
+                     r"no_test_split has no test split \(test_images.npy \(or test_ids.npy, "
+                     r"test_features.npy\) and test_labels.npy\): save one, or hold out part of "
+                     r"the training set with --test_fraction \(e.g. 0.1\)$")
+    r = subprocess.run([e2e.GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.5",
+                        "--model=mlp", f"--data_dir={alone}", "--epochs=3", "--batch_size=25",
+                        "--threads=1", "--test_fraction=0.2", "--seed=3"],
+                       capture_output=True, text=True, timeout=240)
+    done = re.search(r"done: .* test_acc ([0-9.]+)", r.stdout)
+    expected = (f"the test set is {TRAIN // 5} of the {TRAIN} training samples, held out "
+                "(--test_fraction=0.2, --seed=3")
+    if (r.returncode != 0 or not done or expected not in r.stdout or
+            f"{TRAIN - TRAIN // 5} training samples" not in r.stdout or
+            not float(done.group(1)) > 30.0 / CLASSES):
+        e2e.fail(f"--test_fraction: exit {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
+    print(f"ok: data without a test split, --test_fraction=0.2: {TRAIN // 5} samples held out, "
+          f"test_acc {float(done.group(1)):.4f}", flush=True)
+    e2e.expect_error("--test_fraction with a test split", "mlp",
+                     os.path.join(e2e.SCRATCH, "tabular"),
+                     r"--test_fraction holds out a test set for data without one, and .*tabular "
+                     r"has a test split", ("--test_fraction=0.2",))
 
 
 def write_targets(folder, x, y, x_test, y_test):

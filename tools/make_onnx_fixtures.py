@@ -595,9 +595,9 @@ PADDED_LENGTHS = {"text_lstm_packed": [6, 12, 3, 9], "text_gru_packed": [9, 3, 1
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
              "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
-# Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
 # Fixtures whose batch has target values (regression) rather than labels.
 REGRESSION = {"tabular_regression"}
+# Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
 DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic",
                  "text_gru_packed", "text_bag_dynamic"}
 

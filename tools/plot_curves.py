@@ -66,15 +66,15 @@ def main():
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     styles = [("loss", "train loss", "-"), ("train_acc", "train acc", "--"),
-              ("test_acc", "test acc", "-.")]
-    colors = ["C0", "C1", "C2"]
+              ("test_acc", "test acc", "-."), ("test_loss", "test loss", ":")]
+    colors = ["C0", "C1", "C2", "C3"]
     for path, rank, epochs in runs:
         x = [e["epoch"] for e in epochs]
         who = f"rank {rank}" if rank is not None else os.path.basename(path)
         for (key, label, style), color in zip(styles, colors):
-            y = [e[key] for e in epochs]
-            if key == "test_acc" and all(v < 0 for v in y):
-                continue  # Not evaluated.
+            y = [e.get(key, -1) for e in epochs]
+            if key != "loss" and all(v < 0 for v in y):
+                continue  # Not evaluated, or not kept (a regression has no accuracies).
             ax.plot(x, y, style, color=color, alpha=1.0 if rank in (0, None) else 0.55,
                     marker="o" if len(x) < 3 else None, label=f"{label} ({who})")
     ax.set_xlabel("epoch")

@@ -27,6 +27,7 @@
 #include "common/telemetry_flags.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/data/data_source.h"
+#include "worker/data/holdout.h"
 #include "worker/data/transforms.h"
 #include "worker/device_choice.h"
 #include "worker/gpu_backend.h"
@@ -237,13 +238,41 @@ std::string Scores(const Dataset& data) {
 
 // The training and test sets of --data_dir in --data_format (detected when empty), cut to
 // the subsets and normalised; the same classes and image shape in both.
-absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Dataset& test) {
+absl::Status LoadData(const DataConfig& data, int threads, uint64_t seed, Dataset& train,
+                      Dataset& test) {
   LoadOptions load;
   load.threads = threads;
   load.image_size = data.image_size;
   load.data_loading = data.data_loading;
+  DPTRAIN_ASSIGN_OR_RETURN(const std::string missing, TestSplitFiles(data.dir, data.format));
+  if (missing.empty() && data.test_fraction > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--test_fraction holds out a test set for data without one, and ", data.dir,
+                     " has a test split: leave the flag out, or move the test files away"));
+  }
+  if (!missing.empty() && data.test_fraction > 0) {
+    if (data.data_loading == DataLoading::kStream) {
+      return absl::InvalidArgumentError(
+          "--test_fraction splits a training set held in memory, and --data_loading=stream "
+          "reads it as needed: save a test split, or leave --data_loading out");
+    }
+    load.data_loading = DataLoading::kLoad;  // Split below: the samples must be held.
+  }
+  // The training set first: its reader names a missing or bad training file.
   DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
-  DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
+  if (!missing.empty() && data.test_fraction == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        data.dir, " has no test split (", missing,
+        "): save one, or hold out part of the training set with --test_fraction (e.g. 0.1)"));
+  }
+  if (!missing.empty()) {
+    absl::StatusOr<HeldOut> split = HoldOut(std::move(train), data.test_fraction, seed);
+    if (!split.ok()) return WithFlag("test_fraction", split.status());
+    train = std::move(split->train);
+    test = std::move(split->test);
+  } else {
+    DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
+  }
   if (test.ids != train.ids || test.features() != train.features()) {
     return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the training set holds ",
                                                    train.kind(), ", the test set ", test.kind()));
@@ -260,8 +289,8 @@ absl::Status LoadData(const DataConfig& data, int threads, Dataset& train, Datas
   }
   if (test.regression() != train.regression() ||
       test.targets_per_sample != train.targets_per_sample) {
-    return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the training set has ",
-                                                   Scores(train), ", the test set ", Scores(test)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        data.dir, ": the training set has ", Scores(train), ", the test set has ", Scores(test)));
   }
   if (test.num_classes > train.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the test set has ",
@@ -373,7 +402,12 @@ absl::Status Run(const WorkerConfig& config) {
     DPTRAIN_ASSIGN_OR_RETURN(const ThreadPlan auto_plan, PlanCpuThreads(share));
     decode_threads = auto_plan.threads;
   }
-  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, decode_threads, train, test));
+  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, decode_threads, config.seed, train, test));
+  if (config.data.test_fraction > 0) {
+    std::cout << who << ": the test set is " << test.size << " of the " << train.size + test.size
+              << " training samples, held out (--test_fraction=" << config.data.test_fraction
+              << ", --seed=" << config.seed << "; the same on every worker)" << std::endl;
+  }
   if (config.data.resized_crop_min_scale > 0 && (train.ids || train.features())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--random_resized_crop applies to images; the training set holds ", train.kind()));

@@ -280,6 +280,12 @@ absl::StatusOr<Evaluation> EvaluateModel(nn::Model& model, const Dataset& data, 
     return s;
   }
   DPTRAIN_RETURN_IF_ERROR(CheckTargets(data, model, "the evaluation set"));
+  const bool scored = data.regression() ? static_cast<int64_t>(data.targets.size()) ==
+                                              data.size * data.targets_per_sample
+                                        : static_cast<int64_t>(data.labels.size()) == data.size;
+  if (!scored || !data.consistent()) {
+    return absl::InvalidArgumentError("the evaluation set's arrays do not match its size");
+  }
   int64_t correct = 0;
   double loss_sum = 0;
   std::vector<float> images;  // A byte store's images as floats, one batch at a time.
@@ -501,6 +507,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     report.epoch = epoch;
     report.images = n;
     report.loss = result->loss;
+    report.regression = train.regression();
     report.correct = result->correct;
     report.skipped = outcome->skipped;
     report.learning_rate = o.lr_schedule.base_lr > 0 ? learning_rate : 0;

@@ -31,6 +31,7 @@ struct StepReport {
   int images = 0;
   double loss = 0;
   int64_t correct = 0;
+  bool regression = false;  // Target values: `correct` means nothing.
   bool skipped = false;
   float learning_rate = 0;                             // 0 if unknown (ps mode without --lr).
   double forward_seconds = -1, backward_seconds = -1;  // Of compute, if the model measured.

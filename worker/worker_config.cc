@@ -159,6 +159,10 @@ ABSL_FLAG(absl::Duration, log_every, absl::Seconds(10),
 ABSL_FLAG(int64_t, max_steps_per_epoch, 0, "If > 0, cut every epoch to this many steps.");
 ABSL_FLAG(int64_t, train_subset, 0, "If > 0, train on the first N training images only.");
 ABSL_FLAG(int64_t, test_subset, 0, "If > 0, evaluate on the first N test images only.");
+ABSL_FLAG(double, test_fraction, 0,
+          "For data without a test split: hold out this fraction (in (0, 1)) of the training "
+          "set as the test set, a random choice seeded by --seed (the same on every worker), as "
+          "scikit-learn's train_test_split.");
 ABSL_FLAG(std::string, load_model, "",
           "If set, a safetensors file (PyTorch state_dict names, e.g. from --save_model) to "
           "initialise the weights from. Every replica starts from rank 0's weights (in ps mode "
@@ -360,6 +364,12 @@ absl::Status ReadData(WorkerConfig& c) {
   }
   d.train_subset = absl::GetFlag(FLAGS_train_subset);
   d.test_subset = absl::GetFlag(FLAGS_test_subset);
+  d.test_fraction = absl::GetFlag(FLAGS_test_fraction);
+  if (d.test_fraction != 0 && !(d.test_fraction > 0 && d.test_fraction < 1)) {
+    return Bad(
+        "test_fraction",
+        absl::StrCat("must be in (0, 1) (or 0: the data's test split), got ", d.test_fraction));
+  }
   DPTRAIN_ASSIGN_OR_RETURN(d.mean, Floats("data_mean", absl::GetFlag(FLAGS_data_mean)));
   DPTRAIN_ASSIGN_OR_RETURN(d.std, Floats("data_std", absl::GetFlag(FLAGS_data_std)));
   if (d.mean.size() != d.std.size()) {

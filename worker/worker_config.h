@@ -35,6 +35,9 @@ struct DataConfig {
   DataLoading data_loading = DataLoading::kAuto;  // ImageFolder, uint8 .npy: held or streamed.
   int64_t train_subset = 0;
   int64_t test_subset = 0;
+  // > 0: data without a test split holds this fraction of its training set out as the test
+  // set (worker/data/holdout.h), seeded by WorkerConfig::seed.
+  double test_fraction = 0;
   // Per-channel normalisation after scaling to [0, 1]; empty: none.
   std::vector<float> mean, std;
   // Training-time augmentation, deterministic per seed, rank and step.

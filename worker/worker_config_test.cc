@@ -110,6 +110,10 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
        "--loss: must be auto, cross_entropy, mse, l1 or bce, got 'huber'"},
       {{{"ps", "a:1"}, {"loss", "l1"}}, "--loss: the built-in model mlp trains with cross_entropy"},
 
+      {{{"ps", "a:1"}, {"test_fraction", "1"}},
+       "--test_fraction: must be in (0, 1) (or 0: the data's test split), got 1"},
+      {{{"ps", "a:1"}, {"test_fraction", "-0.1"}},
+       "--test_fraction: must be in (0, 1) (or 0: the data's test split), got -0.1"},
       {{{"ps", "a:1"}, {"batch_size", "0"}}, "--batch_size: must be >= 1"},
       {{{"ps", "a:1"}, {"device", "tpu"}}, "--device=tpu: expected auto, cpu, cuda or cuda:N"},
       {{{"ps", "a:1"}, {"device", "cuda:x"}},

@@ -69,7 +69,9 @@ void WorkerTelemetry::OnStep(const StepReport& r) {
     sync_->ObserveDuration(r.sync_end - r.compute_end);
     apply_->ObserveDuration(r.end - r.sync_end);
     loss_->Set(r.loss);
-    train_accuracy_->Set(r.images > 0 ? static_cast<double>(r.correct) / r.images : 0);
+    train_accuracy_->Set(r.regression   ? -1
+                         : r.images > 0 ? static_cast<double>(r.correct) / r.images
+                                        : 0);
     learning_rate_->Set(r.learning_rate);
     loss_scale_->Set(r.loss_scale);
     if (r.device_memory_bytes >= 0) {

@@ -107,5 +107,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A streamed set's read may fail (a file changed under it cannot happen here): only OK.
   FUZZ_CHECK(gathered.ok());
   for (size_t i = 0; i < n && !d.regression(); ++i) FUZZ_CHECK(batch_labels[i] < d.num_classes);
+  for (size_t i = 0; i < n && d.regression(); ++i) {  // Each sample's own target values.
+    for (int k = 0; k < d.targets_per_sample; ++k) {
+      FUZZ_CHECK(batch_targets[i * d.targets_per_sample + k] ==
+                 d.targets[indices[i] * d.targets_per_sample + k]);
+    }
+  }
   return 0;
 }

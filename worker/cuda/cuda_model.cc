@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
     const graph::GraphModelOptions& options, const DeviceOptions& device) {
   if (options.loss != graph::Loss::kSoftmaxCrossEntropy) {
     return absl::InvalidArgumentError(
-        "a graph model trains on the GPU with softmax cross-entropy on class labels only so far "
-        "(--loss=cross_entropy; regression targets and other losses: --device=cpu)");
+        "a graph model trains on the GPU with softmax cross-entropy on class labels only so far: "
+        "train regression targets or another loss with --device=cpu");
   }
   if (options.optimizer.has_value()) {
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.

@@ -59,6 +59,31 @@ absl::StatusOr<std::string> DetectDataFormat(const std::string& dir) {
   return found[0];
 }
 
+absl::StatusOr<std::string> TestSplitFiles(const std::string& dir, const std::string& format) {
+  std::string chosen = format;
+  if (chosen.empty()) {
+    absl::StatusOr<std::string> detected = DetectDataFormat(dir);
+    if (!detected.ok()) return detected.status();
+    chosen = *detected;
+  }
+  auto has = [&](const char* name) { return IsRegularFile(JoinPath(dir, name)); };
+  if (chosen == "idx") {
+    return has("t10k-images-idx3-ubyte.gz") || has("t10k-images-idx3-ubyte")
+               ? ""
+               : "t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]";
+  }
+  if (chosen == "cifar") return has("test_batch.bin") || has("test.bin") ? "" : "test_batch.bin";
+  if (chosen == "npy") {
+    return has("test_images.npy") || has("test_ids.npy") || has("test_features.npy")
+               ? ""
+               : "test_images.npy (or test_ids.npy, test_features.npy) and test_labels.npy";
+  }
+  if (chosen == "imagefolder") return IsDirectory(JoinPath(dir, "test")) ? "" : "test/<class>/";
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown data format '", format,
+                   "' (known: idx, cifar, npy, imagefolder, or empty to detect)"));
+}
+
 absl::StatusOr<DataLoading> ParseDataLoading(const std::string& text) {
   if (text == "auto") return DataLoading::kAuto;
   if (text == "load") return DataLoading::kLoad;

@@ -34,6 +34,11 @@ namespace dptrain {
 // LoadDataset detects it. NotFound if `dir` is not a directory or nothing matches.
 absl::StatusOr<std::string> DetectDataFormat(const std::string& dir);
 
+// Whether the data set in `dir` (`format`, or detected when empty) has a test split: "" if it
+// has, else the test files it would need (for a message), e.g. "test_batch.bin". The errors of
+// DetectDataFormat, or InvalidArgument for an unknown format.
+absl::StatusOr<std::string> TestSplitFiles(const std::string& dir, const std::string& format);
+
 struct LoadOptions {
   // Image folders: the size every image is brought to (worker/data/image_resize.h); the
   // other formats hold images of one size and refuse one (InvalidArgument).

@@ -157,5 +157,23 @@ TEST(DataSourceTest, SeveralFormatsOrAnUnknownOneAreErrors) {
   EXPECT_NE(result.status().message().find(dir + "/train-images-idx3-ubyte.gz"), std::string::npos);
 }
 
+// Whether each format's test split is there: "" or the files it would need.
+TEST(DataSourceTest, TestSplitFiles) {
+  const std::string dir = FreshDir("test_split_npy");
+  WriteFile(dir + "/train_features.npy", "x");
+  EXPECT_EQ(*TestSplitFiles(dir, ""),
+            "test_images.npy (or test_ids.npy, test_features.npy) and test_labels.npy");
+  WriteFile(dir + "/test_features.npy", "x");
+  EXPECT_EQ(*TestSplitFiles(dir, ""), "");
+  EXPECT_EQ(*TestSplitFiles(dir, "cifar"), "test_batch.bin");
+  WriteFile(dir + "/test.bin", "x");
+  EXPECT_EQ(*TestSplitFiles(dir, "cifar"), "");
+  EXPECT_EQ(*TestSplitFiles(dir, "idx"),
+            "t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]");
+  EXPECT_EQ(*TestSplitFiles(dir, "imagefolder"), "test/<class>/");
+  EXPECT_EQ(TestSplitFiles(dir, "csv").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TestSplitFiles(dir + "/none", "").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace dptrain

@@ -24,7 +24,8 @@
 // '<u1', '<u2', '<u4', '<u8'), values in [0, kMaxClasses) (2^20). Or regression targets: a
 // float32 or float64 labels file of shape (N,) (one per sample) or (N, T) (T per sample, T up
 // to kMaxClasses), every value finite in float32 (Dataset::targets; num_classes 0); both
-// splits must then hold targets.
+// splits must then hold targets. (N,) targets score a model's [batch, 1] output element by
+// element, as PyTorch's loss(out.squeeze(1), t), not broadcast.
 //
 // Errors are one-line statuses that name the offending file:
 //   NotFound         a missing file;

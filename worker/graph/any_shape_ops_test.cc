@@ -109,9 +109,9 @@ TEST(ValueShapeTest, ClassifierOutputIsBatchFirst) {
   EXPECT_TRUE(CheckClassifierOutput(g, Make({1, 10}, 0)).ok());
   EXPECT_TRUE(CheckClassifierOutput(g, Make({1, 10, 1, 1}, 0)).ok());
   EXPECT_EQ(CheckClassifierOutput(g, Make({17, 1, 10}, 1)).message(),
-            "graph output 'logits' has shape [17, B, 10], expected [B, classes]");
+            "graph output 'logits' has shape [17, B, 10], expected [B, classes] (or [B, targets])");
   EXPECT_EQ(CheckClassifierOutput(g, Make({1, 17, 10}, 0)).message(),
-            "graph output 'logits' has shape [B, 17, 10], expected [B, classes]");
+            "graph output 'logits' has shape [B, 17, 10], expected [B, classes] (or [B, targets])");
 }
 
 class AnyShapeOpsTest : public ::testing::Test {

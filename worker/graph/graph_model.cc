@@ -234,7 +234,8 @@ absl::Status CheckClassifierOutput(const Graph& graph, const ValueShape& output)
   const nn::Dims dims = output.dims_for_ops();
   if (output.IsBatchFirst() && dims.h == 1 && dims.w == 1) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("graph output '", graph.output, "' has shape ",
-                                                 output.ToString(), ", expected [B, classes]"));
+                                                 output.ToString(),
+                                                 ", expected [B, classes] (or [B, targets])"));
 }
 
 Graph WithoutDropout(Graph graph) {

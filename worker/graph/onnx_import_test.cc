@@ -307,6 +307,8 @@ TEST(OnnxModelTest, RegressionLossesMatchPyTorch) {
   both.labels = labels;
   EXPECT_EQ((*model)->TrainStep(batch.images.data(), both, batch.size).status().message(),
             "null images, or not exactly one of labels and targets");
+  EXPECT_EQ((*model)->TrainStep(batch.images.data(), nullptr, batch.size).status().message(),
+            "null images, or not exactly one of labels and targets");
 }
 
 TEST(OnnxModelTest, ParamsAreTheInitializersInFileOrder) {
