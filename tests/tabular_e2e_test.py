@@ -8,7 +8,7 @@ of another length than the model's, integer features (read as ids), a NaN, augme
 feature vectors. Regression: float labels are target values, trained with nn.MSELoss (2 workers
 x 2 shards), nn.L1Loss or (multi-label) nn.BCEWithLogitsLoss, and the test loss the worker
 printed is PyTorch's from the saved weights; its bad input. Data without a test split: refused,
-or split by --test_fraction. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
+or split by --test_fraction. Class weights on a rare class (--class_weights). Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
 case prints one line, the first failure ends the run with a non-zero exit."""
 
 import os
@@ -109,6 +109,57 @@ def main():
                      r"feature vectors", ("--random_hflip",))
     regression(train_set[0], test_set[0])
     held_out(train_set)
+    weighted(train_set, test_set)
+
+
+def weighted(train_set, test_set):
+    """A rare class (about 9 % of the samples) weighted 9 times the other (--class_weights, as
+    nn.CrossEntropyLoss(weight=)): the printed test accuracy is PyTorch's from the saved
+    weights, and the rare class is found more often than without the weights; the refusals."""
+    def rare(xs):
+        return (xs[:, 0] + xs[:, 1] > 2.4).astype(numpy.int64)
+
+    data = os.path.join(e2e.SCRATCH, "imbalanced")
+    write_features(data, (train_set[0], rare(train_set[0])), (test_set[0], rare(test_set[0])))
+    net = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 2))
+    model_path = os.path.join(e2e.SCRATCH, "imbalanced.onnx")
+    e2e.export(net, model_path, shape=(2, FEATURES))
+    x_test = torch.from_numpy(test_set[0]).float()
+    y_test = rare(test_set[0])
+    recall = {}
+    for weights in ("", "1,9"):
+        saved = os.path.join(e2e.SCRATCH, f"imbalanced{weights}.safetensors")
+        r = subprocess.run([e2e.GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.1",
+                            f"--model={model_path}", f"--data_dir={data}", "--epochs=3",
+                            "--batch_size=25", "--threads=1", f"--save_model={saved}"] +
+                           ([f"--class_weights={weights}"] if weights else []),
+                           capture_output=True, text=True, timeout=240)
+        done = re.search(r"done: .* test_acc ([0-9.]+)", r.stdout)
+        if r.returncode != 0 or not done:
+            e2e.fail(f"--class_weights={weights}: exit {r.returncode}: "
+                     f"{(r.stdout + r.stderr)[-600:]}")
+        net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+        with torch.no_grad():
+            predicted = net(x_test).argmax(1).numpy()
+        ours = (predicted == y_test).mean()
+        if abs(ours - float(done.group(1))) > 1.0 / TEST + 1e-9:
+            e2e.fail(f"--class_weights={weights}: printed test_acc {done.group(1)}, PyTorch "
+                     f"{ours}")
+        recall[weights] = (predicted[y_test == 1] == 1).mean()
+    if not recall["1,9"] > recall[""]:
+        e2e.fail(f"--class_weights=1,9 found the rare class no more often: {recall}")
+    print(f"ok: a rare class ({y_test.mean():.3f} of the test set) weighted 9: its recall "
+          f"{recall['']:.3f} -> {recall['1,9']:.3f}, the printed test_acc PyTorch's",
+          flush=True)
+    e2e.expect_error("class weights of another count", model_path, data,
+                     r"imbalanced.onnx: 3 class weights for a model of 2 outputs \(classes\)$",
+                     ("--class_weights=1,2,3",))
+    e2e.expect_error("class weights with mse", model_path, data,
+                     r"--class_weights: apply to --loss=cross_entropy only$",
+                     ("--class_weights=1,9", "--loss=mse"))
+    e2e.expect_error("a negative class weight", model_path, data,
+                     r"--class_weights: every weight must be >= 0, and one > 0$",
+                     ("--class_weights=1,-9",))
 
 
 def held_out(train_set):

@@ -98,7 +98,9 @@ The models:
   tabular_regression  An MLP on [B, 6] features with 3 outputs, scored against target values
              (regression): "targets" [B, 3] instead of "labels", "loss" nn.MSELoss's,
              l1_loss, l1_grad.<name> the same step with nn.L1Loss, and bce_loss,
-             bce_grad.<name> with nn.BCEWithLogitsLoss against bce_targets [B, 3] in [0, 1].
+             bce_grad.<name> with nn.BCEWithLogitsLoss against bce_targets [B, 3] in [0, 1];
+             weighted_loss, weighted_grad.<name> with the outputs as classes:
+             nn.CrossEntropyLoss(weight=class_weights, label_smoothing=0.1) on class_labels.
   text_pad   nn.Embedding(padding_idx=0) on padded ids (row 0 zeros, no gradient to it).
   text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
              an ONNX Loop over the bags), the head on the three concatenated.
@@ -747,6 +749,14 @@ def make_fixture(name, out_dir, opset):
                 y, probabilities.to(torch.float64)))
         tensors += [("bce_targets", probabilities), ("bce_loss", bce.reshape(1))]
         tensors += [("bce_grad." + k, p.grad) for k, p in net64.named_parameters()]
+        # The outputs as classes: nn.CrossEntropyLoss(weight=w, label_smoothing=0.1).
+        weights = torch.tensor([0.5, 2.0, 0.0][:classes], dtype=torch.float64)
+        net64, _, weighted = reference_step(
+            net, x, lambda y: nn.functional.cross_entropy(y, labels, weight=weights,
+                                                          label_smoothing=0.1))
+        tensors += [("class_labels", labels.to(torch.float32)), ("class_weights", weights),
+                    ("weighted_loss", weighted.reshape(1))]
+        tensors += [("weighted_grad." + k, p.grad) for k, p in net64.named_parameters()]
     ref_path = os.path.join(out_dir, "%s_reference.safetensors" % name)
     save_safetensors(ref_path, tensors, {"model": name, "torch": torch.__version__,
                                          "seed": str(SEED)})

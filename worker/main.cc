@@ -147,6 +147,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(
   model.name = graph.name;
   model.loss = loss;
   model.label_smoothing = options.label_smoothing;
+  model.class_weights = options.class_weights;
   model.optimizer = options.optimizer;
   model.seed = config.seed;
   absl::StatusOr<std::unique_ptr<nn::Model>> made;
@@ -216,9 +217,12 @@ absl::StatusOr<graph::Loss> ChooseLoss(const WorkerConfig& config, const Dataset
         "--model=", config.model, " is a built-in classifier, and ", what,
         ": train a model of yours (--model=FILE.onnx), or save class labels as integers"));
   }
-  if (config.loss == "cross_entropy" || config.label_smoothing != 0) {
+  if (config.loss == "cross_entropy" || config.label_smoothing != 0 ||
+      !config.class_weights.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(config.loss == "cross_entropy" ? "--loss=cross_entropy" : "--label_smoothing",
+        absl::StrCat(config.loss == "cross_entropy" ? "--loss=cross_entropy"
+                     : config.label_smoothing != 0  ? "--label_smoothing"
+                                                    : "--class_weights",
                      " is for class labels, and ", what,
                      ": --loss=mse, l1 or bce (or save class labels as integers)"));
   }
@@ -432,6 +436,7 @@ absl::Status Run(const WorkerConfig& config) {
   model_options.name = config.model;
   model_options.seed = config.seed;
   model_options.label_smoothing = config.label_smoothing;
+  model_options.class_weights = config.class_weights;
   model_options.shape = {{train.channels, train.rows, train.cols}, train.num_classes};
   if (!on_gpu) PlanCpu(config, who, cpu_plan, model_options);
   // All-reduce mode on a GPU: every replica applies the averaged gradient itself, where its

@@ -1,5 +1,6 @@
 #include "worker/worker_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
@@ -95,6 +96,10 @@ ABSL_FLAG(std::string, data_loading, "auto",
           "epoch; .npy images read from the file; for sets too large to hold) or auto (stream "
           "when the images would take more than a quarter of this machine's memory). float32 "
           ".npy arrays and the other formats are held.");
+ABSL_FLAG(std::vector<std::string>, class_weights, {},
+          "cross_entropy's class weights, one per class (each >= 0, e.g. 1,9 for a rare class "
+          "1), as nn.CrossEntropyLoss(weight=): the mean loss is weighted by each sample's "
+          "class; empty: none. CPU only so far.");
 ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "Per-channel means to subtract after scaling pixels to [0, 1] (with --data_std), "
           "e.g. 0.4914,0.4822,0.4465 (feature vectors: one per feature); empty: no "
@@ -417,6 +422,17 @@ absl::Status ReadTraining(WorkerConfig& c) {
   }
   if (c.label_smoothing != 0 && other_loss) {
     return Bad("label_smoothing", "applies to --loss=cross_entropy only");
+  }
+  DPTRAIN_ASSIGN_OR_RETURN(const std::vector<float> weights,
+                           Floats("class_weights", absl::GetFlag(FLAGS_class_weights)));
+  c.class_weights.assign(weights.begin(), weights.end());
+  if (!c.class_weights.empty() && other_loss) {
+    return Bad("class_weights", "apply to --loss=cross_entropy only");
+  }
+  if (!c.class_weights.empty() &&
+      (*std::min_element(c.class_weights.begin(), c.class_weights.end()) < 0 ||
+       *std::max_element(c.class_weights.begin(), c.class_weights.end()) <= 0)) {
+    return Bad("class_weights", "every weight must be >= 0, and one > 0");
   }
   c.seed = absl::GetFlag(FLAGS_seed);
   c.load_model = absl::GetFlag(FLAGS_load_model);

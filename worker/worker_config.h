@@ -94,6 +94,7 @@ struct WorkerConfig {
   // targets) | cross_entropy | mse | l1 | bce.
   std::string loss = "auto";
   double label_smoothing = 0;          // cross_entropy's, in [0, 1).
+  std::vector<double> class_weights;   // cross_entropy's, one per class, >= 0; empty: none.
   std::vector<std::string> onnx_buffers;  // ONNX models: initializers kept fixed (MarkBuffers).
   bool onnx_padding_rows = true;          // ONNX models: a table's row of zeros is padding_idx.
   uint64_t seed = 0;

@@ -110,6 +110,11 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
        "--loss: must be auto, cross_entropy, mse, l1 or bce, got 'huber'"},
       {{{"ps", "a:1"}, {"loss", "l1"}}, "--loss: the built-in model mlp trains with cross_entropy"},
 
+      {{{"ps", "a:1"}, {"class_weights", "1,x"}}, "--class_weights: 'x' is not a number"},
+      {{{"ps", "a:1"}, {"class_weights", "0,0"}},
+       "--class_weights: every weight must be >= 0, and one > 0"},
+      {{{"ps", "a:1"}, {"model", "m.onnx"}, {"loss", "bce"}, {"class_weights", "1,2"}},
+       "--class_weights: apply to --loss=cross_entropy only"},
       {{{"ps", "a:1"}, {"test_fraction", "1"}},
        "--test_fraction: must be in (0, 1) (or 0: the data's test split), got 1"},
       {{{"ps", "a:1"}, {"test_fraction", "-0.1"}},

@@ -28,10 +28,16 @@ absl::Status SameLayout(const char* what, const std::vector<nn::ParamInfo>& cpu,
       absl::StrCat("CUDA network's ", what, " differ from the CPU network's"));
 }
 
+absl::Status ClassWeightsOnCpuOnly() {
+  return absl::InvalidArgumentError(
+      "class weights are applied on the CPU only so far (--device=cpu)");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOptions& options,
                                                              const DeviceOptions& device) {
+  if (!options.class_weights.empty()) return ClassWeightsOnCpuOnly();
   if (options.optimizer.has_value()) {
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
   }
@@ -55,6 +61,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
     const graph::Graph& graph, const graph::OpRegistry& cpu_ops,
     const graph::GraphModelOptions& options, const DeviceOptions& device) {
+  if (!options.class_weights.empty()) return ClassWeightsOnCpuOnly();
   if (options.loss != graph::Loss::kSoftmaxCrossEntropy) {
     return absl::InvalidArgumentError(
         "a graph model trains on the GPU with softmax cross-entropy on class labels only so far: "
@@ -92,6 +99,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateBuiltinFromGraph(
   model.name = options.name;
   model.optimizer = options.optimizer;
   model.label_smoothing = options.label_smoothing;
+  model.class_weights = options.class_weights;
   model.seed = options.seed;
   return CreateFromGraph(graph, graph::BuiltinOps(), model, device);
 }

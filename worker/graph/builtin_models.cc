@@ -229,6 +229,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateBuiltinModel(const nn::ModelOpt
   m.name = options.name;
   m.optimizer = options.optimizer;
   m.label_smoothing = options.label_smoothing;
+  m.class_weights = options.class_weights;
   m.seed = options.seed;
   m.threads = options.threads;
   m.dense_gemm = options.dense_gemm;

@@ -60,12 +60,27 @@ nn::LossOutput ElementwiseLoss(Loss loss, const float* y, nn::Targets targets, i
     }
   }
   out.loss = sum / count;
+  out.weight = batch;
   return out;
 }
 
 }  // namespace
 
-absl::Status CheckLabelSmoothing(const GraphModelOptions& options) {
+absl::Status CheckLabelSmoothing(const GraphModelOptions& options, int classes) {
+  const std::vector<double>& w = options.class_weights;
+  if (!w.empty() && options.loss != Loss::kSoftmaxCrossEntropy) {
+    return absl::InvalidArgumentError("class weights apply to softmax cross-entropy only");
+  }
+  if (!w.empty() && classes >= 0 && static_cast<int>(w.size()) != classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(w.size(), " class weights for a model of ", classes, " outputs (classes)"));
+  }
+  for (size_t k = 0; k < w.size(); ++k) {
+    if (!(std::isfinite(w[k]) && w[k] >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("class weight ", w[k], " (class ", k, ") is not finite and >= 0"));
+    }
+  }
   if (!(options.label_smoothing >= 0 && options.label_smoothing < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("label smoothing must be in [0, 1), got ", options.label_smoothing));
@@ -80,12 +95,13 @@ namespace {
 
 class GraphModel final : public nn::Model {
  public:
-  GraphModel(std::string name, Loss loss, double label_smoothing,
+  GraphModel(std::string name, Loss loss, double label_smoothing, std::vector<double> class_weights,
              std::unique_ptr<nn::ThreadPool> pool, std::unique_ptr<Executor<float>> executor,
              std::unique_ptr<Optimizer> optimizer)
       : name_(std::move(name)),
         loss_(loss),
         label_smoothing_(label_smoothing),
+        class_weights_(std::move(class_weights)),
         pool_(std::move(pool)),
         executor_(std::move(executor)),
         classes_(static_cast<int>(executor_->output_dims().size())),
@@ -151,7 +167,7 @@ class GraphModel final : public nn::Model {
                                            int batch) override {
     DPTRAIN_RETURN_IF_ERROR(Prepare(images, targets, batch));
     const int piece = largest_train_batch_ > 0 ? std::min(batch, largest_train_batch_) : batch;
-    double loss_sum = 0;
+    double loss_sum = 0, weight_sum = 0;  // The pieces' losses are means over their weights.
     int64_t correct = 0;
     for (int begin = 0; begin < batch; begin += piece) {
       const int n = std::min(piece, batch - begin);
@@ -161,10 +177,11 @@ class GraphModel final : public nn::Model {
       const nn::TensorRef<float> logits = *forward;
       const nn::LossOutput loss =
           ComputeLoss(logits.data, targets.From(begin, classes_), n, nullptr);
-      loss_sum += loss.loss * n;
+      loss_sum += loss.loss * loss.weight;
+      weight_sum += loss.weight;
       correct += loss.correct;
     }
-    return nn::BatchResult{loss_sum / batch, correct};
+    return nn::BatchResult{weight_sum > 0 ? loss_sum / weight_sum : 0.0, correct};
   }
 
  private:
@@ -174,7 +191,8 @@ class GraphModel final : public nn::Model {
       return ElementwiseLoss(loss_, logits, targets, batch, classes_, grad);
     }
     return nn::SoftmaxCrossEntropy<float>(logits, targets.labels, batch, classes_, grad,
-                                          label_smoothing_);
+                                          label_smoothing_,
+                                          class_weights_.empty() ? nullptr : class_weights_.data());
   }
 
   absl::Status CheckSizes() const {
@@ -213,6 +231,7 @@ class GraphModel final : public nn::Model {
   const std::string name_;
   const Loss loss_;
   const double label_smoothing_;
+  const std::vector<double> class_weights_;  // Empty: none.
   std::unique_ptr<nn::ThreadPool> pool_;  // Declared before executor_, whose nodes use it.
   std::unique_ptr<Executor<float>> executor_;
   const int classes_;
@@ -272,11 +291,13 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateGraphModel(const Graph& graph,
                       : Executor<float>::Create(WithoutDropout(graph), registry, executor_options);
   if (!executor.ok()) return executor.status();
   DPTRAIN_RETURN_IF_ERROR(CheckClassifierOutput(graph, (*executor)->output_shape()));
+  DPTRAIN_RETURN_IF_ERROR(
+      CheckLabelSmoothing(options, static_cast<int>((*executor)->output_dims().size())));
   // Set only once the graph is known to build: BLAS threads are process-wide.
   if (threads.blas_threads > 0) nn::SetBlasThreads(threads.blas_threads);
   return std::unique_ptr<nn::Model>(std::make_unique<GraphModel>(
-      options.name, options.loss, options.label_smoothing, std::move(threads.pool),
-      *std::move(executor), std::move(optimizer)));
+      options.name, options.loss, options.label_smoothing, options.class_weights,
+      std::move(threads.pool), *std::move(executor), std::move(optimizer)));
 }
 
 }  // namespace graph

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +47,9 @@ struct GraphModelOptions {
   // Softmax cross-entropy's label smoothing (nn.CrossEntropyLoss's label_smoothing), in [0, 1);
   // 0 for mse.
   double label_smoothing = 0;
+  // Softmax cross-entropy's class weights (nn.CrossEntropyLoss's weight): empty, or one per
+  // class (the output's size), each finite and >= 0.
+  std::vector<double> class_weights;
   // ApplyUpdate's rule (all-reduce mode); none where a parameter server applies it.
   std::optional<OptimizerOptions> optimizer;
   // Seeds the Dropout masks (deterministic per seed, not PyTorch's stream; see shape_ops.h).
@@ -65,8 +69,9 @@ struct GraphModelOptions {
 };
 
 // InvalidArgument unless options.label_smoothing is in [0, 1), and 0 for a loss other than
-// softmax cross-entropy.
-absl::Status CheckLabelSmoothing(const GraphModelOptions& options);
+// softmax cross-entropy, and options.class_weights is empty or (for softmax cross-entropy)
+// `classes` values, each finite and >= 0 (classes < 0: the count is not checked).
+absl::Status CheckLabelSmoothing(const GraphModelOptions& options, int classes = -1);
 
 // Builds the model with the graph's initial weights and buffers and zero gradients.
 // InvalidArgument for what Executor::Create refuses, an output that is not [batch, classes],

@@ -631,6 +631,7 @@ absl::StatusOr<std::unique_ptr<nn::Model>> LoadOnnxModel(const std::string& path
   model.name = graph.name;
   model.loss = options.loss;
   model.label_smoothing = options.label_smoothing;
+  model.class_weights = options.class_weights;
   model.optimizer = options.optimizer;
   model.seed = options.seed;
   model.dropout = options.dropout;

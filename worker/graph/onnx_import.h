@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -37,6 +38,7 @@ namespace graph {
 struct OnnxModelOptions {
   Loss loss = Loss::kSoftmaxCrossEntropy;
   double label_smoothing = 0;
+  std::vector<double> class_weights;  // GraphModelOptions::class_weights.
   // Initializers that are buffers of the PyTorch module (MarkBuffers).
   std::vector<std::string> buffers;
   std::optional<OptimizerOptions> optimizer;

@@ -291,6 +291,38 @@ TEST(OnnxModelTest, RegressionLossesMatchPyTorch) {
   EXPECT_NEAR(step->loss, ref->Find("bce_loss")->data[0], 1e-5);
   ExpectGradientsMatch(**model, *ref, "bce_grad.");
 
+  // The outputs as classes: nn.CrossEntropyLoss(weight=w, label_smoothing=0.1).
+  options.loss = Loss::kSoftmaxCrossEntropy;
+  options.label_smoothing = 0.1;
+  const std::vector<float>& w = ref->Find("class_weights")->data;
+  options.class_weights.assign(w.begin(), w.end());
+  model = LoadOnnxModel(OnnxPath("tabular_regression"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<nn::Label> classes;
+  for (float l : ref->Find("class_labels")->data) classes.push_back(static_cast<nn::Label>(l));
+  step = (*model)->TrainStep(batch.images.data(), classes.data(), batch.size);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_NEAR(step->loss, ref->Find("weighted_loss")->data[0], 1e-5);
+  ExpectGradientsMatch(**model, *ref, "weighted_grad.");
+  eval = (*model)->Evaluate(batch.images.data(), classes.data(), batch.size);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_NEAR(eval->loss, ref->Find("weighted_loss")->data[0], 1e-5);
+  // One weight per output, each finite and >= 0, with softmax cross-entropy only.
+  options.class_weights = {1, 2};
+  EXPECT_EQ(LoadOnnxModel(OnnxPath("tabular_regression"), options).status().message(),
+            "worker/graph/testdata/tabular_regression.onnx: 2 class weights for a model of 3 "
+            "outputs (classes)");
+  options.class_weights = {1, -1, 1};
+  EXPECT_EQ(LoadOnnxModel(OnnxPath("tabular_regression"), options).status().message(),
+            "worker/graph/testdata/tabular_regression.onnx: class weight -1 (class 1) is not "
+            "finite and >= 0");
+  options.label_smoothing = 0;
+  options.loss = Loss::kMse;
+  EXPECT_EQ(LoadOnnxModel(OnnxPath("tabular_regression"), options).status().message(),
+            "worker/graph/testdata/tabular_regression.onnx: class weights apply to softmax "
+            "cross-entropy only");
+  options.class_weights.clear();
+
   // Softmax cross-entropy takes class labels: target values are refused, the gradient untouched.
   options.loss = Loss::kSoftmaxCrossEntropy;
   model = LoadOnnxModel(OnnxPath("tabular_regression"), options);

@@ -171,6 +171,9 @@ struct ModelOptions {
   std::string init = "default";
   // Softmax cross-entropy's label smoothing (nn.CrossEntropyLoss's label_smoothing), in [0, 1).
   double label_smoothing = 0;
+  // Softmax cross-entropy's class weights (nn.CrossEntropyLoss's weight): one per class, each
+  // >= 0; empty: none (the CPU only so far).
+  std::vector<double> class_weights;
   // The update rule of ApplyUpdate (all-reduce mode); none where a parameter server
   // applies it (ps, master).
   std::optional<OptimizerOptions> optimizer;

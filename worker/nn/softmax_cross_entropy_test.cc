@@ -88,6 +88,47 @@ TEST(SoftmaxCrossEntropyTest, LabelSmoothingMatchesPyTorch) {
   EXPECT_EQ(plain.loss, SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data()).loss);
 }
 
+// nn.CrossEntropyLoss(weight=w) with and without label_smoothing=0.1, float64, from Debian's
+// torch 1.13 (z and labels as above):
+//   w = torch.tensor([0.5, 2.0, 1.0, 0.25], dtype=torch.float64)
+//   loss = F.cross_entropy(z, torch.tensor([3, 0, 2]), weight=w, label_smoothing=eps)
+TEST(SoftmaxCrossEntropyTest, ClassWeightsMatchPyTorch) {
+  const std::vector<double> z = {1.5, -0.25, 0.75, 2.0, 0.1, 0.2, -3.0, 0.4, -1.0, 0.5, 0.5, 0.0};
+  const std::vector<nn::Label> labels = {3, 0, 2};
+  const double w[4] = {0.5, 2.0, 1.0, 0.25};
+  std::vector<double> grad(z.size());
+  LossOutput out = SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data(), 0.0, w);
+  EXPECT_NEAR(out.loss, 1.0512232377492103, 1e-14);
+  EXPECT_DOUBLE_EQ(out.weight, 0.25 + 0.5 + 1.0);
+  ExpectAllClose(
+      "gradient", grad,
+      {0.04335755274853791, 0.007534412919474117, 0.02048065772711356, -0.07137262339512558,
+       -0.20408347349890035, 0.09021599967933824, 0.0036774029810414076, 0.1101900708385207,
+       0.04505944591002465, 0.20194242625044673, -0.36948614517812467, 0.12248427301765327},
+      1e-14);
+  out = SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data(), 0.1, w);
+  EXPECT_NEAR(out.loss, 1.2445994811153867, 1e-14);
+  ExpectAllClose(
+      "smoothed gradient", grad,
+      {0.0481380226115287, -0.018965052099099072, 0.011827124316355506, -0.041000094828785125,
+       -0.1755122060014827, 0.06953847107985177, -0.010286538543831757, 0.11626027346546271,
+       0.037634967230229854, 0.1721088575149529, -0.32789114248504714, 0.11814731773986438},
+      1e-14);
+  EXPECT_EQ(out.correct, 1);
+  // Weights of one throughout are the unweighted loss; labels that all weigh 0: loss and
+  // gradient 0 (PyTorch: NaN).
+  const double ones[4] = {1, 1, 1, 1};
+  std::vector<double> plain_grad(z.size());
+  const LossOutput plain = SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, plain_grad.data());
+  EXPECT_NEAR(SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data(), 0.0, ones).loss,
+              plain.loss, 1e-15);
+  ExpectAllClose("ones", grad, plain_grad, 1e-15);
+  const double zero_for_labels[4] = {0, 1, 0, 0};
+  out = SoftmaxCrossEntropy(z.data(), labels.data(), 3, 4, grad.data(), 0.1, zero_for_labels);
+  EXPECT_EQ(out.loss, 0);
+  for (double g : grad) EXPECT_EQ(g, 0);
+}
+
 TEST(SoftmaxCrossEntropyTest, CountsCorrectWithFirstMaximumOnTies) {
   const std::vector<float> z = {0, 5, 1,   // argmax 1
                                 2, 2, 1,   // tie: argmax 0
