@@ -11,6 +11,7 @@ printed is PyTorch's from the saved weights; its bad input. Data without a test 
 or split by --test_fraction. Class weights on a rare class (--class_weights). Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
 case prints one line, the first failure ends the run with a non-zero exit."""
 
+import json
 import os
 import re
 import subprocess
@@ -129,9 +130,11 @@ def weighted(train_set, test_set):
     recall = {}
     for weights in ("", "1,9"):
         saved = os.path.join(e2e.SCRATCH, f"imbalanced{weights}.safetensors")
+        metrics = os.path.join(e2e.SCRATCH, f"imbalanced{weights}.jsonl")
         r = subprocess.run([e2e.GPU_WORKER, "--mode=allreduce", "--world_size=1", "--lr=0.1",
                             f"--model={model_path}", f"--data_dir={data}", "--epochs=3",
-                            "--batch_size=25", "--threads=1", f"--save_model={saved}"] +
+                            "--batch_size=25", "--threads=1", f"--save_model={saved}",
+                            f"--metrics_out={metrics}"] +
                            ([f"--class_weights={weights}"] if weights else []),
                            capture_output=True, text=True, timeout=240)
         done = re.search(r"done: .* test_acc ([0-9.]+)", r.stdout)
@@ -146,6 +149,16 @@ def weighted(train_set, test_set):
             e2e.fail(f"--class_weights={weights}: printed test_acc {done.group(1)}, PyTorch "
                      f"{ours}")
         recall[weights] = (predicted[y_test == 1] == 1).mean()
+        # The test loss over all 600 samples (evaluated in batches of 500) is PyTorch's: with
+        # weights, the batches' means combine by their label weights.
+        final = [json.loads(line) for line in open(metrics)][-1]
+        with torch.no_grad():
+            torch_loss = nn.functional.cross_entropy(
+                net(x_test), torch.from_numpy(y_test),
+                weight=torch.tensor([1.0, 9.0]) if weights else None).item()
+        if abs(final["test_loss"] - torch_loss) > 1e-5 * max(1.0, torch_loss):
+            e2e.fail(f"--class_weights={weights}: test_loss {final['test_loss']}, PyTorch "
+                     f"{torch_loss}")
     if not recall["1,9"] > recall[""]:
         e2e.fail(f"--class_weights=1,9 found the rare class no more often: {recall}")
     print(f"ok: a rare class ({y_test.mean():.3f} of the test set) weighted 9: its recall "

@@ -242,8 +242,8 @@ std::string Scores(const Dataset& data) {
 
 // The training and test sets of --data_dir in --data_format (detected when empty), cut to
 // the subsets and normalised; the same classes and image shape in both.
-absl::Status LoadData(const DataConfig& data, int threads, uint64_t seed, Dataset& train,
-                      Dataset& test) {
+absl::Status LoadData(const DataConfig& data, int threads, uint64_t seed, const std::string& who,
+                      Dataset& train, Dataset& test) {
   LoadOptions load;
   load.threads = threads;
   load.image_size = data.image_size;
@@ -254,13 +254,12 @@ absl::Status LoadData(const DataConfig& data, int threads, uint64_t seed, Datase
         absl::StrCat("--test_fraction holds out a test set for data without one, and ", data.dir,
                      " has a test split: leave the flag out, or move the test files away"));
   }
-  if (!missing.empty() && data.test_fraction > 0) {
-    if (data.data_loading == DataLoading::kStream) {
-      return absl::InvalidArgumentError(
-          "--test_fraction splits a training set held in memory, and --data_loading=stream "
-          "reads it as needed: save a test split, or leave --data_loading out");
-    }
-    load.data_loading = DataLoading::kLoad;  // Split below: the samples must be held.
+  // (Under --data_loading=auto a set too large to hold is read as needed, and HoldOut refuses
+  // it in one line.)
+  if (!missing.empty() && data.test_fraction > 0 && data.data_loading == DataLoading::kStream) {
+    return absl::InvalidArgumentError(
+        "--test_fraction splits a training set held in memory, and --data_loading=stream "
+        "reads it as needed: save a test split, or leave --data_loading out");
   }
   // The training set first: its reader names a missing or bad training file.
   DPTRAIN_ASSIGN_OR_RETURN(train, LoadDataset(data.dir, data.format, /*train=*/true, load));
@@ -270,10 +269,14 @@ absl::Status LoadData(const DataConfig& data, int threads, uint64_t seed, Datase
         "): save one, or hold out part of the training set with --test_fraction (e.g. 0.1)"));
   }
   if (!missing.empty()) {
+    const int64_t all = train.size;
     absl::StatusOr<HeldOut> split = HoldOut(std::move(train), data.test_fraction, seed);
     if (!split.ok()) return WithFlag("test_fraction", split.status());
     train = std::move(split->train);
     test = std::move(split->test);
+    std::cout << who << ": the test set is " << test.size << " of the " << all
+              << " training samples, held out (--test_fraction=" << data.test_fraction
+              << ", --seed=" << seed << "; the same on every worker)" << std::endl;
   } else {
     DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
   }
@@ -406,12 +409,7 @@ absl::Status Run(const WorkerConfig& config) {
     DPTRAIN_ASSIGN_OR_RETURN(const ThreadPlan auto_plan, PlanCpuThreads(share));
     decode_threads = auto_plan.threads;
   }
-  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, decode_threads, config.seed, train, test));
-  if (config.data.test_fraction > 0) {
-    std::cout << who << ": the test set is " << test.size << " of the " << train.size + test.size
-              << " training samples, held out (--test_fraction=" << config.data.test_fraction
-              << ", --seed=" << config.seed << "; the same on every worker)" << std::endl;
-  }
+  DPTRAIN_RETURN_IF_ERROR(LoadData(config.data, decode_threads, config.seed, who, train, test));
   if (config.data.resized_crop_min_scale > 0 && (train.ids || train.features())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--random_resized_crop applies to images; the training set holds ", train.kind()));
@@ -465,6 +463,12 @@ absl::Status Run(const WorkerConfig& config) {
           config.data.dir, " has ", train.num_classes, " classes"));
     }
   } else {
+    if (!config.class_weights.empty() &&
+        static_cast<int>(config.class_weights.size()) != train.num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--class_weights: ", config.class_weights.size(), " weights, and the data in ",
+          config.data.dir, " has ", train.num_classes, " classes (one weight per class)"));
+    }
     DPTRAIN_ASSIGN_OR_RETURN(model, CreateModelOn(gpu.backend.get(), model_options, backend));
   }
   if (!config.load_model.empty()) {

@@ -287,7 +287,7 @@ absl::StatusOr<Evaluation> EvaluateModel(nn::Model& model, const Dataset& data, 
     return absl::InvalidArgumentError("the evaluation set's arrays do not match its size");
   }
   int64_t correct = 0;
-  double loss_sum = 0;
+  double loss_sum = 0, weight_sum = 0;  // Batches' mean losses by their weights.
   std::vector<float> images;  // A byte store's images as floats, one batch at a time.
   std::vector<uint8_t> scratch;
   std::vector<int64_t> order;
@@ -320,10 +320,13 @@ absl::StatusOr<Evaluation> EvaluateModel(nn::Model& model, const Dataset& data, 
           result.status(), [begin](int64_t k) { return begin + k; }, "the evaluated set");
     }
     correct += result->correct;
-    loss_sum += result->loss * n;
+    const double weight = nn::LossWeight(*result, n);
+    loss_sum += result->loss * weight;
+    weight_sum += weight;
   }
   const double size = static_cast<double>(data.size);
-  return Evaluation{data.regression() ? -1 : static_cast<double>(correct) / size, loss_sum / size};
+  return Evaluation{data.regression() ? -1 : static_cast<double>(correct) / size,
+                    weight_sum > 0 ? loss_sum / weight_sum : 0.0};
 }
 
 absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync,
@@ -402,7 +405,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   std::vector<int64_t> indices;
   int64_t planned_next = -1;  // The step whose batch the source's plan reads next.
   struct StepRecord {
-    double loss_sum = 0;
+    double loss_sum = 0, loss_weight = 0;  // The batch's loss times its weight, and the weight.
     int64_t correct = 0, seen = 0;
     bool skipped = false;
     double data_seconds = 0, step_seconds = 0;
@@ -495,7 +498,8 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       continue;
     }
     model.RecordStepOutcome(outcome->skipped);
-    records.push_back({result->loss * n, result->correct, n, outcome->skipped,
+    const double weight = nn::LossWeight(*result, n);
+    records.push_back({result->loss * weight, weight, result->correct, n, outcome->skipped,
                        absl::ToDoubleSeconds(report.data_end - report.start),
                        absl::ToDoubleSeconds(report.end - report.start)});
     if (first_step) {
@@ -529,10 +533,11 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     // The end of an epoch.
     EpochMetrics m;
     m.epoch = epoch + 1;
-    double loss_sum = 0;
+    double loss_sum = 0, weight_sum = 0;
     int64_t correct = 0, seen = 0;
     for (const StepRecord& r : records) {
       loss_sum += r.loss_sum;
+      weight_sum += r.loss_weight;
       correct += r.correct;
       seen += r.seen;
       m.skipped_steps += r.skipped ? 1 : 0;
@@ -554,7 +559,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     }
     m.steps = static_cast<int64_t>(records.size());
     m.learning_rate = o.lr_schedule.base_lr > 0 ? LearningRateAt(o.lr_schedule, step - 1) : 0;
-    m.loss = seen > 0 ? loss_sum / seen : 0;
+    m.loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
     m.regression = train.regression();
     m.train_acc = m.regression ? -1 : seen > 0 ? static_cast<double>(correct) / seen : 0;
     m.images = seen;

@@ -72,7 +72,10 @@ absl::StatusOr<std::string> TestSplitFiles(const std::string& dir, const std::st
                ? ""
                : "t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz]";
   }
-  if (chosen == "cifar") return has("test_batch.bin") || has("test.bin") ? "" : "test_batch.bin";
+  if (chosen == "cifar") {  // CIFAR-10's test_batch.bin, CIFAR-100's test.bin.
+    if (has("test_batch.bin") || has("test.bin")) return "";
+    return has("train.bin") ? "test.bin" : "test_batch.bin";
+  }
   if (chosen == "npy") {
     return has("test_images.npy") || has("test_ids.npy") || has("test_features.npy")
                ? ""

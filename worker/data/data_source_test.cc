@@ -166,6 +166,8 @@ TEST(DataSourceTest, TestSplitFiles) {
   WriteFile(dir + "/test_features.npy", "x");
   EXPECT_EQ(*TestSplitFiles(dir, ""), "");
   EXPECT_EQ(*TestSplitFiles(dir, "cifar"), "test_batch.bin");
+  WriteFile(dir + "/train.bin", "x");  // CIFAR-100's.
+  EXPECT_EQ(*TestSplitFiles(dir, "cifar"), "test.bin");
   WriteFile(dir + "/test.bin", "x");
   EXPECT_EQ(*TestSplitFiles(dir, "cifar"), "");
   EXPECT_EQ(*TestSplitFiles(dir, "idx"),

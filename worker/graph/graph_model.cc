@@ -156,6 +156,7 @@ class GraphModel final : public nn::Model {
     executor_->Backward({grad_logits, batch, logits.dims}, /*need_input_grad=*/false);
     grads_.back() = 0.0f;
     nn::BatchResult result{loss.loss, loss.correct};
+    result.weight = loss.weight;
     result.forward_seconds = absl::ToDoubleSeconds(forward_end - start);
     result.backward_seconds = absl::ToDoubleSeconds(absl::Now() - forward_end);
     return result;
@@ -181,7 +182,9 @@ class GraphModel final : public nn::Model {
       weight_sum += loss.weight;
       correct += loss.correct;
     }
-    return nn::BatchResult{weight_sum > 0 ? loss_sum / weight_sum : 0.0, correct};
+    nn::BatchResult result{weight_sum > 0 ? loss_sum / weight_sum : 0.0, correct};
+    result.weight = weight_sum;
+    return result;
   }
 
  private:

@@ -45,7 +45,16 @@ struct BatchResult {
   // measured them (the CPU model; -1 elsewhere, e.g. a GPU's asynchronous launches).
   double forward_seconds = -1;
   double backward_seconds = -1;
+  // What `loss` is a mean over, so that batches combine (sum(loss * weight) / sum(weight)):
+  // with class weights, the sum of the samples' label weights; -1: the batch's samples (every
+  // other loss). LossWeight() reads it.
+  double weight = -1;
 };
+
+// `result`'s weight (BatchResult::weight) for a batch of `batch` samples.
+inline double LossWeight(const BatchResult& result, int batch) {
+  return result.weight >= 0 ? result.weight : batch;
+}
 
 class Model {
  public:
