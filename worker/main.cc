@@ -460,7 +460,11 @@ absl::Status Run(const WorkerConfig& config) {
     if (model->num_classes() < train.num_classes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--model=", config.model, " has ", model->num_classes(), " outputs, and the data in ",
-          config.data.dir, " has ", train.num_classes, " classes"));
+          config.data.dir, " has ", train.num_classes, " classes",
+          config.loss == "auto" || config.loss == "cross_entropy"
+              ? ""
+              : absl::StrCat(" (integer labels are classes; targets for --loss=", config.loss,
+                             ", one per output: save the labels as float32)")));
     }
   } else {
     if (!config.class_weights.empty() &&

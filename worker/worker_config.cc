@@ -241,7 +241,7 @@ absl::StatusOr<std::vector<float>> Floats(absl::string_view flag,
   for (const std::string& v : values) {
     float x;
     if (!absl::SimpleAtof(v, &x) || !std::isfinite(x)) {
-      return Bad(flag, absl::StrCat("'", v, "' is not a number"));
+      return Bad(flag, absl::StrCat("'", v, "' is not a finite float32 number"));
     }
     out.push_back(x);
   }

@@ -77,7 +77,9 @@ absl::StatusOr<std::string> TestSplitFiles(const std::string& dir, const std::st
     return has("train.bin") ? "test.bin" : "test_batch.bin";
   }
   if (chosen == "npy") {
-    return has("test_images.npy") || has("test_ids.npy") || has("test_features.npy")
+    // Any test file: the split is there (its reader names what is missing of it).
+    return has("test_images.npy") || has("test_ids.npy") || has("test_features.npy") ||
+                   has("test_labels.npy")
                ? ""
                : "test_images.npy (or test_ids.npy, test_features.npy) and test_labels.npy";
   }

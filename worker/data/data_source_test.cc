@@ -163,6 +163,8 @@ TEST(DataSourceTest, TestSplitFiles) {
   WriteFile(dir + "/train_features.npy", "x");
   EXPECT_EQ(*TestSplitFiles(dir, ""),
             "test_images.npy (or test_ids.npy, test_features.npy) and test_labels.npy");
+  WriteFile(dir + "/test_labels.npy", "x");  // Part of a split is a split (to be read whole).
+  EXPECT_EQ(*TestSplitFiles(dir, ""), "");
   WriteFile(dir + "/test_features.npy", "x");
   EXPECT_EQ(*TestSplitFiles(dir, ""), "");
   EXPECT_EQ(*TestSplitFiles(dir, "cifar"), "test_batch.bin");

@@ -58,8 +58,10 @@ absl::StatusOr<HeldOut> HoldOut(Dataset data, double fraction, uint64_t seed) {
   const int64_t n = data.size;
   const int64_t test_n = static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
   if (test_n >= n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("holding out ", fraction, " of ", n, " sample(s) leaves none to train on"));
+    return absl::InvalidArgumentError(absl::StrCat("holding out ", test_n, " of ", n,
+                                                   " sample(s) (ceil of ", fraction,
+                                                   " of them) "
+                                                   "leaves none to train on"));
   }
   // Fisher-Yates with a fixed generator: the same split on every rank and machine.
   std::vector<int64_t> order(static_cast<size_t>(n));

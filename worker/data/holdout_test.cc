@@ -95,7 +95,7 @@ TEST(HoldOutTest, Refusals) {
   EXPECT_EQ(HoldOut(Numbered(10), 1, 1).status().message(),
             "the fraction to hold out must be in (0, 1), got 1");
   EXPECT_EQ(HoldOut(Numbered(1), 0.1, 1).status().message(),
-            "holding out 0.1 of 1 sample(s) leaves none to train on");
+            "holding out 1 of 1 sample(s) (ceil of 0.1 of them) leaves none to train on");
   Dataset short_labels = Numbered(4);
   short_labels.labels.pop_back();
   EXPECT_EQ(HoldOut(short_labels, 0.5, 1).status().code(), absl::StatusCode::kInvalidArgument);

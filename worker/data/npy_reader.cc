@@ -579,7 +579,9 @@ absl::Status ReadClassLabels(InputFile& file, const NpyHeader& header, int limit
   const NpyHeader* h = &header;
   if (h->shape.size() != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": labels of shape ", ShapeString(h->shape), "; expected (N,)"));
+        absl::StrCat(path, ": labels of shape ", ShapeString(h->shape),
+                     "; expected (N,) class labels (multi-label 0/1 targets: save them as float32, "
+                     "for --loss=bce)"));
   }
   if (absl::Status st = CheckDataSize(path, *h); !st.ok()) return st;
   const int64_t n = h->shape[0];

@@ -38,24 +38,26 @@ absl::Status SaveModel(Model& model, const std::string& path) {
 }
 
 absl::Status SetModelWeights(const SafetensorsContents& contents, Model& model) {
+  // The tensors decide, as load_state_dict's: a model of another name (e.g. a copy of the same
+  // ONNX file) with the same tensors loads; the file's model is named where they differ.
   const auto it = contents.metadata.find("model");
-  if (it != contents.metadata.end() && it->second != model.name()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the file holds a '", it->second, "' model, not '", model.name(), "'"));
-  }
+  const std::string saved_from =
+      it != contents.metadata.end() && it->second != model.name()
+          ? absl::StrCat(" (the file was saved from model '", it->second, "')")
+          : "";
   auto model_tensors = ModelTensors(model);
   if (!model_tensors.ok()) return model_tensors.status();
   std::vector<const LoadedTensor*> found;
   for (const auto& [info, values] : *model_tensors) {
     const LoadedTensor* t = contents.Find(info->name);
     if (t == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", info->name, "' of model ", model.name(), " is missing"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", info->name, "' of model ",
+                                                     model.name(), " is missing", saved_from));
     }
     if (t->shape != info->shape) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", info->name, "' has shape ", ShapeString(t->shape), " but model ",
-                       model.name(), " expects ", ShapeString(info->shape)));
+                       model.name(), " expects ", ShapeString(info->shape), saved_from));
     }
     found.push_back(t);
   }

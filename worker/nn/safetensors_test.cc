@@ -229,7 +229,18 @@ TEST(SafetensorsTest, LoadModelErrorsNameTheTensor) {
   auto mlp = MakeModel("mlp", 1);
   ASSERT_TRUE(SaveModel(*mlp, path).ok());
   absl::Status s = LoadModel(path, *lenet);
-  EXPECT_HAS(std::string(s.message()), "holds a 'mlp' model, not 'lenet'");
+  EXPECT_HAS(std::string(s.message()),
+             "tensor '0.weight' of model lenet is missing (the file was saved from model 'mlp')");
+  // A model of another name with the same tensors loads (as load_state_dict: e.g. a copy of
+  // the same ONNX file under another name).
+  auto other = MakeModel("mlp", 2);
+  std::vector<NamedTensor> tensors;
+  for (const ParamInfo& p : other->params()) {
+    tensors.push_back({p.name, p.shape, other->weights().data() + p.offset});
+  }
+  ASSERT_TRUE(SaveSafetensors(path, tensors, {{"model", "mlp_copy"}}).ok());
+  ASSERT_TRUE(LoadModel(path, *mlp).ok());
+  EXPECT_EQ(mlp->weights(), other->weights());
 
   // Without the metadata: the first parameter lenet lacks is named.
   const std::vector<float> w(6 * 25);
