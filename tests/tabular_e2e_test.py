@@ -8,7 +8,8 @@ of another length than the model's, integer features (read as ids), a NaN, augme
 feature vectors. Regression: float labels are target values, trained with nn.MSELoss (2 workers
 x 2 shards), nn.L1Loss or (multi-label) nn.BCEWithLogitsLoss, and the test loss the worker
 printed is PyTorch's from the saved weights; its bad input. Data without a test split: refused,
-or split by --test_fraction. Class weights on a rare class (--class_weights). Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
+or split by --test_fraction. Class weights on a rare class (--class_weights). A model of two inputs on one array of their
+columns. Helpers from tests/onnx_e2e_test.py; run by tests/tabular_e2e_test.sh; every
 case prints one line, the first failure ends the run with a non-zero exit."""
 
 import json
@@ -111,6 +112,61 @@ def main():
     regression(train_set[0], test_set[0])
     held_out(train_set)
     weighted(train_set, test_set)
+    two_inputs()
+
+
+class TwoInputs(nn.Module):
+    """model(numeric, codes): float features and int64 category codes, two graph inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Embedding(10, 4)
+        self.second = nn.Embedding(7, 4)
+        self.mlp = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 5))
+
+    def forward(self, numeric, codes):
+        return self.mlp(torch.cat([self.first(codes[:, 0]), self.second(codes[:, 1]), numeric],
+                                  1))
+
+
+def two_inputs():
+    """A model of two inputs (float features and int64 codes) trains on one float64 array of
+    their columns side by side (2 workers x 2 shards); the saved weights give in PyTorch, fed
+    the two inputs, the test accuracy the worker printed. Columns of another count: one line."""
+    rng = numpy.random.default_rng(9)
+
+    def samples(n):
+        codes = numpy.stack([rng.integers(0, 10, n), rng.integers(0, 7, n)], 1)
+        numeric = rng.standard_normal((n, 4))
+        labels = (codes[:, 0] + codes[:, 1] + (numeric[:, 0] > 0)) % 5
+        return numpy.concatenate([numeric, codes], 1), labels
+
+    train, test = samples(TRAIN), samples(TEST)
+    data = os.path.join(e2e.SCRATCH, "two_inputs")
+    write_features(data, train, test)
+    model_path = os.path.join(e2e.SCRATCH, "two_inputs.onnx")
+    e2e.export(TwoInputs(), model_path,
+               example=(torch.zeros(2, 4), torch.zeros(2, 2, dtype=torch.long)))
+    printed, saved, text = e2e.train("two_inputs", model_path, data, ("--epochs=6",),
+                                     normalize=False)
+    net = TwoInputs()
+    net.load_state_dict(dptrain.safetensors.load_file(saved), strict=True)
+    net.eval()
+    with torch.no_grad():
+        x = torch.from_numpy(test[0]).float()
+        ours = (net(x[:, :4], x[:, 4:].long()).argmax(1).numpy() == test[1]).mean()
+    if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.5 < printed <= 1.0:
+        e2e.fail(f"two inputs: printed test_acc {printed}, PyTorch {ours}: {text[-600:]}")
+    if "2 inputs, read side by side from one array of 6 columns per sample" not in text:
+        e2e.fail(f"two inputs: no line naming the inputs' columns: {text[:1200]}")
+    print(f"ok: model(numeric, codes) on one array of their 6 columns, 2 workers x 2 shards: "
+          f"test_acc {printed:.4f} printed, {ours:.4f} in PyTorch fed the two inputs",
+          flush=True)
+    narrow = os.path.join(e2e.SCRATCH, "two_inputs_narrow")
+    write_features(narrow, (train[0][:, 1:], train[1]), (test[0][:, 1:], test[1]))
+    e2e.expect_error("columns of another count", model_path, narrow,
+                     r"the training set holds 5 feature\(s\) per sample but model two_inputs "
+                     r"takes 6 feature\(s\) per sample")
 
 
 def weighted(train_set, test_set):

@@ -102,6 +102,10 @@ The models:
              weighted_loss, weighted_grad.<name> with the outputs as classes:
              nn.CrossEntropyLoss(weight=class_weights, label_smoothing=0.1) on class_labels.
   text_pad   nn.Embedding(padding_idx=0) on padded ids (row 0 zeros, no gradient to it).
+  text_two_inputs  model(input_ids, attention_mask): an embedding's mean over the tokens the
+             mask keeps (mask.unsqueeze(-1).float()), then a Linear; two int64 inputs.
+  tabular_two_inputs  model(numeric, codes): float features [B, 4] and int64 category codes
+             [B, 2] (each through its nn.Embedding), concatenated, then an MLP.
   text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
              an ONNX Loop over the bags), the head on the three concatenated.
   text_bag_dynamic  text_bag exported with a dynamic batch axis (the bags' offsets a Range).
@@ -150,6 +154,8 @@ from onnx_fixture_text_models import (  # noqa: E402  (the text and tabular mode
     TextBiGRU,
     TabularMixed,
     TabularRegression,
+    TabularTwoInputs,
+    TextTwoInputs,
     TextBag,
     TextPad,
     PackedLSTM,
@@ -558,6 +564,8 @@ MODELS = {
     "text_bag": lambda: (TextBag(), 5),
     "tabular_mixed": lambda: (TabularMixed(), 5),
     "tabular_regression": lambda: (TabularRegression(), 3),
+    "text_two_inputs": lambda: (TextTwoInputs(), 5),
+    "tabular_two_inputs": lambda: (TabularTwoInputs(), 5),
     "text_pad": lambda: (TextPad(), 5),
     "text_bag_dynamic": lambda: (TextBag(), 5),
     "text_gru_packed": lambda: (PackedGRU(), 5),
@@ -597,6 +605,9 @@ PADDED_LENGTHS = {"text_lstm_packed": [6, 12, 3, 9], "text_gru_packed": [9, 3, 1
 # Models whose ops need a later opset than the exporter's default (LayerNormalization: 17).
 MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
              "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
+# Models of several inputs: their names (the reference's input is their columns side by side).
+MULTI_INPUT = {"text_two_inputs": ["input_ids", "attention_mask"],
+               "tabular_two_inputs": ["numeric", "codes"]}
 # Fixtures whose batch has target values (regression) rather than labels.
 REGRESSION = {"tabular_regression"}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
@@ -623,7 +634,8 @@ def reference_step(net, x, loss_fn):
     for m in net64.modules():
         if isinstance(m, nn.Dropout):
             m.eval()
-    logits = net64(x.to(torch.float64) if x.is_floating_point() else x)
+    xs = x if isinstance(x, tuple) else (x,)  # A model of several inputs gets them all.
+    logits = net64(*(t.to(torch.float64) if t.is_floating_point() else t for t in xs))
     loss = loss_fn(logits)
     loss.backward()
     return net64, logits, loss
@@ -639,7 +651,7 @@ def float32_loss(net, x, loss_fn):
         if isinstance(m, nn.Dropout):
             m.eval()
     with torch.no_grad():
-        return loss_fn(net32(x))
+        return loss_fn(net32(*(x if isinstance(x, tuple) else (x,))))
 
 
 # Inputs of the --torchvision models: 64x64, but where a model needs more: Inception v3's
@@ -692,6 +704,13 @@ def make_fixture(name, out_dir, opset):
         x = torch.cat([torch.randint(0, 7, (BATCH, 2)).float(), torch.randn(BATCH, 4)], 1)
     elif name == "tabular_regression":
         x = torch.randn(BATCH, 6)
+    elif name == "text_two_inputs":  # input_ids and attention_mask (1: a token, 0: padding).
+        lengths = torch.tensor([12, 7, 3, 10])
+        mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
+        x = (torch.randint(1, 50, (BATCH, 12)) * mask, mask)
+    elif name == "tabular_two_inputs":  # Continuous features and category codes.
+        x = (torch.randn(BATCH, 4), torch.stack([torch.randint(0, 10, (BATCH,)),
+                                                 torch.randint(0, 7, (BATCH,))], 1))
     else:
         x = torch.randn(BATCH, 3, size, size, dtype=torch.float32)
     labels = torch.randint(0, classes, (BATCH,))
@@ -703,11 +722,12 @@ def make_fixture(name, out_dir, opset):
     # (the C++ test checks that its state equals the file's initializers).
     onnx_path = os.path.join(out_dir, "%s.onnx" % name)
     dynamic = name in DYNAMIC_BATCH or (name.startswith("tv_") and DYNAMIC_TORCHVISION)
+    names = MULTI_INPUT.get(name, ["input"])
     torch.onnx.export(net, x, onnx_path, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False,
                       opset_version=opset if opset is not None else MIN_OPSET.get(name),
-                      input_names=["input"],
-                      dynamic_axes={"input": {0: "batch"}} if dynamic else None)
+                      input_names=names,
+                      dynamic_axes={n: {0: "batch"} for n in names} if dynamic else None)
     # The trace also counted a batch in num_batches_tracked, which the file does not hold (the
     # importer starts it at 0): start the reference from 0 too.
     with torch.no_grad():
@@ -726,7 +746,9 @@ def make_fixture(name, out_dir, opset):
     net64, logits, loss = reference_step(net, x, loss_fn)
     params = dict(net64.named_parameters())
     tensors = [("state." + k, v) for k, v in state]
-    tensors += [("input", x.to(torch.float32))] + scored + [
+    # Several inputs: their columns side by side, as the importer takes them.
+    joined = torch.cat([t.to(torch.float32) for t in x], 1) if isinstance(x, tuple) else x
+    tensors += [("input", joined.to(torch.float32))] + scored + [
                 ("logits", logits),
                 ("loss", loss.reshape(1)), ("float32_loss", loss32.reshape(1))]
     tensors += [("grad." + k, p.grad) for k, p in params.items()]

@@ -113,6 +113,34 @@ class TabularRegression(nn.Sequential):
         super().__init__(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
 
 
+class TextTwoInputs(nn.Module):
+    """model(input_ids, attention_mask), as a Hugging Face classifier is called: the mean of
+    the embeddings of the tokens the mask keeps."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, input_ids, attention_mask):
+        keep = attention_mask.unsqueeze(-1).float()
+        return self.head((self.embed(input_ids) * keep).sum(1) / keep.sum(1))
+
+
+class TabularTwoInputs(nn.Module):
+    """model(numeric, codes): continuous features and category codes as two inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Embedding(10, 3)
+        self.second = nn.Embedding(7, 2)
+        self.mlp = nn.Sequential(nn.Linear(9, 16), nn.ReLU(), nn.Linear(16, 5))
+
+    def forward(self, numeric, codes):
+        return self.mlp(torch.cat([self.first(codes[:, 0]), self.second(codes[:, 1]), numeric],
+                                  1))
+
+
 class TextPad(nn.Module):
     """nn.Embedding(padding_idx=0) on padded ids: row 0 starts at zeros and gets no gradient in
     PyTorch (the export does not say so: the importer finds the row of zeros)."""

@@ -136,6 +136,17 @@ absl::StatusOr<std::unique_ptr<nn::Model>> CreateOnnxModel(
               << "); name the buffers among them with --onnx_buffers to keep them fixed"
               << std::endl;
   }
+  if (const std::vector<graph::InputColumns> parts = graph::ConcatenatedInputs(graph);
+      !parts.empty()) {
+    std::vector<std::string> described;
+    for (const graph::InputColumns& p : parts) {
+      described.push_back(absl::StrCat(p.name, " = columns [", p.begin, ", ", p.end, ")"));
+    }
+    std::cout << who << ": " << config.model << ": " << parts.size()
+              << " inputs, read side by side from one array of " << graph.input_dims.c
+              << (graph.input_ids ? " integer" : "")
+              << " columns per sample: " << absl::StrJoin(described, ", ") << std::endl;
+  }
   if (!config.onnx_padding_rows) graph::ClearPaddingRows(graph);
   if (const std::vector<std::string> padding = graph::PaddingRows(graph); !padding.empty()) {
     std::cout << who << ": " << config.model << ": embedding tables with one row of zeros, "

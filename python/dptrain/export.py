@@ -14,7 +14,9 @@ def export_onnx(model, example_input, path, opset_version=None):
     such a file). On PyTorch 2.x the TorchScript exporter is asked for (dynamo=False): it is
     the one that exports training mode. `example_input` is one batch, [N, C, H, W] (or
     [N, L] int64 token ids for a model that starts with nn.Embedding or nn.EmbeddingBag, or
-    [N, F] float features for a model of tabular data), of 2 or more samples
+    [N, F] float features for a model of tabular data; or a tuple of [N, n] batches for a
+    model of several inputs, such as model(input_ids, attention_mask), whose data gpu_worker
+    reads side by side from one array: np.concatenate([ids, mask], 1)), of 2 or more samples
     (any size trains: gpu_worker finds the batch in the graph's reshapes by it, which a batch
     of 1 leaves ambiguous where a transformer moves it off axis 0); `opset_version` as
     torch.onnx.export's (nn.LayerNorm exports as one node from 17; written out below, which

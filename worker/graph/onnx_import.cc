@@ -390,6 +390,77 @@ absl::Status CheckGraphStrings(const onnx::GraphProto& g) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A graph of several inputs, each [batch, n] (ids, masks, features), takes their concatenation
+// along axis 1, in the graph's order, as its one input (kMultiInput), and a Slice per input
+// (constant starts, ends, axes) gives each its own value again: the data holds the columns
+// side by side. The input holds ids where every input is an integer one; else floats (integer
+// values among them are exact below 2^24, and lookups check them at run time). Returns the
+// Slice nodes (to run first) and adds their constants to `graph`.
+absl::StatusOr<std::vector<Node>> ConcatenateInputs(
+    const std::vector<const onnx::ValueInfoProto*>& inputs, Graph& graph) {
+  std::vector<Node> slices;
+  int64_t columns = 0;
+  bool all_ids = true;
+  for (const onnx::ValueInfoProto* v : inputs) {
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::Dims dims, SampleDims(*v));
+    const onnx::TensorShapeProto& shape = v->type().tensor_type().shape();
+    if (shape.dim_size() != 2) {
+      std::string text = "[batch";
+      for (int i = 1; i < shape.dim_size(); ++i)
+        absl::StrAppend(&text, ", ", shape.dim(i).dim_value());
+      return Invalid(absl::StrCat(
+          "graph input '", v->name(), "' is ", text,
+          "]: a model of several inputs takes [batch, n] ones (ids, masks, features), read side "
+          "by side from one array"));
+    }
+    Node slice;
+    slice.name = absl::StrCat("dptrain_input_", v->name());
+    slice.op = "Slice";
+    slice.inputs = {kMultiInput};
+    for (const auto& [what, value] : {std::pair<const char*, int64_t>{"starts", columns},
+                                      {"ends", columns + dims.c},
+                                      {"axes", 1}}) {
+      Tensor t;
+      t.type = Tensor::Type::kInt64;
+      t.shape = {1};
+      t.ints = {value};
+      const std::string constant = absl::StrCat(slice.name, "_", what);
+      graph.constants.push_back({constant, std::move(t)});
+      slice.inputs.push_back(constant);
+    }
+    slice.outputs = {v->name()};
+    slices.push_back(std::move(slice));
+    columns += dims.c;
+    all_ids &= v->type().tensor_type().elem_type() != onnx::TensorProto_DataType_FLOAT;
+  }
+  if (columns > (1 << 30)) return Invalid("the graph inputs hold more than 2^30 values per sample");
+  graph.input = kMultiInput;
+  graph.input_dims = nn::Dims{static_cast<int>(columns), 1, 1};
+  graph.input_rank = 2;
+  graph.input_ids = all_ids;
+  return slices;
+}
+
+}  // namespace
+
+std::vector<InputColumns> ConcatenatedInputs(const Graph& graph) {
+  std::vector<InputColumns> out;
+  if (graph.input != kMultiInput) return out;
+  auto first_int = [&](const std::string& name) -> int64_t {
+    for (const NamedConstant& c : graph.constants) {
+      if (c.name == name && !c.value.ints.empty()) return c.value.ints[0];
+    }
+    return -1;
+  };
+  for (const Node& n : graph.nodes) {
+    if (n.op != "Slice" || n.inputs.size() < 3 || n.inputs[0] != kMultiInput) continue;
+    out.push_back({n.outputs[0], first_int(n.inputs[1]), first_int(n.inputs[2])});
+  }
+  return out;
+}
+
 absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string& name) {
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
@@ -423,21 +494,23 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
   for (const onnx::ValueInfoProto& v : g.input()) {
     if (initializer_names.count(v.name()) == 0) inputs.push_back(&v);
   }
-  if (inputs.size() != 1) {
-    std::string names;
-    for (const onnx::ValueInfoProto* v : inputs) absl::StrAppend(&names, " '", v->name(), "'");
-    return Invalid(absl::StrCat("expected one graph input (besides initializers), found ",
-                                inputs.size(), ":", names));
+  if (inputs.empty()) return Invalid("no graph input (besides initializers)");
+  std::vector<Node> input_slices;  // Several inputs: their slices of the one input.
+  if (inputs.size() == 1) {
+    graph.input = inputs[0]->name();
+    DPTRAIN_ASSIGN_OR_RETURN(graph.input_dims, SampleDims(*inputs[0]));
+    graph.input_rank = inputs[0]->type().tensor_type().shape().dim_size();
+    graph.input_ids =
+        inputs[0]->type().tensor_type().elem_type() != onnx::TensorProto_DataType_FLOAT;
+  } else {
+    DPTRAIN_ASSIGN_OR_RETURN(input_slices, ConcatenateInputs(inputs, graph));
   }
-  graph.input = inputs[0]->name();
-  DPTRAIN_ASSIGN_OR_RETURN(graph.input_dims, SampleDims(*inputs[0]));
-  graph.input_rank = inputs[0]->type().tensor_type().shape().dim_size();
-  graph.input_ids = inputs[0]->type().tensor_type().elem_type() != onnx::TensorProto_DataType_FLOAT;
   if (g.output_size() != 1) {
     return Invalid(absl::StrCat("expected one graph output (the logits), found ", g.output_size()));
   }
   graph.output = g.output(0).name();
 
+  graph.nodes = std::move(input_slices);
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& proto = g.node(i);
     Node node;

@@ -5,10 +5,12 @@
 // ("features.0.weight", "bn1.running_mean"), so trained weights go back into the PyTorch model
 // by name (worker/nn/safetensors.h's SaveModel writes them so).
 //
-// What is read: one graph input (float, [batch, C, H, W], [batch, C, L] or [batch, F]; the batch
-// dimension's size is ignored), one graph output ([batch, classes]), initializers stored in the
-// file (FLOAT, DOUBLE, INT64, INT32 or BOOL), and nodes of the default domain. Import-time
-// rewrites, so that the ops keep their plain meaning:
+// What is read: one graph input (float, [batch, C, H, W], [batch, C, L] or [batch, F]; int64 or
+// int32 [batch, L] ids; the batch dimension's size is ignored), or several [batch, n] inputs
+// (ids, masks, features: model(input_ids, attention_mask)) taken as one input of their columns
+// side by side (kMultiInput, InputColumns), one graph output ([batch, classes]), initializers
+// stored in the file (FLOAT, DOUBLE, INT64, INT32 or BOOL), and nodes of the default domain.
+// Import-time rewrites, so that the ops keep their plain meaning:
 //   - Constant nodes become constants; Unsqueeze, Squeeze, Concat, Gather, Cast and Identity of
 //     int64 constants (the traced x.view(x.size(0), -1) chain) are folded into constants.
 //   - MatMul(x, Transpose(W)) (a bias-free nn.Linear) becomes Gemm(x, W, transB=1), and
@@ -33,6 +35,17 @@
 
 namespace dptrain {
 namespace graph {
+
+// The one input of a graph of several inputs: their columns side by side, in the graph's order.
+inline constexpr char kMultiInput[] = "dptrain_inputs";
+
+// Of a graph of several inputs: each input's name and its columns [begin, end) of the one
+// input; empty for a graph of one input.
+struct InputColumns {
+  std::string name;
+  int64_t begin = 0, end = 0;
+};
+std::vector<InputColumns> ConcatenatedInputs(const Graph& graph);
 
 // The model's options beyond the file; the fields mean what GraphModelOptions' do.
 struct OnnxModelOptions {

@@ -150,7 +150,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "text_bigru", "text_bilstm", "text_lstm_dynamic",
                                          "text_lstm_packed", "text_gru_packed", "norms",
                                          "functional", "text_bag", "text_bag_dynamic",
-                                         "tabular_mixed", "text_pad", "tabular_regression"),
+                                         "tabular_mixed", "text_pad", "tabular_regression",
+                                         "text_two_inputs", "tabular_two_inputs"),
                        ::testing::Values(0, 2)));
 
 // Fixtures too large for the repository, written on request, e.g. the full ResNet-18:
@@ -566,6 +567,55 @@ TEST(OnnxImportTest, UnsupportedOpNamesOpAndNode) {
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model.status().message(),
             absl::StrCat(path, ": unsupported op 'CumSum' (node '/features/features.2/Relu')"));
+}
+
+// A model of several [batch, n] inputs takes one input of their columns side by side; other
+// shapes among several inputs are refused in one line.
+TEST(OnnxImportTest, SeveralInputsAreColumnsOfOneInput) {
+  absl::StatusOr<Graph> text = ReadOnnxGraph(OnnxPath("text_two_inputs"), BuiltinOps());
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->input, kMultiInput);
+  EXPECT_TRUE(text->input_ids);  // Both int64.
+  EXPECT_EQ(text->input_dims, (nn::Dims{24, 1, 1}));
+  const std::vector<InputColumns> parts = ConcatenatedInputs(*text);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].name, "input_ids");
+  EXPECT_EQ(parts[0].begin, 0);
+  EXPECT_EQ(parts[0].end, 12);
+  EXPECT_EQ(parts[1].name, "attention_mask");
+  EXPECT_EQ(parts[1].begin, 12);
+  EXPECT_EQ(parts[1].end, 24);
+  absl::StatusOr<Graph> mixed = ReadOnnxGraph(OnnxPath("tabular_two_inputs"), BuiltinOps());
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_FALSE(mixed->input_ids);  // Floats beside int64 codes: floats.
+  EXPECT_EQ(mixed->input_dims, (nn::Dims{6, 1, 1}));
+  EXPECT_TRUE(ConcatenatedInputs(ReadOnnxGraph(OnnxPath("vgg"), BuiltinOps()).value()).empty());
+
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(ReadBytes(OnnxPath("text_two_inputs"))));
+  onnx::TensorShapeProto* shape = model.mutable_graph()
+                                      ->mutable_input(1)
+                                      ->mutable_type()
+                                      ->mutable_tensor_type()
+                                      ->mutable_shape();
+  shape->add_dim()->set_dim_value(2);
+  std::string path = WriteTemp("three_d_mask.onnx", model.SerializeAsString());
+  EXPECT_EQ(LoadOnnxModel(path, {}).status().message(),
+            absl::StrCat(path,
+                         ": graph input 'attention_mask': integer ids of rank 3 unsupported "
+                         "([batch, L] only)"));
+  model.mutable_graph()->mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto_DataType_FLOAT);
+  path = WriteTemp("three_d_float.onnx", model.SerializeAsString());
+  EXPECT_EQ(LoadOnnxModel(path, {}).status().message(),
+            absl::StrCat(path,
+                         ": graph input 'attention_mask' is [batch, 12, 2]: a model of "
+                         "several inputs takes [batch, n] ones (ids, masks, features), read "
+                         "side by side from one array"));
+  model.mutable_graph()->clear_input();
+  path = WriteTemp("no_input.onnx", model.SerializeAsString());
+  EXPECT_EQ(LoadOnnxModel(path, {}).status().message(),
+            absl::StrCat(path, ": no graph input (besides initializers)"));
 }
 
 TEST(OnnxImportTest, UnsupportedAttributeNamesNode) {
