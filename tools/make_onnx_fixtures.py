@@ -106,6 +106,9 @@ The models:
              mask keeps (mask.unsqueeze(-1).float()), then a Linear; two int64 inputs.
   tabular_two_inputs  model(numeric, codes): float features [B, 4] and int64 category codes
              [B, 2] (each through its nn.Embedding), concatenated, then an MLP.
+  tabular_text_bag  model(ids, extra): nn.EmbeddingBag's mean of [B, 12] int64 ids (its Loop
+             reading one of two inputs) beside [B, 3] float features; _dynamic: a dynamic
+             batch axis on both inputs.
   text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
              an ONNX Loop over the bags), the head on the three concatenated.
   text_bag_dynamic  text_bag exported with a dynamic batch axis (the bags' offsets a Range).
@@ -155,6 +158,7 @@ from onnx_fixture_text_models import (  # noqa: E402  (the text and tabular mode
     TabularMixed,
     TabularRegression,
     TabularTwoInputs,
+    TabularTextBag,
     TextTwoInputs,
     TextBag,
     TextPad,
@@ -566,6 +570,8 @@ MODELS = {
     "tabular_regression": lambda: (TabularRegression(), 3),
     "text_two_inputs": lambda: (TextTwoInputs(), 5),
     "tabular_two_inputs": lambda: (TabularTwoInputs(), 5),
+    "tabular_text_bag": lambda: (TabularTextBag(), 5),
+    "tabular_text_bag_dynamic": lambda: (TabularTextBag(), 5),
     "text_pad": lambda: (TextPad(), 5),
     "text_bag_dynamic": lambda: (TextBag(), 5),
     "text_gru_packed": lambda: (PackedGRU(), 5),
@@ -607,11 +613,12 @@ MIN_OPSET = {"pooling": 17, "attention": 17, "attention_dynamic": 17, "mha": 17,
              "mha_dynamic": 17, "relpos": 17, "text": 17, "text_mask": 17}
 # Models of several inputs: their names (the reference's input is their columns side by side).
 MULTI_INPUT = {"text_two_inputs": ["input_ids", "attention_mask"],
-               "tabular_two_inputs": ["numeric", "codes"]}
+               "tabular_two_inputs": ["numeric", "codes"],
+               "tabular_text_bag": ["ids", "extra"], "tabular_text_bag_dynamic": ["ids", "extra"]}
 # Fixtures whose batch has target values (regression) rather than labels.
 REGRESSION = {"tabular_regression"}
 # Models exported with a dynamic batch axis (dynamic_axes={input: {0: "batch"}}).
-DYNAMIC_BATCH = {"dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic",
+DYNAMIC_BATCH = {"tabular_text_bag_dynamic", "dynamic", "attention_dynamic", "mha_dynamic", "text_lstm_dynamic",
                  "text_gru_packed", "text_bag_dynamic"}
 
 
@@ -708,6 +715,8 @@ def make_fixture(name, out_dir, opset):
         lengths = torch.tensor([12, 7, 3, 10])
         mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
         x = (torch.randint(1, 50, (BATCH, 12)) * mask, mask)
+    elif name.startswith("tabular_text_bag"):  # Ids and float features.
+        x = (torch.randint(0, 50, (BATCH, 12)), torch.randn(BATCH, 3))
     elif name == "tabular_two_inputs":  # Continuous features and category codes.
         x = (torch.randn(BATCH, 4), torch.stack([torch.randint(0, 10, (BATCH,)),
                                                  torch.randint(0, 7, (BATCH,))], 1))

@@ -168,6 +168,19 @@ class TextBag(nn.Module):
         return self.head(torch.cat([self.mean(ids), self.sum(ids), self.max(ids)], 1))
 
 
+class TabularTextBag(nn.Module):
+    """model(ids, extra): an nn.EmbeddingBag's mean of [B, 12] int64 ids (its Loop reads the
+    ids input) beside [B, 3] float features."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(50, 8, mode="mean")
+        self.head = nn.Linear(11, 5)
+
+    def forward(self, ids, extra):
+        return self.head(torch.cat([self.bag(ids), extra], 1))
+
+
 class PackedLSTM(nn.Module):
     """Padded ids (0 = padding) of unsorted lengths through pack_padded_sequence into a 2-layer
     bidirectional nn.LSTM; the head on both directions' final hidden states of the last layer."""

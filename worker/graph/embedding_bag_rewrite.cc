@@ -64,9 +64,29 @@ class Producers {
 
 }  // namespace
 
+// The [B, L] ids the bags read: the graph input, or one input of several (a Slice of the one
+// input along axis 1, of constant bounds); their L, or nullopt for another value.
+std::optional<int64_t> IdsLength(const Graph& graph, const Producers& producers,
+                                 const std::string& ids) {
+  if (ids == graph.input) {
+    if (!graph.input_ids || graph.input_rank != 2) return std::nullopt;
+    return graph.input_dims.c;
+  }
+  const Node* slice = producers.Of(ids, "Slice");
+  if (slice == nullptr || slice->inputs.size() != 4 || slice->inputs[0] != kMultiInput ||
+      graph.input != kMultiInput || producers.Ints(slice->inputs[3]) != std::vector<int64_t>{1}) {
+    return std::nullopt;
+  }
+  const std::optional<std::vector<int64_t>> begin = producers.Ints(slice->inputs[1]);
+  const std::optional<std::vector<int64_t>> end = producers.Ints(slice->inputs[2]);
+  if (!begin || !end || begin->size() != 1 || end->size() != 1 || (*end)[0] <= (*begin)[0]) {
+    return std::nullopt;
+  }
+  return (*end)[0] - (*begin)[0];
+}
+
 void FuseEmbeddingBag(Graph& graph) {
   const Producers producers(graph);
-  const int64_t length = graph.input_dims.c;  // L of the [B, L] ids.
   std::map<size_t, std::vector<Node>> replacements;
   std::set<std::string> candidates;
   std::set<std::string> names;
@@ -77,20 +97,20 @@ void FuseEmbeddingBag(Graph& graph) {
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& loop = graph.nodes[n];
     const auto mode = loop.attributes.find("embedding_bag");
-    if (loop.op != "Loop" || mode == loop.attributes.end() || loop.inputs.size() != 6 ||
-        !graph.input_ids || graph.input_rank != 2) {
-      continue;
-    }
+    if (loop.op != "Loop" || mode == loop.attributes.end() || loop.inputs.size() != 6) continue;
     const std::string* how = std::get_if<std::string>(&mode->second);
     const std::string &table = loop.inputs[2], &flat = loop.inputs[3], &offsets = loop.inputs[4],
                       &ends = loop.inputs[5];
     // The ids flattened: Reshape(ids, [-1]).
     const Node* reshape = producers.Of(flat, "Reshape");
     if (how == nullptr || reshape == nullptr || reshape->inputs.size() != 2 ||
-        reshape->inputs[0] != graph.input ||
         producers.Ints(reshape->inputs[1]) != std::vector<int64_t>{-1}) {
       continue;
     }
+    const std::string& ids = reshape->inputs[0];
+    const std::optional<int64_t> ids_length = IdsLength(graph, producers, ids);
+    if (!ids_length) continue;
+    const int64_t length = *ids_length;  // L of the [B, L] ids.
     // The offsets: Concat(0, L, 2L, ..., the total) and the ends: their Slice from 1 to the
     // end; the loop runs once per end (bag).
     const Node* concat = producers.Of(offsets, "Concat");
@@ -124,8 +144,8 @@ void FuseEmbeddingBag(Graph& graph) {
                               ? producers.Of(product->inputs[0], "Shape")
                               : nullptr;
       equal_bags = start == std::vector<int64_t>{0} && shape != nullptr &&
-                   shape->inputs.size() == 1 && shape->inputs[0] == graph.input &&
-                   producers.IsAxisSize(range->inputs[2], graph.input, 1);
+                   shape->inputs.size() == 1 && shape->inputs[0] == ids &&
+                   producers.IsAxisSize(range->inputs[2], ids, 1);
     }
     const NamedConstant* weights = graph.FindNamedConstant(table);
     if (!equal_bags || weights == nullptr || weights->value.type != Tensor::Type::kFloat ||
@@ -141,7 +161,7 @@ void FuseEmbeddingBag(Graph& graph) {
     Node lookup;
     lookup.op = "Gather";
     lookup.name = fresh(loop.name + "/rows");
-    lookup.inputs = {table, graph.input};
+    lookup.inputs = {table, ids};
     lookup.outputs = {lookup.name};
     lookup.attributes["axis"] = int64_t{0};
     Node reduce;

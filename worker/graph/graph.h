@@ -89,6 +89,10 @@ struct NamedConstant {
   bool fixed = false;
 };
 
+// The one input of a graph imported from several [batch, n] inputs: their columns side by
+// side, in the graph's order, each input a Slice of it (onnx_import.h's ConcatenatedInputs).
+inline constexpr char kMultiInput[] = "dptrain_inputs";
+
 struct Graph {
   std::string name;
   std::string input;                     // The graph input's value name.

@@ -404,7 +404,6 @@ absl::StatusOr<std::vector<Node>> ConcatenateInputs(
   int64_t columns = 0;
   bool all_ids = true;
   for (const onnx::ValueInfoProto* v : inputs) {
-    DPTRAIN_ASSIGN_OR_RETURN(const nn::Dims dims, SampleDims(*v));
     const onnx::TensorShapeProto& shape = v->type().tensor_type().shape();
     if (shape.dim_size() != 2) {
       std::string text = "[batch";
@@ -415,6 +414,7 @@ absl::StatusOr<std::vector<Node>> ConcatenateInputs(
           "]: a model of several inputs takes [batch, n] ones (ids, masks, features), read side "
           "by side from one array"));
     }
+    DPTRAIN_ASSIGN_OR_RETURN(const nn::Dims dims, SampleDims(*v));
     Node slice;
     slice.name = absl::StrCat("dptrain_input_", v->name());
     slice.op = "Slice";
@@ -475,6 +475,22 @@ absl::StatusOr<Graph> ParseOnnxGraph(absl::string_view bytes, const std::string&
     }
   }
   const onnx::GraphProto& g = model.graph();
+  // The names the import gives the input of several inputs and its slices.
+  auto reserved = [](const std::string& n) { return absl::StartsWith(n, "dptrain_input"); };
+  std::vector<std::string> all_names;
+  for (const onnx::ValueInfoProto& v : g.input()) all_names.push_back(v.name());
+  for (const onnx::TensorProto& t : g.initializer()) all_names.push_back(t.name());
+  for (const onnx::NodeProto& n : g.node()) {
+    all_names.push_back(n.name());
+    all_names.insert(all_names.end(), n.output().begin(), n.output().end());
+  }
+  for (const std::string& n : all_names) {
+    if (reserved(n)) {
+      return Invalid(absl::StrCat("the name '", n,
+                                  "' is reserved (names beginning with "
+                                  "'dptrain_input' are the importer's); rename it"));
+    }
+  }
   Graph graph;
   graph.name = name;
 

@@ -36,9 +36,6 @@
 namespace dptrain {
 namespace graph {
 
-// The one input of a graph of several inputs: their columns side by side, in the graph's order.
-inline constexpr char kMultiInput[] = "dptrain_inputs";
-
 // Of a graph of several inputs: each input's name and its columns [begin, end) of the one
 // input; empty for a graph of one input.
 struct InputColumns {
