@@ -1,6 +1,51 @@
 """The text and tabular models of tools/make_onnx_fixtures.py (token ids or feature vectors as
 input): a transformer with and without padding masks, a text CNN, LSTMs and GRUs (stacked,
-bidirectional, packed), EmbeddingBags, and category codes carried in a feature vector."""
+bidirectional, packed), EmbeddingBags, category codes carried in a feature vector, models of
+several inputs, and regression targets. The fixtures:
+  text_mask  The same on padded ids (0 = padding): src_key_padding_mask in the encoder and a
+             mean over the real tokens only (Equal, Not, Cast to bool, Expand of the mask,
+             Where, ReduceSum).
+  text_cnn   Kim's text CNN on token ids: Conv1d (ONNX Conv of a 1-D window), MaxPool1d,
+             ReduceMax over time, Dropout.
+  text_lstm  A 2-layer nn.LSTM on token ids (ONNX LSTM nodes with the weights' gates
+             re-ordered by Slice and Concat), the head on out[:, -1] + h[-1].
+  text_lstm_dynamic  text_lstm exported with a dynamic batch axis (its zero initial states a
+             ConstantOfShape of the run-time batch, sliced per layer).
+  text_bigru  A bidirectional nn.GRU (linear_before_reset=1, two directions' weights
+             re-ordered), the head on the steps' mean and both final hidden states.
+  text_bilstm  A bidirectional nn.LSTM without biases, the head on out[:, -1] and both final
+             cell states (Y_c).
+  tabular_mixed  Tabular features [B, 6] whose first two columns are category codes: each read
+             through .long() (a Cast to int64) into its own nn.Embedding, concatenated with the
+             four continuous columns, then an MLP.
+  tabular_regression  An MLP on [B, 6] features with 3 outputs, scored against target values
+             (regression): "targets" [B, 3] instead of "labels", "loss" nn.MSELoss's,
+             l1_loss, l1_grad.<name> the same step with nn.L1Loss, and bce_loss,
+             bce_grad.<name> with nn.BCEWithLogitsLoss against bce_targets [B, 3] in [0, 1];
+             weighted_loss, weighted_grad.<name> with the outputs as classes:
+             nn.CrossEntropyLoss(weight=class_weights, label_smoothing=0.1) on class_labels.
+  text_pad   nn.Embedding(padding_idx=0) on padded ids (row 0 zeros, no gradient to it).
+  text_two_inputs  model(input_ids, attention_mask): an embedding's mean over the tokens the
+             mask keeps (mask.unsqueeze(-1).float()), then a Linear; two int64 inputs.
+  tabular_two_inputs  model(numeric, codes): float features [B, 4] and int64 category codes
+             [B, 2] (each through its nn.Embedding), concatenated, then an MLP.
+  tabular_text_bag  model(ids, extra): nn.EmbeddingBag's mean of [B, 12] int64 ids (its Loop
+             reading one of two inputs) beside [B, 3] float features; _dynamic: a dynamic
+             batch axis on both inputs.
+  text_bag   nn.EmbeddingBag in mean, sum and max modes on [B, 12] ids (torch exports each as
+             an ONNX Loop over the bags), the head on the three concatenated.
+  text_bag_dynamic  text_bag exported with a dynamic batch axis (the bags' offsets a Range).
+  text_lstm_packed  A 2-layer bidirectional nn.LSTM on padded ids of unsorted lengths through
+             pack_padded_sequence(enforce_sorted=False) (the export sorts the batch by length:
+             TopK, Gather, sequence_lens, ScatterElements, Gather back), the head on the last
+             layer's final hidden states.
+  text_gru_packed  A packed nn.GRU exported with a dynamic batch axis, the head on
+             pad_packed_sequence's output averaged over each sample's length (the lengths it
+             returns) plus the final hidden state.
+  text       A text classifier on token ids (an int64 input [B, 12]): nn.Embedding(50, 24),
+             a positional embedding, nn.TransformerEncoderLayer(batch_first=True, GELU), the
+             tokens' mean and a Linear head; 5 classes.
+"""
 import torch
 from torch import nn
 
