@@ -50,16 +50,7 @@ void WriteIdx(const std::string& dir, const std::string& prefix, const Bytes& la
 
 std::string Npy(const std::string& descr, const std::vector<int64_t>& shape,
                 const std::string& data) {
-  std::string dims;
-  for (int64_t d : shape) absl::StrAppend(&dims, d, ",");
-  std::string header =
-      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", dims, "), }");
-  header += '\n';
-  std::string out = "\x93NUMPY\x01";
-  out += '\0';
-  out += static_cast<char>(header.size() & 0xFF);
-  out += static_cast<char>(header.size() >> 8);
-  return out + header + data;
+  return testing_files::NpyFile(descr, shape, data);
 }
 
 TEST(DataSourceTest, DetectsAndLoadsEachFormat) {

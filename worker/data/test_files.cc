@@ -5,6 +5,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace dptrain {
@@ -48,6 +49,20 @@ std::string ReadFile(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::string NpyFile(const std::string& descr, const std::vector<int64_t>& shape,
+                    absl::string_view data) {
+  std::string dims;
+  for (int64_t d : shape) absl::StrAppend(&dims, d, ",");
+  std::string header =
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", dims, "), }");
+  header += '\n';
+  std::string out = "\x93NUMPY\x01";
+  out += '\0';
+  out += static_cast<char>(header.size() & 0xFF);
+  out += static_cast<char>(header.size() >> 8);
+  return absl::StrCat(out, header, data);
 }
 
 void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,

@@ -27,6 +27,16 @@ std::string ReadFile(const std::string& path);
 // Creates `path` and its missing parents.
 void MakeDirs(const std::string& path);
 
+// A .npy file (format 1.0, C order) of dtype `descr` (e.g. "<f4") and `shape` holding `data`.
+std::string NpyFile(const std::string& descr, const std::vector<int64_t>& shape,
+                    absl::string_view data);
+
+// `values`' bytes (the data of a .npy file of their type).
+template <typename T>
+std::string RawBytes(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
 // `result` failed with `code` and one line of message holding `fragment`.
 void ExpectError(const absl::StatusOr<Dataset>& result, absl::StatusCode code,
                  const std::string& fragment);
