@@ -248,12 +248,13 @@ class TextLSTM(nn.Module):
         return self.head(torch.cat([h[0], h[1]], 1))
 
 
-def export(model, path, shape=(2, 3, 32, 32), dtype=torch.float32, example=None):
-    """dptrain.export_onnx, checked to leave the model as it was (its state and mode)."""
+def export(model, path, shape=(2, 3, 32, 32), dtype=torch.float32, example=None, **options):
+    """dptrain.export_onnx (with `options`: input_names, dynamic_batch), checked to leave the
+    model as it was (its state and mode)."""
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.eval()
     example = example if example is not None else torch.zeros(*shape, dtype=dtype)
-    dptrain.export.export_onnx(model, example, path)
+    dptrain.export.export_onnx(model, example, path, **options)
     if model.training or any(not torch.equal(v, before[k]) for k, v in model.state_dict().items()):
         fail(f"export_onnx changed the model it exported ({path})")
 

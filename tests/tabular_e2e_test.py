@@ -24,6 +24,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onnx_e2e_test as e2e  # noqa: E402
+import dptrain.export  # noqa: E402
 import dptrain.safetensors  # noqa: E402
 
 FEATURES, CLASSES, TRAIN, TEST = 24, 300, 3000, 600
@@ -145,8 +146,15 @@ def two_inputs():
     data = os.path.join(e2e.SCRATCH, "two_inputs")
     write_features(data, train, test)
     model_path = os.path.join(e2e.SCRATCH, "two_inputs.onnx")
-    e2e.export(TwoInputs(), model_path,
-               example=(torch.zeros(2, 4), torch.zeros(2, 2, dtype=torch.long)))
+    example = (torch.zeros(2, 4), torch.zeros(2, 2, dtype=torch.long))
+    e2e.export(TwoInputs(), model_path, example=example, input_names=("numeric", "codes"),
+               dynamic_batch=True)
+    try:
+        dptrain.export.export_onnx(TwoInputs(), example, model_path + ".x", dynamic_batch=True)
+        e2e.fail("export_onnx(dynamic_batch=True) without input_names did not refuse")
+    except ValueError as e:
+        if "dynamic_batch needs input_names, one per input" not in str(e):
+            raise
     printed, saved, text = e2e.train("two_inputs", model_path, data, ("--epochs=6",),
                                      normalize=False)
     net = TwoInputs()
@@ -157,7 +165,8 @@ def two_inputs():
         ours = (net(x[:, :4], x[:, 4:].long()).argmax(1).numpy() == test[1]).mean()
     if abs(ours - printed) > 1.0 / TEST + 1e-9 or not 0.5 < printed <= 1.0:
         e2e.fail(f"two inputs: printed test_acc {printed}, PyTorch {ours}: {text[-600:]}")
-    if "2 inputs, read side by side from one array of 6 columns per sample" not in text:
+    if ("2 inputs, read side by side from one array of 6 columns per sample: numeric = columns "
+            "[0, 4), codes = columns [4, 6)") not in text:
         e2e.fail(f"two inputs: no line naming the inputs' columns: {text[:1200]}")
     print(f"ok: model(numeric, codes) on one array of their 6 columns, 2 workers x 2 shards: "
           f"test_acc {printed:.4f} printed, {ours:.4f} in PyTorch fed the two inputs",

@@ -3,7 +3,8 @@
 import inspect
 
 
-def export_onnx(model, example_input, path, opset_version=None):
+def export_onnx(model, example_input, path, opset_version=None, input_names=None,
+                dynamic_batch=False):
     """Writes `model` to `path` as gpu_worker --model=PATH trains it, and returns `path`.
 
     That is torch.onnx.export(model, example_input, path,
@@ -20,7 +21,9 @@ def export_onnx(model, example_input, path, opset_version=None):
     (any size trains: gpu_worker finds the batch in the graph's reshapes by it, which a batch
     of 1 leaves ambiguous where a transformer moves it off axis 0); `opset_version` as
     torch.onnx.export's (nn.LayerNorm exports as one node from 17; written out below, which
-    gpu_worker fuses back).
+    gpu_worker fuses back). `input_names` names the graph's inputs (gpu_worker says each one's
+    columns; torch's own names otherwise); `dynamic_batch` exports axis 0 of every input as
+    dynamic (any batch size; gpu_worker trains either kind).
 
     Exporting runs one training-mode forward pass, which moves BatchNorm's running statistics
     (the file holds them so moved); the model itself is left as it was, its state and its
@@ -30,6 +33,14 @@ def export_onnx(model, example_input, path, opset_version=None):
     kwargs = {"training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False}
     if opset_version is not None:
         kwargs["opset_version"] = opset_version
+    if input_names is not None:
+        kwargs["input_names"] = list(input_names)
+    if dynamic_batch:
+        count = len(example_input) if isinstance(example_input, tuple) else 1
+        names = list(input_names) if input_names is not None else None
+        if names is None or len(names) != count:
+            raise ValueError("dynamic_batch needs input_names, one per input")
+        kwargs["dynamic_axes"] = {name: {0: "batch"} for name in names}
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
         kwargs["dynamo"] = False
     was_training = model.training

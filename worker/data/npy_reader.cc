@@ -367,7 +367,9 @@ absl::Status ReadIds(const std::string& path, const NpyOptions& options, InputFi
         const int64_t k = first + i;
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": id ", is_signed ? absl::StrCat(value) : absl::StrCat(bits), " at sample ",
-            k / length, ", position ", k % length, " is outside [0, 2^24)"));
+            k / length, ", position ", k % length,
+            " is outside [0, 2^24) (an integer array of rank 2 is read as ids, table rows; "
+            "save features, or any other integers, as float32)"));
       }
       out.images[first + i] = static_cast<float>(value);
     }
