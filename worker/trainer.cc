@@ -280,10 +280,7 @@ absl::StatusOr<Evaluation> EvaluateModel(nn::Model& model, const Dataset& data, 
     return s;
   }
   DPTRAIN_RETURN_IF_ERROR(CheckTargets(data, model, "the evaluation set"));
-  const bool scored = data.regression() ? static_cast<int64_t>(data.targets.size()) ==
-                                              data.size * data.targets_per_sample
-                                        : static_cast<int64_t>(data.labels.size()) == data.size;
-  if (!scored || !data.consistent()) {
+  if (!data.scores_consistent() || !data.consistent()) {
     return absl::InvalidArgumentError("the evaluation set's arrays do not match its size");
   }
   int64_t correct = 0;

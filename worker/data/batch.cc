@@ -57,10 +57,7 @@ absl::Status GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
             ? absl::StrCat(targets.size(), " target values (", per_sample, " per sample)")
             : absl::StrCat(labels.size(), " labels")));
   }
-  const bool scored = data.regression()
-                          ? static_cast<int64_t>(data.targets.size()) == data.size * per_sample
-                          : static_cast<int64_t>(data.labels.size()) == data.size;
-  if (!data.consistent() || !scored) {
+  if (!data.consistent() || !data.scores_consistent()) {
     return absl::InvalidArgumentError("the data set's arrays do not match its size");
   }
   for (int64_t idx : indices) {

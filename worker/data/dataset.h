@@ -94,6 +94,11 @@ struct Dataset {
 
   // Values per image: channels * rows * cols.
   int64_t image_size() const { return static_cast<int64_t>(channels) * rows * cols; }
+  // Whether it holds `size` labels, or size * targets_per_sample target values (regression).
+  bool scores_consistent() const {
+    return regression() ? static_cast<int64_t>(targets.size()) == size * targets_per_sample
+                        : static_cast<int64_t>(labels.size()) == size;
+  }
   // First pixel of image i of a float store; requires 0 <= i < size.
   const float* image(int64_t i) const { return images.data() + i * image_size(); }
   float* mutable_image(int64_t i) { return images.data() + i * image_size(); }

@@ -49,10 +49,7 @@ absl::StatusOr<HeldOut> HoldOut(Dataset data, double fraction, uint64_t seed) {
         "a training set read as needed cannot be split (nothing is held): load it "
         "(--data_loading=load), or save a test split");
   }
-  const bool scored = data.regression() ? static_cast<int64_t>(data.targets.size()) ==
-                                              data.size * data.targets_per_sample
-                                        : static_cast<int64_t>(data.labels.size()) == data.size;
-  if (!data.consistent() || !scored) {
+  if (!data.consistent() || !data.scores_consistent()) {
     return absl::InvalidArgumentError("the data set's arrays do not match its size");
   }
   const int64_t n = data.size;
