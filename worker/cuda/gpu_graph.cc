@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/gpu_movement_ops.h"
 #include "worker/cuda/kernels.h"
 
 namespace dptrain {
@@ -21,15 +22,22 @@ absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor
           ") learns a weight tied to an earlier node's (a module applied twice): tied weights "
           "have no CUDA version yet; --device=cpu trains it"));
     }
-    if (!node.batch_first) {
+    GpuNodeContext ctx{node.name, node.op, *node.impl, {}};
+    for (int v : node.inputs) ctx.input_dims.push_back(cpu.value_dims()[v]);
+    std::vector<int64_t> sources;
+    if (!node.batch_first && node.impl->ElementSources(1, sources)) {
+      // Moves of values of any shape: one gather, whatever the op.
+      DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeMoveTwin(ctx));
+      g->nodes_.push_back(std::move(twin));
+      continue;
+    }
+    if (!node.batch_first && (node.impl->twin().any_shape || !registry.TakesAnyShape(node.op))) {
       return absl::UnimplementedError(absl::StrCat(
           "node '", node.name, "' (", node.op,
           ") works on values whose batch is not the first axis, of rank above 4, or row by row "
           "of their last axis (attention, transformers): no CUDA version yet; --device=cpu "
           "trains it"));
     }
-    GpuNodeContext ctx{node.name, node.op, *node.impl, {}};
-    for (int v : node.inputs) ctx.input_dims.push_back(cpu.value_dims()[v]);
     DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, registry.Create(ctx));
     g->nodes_.push_back(std::move(twin));
   }

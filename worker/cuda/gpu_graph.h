@@ -24,6 +24,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,13 +69,20 @@ using GpuNodeFactory = absl::StatusOr<std::unique_ptr<GpuNode>> (*)(const GpuNod
 
 class GpuOpRegistry {
  public:
-  void Register(const std::string& op, GpuNodeFactory factory) { ops_[op] = factory; }
+  // `any_shape`: the twin works on the elements alone (a view, an element-wise function), so
+  // it also runs the op on values whose batch is not the first axis.
+  void Register(const std::string& op, GpuNodeFactory factory, bool any_shape = false) {
+    ops_[op] = factory;
+    if (any_shape) any_shape_.insert(op);
+  }
   bool Has(const std::string& op) const { return ops_.count(op) > 0; }
+  bool TakesAnyShape(const std::string& op) const { return any_shape_.count(op) > 0; }
   // The twin, or Unimplemented "node 'n' (Op): no CUDA version yet; --device=cpu trains it".
   absl::StatusOr<std::unique_ptr<GpuNode>> Create(const GpuNodeContext& context) const;
 
  private:
   std::map<std::string, GpuNodeFactory> ops_;
+  std::set<std::string> any_shape_;
 };
 
 // Every twin listed at the top.

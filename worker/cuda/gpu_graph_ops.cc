@@ -737,23 +737,25 @@ absl::StatusOr<std::unique_ptr<GpuNode>> GpuOpRegistry::Create(
 
 GpuOpRegistry GpuOps() {
   GpuOpRegistry r;
-  for (const char* op : {"Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Sigmoid",
-                         "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Residual"}) {
+  for (const char* op : {"Conv", "Gemm", "MatMul", "BatchNormalization", "MaxPool", "AveragePool",
+                         "GlobalAveragePool", "Flatten", "Residual"}) {
     r.Register(op, &MakeLayerTwin);
   }
+  // Twins of the elements alone: any shape.
+  for (const char* op : {"Relu", "Sigmoid"}) r.Register(op, &MakeLayerTwin, true);
   for (const char* op : {"Identity", "Reshape", "Cast", "Squeeze", "Unsqueeze"}) {
-    r.Register(op, &MakeViewTwin);
+    r.Register(op, &MakeViewTwin, true);
   }
   for (const char* op :
        {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip", "Elu", "Selu", "Softplus",
         "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Pow"}) {
-    r.Register(op, &MakeFunctionTwin);
+    r.Register(op, &MakeFunctionTwin, true);
   }
   for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu"}) r.Register(op, &MakeBinaryTwin);
   r.Register("Pad", &MakePadTwin);
   r.Register("Softmax", &MakeSoftmaxTwin);
   r.Register("LogSoftmax", &MakeSoftmaxTwin);
-  r.Register("Dropout", &MakeDropoutTwin);
+  r.Register("Dropout", &MakeDropoutTwin, true);
   r.Register("Concat", &MakeConcatTwin);
   r.Register("LayerNormalization", &MakeLayerNormTwin);
   r.Register("Slice", &MakeSliceTwin);

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "worker/cuda/cuda_model.h"
 #include "worker/graph/builtin_models.h"
+#include "worker/graph/element_sources.h"
 #include "worker/graph/graph_check.h"
 #include "worker/graph/graph_model.h"
 #include "worker/graph/onnx_fixtures_testing.h"
@@ -544,6 +545,66 @@ TEST_F(GpuTwinTest, GraphOperandsPReluChannelMeanAndInstanceNorm) {
   Check(instance_norm());  // Learned.
   scale.fixed = bias.fixed = true;
   Check(instance_norm());  // Buffers.
+}
+
+// Moves of values of any shape (graph/element_sources.h), one gather each, beside the
+// element-wise twins on values whose batch is not first: [B, 2, 3, 4] transposed to
+// [3, B, 4, 2], a ReLU there, sliced down and by steps, padded, transposed back; a Gather by
+// repeated indices concatenated along axis 2; a size-1 axis expanded.
+graph::Graph MovesOfValuesOfAnyShape() {
+  graph::Graph g =
+      Chain({2, 3, 4},
+            {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{2, 0, 3, 1}}}),
+             MakeNode("Relu", "r", {"t"}, {"r"}), MakeNode("Tanh", "th", {"r"}, {"th"}),
+             MakeNode("Slice", "s", {"th", "b", "e", "a", "st"}, {"s"}),  // [3, B, 2, 2]
+             MakeNode("Pad", "p", {"s", "pads"}, {"p"}),                  // [5, B, 3, 5]
+             MakeNode("Transpose", "y", {"p"}, {"y"}, {{"perm", Ints{1, 0, 2, 3}}})},
+            {graph::IntConstant("b", {-1, 0}), graph::IntConstant("e", {-4, 4}),
+             graph::IntConstant("a", {0, 2}), graph::IntConstant("st", {-1, 2}),
+             graph::IntConstant("pads", {0, 0, 1, 0, 2, 0, 0, 3})});
+  g.input_rank = 4;
+  return g;
+}
+
+graph::Graph GatherConcatAndExpand() {
+  graph::Graph g =
+      Chain({1, 3, 4},
+            {MakeNode("Expand", "wide", {"x", "shape"}, {"w"}),  // [B, 2, 3, 4]
+             MakeNode("Gather", "g", {"w", "idx"}, {"g"}, {{"axis", int64_t{2}}}),
+             MakeNode("Concat", "y", {"g", "g", "w"}, {"y"}, {{"axis", int64_t{2}}})},
+            {graph::IntConstant("shape", {2, 2, 3, 4}), graph::IntConstant("idx", {2, 0, 2})});
+  g.input_rank = 4;
+  return g;
+}
+
+// Without a GPU: such graphs get their twins (a MoveTwin for each move), a Concat of more
+// inputs than the gather takes is refused in one line.
+TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
+  for (const graph::Graph& g : {MovesOfValuesOfAnyShape(), GatherConcatAndExpand()}) {
+    absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
+        graph::Executor<float>::Create(g, graph::BuiltinOps());
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
+    EXPECT_TRUE(gpu.ok()) << gpu.status();
+  }
+  std::vector<std::string> many(graph::kMaxSourceInputs + 1, "x");
+  graph::Graph g =
+      Chain({2, 3, 4}, {MakeNode("Concat", "cat", many, {"y"}, {{"axis", int64_t{2}}})});
+  g.input_rank = 4;
+  absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
+      graph::Executor<float>::Create(g, graph::BuiltinOps());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().message(),
+            "node 'cat' (Concat): moves elements of 17 inputs (at most 16) (no CUDA version yet; "
+            "--device=cpu trains it)");
+}
+
+TEST_F(GpuTwinTest, MovesOfValuesOfAnyShape) {
+  Check(MovesOfValuesOfAnyShape());
+  Check(MovesOfValuesOfAnyShape(), 5);  // A second batch size: a second plan.
+  Check(GatherConcatAndExpand());
 }
 
 }  // namespace

@@ -2,13 +2,16 @@
 #include "worker/cuda/gpu_movement_ops.h"
 
 #include <array>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/graph_kernels.h"
+#include "worker/graph/element_sources.h"
 
 namespace dptrain {
 namespace cuda {
@@ -137,6 +140,106 @@ class ChannelShuffleTwin final : public GpuNode {
   DeviceBuffer<float> output_, grad_input_;
 };
 
+// A node that only moves elements, of any shape (graph/element_sources.h): the CPU node's
+// sources and their readers, made on the host once per batch size and kept on the device; the
+// forward is one gather, the backward one readers' sum per input.
+class MoveTwin final : public GpuNode {
+ public:
+  MoveTwin(const graph::NodeImpl<float>& cpu, std::vector<nn::Dims> inputs)
+      : cpu_(cpu), inputs_(std::move(inputs)) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    const int batch = inputs[0].batch;  // As the CPU node reads it (a value without one: 1).
+    std::vector<int64_t> sizes;
+    SourceInputs pointers;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      sizes.push_back(inputs[i].size());
+      pointers.data[i] = inputs[i].data;
+    }
+    DPTRAIN_ASSIGN_OR_RETURN(plan_, PlanFor(ctx, batch, sizes));
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, plan_->outputs));
+    DPTRAIN_RETURN_IF_ERROR(
+        GatherSources(plan_->sources.data(), pointers, y, plan_->outputs, ctx.stream()));
+    batches_.clear();
+    for (const DeviceTensor& x : inputs) batches_.push_back(x.batch);
+    return DeviceTensor{y, batch, cpu_.output_dims()};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (plan_ == nullptr || grad_output.size() != plan_->outputs) {
+      return absl::FailedPreconditionError("Backward without the Forward of this gradient");
+    }
+    grads_.resize(inputs_.size());
+    std::vector<DeviceTensor> dx(inputs_.size());
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (!need[i]) continue;
+      const Plan::Input& in = plan_->inputs[i];
+      DPTRAIN_ASSIGN_OR_RETURN(float* g, grads_[i].Ensure(ctx, in.size));
+      DPTRAIN_RETURN_IF_ERROR(SumReaders(in.offsets.data(), in.readers.data(), grad_output.data, g,
+                                         in.size, ctx.stream()));
+      dx[i] = DeviceTensor{g, batches_[i], inputs_[i]};
+    }
+    return dx;
+  }
+
+ private:
+  struct Plan {
+    int64_t outputs = 0;
+    DeviceBuffer<int64_t> sources;
+    struct Input {
+      int64_t size = 0;
+      DeviceBuffer<int64_t> offsets, readers;
+    };
+    std::vector<Input> inputs;
+  };
+
+  static absl::Status Upload(DeviceContext& ctx, const std::vector<int64_t>& host,
+                             DeviceBuffer<int64_t>& device) {
+    if (host.empty()) return absl::OkStatus();
+    DPTRAIN_ASSIGN_OR_RETURN(int64_t * to, device.Ensure(ctx, static_cast<int64_t>(host.size())));
+    // Synchronous: `host` is freed when the plan is made.
+    return CudaStatus(
+        cudaMemcpy(to, host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
+        "cudaMemcpy of a moving node's plan");
+  }
+
+  // The plan for `batch` samples of inputs of `sizes` elements: kept from an earlier step, or
+  // made now.
+  absl::StatusOr<Plan*> PlanFor(DeviceContext& ctx, int batch, const std::vector<int64_t>& sizes) {
+    std::unique_ptr<Plan>& plan = plans_[batch];
+    if (plan != nullptr) return plan.get();
+    std::vector<int64_t> sources;
+    if (!cpu_.ElementSources(batch, sources)) {
+      return absl::InternalError("the CPU node no longer describes its moves");
+    }
+    const std::vector<graph::ElementReaders> readers = graph::Readers(sources, sizes);
+    if (readers.size() != sizes.size()) {
+      return absl::InternalError("the CPU node's sources lie outside its inputs");
+    }
+    auto made = std::make_unique<Plan>();
+    made->outputs = static_cast<int64_t>(sources.size());
+    DPTRAIN_RETURN_IF_ERROR(Upload(ctx, sources, made->sources));
+    made->inputs.resize(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      made->inputs[i].size = sizes[i];
+      DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].offsets, made->inputs[i].offsets));
+      DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].readers, made->inputs[i].readers));
+    }
+    plan = std::move(made);
+    return plan.get();
+  }
+
+  const graph::NodeImpl<float>& cpu_;
+  const std::vector<nn::Dims> inputs_;
+  std::map<int, std::unique_ptr<Plan>> plans_;  // By batch size.
+  Plan* plan_ = nullptr;                        // The last Forward's.
+  std::vector<int> batches_;                    // The last Forward's inputs' batches.
+  DeviceBuffer<float> output_;
+  std::vector<DeviceBuffer<float>> grads_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeConcatTwin(const GpuNodeContext& ctx) {
@@ -172,6 +275,14 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeSliceTwin(const GpuNodeContext& ctx
   return std::unique_ptr<GpuNode>(
       std::make_unique<SliceTwin>(in, out, outer, int64_t{out_dims[axis]} * inner,
                                   int64_t{in_dims[axis]} * inner, int64_t{start[axis]} * inner));
+}
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeMoveTwin(const GpuNodeContext& ctx) {
+  if (ctx.input_dims.size() > static_cast<size_t>(graph::kMaxSourceInputs)) {
+    return ctx.Error(absl::StrCat("moves elements of ", ctx.input_dims.size(), " inputs (at most ",
+                                  graph::kMaxSourceInputs, ")"));
+  }
+  return std::unique_ptr<GpuNode>(std::make_unique<MoveTwin>(ctx.cpu, ctx.input_dims));
 }
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeChannelShuffleTwin(const GpuNodeContext& ctx) {

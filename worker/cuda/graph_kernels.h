@@ -130,6 +130,18 @@ absl::Status LayerNormBackward(const float* dy, const float* xhat, const float* 
                                const float* scale, float* scale_grad, float* bias_grad, float* dx,
                                int batch, int64_t size, cudaStream_t stream);
 
+// The nodes that only move elements (worker/graph/element_sources.h; move_kernels.cu): the
+// gather y[k] = input[s >> 48][s & mask] of sources[k] = s (0 where s < 0), one pointer per
+// runtime input; and its backward for one input, dx[e] = the sum of dy over e's readers
+// (offsets, readers: graph::Readers), in increasing order.
+struct SourceInputs {
+  const float* data[16] = {};  // graph::kMaxSourceInputs.
+};
+absl::Status GatherSources(const int64_t* sources, const SourceInputs& inputs, float* y, int64_t n,
+                           cudaStream_t stream);
+absl::Status SumReaders(const int64_t* offsets, const int64_t* readers, const float* dy, float* dx,
+                        int64_t m, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace dptrain
 

@@ -82,6 +82,13 @@ class ExpandValueNode final : public AnyShapeNode<T> {
     return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
   }
 
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    const Shape out_shape = this->out_.Concrete(batch);
+    sources.resize(Product(out_shape));
+    ForEachOffset(out_shape, InStrides(batch), [&](int64_t k, int64_t off) { sources[k] = off; });
+    return true;
+  }
+
  private:
   // The input's stride along each output axis (right-aligned); 0 where it is broadcast.
   Shape InStrides(int batch) const {

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "worker/graph/any_shape_internal.h"
 #include "worker/graph/any_shape_ops.h"
+#include "worker/graph/element_sources.h"
 #include "worker/graph/multi_input_ops.h"
 #include "worker/graph/shape_ops.h"
 #include "worker/graph/slice_ops.h"
@@ -51,6 +52,14 @@ class TransposeNode final : public AnyShapeNode<T> {
     const T* dy = grad_output.data;
     ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { dx[off] = dy[k]; });
     return {TensorRef<T>{dx, grad_output.batch, in_.dims_for_ops()}};
+  }
+
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    Shape out_shape, strides;
+    Plan(batch, out_shape, strides);
+    sources.resize(Product(out_shape));
+    ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { sources[k] = off; });
+    return true;
   }
 
  private:
@@ -144,6 +153,20 @@ class GatherNode final : public AnyShapeNode<T> {
       }
     }
     return {TensorRef<T>{dx, grad_output.batch, in_.dims_for_ops()}};
+  }
+
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    int64_t outer, size, inner;
+    Plan(batch, outer, size, inner);
+    const int64_t picked = static_cast<int64_t>(indices_.size());
+    sources.resize(outer * picked * inner);
+    int64_t k = 0;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < picked; ++j) {
+        for (int64_t i = 0; i < inner; ++i) sources[k++] = (o * size + indices_[j]) * inner + i;
+      }
+    }
+    return true;
   }
 
  private:
@@ -415,6 +438,14 @@ class SliceNode final : public AnyShapeNode<T> {
     return {TensorRef<T>{dx, grad_output.batch, in_.dims_for_ops()}};
   }
 
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    Shape out_shape, strides;
+    const int64_t base = Plan(batch, out_shape, strides);
+    sources.resize(Product(out_shape));
+    ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { sources[k] = base + off; });
+    return true;
+  }
+
  private:
   // The output's sizes, the input's stride along each output axis, and the first element.
   int64_t Plan(int batch, Shape& out_shape, Shape& strides) const {
@@ -552,6 +583,22 @@ class ConcatNode final : public AnyShapeNode<T> {
     return result;
   }
 
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    const Shape out_shape = this->out_.Concrete(batch);
+    const int64_t outer = Product(out_shape, 0, axis_), inner = Product(out_shape, axis_ + 1);
+    sources.clear();
+    sources.reserve(Product(out_shape));
+    for (int64_t o = 0; o < outer; ++o) {
+      for (size_t i = 0; i < in_.size(); ++i) {
+        const int64_t block = in_[i].dims[axis_] * inner;
+        for (int64_t e = 0; e < block; ++e) {
+          sources.push_back(ElementSource(static_cast<int>(i), o * block + e));
+        }
+      }
+    }
+    return true;
+  }
+
  private:
   const std::vector<ValueShape> in_;
   const int axis_;
@@ -634,6 +681,15 @@ class PadNode final : public AnyShapeNode<T> {
     ForEachOffset(in_.Concrete(batch), strides,
                   [&](int64_t k, int64_t off) { dx[k] = dy[base + off]; });
     return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
+  }
+
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    Shape strides;
+    const int64_t base = Plan(batch, strides);
+    sources.assign(Product(this->out_.Concrete(batch)), kZeroSource);
+    ForEachOffset(in_.Concrete(batch), strides,
+                  [&](int64_t k, int64_t off) { sources[base + off] = k; });
+    return true;
   }
 
  private:

@@ -263,6 +263,11 @@ class NodeImpl {
   // ids == pad); 0 for the others (what they do with ids is not known).
   virtual int64_t ids_below() const { return 0; }
 
+  // An op that only moves the elements of its runtime inputs (element_sources.h): sets, for
+  // `batch` samples, the source of each output element in order, and returns true; false (the
+  // default) for every other op. Other backends run such a node as a gather and its inverse.
+  virtual bool ElementSources(int batch, std::vector<int64_t>& sources) const { return false; }
+
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
   // the others), owned by the node (or aliasing grad_output) and valid until its next Backward;
@@ -295,6 +300,9 @@ class DelegatingNode : public NodeImpl<T> {
     return inner_->CheckInputs(inputs);
   }
   int64_t ids_below() const override { return inner_->ids_below(); }
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    return inner_->ElementSources(batch, sources);
+  }
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     return inner_->Backward(ctx, grad_output, need_input_grad);

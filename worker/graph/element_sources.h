@@ -1,0 +1,72 @@
+// Ops that only move elements (Transpose, Gather by constant indices, Slice, Concat, Pad and
+// Expand of computed values, whatever their shapes) described as data, so that any backend runs
+// them with one gather and its inverse instead of a twin per op: for each output element, the
+// runtime input and the element it copies, or a zero (NodeImpl::ElementSources). The backward
+// is, for each input element, the sum of the output gradients of the elements that read it, in
+// increasing order (the CPU nodes' order); `Readers` inverts the sources into that list.
+//
+// The per-element functions below are what the CUDA kernels run (worker/cuda/graph_kernels.cu
+// includes this header; no absl, no std containers in them) and what element_sources_test runs
+// on the host against every such CPU node, so the index arithmetic is checked without a GPU.
+#ifndef DPTRAIN_WORKER_GRAPH_ELEMENT_SOURCES_H_
+#define DPTRAIN_WORKER_GRAPH_ELEMENT_SOURCES_H_
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define DPTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define DPTRAIN_HOST_DEVICE
+#include <vector>
+#endif
+
+namespace dptrain {
+namespace graph {
+
+// A source: input i's element e is (i << kSourceInputShift) | e; kZeroSource is a zero.
+inline constexpr int kSourceInputShift = 48;
+inline constexpr int64_t kSourceIndexMask = (int64_t{1} << kSourceInputShift) - 1;
+inline constexpr int64_t kZeroSource = -1;
+// The most runtime inputs a moving node may read (Concat of more is refused by the twins).
+inline constexpr int kMaxSourceInputs = 16;
+
+DPTRAIN_HOST_DEVICE inline int64_t ElementSource(int input, int64_t element) {
+  return (static_cast<int64_t>(input) << kSourceInputShift) | element;
+}
+
+// Output element k of the gather: `inputs` holds one pointer per runtime input.
+template <typename T>
+DPTRAIN_HOST_DEVICE inline T MovedElement(const int64_t* sources, const T* const* inputs,
+                                          int64_t k) {
+  const int64_t s = sources[k];
+  if (s < 0) return T(0);
+  return inputs[s >> kSourceInputShift][s & kSourceIndexMask];
+}
+
+// d(loss)/d(element e) of one input: the sum of dy over e's readers (offsets[e] to
+// offsets[e + 1] in `readers`, increasing), from zero as the CPU nodes add.
+template <typename T>
+DPTRAIN_HOST_DEVICE inline T ReadersSum(const int64_t* offsets, const int64_t* readers, const T* dy,
+                                        int64_t e) {
+  T sum = T(0);
+  for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) sum += dy[readers[r]];
+  return sum;
+}
+
+#ifndef __CUDACC__
+// One input's readers in compressed rows: element e's are readers[offsets[e] .. offsets[e+1]).
+struct ElementReaders {
+  std::vector<int64_t> offsets;  // input_size + 1 entries.
+  std::vector<int64_t> readers;  // Output elements, increasing within each element's run.
+};
+
+// Per runtime input (input_sizes[i] elements), who reads each element. A source naming an
+// input or element out of range is a bug of the node that made it: the result is empty then.
+std::vector<ElementReaders> Readers(const std::vector<int64_t>& sources,
+                                    const std::vector<int64_t>& input_sizes);
+#endif
+
+}  // namespace graph
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_GRAPH_ELEMENT_SOURCES_H_
