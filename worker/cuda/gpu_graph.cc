@@ -104,6 +104,7 @@ absl::StatusOr<DeviceTensor> GpuGraph::Forward(DeviceContext& ctx, DeviceTensor 
   for (size_t n = 0; n < nodes_.size(); ++n) {
     inputs.clear();
     for (int v : cpu_.nodes()[n].inputs) inputs.push_back(values_[v]);
+    if (inputs.empty()) inputs.push_back(values_[0]);  // For the batch size (graph/node.h).
     absl::StatusOr<DeviceTensor> out = nodes_[n]->Forward(ctx, inputs, training);
     if (!out.ok()) return NodeError(n, out.status());
     values_[cpu_.nodes()[n].output] = *out;
@@ -167,7 +168,9 @@ absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor
     if (!backward.ok()) return NodeError(n, backward.status());
     const std::vector<DeviceTensor>& grads = *backward;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (need[i]) DPTRAIN_RETURN_IF_ERROR(Accumulate(ctx, node.inputs[i], grads[i]));
+      if (need[i] && grads[i].data != nullptr) {  // Empty: nothing (as the CPU executor).
+        DPTRAIN_RETURN_IF_ERROR(Accumulate(ctx, node.inputs[i], grads[i]));
+      }
     }
     DPTRAIN_RETURN_IF_ERROR(ReportGrads(n));
   }

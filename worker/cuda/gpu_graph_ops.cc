@@ -11,6 +11,7 @@
 #include "worker/cuda/gpu_movement_ops.h"
 #include "worker/cuda/gpu_network.h"
 #include "worker/cuda/graph_kernels.h"
+#include "worker/cuda/graph_operand.h"
 #include "worker/cuda/kernels.h"
 #include "worker/nn/sequential_block.h"
 
@@ -276,49 +277,6 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeDropoutTwin(const GpuNodeContext& c
   return std::unique_ptr<GpuNode>(
       std::make_unique<DropoutTwin>(ctx.input_dims[0], spec.dropout_ratio, spec.dropout_seed));
 }
-
-// A tensor of the model that a twin reads (graph::OperandSource): a parameter or buffer bound
-// by the graph, or the CPU node's held constant, copied to the device at the first Forward.
-class GraphOperand {
- public:
-  GraphOperand(graph::OperandSource source, const float* held, int64_t size)
-      : source_(source), held_(held, held == nullptr ? held : held + size), size_(size) {}
-
-  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) {
-    if (source_ != graph::OperandSource::kParam) return;
-    values_ = params[0];
-    grad_ = grads[0];
-  }
-  void BindBuffers(absl::Span<float* const> buffers) {
-    if (source_ == graph::OperandSource::kBuffer) values_ = buffers[0];
-  }
-  // Where the values lie on the device (uploading the held ones once).
-  absl::StatusOr<const float*> Values(DeviceContext& ctx) {
-    if (source_ != graph::OperandSource::kHeld) {
-      if (values_ == nullptr) {
-        return absl::FailedPreconditionError("a parameter or buffer operand was not bound");
-      }
-      return values_;
-    }
-    if (uploaded_ == nullptr) {
-      DPTRAIN_ASSIGN_OR_RETURN(float* d, device_.Ensure(ctx, size_));
-      DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, held_.data(), size_ * sizeof(float),
-                                                   cudaMemcpyHostToDevice, ctx.stream()));
-      uploaded_ = d;
-    }
-    return uploaded_;
-  }
-  float* grad() const { return grad_; }  // Null unless a parameter.
-
- private:
-  const graph::OperandSource source_;
-  const std::vector<float> held_;
-  const int64_t size_;
-  const float* values_ = nullptr;
-  float* grad_ = nullptr;
-  DeviceBuffer<float> device_;
-  const float* uploaded_ = nullptr;
-};
 
 // Add, Sub, Mul, Div, PRelu: the CPU node's forms (multi_input_ops.h), the same element loops:
 // the other operand a computed value (same dims, per channel, per pixel), the node's scalar,

@@ -577,10 +577,24 @@ graph::Graph GatherConcatAndExpand() {
   return g;
 }
 
+// A learned class token expanded over the batch (a node without runtime inputs: the graph's
+// input gives the batch size) and put in front of the tokens.
+graph::Graph ClassToken() {
+  graph::NamedConstant token = RandomConstant("cls_token", {1, 1, 4}, 31);
+  token.state = true;
+  graph::Graph g = Chain({3, 4, 1},
+                         {MakeNode("Expand", "cls", {"cls_token", "target"}, {"c"}),
+                          MakeNode("Concat", "cat", {"c", "x"}, {"t"}, {{"axis", int64_t{1}}}),
+                          MakeNode("Tanh", "y", {"t"}, {"y"})},
+                         {token, graph::IntConstant("target", {2, 1, 1})});
+  g.input_rank = 3;
+  return g;
+}
+
 // Without a GPU: such graphs get their twins (a MoveTwin for each move), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
-  for (const graph::Graph& g : {MovesOfValuesOfAnyShape(), GatherConcatAndExpand()}) {
+  for (const graph::Graph& g : {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -605,6 +619,7 @@ TEST_F(GpuTwinTest, MovesOfValuesOfAnyShape) {
   Check(MovesOfValuesOfAnyShape());
   Check(MovesOfValuesOfAnyShape(), 5);  // A second batch size: a second plan.
   Check(GatherConcatAndExpand());
+  Check(ClassToken());  // The token's gradient: the sum over the batch.
 }
 
 }  // namespace

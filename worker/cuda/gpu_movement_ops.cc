@@ -1,9 +1,11 @@
 // Twins of the graph ops that move elements without arithmetic (gpu_movement_ops.h).
 #include "worker/cuda/gpu_movement_ops.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/graph_kernels.h"
+#include "worker/cuda/graph_operand.h"
 #include "worker/graph/element_sources.h"
 
 namespace dptrain {
@@ -142,12 +145,28 @@ class ChannelShuffleTwin final : public GpuNode {
 
 // A node that only moves elements, of any shape (graph/element_sources.h): the CPU node's
 // sources and their readers, made on the host once per batch size and kept on the device; the
-// forward is one gather, the backward one readers' sum per input.
+// forward is one gather, the backward one readers' sum per input (and into a learned operand's
+// gradient: the operand is the input after the runtime ones).
 class MoveTwin final : public GpuNode {
  public:
   MoveTwin(const graph::NodeImpl<float>& cpu, std::vector<nn::Dims> inputs)
-      : cpu_(cpu), inputs_(std::move(inputs)) {}
+      : cpu_(cpu), inputs_(std::move(inputs)) {
+    const graph::TwinSpec<float> spec = cpu.twin();
+    if (spec.operand_size > 0) {
+      operand_.emplace(spec.operand_source, spec.held_operand, spec.operand_size);
+      operand_size_ = spec.operand_size;
+    }
+  }
 
+  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) override {
+    if (operand_) operand_->BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<float* const> buffers) override {
+    if (operand_) operand_->BindBuffers(buffers);
+  }
+
+  // `inputs`: the runtime inputs, or the graph's input alone for a node without any (read for
+  // the batch size, as the CPU node's Forward gets it).
   absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
                                        bool) override {
     const int batch = inputs[0].batch;  // As the CPU node reads it (a value without one: 1).
@@ -156,6 +175,13 @@ class MoveTwin final : public GpuNode {
     for (size_t i = 0; i < inputs.size(); ++i) {
       sizes.push_back(inputs[i].size());
       pointers.data[i] = inputs[i].data;
+    }
+    if (operand_) {
+      if (inputs.size() >= static_cast<size_t>(graph::kMaxSourceInputs)) {
+        return absl::InternalError("too many inputs for the gather");
+      }
+      DPTRAIN_ASSIGN_OR_RETURN(pointers.data[inputs.size()], operand_->Values(ctx));
+      sizes.push_back(operand_size_);
     }
     DPTRAIN_ASSIGN_OR_RETURN(plan_, PlanFor(ctx, batch, sizes));
     DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, plan_->outputs));
@@ -181,6 +207,11 @@ class MoveTwin final : public GpuNode {
                                          in.size, ctx.stream()));
       dx[i] = DeviceTensor{g, batches_[i], inputs_[i]};
     }
+    if (operand_ && operand_->grad() != nullptr) {  // Overwritten, as the CPU node does.
+      const Plan::Input& in = plan_->inputs.back();
+      DPTRAIN_RETURN_IF_ERROR(SumReaders(in.offsets.data(), in.readers.data(), grad_output.data,
+                                         operand_->grad(), in.size, ctx.stream()));
+    }
     return dx;
   }
 
@@ -192,7 +223,7 @@ class MoveTwin final : public GpuNode {
       int64_t size = 0;
       DeviceBuffer<int64_t> offsets, readers;
     };
-    std::vector<Input> inputs;
+    std::vector<Input> inputs;  // The Forward's inputs, then the operand.
   };
 
   static absl::Status Upload(DeviceContext& ctx, const std::vector<int64_t>& host,
@@ -232,7 +263,9 @@ class MoveTwin final : public GpuNode {
   }
 
   const graph::NodeImpl<float>& cpu_;
-  const std::vector<nn::Dims> inputs_;
+  const std::vector<nn::Dims> inputs_;  // The runtime inputs' dims (none: the batch's source).
+  std::optional<GraphOperand> operand_;
+  int64_t operand_size_ = 0;
   std::map<int, std::unique_ptr<Plan>> plans_;  // By batch size.
   Plan* plan_ = nullptr;                        // The last Forward's.
   std::vector<int> batches_;                    // The last Forward's inputs' batches.

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "worker/graph/any_shape_internal.h"
 #include "worker/graph/any_shape_ops.h"
+#include "worker/graph/element_sources.h"
 
 namespace dptrain {
 namespace graph {
@@ -45,6 +46,15 @@ class ExpandNode final : public OperandNode<T> {
                     [&](int64_t k, int64_t off) { g[off] += dy[k]; });
     }
     return std::vector<TensorRef<T>>(need_input_grad.size());
+  }
+
+  // The operand is input 1 (after the graph's input, read for its batch size).
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    const Shape out_shape = this->out_.Concrete(batch);
+    sources.resize(Product(out_shape));
+    ForEachOffset(out_shape, this->operand().StridesAgainst(out_shape),
+                  [&](int64_t k, int64_t off) { sources[k] = ElementSource(1, off); });
+    return true;
   }
 
  private:

@@ -161,6 +161,8 @@ class Operand {
   }
   const Shape& shape() const { return shape_; }
   const std::string& name() const { return name_; }
+  OperandSource source() const { return source_; }
+  const T* held() const { return source_ == OperandSource::kHeld ? held_.data() : nullptr; }
 
  private:
   std::string name_;
@@ -192,6 +194,16 @@ class OperandNode : public AnyShapeNode<T> {
   }
   void BindBuffers(absl::Span<T* const> buffers) override {
     if (operand_) operand_->BindBuffers(buffers);
+  }
+  // Where the operand lies, for another backend's twin (TwinSpec's operand fields).
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = AnyShapeNode<T>::twin();
+    if (operand_) {
+      t.operand_source = operand_->source();
+      t.held_operand = operand_->held();
+      t.operand_size = operand_->size();
+    }
+    return t;
   }
 
  protected:

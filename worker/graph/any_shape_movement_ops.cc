@@ -216,6 +216,16 @@ class GatherRowsNode final : public OperandNode<T> {
     return std::vector<TensorRef<T>>(need_input_grad.size());
   }
 
+  // The table is input 1 (after the graph's input, read for nothing).
+  bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
+    sources.resize(indices_.size() * row_);
+    for (size_t j = 0; j < indices_.size(); ++j) {
+      for (int64_t i = 0; i < row_; ++i)
+        sources[j * row_ + i] = ElementSource(1, indices_[j] * row_ + i);
+    }
+    return true;
+  }
+
  private:
   const int64_t row_;
   const std::vector<int64_t> indices_;

@@ -1,7 +1,10 @@
 // Ops that only move elements (Transpose, Gather by constant indices, Slice, Concat, Pad and
 // Expand of computed values, whatever their shapes) described as data, so that any backend runs
 // them with one gather and its inverse instead of a twin per op: for each output element, the
-// runtime input and the element it copies, or a zero (NodeImpl::ElementSources). The backward
+// runtime input and the element it copies, or a zero (NodeImpl::ElementSources); a node that
+// reads a tensor of the model (Expand of a class token, Gather of rows of a table by constant
+// indices) numbers it as the input after its runtime ones (TwinSpec's operand fields say where
+// it lies; a learned one's gradient is its readers' sums like an input's). The backward
 // is, for each input element, the sum of the output gradients of the elements that read it, in
 // increasing order (the CPU nodes' order); `Readers` inverts the sources into that list.
 //
@@ -27,7 +30,8 @@ namespace graph {
 inline constexpr int kSourceInputShift = 48;
 inline constexpr int64_t kSourceIndexMask = (int64_t{1} << kSourceInputShift) - 1;
 inline constexpr int64_t kZeroSource = -1;
-// The most runtime inputs a moving node may read (Concat of more is refused by the twins).
+// The most inputs (runtime ones and the operand) a moving node may read (a Concat of more is
+// refused by the twins).
 inline constexpr int kMaxSourceInputs = 16;
 
 DPTRAIN_HOST_DEVICE inline int64_t ElementSource(int input, int64_t element) {

@@ -52,25 +52,49 @@ int64_t ValueSize(const Executor<float>& e, int v, int batch) {
   return n;
 }
 
-// One moving node at kBatch samples: the gather equals Forward, the readers'
-// sums equal Backward, on random values.
-void CheckNode(const Executor<float>& e, const Executor<float>::NodeState& node,
+// The executor's tensors, bound.
+struct Bound {
+  std::vector<float> params, grads, buffers;
+};
+
+// One moving node at kBatch samples: the gather equals Forward, the readers' sums equal
+// Backward (the inputs' gradients, and a learned operand's), on random values.
+void CheckNode(const Executor<float>& e, const Executor<float>::NodeState& node, Bound& bound,
                std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<std::vector<float>> in;
   std::vector<nn::TensorRef<float>> refs;
   std::vector<const float*> pointers;
   Ints sizes;
-  for (int v : node.inputs) {
+  // A node without runtime inputs gets the graph's input, for the batch size (node.h).
+  const std::vector<int> values = node.inputs.empty() ? std::vector<int>{0} : node.inputs;
+  for (int v : values) {
     sizes.push_back(ValueSize(e, v, kBatch));
     in.emplace_back(sizes.back());
     for (float& x : in.back()) x = uniform(rng);
   }
   for (size_t i = 0; i < in.size(); ++i) {
-    const int v = node.inputs[i];  // A value without a batch is held once (value_shape.h).
+    const int v = values[i];  // A value without a batch is held once (value_shape.h).
     refs.push_back(
         {in[i].data(), e.value_shapes()[v].batch_axis < 0 ? 1 : kBatch, e.value_dims()[v]});
     pointers.push_back(in[i].data());
+  }
+  // The operand, if any, as the input after the runtime ones (where a GPU twin finds it).
+  const TwinSpec<float> spec = node.impl->twin();
+  float* operand_grad = nullptr;
+  if (spec.operand_size > 0) {
+    sizes.push_back(spec.operand_size);
+    switch (spec.operand_source) {
+      case OperandSource::kParam:
+        pointers.push_back(bound.params.data() + node.param_offsets[0]);
+        operand_grad = bound.grads.data() + node.param_offsets[0];
+        break;
+      case OperandSource::kBuffer:
+        pointers.push_back(bound.buffers.data() + node.buffer_offsets[0]);
+        break;
+      default:
+        pointers.push_back(spec.held_operand);
+    }
   }
   Ints sources;  // For the batch Forward reads, as a GPU twin asks.
   ASSERT_TRUE(node.impl->ElementSources(refs[0].batch, sources));
@@ -83,16 +107,25 @@ void CheckNode(const Executor<float>& e, const Executor<float>::NodeState& node,
   }
   std::vector<float> dy(sources.size());
   for (float& x : dy) x = uniform(rng);
-  const std::vector<bool> need(in.size(), true);
+  const std::vector<bool> need(node.inputs.size(), true);
   const std::vector<nn::TensorRef<float>> dx =
       node.impl->Backward(ctx, {dy.data(), y.batch, y.dims}, need);
   const std::vector<ElementReaders> readers = Readers(sources, sizes);
-  ASSERT_EQ(readers.size(), in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    ASSERT_EQ(dx[i].size(), sizes[i]) << "input " << i;
+  ASSERT_EQ(readers.size(), sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const float* grad = i < dx.size() ? dx[i].data : i < in.size() ? nullptr : operand_grad;
+    // An input read for its batch size only has an empty gradient (no readers), a held or
+    // fixed operand none.
+    if (grad == nullptr) {
+      EXPECT_TRUE(readers[i].readers.empty() || i >= in.size()) << "input " << i;
+      continue;
+    }
+    if (i < dx.size()) {
+      ASSERT_EQ(dx[i].size(), sizes[i]) << "input " << i;
+    }
     for (int64_t j = 0; j < sizes[i]; ++j) {
       ASSERT_EQ(ReadersSum(readers[i].offsets.data(), readers[i].readers.data(), dy.data(), j),
-                dx[i].data[j])
+                grad[j])
           << "input " << i << ", element " << j;
     }
   }
@@ -104,14 +137,18 @@ std::vector<std::string> CheckMovingNodes(const Graph& graph) {
       Executor<float>::Create(graph, BuiltinOps());
   EXPECT_TRUE(made.ok()) << made.status();
   if (!made.ok()) return {};
+  Executor<float>& e = **made;
+  Bound bound{e.initial_params(), std::vector<float>(e.initial_params().size()),
+              e.initial_buffers()};
+  e.Bind(bound.params.data(), bound.grads.data(), bound.buffers.data());
   std::mt19937 rng(7);
   std::vector<std::string> checked;
-  for (const auto& node : (*made)->nodes()) {
+  for (const auto& node : e.nodes()) {
     Ints sources;
     if (!node.impl->ElementSources(kBatch, sources)) continue;
     checked.push_back(node.name);
     SCOPED_TRACE(node.name + " (" + node.op + ")");
-    CheckNode(**made, node, rng);
+    CheckNode(e, node, bound, rng);
   }
   return checked;
 }
@@ -159,6 +196,28 @@ TEST(ElementSourcesTest, MovesOfEveryKind) {
        IntConstant("pads", {0, 0, 1, 0, 2, 0, 0, 3})});
   g.input_rank = 4;
   EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"t", "down", "picked", "three", "pad"}));
+}
+
+// Tensors of the model moved: a class token expanded over the batch, rows of a bias table
+// picked by constant indices, repeated; learned (their gradients: the sums of their readers) or
+// buffers. (Held constants are folded before: a move of constants is a constant.)
+TEST(ElementSourcesTest, MovesOfTensorsOfTheModel) {
+  for (bool fixed : {false, true}) {
+    NamedConstant token = RandomConstant("cls_token", {1, 1, 4}, 3);
+    NamedConstant table = RandomConstant("table", {5, 4}, 4);
+    token.state = table.state = true;
+    token.fixed = table.fixed = fixed;
+    Graph g =
+        Chain({3, 4, 1},
+              {MakeNode("Expand", "cls", {"cls_token", "target"}, {"c"}),  // [B, 1, 4]
+               MakeNode("Concat", "cat", {"c", "x"}, {"t"}, {{"axis", int64_t{1}}}),
+               MakeNode("Gather", "bias", {"table", "rows"}, {"b"}),  // [4, 4]: no batch
+               MakeNode("Add", "y", {"t", "b"}, {"y"})},
+              {token, IntConstant("target", {2, 1, 1}), table, IntConstant("rows", {4, 0, 4, 2})});
+    g.input_rank = 3;
+    // The Concat along axis 1 of batch-first values is the batch-first op (not a move).
+    EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"cls", "bias"})) << fixed;
+  }
 }
 
 // Expand of a computed value along its size-1 axes (a padding mask to every head).

@@ -593,9 +593,10 @@ nn::TensorRef<T> Executor<T>::Backward(nn::TensorRef<T> grad_output, bool need_i
     const std::vector<nn::TensorRef<T>> grads =
         node.impl->Backward(ctx_, grad_views_[node.output], need);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      // Node n - 1 is the next to run backward (value 0, the input's, goes to the caller).
+      // Node n - 1 is the next to run backward (value 0, the input's, goes to the caller). An
+      // empty view adds nothing (a node that reads the input for its batch size only).
       const int v = node.inputs[i];
-      if (need[i]) Accumulate(v, grads[i], value_producer_[v] == n - 1);
+      if (need[i] && grads[i].data != nullptr) Accumulate(v, grads[i], value_producer_[v] == n - 1);
     }
   }
   // Tied weights: every later use's gradient into the first's (the one in the flat buffer), in
