@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/gpu_movement_ops.h"
+#include "worker/cuda/gpu_rowwise.h"
 #include "worker/cuda/kernels.h"
 
 namespace dptrain {
@@ -28,6 +29,13 @@ absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor
     if (!node.batch_first && node.impl->ElementSources(1, sources)) {
       // Moves of values of any shape: one gather, whatever the op.
       DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeMoveTwin(ctx));
+      g->nodes_.push_back(std::move(twin));
+      continue;
+    }
+    if (!node.batch_first && node.impl->twin().rowwise != nullptr) {
+      // A node applied to each row of the last axis: its twin for one row.
+      const int64_t row = cpu.value_shapes()[node.inputs[0]].dims.back();
+      DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeRowwiseTwin(ctx, row, registry));
       g->nodes_.push_back(std::move(twin));
       continue;
     }

@@ -591,10 +591,31 @@ graph::Graph ClassToken() {
   return g;
 }
 
-// Without a GPU: such graphs get their twins (a MoveTwin for each move), a Concat of more
+// Layers on each row of the last axis: a Linear per token of [B, 4, 6] (Gemm), its layer norm,
+// then sequence-first [4, B, 5]: a softmax of each row, a MatMul by a weight, a log-softmax.
+graph::Graph RowwiseLayers() {
+  graph::Graph g =
+      Chain({4, 6, 1},
+            {MakeNode("Gemm", "q", {"x", "w", "b"}, {"q"}, {{"transB", int64_t{1}}}),
+             MakeNode("LayerNormalization", "ln", {"q", "g", "bb"}, {"n"}, {{"axis", int64_t{-1}}}),
+             MakeNode("Transpose", "seq", {"n"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+             MakeNode("Softmax", "sm", {"t"}, {"s"}, {{"axis", int64_t{-1}}}),
+             MakeNode("MatMul", "m", {"s", "w2"}, {"m"}),
+             MakeNode("LogSoftmax", "ls", {"m"}, {"l"}, {{"axis", int64_t{-1}}}),
+             MakeNode("Transpose", "y", {"l"}, {"y"}, {{"perm", Ints{1, 0, 2}}})},
+            {RandomConstant("w", {5, 6}, 41), RandomConstant("b", {5}, 42),
+             RandomConstant("g", {5}, 43, 0.5, 1.0), RandomConstant("bb", {5}, 44),
+             RandomConstant("w2", {5, 3}, 45)});
+  g.input_rank = 3;
+  return g;
+}
+
+// Without a GPU: such graphs get their twins (a MoveTwin for each move, a row-wise twin for
+// each layer on rows), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
-  for (const graph::Graph& g : {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken()}) {
+  for (const graph::Graph& g :
+       {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(), RowwiseLayers()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -620,6 +641,11 @@ TEST_F(GpuTwinTest, MovesOfValuesOfAnyShape) {
   Check(MovesOfValuesOfAnyShape(), 5);  // A second batch size: a second plan.
   Check(GatherConcatAndExpand());
   Check(ClassToken());  // The token's gradient: the sum over the batch.
+}
+
+TEST_F(GpuTwinTest, LayersOnEachRowOfTheLastAxis) {
+  Check(RowwiseLayers());
+  Check(RowwiseLayers(), 5);
 }
 
 }  // namespace

@@ -126,6 +126,7 @@ class RowwiseNode final : public DelegatingNode<T> {
   TwinSpec<T> twin() const override {
     TwinSpec<T> t = this->inner().twin();
     t.any_shape = true;
+    t.rowwise = &this->inner();
     return t;
   }
 

@@ -165,6 +165,9 @@ enum class OperandSource { kComputed, kScalar, kHeld, kParam, kBuffer };
 // CPU factory parsed and checked, so that attributes are read once. Each op fills what its twin
 // reads; the rest stay at their defaults.
 template <typename T>
+class NodeImpl;
+
+template <typename T>
 struct TwinSpec {
   // A node that runs one nn::Layer: the layer, and for its parameters and buffers, how the
   // layer's tensors map onto the graph's (tensor_block.h's parts; empty: none).
@@ -215,8 +218,12 @@ struct TwinSpec {
   // InstanceNormalization (norm_ops.h): its epsilon (0: not one).
   double instance_norm_eps = 0;
   // Built by an op of any_shape_ops.h (values of any rank, the batch on any axis; a layer
-  // applied to each row of a last axis, which the fields above may describe): no twin yet.
+  // applied to each row of a last axis, which the fields above may describe).
   bool any_shape = false;
+  // A node applied to each row of its input's last axis, the rows as its batch (Gemm,
+  // LayerNormalization, Softmax over the last axis of a [B, T, D] value): that node, built for
+  // one row (its own twin() describes it). Null for the others.
+  const NodeImpl<T>* rowwise = nullptr;
 };
 
 template <typename T>
