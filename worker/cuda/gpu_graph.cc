@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/gpu_broadcast_binary.h"
 #include "worker/cuda/gpu_movement_ops.h"
 #include "worker/cuda/gpu_rowwise.h"
 #include "worker/cuda/kernels.h"
@@ -29,6 +30,12 @@ absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor
     if (!node.batch_first && node.impl->ElementSources(1, sources)) {
       // Moves of values of any shape: one gather, whatever the op.
       DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeMoveTwin(ctx));
+      g->nodes_.push_back(std::move(twin));
+      continue;
+    }
+    if (!node.batch_first && node.impl->OperandIndices(1, sources)) {
+      // Add, Sub, Mul, Div, Max, Min with NumPy broadcasting.
+      DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeBroadcastBinaryTwin(ctx));
       g->nodes_.push_back(std::move(twin));
       continue;
     }

@@ -610,12 +610,36 @@ graph::Graph RowwiseLayers() {
   return g;
 }
 
+// Every broadcast binary op and operand form on a sequence-first [4, B, 6] value: a computed
+// [4, B, 1] slice broadcast both ways, a scalar, a learned tensor (swapped), a fixed one, two
+// computed values of one shape (Max, Min, Div).
+graph::Graph BroadcastBinaryOps() {
+  graph::NamedConstant scale = RandomConstant("scale", {6}, 51, 0.5, 1.0);
+  graph::NamedConstant shift = RandomConstant("shift", {4, 1, 6}, 52);
+  scale.state = shift.state = true;
+  shift.fixed = true;
+  graph::Graph g =
+      Chain({4, 6, 1},
+            {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+             MakeNode("Slice", "m", {"t", "zero", "one", "two"}, {"m"}),  // [4, B, 1]
+             MakeNode("Sub", "c", {"t", "m"}, {"c"}), MakeNode("Sub", "c2", {"m", "t"}, {"c2"}),
+             MakeNode("Div", "d", {"c", "k"}, {"d"}), MakeNode("Mul", "e", {"scale", "d"}, {"e"}),
+             MakeNode("Add", "f", {"e", "shift"}, {"f"}), MakeNode("Max", "hi", {"f", "c2"}, {"h"}),
+             MakeNode("Min", "lo", {"h", "t"}, {"l"}), MakeNode("Sigmoid", "s", {"t"}, {"s"}),
+             MakeNode("Div", "q", {"l", "s"}, {"q"}),
+             MakeNode("Transpose", "y", {"q"}, {"y"}, {{"perm", Ints{1, 0, 2}}})},
+            {graph::IntConstant("zero", {0}), graph::IntConstant("one", {1}),
+             graph::IntConstant("two", {2}), FloatScalar("k", 0.7f), scale, shift});
+  g.input_rank = 3;
+  return g;
+}
+
 // Without a GPU: such graphs get their twins (a MoveTwin for each move, a row-wise twin for
-// each layer on rows), a Concat of more
+// each layer on rows, a broadcast twin for each binary op), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
-  for (const graph::Graph& g :
-       {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(), RowwiseLayers()}) {
+  for (const graph::Graph& g : {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(),
+                                RowwiseLayers(), BroadcastBinaryOps()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -641,6 +665,11 @@ TEST_F(GpuTwinTest, MovesOfValuesOfAnyShape) {
   Check(MovesOfValuesOfAnyShape(), 5);  // A second batch size: a second plan.
   Check(GatherConcatAndExpand());
   Check(ClassToken());  // The token's gradient: the sum over the batch.
+}
+
+TEST_F(GpuTwinTest, BroadcastBinaryOps) {
+  Check(BroadcastBinaryOps());
+  Check(BroadcastBinaryOps(), 5);
 }
 
 TEST_F(GpuTwinTest, LayersOnEachRowOfTheLastAxis) {

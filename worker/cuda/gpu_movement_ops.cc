@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/graph_operand.h"
+#include "worker/cuda/index_plan.h"
 #include "worker/graph/element_sources.h"
 
 namespace dptrain {
@@ -144,26 +143,14 @@ class ChannelShuffleTwin final : public GpuNode {
 };
 
 // A node that only moves elements, of any shape (graph/element_sources.h): the CPU node's
-// sources and their readers, made on the host once per batch size and kept on the device; the
+// sources and their readers, made on the host once per batch size and kept on the device
+// (index_plan.h); the
 // forward is one gather, the backward one readers' sum per input (and into a learned operand's
 // gradient: the operand is the input after the runtime ones).
-class MoveTwin final : public GpuNode {
+class MoveTwin final : public OperandNodeTwin {
  public:
   MoveTwin(const graph::NodeImpl<float>& cpu, std::vector<nn::Dims> inputs)
-      : cpu_(cpu), inputs_(std::move(inputs)) {
-    const graph::TwinSpec<float> spec = cpu.twin();
-    if (spec.operand_size > 0) {
-      operand_.emplace(spec.operand_source, spec.held_operand, spec.operand_size);
-      operand_size_ = spec.operand_size;
-    }
-  }
-
-  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) override {
-    if (operand_) operand_->BindParams(params, grads);
-  }
-  void BindBuffers(absl::Span<float* const> buffers) override {
-    if (operand_) operand_->BindBuffers(buffers);
-  }
+      : OperandNodeTwin(cpu.twin()), cpu_(cpu), inputs_(std::move(inputs)) {}
 
   // `inputs`: the runtime inputs, or the graph's input alone for a node without any (read for
   // the batch size, as the CPU node's Forward gets it).
@@ -181,12 +168,20 @@ class MoveTwin final : public GpuNode {
         return absl::InternalError("too many inputs for the gather");
       }
       DPTRAIN_ASSIGN_OR_RETURN(pointers.data[inputs.size()], operand_->Values(ctx));
-      sizes.push_back(operand_size_);
+      sizes.push_back(operand_->size());
     }
-    DPTRAIN_ASSIGN_OR_RETURN(plan_, PlanFor(ctx, batch, sizes));
+    plan_ = plans_.Find(batch);
+    if (plan_ == nullptr) {
+      std::vector<int64_t> sources;
+      if (!cpu_.ElementSources(batch, sources)) {
+        return absl::InternalError("the CPU node no longer describes its moves");
+      }
+      DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<IndexPlan> made, MakeIndexPlan(ctx, sources, sizes));
+      plan_ = plans_.Put(batch, std::move(made));
+    }
     DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, plan_->outputs));
     DPTRAIN_RETURN_IF_ERROR(
-        GatherSources(plan_->sources.data(), pointers, y, plan_->outputs, ctx.stream()));
+        GatherSources(plan_->indices.data(), pointers, y, plan_->outputs, ctx.stream()));
     batches_.clear();
     for (const DeviceTensor& x : inputs) batches_.push_back(x.batch);
     return DeviceTensor{y, batch, cpu_.output_dims()};
@@ -201,14 +196,14 @@ class MoveTwin final : public GpuNode {
     std::vector<DeviceTensor> dx(inputs_.size());
     for (size_t i = 0; i < inputs_.size(); ++i) {
       if (!need[i]) continue;
-      const Plan::Input& in = plan_->inputs[i];
+      const IndexPlan::Input& in = plan_->inputs[i];
       DPTRAIN_ASSIGN_OR_RETURN(float* g, grads_[i].Ensure(ctx, in.size));
       DPTRAIN_RETURN_IF_ERROR(SumReaders(in.offsets.data(), in.readers.data(), grad_output.data, g,
                                          in.size, ctx.stream()));
       dx[i] = DeviceTensor{g, batches_[i], inputs_[i]};
     }
     if (operand_ && operand_->grad() != nullptr) {  // Overwritten, as the CPU node does.
-      const Plan::Input& in = plan_->inputs.back();
+      const IndexPlan::Input& in = plan_->inputs.back();
       DPTRAIN_RETURN_IF_ERROR(SumReaders(in.offsets.data(), in.readers.data(), grad_output.data,
                                          operand_->grad(), in.size, ctx.stream()));
     }
@@ -216,59 +211,11 @@ class MoveTwin final : public GpuNode {
   }
 
  private:
-  struct Plan {
-    int64_t outputs = 0;
-    DeviceBuffer<int64_t> sources;
-    struct Input {
-      int64_t size = 0;
-      DeviceBuffer<int64_t> offsets, readers;
-    };
-    std::vector<Input> inputs;  // The Forward's inputs, then the operand.
-  };
-
-  static absl::Status Upload(DeviceContext& ctx, const std::vector<int64_t>& host,
-                             DeviceBuffer<int64_t>& device) {
-    if (host.empty()) return absl::OkStatus();
-    DPTRAIN_ASSIGN_OR_RETURN(int64_t * to, device.Ensure(ctx, static_cast<int64_t>(host.size())));
-    // Synchronous: `host` is freed when the plan is made.
-    return CudaStatus(
-        cudaMemcpy(to, host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
-        "cudaMemcpy of a moving node's plan");
-  }
-
-  // The plan for `batch` samples of inputs of `sizes` elements: kept from an earlier step, or
-  // made now.
-  absl::StatusOr<Plan*> PlanFor(DeviceContext& ctx, int batch, const std::vector<int64_t>& sizes) {
-    std::unique_ptr<Plan>& plan = plans_[batch];
-    if (plan != nullptr) return plan.get();
-    std::vector<int64_t> sources;
-    if (!cpu_.ElementSources(batch, sources)) {
-      return absl::InternalError("the CPU node no longer describes its moves");
-    }
-    const std::vector<graph::ElementReaders> readers = graph::Readers(sources, sizes);
-    if (readers.size() != sizes.size()) {
-      return absl::InternalError("the CPU node's sources lie outside its inputs");
-    }
-    auto made = std::make_unique<Plan>();
-    made->outputs = static_cast<int64_t>(sources.size());
-    DPTRAIN_RETURN_IF_ERROR(Upload(ctx, sources, made->sources));
-    made->inputs.resize(sizes.size());
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      made->inputs[i].size = sizes[i];
-      DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].offsets, made->inputs[i].offsets));
-      DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].readers, made->inputs[i].readers));
-    }
-    plan = std::move(made);
-    return plan.get();
-  }
-
   const graph::NodeImpl<float>& cpu_;
   const std::vector<nn::Dims> inputs_;  // The runtime inputs' dims (none: the batch's source).
-  std::optional<GraphOperand> operand_;
-  int64_t operand_size_ = 0;
-  std::map<int, std::unique_ptr<Plan>> plans_;  // By batch size.
-  Plan* plan_ = nullptr;                        // The last Forward's.
-  std::vector<int> batches_;                    // The last Forward's inputs' batches.
+  PlanCache plans_;                     // The sources (the Forward's inputs, then the operand).
+  IndexPlan* plan_ = nullptr;           // The last Forward's.
+  std::vector<int> batches_;            // The last Forward's inputs' batches.
   DeviceBuffer<float> output_;
   std::vector<DeviceBuffer<float>> grads_;
 };

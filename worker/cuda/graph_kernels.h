@@ -130,7 +130,7 @@ absl::Status LayerNormBackward(const float* dy, const float* xhat, const float* 
                                const float* scale, float* scale_grad, float* bias_grad, float* dx,
                                int batch, int64_t size, cudaStream_t stream);
 
-// The nodes that only move elements (worker/graph/element_sources.h; move_kernels.cu): the
+// The nodes that only move elements (worker/graph/element_sources.h; any_shape_kernels.cu): the
 // gather y[k] = input[s >> 48][s & mask] of sources[k] = s (0 where s < 0), one pointer per
 // runtime input; and its backward for one input, dx[e] = the sum of dy over e's readers
 // (offsets, readers: graph::Readers), in increasing order.
@@ -141,6 +141,21 @@ absl::Status GatherSources(const int64_t* sources, const SourceInputs& inputs, f
                            cudaStream_t stream);
 absl::Status SumReaders(const int64_t* offsets, const int64_t* readers, const float* dy, float* dx,
                         int64_t m, cudaStream_t stream);
+
+// Add, Sub, Mul, Div, Max, Min of a value x and an operand broadcast into it
+// (graph/binary_elements.h; `op` numbered as graph::BinaryOp): y[k] = f(x[k], other[indices[k]]);
+// dx[k] = d/dx; the operand's gradient at each of its m elements, the sum over its readers
+// (offsets, readers: graph::Readers of the indices), overwritten.
+absl::Status BroadcastBinaryForward(int op, bool swapped, const float* x, const float* other,
+                                    const int64_t* indices, float* y, int64_t n,
+                                    cudaStream_t stream);
+absl::Status BroadcastBinaryBackwardFull(int op, bool swapped, const float* x, const float* other,
+                                         const int64_t* indices, const float* dy, float* dx,
+                                         int64_t n, cudaStream_t stream);
+absl::Status BroadcastBinaryBackwardOperand(int op, bool swapped, const float* x,
+                                            const float* other, const int64_t* offsets,
+                                            const int64_t* readers, const float* dy, float* dother,
+                                            int64_t m, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace dptrain

@@ -1,12 +1,14 @@
 // A tensor of the model that a graph twin reads (graph::OperandSource): a parameter or buffer
 // bound by the graph, or the CPU node's held constant, copied to the device at the first
-// Forward. Used by the binary ops' twins (gpu_graph_ops.cc) and the moves' (gpu_movement_ops.cc).
+// Forward. Used by the binary ops' twins (gpu_graph_ops.cc, gpu_broadcast_binary.cc) and the
+// moves' (gpu_movement_ops.cc).
 #ifndef DPTRAIN_WORKER_CUDA_GRAPH_OPERAND_H_
 #define DPTRAIN_WORKER_CUDA_GRAPH_OPERAND_H_
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,6 +16,7 @@
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/device_context.h"
+#include "worker/cuda/gpu_graph.h"
 #include "worker/graph/node.h"
 
 namespace dptrain {
@@ -50,6 +53,7 @@ class GraphOperand {
     return uploaded_;
   }
   float* grad() const { return grad_; }  // Null unless a parameter.
+  int64_t size() const { return size_; }
 
  private:
   const graph::OperandSource source_;
@@ -59,6 +63,27 @@ class GraphOperand {
   float* grad_ = nullptr;
   DeviceBuffer<float> device_;
   const float* uploaded_ = nullptr;
+};
+
+// A twin of an any-shape node that may read one tensor of the model (TwinSpec's operand fields,
+// set where operand_size > 0): the operand, bound where the graph keeps it.
+class OperandNodeTwin : public GpuNode {
+ public:
+  void BindParams(absl::Span<const float* const> params, absl::Span<float* const> grads) override {
+    if (operand_) operand_->BindParams(params, grads);
+  }
+  void BindBuffers(absl::Span<float* const> buffers) override {
+    if (operand_) operand_->BindBuffers(buffers);
+  }
+
+ protected:
+  explicit OperandNodeTwin(const graph::TwinSpec<float>& spec) {
+    if (spec.operand_size > 0) {
+      operand_.emplace(spec.operand_source, spec.held_operand, spec.operand_size);
+    }
+  }
+
+  std::optional<GraphOperand> operand_;  // Empty: the node reads no tensor of the model.
 };
 
 }  // namespace cuda

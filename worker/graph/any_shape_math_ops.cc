@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "worker/graph/any_shape_internal.h"
 #include "worker/graph/any_shape_ops.h"
+#include "worker/graph/binary_elements.h"
 #include "worker/graph/layer_ops.h"
 #include "worker/graph/multi_input_ops.h"
 #include "worker/graph/norm_ops.h"
@@ -394,6 +395,14 @@ struct AnyShapeReduce {
 
 // ---- Add, Sub, Mul, Div with NumPy broadcasting ----
 
+static_assert(static_cast<int>(BinaryOp::kAdd) == kBinaryAdd &&
+                  static_cast<int>(BinaryOp::kSub) == kBinarySub &&
+                  static_cast<int>(BinaryOp::kMul) == kBinaryMul &&
+                  static_cast<int>(BinaryOp::kDiv) == kBinaryDiv &&
+                  static_cast<int>(BinaryOp::kMax) == kBinaryMax &&
+                  static_cast<int>(BinaryOp::kMin) == kBinaryMin,
+              "binary_elements.h numbers the ops as BinaryOp does");
+
 template <typename T>
 class BroadcastBinaryNode final : public OperandNode<T> {
  public:
@@ -408,10 +417,16 @@ class BroadcastBinaryNode final : public OperandNode<T> {
         swapped_(swapped),
         other_shape_(std::move(other_shape)) {}
 
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = OperandNode<T>::twin();
+    t.binary = op_;
+    t.swapped = swapped_;
+    return t;
+  }
+
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     const int batch = inputs[this->has_operand() || !swapped_ ? 0 : 1].batch;  // The full value's.
-    batch_ = batch;
     if (this->has_operand()) {
       x_ = inputs[0].data;
       other_ = this->operand().data();
@@ -421,37 +436,15 @@ class BroadcastBinaryNode final : public OperandNode<T> {
     }
     const Shape out_shape = this->out_.Concrete(batch);
     T* y = EnsureSize(output_, Product(out_shape));
-    Visit(out_shape, [&](int64_t k, int64_t o) {
-      const T a = swapped_ ? other_[o] : x_[k];
-      const T b = swapped_ ? x_[k] : other_[o];
-      switch (op_) {
-        case BinaryOp::kMax:  // NaN wins, as in torch.maximum.
-          y[k] = a > b || std::isnan(a) ? a : b;
-          break;
-        case BinaryOp::kMin:
-          y[k] = a < b || std::isnan(a) ? a : b;
-          break;
-        case BinaryOp::kAdd:
-          y[k] = a + b;
-          break;
-        case BinaryOp::kSub:
-          y[k] = a - b;
-          break;
-        case BinaryOp::kMul:
-          y[k] = a * b;
-          break;
-        default:
-          y[k] = a / b;
-          break;
-      }
-    });
+    const int op = static_cast<int>(op_);
+    Visit(batch, out_shape,
+          [&](int64_t k, int64_t o) { y[k] = BinaryValue(op, swapped_, x_[k], other_[o]); });
     return {y, batch, this->output_dims()};
   }
 
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
     const int batch = grad_output.batch;
-    batch_ = batch;
     const Shape out_shape = this->out_.Concrete(batch);
     const int64_t n = Product(out_shape);
     const T* dy = grad_output.data;
@@ -469,44 +462,10 @@ class BroadcastBinaryNode final : public OperandNode<T> {
       std::fill(other_grad, other_grad + m, T(0));
     }
     T* dx = need_x ? EnsureSize(grad_x_, n) : nullptr;
-    Visit(out_shape, [&](int64_t k, int64_t o) {
-      const T x = x_[k], c = other_[o], g = dy[k];
-      T gx, gc;  // d/dx, d/dc of the output times g.
-      switch (op_) {
-        case BinaryOp::kMax:  // To the larger; a tie halves it, as torch.maximum's gradient.
-        case BinaryOp::kMin:
-          if (x == c) {
-            gx = gc = g / T(2);
-          } else {
-            // The operand the forward took (a NaN is taken, as it wins there).
-            const bool x_taken =
-                std::isnan(x) || (!std::isnan(c) && (op_ == BinaryOp::kMax) == (x > c));
-            gx = x_taken ? g : T(0);
-            gc = x_taken ? T(0) : g;
-          }
-          break;
-        case BinaryOp::kAdd:
-          gx = g;
-          gc = g;
-          break;
-        case BinaryOp::kSub:
-          gx = swapped_ ? -g : g;
-          gc = swapped_ ? g : -g;
-          break;
-        case BinaryOp::kMul:
-          gx = g * c;
-          gc = g * x;
-          break;
-        default:
-          if (swapped_) {  // c / x
-            gx = -g * c / (x * x);
-            gc = g / x;
-          } else {  // x / c
-            gx = g / c;
-            gc = -g * x / (c * c);
-          }
-          break;
-      }
+    const int op = static_cast<int>(op_);
+    Visit(batch, out_shape, [&](int64_t k, int64_t o) {
+      T gx, gc;  // d/dx, d/dc of the output times dy.
+      BinaryGrads(op, swapped_, x_[k], other_[o], dy[k], gx, gc);
       if (dx != nullptr) dx[k] = gx;
       if (other_grad != nullptr) other_grad[o] += gc;
     });
@@ -525,14 +484,21 @@ class BroadcastBinaryNode final : public OperandNode<T> {
     return grads;
   }
 
+  bool OperandIndices(int batch, std::vector<int64_t>& indices) const override {
+    const Shape out_shape = this->out_.Concrete(batch);
+    indices.resize(Product(out_shape));
+    Visit(batch, out_shape, [&](int64_t k, int64_t o) { indices[k] = o; });
+    return true;
+  }
+
  private:
-  // f(k, o): element k of the output and the other operand's element o.
+  // f(k, o): element k of the output and the other operand's element o, for `batch` samples.
   template <typename F>
-  void Visit(const Shape& out_shape, F f) {
+  void Visit(int batch, const Shape& out_shape, F f) const {
     if (!this->has_operand() && other_shape_) {
       // A computed value broadcast along its size-1 axes (right-aligned: one without a batch
       // may have fewer).
-      const Shape own = Strides(other_shape_->Concrete(batch_));
+      const Shape own = Strides(other_shape_->Concrete(batch));
       const size_t lead = out_shape.size() - own.size();
       Shape strides(out_shape.size(), 0);
       for (size_t a = 0; a < own.size(); ++a) {
@@ -563,7 +529,6 @@ class BroadcastBinaryNode final : public OperandNode<T> {
   const BinaryOp op_;
   const bool swapped_;
   const std::optional<ValueShape> other_shape_;  // A computed operand that broadcasts.
-  int batch_ = 0;
   const T* x_ = nullptr;
   const T* other_ = nullptr;
   std::vector<T> output_, grad_x_, grad_other_;

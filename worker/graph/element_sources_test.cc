@@ -1,8 +1,10 @@
-// The ops that only move elements, as data (element_sources.h): for every such node of every
-// ONNX fixture and of graphs written here (Transpose, Gather by constant indices, Slice with
-// steps both ways, Concat of three, Pad, Expand), at a batch other than the export's, the
-// gather and readers' sums that the CUDA kernels compute (the same per-element functions, run
-// here on the host) equal the CPU node's Forward and Backward, bit for bit.
+// The any-shape nodes as data: for every node that only moves elements (element_sources.h) or
+// applies a broadcast binary op (binary_elements.h) in every ONNX fixture and in graphs written
+// here (Transpose, Gather by constant indices, Slice with steps both ways, Concat of three, Pad,
+// Expand; Add, Sub, Mul, Div, Max, Min in each operand form), at a batch other than the
+// export's, what the CUDA kernels compute (the same per-element functions, run here on the
+// host, at the node's sources or operand indices) equals the CPU node's Forward and Backward,
+// bit for bit.
 #include "worker/graph/element_sources.h"
 
 #include <dirent.h>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/graph/binary_elements.h"
 #include "worker/graph/executor.h"
 #include "worker/graph/graph_check.h"
 #include "worker/graph/onnx_fixtures_testing.h"
@@ -131,7 +134,77 @@ void CheckNode(const Executor<float>& e, const Executor<float>::NodeState& node,
   }
 }
 
-// Every moving node of `graph` (CheckNode); returns the names of the nodes checked.
+// One broadcast binary node at kBatch samples: binary_elements.h's functions at the operand
+// indices equal Forward, and their gradients (the operand's: the readers' sums) Backward.
+void CheckBinaryNode(const Executor<float>& e, const Executor<float>::NodeState& node, Bound& bound,
+                     std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(0.5f, 1.5f);  // Away from 0: Div.
+  std::vector<std::vector<float>> in;
+  std::vector<nn::TensorRef<float>> refs;
+  for (int v : node.inputs) {
+    in.emplace_back(ValueSize(e, v, kBatch));
+    for (float& x : in.back()) x = uniform(rng);
+    refs.push_back(
+        {in.back().data(), e.value_shapes()[v].batch_axis < 0 ? 1 : kBatch, e.value_dims()[v]});
+  }
+  const TwinSpec<float> spec = node.impl->twin();
+  ASSERT_TRUE(spec.binary.has_value());
+  const int op = static_cast<int>(*spec.binary);
+  const bool has_operand = spec.operand_size > 0;
+  const size_t full = has_operand || !spec.swapped ? 0 : 1;
+  const float* x = in[full].data();
+  const float* other = nullptr;
+  int64_t other_size = 0;
+  float* other_grad = nullptr;
+  if (has_operand) {
+    other_size = spec.operand_size;
+    switch (spec.operand_source) {
+      case OperandSource::kParam:
+        other = bound.params.data() + node.param_offsets[0];
+        other_grad = bound.grads.data() + node.param_offsets[0];
+        break;
+      case OperandSource::kBuffer:
+        other = bound.buffers.data() + node.buffer_offsets[0];
+        break;
+      default:
+        other = spec.held_operand;
+    }
+  } else {
+    other = in[1 - full].data();
+    other_size = static_cast<int64_t>(in[1 - full].size());
+  }
+  Ints indices;
+  ASSERT_TRUE(node.impl->OperandIndices(refs[full].batch, indices));
+  nn::LayerContext<float> ctx;
+  const nn::TensorRef<float> y = node.impl->Forward(ctx, refs, true);
+  ASSERT_EQ(y.size(), static_cast<int64_t>(indices.size()));
+  for (int64_t k = 0; k < y.size(); ++k) {
+    ASSERT_EQ(BinaryValue(op, spec.swapped, x[k], other[indices[k]]), y.data[k]) << k;
+  }
+  std::vector<float> dy(indices.size());
+  for (float& v : dy) v = uniform(rng) - 1.0f;
+  const std::vector<bool> need(node.inputs.size(), true);
+  const std::vector<nn::TensorRef<float>> dx =
+      node.impl->Backward(ctx, {dy.data(), y.batch, y.dims}, need);
+  for (int64_t k = 0; k < y.size(); ++k) {
+    float gx, gc;
+    BinaryGrads(op, spec.swapped, x[k], other[indices[k]], dy[k], gx, gc);
+    ASSERT_EQ(gx, dx[full].data[k]) << k;
+  }
+  if (!has_operand) other_grad = const_cast<float*>(dx[1 - full].data);
+  if (other_grad == nullptr) return;  // A held or fixed operand.
+  const std::vector<ElementReaders> readers = Readers(indices, {other_size});
+  ASSERT_EQ(readers.size(), 1u);
+  for (int64_t o = 0; o < other_size; ++o) {
+    ASSERT_EQ(OperandGradSum(op, spec.swapped, readers[0].offsets.data(), readers[0].readers.data(),
+                             x, other[o], dy.data(), o),
+              other_grad[o])
+        << "operand element " << o;
+  }
+}
+
+// Every moving node (CheckNode) and broadcast binary node (CheckBinaryNode) of `graph`;
+// returns the names of the nodes checked.
 std::vector<std::string> CheckMovingNodes(const Graph& graph) {
   absl::StatusOr<std::unique_ptr<Executor<float>>> made =
       Executor<float>::Create(graph, BuiltinOps());
@@ -145,10 +218,14 @@ std::vector<std::string> CheckMovingNodes(const Graph& graph) {
   std::vector<std::string> checked;
   for (const auto& node : e.nodes()) {
     Ints sources;
-    if (!node.impl->ElementSources(kBatch, sources)) continue;
-    checked.push_back(node.name);
     SCOPED_TRACE(node.name + " (" + node.op + ")");
-    CheckNode(e, node, bound, rng);
+    if (node.impl->ElementSources(kBatch, sources)) {
+      checked.push_back(node.name);
+      CheckNode(e, node, bound, rng);
+    } else if (node.impl->OperandIndices(kBatch, sources)) {
+      checked.push_back(node.name);
+      CheckBinaryNode(e, node, bound, rng);
+    }
   }
   return checked;
 }
@@ -195,7 +272,9 @@ TEST(ElementSourcesTest, MovesOfEveryKind) {
        IntConstant("st", {-1, 2}), IntConstant("idx", {2, 0, 2}),
        IntConstant("pads", {0, 0, 1, 0, 2, 0, 0, 3})});
   g.input_rank = 4;
-  EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"t", "down", "picked", "three", "pad"}));
+  // The Adds of the [B] means are broadcast binary nodes too.
+  EXPECT_EQ(CheckMovingNodes(g),
+            (std::vector<std::string>{"t", "down", "picked", "three", "pad", "a1", "y"}));
 }
 
 // Tensors of the model moved: a class token expanded over the batch, rows of a bias table
@@ -216,8 +295,31 @@ TEST(ElementSourcesTest, MovesOfTensorsOfTheModel) {
               {token, IntConstant("target", {2, 1, 1}), table, IntConstant("rows", {4, 0, 4, 2})});
     g.input_rank = 3;
     // The Concat along axis 1 of batch-first values is the batch-first op (not a move).
-    EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"cls", "bias"})) << fixed;
+    EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"cls", "bias", "y"})) << fixed;
   }
+}
+
+// Every broadcast binary op and operand form on a sequence-first [4, B, 6] value: a computed
+// statistic broadcast both ways, a scalar, a learned and a fixed tensor broadcast (swapped or
+// not), two computed values of one shape (Max, Min, Div).
+TEST(ElementSourcesTest, BroadcastBinaryOps) {
+  NamedConstant scale = RandomConstant("scale", {6}, 5, 0.5, 1.0);
+  NamedConstant shift = RandomConstant("shift", {4, 1, 6}, 6);
+  scale.state = shift.state = true;
+  shift.fixed = true;
+  Graph g =
+      Chain({4, 6, 1},
+            {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+             MakeNode("ReduceMean", "m", {"t"}, {"m"}, {{"axes", Ints{-1}}}),  // [4, B, 1]
+             MakeNode("Sub", "c", {"t", "m"}, {"c"}), MakeNode("Sub", "c2", {"m", "t"}, {"c2"}),
+             MakeNode("Div", "d", {"c", "k"}, {"d"}), MakeNode("Mul", "e", {"scale", "d"}, {"e"}),
+             MakeNode("Add", "f", {"e", "shift"}, {"f"}), MakeNode("Max", "hi", {"f", "c2"}, {"h"}),
+             MakeNode("Min", "lo", {"h", "t"}, {"l"}), MakeNode("Div", "q", {"l", "t"}, {"q"}),
+             MakeNode("Transpose", "y", {"q"}, {"y"}, {{"perm", Ints{1, 0, 2}}})},
+            {FloatScalar("k", 0.7f), scale, shift});
+  g.input_rank = 3;
+  EXPECT_EQ(CheckMovingNodes(g),
+            (std::vector<std::string>{"t", "c", "c2", "d", "e", "f", "hi", "lo", "q", "y"}));
 }
 
 // Expand of a computed value along its size-1 axes (a padding mask to every head).

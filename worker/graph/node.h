@@ -274,6 +274,11 @@ class NodeImpl {
   // `batch` samples, the source of each output element in order, and returns true; false (the
   // default) for every other op. Other backends run such a node as a gather and its inverse.
   virtual bool ElementSources(int batch, std::vector<int64_t>& sources) const { return false; }
+  // Add, Sub, Mul, Div, Max or Min of a value and an operand broadcast into it (binary_elements.h;
+  // TwinSpec says which op and where the operand lies): sets, for `batch` samples, the operand's
+  // element that each output element reads, and returns true; false (the default) for every
+  // other op.
+  virtual bool OperandIndices(int batch, std::vector<int64_t>& indices) const { return false; }
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
@@ -309,6 +314,9 @@ class DelegatingNode : public NodeImpl<T> {
   int64_t ids_below() const override { return inner_->ids_below(); }
   bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
     return inner_->ElementSources(batch, sources);
+  }
+  bool OperandIndices(int batch, std::vector<int64_t>& indices) const override {
+    return inner_->OperandIndices(batch, indices);
   }
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {

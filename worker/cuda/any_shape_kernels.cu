@@ -1,0 +1,99 @@
+// The kernels of the any-shape nodes' twins (graph_kernels.h): the gather of the nodes that only
+// move elements and its backward, the broadcast binary ops; each thread runs the per-element
+// function of graph/element_sources.h or graph/binary_elements.h, the one element_sources_test
+// checks on the host against the CPU nodes (and the CPU binary node computes with).
+#include <cuda_runtime_api.h>
+
+#include "worker/cuda/graph_kernels.h"
+#include "worker/cuda/kernel_launch.h"
+#include "worker/graph/binary_elements.h"
+#include "worker/graph/element_sources.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+static_assert(sizeof(SourceInputs::data) / sizeof(SourceInputs::data[0]) == graph::kMaxSourceInputs,
+              "one pointer per runtime input a moving node may read");
+
+__global__ void GatherSourcesKernel(const int64_t* sources, SourceInputs inputs, float* y,
+                                    int64_t n) {
+  DPTRAIN_GRID_STRIDE(k, n) { y[k] = graph::MovedElement(sources, inputs.data, k); }
+}
+
+__global__ void SumReadersKernel(const int64_t* offsets, const int64_t* readers, const float* dy,
+                                 float* dx, int64_t m) {
+  DPTRAIN_GRID_STRIDE(e, m) { dx[e] = graph::ReadersSum(offsets, readers, dy, e); }
+}
+
+__global__ void BroadcastBinaryForwardKernel(int op, bool swapped, const float* x,
+                                             const float* other, const int64_t* indices, float* y,
+                                             int64_t n) {
+  DPTRAIN_GRID_STRIDE(k, n) { y[k] = graph::BinaryValue(op, swapped, x[k], other[indices[k]]); }
+}
+
+__global__ void BroadcastBinaryBackwardFullKernel(int op, bool swapped, const float* x,
+                                                  const float* other, const int64_t* indices,
+                                                  const float* dy, float* dx, int64_t n) {
+  DPTRAIN_GRID_STRIDE(k, n) {
+    float gx, gc;
+    graph::BinaryGrads(op, swapped, x[k], other[indices[k]], dy[k], gx, gc);
+    dx[k] = gx;
+  }
+}
+
+__global__ void BroadcastBinaryBackwardOperandKernel(int op, bool swapped, const float* x,
+                                                     const float* other, const int64_t* offsets,
+                                                     const int64_t* readers, const float* dy,
+                                                     float* dother, int64_t m) {
+  DPTRAIN_GRID_STRIDE(o, m) {
+    dother[o] = graph::OperandGradSum(op, swapped, offsets, readers, x, other[o], dy, o);
+  }
+}
+
+}  // namespace
+
+absl::Status BroadcastBinaryForward(int op, bool swapped, const float* x, const float* other,
+                                    const int64_t* indices, float* y, int64_t n,
+                                    cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  BroadcastBinaryForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(op, swapped, x, other, indices,
+                                                                   y, n);
+  return Launched("BroadcastBinaryForwardKernel<<<>>>");
+}
+
+absl::Status BroadcastBinaryBackwardFull(int op, bool swapped, const float* x, const float* other,
+                                         const int64_t* indices, const float* dy, float* dx,
+                                         int64_t n, cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  BroadcastBinaryBackwardFullKernel<<<Blocks(n), kThreads, 0, stream>>>(op, swapped, x, other,
+                                                                        indices, dy, dx, n);
+  return Launched("BroadcastBinaryBackwardFullKernel<<<>>>");
+}
+
+absl::Status BroadcastBinaryBackwardOperand(int op, bool swapped, const float* x,
+                                            const float* other, const int64_t* offsets,
+                                            const int64_t* readers, const float* dy, float* dother,
+                                            int64_t m, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  BroadcastBinaryBackwardOperandKernel<<<Blocks(m), kThreads, 0, stream>>>(
+      op, swapped, x, other, offsets, readers, dy, dother, m);
+  return Launched("BroadcastBinaryBackwardOperandKernel<<<>>>");
+}
+
+absl::Status GatherSources(const int64_t* sources, const SourceInputs& inputs, float* y, int64_t n,
+                           cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  GatherSourcesKernel<<<Blocks(n), kThreads, 0, stream>>>(sources, inputs, y, n);
+  return Launched("GatherSourcesKernel<<<>>>");
+}
+
+absl::Status SumReaders(const int64_t* offsets, const int64_t* readers, const float* dy, float* dx,
+                        int64_t m, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  SumReadersKernel<<<Blocks(m), kThreads, 0, stream>>>(offsets, readers, dy, dx, m);
+  return Launched("SumReadersKernel<<<>>>");
+}
+
+}  // namespace cuda
+}  // namespace dptrain

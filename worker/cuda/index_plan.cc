@@ -1,0 +1,44 @@
+#include "worker/cuda/index_plan.h"
+
+#include <cuda_runtime_api.h>
+
+#include "common/status_macros.h"
+#include "worker/cuda/cuda_status.h"
+#include "worker/graph/element_sources.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+absl::Status Upload(DeviceContext& ctx, const std::vector<int64_t>& host,
+                    DeviceBuffer<int64_t>& device) {
+  if (host.empty()) return absl::OkStatus();
+  DPTRAIN_ASSIGN_OR_RETURN(int64_t * to, device.Ensure(ctx, static_cast<int64_t>(host.size())));
+  return CudaStatus(
+      cudaMemcpy(to, host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
+      "cudaMemcpy of an index plan");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
+                                                         const std::vector<int64_t>& indices,
+                                                         const std::vector<int64_t>& sizes) {
+  const std::vector<graph::ElementReaders> readers = graph::Readers(indices, sizes);
+  if (readers.size() != sizes.size()) {
+    return absl::InternalError("a node's indices lie outside its inputs");
+  }
+  auto plan = std::make_unique<IndexPlan>();
+  plan->outputs = static_cast<int64_t>(indices.size());
+  DPTRAIN_RETURN_IF_ERROR(Upload(ctx, indices, plan->indices));
+  plan->inputs.resize(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    plan->inputs[i].size = sizes[i];
+    DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].offsets, plan->inputs[i].offsets));
+    DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].readers, plan->inputs[i].readers));
+  }
+  return plan;
+}
+
+}  // namespace cuda
+}  // namespace dptrain

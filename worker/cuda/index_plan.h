@@ -1,0 +1,55 @@
+// Index tables made on the host and kept on the device, for the twins of the any-shape nodes
+// (gpu_movement_ops.cc's MoveTwin, gpu_broadcast_binary.cc): per output element an index (a
+// move's source, graph/element_sources.h; a broadcast operand's element), and per input the
+// readers of each of its elements (graph::Readers), in increasing order. Made once per batch
+// size (PlanCache) and uploaded synchronously (the host tables are freed after).
+#ifndef DPTRAIN_WORKER_CUDA_INDEX_PLAN_H_
+#define DPTRAIN_WORKER_CUDA_INDEX_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/cuda/device_context.h"
+
+namespace dptrain {
+namespace cuda {
+
+struct IndexPlan {
+  int64_t outputs = 0;
+  DeviceBuffer<int64_t> indices;  // `outputs` entries.
+  struct Input {
+    int64_t size = 0;
+    DeviceBuffer<int64_t> offsets, readers;
+  };
+  std::vector<Input> inputs;  // Per input of `sizes`.
+};
+
+// The plan of `indices` over inputs of `sizes` elements; Internal if an index lies outside them
+// (a bug of the node that made it).
+absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
+                                                         const std::vector<int64_t>& indices,
+                                                         const std::vector<int64_t>& sizes);
+
+// The plans of one node, by batch size.
+class PlanCache {
+ public:
+  // The plan for `batch`, or null: make it then (Put).
+  IndexPlan* Find(int batch) const {
+    auto it = plans_.find(batch);
+    return it == plans_.end() ? nullptr : it->second.get();
+  }
+  IndexPlan* Put(int batch, std::unique_ptr<IndexPlan> plan) {
+    return (plans_[batch] = std::move(plan)).get();
+  }
+
+ private:
+  std::map<int, std::unique_ptr<IndexPlan>> plans_;
+};
+
+}  // namespace cuda
+}  // namespace dptrain
+
+#endif  // DPTRAIN_WORKER_CUDA_INDEX_PLAN_H_
