@@ -1,10 +1,12 @@
 #include "worker/cuda/gpu_graph.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/cuda/gpu_batched_matmul.h"
 #include "worker/cuda/gpu_broadcast_binary.h"
 #include "worker/cuda/gpu_movement_ops.h"
 #include "worker/cuda/gpu_rowwise.h"
@@ -12,6 +14,33 @@
 
 namespace dptrain {
 namespace cuda {
+
+namespace {
+
+// The twin of a node whose values are not all batch-first (graph/any_shape_ops.h), chosen by
+// what the CPU node says it does rather than by its op: a move of elements, a broadcast binary
+// op, a node applied to each row of the last axis, a product of two computed values; else the
+// registry's twin where it works on the elements alone (views, element-wise functions).
+absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<float>& cpu,
+                                                      const graph::Executor<float>::NodeState& node,
+                                                      const GpuNodeContext& ctx,
+                                                      const GpuOpRegistry& registry) {
+  std::vector<int64_t> indices;
+  if (node.impl->ElementSources(1, indices)) return MakeMoveTwin(ctx);
+  if (node.impl->OperandIndices(1, indices)) return MakeBroadcastBinaryTwin(ctx);
+  const graph::TwinSpec<float> spec = node.impl->twin();
+  if (spec.rowwise != nullptr) {
+    return MakeRowwiseTwin(ctx, cpu.value_shapes()[node.inputs[0]].dims.back(), registry);
+  }
+  if (spec.batched_matmul[0] > 0) return MakeBatchedMatMulTwin(ctx);
+  if (!spec.any_shape && registry.TakesAnyShape(node.op)) return registry.Create(ctx);
+  return absl::UnimplementedError(absl::StrCat(
+      "node '", node.name, "' (", node.op,
+      ") works on values whose batch is not the first axis, of rank above 4, or row by row of "
+      "their last axis (attention, transformers): no CUDA version yet; --device=cpu trains it"));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor<float>& cpu,
                                                            const GpuOpRegistry& registry) {
@@ -26,34 +55,9 @@ absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor
     }
     GpuNodeContext ctx{node.name, node.op, *node.impl, {}};
     for (int v : node.inputs) ctx.input_dims.push_back(cpu.value_dims()[v]);
-    std::vector<int64_t> sources;
-    if (!node.batch_first && node.impl->ElementSources(1, sources)) {
-      // Moves of values of any shape: one gather, whatever the op.
-      DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeMoveTwin(ctx));
-      g->nodes_.push_back(std::move(twin));
-      continue;
-    }
-    if (!node.batch_first && node.impl->OperandIndices(1, sources)) {
-      // Add, Sub, Mul, Div, Max, Min with NumPy broadcasting.
-      DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeBroadcastBinaryTwin(ctx));
-      g->nodes_.push_back(std::move(twin));
-      continue;
-    }
-    if (!node.batch_first && node.impl->twin().rowwise != nullptr) {
-      // A node applied to each row of the last axis: its twin for one row.
-      const int64_t row = cpu.value_shapes()[node.inputs[0]].dims.back();
-      DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, MakeRowwiseTwin(ctx, row, registry));
-      g->nodes_.push_back(std::move(twin));
-      continue;
-    }
-    if (!node.batch_first && (node.impl->twin().any_shape || !registry.TakesAnyShape(node.op))) {
-      return absl::UnimplementedError(absl::StrCat(
-          "node '", node.name, "' (", node.op,
-          ") works on values whose batch is not the first axis, of rank above 4, or row by row "
-          "of their last axis (attention, transformers): no CUDA version yet; --device=cpu "
-          "trains it"));
-    }
-    DPTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GpuNode> twin, registry.Create(ctx));
+    DPTRAIN_ASSIGN_OR_RETURN(
+        std::unique_ptr<GpuNode> twin,
+        node.batch_first ? registry.Create(ctx) : AnyShapeTwin(cpu, node, ctx, registry));
     g->nodes_.push_back(std::move(twin));
   }
   for (const auto& node : cpu.nodes()) {  // One part per parameter, numbered node by node.

@@ -74,7 +74,8 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
                                            "elementwise", "shuffle", "dynamic", "scaled",
-                                           "convnext", "norms"));
+                                           "convnext", "norms", "attention", "attention_dynamic",
+                                           "mha", "mha_dynamic"));
 
 // Every CPU op with a batch-first version has a twin in GpuOps(); a registry without one
 // refuses the node in one line.
@@ -102,10 +103,10 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
-// Vision transformers (values whose batch is not first, any-shape nodes) have no CUDA version
-// yet: refused in one line naming the first such node, before anything runs.
+// Any-shape nodes without a twin yet (reductions over other axes, embedding lookups, masks,
+// recurrent layers) are refused in one line naming the first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"attention", "mha", "text", "text_mask", "text_lstm", "text_bigru",
+  for (const char* name : {"relpos", "text", "text_mask", "text_lstm", "text_bigru",
                            "text_lstm_packed", "functional", "text_bag"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -244,7 +245,8 @@ TEST_P(GpuGraphParityTest, OneTrainStepMatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
                                            "elementwise", "shuffle", "dynamic", "scaled",
-                                           "convnext", "norms"));
+                                           "convnext", "norms", "attention", "attention_dynamic",
+                                           "mha", "mha_dynamic"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
@@ -634,12 +636,32 @@ graph::Graph BroadcastBinaryOps() {
   return g;
 }
 
+// One attention head on [B, 4 tokens, 6 features]: q and k per token, q k^T (a MatMul of two
+// computed values), scaled, a softmax of each row, times the tokens, a layer norm per token.
+graph::Graph AttentionHead() {
+  graph::Graph g =
+      Chain({4, 6, 1},
+            {MakeNode("Gemm", "q", {"x", "wq", "bq"}, {"q"}, {{"transB", int64_t{1}}}),
+             MakeNode("Gemm", "k", {"x", "wk"}, {"k"}, {{"transB", int64_t{1}}}),
+             MakeNode("Transpose", "kt", {"k"}, {"kt"}, {{"perm", Ints{0, 2, 1}}}),
+             MakeNode("MatMul", "scores", {"q", "kt"}, {"s"}),
+             MakeNode("Mul", "scale", {"s", "c"}, {"s2"}),
+             MakeNode("Softmax", "attn", {"s2"}, {"a"}, {{"axis", int64_t{-1}}}),
+             MakeNode("MatMul", "mix", {"a", "x"}, {"m"}),
+             MakeNode("LayerNormalization", "y", {"m", "g", "b"}, {"y"}, {{"axis", int64_t{-1}}})},
+            {RandomConstant("wq", {5, 6}, 61), RandomConstant("bq", {5}, 62),
+             RandomConstant("wk", {5, 6}, 63), FloatScalar("c", 0.7f),
+             RandomConstant("g", {6}, 64, 0.5, 1.0), RandomConstant("b", {6}, 65)});
+  g.input_rank = 3;
+  return g;
+}
+
 // Without a GPU: such graphs get their twins (a MoveTwin for each move, a row-wise twin for
-// each layer on rows, a broadcast twin for each binary op), a Concat of more
+// each layer on rows, a broadcast twin for each binary op, a batched product), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
   for (const graph::Graph& g : {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(),
-                                RowwiseLayers(), BroadcastBinaryOps()}) {
+                                RowwiseLayers(), BroadcastBinaryOps(), AttentionHead()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -665,6 +687,11 @@ TEST_F(GpuTwinTest, MovesOfValuesOfAnyShape) {
   Check(MovesOfValuesOfAnyShape(), 5);  // A second batch size: a second plan.
   Check(GatherConcatAndExpand());
   Check(ClassToken());  // The token's gradient: the sum over the batch.
+}
+
+TEST_F(GpuTwinTest, AttentionHead) {
+  Check(AttentionHead());
+  Check(AttentionHead(), 5);
 }
 
 TEST_F(GpuTwinTest, BroadcastBinaryOps) {

@@ -39,6 +39,12 @@ class BatchedMatMulNode final : public AnyShapeNode<T> {
     n_ = static_cast<int>(b_.dims[r - 1]);
   }
 
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = AnyShapeNode<T>::twin();
+    t.batched_matmul = {m_, k_, n_};
+    return t;
+  }
+
   TensorRef<T> Forward(const nn::LayerContext<T>& ctx, absl::Span<const TensorRef<T>> inputs,
                        bool training) override {
     a_data_ = inputs[0].data;

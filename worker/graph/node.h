@@ -220,6 +220,9 @@ struct TwinSpec {
   // Built by an op of any_shape_ops.h (values of any rank, the batch on any axis; a layer
   // applied to each row of a last axis, which the fields above may describe).
   bool any_shape = false;
+  // MatMul of two computed values [..., m, k] x [..., k, n] (any_shape_ops.h): m, k, n; one
+  // product per leading index (A's elements / (m k) of them), row-major. Zeros for the others.
+  std::array<int, 3> batched_matmul = {0, 0, 0};
   // A node applied to each row of its input's last axis, the rows as its batch (Gemm,
   // LayerNormalization, Softmax over the last axis of a [B, T, D] value): that node, built for
   // one row (its own twin() describes it). Null for the others.
