@@ -1,13 +1,15 @@
 // The kernels of the any-shape nodes' twins (graph_kernels.h): the gather of the nodes that only
-// move elements and its backward, the broadcast binary ops; each thread runs the per-element
-// function of graph/element_sources.h or graph/binary_elements.h, the one element_sources_test
-// checks on the host against the CPU nodes (and the CPU binary node computes with).
+// move elements and its backward, the broadcast binary ops, the reductions; each thread runs
+// the per-element function of graph/element_sources.h, binary_elements.h or reduce_elements.h, the
+// one element_sources_test checks on the host against the CPU nodes (and the CPU binary node
+// computes with).
 #include <cuda_runtime_api.h>
 
 #include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/kernel_launch.h"
 #include "worker/graph/binary_elements.h"
 #include "worker/graph/element_sources.h"
+#include "worker/graph/reduce_elements.h"
 
 namespace dptrain {
 namespace cuda {
@@ -51,7 +53,43 @@ __global__ void BroadcastBinaryBackwardOperandKernel(int op, bool swapped, const
   }
 }
 
+__global__ void ReduceForwardKernel(int reduction, const int64_t* offsets, const int64_t* readers,
+                                    const float* x, float scale, float* y, int64_t* arg,
+                                    int64_t m) {
+  DPTRAIN_GRID_STRIDE(o, m) {
+    int64_t taken = -1;
+    y[o] = graph::ReducedValue(reduction, offsets, readers, x, scale, o, &taken);
+    if (arg != nullptr) arg[o] = taken;
+  }
+}
+
+__global__ void ReduceBackwardKernel(int reduction, const int64_t* out_of, const float* x,
+                                     const float* y, const int64_t* arg, const float* dy,
+                                     float scale, float* dx, int64_t n) {
+  DPTRAIN_GRID_STRIDE(k, n) {
+    dx[k] = graph::ReducedGrad(reduction, out_of, x, y, arg, dy, scale, k);
+  }
+}
+
 }  // namespace
+
+absl::Status ReduceForward(int reduction, const int64_t* offsets, const int64_t* readers,
+                           const float* x, float scale, float* y, int64_t* arg, int64_t m,
+                           cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  ReduceForwardKernel<<<Blocks(m), kThreads, 0, stream>>>(reduction, offsets, readers, x, scale, y,
+                                                          arg, m);
+  return Launched("ReduceForwardKernel<<<>>>");
+}
+
+absl::Status ReduceBackward(int reduction, const int64_t* out_of, const float* x, const float* y,
+                            const int64_t* arg, const float* dy, float scale, float* dx, int64_t n,
+                            cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  ReduceBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(reduction, out_of, x, y, arg, dy, scale,
+                                                           dx, n);
+  return Launched("ReduceBackwardKernel<<<>>>");
+}
 
 absl::Status BroadcastBinaryForward(int op, bool swapped, const float* x, const float* other,
                                     const int64_t* indices, float* y, int64_t n,

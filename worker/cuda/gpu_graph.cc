@@ -9,6 +9,7 @@
 #include "worker/cuda/gpu_batched_matmul.h"
 #include "worker/cuda/gpu_broadcast_binary.h"
 #include "worker/cuda/gpu_movement_ops.h"
+#include "worker/cuda/gpu_reduce.h"
 #include "worker/cuda/gpu_rowwise.h"
 #include "worker/cuda/kernels.h"
 
@@ -19,8 +20,8 @@ namespace {
 
 // The twin of a node whose values are not all batch-first (graph/any_shape_ops.h), chosen by
 // what the CPU node says it does rather than by its op: a move of elements, a broadcast binary
-// op, a node applied to each row of the last axis, a product of two computed values; else the
-// registry's twin where it works on the elements alone (views, element-wise functions).
+// op, a reduction, a node applied to each row of the last axis, a product of two computed values;
+// else the registry's twin where it works on the elements alone (views, element-wise functions).
 absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<float>& cpu,
                                                       const graph::Executor<float>::NodeState& node,
                                                       const GpuNodeContext& ctx,
@@ -28,6 +29,7 @@ absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<floa
   std::vector<int64_t> indices;
   if (node.impl->ElementSources(1, indices)) return MakeMoveTwin(ctx);
   if (node.impl->OperandIndices(1, indices)) return MakeBroadcastBinaryTwin(ctx);
+  if (node.impl->ReducedIndices(1, indices)) return MakeReduceTwin(ctx);
   const graph::TwinSpec<float> spec = node.impl->twin();
   if (spec.rowwise != nullptr) {
     return MakeRowwiseTwin(ctx, cpu.value_shapes()[node.inputs[0]].dims.back(), registry);

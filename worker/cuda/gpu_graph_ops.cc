@@ -706,7 +706,7 @@ GpuOpRegistry GpuOps() {
   }
   for (const char* op :
        {"Tanh", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu", "Clip", "Elu", "Selu", "Softplus",
-        "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Pow"}) {
+        "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Pow", "Sin", "Cos"}) {
     r.Register(op, &MakeFunctionTwin, true);
   }
   for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu"}) r.Register(op, &MakeBinaryTwin);

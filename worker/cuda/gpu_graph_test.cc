@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
                                            "elementwise", "shuffle", "dynamic", "scaled",
                                            "convnext", "norms", "attention", "attention_dynamic",
-                                           "mha", "mha_dynamic"));
+                                           "mha", "mha_dynamic", "relpos"));
 
 // Every CPU op with a batch-first version has a twin in GpuOps(); a registry without one
 // refuses the node in one line.
@@ -85,11 +85,12 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   const graph::OpRegistry ops = graph::BuiltinOps();
   const GpuOpRegistry all = GpuOps();
   for (const std::string& op : ops.ops()) {
-    // Only any-shape nodes (graph/any_shape_ops.h) and Sin, Cos, which have no twin yet.
+    // Only the any-shape ops whose twin GpuGraph picks by what the node does (moves, broadcast
+    // binary ops, reductions) and those without a twin yet (masks, TopK, LSTM, GRU).
     if (op == "Transpose" || op == "Gather" || op == "Expand" || op == "Equal" || op == "Not" ||
         op == "Where" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" ||
-        op == "ReduceL2" || op == "Max" || op == "Min" || op == "TopK" || op == "Sin" ||
-        op == "Cos" || op == "TorchLSTM" || op == "TorchGRU") {
+        op == "ReduceL2" || op == "Max" || op == "Min" || op == "TopK" || op == "TorchLSTM" ||
+        op == "TorchGRU") {
       continue;
     }
     EXPECT_TRUE(all.Has(op)) << op;
@@ -106,8 +107,8 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
 // Any-shape nodes without a twin yet (reductions over other axes, embedding lookups, masks,
 // recurrent layers) are refused in one line naming the first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"relpos", "text", "text_mask", "text_lstm", "text_bigru",
-                           "text_lstm_packed", "functional", "text_bag"}) {
+  for (const char* name : {"text", "text_mask", "text_lstm", "text_bigru", "text_lstm_packed",
+                           "functional", "text_bag"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
@@ -246,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
                                            "elementwise", "shuffle", "dynamic", "scaled",
                                            "convnext", "norms", "attention", "attention_dynamic",
-                                           "mha", "mha_dynamic"));
+                                           "mha", "mha_dynamic", "relpos"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
@@ -409,7 +410,7 @@ TEST_F(GpuTwinTest, ElementWiseFunctions) {
   Check(Chain({2, 3, 4}, {MakeNode("Clip", "c", {"x", "lo", "hi"}, {"y"})},
               {FloatScalar("lo", -0.2f), FloatScalar("hi", 0.3f)}));
   Check(Chain({2, 3, 4}, {MakeNode("Cast", "c", {"x"}, {"y"}, {{"to", int64_t{1}}})}));
-  for (const char* op : {"Elu", "Selu", "Softplus", "Softsign"}) {
+  for (const char* op : {"Elu", "Selu", "Softplus", "Softsign", "Sin", "Cos"}) {
     SCOPED_TRACE(op);
     Check(Chain({2, 3, 4}, {MakeNode(op, "e", {"x"}, {"y"})}));
   }
@@ -656,12 +657,32 @@ graph::Graph AttentionHead() {
   return g;
 }
 
+// Every reduction over axes other than the batch's on a sequence-first [4, B, 6] value: means,
+// maxima, an L2 norm, minima and sums, combined by broadcast binary ops.
+graph::Graph Reductions() {
+  auto reduce = [](const char* op, const std::string& in, const std::string& out, Ints axes) {
+    return MakeNode(op, out, {in}, {out}, {{"axes", axes}});
+  };
+  graph::Graph g = Chain(
+      {4, 6, 1}, {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+                  reduce("ReduceMean", "t", "mean", {2}), reduce("ReduceMax", "t", "max", {0}),
+                  reduce("ReduceL2", "t", "l2", {0, 2}), MakeNode("Add", "a", {"max", "l2"}, {"a"}),
+                  MakeNode("Sub", "b", {"t", "mean"}, {"b"}),
+                  MakeNode("Mul", "c", {"b", "a"}, {"c"}), reduce("ReduceMin", "c", "min", {0}),
+                  reduce("ReduceSum", "c", "sum", {0}), MakeNode("Add", "d", {"min", "sum"}, {"d"}),
+                  MakeNode("Transpose", "y", {"d"}, {"y"}, {{"perm", Ints{1, 0, 2}}})});
+  g.input_rank = 3;
+  return g;
+}
+
 // Without a GPU: such graphs get their twins (a MoveTwin for each move, a row-wise twin for
-// each layer on rows, a broadcast twin for each binary op, a batched product), a Concat of more
+// each layer on rows, a broadcast twin for each binary op, a batched product, a
+// reduction), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
-  for (const graph::Graph& g : {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(),
-                                RowwiseLayers(), BroadcastBinaryOps(), AttentionHead()}) {
+  for (const graph::Graph& g :
+       {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(), RowwiseLayers(),
+        BroadcastBinaryOps(), AttentionHead(), Reductions()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -687,6 +708,11 @@ TEST_F(GpuTwinTest, MovesOfValuesOfAnyShape) {
   Check(MovesOfValuesOfAnyShape(), 5);  // A second batch size: a second plan.
   Check(GatherConcatAndExpand());
   Check(ClassToken());  // The token's gradient: the sum over the batch.
+}
+
+TEST_F(GpuTwinTest, Reductions) {
+  Check(Reductions());
+  Check(Reductions(), 5);
 }
 
 TEST_F(GpuTwinTest, AttentionHead) {

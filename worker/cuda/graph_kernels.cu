@@ -39,6 +39,10 @@ __device__ float FunctionValue(int f, float x, float a, float b, float c) {
       return 1.0f / x;
     case 15:
       return powf(x, a);
+    case 16:
+      return sinf(x);
+    case 17:
+      return cosf(x);
     default:
       return x < a ? a + b * (x - a) : x > c ? c : x;
   }
@@ -76,6 +80,10 @@ __device__ float FunctionSlope(int f, float x, float y, float a, float b, float 
       return -1.0f / (x * x);
     case 15:
       return a == 0.0f ? 0.0f : a * powf(x, a - 1.0f);
+    case 16:
+      return cosf(x);
+    case 17:
+      return -sinf(x);
     default:
       return x < a ? b : x > c ? 0.0f : 1.0f;
   }

@@ -19,7 +19,7 @@ namespace cuda {
 // graph::ElementFunction's numbering: 1 tanh, 2 erf, 3 hard sigmoid (a, b), 4 hard swish,
 // 5 piecewise linear (low a, slope below b, high c), 6 elu/selu (alpha a, scale b),
 // 7 softplus, 8 softsign, 9 exp, 10 log, 11 sqrt, 12 neg, 13 abs, 14 reciprocal, 15 pow
-// (exponent a).
+// (exponent a), 16 sin, 17 cos.
 absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
                                 float c, cudaStream_t stream);
 // dx = dy * f'(x) (tanh, exp and sqrt read y).
@@ -156,6 +156,17 @@ absl::Status BroadcastBinaryBackwardOperand(int op, bool swapped, const float* x
                                             const float* other, const int64_t* offsets,
                                             const int64_t* readers, const float* dy, float* dother,
                                             int64_t m, cudaStream_t stream);
+
+// ReduceMean/Sum/Max/Min/L2 over axes other than the batch's (graph/reduce_elements.h, its
+// numbering): each of the m outputs over its readers (offsets, readers) into y, and for a max or
+// min the input element taken into arg (may be null otherwise); backward, each of the n inputs
+// from the output it adds into (out_of[k]).
+absl::Status ReduceForward(int reduction, const int64_t* offsets, const int64_t* readers,
+                           const float* x, float scale, float* y, int64_t* arg, int64_t m,
+                           cudaStream_t stream);
+absl::Status ReduceBackward(int reduction, const int64_t* out_of, const float* x, const float* y,
+                            const int64_t* arg, const float* dy, float scale, float* dx, int64_t n,
+                            cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace dptrain

@@ -18,6 +18,7 @@
 #include "worker/graph/layer_ops.h"
 #include "worker/graph/multi_input_ops.h"
 #include "worker/graph/norm_ops.h"
+#include "worker/graph/reduce_elements.h"
 #include "worker/graph/shape_ops.h"
 #include "worker/nn/gemm.h"
 
@@ -237,6 +238,12 @@ struct Rowwise {
 // ---- Reductions (mean, sum, max, min, L2) over axes other than the batch's ----
 
 enum class Reduction { kMean, kSum, kMax, kMin, kL2 };
+static_assert(static_cast<int>(Reduction::kMean) == kReduceMean &&
+                  static_cast<int>(Reduction::kSum) == kReduceSum &&
+                  static_cast<int>(Reduction::kMax) == kReduceMax &&
+                  static_cast<int>(Reduction::kMin) == kReduceMin &&
+                  static_cast<int>(Reduction::kL2) == kReduceL2,
+              "reduce_elements.h numbers the reductions as Reduction does");
 
 template <typename T>
 class ReduceNode final : public AnyShapeNode<T> {
@@ -309,6 +316,20 @@ class ReduceNode final : public AnyShapeNode<T> {
     ForEachOffset(in_.Concrete(batch), KeptStrides(batch),
                   [&](int64_t k, int64_t off) { dx[k] = dy[off] * scale_; });
     return {TensorRef<T>{dx, batch, in_.dims_for_ops()}};
+  }
+
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = AnyShapeNode<T>::twin();
+    t.reduction = static_cast<int>(reduction_);
+    t.reduce_scale = static_cast<double>(scale_);
+    return t;
+  }
+
+  bool ReducedIndices(int batch, std::vector<int64_t>& out_of) const override {
+    out_of.resize(int64_t{batch} * in_.per_sample());
+    ForEachOffset(in_.Concrete(batch), KeptStrides(batch),
+                  [&](int64_t k, int64_t off) { out_of[k] = off; });
+    return true;
   }
 
  private:

@@ -21,6 +21,7 @@
 #include "worker/graph/onnx_fixtures_testing.h"
 #include "worker/graph/onnx_import.h"
 #include "worker/graph/op_registry.h"
+#include "worker/graph/reduce_elements.h"
 
 namespace dptrain {
 namespace graph {
@@ -203,8 +204,49 @@ void CheckBinaryNode(const Executor<float>& e, const Executor<float>::NodeState&
   }
 }
 
-// Every moving node (CheckNode) and broadcast binary node (CheckBinaryNode) of `graph`;
-// returns the names of the nodes checked.
+// One reduction at kBatch samples: reduce_elements.h's functions over each output element's
+// readers equal Forward (and a max's or min's choice), their gradients Backward.
+void CheckReduceNode(const Executor<float>& e, const Executor<float>::NodeState& node,
+                     std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const int v = node.inputs[0];
+  std::vector<float> x(ValueSize(e, v, kBatch));
+  for (float& f : x) f = uniform(rng);
+  if (x.size() > 3) x[3] = x[1];  // A tie, which a max or min resolves to the first.
+  const nn::TensorRef<float> ref{x.data(), e.value_shapes()[v].batch_axis < 0 ? 1 : kBatch,
+                                 e.value_dims()[v]};
+  const TwinSpec<float> spec = node.impl->twin();
+  const float scale = static_cast<float>(spec.reduce_scale);
+  Ints out_of;
+  ASSERT_TRUE(node.impl->ReducedIndices(ref.batch, out_of));
+  ASSERT_EQ(out_of.size(), x.size());
+  nn::LayerContext<float> ctx;
+  const nn::TensorRef<float> y = node.impl->Forward(ctx, absl::MakeConstSpan(&ref, 1), true);
+  const std::vector<ElementReaders> readers = Readers(out_of, {y.size()});
+  ASSERT_EQ(readers.size(), 1u);
+  Ints arg(y.size(), -1);
+  for (int64_t o = 0; o < y.size(); ++o) {
+    ASSERT_EQ(ReducedValue(spec.reduction, readers[0].offsets.data(), readers[0].readers.data(),
+                           x.data(), scale, o, &arg[o]),
+              y.data[o])
+        << "output element " << o;
+  }
+  std::vector<float> dy(y.size());
+  for (float& f : dy) f = uniform(rng);
+  const std::vector<float> y_copy(y.data, y.data + y.size());
+  const std::vector<nn::TensorRef<float>> dx =
+      node.impl->Backward(ctx, {dy.data(), y.batch, y.dims}, {true});
+  ASSERT_EQ(dx[0].size(), static_cast<int64_t>(x.size()));
+  for (int64_t k = 0; k < dx[0].size(); ++k) {
+    ASSERT_EQ(ReducedGrad(spec.reduction, out_of.data(), x.data(), y_copy.data(), arg.data(),
+                          dy.data(), scale, k),
+              dx[0].data[k])
+        << "input element " << k;
+  }
+}
+
+// Every moving node (CheckNode), broadcast binary node (CheckBinaryNode) and reduction
+// (CheckReduceNode) of `graph`; returns the names of the nodes checked.
 std::vector<std::string> CheckMovingNodes(const Graph& graph) {
   absl::StatusOr<std::unique_ptr<Executor<float>>> made =
       Executor<float>::Create(graph, BuiltinOps());
@@ -225,6 +267,9 @@ std::vector<std::string> CheckMovingNodes(const Graph& graph) {
     } else if (node.impl->OperandIndices(kBatch, sources)) {
       checked.push_back(node.name);
       CheckBinaryNode(e, node, bound, rng);
+    } else if (node.impl->ReducedIndices(kBatch, sources)) {
+      checked.push_back(node.name);
+      CheckReduceNode(e, node, rng);
     }
   }
   return checked;
@@ -272,9 +317,10 @@ TEST(ElementSourcesTest, MovesOfEveryKind) {
        IntConstant("st", {-1, 2}), IntConstant("idx", {2, 0, 2}),
        IntConstant("pads", {0, 0, 1, 0, 2, 0, 0, 3})});
   g.input_rank = 4;
-  // The Adds of the [B] means are broadcast binary nodes too.
+  // The means and the Adds of the [B] means are checked too.
   EXPECT_EQ(CheckMovingNodes(g),
-            (std::vector<std::string>{"t", "down", "picked", "three", "pad", "a1", "y"}));
+            (std::vector<std::string>{"t", "down", "picked", "three", "pad", "s_mean", "c_mean",
+                                      "p_mean", "a1", "y"}));
 }
 
 // Tensors of the model moved: a class token expanded over the batch, rows of a bias table
@@ -319,7 +365,22 @@ TEST(ElementSourcesTest, BroadcastBinaryOps) {
             {FloatScalar("k", 0.7f), scale, shift});
   g.input_rank = 3;
   EXPECT_EQ(CheckMovingNodes(g),
-            (std::vector<std::string>{"t", "c", "c2", "d", "e", "f", "hi", "lo", "q", "y"}));
+            (std::vector<std::string>{"t", "m", "c", "c2", "d", "e", "f", "hi", "lo", "q", "y"}));
+}
+
+// Every reduction over axes other than the batch's, kept or not, of a sequence-first value.
+TEST(ElementSourcesTest, Reductions) {
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"}) {
+    for (int64_t keep : {0, 1}) {
+      std::vector<Node> nodes = {
+          MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+          MakeNode(op, "r", {"t"}, {"r"}, {{"axes", Ints{0, 2}}, {"keepdims", keep}})};
+      if (keep) nodes.push_back(MakeNode("ReduceMean", "y", {"r"}, {"y"}, {{"axes", Ints{-1}}}));
+      Graph g = Chain({4, 6, 1}, nodes);
+      g.input_rank = 3;
+      EXPECT_EQ(CheckMovingNodes(g).size(), keep ? 3u : 2u) << op;
+    }
+  }
 }
 
 // Expand of a computed value along its size-1 axes (a padding mask to every head).
@@ -329,7 +390,7 @@ TEST(ElementSourcesTest, ExpandOfAComputedValue) {
                    MakeNode("ReduceMean", "y", {"h"}, {"y"}, {{"axes", Ints{1, 2, 3}}})},
                   {IntConstant("shape", {2, 2, 3, 4})});
   g.input_rank = 4;
-  EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"heads"}));
+  EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"heads", "y"}));
 }
 
 }  // namespace

@@ -173,19 +173,19 @@ struct LogFn {
   void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kLog; }
 };
 
-// Sin, Cos: no twin (ElementFunction::kNone): a GPU graph refuses them in one line.
+// sin(x), cos(x).
 template <typename T>
 struct SinFn {
   T value(T x) const { return std::sin(x); }
   T slope(T x) const { return std::cos(x); }
-  void Describe(TwinSpec<T>&) const {}
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kSin; }
 };
 
 template <typename T>
 struct CosFn {
   T value(T x) const { return std::cos(x); }
   T slope(T x) const { return -std::sin(x); }
-  void Describe(TwinSpec<T>&) const {}
+  void Describe(TwinSpec<T>& t) const { t.function = ElementFunction::kCos; }
 };
 
 template <typename T>

@@ -4,7 +4,7 @@
 //   LeakyRelu, Clip, Erf, HardSigmoid, HardSwish, Elu, Selu, Softplus, Softsign   as ONNX
 //             defines them (Clip's bounds from constant inputs or the opset-6 attributes; the
 //             gradient is 0 where clipped; Softplus is x past 20, as PyTorch computes it).
-//   Exp, Log, Sqrt, Neg, Abs, Reciprocal, Pow (a constant exponent), Sin, Cos (no CUDA twin).
+//   Exp, Log, Sqrt, Neg, Abs, Reciprocal, Pow (a constant exponent), Sin, Cos.
 // A bound or exponent that is a tensor of the model which would be learned is refused
 // (NodeContext::CheckNotLearned).
 #ifndef DPTRAIN_WORKER_GRAPH_ELEMENTWISE_OPS_H_
@@ -34,7 +34,7 @@ OpFactory NegOp();
 OpFactory AbsOp();
 OpFactory ReciprocalOp();
 OpFactory PowOp();
-OpFactory SinOp();  // No CUDA twin yet: a GPU graph refuses it.
+OpFactory SinOp();
 OpFactory CosOp();
 }  // namespace graph
 }  // namespace dptrain

@@ -147,7 +147,9 @@ enum class ElementFunction {
   kNeg,
   kAbs,
   kReciprocal,
-  kPow
+  kPow,
+  kSin,
+  kCos
 };
 // The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
 // one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); one
@@ -220,6 +222,10 @@ struct TwinSpec {
   // Built by an op of any_shape_ops.h (values of any rank, the batch on any axis; a layer
   // applied to each row of a last axis, which the fields above may describe).
   bool any_shape = false;
+  // A reduction over axes other than the batch's (reduce_elements.h's numbering; -1: not one)
+  // and what a mean or sum multiplies by.
+  int reduction = -1;
+  double reduce_scale = 1;
   // MatMul of two computed values [..., m, k] x [..., k, n] (any_shape_ops.h): m, k, n; one
   // product per leading index (A's elements / (m k) of them), row-major. Zeros for the others.
   std::array<int, 3> batched_matmul = {0, 0, 0};
@@ -282,6 +288,10 @@ class NodeImpl {
   // element that each output element reads, and returns true; false (the default) for every
   // other op.
   virtual bool OperandIndices(int batch, std::vector<int64_t>& indices) const { return false; }
+  // A reduction over axes other than the batch's (reduce_elements.h; TwinSpec::reduction): sets,
+  // for `batch` samples, the output element each input element adds into, and returns true;
+  // false (the default) for every other op.
+  virtual bool ReducedIndices(int batch, std::vector<int64_t>& out_of) const { return false; }
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
@@ -320,6 +330,9 @@ class DelegatingNode : public NodeImpl<T> {
   }
   bool OperandIndices(int batch, std::vector<int64_t>& indices) const override {
     return inner_->OperandIndices(batch, indices);
+  }
+  bool ReducedIndices(int batch, std::vector<int64_t>& out_of) const override {
+    return inner_->ReducedIndices(batch, out_of);
   }
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
