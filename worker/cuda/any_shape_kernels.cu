@@ -1,5 +1,6 @@
 // The kernels of the any-shape nodes' twins (graph_kernels.h): the gather of the nodes that only
-// move elements and its backward, the broadcast binary ops, the reductions; each thread runs
+// move elements and its backward, the broadcast binary ops, the reductions, the embedding
+// lookups; each thread runs
 // the per-element function of graph/element_sources.h, binary_elements.h or reduce_elements.h, the
 // one element_sources_test checks on the host against the CPU nodes (and the CPU binary node
 // computes with).
@@ -71,7 +72,38 @@ __global__ void ReduceBackwardKernel(int reduction, const int64_t* out_of, const
   }
 }
 
+__global__ void LookupForwardKernel(const float* table, const float* ids, int64_t row, float* y,
+                                    int64_t n) {
+  DPTRAIN_GRID_STRIDE(k, n) { y[k] = graph::LookedUp(table, ids, row, k); }
+}
+
+__global__ void LookupBackwardKernel(const int64_t* rows, const int64_t* offsets,
+                                     const int64_t* readers, const float* dy, int64_t row,
+                                     float* table_grad, int64_t n) {
+  DPTRAIN_GRID_STRIDE(t, n) {
+    const int64_t u = t / row, i = t % row;
+    table_grad[rows[u] * row + i] = graph::LookupGradSum(offsets, readers, dy, row, u, i);
+  }
+}
+
 }  // namespace
+
+absl::Status LookupForward(const float* table, const float* ids, int64_t row, float* y, int64_t n,
+                           cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  LookupForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(table, ids, row, y, n);
+  return Launched("LookupForwardKernel<<<>>>");
+}
+
+absl::Status LookupBackward(const int64_t* rows, const int64_t* offsets, const int64_t* readers,
+                            int64_t distinct, const float* dy, int64_t row, float* table_grad,
+                            cudaStream_t stream) {
+  const int64_t n = distinct * row;
+  if (n == 0) return absl::OkStatus();
+  LookupBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(rows, offsets, readers, dy, row,
+                                                           table_grad, n);
+  return Launched("LookupBackwardKernel<<<>>>");
+}
 
 absl::Status ReduceForward(int reduction, const int64_t* offsets, const int64_t* readers,
                            const float* x, float scale, float* y, int64_t* arg, int64_t m,

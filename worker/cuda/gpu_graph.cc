@@ -8,6 +8,7 @@
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/gpu_batched_matmul.h"
 #include "worker/cuda/gpu_broadcast_binary.h"
+#include "worker/cuda/gpu_lookup.h"
 #include "worker/cuda/gpu_movement_ops.h"
 #include "worker/cuda/gpu_reduce.h"
 #include "worker/cuda/gpu_rowwise.h"
@@ -20,8 +21,9 @@ namespace {
 
 // The twin of a node whose values are not all batch-first (graph/any_shape_ops.h), chosen by
 // what the CPU node says it does rather than by its op: a move of elements, a broadcast binary
-// op, a reduction, a node applied to each row of the last axis, a product of two computed values;
-// else the registry's twin where it works on the elements alone (views, element-wise functions).
+// op, a reduction, a node applied to each row of the last axis, a product of two computed values,
+// an embedding lookup; else the registry's twin where it works on the elements alone (views,
+// element-wise functions).
 absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<float>& cpu,
                                                       const graph::Executor<float>::NodeState& node,
                                                       const GpuNodeContext& ctx,
@@ -35,6 +37,7 @@ absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<floa
     return MakeRowwiseTwin(ctx, cpu.value_shapes()[node.inputs[0]].dims.back(), registry);
   }
   if (spec.batched_matmul[0] > 0) return MakeBatchedMatMulTwin(ctx);
+  if (spec.lookup_row > 0) return MakeLookupTwin(ctx);
   if (!spec.any_shape && registry.TakesAnyShape(node.op)) return registry.Create(ctx);
   return absl::UnimplementedError(absl::StrCat(
       "node '", node.name, "' (", node.op,

@@ -71,11 +71,13 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
   EXPECT_EQ((*gpu)->BufferSpecs().size(), (*cpu)->buffers().size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
-                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
-                                           "elementwise", "shuffle", "dynamic", "scaled",
-                                           "convnext", "norms", "attention", "attention_dynamic",
-                                           "mha", "mha_dynamic", "relpos"));
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, GpuGraphLayoutTest,
+    ::testing::Values("vgg", "resnet", "branching", "gated", "pooling", "elementwise", "shuffle",
+                      "dynamic", "scaled", "convnext", "norms", "attention", "attention_dynamic",
+                      "mha", "mha_dynamic", "relpos", "text", "text_bag", "text_bag_dynamic",
+                      "text_cnn", "text_pad", "text_two_inputs", "tabular_two_inputs",
+                      "tabular_text_bag", "tabular_text_bag_dynamic", "tabular_regression"));
 
 // Every CPU op with a batch-first version has a twin in GpuOps(); a registry without one
 // refuses the node in one line.
@@ -104,11 +106,11 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
-// Any-shape nodes without a twin yet (reductions over other axes, embedding lookups, masks,
-// recurrent layers) are refused in one line naming the first such node, before anything runs.
+// Any-shape nodes without a twin yet (masks, casts to integers, TopK, recurrent layers) are
+// refused in one line naming the first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"text", "text_mask", "text_lstm", "text_bigru", "text_lstm_packed",
-                           "functional", "text_bag"}) {
+  for (const char* name : {"text_mask", "text_lstm", "text_bigru", "text_lstm_packed", "functional",
+                           "tabular_mixed"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
@@ -247,7 +249,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
                          ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
                                            "elementwise", "shuffle", "dynamic", "scaled",
                                            "convnext", "norms", "attention", "attention_dynamic",
-                                           "mha", "mha_dynamic", "relpos"));
+                                           "mha", "mha_dynamic", "relpos", "text", "text_bag",
+                                           "text_bag_dynamic", "text_cnn", "text_pad",
+                                           "text_two_inputs", "tabular_two_inputs",
+                                           "tabular_text_bag", "tabular_text_bag_dynamic"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
@@ -341,7 +346,8 @@ class GpuTwinTest : public ::testing::Test {
     for (float* d : device_) cudaFree(d);
   }
 
-  void Check(const graph::Graph& g, int batch = 3) {
+  // `input`: the graph's input values (ids), else random ones.
+  void Check(const graph::Graph& g, int batch = 3, const std::vector<float>* input = nullptr) {
     const graph::OpRegistry ops = graph::BuiltinOps();
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, ops);
@@ -354,7 +360,8 @@ class GpuTwinTest : public ::testing::Test {
     graph::Executor<float>& c = **cpu;
     std::vector<float> params = c.initial_params(), buffers = c.initial_buffers();
     std::vector<float> grads(params.size(), 0.0f);
-    const std::vector<float> x = Random(batch * c.input_dims().size(), 1);
+    const std::vector<float> x =
+        input != nullptr ? *input : Random(batch * c.input_dims().size(), 1);
     const std::vector<float> gy = Random(batch * c.output_dims().size(), 2, 1.0f);
     c.Bind(params.data(), grads.data(), buffers.data());
     const nn::TensorRef<float> y = graph::ForwardOk(c, x.data(), batch, /*training=*/true);
@@ -675,14 +682,29 @@ graph::Graph Reductions() {
   return g;
 }
 
+// An embedding lookup of [B, 5] ids in a learned table of 7 rows (row 2 the padding_idx, its
+// gradient zero), the mean over the tokens.
+graph::Graph Lookup() {
+  graph::NamedConstant table = RandomConstant("table", {7, 4}, 71);
+  table.state = true;
+  graph::Graph g = Chain(
+      {5, 1, 1},
+      {MakeNode("Gather", "embed", {"table", "x"}, {"e"}, {{"padding_idx", int64_t{2}}}),
+       MakeNode("ReduceMean", "y", {"e"}, {"y"}, {{"axes", Ints{1}}, {"keepdims", int64_t{0}}})},
+      {table});
+  g.input_rank = 2;
+  g.input_ids = true;
+  return g;
+}
+
 // Without a GPU: such graphs get their twins (a MoveTwin for each move, a row-wise twin for
 // each layer on rows, a broadcast twin for each binary op, a batched product, a
-// reduction), a Concat of more
+// reduction, an embedding lookup), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
   for (const graph::Graph& g :
        {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(), RowwiseLayers(),
-        BroadcastBinaryOps(), AttentionHead(), Reductions()}) {
+        BroadcastBinaryOps(), AttentionHead(), Reductions(), Lookup()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -708,6 +730,11 @@ TEST_F(GpuTwinTest, MovesOfValuesOfAnyShape) {
   Check(MovesOfValuesOfAnyShape(), 5);  // A second batch size: a second plan.
   Check(GatherConcatAndExpand());
   Check(ClassToken());  // The token's gradient: the sum over the batch.
+}
+
+TEST_F(GpuTwinTest, EmbeddingLookup) {
+  const std::vector<float> ids = {0, 2, 6, 2, 3, 1, 1, 1, 0, 5, 6, 6, 2, 4, 3};  // 3 x 5.
+  Check(Lookup(), 3, &ids);
 }
 
 TEST_F(GpuTwinTest, Reductions) {

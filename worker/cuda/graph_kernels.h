@@ -168,6 +168,15 @@ absl::Status ReduceBackward(int reduction, const int64_t* out_of, const float* x
                             const int64_t* arg, const float* dy, float scale, float* dx, int64_t n,
                             cudaStream_t stream);
 
+// An embedding lookup (graph/element_sources.h): y[k] = table[ids[k / row] * row + k % row] for
+// n outputs, the ids checked before; backward, the gradient of each of the `distinct` rows
+// looked up (rows[u], its lookups readers[offsets[u] .. offsets[u + 1])), the others untouched.
+absl::Status LookupForward(const float* table, const float* ids, int64_t row, float* y, int64_t n,
+                           cudaStream_t stream);
+absl::Status LookupBackward(const int64_t* rows, const int64_t* offsets, const int64_t* readers,
+                            int64_t distinct, const float* dy, int64_t row, float* table_grad,
+                            cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace dptrain
 

@@ -8,18 +8,14 @@
 
 namespace dptrain {
 namespace cuda {
-namespace {
-
-absl::Status Upload(DeviceContext& ctx, const std::vector<int64_t>& host,
-                    DeviceBuffer<int64_t>& device) {
+absl::Status UploadIndices(DeviceContext& ctx, const std::vector<int64_t>& host,
+                           DeviceBuffer<int64_t>& device) {
   if (host.empty()) return absl::OkStatus();
   DPTRAIN_ASSIGN_OR_RETURN(int64_t * to, device.Ensure(ctx, static_cast<int64_t>(host.size())));
   return CudaStatus(
       cudaMemcpy(to, host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
       "cudaMemcpy of an index plan");
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
                                                          const std::vector<int64_t>& indices,
@@ -30,12 +26,12 @@ absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
   }
   auto plan = std::make_unique<IndexPlan>();
   plan->outputs = static_cast<int64_t>(indices.size());
-  DPTRAIN_RETURN_IF_ERROR(Upload(ctx, indices, plan->indices));
+  DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, indices, plan->indices));
   plan->inputs.resize(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     plan->inputs[i].size = sizes[i];
-    DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].offsets, plan->inputs[i].offsets));
-    DPTRAIN_RETURN_IF_ERROR(Upload(ctx, readers[i].readers, plan->inputs[i].readers));
+    DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, readers[i].offsets, plan->inputs[i].offsets));
+    DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, readers[i].readers, plan->inputs[i].readers));
   }
   return plan;
 }

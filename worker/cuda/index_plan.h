@@ -33,6 +33,10 @@ absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
                                                          const std::vector<int64_t>& indices,
                                                          const std::vector<int64_t>& sizes);
 
+// Copies `host` to `device` (grown to fit) and waits for the copy: `host` may change after.
+absl::Status UploadIndices(DeviceContext& ctx, const std::vector<int64_t>& host,
+                           DeviceBuffer<int64_t>& device);
+
 // The plans of one node, by batch size.
 class PlanCache {
  public:

@@ -288,6 +288,14 @@ class EmbeddingNode final : public OperandNode<T> {
 
   int64_t ids_below() const override { return rows_; }
 
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = OperandNode<T>::twin();
+    t.lookup_rows = rows_;
+    t.lookup_row = row_;
+    t.lookup_padding = padding_row_;
+    return t;
+  }
+
   absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
     const TensorRef<T>& ids = inputs[0];
     const int64_t n = ids.size();

@@ -1,6 +1,8 @@
 #include "worker/graph/element_sources.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <utility>
 
 namespace dptrain {
 namespace graph {
@@ -33,6 +35,33 @@ std::vector<ElementReaders> Readers(const std::vector<int64_t>& sources,
   }
   return result;
 }
+
+template <typename T>
+LookupReaders ReadersOfRows(const T* ids, int64_t n, int64_t table_rows, int64_t skipped_row) {
+  // The lookups sorted by row, each row's in lookup order (O(n log n): the table's size does
+  // not matter).
+  std::vector<std::pair<int64_t, int64_t>> by_row;  // (row, lookup)
+  by_row.reserve(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t id = static_cast<int64_t>(ids[j]);
+    if (id != skipped_row && id >= 0 && id < table_rows) by_row.emplace_back(id, j);
+  }
+  std::sort(by_row.begin(), by_row.end());
+  LookupReaders r;
+  r.offsets.push_back(0);
+  for (size_t p = 0; p < by_row.size(); ++p) {
+    if (p == 0 || by_row[p].first != by_row[p - 1].first) {
+      if (p > 0) r.offsets.push_back(static_cast<int64_t>(p));
+      r.rows.push_back(by_row[p].first);
+    }
+    r.readers.push_back(by_row[p].second);
+  }
+  if (!by_row.empty()) r.offsets.push_back(static_cast<int64_t>(by_row.size()));
+  return r;
+}
+
+template LookupReaders ReadersOfRows<float>(const float*, int64_t, int64_t, int64_t);
+template LookupReaders ReadersOfRows<double>(const double*, int64_t, int64_t, int64_t);
 
 }  // namespace graph
 }  // namespace dptrain

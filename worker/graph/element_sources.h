@@ -57,7 +57,33 @@ DPTRAIN_HOST_DEVICE inline T ReadersSum(const int64_t* offsets, const int64_t* r
   return sum;
 }
 
+// An embedding lookup (a table's rows picked by computed ids, integers in [0, rows) checked
+// before: NodeImpl::CheckInputs): output element k is column k % row of row ids[k / row].
+template <typename T>
+DPTRAIN_HOST_DEVICE inline T LookedUp(const T* table, const T* ids, int64_t row, int64_t k) {
+  return table[static_cast<int64_t>(ids[k / row]) * row + k % row];
+}
+
+// The table's gradient at column i of the u-th distinct row looked up: the sum over its lookups
+// j (readers[offsets[u] .. offsets[u + 1]), increasing: LookupReaders) of dy[j * row + i].
+template <typename T>
+DPTRAIN_HOST_DEVICE inline T LookupGradSum(const int64_t* offsets, const int64_t* readers,
+                                           const T* dy, int64_t row, int64_t u, int64_t i) {
+  T sum = T(0);
+  for (int64_t r = offsets[u]; r < offsets[u + 1]; ++r) sum += dy[readers[r] * row + i];
+  return sum;
+}
+
 #ifndef __CUDACC__
+// The lookups of each distinct row of a table: rows[u] was looked up by ids j =
+// readers[offsets[u] .. offsets[u + 1]), in increasing order; rows increasing. A row
+// `skipped_row` (nn.Embedding's padding_idx, or -1) is left out: its gradient stays zero.
+struct LookupReaders {
+  std::vector<int64_t> rows, offsets, readers;
+};
+template <typename T>
+LookupReaders ReadersOfRows(const T* ids, int64_t n, int64_t table_rows, int64_t skipped_row);
+
 // One input's readers in compressed rows: element e's are readers[offsets[e] .. offsets[e+1]).
 struct ElementReaders {
   std::vector<int64_t> offsets;  // input_size + 1 entries.

@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -245,8 +246,48 @@ void CheckReduceNode(const Executor<float>& e, const Executor<float>::NodeState&
   }
 }
 
-// Every moving node (CheckNode), broadcast binary node (CheckBinaryNode) and reduction
-// (CheckReduceNode) of `graph`; returns the names of the nodes checked.
+// One embedding lookup at kBatch samples, ids in range with repeats and the padding row among
+// them: LookedUp equals Forward; the table's gradient is LookupGradSum at each row looked up
+// (ReadersOfRows, the padding row left out) and zero elsewhere.
+void CheckLookupNode(const Executor<float>& e, const Executor<float>::NodeState& node, Bound& bound,
+                     std::mt19937& rng) {
+  const TwinSpec<float> spec = node.impl->twin();
+  const int v = node.inputs[0];
+  std::vector<float> ids(ValueSize(e, v, kBatch));
+  for (size_t j = 0; j < ids.size(); ++j) {
+    ids[j] = static_cast<float>(j % 3 == 0 ? 0 : rng() % spec.lookup_rows);
+  }
+  if (spec.lookup_padding >= 0 && ids.size() > 1) ids[1] = static_cast<float>(spec.lookup_padding);
+  const nn::TensorRef<float> ref{ids.data(), kBatch, e.value_dims()[v]};
+  ASSERT_TRUE(node.impl->CheckInputs(absl::MakeConstSpan(&ref, 1)).ok());
+  ASSERT_EQ(spec.operand_source, OperandSource::kParam);  // The fixtures' tables are learned.
+  const float* table = bound.params.data() + node.param_offsets[0];
+  float* table_grad = bound.grads.data() + node.param_offsets[0];
+  nn::LayerContext<float> ctx;
+  const nn::TensorRef<float> y = node.impl->Forward(ctx, absl::MakeConstSpan(&ref, 1), true);
+  ASSERT_EQ(y.size(), static_cast<int64_t>(ids.size()) * spec.lookup_row);
+  for (int64_t k = 0; k < y.size(); ++k) {
+    ASSERT_EQ(LookedUp(table, ids.data(), spec.lookup_row, k), y.data[k]) << k;
+  }
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> dy(y.size());
+  for (float& f : dy) f = uniform(rng);
+  node.impl->Backward(ctx, {dy.data(), y.batch, y.dims}, {false});
+  const LookupReaders r = ReadersOfRows(ids.data(), static_cast<int64_t>(ids.size()),
+                                        spec.lookup_rows, spec.lookup_padding);
+  std::vector<float> expected(spec.lookup_rows * spec.lookup_row, 0.0f);
+  for (size_t u = 0; u < r.rows.size(); ++u) {
+    for (int64_t i = 0; i < spec.lookup_row; ++i) {
+      expected[r.rows[u] * spec.lookup_row + i] = LookupGradSum(
+          r.offsets.data(), r.readers.data(), dy.data(), spec.lookup_row, int64_t(u), i);
+    }
+  }
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(expected[i], table_grad[i]) << i;
+}
+
+// Every moving node (CheckNode), broadcast binary node (CheckBinaryNode), reduction
+// (CheckReduceNode) and embedding lookup (CheckLookupNode) of `graph`; returns the names of the
+// nodes checked.
 std::vector<std::string> CheckMovingNodes(const Graph& graph) {
   absl::StatusOr<std::unique_ptr<Executor<float>>> made =
       Executor<float>::Create(graph, BuiltinOps());
@@ -270,6 +311,9 @@ std::vector<std::string> CheckMovingNodes(const Graph& graph) {
     } else if (node.impl->ReducedIndices(kBatch, sources)) {
       checked.push_back(node.name);
       CheckReduceNode(e, node, rng);
+    } else if (node.impl->twin().lookup_row > 0) {
+      checked.push_back(node.name);
+      CheckLookupNode(e, node, bound, rng);
     }
   }
   return checked;
@@ -295,6 +339,17 @@ TEST(ElementSourcesTest, EveryMovingNodeOfTheFixtures) {
   closedir(d);
   EXPECT_GE(fixtures, 30);
   EXPECT_GE(nodes, 20);  // The attention, text and tabular fixtures' Transposes, Slices, ...
+}
+
+// Embedding lookups: nn.Embedding (text_lstm), and with padding_idx (text_pad: the importer
+// marks its row of zeros, whose gradient stays zero).
+TEST(ElementSourcesTest, EmbeddingLookupsOfTheFixtures) {
+  for (const char* name : {"text_lstm", "text_pad"}) {
+    absl::StatusOr<Graph> g = ReadOnnxGraph(testing_fixtures::OnnxPath(name), BuiltinOps());
+    ASSERT_TRUE(g.ok()) << g.status();
+    const std::vector<std::string> checked = CheckMovingNodes(*g);
+    EXPECT_NE(std::find(checked.begin(), checked.end(), "/embed/Gather"), checked.end()) << name;
+  }
 }
 
 // Graphs at a batch other than the one their constants name; input [B, 2, 3, 4].

@@ -222,6 +222,9 @@ struct TwinSpec {
   // Built by an op of any_shape_ops.h (values of any rank, the batch on any axis; a layer
   // applied to each row of a last axis, which the fields above may describe).
   bool any_shape = false;
+  // An embedding lookup (a table of the model, the operand, by computed ids): the table's rows
+  // and row length (0: not a lookup), and the row whose gradient stays zero (padding_idx; -1).
+  int64_t lookup_rows = 0, lookup_row = 0, lookup_padding = -1;
   // A reduction over axes other than the batch's (reduce_elements.h's numbering; -1: not one)
   // and what a mean or sum multiplies by.
   int reduction = -1;
@@ -288,6 +291,9 @@ class NodeImpl {
   // element that each output element reads, and returns true; false (the default) for every
   // other op.
   virtual bool OperandIndices(int batch, std::vector<int64_t>& indices) const { return false; }
+  // An embedding lookup (a table of the model, the operand, by computed ids): the table's rows
+  // and row length (0: not a lookup), and the row whose gradient stays zero (padding_idx; -1).
+  int64_t lookup_rows = 0, lookup_row = 0, lookup_padding = -1;
   // A reduction over axes other than the batch's (reduce_elements.h; TwinSpec::reduction): sets,
   // for `batch` samples, the output element each input element adds into, and returns true;
   // false (the default) for every other op.
