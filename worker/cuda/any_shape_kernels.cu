@@ -1,6 +1,6 @@
 // The kernels of the any-shape nodes' twins (graph_kernels.h): the gather of the nodes that only
-// move elements and its backward, the broadcast binary ops, the reductions, the embedding
-// lookups; each thread runs
+// move elements and its backward, the broadcast binary ops, Where, the reductions, the
+// embedding lookups; each thread runs
 // the per-element function of graph/element_sources.h, binary_elements.h or reduce_elements.h, the
 // one element_sources_test checks on the host against the CPU nodes (and the CPU binary node
 // computes with).
@@ -86,7 +86,35 @@ __global__ void LookupBackwardKernel(const int64_t* rows, const int64_t* offsets
   }
 }
 
+__global__ void WhereForwardKernel(const float* cond, const float* a, const float* b, float* y,
+                                   int64_t n) {
+  DPTRAIN_GRID_STRIDE(k, n) { y[k] = cond[k] != 0.0f ? a[k] : b[k]; }
+}
+
+__global__ void WhereBackwardKernel(const float* cond, const float* dy, float* da, float* db,
+                                    int64_t n) {
+  DPTRAIN_GRID_STRIDE(k, n) {
+    const bool taken = cond[k] != 0.0f;
+    if (da != nullptr) da[k] = taken ? dy[k] : 0.0f;
+    if (db != nullptr) db[k] = taken ? 0.0f : dy[k];
+  }
+}
+
 }  // namespace
+
+absl::Status WhereForward(const float* cond, const float* a, const float* b, float* y, int64_t n,
+                          cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  WhereForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(cond, a, b, y, n);
+  return Launched("WhereForwardKernel<<<>>>");
+}
+
+absl::Status WhereBackward(const float* cond, const float* dy, float* da, float* db, int64_t n,
+                           cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  WhereBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(cond, dy, da, db, n);
+  return Launched("WhereBackwardKernel<<<>>>");
+}
 
 absl::Status LookupForward(const float* table, const float* ids, int64_t row, float* y, int64_t n,
                            cudaStream_t stream) {

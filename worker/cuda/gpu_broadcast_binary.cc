@@ -1,9 +1,11 @@
 #include "worker/cuda/gpu_broadcast_binary.h"
 
+#include <map>
 #include <utility>
 #include <vector>
 
 #include "common/status_macros.h"
+#include "worker/cuda/cuda_status.h"
 #include "worker/cuda/graph_kernels.h"
 #include "worker/cuda/graph_operand.h"
 #include "worker/cuda/index_plan.h"
@@ -96,7 +98,83 @@ class BroadcastBinaryTwin final : public OperandNodeTwin {
   DeviceBuffer<float> output_, grad_x_, grad_other_;
 };
 
+class WhereTwin final : public GpuNode {
+ public:
+  WhereTwin(const graph::NodeImpl<float>& cpu, std::vector<nn::Dims> inputs)
+      : cpu_(cpu), inputs_(std::move(inputs)) {}
+
+  absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
+                                       bool) override {
+    batch_ = inputs[0].batch;
+    std::vector<DeviceBuffer<float>>& constants = constants_[batch_];
+    if (constants.empty()) {  // This batch size's constants, broadcast once.
+      std::vector<std::vector<float>> host;
+      if (!cpu_.BroadcastConstants(batch_, host) || host.size() != 3) {
+        return absl::InternalError("the CPU node no longer describes its constants");
+      }
+      constants.resize(3);
+      for (int i = 0; i < 3; ++i) {
+        if (host[i].empty()) continue;
+        DPTRAIN_ASSIGN_OR_RETURN(float* d,
+                                 constants[i].Ensure(ctx, static_cast<int64_t>(host[i].size())));
+        DPTRAIN_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(d, host[i].data(), host[i].size() * sizeof(float), cudaMemcpyHostToDevice));
+      }
+    }
+    size_t runtime = 0;
+    for (int i = 0; i < 3; ++i) {
+      const bool constant = constants[i].data() != nullptr;
+      runtime_[i] = constant ? -1 : static_cast<int>(runtime);
+      v_[i] = constant ? constants[i].data() : inputs[runtime++].data;
+    }
+    n_ = int64_t{batch_} * cpu_.output_dims().size();
+    DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n_));
+    DPTRAIN_RETURN_IF_ERROR(WhereForward(v_[0], v_[1], v_[2], y, n_, ctx.stream()));
+    return DeviceTensor{y, batch_, cpu_.output_dims()};
+  }
+
+  absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
+                                                     const std::vector<bool>& need) override {
+    if (grad_output.size() != n_) {
+      return absl::FailedPreconditionError("Backward without the Forward of this gradient");
+    }
+    std::vector<DeviceTensor> dx(need.size());
+    float* d[3] = {nullptr, nullptr, nullptr};
+    for (int i = 1; i < 3; ++i) {  // The condition gets none (its slot: an empty tensor).
+      const int slot = runtime_[i];
+      if (slot < 0 || !need[slot]) continue;
+      DPTRAIN_ASSIGN_OR_RETURN(d[i], grads_[i].Ensure(ctx, n_));
+      dx[slot] = DeviceTensor{d[i], batch_, inputs_[slot]};
+    }
+    if (runtime_[0] >= 0 && need[runtime_[0]]) {
+      DPTRAIN_ASSIGN_OR_RETURN(float* zero, grads_[0].Ensure(ctx, n_));
+      DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zero, 0, n_ * sizeof(float), ctx.stream()));
+      dx[runtime_[0]] = DeviceTensor{zero, batch_, inputs_[runtime_[0]]};
+    }
+    DPTRAIN_RETURN_IF_ERROR(WhereBackward(v_[0], grad_output.data, d[1], d[2], n_, ctx.stream()));
+    return dx;
+  }
+
+ private:
+  const graph::NodeImpl<float>& cpu_;
+  const std::vector<nn::Dims> inputs_;
+  std::map<int, std::vector<DeviceBuffer<float>>> constants_;  // By batch size.
+  int batch_ = 0;
+  int64_t n_ = 0;
+  int runtime_[3] = {-1, -1, -1};  // Per input: its runtime slot, -1 for a constant.
+  const float* v_[3] = {nullptr, nullptr, nullptr};  // The last Forward's cond, a, b.
+  DeviceBuffer<float> output_, grads_[3];
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeWhereTwin(const GpuNodeContext& ctx) {
+  std::vector<std::vector<float>> probe;
+  if (!ctx.cpu.BroadcastConstants(1, probe) || probe.size() != 3) {
+    return ctx.Error("this form of the op");
+  }
+  return std::unique_ptr<GpuNode>(std::make_unique<WhereTwin>(ctx.cpu, ctx.input_dims));
+}
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeBroadcastBinaryTwin(const GpuNodeContext& ctx) {
   const graph::TwinSpec<float> spec = ctx.cpu.twin();

@@ -16,6 +16,11 @@ namespace cuda {
 
 absl::StatusOr<std::unique_ptr<GpuNode>> MakeBroadcastBinaryTwin(const GpuNodeContext& ctx);
 
+// Where (cond ? a : b; masked_fill): the computed inputs share the output's shape, the
+// constants are broadcast to it once per batch size (the CPU node's BroadcastConstants) and kept
+// on the device; the gradient goes to a computed a where cond holds, to a computed b elsewhere.
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeWhereTwin(const GpuNodeContext& ctx);
+
 }  // namespace cuda
 }  // namespace dptrain
 

@@ -21,9 +21,9 @@ namespace {
 
 // The twin of a node whose values are not all batch-first (graph/any_shape_ops.h), chosen by
 // what the CPU node says it does rather than by its op: a move of elements, a broadcast binary
-// op, a reduction, a node applied to each row of the last axis, a product of two computed values,
-// an embedding lookup; else the registry's twin where it works on the elements alone (views,
-// element-wise functions).
+// op, a Where, a reduction, a node applied to each row of the last axis, a product of two computed
+// values, an embedding lookup, an element-wise function (masks' comparisons too); else the
+// registry's twin where it works on the elements alone (views, activations).
 absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<float>& cpu,
                                                       const graph::Executor<float>::NodeState& node,
                                                       const GpuNodeContext& ctx,
@@ -32,12 +32,15 @@ absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<floa
   if (node.impl->ElementSources(1, indices)) return MakeMoveTwin(ctx);
   if (node.impl->OperandIndices(1, indices)) return MakeBroadcastBinaryTwin(ctx);
   if (node.impl->ReducedIndices(1, indices)) return MakeReduceTwin(ctx);
+  std::vector<std::vector<float>> constants;
+  if (node.impl->BroadcastConstants(1, constants)) return MakeWhereTwin(ctx);
   const graph::TwinSpec<float> spec = node.impl->twin();
   if (spec.rowwise != nullptr) {
     return MakeRowwiseTwin(ctx, cpu.value_shapes()[node.inputs[0]].dims.back(), registry);
   }
   if (spec.batched_matmul[0] > 0) return MakeBatchedMatMulTwin(ctx);
   if (spec.lookup_row > 0) return MakeLookupTwin(ctx);
+  if (spec.function != graph::ElementFunction::kNone) return MakeElementFunctionTwin(ctx);
   if (!spec.any_shape && registry.TakesAnyShape(node.op)) return registry.Create(ctx);
   return absl::UnimplementedError(absl::StrCat(
       "node '", node.name, "' (", node.op,

@@ -88,6 +88,10 @@ class GpuOpRegistry {
 // Every twin listed at the top.
 GpuOpRegistry GpuOps();
 
+// The twin of a node that applies an element-wise function (TwinSpec::function), on values of
+// any shape: also the comparisons and integer casts of masks (no gradient).
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeElementFunctionTwin(const GpuNodeContext& ctx);
+
 // The graph that `cpu` runs, on the GPU: same parameters, buffers and names (in the CPU
 // executor's layout). Its parts are the parameters: each is reported (GradsReady) as soon as
 // its node's backward is enqueued, so the model copies it out while earlier nodes compute.

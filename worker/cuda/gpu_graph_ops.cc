@@ -678,6 +678,10 @@ absl::StatusOr<std::unique_ptr<GpuNode>> MakeLayerNormTwin(const GpuNodeContext&
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<GpuNode>> MakeElementFunctionTwin(const GpuNodeContext& ctx) {
+  return MakeFunctionTwin(ctx);
+}
+
 absl::Status GpuNodeContext::Error(absl::string_view what) const {
   return absl::InvalidArgumentError(absl::StrCat("node '", name, "' (", op, "): ", what,
                                                  " (no CUDA version yet; --device=cpu trains it)"));

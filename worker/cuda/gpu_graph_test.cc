@@ -71,13 +71,15 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
   EXPECT_EQ((*gpu)->BufferSpecs().size(), (*cpu)->buffers().size());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, GpuGraphLayoutTest,
-    ::testing::Values("vgg", "resnet", "branching", "gated", "pooling", "elementwise", "shuffle",
-                      "dynamic", "scaled", "convnext", "norms", "attention", "attention_dynamic",
-                      "mha", "mha_dynamic", "relpos", "text", "text_bag", "text_bag_dynamic",
-                      "text_cnn", "text_pad", "text_two_inputs", "tabular_two_inputs",
-                      "tabular_text_bag", "tabular_text_bag_dynamic", "tabular_regression"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest,
+                         ::testing::Values("vgg", "resnet", "branching", "gated", "pooling",
+                                           "elementwise", "shuffle", "dynamic", "scaled",
+                                           "convnext", "norms", "attention", "attention_dynamic",
+                                           "mha", "mha_dynamic", "relpos", "text", "text_bag",
+                                           "text_bag_dynamic", "text_cnn", "text_pad",
+                                           "text_two_inputs", "tabular_two_inputs",
+                                           "tabular_text_bag", "tabular_text_bag_dynamic",
+                                           "tabular_mixed", "text_mask", "tabular_regression"));
 
 // Every CPU op with a batch-first version has a twin in GpuOps(); a registry without one
 // refuses the node in one line.
@@ -106,11 +108,10 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
-// Any-shape nodes without a twin yet (masks, casts to integers, TopK, recurrent layers) are
-// refused in one line naming the first such node, before anything runs.
+// Any-shape nodes without a twin yet (TopK, recurrent layers) are refused in one line naming the
+// first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"text_mask", "text_lstm", "text_bigru", "text_lstm_packed", "functional",
-                           "tabular_mixed"}) {
+  for (const char* name : {"text_lstm", "text_bigru", "text_lstm_packed", "functional"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
@@ -252,7 +253,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest,
                                            "mha", "mha_dynamic", "relpos", "text", "text_bag",
                                            "text_bag_dynamic", "text_cnn", "text_pad",
                                            "text_two_inputs", "tabular_two_inputs",
-                                           "tabular_text_bag", "tabular_text_bag_dynamic"));
+                                           "tabular_text_bag", "tabular_text_bag_dynamic",
+                                           "tabular_mixed", "text_mask"));
 
 // Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
 // Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
@@ -697,14 +699,32 @@ graph::Graph Lookup() {
   return g;
 }
 
+// Masks on a sequence-first value: trunc(3 x) (a cast to int64), == 1, Not, a cast to bool,
+// times the value (the mask passes no gradient), masked_fill both ways (Where with a constant).
+graph::Graph Masks() {
+  graph::Graph g = Chain(
+      {4, 6, 1},
+      {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+       MakeNode("Mul", "s", {"t", "three"}, {"s"}),
+       MakeNode("Cast", "i", {"s"}, {"i"}, {{"to", int64_t{7}}}),
+       MakeNode("Equal", "e", {"i", "one"}, {"e"}), MakeNode("Not", "n", {"e"}, {"n"}),
+       MakeNode("Cast", "b", {"n"}, {"b"}, {{"to", int64_t{9}}}),
+       MakeNode("Mul", "m", {"t", "b"}, {"m"}), MakeNode("Where", "w", {"b", "m", "fill"}, {"w"}),
+       MakeNode("Where", "w2", {"e", "fill", "w"}, {"w2"}),
+       MakeNode("Transpose", "y", {"w2"}, {"y"}, {{"perm", Ints{1, 0, 2}}})},
+      {FloatScalar("three", 3.0f), graph::IntConstant("one", {1}), FloatScalar("fill", -2.0f)});
+  g.input_rank = 3;
+  return g;
+}
+
 // Without a GPU: such graphs get their twins (a MoveTwin for each move, a row-wise twin for
 // each layer on rows, a broadcast twin for each binary op, a batched product, a
-// reduction, an embedding lookup), a Concat of more
+// reduction, an embedding lookup, a mask), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
   for (const graph::Graph& g :
        {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(), RowwiseLayers(),
-        BroadcastBinaryOps(), AttentionHead(), Reductions(), Lookup()}) {
+        BroadcastBinaryOps(), AttentionHead(), Reductions(), Lookup(), Masks()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -736,6 +756,8 @@ TEST_F(GpuTwinTest, EmbeddingLookup) {
   const std::vector<float> ids = {0, 2, 6, 2, 3, 1, 1, 1, 0, 5, 6, 6, 2, 4, 3};  // 3 x 5.
   Check(Lookup(), 3, &ids);
 }
+
+TEST_F(GpuTwinTest, Masks) { Check(Masks()); }
 
 TEST_F(GpuTwinTest, Reductions) {
   Check(Reductions());

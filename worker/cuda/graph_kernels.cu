@@ -43,6 +43,10 @@ __device__ float FunctionValue(int f, float x, float a, float b, float c) {
       return sinf(x);
     case 17:
       return cosf(x);
+    case 18:
+      return (x == a) != (b != 0.0f) ? 1.0f : 0.0f;
+    case 19:
+      return truncf(x);
     default:
       return x < a ? a + b * (x - a) : x > c ? c : x;
   }
@@ -97,8 +101,10 @@ __global__ void ElementwiseForwardKernel(int f, const float* x, float* y, int64_
 __global__ void ElementwiseBackwardKernel(int f, const float* x, const float* y, const float* dy,
                                           float* dx, int64_t n, float a, float b, float c) {
   DPTRAIN_GRID_STRIDE(i, n) {
-    dx[i] =
-        dy[i] * FunctionSlope(f, x != nullptr ? x[i] : 0.0f, y != nullptr ? y[i] : 0.0f, a, b, c);
+    // Comparisons and integer casts pass no gradient (0, not dy * 0: dy may be infinite).
+    dx[i] = f == 18 || f == 19 ? 0.0f
+                               : dy[i] * FunctionSlope(f, x != nullptr ? x[i] : 0.0f,
+                                                       y != nullptr ? y[i] : 0.0f, a, b, c);
   }
 }
 

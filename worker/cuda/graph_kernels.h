@@ -19,7 +19,8 @@ namespace cuda {
 // graph::ElementFunction's numbering: 1 tanh, 2 erf, 3 hard sigmoid (a, b), 4 hard swish,
 // 5 piecewise linear (low a, slope below b, high c), 6 elu/selu (alpha a, scale b),
 // 7 softplus, 8 softsign, 9 exp, 10 log, 11 sqrt, 12 neg, 13 abs, 14 reciprocal, 15 pow
-// (exponent a), 16 sin, 17 cos.
+// (exponent a), 16 sin, 17 cos, 18 equal (1 where (x == a) != (b != 0), no gradient),
+// 19 trunc (no gradient).
 absl::Status ElementwiseForward(int function, const float* x, float* y, int64_t n, float a, float b,
                                 float c, cudaStream_t stream);
 // dx = dy * f'(x) (tanh, exp and sqrt read y).
@@ -167,6 +168,13 @@ absl::Status ReduceForward(int reduction, const int64_t* offsets, const int64_t*
 absl::Status ReduceBackward(int reduction, const int64_t* out_of, const float* x, const float* y,
                             const int64_t* arg, const float* dy, float scale, float* dx, int64_t n,
                             cudaStream_t stream);
+
+// Where: y = cond != 0 ? a : b over n elements (constants broadcast beforehand); backward, the
+// gradient to a where the condition holds and to b where it does not (da, db may be null).
+absl::Status WhereForward(const float* cond, const float* a, const float* b, float* y, int64_t n,
+                          cudaStream_t stream);
+absl::Status WhereBackward(const float* cond, const float* dy, float* da, float* db, int64_t n,
+                           cudaStream_t stream);
 
 // An embedding lookup (graph/element_sources.h): y[k] = table[ids[k / row] * row + k % row] for
 // n outputs, the ids checked before; backward, the gradient of each of the `distinct` rows

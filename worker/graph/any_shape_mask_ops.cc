@@ -73,6 +73,13 @@ class CompareNode final : public NoGradientNode<T> {
   CompareNode(ValueShape shape, T value, bool negate = false)
       : NoGradientNode<T>(std::move(shape)), value_(value), negate_(negate) {}
   int64_t ids_below() const override { return kNoIdBound; }
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = NoGradientNode<T>::twin();
+    t.function = ElementFunction::kEqual;
+    t.a = static_cast<double>(value_);
+    t.b = negate_ ? 1 : 0;
+    return t;
+  }
 
  private:
   T Value(T x) const override { return (x == value_) != negate_ ? T(1) : T(0); }
@@ -121,6 +128,11 @@ template <typename T>
 class TruncateNode final : public NoGradientNode<T> {
  public:
   explicit TruncateNode(ValueShape shape) : NoGradientNode<T>(std::move(shape)) {}
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = NoGradientNode<T>::twin();
+    t.function = ElementFunction::kTruncate;
+    return t;
+  }
 
  private:
   T Value(T x) const override { return std::trunc(x); }
@@ -178,15 +190,8 @@ class WhereNode final : public AnyShapeNode<T> {
         continue;
       }
       // A constant broadcast to the output, every step (its strides depend on the batch).
-      const Constant& c = *constants_[i];
       T* b = EnsureSize(broadcast_[i], n);
-      const Shape own = Strides(c.shape);
-      Shape strides(out_shape.size(), 0);
-      const size_t lead = out_shape.size() - c.shape.size();
-      for (size_t a = 0; a < c.shape.size(); ++a) {
-        if (c.shape[a] != 1) strides[lead + a] = own[a];
-      }
-      ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { b[k] = c.values[off]; });
+      Broadcast(i, batch, b);
       v[i] = b;
     }
     cond_ = v[0];
@@ -214,7 +219,31 @@ class WhereNode final : public AnyShapeNode<T> {
     return grads;
   }
 
+  bool BroadcastConstants(int batch, std::vector<std::vector<T>>& values) const override {
+    values.assign(3, {});
+    const int64_t n = Product(this->out_.Concrete(batch));
+    for (int i = 0; i < 3; ++i) {
+      if (!constants_[i].has_value()) continue;
+      values[i].resize(n);
+      Broadcast(i, batch, values[i].data());
+    }
+    return true;
+  }
+
  private:
+  // Constant input i broadcast to the output of `batch` samples, into `out`.
+  void Broadcast(int i, int batch, T* out) const {
+    const Shape out_shape = this->out_.Concrete(batch);
+    const Constant& c = *constants_[i];
+    const Shape own = Strides(c.shape);
+    Shape strides(out_shape.size(), 0);
+    const size_t lead = out_shape.size() - c.shape.size();
+    for (size_t a = 0; a < c.shape.size(); ++a) {
+      if (c.shape[a] != 1) strides[lead + a] = own[a];
+    }
+    ForEachOffset(out_shape, strides, [&](int64_t k, int64_t off) { out[k] = c.values[off]; });
+  }
+
   const std::array<std::optional<Constant>, 3> constants_;
   std::vector<T> broadcast_[3], grad_inputs_[3], output_;
   const T* cond_ = nullptr;  // Forward's condition, valid until Backward returns (node.h).

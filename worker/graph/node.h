@@ -149,7 +149,9 @@ enum class ElementFunction {
   kReciprocal,
   kPow,
   kSin,
-  kCos
+  kCos,
+  kEqual,    // 1 where (x == a) != (b != 0), else 0 (Equal, Not, a cast to bool); no gradient.
+  kTruncate  // trunc(x) (a cast to an integer type); no gradient.
 };
 // The element-wise binary ops, and how operand b lines up with a (per sample): the same dims;
 // one value per channel ([C, 1, 1] against [C, H, W], as a squeeze-and-excitation gate); one
@@ -298,6 +300,12 @@ class NodeImpl {
   // for `batch` samples, the output element each input element adds into, and returns true;
   // false (the default) for every other op.
   virtual bool ReducedIndices(int batch, std::vector<int64_t>& out_of) const { return false; }
+  // Where (cond ? a : b): sets, per input (cond, a, b), its constant broadcast to the output of
+  // `batch` samples (empty for a computed input), and returns true; false (the default) for
+  // every other op.
+  virtual bool BroadcastConstants(int batch, std::vector<std::vector<T>>& values) const {
+    return false;
+  }
 
   // Given d(loss)/d(output) of the last Forward, overwrites the parameter gradients and returns
   // d(loss)/d(input) for each runtime input whose `need_input_grad` is true (an empty view for
@@ -339,6 +347,9 @@ class DelegatingNode : public NodeImpl<T> {
   }
   bool ReducedIndices(int batch, std::vector<int64_t>& out_of) const override {
     return inner_->ReducedIndices(batch, out_of);
+  }
+  bool BroadcastConstants(int batch, std::vector<std::vector<T>>& values) const override {
+    return inner_->BroadcastConstants(batch, values);
   }
   std::vector<TensorRef<T>> Backward(const nn::LayerContext<T>& ctx, TensorRef<T> grad_output,
                                      const std::vector<bool>& need_input_grad) override {
