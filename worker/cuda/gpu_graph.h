@@ -3,9 +3,9 @@
 // node's CUDA twin, built through a registry keyed by op (GpuOps) from what the CPU node's
 // factory parsed (graph::TwinSpec): no attribute is read twice, no downcast looks for a type.
 //
-// Every CPU op has a twin: the ops that run one nn::Layer through gpu_network.h's layers (Conv,
-// Gemm/MatMul as nn.Linear with a transposed weight staged, BatchNormalization, Relu, Sigmoid,
-// MaxPool and AveragePool (ceil_mode and count_include_pad=False by our kernels),
+// Every batch-first CPU node has a twin: the ops that run one nn::Layer through gpu_network.h's
+// layers (Conv, Gemm/MatMul as nn.Linear with a transposed weight staged, BatchNormalization, Relu,
+// Sigmoid, MaxPool and AveragePool (ceil_mode and count_include_pad=False by our kernels),
 // GlobalAveragePool, ReduceMean, Flatten); grouped and depthwise Conv (cuDNN's group count);
 // Identity, Reshape, Cast (views); Dropout (the CPU node's masks, bit for bit); Tanh, Erf,
 // HardSigmoid, HardSwish, LeakyRelu, Clip, Elu, Selu, Softplus, Softsign, Exp, Log, Sqrt, Neg,
@@ -13,9 +13,16 @@
 // channel, per pixel, a scalar, a tensor of the model: learned, a buffer or held); Pad; Softmax
 // and LogSoftmax over the channels; Concat over the channels; Slice; ChannelShuffle;
 // ReduceMean over the channels; LayerNormalization over each whole sample;
-// InstanceNormalization (graph_kernels.h). A node whose op is missing from the registry, or whose
-// twin refuses its form, is refused when the graph is built, with one line naming its op and node
-// ("... no CUDA version yet; --device=cpu trains it").
+// InstanceNormalization (graph_kernels.h); Sin, Cos. A node whose values are not batch-first
+// (graph/any_shape_ops.h: transformers, text models) gets its twin by what the CPU node says it
+// does (gpu_graph.cc's AnyShapeTwin): a move of elements (gpu_movement_ops.h), a broadcast binary
+// op or Where (gpu_broadcast_binary.h), a reduction (gpu_reduce.h), a layer on each row of the
+// last axis (gpu_rowwise.h), a product of two computed values (gpu_batched_matmul.h), an
+// embedding lookup (gpu_lookup.h), an element-wise function (masks' comparisons and integer
+// casts too), or the registry's twin where it works on the elements alone. A node whose op is
+// missing from the registry (LSTM, GRU, TopK), or whose twin refuses its form, is refused when
+// the graph is built, with one line naming its op and node ("... no CUDA version yet;
+// --device=cpu trains it").
 //
 // Gradients of a value read by several nodes are summed on the device, in the CPU
 // executor's order. Not thread-safe (one DeviceContext, one thread).
