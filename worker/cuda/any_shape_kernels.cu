@@ -1,5 +1,5 @@
 // The kernels of the any-shape nodes' twins (graph_kernels.h): the gather of the nodes that only
-// move elements and its backward, the broadcast binary ops, Where, the reductions, the
+// move elements and its backward, the broadcast binary ops, Where, the reductions, TopK, the
 // embedding lookups; each thread runs
 // the per-element function of graph/element_sources.h, binary_elements.h or reduce_elements.h, the
 // one element_sources_test checks on the host against the CPU nodes (and the CPU binary node
@@ -100,7 +100,43 @@ __global__ void WhereBackwardKernel(const float* cond, const float* dy, float* d
   }
 }
 
+__global__ void TopKForwardKernel(const float* x, float* y, int64_t* taken, int64_t outer,
+                                  int64_t n, int64_t inner, int64_t k, bool largest) {
+  DPTRAIN_GRID_STRIDE(r, outer * inner) {  // One row per thread.
+    const int64_t o = r / inner, i = r % inner;
+    const float* row = x + o * n * inner + i;
+    int64_t prev = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      prev = graph::TopKNext(row, n, inner, largest, prev);
+      const int64_t at = (o * k + j) * inner + i;
+      y[at] = row[prev * inner];
+      taken[at] = (o * n + prev) * inner + i;
+    }
+  }
+}
+
+__global__ void ScatterTakenKernel(const float* dy, const int64_t* taken, float* dx, int64_t m) {
+  DPTRAIN_GRID_STRIDE(j, m) { dx[taken[j]] = dy[j]; }  // Distinct: one row's picks differ.
+}
+
 }  // namespace
+
+absl::Status TopKForward(const float* x, float* y, int64_t* taken, int64_t outer, int64_t n,
+                         int64_t inner, int64_t k, bool largest, cudaStream_t stream) {
+  const int64_t rows = outer * inner;
+  if (rows == 0 || k == 0) return absl::OkStatus();
+  TopKForwardKernel<<<Blocks(rows), kThreads, 0, stream>>>(x, y, taken, outer, n, inner, k,
+                                                           largest);
+  return Launched("TopKForwardKernel<<<>>>");
+}
+
+absl::Status TopKBackward(const float* dy, const int64_t* taken, float* dx, int64_t m, int64_t size,
+                          cudaStream_t stream) {
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dx, 0, size * sizeof(float), stream));
+  if (m == 0) return absl::OkStatus();
+  ScatterTakenKernel<<<Blocks(m), kThreads, 0, stream>>>(dy, taken, dx, m);
+  return Launched("ScatterTakenKernel<<<>>>");
+}
 
 absl::Status WhereForward(const float* cond, const float* a, const float* b, float* y, int64_t n,
                           cudaStream_t stream) {

@@ -182,14 +182,28 @@ graph::Graph Masks() {
   return g;
 }
 
+// TopK of the largest along the tokens and of the smallest along the features of a
+// sequence-first [4, B, 6] value (a text CNN's k-max pooling).
+graph::Graph TopK() {
+  graph::Graph g = Chain(
+      {4, 6, 1},
+      {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+       MakeNode("TopK", "top", {"t", "k"}, {"a"}, {{"axis", int64_t{0}}}),
+       MakeNode("TopK", "low", {"a", "k"}, {"b"}, {{"axis", int64_t{2}}, {"largest", int64_t{0}}}),
+       MakeNode("Transpose", "y", {"b"}, {"y"}, {{"perm", Ints{1, 0, 2}}})},
+      {graph::IntConstant("k", {3})});
+  g.input_rank = 3;
+  return g;
+}
+
 // Without a GPU: such graphs get their twins (a MoveTwin for each move, a row-wise twin for
 // each layer on rows, a broadcast twin for each binary op, a batched product, a
-// reduction, an embedding lookup, a mask), a Concat of more
+// reduction, an embedding lookup, a mask, a TopK), a Concat of more
 // inputs than the gather takes is refused in one line.
 TEST(GpuGraphTest, MovesOfAnyShapeGetTwins) {
   for (const graph::Graph& g :
        {MovesOfValuesOfAnyShape(), GatherConcatAndExpand(), ClassToken(), RowwiseLayers(),
-        BroadcastBinaryOps(), AttentionHead(), Reductions(), Lookup(), Masks()}) {
+        BroadcastBinaryOps(), AttentionHead(), Reductions(), Lookup(), Masks(), TopK()}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, graph::BuiltinOps());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -223,6 +237,11 @@ TEST_F(GpuTwinTest, EmbeddingLookup) {
 }
 
 TEST_F(GpuTwinTest, Masks) { Check(Masks()); }
+
+TEST_F(GpuTwinTest, TopK) {
+  Check(TopK());
+  Check(TopK(), 5);
+}
 
 TEST_F(GpuTwinTest, Reductions) {
   Check(Reductions());

@@ -21,8 +21,8 @@ namespace {
 
 // The twin of a node whose values are not all batch-first (graph/any_shape_ops.h), chosen by
 // what the CPU node says it does rather than by its op: a move of elements, a broadcast binary
-// op, a Where, a reduction, a node applied to each row of the last axis, a product of two computed
-// values, an embedding lookup, an element-wise function (masks' comparisons too); else the
+// op, a Where, a reduction, a TopK, a node applied to each row of the last axis, a product of two
+// computed values, an embedding lookup, an element-wise function (masks' comparisons too); else the
 // registry's twin where it works on the elements alone (views, activations).
 absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<float>& cpu,
                                                       const graph::Executor<float>::NodeState& node,
@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<floa
   }
   if (spec.batched_matmul[0] > 0) return MakeBatchedMatMulTwin(ctx);
   if (spec.lookup_row > 0) return MakeLookupTwin(ctx);
+  if (spec.topk[1] > 0) return MakeTopKTwin(ctx, cpu.value_shapes()[node.inputs[0]]);
   if (spec.function != graph::ElementFunction::kNone) return MakeElementFunctionTwin(ctx);
   if (!spec.any_shape && registry.TakesAnyShape(node.op)) return registry.Create(ctx);
   return absl::UnimplementedError(absl::StrCat(

@@ -20,7 +20,7 @@
 // last axis (gpu_rowwise.h), a product of two computed values (gpu_batched_matmul.h), an
 // embedding lookup (gpu_lookup.h), an element-wise function (masks' comparisons and integer
 // casts too), or the registry's twin where it works on the elements alone. A node whose op is
-// missing from the registry (LSTM, GRU, TopK), or whose twin refuses its form, is refused when
+// missing from the registry (LSTM, GRU), or whose twin refuses its form, is refused when
 // the graph is built, with one line naming its op and node ("... no CUDA version yet;
 // --device=cpu trains it").
 //

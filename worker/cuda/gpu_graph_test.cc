@@ -56,7 +56,7 @@ std::vector<std::string> ClassifierFixtures() {
       "vgg resnet branching gated pooling elementwise shuffle dynamic scaled convnext norms "
       "attention attention_dynamic mha mha_dynamic relpos text text_bag text_bag_dynamic text_cnn "
       "text_pad text_two_inputs tabular_two_inputs tabular_text_bag tabular_text_bag_dynamic "
-      "tabular_mixed text_mask",
+      "tabular_mixed text_mask functional",
       ' ');
 }
 
@@ -91,7 +91,7 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   const GpuOpRegistry all = GpuOps();
   for (const std::string& op : ops.ops()) {
     // Only the any-shape ops whose twin GpuGraph picks by what the node does (moves, broadcast
-    // binary ops, reductions) and those without a twin yet (masks, TopK, LSTM, GRU).
+    // binary ops, reductions, masks, TopK) and those without a twin yet (LSTM, GRU).
     if (op == "Transpose" || op == "Gather" || op == "Expand" || op == "Equal" || op == "Not" ||
         op == "Where" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" ||
         op == "ReduceL2" || op == "Max" || op == "Min" || op == "TopK" || op == "TorchLSTM" ||
@@ -109,10 +109,10 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
-// Any-shape nodes without a twin yet (TopK, recurrent layers) are refused in one line naming the
+// Any-shape nodes without a twin yet (LSTM, GRU) are refused in one line naming the
 // first such node, before anything runs.
 TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"text_lstm", "text_bigru", "text_lstm_packed", "functional"}) {
+  for (const char* name : {"text_lstm", "text_bigru", "text_lstm_packed", "text_gru_packed"}) {
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());

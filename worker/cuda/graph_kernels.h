@@ -169,6 +169,13 @@ absl::Status ReduceBackward(int reduction, const int64_t* out_of, const float* x
                             const int64_t* arg, const float* dy, float scale, float* dx, int64_t n,
                             cudaStream_t stream);
 
+// TopK along the middle axis of [outer, n, inner] (graph/reduce_elements.h's order): y and, per
+// output element, the input element taken; backward, dx (`size` elements) zero but for those.
+absl::Status TopKForward(const float* x, float* y, int64_t* taken, int64_t outer, int64_t n,
+                         int64_t inner, int64_t k, bool largest, cudaStream_t stream);
+absl::Status TopKBackward(const float* dy, const int64_t* taken, float* dx, int64_t m, int64_t size,
+                          cudaStream_t stream);
+
 // Where: y = cond != 0 ? a : b over n elements (constants broadcast beforehand); backward, the
 // gradient to a where the condition holds and to b where it does not (da, db may be null).
 absl::Status WhereForward(const float* cond, const float* a, const float* b, float* y, int64_t n,

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "worker/graph/any_shape_internal.h"
 #include "worker/graph/any_shape_ops.h"
+#include "worker/graph/reduce_elements.h"
 
 namespace dptrain {
 namespace graph {
@@ -40,11 +41,9 @@ class TopKNode final : public AnyShapeNode<T> {
     T* y = EnsureSize(output_, outer * k_ * inner);
     int64_t* taken = EnsureSize(taken_, outer * k_ * inner);
     order_.resize(static_cast<size_t>(n));
-    // a before b: larger (smaller) first, NaN first, then the lower index.
+    // a before b: larger (smaller) first, NaN first, then the lower index (reduce_elements.h).
     auto before = [this](T a, int64_t ia, T b, int64_t ib) {
-      if (std::isnan(a) != std::isnan(b)) return std::isnan(a);
-      if (a != b && !std::isnan(a)) return largest_ ? a > b : a < b;
-      return ia < ib;
+      return TopKBefore(a, ia, b, ib, largest_);
     };
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
@@ -71,6 +70,12 @@ class TopKNode final : public AnyShapeNode<T> {
     std::fill(dx, dx + size, T(0));
     for (int64_t j = 0; j < grad_output.size(); ++j) dx[taken_[j]] += grad_output.data[j];
     return {TensorRef<T>{dx, grad_output.batch, in_.dims_for_ops()}};
+  }
+
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = AnyShapeNode<T>::twin();
+    t.topk = {static_cast<int>(axis_), k_, largest_ ? 1 : 0};
+    return t;
   }
 
  private:

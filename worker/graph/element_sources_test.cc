@@ -10,6 +10,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
@@ -285,9 +286,50 @@ void CheckLookupNode(const Executor<float>& e, const Executor<float>::NodeState&
   for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(expected[i], table_grad[i]) << i;
 }
 
+// One TopK at kBatch samples, with ties and a NaN in its rows: TopKNext, called k times per row,
+// picks what Forward outputs; the gradient goes to those elements.
+void CheckTopKNode(const Executor<float>& e, const Executor<float>::NodeState& node,
+                   std::mt19937& rng) {
+  const TwinSpec<float> spec = node.impl->twin();
+  const int v = node.inputs[0];
+  std::vector<float> x(ValueSize(e, v, kBatch));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(rng() % 5);  // Ties.
+  x[x.size() / 2] = std::nanf("");
+  const nn::TensorRef<float> ref{x.data(), kBatch, e.value_dims()[v]};
+  const std::vector<int64_t> shape = e.value_shapes()[v].Concrete(kBatch);
+  const int axis = static_cast<int>(spec.topk[0]);
+  const int64_t k = spec.topk[1], n = shape[axis];
+  int64_t outer = 1, inner = 1;
+  for (int a = 0; a < axis; ++a) outer *= shape[a];
+  for (size_t a = axis + 1; a < shape.size(); ++a) inner *= shape[a];
+  nn::LayerContext<float> ctx;
+  const nn::TensorRef<float> y = node.impl->Forward(ctx, absl::MakeConstSpan(&ref, 1), true);
+  ASSERT_EQ(y.size(), outer * k * inner);
+  std::vector<float> dy(y.size()), expected_dx(x.size(), 0.0f);
+  for (size_t j = 0; j < dy.size(); ++j) dy[j] = static_cast<float>(j + 1);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const float* row = x.data() + o * n * inner + i;
+      int64_t prev = -1;
+      for (int64_t j = 0; j < k; ++j) {
+        prev = TopKNext(row, n, inner, spec.topk[2] != 0, prev);
+        const int64_t at = (o * k + j) * inner + i;
+        ASSERT_GE(prev, 0);
+        const float want = row[prev * inner];
+        ASSERT_TRUE(want == y.data[at] || (std::isnan(want) && std::isnan(y.data[at]))) << at;
+        expected_dx[(o * n + prev) * inner + i] = dy[at];
+      }
+    }
+  }
+  const std::vector<nn::TensorRef<float>> dx =
+      node.impl->Backward(ctx, {dy.data(), y.batch, y.dims}, {true});
+  ASSERT_EQ(dx[0].size(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(expected_dx[i], dx[0].data[i]) << i;
+}
+
 // Every moving node (CheckNode), broadcast binary node (CheckBinaryNode), reduction
-// (CheckReduceNode) and embedding lookup (CheckLookupNode) of `graph`; returns the names of the
-// nodes checked.
+// (CheckReduceNode), embedding lookup (CheckLookupNode) and TopK (CheckTopKNode) of `graph`;
+// returns the names of the nodes checked.
 std::vector<std::string> CheckMovingNodes(const Graph& graph) {
   absl::StatusOr<std::unique_ptr<Executor<float>>> made =
       Executor<float>::Create(graph, BuiltinOps());
@@ -314,6 +356,9 @@ std::vector<std::string> CheckMovingNodes(const Graph& graph) {
     } else if (node.impl->twin().lookup_row > 0) {
       checked.push_back(node.name);
       CheckLookupNode(e, node, bound, rng);
+    } else if (node.impl->twin().topk[1] > 0) {
+      checked.push_back(node.name);
+      CheckTopKNode(e, node, rng);
     }
   }
   return checked;
@@ -434,6 +479,21 @@ TEST(ElementSourcesTest, Reductions) {
       Graph g = Chain({4, 6, 1}, nodes);
       g.input_rank = 3;
       EXPECT_EQ(CheckMovingNodes(g).size(), keep ? 3u : 2u) << op;
+    }
+  }
+}
+
+// TopK of the largest and of the smallest, along axes 0 and 2 of a sequence-first value.
+TEST(ElementSourcesTest, TopK) {
+  for (int64_t largest : {1, 0}) {
+    for (int64_t axis : {0, 2}) {
+      Graph g = Chain(
+          {4, 6, 1},
+          {MakeNode("Transpose", "t", {"x"}, {"t"}, {{"perm", Ints{1, 0, 2}}}),
+           MakeNode("TopK", "top", {"t", "k"}, {"y"}, {{"axis", axis}, {"largest", largest}})},
+          {IntConstant("k", {3})});
+      g.input_rank = 3;
+      EXPECT_EQ(CheckMovingNodes(g), (std::vector<std::string>{"t", "top"}));
     }
   }
 }

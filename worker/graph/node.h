@@ -231,6 +231,9 @@ struct TwinSpec {
   // and what a mean or sum multiplies by.
   int reduction = -1;
   double reduce_scale = 1;
+  // TopK (any_shape_ops.h): the axis, k and whether the largest (1) or smallest (0); k 0: not
+  // one.
+  std::array<int64_t, 3> topk = {0, 0, 0};
   // MatMul of two computed values [..., m, k] x [..., k, n] (any_shape_ops.h): m, k, n; one
   // product per leading index (A's elements / (m k) of them), row-major. Zeros for the others.
   std::array<int, 3> batched_matmul = {0, 0, 0};

@@ -1,9 +1,10 @@
-// ReduceMean, ReduceSum, ReduceMax, ReduceMin and ReduceL2 over axes other than the batch's
-// (any_shape_ops.h), element by element, for the CUDA kernels (any_shape_kernels.cu) and
-// element_sources_test, which checks them on the host against the CPU node bit for bit: the CPU
-// node visits the input in increasing order, adding each element into its output element; here
-// each output element reads its inputs (`offsets`, `readers`: element_sources.h's Readers of
-// the input-to-output indices, NodeImpl::ReducedIndices) in the same order.
+// ReduceMean, ReduceSum, ReduceMax, ReduceMin and ReduceL2 over axes other than the batch's, and
+// TopK's selection (any_shape_ops.h), element by element, for the CUDA kernels
+// (any_shape_kernels.cu) and element_sources_test, which checks them on the host against the CPU
+// node bit for bit: the CPU node visits the input in increasing order, adding each element into its
+// output element; here each output element reads its inputs (`offsets`, `readers`:
+// element_sources.h's Readers of the input-to-output indices, NodeImpl::ReducedIndices) in the same
+// order.
 #ifndef DPTRAIN_WORKER_GRAPH_REDUCE_ELEMENTS_H_
 #define DPTRAIN_WORKER_GRAPH_REDUCE_ELEMENTS_H_
 
@@ -65,6 +66,29 @@ DPTRAIN_HOST_DEVICE inline T ReducedGrad(int reduction, const int64_t* out_of, c
     default:
       return dy[o] * scale;
   }
+}
+
+// TopK's order along a row (x[0], x[stride], ... of n elements): a before b when larger (smaller
+// unless `largest`), NaN first, then by the lower index, as PyTorch's topk: a total order.
+template <typename T>
+DPTRAIN_HOST_DEVICE inline bool TopKBefore(T a, int64_t ia, T b, int64_t ib, bool largest) {
+  if (IsNan(a) != IsNan(b)) return IsNan(a);
+  if (a != b && !IsNan(a)) return largest ? a > b : a < b;
+  return ia < ib;
+}
+
+// The index of the element that follows element `prev` in TopK's order (the first one where
+// prev < 0): k calls give the k elements TopK takes, in its output's order.
+template <typename T>
+DPTRAIN_HOST_DEVICE inline int64_t TopKNext(const T* row, int64_t n, int64_t stride, bool largest,
+                                            int64_t prev) {
+  int64_t best = -1;
+  for (int64_t a = 0; a < n; ++a) {
+    const T v = row[a * stride];
+    if (prev >= 0 && !TopKBefore(row[prev * stride], prev, v, a, largest)) continue;
+    if (best < 0 || TopKBefore(v, a, row[best * stride], best, largest)) best = a;
+  }
+  return best;
 }
 
 }  // namespace graph
