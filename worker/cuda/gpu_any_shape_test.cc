@@ -55,15 +55,22 @@ graph::Graph GatherConcatAndExpand() {
 }
 
 // A learned class token expanded over the batch (a node without runtime inputs: the graph's
-// input gives the batch size) and put in front of the tokens.
+// input gives the batch size) and put in front of the tokens; rows of a learned bias table
+// picked by constant indices (a value without a batch, whatever the graph's), transposed and
+// added to every sample (a relative-position bias).
 graph::Graph ClassToken() {
   graph::NamedConstant token = RandomConstant("cls_token", {1, 1, 4}, 31);
-  token.state = true;
-  graph::Graph g = Chain({3, 4, 1},
-                         {MakeNode("Expand", "cls", {"cls_token", "target"}, {"c"}),
-                          MakeNode("Concat", "cat", {"c", "x"}, {"t"}, {{"axis", int64_t{1}}}),
-                          MakeNode("Tanh", "y", {"t"}, {"y"})},
-                         {token, graph::IntConstant("target", {2, 1, 1})});
+  graph::NamedConstant table = RandomConstant("bias_table", {5, 4}, 32);
+  token.state = table.state = true;
+  graph::Graph g =
+      Chain({3, 4, 1},
+            {MakeNode("Expand", "cls", {"cls_token", "target"}, {"c"}),
+             MakeNode("Concat", "cat", {"c", "x"}, {"t"}, {{"axis", int64_t{1}}}),
+             MakeNode("Gather", "bias", {"bias_table", "rows"}, {"b"}),  // [4, 4]: no batch.
+             MakeNode("Transpose", "bt", {"b"}, {"bt"}, {{"perm", Ints{1, 0}}}),
+             MakeNode("Add", "a", {"t", "bt"}, {"a"}), MakeNode("Tanh", "y", {"a"}, {"y"})},
+            {token, graph::IntConstant("target", {2, 1, 1}), table,
+             graph::IntConstant("rows", {3, 0, 3, 1})});
   g.input_rank = 3;
   return g;
 }

@@ -114,11 +114,7 @@ class WhereTwin final : public GpuNode {
       }
       constants.resize(3);
       for (int i = 0; i < 3; ++i) {
-        if (host[i].empty()) continue;
-        DPTRAIN_ASSIGN_OR_RETURN(float* d,
-                                 constants[i].Ensure(ctx, static_cast<int64_t>(host[i].size())));
-        DPTRAIN_CUDA_RETURN_IF_ERROR(
-            cudaMemcpy(d, host[i].data(), host[i].size() * sizeof(float), cudaMemcpyHostToDevice));
+        DPTRAIN_RETURN_IF_ERROR(UploadAndWait(ctx, host[i], constants[i]));
       }
     }
     size_t runtime = 0;

@@ -53,9 +53,9 @@ class LookupTwin final : public OperandNodeTwin {
     }
     if (float* g = operand_->grad(); g != nullptr) {
       const graph::LookupReaders r = graph::ReadersOfRows(host_ids_.data(), n, rows_, padding_);
-      DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, r.rows, rows_of_));
-      DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, r.offsets, offsets_));
-      DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, r.readers, readers_));
+      DPTRAIN_RETURN_IF_ERROR(UploadAndWait(ctx, r.rows, rows_of_));
+      DPTRAIN_RETURN_IF_ERROR(UploadAndWait(ctx, r.offsets, offsets_));
+      DPTRAIN_RETURN_IF_ERROR(UploadAndWait(ctx, r.readers, readers_));
       DPTRAIN_CUDA_RETURN_IF_ERROR(
           cudaMemsetAsync(g, 0, rows_ * row_ * sizeof(float), ctx.stream()));
       DPTRAIN_RETURN_IF_ERROR(LookupBackward(rows_of_.data(), offsets_.data(), readers_.data(),

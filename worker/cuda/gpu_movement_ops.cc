@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -156,7 +157,10 @@ class MoveTwin final : public OperandNodeTwin {
   // the batch size, as the CPU node's Forward gets it).
   absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
                                        bool) override {
-    const int batch = inputs[0].batch;  // As the CPU node reads it (a value without one: 1).
+    // The batch as the CPU node reads it; an output without a batch (rows of a table picked by
+    // constant indices, whatever the graph's batch) is held once, as batch 1.
+    const std::optional<graph::ValueShape> out_shape = cpu_.output_shape();
+    const int batch = out_shape && out_shape->batch_axis < 0 ? 1 : inputs[0].batch;
     std::vector<int64_t> sizes;
     SourceInputs pointers;
     for (size_t i = 0; i < inputs.size(); ++i) {

@@ -1,21 +1,10 @@
 #include "worker/cuda/index_plan.h"
 
-#include <cuda_runtime_api.h>
-
 #include "common/status_macros.h"
-#include "worker/cuda/cuda_status.h"
 #include "worker/graph/element_sources.h"
 
 namespace dptrain {
 namespace cuda {
-absl::Status UploadIndices(DeviceContext& ctx, const std::vector<int64_t>& host,
-                           DeviceBuffer<int64_t>& device) {
-  if (host.empty()) return absl::OkStatus();
-  DPTRAIN_ASSIGN_OR_RETURN(int64_t * to, device.Ensure(ctx, static_cast<int64_t>(host.size())));
-  return CudaStatus(
-      cudaMemcpy(to, host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
-      "cudaMemcpy of an index plan");
-}
 
 absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
                                                          const std::vector<int64_t>& indices,
@@ -26,12 +15,12 @@ absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
   }
   auto plan = std::make_unique<IndexPlan>();
   plan->outputs = static_cast<int64_t>(indices.size());
-  DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, indices, plan->indices));
+  DPTRAIN_RETURN_IF_ERROR(UploadAndWait(ctx, indices, plan->indices));
   plan->inputs.resize(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     plan->inputs[i].size = sizes[i];
-    DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, readers[i].offsets, plan->inputs[i].offsets));
-    DPTRAIN_RETURN_IF_ERROR(UploadIndices(ctx, readers[i].readers, plan->inputs[i].readers));
+    DPTRAIN_RETURN_IF_ERROR(UploadAndWait(ctx, readers[i].offsets, plan->inputs[i].offsets));
+    DPTRAIN_RETURN_IF_ERROR(UploadAndWait(ctx, readers[i].readers, plan->inputs[i].readers));
   }
   return plan;
 }

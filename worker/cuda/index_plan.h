@@ -6,12 +6,15 @@
 #ifndef DPTRAIN_WORKER_CUDA_INDEX_PLAN_H_
 #define DPTRAIN_WORKER_CUDA_INDEX_PLAN_H_
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/cuda/cuda_status.h"
 #include "worker/cuda/device_context.h"
 
 namespace dptrain {
@@ -33,9 +36,21 @@ absl::StatusOr<std::unique_ptr<IndexPlan>> MakeIndexPlan(DeviceContext& ctx,
                                                          const std::vector<int64_t>& indices,
                                                          const std::vector<int64_t>& sizes);
 
-// Copies `host` to `device` (grown to fit) and waits for the copy: `host` may change after.
-absl::Status UploadIndices(DeviceContext& ctx, const std::vector<int64_t>& host,
-                           DeviceBuffer<int64_t>& device);
+// Copies `host` to `device` (grown to fit) on the context's stream, after the work already
+// queued there (the caching allocator may hand back a block that work still reads), and waits
+// for the copy: `host` may change after.
+template <typename T>
+absl::Status UploadAndWait(DeviceContext& ctx, const std::vector<T>& host,
+                           DeviceBuffer<T>& device) {
+  if (host.empty()) return absl::OkStatus();
+  absl::StatusOr<T*> to = device.Ensure(ctx, static_cast<int64_t>(host.size()));
+  if (!to.ok()) return to.status();
+  const absl::Status copy = CudaStatus(cudaMemcpyAsync(*to, host.data(), host.size() * sizeof(T),
+                                                       cudaMemcpyHostToDevice, ctx.stream()),
+                                       "cudaMemcpyAsync of an index plan");
+  if (!copy.ok()) return copy;
+  return ctx.Synchronize();
+}
 
 // The plans of one node, by batch size.
 class PlanCache {

@@ -18,7 +18,8 @@ namespace any_shape_internal {
 namespace {
 
 // The k largest (or smallest) elements along one axis, in order (largest first, or smallest
-// first); ties go to the lower index, NaN counts as the largest, as PyTorch's topk. The
+// first); ties go to the lower index, NaN counts as the largest (so the smallest take it last),
+// as PyTorch's topk. The
 // gradient goes to the elements taken.
 template <typename T>
 class TopKNode final : public AnyShapeNode<T> {
@@ -41,7 +42,8 @@ class TopKNode final : public AnyShapeNode<T> {
     T* y = EnsureSize(output_, outer * k_ * inner);
     int64_t* taken = EnsureSize(taken_, outer * k_ * inner);
     order_.resize(static_cast<size_t>(n));
-    // a before b: larger (smaller) first, NaN first, then the lower index (reduce_elements.h).
+    // a before b: larger (smaller) first, NaN the largest, then the lower index
+    // (reduce_elements.h).
     auto before = [this](T a, int64_t ia, T b, int64_t ib) {
       return TopKBefore(a, ia, b, ib, largest_);
     };

@@ -1,10 +1,11 @@
 // Add, Sub, Mul, Div, Max and Min of a value and an operand broadcast into it, element by
 // element (any_shape_ops.h's NumPy broadcasting): the arithmetic and its derivatives written
-// once, for the CPU node (any_shape_math_ops.cc) and the CUDA kernels (any_shape_kernels.cu),
-// so that both compute the same numbers. x is the full (computed) value's element, c the
-// operand's; `swapped`: the full value is the right operand (c op x). The operand's gradient at
-// one of its elements is the sum of its readers' (element_sources.h's Readers), in increasing
-// order from zero, as the CPU node adds.
+// once, for the CPU node (any_shape_math_ops.cc) and the CUDA kernels (any_shape_kernels.cu):
+// the same formulas (nvcc may fuse a multiply and an add into one rounding, so the device's last
+// bits may differ; the GPU tests compare within fp32 rounding). x is the full (computed) value's
+// element, c the operand's; `swapped`: the full value is the right operand (c op x). The operand's
+// gradient at one of its elements is the sum of its readers' (element_sources.h's Readers), in
+// increasing order from zero, as the CPU node adds.
 #ifndef DPTRAIN_WORKER_GRAPH_BINARY_ELEMENTS_H_
 #define DPTRAIN_WORKER_GRAPH_BINARY_ELEMENTS_H_
 

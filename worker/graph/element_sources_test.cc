@@ -483,6 +483,20 @@ TEST(ElementSourcesTest, Reductions) {
   }
 }
 
+// PyTorch 1.13: torch.topk(tensor([1, nan, 0, 3]), 2, largest=False) is [0, 1] (indices 2, 0),
+// largest=True [nan, 3] (1, 3): NaN counts as the largest either way.
+TEST(ElementSourcesTest, TopKOrderIsPyTorchs) {
+  const float row[] = {1.0f, std::nanf(""), 0.0f, 3.0f};
+  EXPECT_EQ(TopKNext(row, 4, 1, false, -1), 2);
+  EXPECT_EQ(TopKNext(row, 4, 1, false, 2), 0);
+  EXPECT_EQ(TopKNext(row, 4, 1, false, 3), 1);  // NaN last among the smallest.
+  EXPECT_EQ(TopKNext(row, 4, 1, true, -1), 1);
+  EXPECT_EQ(TopKNext(row, 4, 1, true, 1), 3);
+  const float ties[] = {2.0f, 5.0f, 2.0f};
+  EXPECT_EQ(TopKNext(ties, 3, 1, false, -1), 0);  // Ties to the lower index.
+  EXPECT_EQ(TopKNext(ties, 3, 1, false, 0), 2);
+}
+
 // TopK of the largest and of the smallest, along axes 0 and 2 of a sequence-first value.
 TEST(ElementSourcesTest, TopK) {
   for (int64_t largest : {1, 0}) {

@@ -296,9 +296,6 @@ class NodeImpl {
   // element that each output element reads, and returns true; false (the default) for every
   // other op.
   virtual bool OperandIndices(int batch, std::vector<int64_t>& indices) const { return false; }
-  // An embedding lookup (a table of the model, the operand, by computed ids): the table's rows
-  // and row length (0: not a lookup), and the row whose gradient stays zero (padding_idx; -1).
-  int64_t lookup_rows = 0, lookup_row = 0, lookup_padding = -1;
   // A reduction over axes other than the batch's (reduce_elements.h; TwinSpec::reduction): sets,
   // for `batch` samples, the output element each input element adds into, and returns true;
   // false (the default) for every other op.

@@ -69,10 +69,11 @@ DPTRAIN_HOST_DEVICE inline T ReducedGrad(int reduction, const int64_t* out_of, c
 }
 
 // TopK's order along a row (x[0], x[stride], ... of n elements): a before b when larger (smaller
-// unless `largest`), NaN first, then by the lower index, as PyTorch's topk: a total order.
+// unless `largest`), NaN counting as the largest (first among the largest, last among the
+// smallest), then by the lower index, as PyTorch's topk: a total order.
 template <typename T>
 DPTRAIN_HOST_DEVICE inline bool TopKBefore(T a, int64_t ia, T b, int64_t ib, bool largest) {
-  if (IsNan(a) != IsNan(b)) return IsNan(a);
+  if (IsNan(a) != IsNan(b)) return largest ? IsNan(a) : IsNan(b);
   if (a != b && !IsNan(a)) return largest ? a > b : a < b;
   return ia < ib;
 }
