@@ -3,7 +3,7 @@
 // of the table with the CPU node's own message (CheckInputs), and lists each distinct row's
 // lookups (graph::ReadersOfRows); the forward is a gather of rows, the backward zeroes the
 // table's gradient and writes each looked-up row's, summed in the CPU's order (the padding row
-// left at zero). The copy of the ids is a synchronisation per step.
+// left at zero). Each step waits for the stream: to copy the ids down and the readers up.
 #ifndef DPTRAIN_WORKER_CUDA_GPU_LOOKUP_H_
 #define DPTRAIN_WORKER_CUDA_GPU_LOOKUP_H_
 
