@@ -1,5 +1,6 @@
 #include "worker/cuda/cuda_model.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -128,6 +129,20 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Assemble(
       std::move(name), std::move(optimizer), *std::move(ctx), std::move(scaler), std::move(net),
       std::move(params), std::move(weights), std::move(buffers), std::move(buffer_values)));
   model->plan_ = std::move(plan);
+  if (model->plan_ != nullptr) {
+    // A batch norm applied twice (a module used twice: one set of running statistics bound to
+    // both nodes) counts two batches a step, as PyTorch's module called twice does.
+    std::vector<int64_t> counted;
+    for (int64_t offset : model->batch_counters_) {
+      int uses = 0;
+      for (const auto& node : model->plan_->nodes()) {
+        uses += static_cast<int>(
+            std::count(node.buffer_offsets.begin(), node.buffer_offsets.end(), offset));
+      }
+      counted.insert(counted.end(), std::max(uses, 1), offset);
+    }
+    model->batch_counters_ = std::move(counted);
+  }
   model->input_dims_ = input_dims;
   model->classes_ = classes;
   model->label_smoothing_ = label_smoothing;

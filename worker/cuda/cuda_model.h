@@ -163,7 +163,8 @@ class CudaModel final : public nn::Model {
   std::vector<float> weights_;
   mutable std::vector<float> grads_;  // The gradient, then the overflow flag's slot.
   std::vector<float> buffer_values_;
-  std::vector<int64_t> batch_counters_;  // Offsets of the num_batches_tracked buffers.
+  // Offsets of the num_batches_tracked buffers, once per node that counts into each.
+  std::vector<int64_t> batch_counters_;
 
   DeviceBuffer<float> d_weights_;
   DeviceBuffer<float> d_grads_;

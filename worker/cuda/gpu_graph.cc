@@ -1,5 +1,7 @@
 #include "worker/cuda/gpu_graph.h"
 
+#include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -54,14 +56,33 @@ absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<floa
 absl::StatusOr<std::unique_ptr<GpuGraph>> GpuGraph::Create(const graph::Executor<float>& cpu,
                                                            const GpuOpRegistry& registry) {
   std::unique_ptr<GpuGraph> g(new GpuGraph(cpu));
-  for (const auto& node : cpu.nodes()) {
+  // Tied weights: a later use of a weight writes its gradient into a buffer of its own, added
+  // into the first use's (in the flat gradients) when the first use's backward is done.
+  std::map<int64_t, int> first_use;  // Offset of a weight -> the node of its first use.
+  for (size_t n = 0; n < cpu.nodes().size(); ++n) {
+    const auto& node = cpu.nodes()[n];
+    for (size_t s = 0; s < node.param_tied.size(); ++s) {
+      if (node.param_tied[s] < 0) first_use.emplace(node.param_offsets[s], static_cast<int>(n));
+    }
+  }
+  g->tied_of_.assign(cpu.nodes().size(), {});
+  g->tied_into_.assign(cpu.nodes().size(), {});
+  for (size_t n = 0; n < cpu.nodes().size(); ++n) {
+    const auto& node = cpu.nodes()[n];
+    g->tied_of_[n].assign(node.param_tied.size(), -1);
     for (size_t s = 0; s < node.param_tied.size(); ++s) {
       if (node.param_tied[s] < 0) continue;
-      return absl::UnimplementedError(absl::StrCat(
-          "node '", node.name, "' (", node.op,
-          ") learns a weight tied to an earlier node's (a module applied twice): tied weights "
-          "have no CUDA version yet; --device=cpu trains it"));
+      const auto first = first_use.find(node.param_offsets[s]);
+      if (first == first_use.end()) {
+        return absl::InternalError(
+            absl::StrCat("node '", node.name, "': a tied weight's first use"));
+      }
+      g->tied_of_[n][s] = static_cast<int>(g->tied_.size());
+      g->tied_into_[first->second].push_back(static_cast<int>(g->tied_.size()));
+      g->tied_.push_back(Tied{node.param_offsets[s], node.param_sizes[s], {}});
     }
+  }
+  for (const auto& node : cpu.nodes()) {
     GpuNodeContext ctx{node.name, node.op, *node.impl, {}};
     for (int v : node.inputs) ctx.input_dims.push_back(cpu.value_dims()[v]);
     DPTRAIN_ASSIGN_OR_RETURN(
@@ -99,16 +120,34 @@ std::vector<nn::TensorSpec> GpuGraph::BufferSpecs() const {
 }
 
 void GpuGraph::BindParams(const float* params, float* grads) {
+  params_ = params;
   grads_ = grads;
-  for (size_t n = 0; n < nodes_.size(); ++n) {
-    std::vector<const float*> values;
-    std::vector<float*> grad_ptrs;
-    for (int64_t offset : cpu_.nodes()[n].param_offsets) {
-      values.push_back(params + offset);
-      grad_ptrs.push_back(grads + offset);
-    }
-    nodes_[n]->BindParams(values, grad_ptrs);
+  for (size_t n = 0; n < nodes_.size(); ++n) BindNodeParams(n);
+}
+
+void GpuGraph::BindNodeParams(size_t n) {
+  std::vector<const float*> values;
+  std::vector<float*> grad_ptrs;
+  const auto& node = cpu_.nodes()[n];
+  for (size_t s = 0; s < node.param_offsets.size(); ++s) {
+    values.push_back(params_ + node.param_offsets[s]);
+    // A tied use's gradient: its own buffer (null until the first Forward allocates it).
+    const int t = tied_of_[n][s];
+    grad_ptrs.push_back(t < 0 ? grads_ + node.param_offsets[s] : tied_[t].grad.data());
   }
+  nodes_[n]->BindParams(values, grad_ptrs);
+}
+
+absl::Status GpuGraph::AllocateTiedGrads(DeviceContext& ctx) {
+  if (tied_allocated_) return absl::OkStatus();
+  for (Tied& t : tied_) DPTRAIN_RETURN_IF_ERROR(t.grad.Ensure(ctx, t.size).status());
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (std::any_of(tied_of_[n].begin(), tied_of_[n].end(), [](int t) { return t >= 0; })) {
+      BindNodeParams(n);
+    }
+  }
+  tied_allocated_ = true;
+  return absl::OkStatus();
 }
 
 void GpuGraph::BindBuffers(float* buffers) {
@@ -127,6 +166,7 @@ absl::Status GpuGraph::NodeError(int n, const absl::Status& error) const {
 
 absl::StatusOr<DeviceTensor> GpuGraph::Forward(DeviceContext& ctx, DeviceTensor input,
                                                bool training) {
+  if (!tied_.empty() && params_ != nullptr) DPTRAIN_RETURN_IF_ERROR(AllocateTiedGrads(ctx));
   values_[0] = input;
   std::vector<DeviceTensor> inputs;
   for (size_t n = 0; n < nodes_.size(); ++n) {
@@ -155,10 +195,16 @@ absl::Status GpuGraph::Accumulate(DeviceContext& ctx, int v, DeviceTensor grad) 
   return AddInto(grad.data, grad_sums_[v].data(), grad.size(), ctx.stream());
 }
 
-absl::Status GpuGraph::ReportGrads(int node) {
+absl::Status GpuGraph::ReportGrads(DeviceContext& ctx, int node) {
+  // The later uses of the first use's tied weights, added in node order (as the CPU executor).
+  for (int t : tied_into_[node]) {
+    DPTRAIN_RETURN_IF_ERROR(
+        AddInto(tied_[t].grad.data(), grads_ + tied_[t].offset, tied_[t].size, ctx.stream()));
+  }
   if (!grads_ready_) return absl::OkStatus();
   const auto& plan = cpu_.nodes()[node];
   for (size_t s = 0; s < plan.param_offsets.size(); ++s) {
+    if (tied_of_[node][s] >= 0) continue;  // Reported with its first use's.
     DPTRAIN_RETURN_IF_ERROR(grads_ready_(first_part_[node] + static_cast<int>(s),
                                          plan.param_offsets[s], plan.param_sizes[s]));
   }
@@ -183,10 +229,12 @@ absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor
     if (!grad_ready_[node.output]) {
       // The output does not reach the loss: the parameters' gradients are zero.
       for (size_t s = 0; s < node.param_offsets.size(); ++s) {
-        DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-            grads_ + node.param_offsets[s], 0, node.param_sizes[s] * sizeof(float), ctx.stream()));
+        const int t = tied_of_[n][s];
+        float* g = t < 0 ? grads_ + node.param_offsets[s] : tied_[t].grad.data();
+        DPTRAIN_CUDA_RETURN_IF_ERROR(
+            cudaMemsetAsync(g, 0, node.param_sizes[s] * sizeof(float), ctx.stream()));
       }
-      DPTRAIN_RETURN_IF_ERROR(ReportGrads(n));
+      DPTRAIN_RETURN_IF_ERROR(ReportGrads(ctx, n));
       continue;
     }
     need.clear();
@@ -200,7 +248,7 @@ absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor
         DPTRAIN_RETURN_IF_ERROR(Accumulate(ctx, node.inputs[i], grads[i]));
       }
     }
-    DPTRAIN_RETURN_IF_ERROR(ReportGrads(n));
+    DPTRAIN_RETURN_IF_ERROR(ReportGrads(ctx, n));
   }
   if (!need_input_grad) return DeviceTensor{};
   if (!grad_ready_[0]) {

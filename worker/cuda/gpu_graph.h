@@ -25,7 +25,8 @@
 // --device=cpu trains it").
 //
 // Gradients of a value read by several nodes are summed on the device, in the CPU
-// executor's order. Not thread-safe (one DeviceContext, one thread).
+// executor's order; so are a tied weight's (a module applied twice: each later use's gradient
+// added into the first's). Not thread-safe (one DeviceContext, one thread).
 #ifndef DPTRAIN_WORKER_CUDA_GPU_GRAPH_H_
 #define DPTRAIN_WORKER_CUDA_GPU_GRAPH_H_
 
@@ -124,8 +125,14 @@ class GpuGraph final : public GpuNetwork {
   explicit GpuGraph(const graph::Executor<float>& cpu) : cpu_(cpu) {}
   // Adds `grad` to the gradient of value `v` (copied first where `v` has several readers).
   absl::Status Accumulate(DeviceContext& ctx, int v, DeviceTensor grad);
-  // GradsReady for each parameter of node `node`, its backward (or zeroing) enqueued.
-  absl::Status ReportGrads(int node);
+  // After node `node`'s backward (or zeroing) is enqueued: adds the later uses' gradients of
+  // its tied weights into its own, then GradsReady for each of its parameters (a tied use's is
+  // reported with its first use's).
+  absl::Status ReportGrads(DeviceContext& ctx, int node);
+  // Binds node n's parameters and gradients (a tied use's: its own buffer).
+  void BindNodeParams(size_t n);
+  // The tied uses' gradient buffers, at the first Forward (BindParams has no device context).
+  absl::Status AllocateTiedGrads(DeviceContext& ctx);
   // `error` (of node n's forward or backward) with the node's name and op in front.
   absl::Status NodeError(int n, const absl::Status& error) const;
 
@@ -133,7 +140,18 @@ class GpuGraph final : public GpuNetwork {
   std::vector<std::unique_ptr<GpuNode>> nodes_;  // One per cpu_.nodes() entry.
   std::vector<int> first_part_;                  // Per node: the part of its first parameter.
   int num_parts_ = 0;
+  const float* params_ = nullptr;
   float* grads_ = nullptr;
+  // A later use of a tied weight (graph::Executor's param_tied): where the weight lies, and
+  // the gradient buffer the use writes.
+  struct Tied {
+    int64_t offset = 0, size = 0;
+    DeviceBuffer<float> grad;
+  };
+  std::vector<Tied> tied_;
+  std::vector<std::vector<int>> tied_of_;    // Per node and parameter slot: its Tied, or -1.
+  std::vector<std::vector<int>> tied_into_;  // Per node: the Tied added into its weights.
+  bool tied_allocated_ = false;
   std::vector<DeviceTensor> values_;      // Per value id, this step's.
   std::vector<DeviceTensor> grad_views_;  // Per value id: its gradient so far.
   std::vector<bool> grad_ready_;

@@ -56,7 +56,7 @@ std::vector<std::string> ClassifierFixtures() {
       "vgg resnet branching gated pooling elementwise shuffle dynamic scaled convnext norms "
       "attention attention_dynamic mha mha_dynamic relpos text text_bag text_bag_dynamic text_cnn "
       "text_pad text_two_inputs tabular_two_inputs tabular_text_bag tabular_text_bag_dynamic "
-      "tabular_mixed text_mask functional",
+      "tabular_mixed text_mask functional shared",
       ' ');
 }
 
@@ -204,19 +204,33 @@ TEST_P(BuiltinGraphTest, StepsEqualTheSequentialPath) {
 
 INSTANTIATE_TEST_SUITE_P(Builtins, BuiltinGraphTest, ::testing::Values("mlp", "lenet", "resnet18"));
 
-// Tied weights (the "shared" fixture: a module applied twice) train on the CPU only so far:
-// refused in one line naming the node, before any GPU work.
-TEST(GpuGraphTest, TiedWeightsAreRefusedInOneLine) {
-  absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan("shared");
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
-  ASSERT_FALSE(gpu.ok());
-  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
-  const std::string message(gpu.status().message());
-  EXPECT_NE(message.find("learns a weight tied to an earlier node's"), std::string::npos)
-      << message;
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+// Tied weights (the "shared" fixture: a module applied twice, its batch norm's running
+// statistics updated by both uses) get their twins: each later use's gradient into the first's.
+// A Linear applied twice (one weight and bias read by two nodes, tanh between).
+graph::Graph TiedLinear() {
+  graph::Graph g = graph::Chain(
+      {6, 1, 1},
+      {graph::MakeNode("Gemm", "first", {"x", "w", "b"}, {"h"}, {{"transB", int64_t{1}}}),
+       graph::MakeNode("Tanh", "t", {"h"}, {"t"}),
+       graph::MakeNode("Gemm", "again", {"t", "w", "b"}, {"y"}, {{"transB", int64_t{1}}})},
+      {graph::RandomConstant("w", {6, 6}, 81), graph::RandomConstant("b", {6}, 82)});
+  g.input_rank = 2;
+  return g;
 }
+
+TEST(GpuGraphTest, TiedWeightsGetTwins) {
+  for (const graph::Graph& g : {ReadFixture("shared"), TiedLinear()}) {
+    absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
+        graph::Executor<float>::Create(g, graph::BuiltinOps());
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ((*gpu)->ParamSpecs().size(), (*cpu)->params().size());
+  }
+}
+
+// Each use's gradient summed into the weight's, on the GPU as on the CPU.
+TEST_F(GpuTwinTest, TiedWeights) { Check(TiedLinear()); }
 
 // One training step of fixture `name` on the GPU (strict fp32, deterministic cuDNN) against
 // PyTorch's.
