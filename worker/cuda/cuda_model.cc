@@ -139,7 +139,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Assemble(
         uses += static_cast<int>(
             std::count(node.buffer_offsets.begin(), node.buffer_offsets.end(), offset));
       }
-      counted.insert(counted.end(), std::max(uses, 1), offset);
+      counted.insert(counted.end(), uses, offset);  // None: a counter no node updates.
     }
     model->batch_counters_ = std::move(counted);
   }

@@ -213,6 +213,9 @@ absl::Status GpuGraph::ReportGrads(DeviceContext& ctx, int node) {
 
 absl::StatusOr<DeviceTensor> GpuGraph::Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                 bool need_input_grad) {
+  if (!tied_.empty() && !tied_allocated_) {  // The tied uses' buffers come with the first Forward.
+    return absl::FailedPreconditionError("Backward before any Forward");
+  }
   const auto& plan = cpu_.nodes();
   requires_grad_[0] = need_input_grad;
   for (const auto& node : plan) {
