@@ -89,7 +89,7 @@ export LD_LIBRARY_PATH="$root/gpu/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 
 if [[ "$stages" == *,tests,* ]]; then
   for t in device_probe_test kernels_test cuda_raw_allocator_test gpu_network_test \
-           gpu_graph_test gpu_any_shape_test gpu_parity_test; do
+           gpu_graph_test gpu_any_shape_test gpu_recurrent_test gpu_parity_test; do
     # The ResNet-18 diagnosis (slow: a float64 reference) runs in the parity stage.
     limited 150 "$bin/$t" --gtest_filter=-*ResNetDiagnosis*:*ResNetPrecision* >"$out/$t.log" 2>&1
     rc=$?

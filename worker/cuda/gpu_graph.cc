@@ -12,6 +12,7 @@
 #include "worker/cuda/gpu_broadcast_binary.h"
 #include "worker/cuda/gpu_lookup.h"
 #include "worker/cuda/gpu_movement_ops.h"
+#include "worker/cuda/gpu_recurrent.h"
 #include "worker/cuda/gpu_reduce.h"
 #include "worker/cuda/gpu_rowwise.h"
 #include "worker/cuda/kernels.h"
@@ -42,6 +43,7 @@ absl::StatusOr<std::unique_ptr<GpuNode>> AnyShapeTwin(const graph::Executor<floa
   }
   if (spec.batched_matmul[0] > 0) return MakeBatchedMatMulTwin(ctx);
   if (spec.lookup_row > 0) return MakeLookupTwin(ctx);
+  if (spec.recurrent.hidden > 0) return MakeRecurrentTwin(ctx);
   if (spec.topk[1] > 0) return MakeTopKTwin(ctx, cpu.value_shapes()[node.inputs[0]]);
   if (spec.function != graph::ElementFunction::kNone) return MakeElementFunctionTwin(ctx);
   if (!spec.any_shape && registry.TakesAnyShape(node.op)) return registry.Create(ctx);

@@ -56,7 +56,8 @@ std::vector<std::string> ClassifierFixtures() {
       "vgg resnet branching gated pooling elementwise shuffle dynamic scaled convnext norms "
       "attention attention_dynamic mha mha_dynamic relpos text text_bag text_bag_dynamic text_cnn "
       "text_pad text_two_inputs tabular_two_inputs tabular_text_bag tabular_text_bag_dynamic "
-      "tabular_mixed text_mask functional shared",
+      "tabular_mixed text_mask functional shared text_lstm text_lstm_dynamic text_lstm_packed "
+      "text_bilstm text_bigru text_gru_packed",
       ' ');
 }
 
@@ -91,7 +92,7 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   const GpuOpRegistry all = GpuOps();
   for (const std::string& op : ops.ops()) {
     // Only the any-shape ops whose twin GpuGraph picks by what the node does (moves, broadcast
-    // binary ops, reductions, masks, TopK) and those without a twin yet (LSTM, GRU).
+    // binary ops, reductions, masks, TopK, LSTM and GRU layers).
     if (op == "Transpose" || op == "Gather" || op == "Expand" || op == "Equal" || op == "Not" ||
         op == "Where" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" ||
         op == "ReduceL2" || op == "Max" || op == "Min" || op == "TopK" || op == "TorchLSTM" ||
@@ -107,22 +108,6 @@ TEST(GpuGraphTest, AnOpWithoutATwinIsOneLineNamingTheNode) {
   EXPECT_NE(message.find("no CUDA version yet; --device=cpu trains it"), std::string::npos)
       << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-}
-
-// Any-shape nodes without a twin yet (LSTM, GRU) are refused in one line naming the
-// first such node, before anything runs.
-TEST(GpuGraphTest, AnyShapeNodesAreRefusedInOneLine) {
-  for (const char* name : {"text_lstm", "text_bigru", "text_lstm_packed", "text_gru_packed"}) {
-    absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu = Plan(name);
-    ASSERT_TRUE(cpu.ok()) << cpu.status();
-    absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
-    ASSERT_FALSE(gpu.ok()) << name;
-    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
-    const std::string message(gpu.status().message());
-    EXPECT_NE(message.find("no CUDA version yet; --device=cpu trains it"), std::string::npos)
-        << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  }
 }
 
 // The built-in networks as graphs (worker/graph/builtin_models.h) get a twin for every node,

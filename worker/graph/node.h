@@ -241,6 +241,20 @@ struct TwinSpec {
   // LayerNormalization, Softmax over the last axis of a [B, T, D] value): that node, built for
   // one row (its own twin() describes it). Null for the others.
   const NodeImpl<T>* rowwise = nullptr;
+  // One layer of nn.LSTM or nn.GRU (recurrent_ops.h; hidden 0: not one): its form, and per
+  // tensor (per direction weight_ih, weight_hh, then bias_ih and bias_hh where there are
+  // biases) where it lies, its size and, for kHeld, its values (valid while the node lives).
+  struct RecurrentTensor {
+    OperandSource source = OperandSource::kHeld;
+    const T* held = nullptr;
+    int64_t size = 0;
+  };
+  struct Recurrent {
+    bool gru = false, biases = false, lengths = false;
+    int directions = 1, output = 0;  // output: 0 Y, 1 Y_h, 2 Y_c.
+    int64_t steps = 0, in = 0, hidden = 0;
+    std::vector<RecurrentTensor> tensors;
+  } recurrent;
 };
 
 template <typename T>

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/graph/any_shape_internal.h"
+#include "worker/graph/recurrent_cells.h"
 #include "worker/nn/batch_sample.h"
 #include "worker/nn/gemm.h"
 
@@ -17,11 +18,6 @@ namespace dptrain {
 namespace graph {
 namespace any_shape_internal {
 namespace {
-
-template <typename T>
-T Sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
 
 enum class Cell { kLstm, kGru };
 
@@ -83,6 +79,22 @@ class TorchRecurrentNode final : public AnyShapeNode<T> {
       tensors_[k].BindBuffers(buffers.subspan(at, n));
       at += n;
     }
+  }
+
+  // What a GPU twin needs: the form and where each tensor lies.
+  TwinSpec<T> twin() const override {
+    TwinSpec<T> t = AnyShapeNode<T>::twin();
+    typename TwinSpec<T>::Recurrent& r = t.recurrent;
+    r.gru = cell_ == Cell::kGru;
+    r.biases = per_direction_ == 4;
+    r.lengths = has_lengths_;
+    r.directions = directions_;
+    r.output = output_index_;
+    r.steps = steps_;
+    r.in = in_;
+    r.hidden = hidden_;
+    for (const Operand<T>& o : tensors_) r.tensors.push_back({o.source(), o.held(), o.size()});
+    return t;
   }
 
   // Lengths (pack_padded_sequence's) must be whole numbers in [1, T], as PyTorch requires.
@@ -181,15 +193,12 @@ class TorchRecurrentNode final : public AnyShapeNode<T> {
   };
 
   int64_t TimeOf(int direction, int64_t step) const {
-    return direction == 0 ? step : steps_ - 1 - step;
+    return RecurrentTime(direction, step, steps_);
   }
   // The time sample n reads at `step` of direction d, or -1 past its length (its state then
   // stays as it was): with lengths, the reverse direction starts at the sample's last step.
   int64_t TimeAt(int direction, int64_t n, int64_t step) const {
-    if (!has_lengths_) return TimeOf(direction, step);
-    const int64_t length = lengths_[n];
-    if (step >= length) return -1;
-    return direction == 0 ? step : length - 1 - step;
+    return RecurrentTime(direction, step, has_lengths_ ? lengths_[n] : steps_);
   }
   // Whether the samples read different times at a step (the reverse direction with lengths):
   // their rows of X are then gathered (and their gradients scattered) one by one.
@@ -261,34 +270,15 @@ class TorchRecurrentNode final : public AnyShapeNode<T> {
           continue;
         }
         if (cell_ == Cell::kLstm) {
-          const T* c_prev = cs + step * state + n * h;
-          T* c_next = cs + (step + 1) * state + n * h;
-          for (int64_t j = 0; j < g; ++j) {
-            row[j] += (b_ih != nullptr ? b_ih[j] + b_hh[j] : T(0));
-          }
+          const int64_t at = step * state + n * h;
           for (int64_t j = 0; j < h; ++j) {
-            const T i = Sigmoid(row[j]), f = Sigmoid(row[h + j]), cell = std::tanh(row[2 * h + j]),
-                    o = Sigmoid(row[3 * h + j]);
-            row[j] = i;
-            row[h + j] = f;
-            row[2 * h + j] = cell;
-            row[3 * h + j] = o;
-            c_next[j] = f * c_prev[j] + i * cell;
-            ex[j] = std::tanh(c_next[j]);
-            h_next[j] = o * ex[j];
+            cs[at + state + j] =
+                LstmForward<T>(row, nullptr, b_ih, b_hh, h, j, cs[at + j], row, &ex[j], &h_next[j]);
           }
         } else {
           const T* hrow = hidden_pre + n * g;
           for (int64_t j = 0; j < h; ++j) {
-            auto bias = [&](const T* v, int64_t k) { return v != nullptr ? v[k] : T(0); };
-            const T r = Sigmoid(row[j] + bias(b_ih, j) + hrow[j] + bias(b_hh, j));
-            const T z = Sigmoid(row[h + j] + bias(b_ih, h + j) + hrow[h + j] + bias(b_hh, h + j));
-            ex[j] = hrow[2 * h + j] + bias(b_hh, 2 * h + j);  // W_hn h + b_hn.
-            const T cand = std::tanh(row[2 * h + j] + bias(b_ih, 2 * h + j) + r * ex[j]);
-            row[j] = r;
-            row[h + j] = z;
-            row[2 * h + j] = cand;
-            h_next[j] = (T(1) - z) * cand + z * hp[j];
+            h_next[j] = GruForward<T>(row, hrow, b_ih, b_hh, h, j, hp[j], row, &ex[j]);
           }
         }
       }
@@ -333,26 +323,9 @@ class TorchRecurrentNode final : public AnyShapeNode<T> {
         for (int64_t j = 0; j < h; ++j) {
           const T dh_j = dh_n[j] + (dy_t != nullptr ? dy_t[j] : T(0));
           if (cell_ == Cell::kLstm) {
-            const T i = row[j], f = row[h + j], cell = row[2 * h + j], o = row[3 * h + j];
-            const T c_prev = s.c[step * state + n * h + j];
-            const T dc_j = dc_n[j] + dh_j * o * (T(1) - ex[j] * ex[j]);
-            di[j] = dc_j * cell * i * (T(1) - i);
-            di[h + j] = dc_j * c_prev * f * (T(1) - f);
-            di[2 * h + j] = dc_j * i * (T(1) - cell * cell);
-            di[3 * h + j] = dh_j * ex[j] * o * (T(1) - o);
-            dc_n[j] = dc_j * f;
-          } else {
-            const T r = row[j], z = row[h + j], cand = row[2 * h + j];
-            const T dn = dh_j * (T(1) - z) * (T(1) - cand * cand);
-            const T dr = dn * ex[j] * r * (T(1) - r);
-            const T dz = dh_j * (hp[j] - cand) * z * (T(1) - z);
-            di[j] = dr;
-            di[h + j] = dz;
-            di[2 * h + j] = dn;
-            dhh[j] = dr;
-            dhh[h + j] = dz;
-            dhh[2 * h + j] = dn * r;
-            dh_n[j] = dh_j * z;  // The direct path; the product's is added below.
+            LstmBackward<T>(row, ex[j], s.c[step * state + n * h + j], dh_j, &dc_n[j], di, h, j);
+          } else {  // The direct path; the product's is added below.
+            dh_n[j] = GruBackward<T>(row, ex[j], hp[j], dh_j, di, dhh, h, j);
           }
         }
       }
