@@ -18,9 +18,10 @@
 // does (gpu_graph.cc's AnyShapeTwin): a move of elements (gpu_movement_ops.h), a broadcast binary
 // op or Where (gpu_broadcast_binary.h), a reduction (gpu_reduce.h), a layer on each row of the
 // last axis (gpu_rowwise.h), a product of two computed values (gpu_batched_matmul.h), an
-// embedding lookup (gpu_lookup.h), an element-wise function (masks' comparisons and integer
-// casts too), or the registry's twin where it works on the elements alone. A node whose op is
-// missing from the registry (LSTM, GRU), or whose twin refuses its form, is refused when
+// embedding lookup (gpu_lookup.h), an LSTM or GRU layer (gpu_recurrent.h), an element-wise
+// function (masks' comparisons and integer casts too), or the registry's twin where it works on
+// the elements alone. A node whose op is missing from the registry, or whose twin refuses its
+// form, is refused when
 // the graph is built, with one line naming its op and node ("... no CUDA version yet;
 // --device=cpu trains it").
 //
