@@ -74,6 +74,7 @@ class RecurrentTwin final : public GpuNode {
 
   absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
                                        bool) override {
+    output_size_ = -1;  // Until this Forward succeeds.
     x_ = inputs[0];
     batch_ = x_.batch;
     const int64_t steps = spec_.steps, b = batch_, h = spec_.hidden, state = b * h;
@@ -135,7 +136,7 @@ class RecurrentTwin final : public GpuNode {
 
   absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                      const std::vector<bool>& need) override {
-    if (output_size_ == 0 || grad_output.size() != output_size_) {
+    if (output_size_ < 0 || grad_output.size() != output_size_) {
       return absl::FailedPreconditionError("Backward without the Forward of this gradient");
     }
     const int64_t steps = spec_.steps, b = batch_, h = spec_.hidden, state = b * h;
@@ -263,7 +264,7 @@ class RecurrentTwin final : public GpuNode {
   int batch_ = 0;
   const float* lengths_ = nullptr;  // The last Forward's lengths (device), or null.
   std::vector<float> host_lengths_;
-  int64_t output_size_ = 0;
+  int64_t output_size_ = -1;  // Of the last Forward that succeeded; -1: none yet.
   DeviceBuffer<float> h_products_, output_, grad_input_, dh_, dc_, dx_gates_, dh_gates_, ones_,
       grad_lengths_;
 };

@@ -25,9 +25,11 @@ struct Form {
   std::string op;  // TorchLSTM or TorchGRU.
   int64_t directions = 1, output = 0;
   bool biases = true, held_biases = false, lengths = false;
+  bool fixed_hh = false;  // W_hh a buffer of the model (not learned).
   std::string Name() const {
     return absl::StrCat(op, " directions ", directions, " output ", output, " biases ", biases,
-                        held_biases ? " (held)" : "", lengths ? " with lengths" : "");
+                        held_biases ? " (held)" : "", lengths ? " with lengths" : "",
+                        fixed_hh ? ", W_hh fixed" : "");
   }
 };
 
@@ -61,6 +63,7 @@ graph::Graph Recurrent(const Form& f) {
       graph::NamedConstant c =
           graph::RandomConstant(tensors[k].first, tensors[k].second, 1 + 10 * d + k);
       c.state = !(k >= 2 && f.held_biases);
+      c.fixed = k == 1 && f.fixed_hh;
       constants.push_back(std::move(c));
     }
   }
@@ -89,6 +92,7 @@ std::vector<Form> AllForms() {
       }
       forms.push_back({op, directions, 0, false, false, false});  // No biases.
       forms.push_back({op, directions, 0, true, true, true});     // Frozen (held) biases.
+      forms.push_back({op, directions, 1, true, false, true, true});  // W_hh a buffer.
     }
   }
   return forms;
@@ -124,6 +128,32 @@ TEST(GpuGraphTest, AnyShapeNodeWithoutATwinIsRefusedInOneLine) {
             "--device=cpu trains it");
 }
 
+// Every step's h and the last h of one LSTM (two nodes reading the same weights, as the importer
+// makes them: tied on the GPU), combined: mean over time of Y plus Y_h.
+graph::Graph SequenceAndLastState() {
+  Form f{"TorchLSTM", 2, 0, true, false, true};
+  graph::Graph g = Recurrent(f);
+  graph::Node last = g.nodes.back();
+  last.name = "rnn_last";
+  last.outputs = {"y_h"};
+  last.attributes["output"] = int64_t{1};
+  g.nodes.back().outputs = {"y_all"};
+  g.nodes.push_back(last);
+  g.nodes.push_back(MakeNode("ReduceMean", "mean_t", {"y_all"}, {"y_mean"},
+                             {{"axes", Ints{0}}, {"keepdims", int64_t{0}}}));
+  g.nodes.push_back(MakeNode("Add", "y", {"y_mean", "y_h"}, {"y"}));
+  g.output = "y";
+  return g;
+}
+
+TEST(GpuGraphTest, TiedRecurrentLayersGetTwins) {
+  absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
+      graph::Executor<float>::Create(SequenceAndLastState(), graph::BuiltinOps());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<std::unique_ptr<GpuGraph>> gpu = GpuGraph::Create(**cpu, GpuOps());
+  EXPECT_TRUE(gpu.ok()) << gpu.status();
+}
+
 TEST_F(GpuTwinTest, RecurrentLayers) {
   for (const Form& f : AllForms()) {
     SCOPED_TRACE(f.Name());
@@ -131,6 +161,17 @@ TEST_F(GpuTwinTest, RecurrentLayers) {
     Check(Recurrent(f), 5);
   }
 }
+
+// Several steps on the same twins, the batch size changing (buffers reused and grown).
+TEST_F(GpuTwinTest, RecurrentLayersStepAfterStep) {
+  for (const Form& f : {Form{"TorchLSTM", 2, 0, true, false, true},
+                        Form{"TorchGRU", 2, 1, true, false, true}, Form{"TorchGRU", 1, 0}}) {
+    SCOPED_TRACE(f.Name());
+    CheckSteps(Recurrent(f), {5, 3, 6});
+  }
+}
+
+TEST_F(GpuTwinTest, TiedRecurrentLayers) { CheckSteps(SequenceAndLastState(), {3, 5}); }
 
 }  // namespace
 }  // namespace cuda

@@ -81,6 +81,13 @@ class GpuTwinTest : public ::testing::Test {
 
   // `input`: the graph's input values (ids), else random ones.
   void Check(const graph::Graph& g, int batch = 3, const std::vector<float>* input = nullptr) {
+    CheckSteps(g, {batch}, input);
+  }
+
+  // One step per entry of `batches` on the same executor and the same twins (their buffers
+  // reused, their plans made again where the batch size changed), each compared as Check does.
+  void CheckSteps(const graph::Graph& g, const std::vector<int>& batches,
+                  const std::vector<float>* input = nullptr) {
     const graph::OpRegistry ops = graph::BuiltinOps();
     absl::StatusOr<std::unique_ptr<graph::Executor<float>>> cpu =
         graph::Executor<float>::Create(g, ops);
@@ -93,31 +100,42 @@ class GpuTwinTest : public ::testing::Test {
     graph::Executor<float>& c = **cpu;
     std::vector<float> params = c.initial_params(), buffers = c.initial_buffers();
     std::vector<float> grads(params.size(), 0.0f);
-    const std::vector<float> x =
-        input != nullptr ? *input : Random(batch * c.input_dims().size(), 1);
-    const std::vector<float> gy = Random(batch * c.output_dims().size(), 2, 1.0f);
     c.Bind(params.data(), grads.data(), buffers.data());
+    float* d_params = Upload(c.initial_params());
+    float* d_grads = Upload(std::vector<float>(params.size(), 0.0f));
+    float* d_buffers = Upload(c.initial_buffers());
+    (*gpu)->BindParams(d_params, d_grads);
+    (*gpu)->BindBuffers(d_buffers);
+    for (size_t k = 0; k < batches.size(); ++k) {
+      SCOPED_TRACE(::testing::Message() << "step " << k << ", batch " << batches[k]);
+      Step(c, **gpu, batches[k], input, 1 + 2 * k, d_grads, d_buffers, grads, buffers);
+      if (HasFatalFailure()) return;
+    }
+  }
+
+  // One step of CheckSteps; x and the output gradient drawn from `seed` and seed + 1.
+  void Step(graph::Executor<float>& c, GpuGraph& gpu, int batch, const std::vector<float>* input,
+            uint64_t seed, float* d_grads, float* d_buffers, const std::vector<float>& grads,
+            const std::vector<float>& buffers) {
+    const std::vector<float> x =
+        input != nullptr ? *input : Random(batch * c.input_dims().size(), seed);
+    const std::vector<float> gy = Random(batch * c.output_dims().size(), seed + 1, 1.0f);
     const nn::TensorRef<float> y = graph::ForwardOk(c, x.data(), batch, /*training=*/true);
     const std::vector<double> y_cpu(y.data, y.data + y.size());
     const nn::TensorRef<float> dx =
         c.Backward({gy.data(), batch, c.output_dims()}, /*need_input_grad=*/true);
     const std::vector<double> dx_cpu(dx.data, dx.data + dx.size());
 
-    float* d_params = Upload(c.initial_params());
-    float* d_grads = Upload(std::vector<float>(params.size(), 0.0f));
-    float* d_buffers = Upload(c.initial_buffers());
     float* d_x = Upload(x);
     float* d_gy = Upload(gy);
-    (*gpu)->BindParams(d_params, d_grads);
-    (*gpu)->BindBuffers(d_buffers);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // The uploads, before the stream's work.
     absl::StatusOr<DeviceTensor> y_gpu =
-        (*gpu)->Forward(*ctx_, DeviceTensor{d_x, batch, c.input_dims()}, /*training=*/true);
+        gpu.Forward(*ctx_, DeviceTensor{d_x, batch, c.input_dims()}, /*training=*/true);
     ASSERT_TRUE(y_gpu.ok()) << y_gpu.status();
     ASSERT_TRUE(ctx_->Synchronize().ok());  // The context's stream does not wait for cudaMemcpy.
     const std::vector<double> y_dev = Download(y_gpu->data, y_gpu->size());
     absl::StatusOr<DeviceTensor> dx_gpu =
-        (*gpu)->Backward(*ctx_, DeviceTensor{d_gy, batch, c.output_dims()}, true);
+        gpu.Backward(*ctx_, DeviceTensor{d_gy, batch, c.output_dims()}, true);
     ASSERT_TRUE(dx_gpu.ok()) << dx_gpu.status();
     ASSERT_TRUE(ctx_->Synchronize().ok());
     nn::ExpectAllClose("output", y_dev, y_cpu, 1e-5);
