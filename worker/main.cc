@@ -402,6 +402,7 @@ absl::Status Run(const WorkerConfig& config) {
   options.augment.crop_padding = config.data.crop_padding;
   options.augment.horizontal_flip = config.data.hflip;
   options.augment.resized_crop_min_scale = config.data.resized_crop_min_scale;
+  options.data_on_device = config.data.on_device;
   if (!config.data.mean.empty()) {  // Padding is black, as torchvision pads before Normalize.
     for (size_t c = 0; c < config.data.mean.size(); ++c) {
       options.augment.fill.push_back(-config.data.mean[c] / config.data.std[c]);

@@ -350,13 +350,18 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     DPTRAIN_RETURN_IF_ERROR(CheckTargets(*test, model, "the test set"));
   }
 
+  // The set on the model's device (before Start: a refusal sends nothing).
+  DPTRAIN_ASSIGN_OR_RETURN(const bool held,
+                           HoldTrainingSet(o.data_on_device, o.augment, train, model, o.progress));
+
   ReplicaSync& sync = Common(step_sync);
   const absl::Time start = absl::Now();
   std::vector<float>& weights = model.weights();
   if (auto s = sync.Start(absl::MakeSpan(weights)); !s.ok()) return s;
 
   const int64_t pixels = train.image_size();
-  std::vector<float> batch_images(static_cast<size_t>(o.batch_size) * pixels);
+  std::vector<float> batch_images(held ? 0 : static_cast<size_t>(o.batch_size) * pixels);
+  std::vector<nn::HeldSample> held_samples;  // A step's, when the set is held.
   std::vector<nn::Label> batch_labels(train.regression() ? 0 : o.batch_size);
   std::vector<float> batch_targets(static_cast<size_t>(o.batch_size) * train.targets_per_sample);
   const nn::Targets batch_scored = train.regression() ? nn::Targets::Values(batch_targets.data())
@@ -441,20 +446,25 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
           ReadOrder(*sampler, indices, epoch, begin, steps_per_epoch * o.batch_size, o.epochs));
     }
     planned_next = step + 1;
-    if (auto s = GatherBatch(train, batch_indices, absl::MakeSpan(batch_images),
-                             absl::MakeSpan(batch_labels), absl::MakeSpan(batch_targets));
-        !s.ok()) {
-      return s;
-    }
-    if (o.augment.enabled()) {
-      if (auto s = AugmentBatch(absl::MakeSpan(batch_images), n, shape, o.augment,
-                                AugmentKey(o.seed, epoch), batch_indices);
+    if (held) {
+      held_samples = HeldSamples(o.augment, AugmentKey(o.seed, epoch), batch_indices);
+    } else {
+      if (auto s = GatherBatch(train, batch_indices, absl::MakeSpan(batch_images),
+                               absl::MakeSpan(batch_labels), absl::MakeSpan(batch_targets));
           !s.ok()) {
         return s;
       }
+      if (o.augment.enabled()) {
+        if (auto s = AugmentBatch(absl::MakeSpan(batch_images), n, shape, o.augment,
+                                  AugmentKey(o.seed, epoch), batch_indices);
+            !s.ok()) {
+          return s;
+        }
+      }
     }
     report.data_end = absl::Now();
-    auto result = model.TrainStep(batch_images.data(), batch_scored, n);
+    auto result = held ? model.TrainStepHeld(held_samples)
+                       : model.TrainStep(batch_images.data(), batch_scored, n);
     if (!result.ok()) {
       return nn::NameDataSample(
           result.status(),

@@ -15,6 +15,7 @@
 #include "worker/comm/step_sync.h"
 #include "worker/data/dataset.h"
 #include "worker/data/transforms.h"
+#include "worker/held_batches.h"
 #include "worker/nn/model.h"
 
 namespace dptrain {
@@ -83,6 +84,9 @@ struct TrainerOptions {
   // Training-time augmentation of each gathered batch (random crop, flip), a pure function of
   // (seed, epoch, sample index): worker/data/transforms.h. Disabled by default.
   AugmentOptions augment;
+  // Whether the training set goes to the model's device once and each step sends only its
+  // samples' indices and augmentation choices (held_batches.h); off by default.
+  DataOnDevice data_on_device = DataOnDevice::kOff;
 };
 
 struct EpochMetrics {

@@ -116,6 +116,12 @@ ABSL_FLAG(int, random_crop_padding, 0,
           "side and a random crop of its size taken (deterministic per seed, rank and step).");
 ABSL_FLAG(bool, random_hflip, false,
           "Training augmentation: flip each image horizontally with probability 1/2.");
+ABSL_FLAG(std::string, data_on_device, "off",
+          "off (the host gathers each batch, which the model copies to its device), auto (a GPU "
+          "model keeps the training set in its memory where it fits: images held as bytes, "
+          "class labels, no --random_resized_crop; its kernel scales, normalises, crops and "
+          "flips each step's samples, which are all a step sends) or on (the same, or fail "
+          "saying why). Off by default until a GPU has run it (tools/gpu/check.sh).");
 ABSL_FLAG(std::string, device, "auto",
           "auto (a GPU when one works, else the CPU; says which), cpu, cuda (a GPU, or fail) "
           "or cuda:N (GPU N of the visible ones, CUDA's numbering after "
@@ -389,6 +395,7 @@ absl::Status ReadData(WorkerConfig& c) {
     return Bad("random_crop_padding", "must be in [0, 1024]");
   }
   d.hflip = absl::GetFlag(FLAGS_random_hflip);
+  DPTRAIN_ASSIGN_OR_RETURN(d.on_device, ParseDataOnDevice(absl::GetFlag(FLAGS_data_on_device)));
   d.resized_crop_min_scale = absl::GetFlag(FLAGS_random_resized_crop);
   if (d.resized_crop_min_scale != 0 &&
       !(d.resized_crop_min_scale > 0 && d.resized_crop_min_scale <= 1)) {

@@ -20,6 +20,7 @@
 #include "worker/data/image_folder.h"
 #include "worker/data/image_resize.h"
 #include "worker/device_choice.h"
+#include "worker/held_batches.h"
 #include "worker/nn/layer.h"
 
 namespace dptrain {
@@ -44,6 +45,8 @@ struct DataConfig {
   int crop_padding = 0;  // > 0: random crop of the image padded by this many zeros.
   bool hflip = false;    // Random horizontal flip.
   double resized_crop_min_scale = 0;  // > 0: random resized crop, scale in [this, 1].
+  // The training set on the model's device (worker/held_batches.h).
+  DataOnDevice on_device = DataOnDevice::kOff;
 };
 
 // master mode's checkpoints and all-reduce mode's (--save_dir); ps mode: ps_server's.

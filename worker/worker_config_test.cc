@@ -37,6 +37,7 @@ TEST_F(WorkerConfigTest, ReadsEveryGroupOnceWithTheEnvironmentWhereFlagsAreOpen)
   Set("data_std", "1,2,4");
   Set("random_crop_padding", "4");
   Set("random_hflip", "true");
+  Set("data_on_device", "auto");
   Set("model", "net.ONNX");
   setenv("RANK", "1", 1);
   setenv("WORLD_SIZE", "3", 1);
@@ -58,6 +59,7 @@ TEST_F(WorkerConfigTest, ReadsEveryGroupOnceWithTheEnvironmentWhereFlagsAreOpen)
   EXPECT_EQ(c->data.std, (std::vector<float>{1, 2, 4}));
   EXPECT_EQ(c->data.crop_padding, 4);
   EXPECT_TRUE(c->data.hflip);
+  EXPECT_EQ(c->data.on_device, DataOnDevice::kAuto);
   EXPECT_TRUE(IsOnnxModel(c->model));
   EXPECT_FALSE(IsOnnxModel("resnet18"));
   EXPECT_TRUE(c->save_model.empty());  // Rank 0's only.
@@ -71,6 +73,8 @@ TEST_F(WorkerConfigTest, BadFlagsNameTheFlag) {
   const std::vector<Case> cases = {
       {{}, "--ps is required in ps mode (host:port,...)"},
       {{{"mode", "mesh"}}, "--mode must be ps, master or allreduce, got 'mesh'"},
+      {{{"ps", "a:1"}, {"data_on_device", "gpu"}},
+       "--data_on_device=gpu: expected auto, on or off"},
       {{{"mode", "master"}}, "--lr must be > 0 in master mode (the workers apply the optimizer)"},
       {{{"ps", "a:1"}, {"data_format", "csv"}},
        "--data_format: must be idx, cifar, imagefolder or npy (or empty: detected), got 'csv'"},

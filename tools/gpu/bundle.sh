@@ -16,6 +16,7 @@ targets=(//worker:gpu_worker //worker/cuda:libdptrain_cuda.so //server:ps_server
          //worker/cuda:kernels_test //worker/cuda:cuda_raw_allocator_test
          //worker/cuda:gpu_network_test //worker/cuda:gpu_graph_test
          //worker/cuda:gpu_any_shape_test //worker/cuda:gpu_recurrent_test
+         //worker/cuda:held_data_test
          //worker/cuda:gpu_parity_test
          //worker/cuda:gpu_benchmark //tests/bench:compute_benchmark
          //tests/bench:sparse_shard_bench

@@ -29,6 +29,8 @@
 #   onnx:  an ONNX model on the GPU (worker/graph/testdata/vgg.onnx, --device=cuda) on a
 #          generated CIFAR-format set, 3 epochs, beside the same run on the CPU: final loss
 #          and accuracy of both (the GPU twins of the graph ops, worker/cuda/gpu_graph.h);
+#          then 2 epochs with crops and flips, the set in GPU memory (--data_on_device=on)
+#          and gathered on the host: the same scores expected, digit for digit;
 #   sparse: no GPU needed: one parameter-server shard's sparse-row rate against a loopback
 #          TCP stream (sparse_shard_bench, issue 29's target) with the machine's 16 cores,
 #          where the clients do not take the shard's (the 2-core dev machine measures 0.41).
@@ -89,7 +91,7 @@ export LD_LIBRARY_PATH="$root/gpu/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 
 if [[ "$stages" == *,tests,* ]]; then
   for t in device_probe_test kernels_test cuda_raw_allocator_test gpu_network_test \
-           gpu_graph_test gpu_any_shape_test gpu_recurrent_test gpu_parity_test; do
+           gpu_graph_test gpu_any_shape_test gpu_recurrent_test held_data_test gpu_parity_test; do
     # The ResNet-18 diagnosis (slow: a float64 reference) runs in the parity stage.
     limited 150 "$bin/$t" --gtest_filter=-*ResNetDiagnosis*:*ResNetPrecision* >"$out/$t.log" 2>&1
     rc=$?
@@ -190,6 +192,22 @@ PY
       "$(grep -o "rank 0 done: .*" "$out/onnx_$d.log" | head -c 200 || true)$(grep -m1 -i error "$out/onnx_$d.log" | head -c 200)"
   done
   ((rc == 0)) || fail=1
+  # The training set in GPU memory (--data_on_device=on: crops and flips by the gather kernel)
+  # against batches gathered on the host: the same losses and accuracies, digit for digit.
+  aug=(--device=cuda --random_crop_padding=4 --random_hflip --data_mean=0.5,0.5,0.5
+       --data_std=0.25,0.25,0.25 --epochs=2)
+  for d in off on; do
+    limited 120 "$bin/gpu_worker" "${onnx_run[@]}" "${aug[@]}" --data_on_device=$d \
+      >"$out/onnx_held_$d.log" 2>&1 || fail=1
+    grep -o "loss [0-9.]*  train_acc [0-9.]*  test_acc [0-9.]*" "$out/onnx_held_$d.log" \
+      >"$out/onnx_held_$d.scores" || true
+  done
+  if [[ -s "$out/onnx_held_on.scores" ]] && cmp -s "$out/onnx_held_off.scores" "$out/onnx_held_on.scores"; then
+    row "--data_on_device=on (crop, flip) vs off" "same scores: $(tail -1 "$out/onnx_held_on.scores")"
+  else
+    row "--data_on_device=on (crop, flip) vs off" "FAIL: $(paste -sd' ' "$out/onnx_held_off.scores") vs $(paste -sd' ' "$out/onnx_held_on.scores") $(grep -m1 -i error "$out/onnx_held_on.log" | head -c 150)"
+    fail=1
+  fi
 fi
 
 if [[ "$stages" == *,auto,* ]]; then

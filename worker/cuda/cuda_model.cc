@@ -1,7 +1,9 @@
 #include "worker/cuda/cuda_model.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,7 @@
 #include "worker/cuda/library_status.h"
 #include "worker/graph/builtin_models.h"
 #include "worker/nn/architectures.h"
+#include "worker/nn/batch_sample.h"
 
 namespace dptrain {
 namespace cuda {
@@ -353,6 +356,102 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, nn::Targets
       cudaMemcpyAsync(x, images, pixels * sizeof(float), cudaMemcpyHostToDevice, ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, labels, batch * sizeof(nn::Label),
                                                cudaMemcpyHostToDevice, ctx_->stream()));
+  return Run(x, y, batch, training);
+}
+
+absl::Status CudaModel::HoldTrainingData(const nn::HeldData& data) {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  const nn::Dims dims = input_dims_;
+  const int64_t image = int64_t{data.channels} * data.rows * data.cols;
+  const size_t channels = static_cast<size_t>(std::max(data.channels, 0));
+  if (input_is_ids() || data.channels != dims.c || data.rows != dims.h || data.cols != dims.w ||
+      data.size < 1 || static_cast<int64_t>(data.bytes.size()) != data.size * image ||
+      static_cast<int64_t>(data.labels.size()) != data.size ||
+      data.mean.size() != data.inv_std.size() ||
+      (!data.mean.empty() && data.mean.size() != channels) ||
+      (!data.fill.empty() && data.fill.size() != channels)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": held data of ", data.size, " images of ", data.channels, "x", data.rows, "x",
+        data.cols, " (", data.bytes.size(), " bytes, ", data.labels.size(),
+        " labels) does not match the model's input ", dims.c, "x", dims.h, "x", dims.w));
+  }
+  for (int64_t i = 0; i < data.size; ++i) {
+    if (data.labels[i] < 0 || data.labels[i] >= classes_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "held sample ", i, " has label ", data.labels[i], ", not in [0, ", classes_, ")"));
+    }
+  }
+  // At most half of what the device has free: the steps' activations need the rest.
+  size_t free_bytes = 0, total_bytes = 0;
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const double needed = static_cast<double>(data.bytes.size()) +
+                        static_cast<double>(data.labels.size()) * sizeof(nn::Label);
+  if (needed > 0.5 * static_cast<double>(free_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the training set's ", static_cast<int64_t>(needed / (1 << 20)),
+        " MiB would take more than half of the GPU's free ", free_bytes >> 20, " MiB"));
+  }
+  held_ = HeldSet{};
+  DPTRAIN_ASSIGN_OR_RETURN(uint8_t * bytes, held_.bytes.Ensure(*ctx_, data.size * image));
+  DPTRAIN_ASSIGN_OR_RETURN(nn::Label * labels, held_.labels.Ensure(*ctx_, data.size));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bytes, data.bytes.data(), data.bytes.size(),
+                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(labels, data.labels.data(),
+                                               data.labels.size() * sizeof(nn::Label),
+                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  // mean, inv_std, fill: per channel each, back to back where given.
+  std::vector<float> per_channel = data.mean;
+  per_channel.insert(per_channel.end(), data.inv_std.begin(), data.inv_std.end());
+  per_channel.insert(per_channel.end(), data.fill.begin(), data.fill.end());
+  if (!per_channel.empty()) {
+    DPTRAIN_ASSIGN_OR_RETURN(float* d, held_.per_channel.Ensure(*ctx_, per_channel.size()));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, per_channel.data(),
+                                                 per_channel.size() * sizeof(float),
+                                                 cudaMemcpyHostToDevice, ctx_->stream()));
+  }
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());  // The caller's arrays may go now.
+  const float* d = held_.per_channel.data();
+  held_.mean = data.mean.empty() ? nullptr : d;
+  held_.inv_std = data.mean.empty() ? nullptr : d + channels;
+  held_.fill = data.fill.empty() ? nullptr : d + (data.mean.empty() ? 0 : 2 * channels);
+  held_.size = data.size;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::HeldSample> samples) {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  if (held_.size == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": no training data held"));
+  }
+  if (samples.empty() || samples.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(samples.size(), " held samples in a batch"));
+  }
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].index < 0 || samples[i].index >= held_.size) {
+      return nn::AtBatchSample(
+          absl::InvalidArgumentError(absl::StrCat("held sample index ", samples[i].index,
+                                                  " is outside the ", held_.size, " held")),
+          static_cast<int>(i));
+    }
+  }
+  DPTRAIN_RETURN_IF_ERROR(Upload());
+  const int batch = static_cast<int>(samples.size());
+  const nn::Dims dims = input_dims_;
+  DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, int64_t{batch} * dims.size()));
+  DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
+  DPTRAIN_ASSIGN_OR_RETURN(nn::HeldSample * s, d_held_samples_.Ensure(*ctx_, batch));
+  // From pageable memory: returns once the samples are staged, so the caller may reuse them.
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s, samples.data(), batch * sizeof(nn::HeldSample),
+                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(GatherHeldBatch(held_.bytes.data(), held_.labels.data(), s, batch, dims.c,
+                                          dims.h, dims.w, held_.mean, held_.inv_std, held_.fill, x,
+                                          y, ctx_->stream()));
+  return Run(x, y, batch, /*training=*/true);
+}
+
+absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, int batch,
+                                               bool training) {
+  const nn::Dims dims = input_dims_;
   DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
                            net_->Forward(*ctx_, DeviceTensor{x, batch, dims}, training));
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));

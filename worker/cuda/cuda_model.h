@@ -86,6 +86,12 @@ class CudaModel final : public nn::Model {
                                             int batch) override;
   absl::StatusOr<nn::BatchResult> Evaluate(const float* images, nn::Targets targets,
                                            int batch) override;
+  // The training set in device memory (bytes and labels, up to half of the free memory; else
+  // ResourceExhausted); a step then uploads only its samples and gathers, scales, normalises,
+  // crops and flips them by one kernel (nn::HeldValue), the rest of the step as TrainStep's.
+  bool CanHoldData() const override { return true; }
+  absl::Status HoldTrainingData(const nn::HeldData& data) override;
+  absl::StatusOr<nn::BatchResult> TrainStepHeld(absl::Span<const nn::HeldSample> samples) override;
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override;
   // A graph model's (its plan's): ids or images, and the bound ids must be below.
@@ -134,9 +140,12 @@ class CudaModel final : public nn::Model {
       std::vector<nn::ParamInfo> buffers, std::vector<float> buffer_values, nn::Dims input_dims,
       int classes, double label_smoothing);
   absl::Status Allocate();
-  // Checks the call, copies stale host state up and the batch in; then runs the network.
+  // Checks the call, copies stale host state up and the batch in; then Run.
   absl::StatusOr<nn::BatchResult> Step(const float* images, nn::Targets targets, int batch,
                                        bool training);
+  // The network, the loss and (training) backward on the batch at x (images) and y (labels)
+  // in device memory.
+  absl::StatusOr<nn::BatchResult> Run(float* x, const nn::Label* y, int batch, bool training);
   absl::Status Upload();
   absl::Status DownloadWeights();
   absl::Status DownloadGrads() const;
@@ -179,6 +188,18 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_exp_avg_;   // ApplyUpdate's moments (adam, adamw)
   DeviceBuffer<float> d_exp_avg_sq_;
   int64_t optimizer_steps_ = 0;
+  // The held training set (HoldTrainingData): size 0 until then.
+  struct HeldSet {
+    int64_t size = 0;
+    DeviceBuffer<uint8_t> bytes;
+    DeviceBuffer<nn::Label> labels;
+    DeviceBuffer<float> per_channel;  // mean, inv_std and fill, where given.
+    const float* mean = nullptr;
+    const float* inv_std = nullptr;
+    const float* fill = nullptr;
+  };
+  HeldSet held_;
+  DeviceBuffer<nn::HeldSample> d_held_samples_;
 
   std::optional<LossScaler> scaler_;  // fp16/bf16 only
   bool last_overflow_ = false;

@@ -123,6 +123,26 @@ __global__ void FillKernel(float* x, int64_t n, float value) {
   DPTRAIN_GRID_STRIDE(i, n) { x[i] = value; }
 }
 
+// One thread per value of the batch: sample i = k / (channels * plane), then c, y, x.
+__global__ void GatherHeldKernel(const uint8_t* bytes, const nn::HeldSample* samples, int channels,
+                                 int rows, int cols, const float* mean, const float* inv_std,
+                                 const float* fill, float* images, int64_t n) {
+  const int64_t plane = static_cast<int64_t>(rows) * cols, image = channels * plane;
+  DPTRAIN_GRID_STRIDE(k, n) {
+    const int64_t i = k / image, r = k % image;
+    const int c = static_cast<int>(r / plane);
+    const int64_t p = r % plane;
+    const nn::HeldSample s = samples[i];
+    images[k] = nn::HeldValue(bytes + s.index * image, rows, cols, c, static_cast<int>(p / cols),
+                              static_cast<int>(p % cols), s, mean, inv_std, fill);
+  }
+}
+
+__global__ void GatherHeldLabelsKernel(const nn::Label* held_labels, const nn::HeldSample* samples,
+                                       nn::Label* labels, int batch) {
+  DPTRAIN_GRID_STRIDE(i, batch) { labels[i] = held_labels[samples[i].index]; }
+}
+
 __device__ uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -239,6 +259,20 @@ absl::Status Fill(float* x, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
   FillKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, value);
   return Launched("FillKernel<<<>>>");
+}
+
+absl::Status GatherHeldBatch(const uint8_t* bytes, const nn::Label* held_labels,
+                             const nn::HeldSample* samples, int batch, int channels, int rows,
+                             int cols, const float* mean, const float* inv_std, const float* fill,
+                             float* images, nn::Label* labels, cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * channels * rows * cols;
+  if (n <= 0) return absl::OkStatus();
+  GatherHeldKernel<<<Blocks(n), kThreads, 0, stream>>>(bytes, samples, channels, rows, cols, mean,
+                                                       inv_std, fill, images, n);
+  if (absl::Status s = Launched("GatherHeldKernel<<<>>>"); !s.ok()) return s;
+  GatherHeldLabelsKernel<<<Blocks(batch), kThreads, 0, stream>>>(held_labels, samples, labels,
+                                                                 batch);
+  return Launched("GatherHeldLabelsKernel<<<>>>");
 }
 
 absl::Status DropoutForward(const float* x, float* y, uint8_t* keep, int64_t n, uint64_t mask_key,

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "common/optimizer.h"
+#include "worker/nn/held_data.h"
 #include "worker/nn/tensor.h"
 
 namespace dptrain {
@@ -58,6 +59,15 @@ absl::Status UnscaleAndCheck(float* x, int64_t n, float scale, int* non_finite,
 absl::Status AddTensors(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream);
 absl::Status AddInto(const float* x, float* y, int64_t n, cudaStream_t stream);
 absl::Status Fill(float* x, int64_t n, float value, cudaStream_t stream);
+
+// A batch of held samples (worker/nn/held_data.h): for each of the `batch` samples, its image's
+// values HeldValue(...) into `images` (batch x channels x rows x cols) and its label into
+// `labels`. `bytes` and `held_labels`: the held set; `mean`, `inv_std`, `fill`: per channel or
+// null. Indices must be inside the held set (the caller checks them).
+absl::Status GatherHeldBatch(const uint8_t* bytes, const nn::Label* held_labels,
+                             const nn::HeldSample* samples, int batch, int channels, int rows,
+                             int cols, const float* mean, const float* inv_std, const float* fill,
+                             float* images, nn::Label* labels, cudaStream_t stream);
 
 // Dropout with the CPU node's masks (worker/graph/shape_ops.cc), bit for bit: element i is
 // kept when (SplitMix64(mask_key + i) >> 11) * 2^-53 >= ratio; y = kept ? x * scale : 0 and

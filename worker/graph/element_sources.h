@@ -16,10 +16,9 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DPTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define DPTRAIN_HOST_DEVICE
+#include "common/host_device.h"
+
+#ifndef __CUDACC__
 #include <vector>
 #endif
 

@@ -26,6 +26,15 @@ absl::Status Model::ImportOptimizerState(OptimizerState) {
       absl::StrCat(name(), " on this device cannot import an optimizer state"));
 }
 
+absl::Status Model::HoldTrainingData(const HeldData&) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " on this device reads each batch where the caller gathered it"));
+}
+
+absl::StatusOr<BatchResult> Model::TrainStepHeld(absl::Span<const HeldSample>) {
+  return absl::UnimplementedError(absl::StrCat(name(), " on this device holds no training data"));
+}
+
 absl::Status Model::CheckOptimizerState(const OptimizerState& state, int64_t num_params) {
   for (const std::vector<float>* v : {&state.momentum_buffer, &state.exp_avg, &state.exp_avg_sq}) {
     if (!v->empty() && static_cast<int64_t>(v->size()) != num_params) {

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/optimizer.h"
 #include "worker/nn/architectures.h"
+#include "worker/nn/held_data.h"
 #include "worker/nn/sequential.h"
 #include "worker/nn/thread_pool.h"
 
@@ -117,6 +118,19 @@ class Model {
   // SyncBatchNorm, each worker normalises with its own batch's statistics).
   virtual absl::StatusOr<BatchResult> TrainStep(const float* images, Targets targets,
                                                 int batch) = 0;
+  // A training set kept where the model computes (a GPU's memory; held_data.h), so that a
+  // step sends only its samples' indices and augmentation choices. CanHoldData: whether the
+  // model can (false by default: the caller gathers each batch for TrainStep).
+  virtual bool CanHoldData() const { return false; }
+  // Keeps a copy of `data` (replacing one held before). InvalidArgument for arrays that do not
+  // match its size and shape, or a label out of range; ResourceExhausted where it does not fit
+  // (the caller then gathers batches as before); Unimplemented by default.
+  virtual absl::Status HoldTrainingData(const HeldData& data);
+  // TrainStep on the batch of held samples `samples` (each value HeldValue of its image):
+  // the same result as TrainStep on that batch gathered on the host. FailedPrecondition before
+  // HoldTrainingData; InvalidArgument for no samples or an index outside the held set;
+  // Unimplemented by default.
+  virtual absl::StatusOr<BatchResult> TrainStepHeld(absl::Span<const HeldSample> samples);
   // Forward only, in evaluation mode (batch norm uses the running statistics of buffers()).
   // Leaves grads() and the buffers alone. Same errors as TrainStep.
   virtual absl::StatusOr<BatchResult> Evaluate(const float* images, Targets targets, int batch) = 0;

@@ -1,0 +1,129 @@
+// The training set in device memory (CudaModel::HoldTrainingData, TrainStepHeld; issue 28's
+// "data on the device"): steps on held samples, cropped, flipped, normalised and padded by the
+// gather kernel, equal bit for bit the steps on the same batches made on the host with
+// nn::HeldValue (which worker/held_batches_test checks against GatherBatch + AugmentBatch), and
+// the refusals. Needs a GPU (skips visibly without one).
+#include "worker/nn/held_data.h"
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/cuda/cuda_model.h"
+#include "worker/cuda/gpu_twin_testing.h"
+
+namespace dptrain {
+namespace cuda {
+namespace {
+
+constexpr int kImages = 20, kRows = 28, kCols = 28;
+
+class HeldDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+    std::mt19937 gen(5);
+    bytes_.resize(kImages * kRows * kCols);
+    for (uint8_t& b : bytes_) b = static_cast<uint8_t>(gen() % 256);
+    for (int i = 0; i < kImages; ++i) labels_.push_back(static_cast<nn::Label>(i % 10));
+    data_.size = kImages;
+    data_.channels = 1;
+    data_.rows = kRows;
+    data_.cols = kCols;
+    data_.bytes = bytes_;
+    data_.labels = labels_;
+    data_.mean = {0.3f};
+    data_.inv_std = {2.5f};
+    data_.fill = {-0.75f};
+  }
+
+  static std::unique_ptr<CudaModel> Lenet() {
+    nn::ModelOptions options;
+    options.name = "lenet";
+    options.seed = 3;
+    DeviceOptions device;
+    device.deterministic = true;
+    absl::StatusOr<std::unique_ptr<CudaModel>> m = CudaModel::Create(options, device);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *std::move(m) : nullptr;
+  }
+
+  // The batch of `samples` as the host makes it.
+  std::vector<float> HostBatch(const std::vector<nn::HeldSample>& samples) const {
+    std::vector<float> out;
+    for (const nn::HeldSample& s : samples) {
+      for (int y = 0; y < kRows; ++y) {
+        for (int x = 0; x < kCols; ++x) {
+          out.push_back(nn::HeldValue(bytes_.data() + s.index * kRows * kCols, kRows, kCols, 0, y,
+                                      x, s, data_.mean.data(), data_.inv_std.data(),
+                                      data_.fill.data()));
+        }
+      }
+    }
+    return out;
+  }
+
+  std::vector<uint8_t> bytes_;
+  std::vector<nn::Label> labels_;
+  nn::HeldData data_;
+};
+
+TEST_F(HeldDataTest, HeldStepsAreTheHostGatheredSteps) {
+  std::unique_ptr<CudaModel> held = Lenet(), host = Lenet();
+  ASSERT_TRUE(held && host);
+  ASSERT_TRUE(held->HoldTrainingData(data_).ok());
+  std::mt19937 gen(9);
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    std::vector<nn::HeldSample> samples(8);
+    std::vector<nn::Label> labels;
+    for (nn::HeldSample& s : samples) {
+      s.index = gen() % kImages;
+      s.shift_y = static_cast<int>(gen() % 9) - 4;  // Padding 4.
+      s.shift_x = static_cast<int>(gen() % 9) - 4;
+      s.flip = static_cast<int>(gen() % 2);
+      labels.push_back(labels_[s.index]);
+    }
+    const std::vector<float> images = HostBatch(samples);
+    absl::StatusOr<nn::BatchResult> a = held->TrainStepHeld(samples);
+    absl::StatusOr<nn::BatchResult> b = host->TrainStep(images.data(), labels.data(), 8);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(a->loss, b->loss);
+    EXPECT_EQ(a->correct, b->correct);
+    absl::StatusOr<std::vector<float>> ga = held->DeviceGradsForTest();
+    absl::StatusOr<std::vector<float>> gb = host->DeviceGradsForTest();
+    ASSERT_TRUE(ga.ok() && gb.ok());
+    EXPECT_TRUE(*ga == *gb) << "the gradients differ";
+    ASSERT_TRUE(held->ApplySgd(0.1f).ok());
+    ASSERT_TRUE(host->ApplySgd(0.1f).ok());
+  }
+  EXPECT_EQ(held->weights(), host->weights());
+}
+
+TEST_F(HeldDataTest, Refusals) {
+  std::unique_ptr<CudaModel> m = Lenet();
+  ASSERT_TRUE(m);
+  std::vector<nn::HeldSample> one(1);
+  EXPECT_EQ(m->TrainStepHeld(one).status().code(), absl::StatusCode::kFailedPrecondition);
+  nn::HeldData wrong = data_;
+  wrong.rows = 27;  // Not the model's input.
+  EXPECT_EQ(m->HoldTrainingData(wrong).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<nn::Label> bad = labels_;
+  bad[3] = 10;
+  wrong = data_;
+  wrong.labels = bad;
+  EXPECT_EQ(m->HoldTrainingData(wrong).message(), "held sample 3 has label 10, not in [0, 10)");
+  ASSERT_TRUE(m->HoldTrainingData(data_).ok());
+  one[0].index = kImages;
+  EXPECT_EQ(m->TrainStepHeld(one).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->TrainStepHeld({}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dptrain
