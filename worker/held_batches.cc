@@ -12,7 +12,8 @@ namespace {
 // Why `train` cannot be held (with `augment`), or "" when it can.
 std::string WhyNotHeld(const AugmentOptions& augment, const Dataset& train) {
   if (!train.byte_storage || train.source != nullptr) {
-    return train.source != nullptr ? "the training set is read as needed (--data_loading=stream)"
+    return train.source != nullptr ? "the training set is read as needed (--data_loading=stream, "
+                                     "or auto for a large set; --data_loading=load holds it)"
                                    : absl::StrCat("the training set holds ", train.kind(),
                                                   " as floats, not image bytes");
   }
@@ -62,7 +63,14 @@ absl::StatusOr<bool> HoldTrainingSet(DataOnDevice mode, const AugmentOptions& au
   held.inv_std = train.norm_inv_std;
   held.fill = augment.fill;
   const absl::Status s = model.HoldTrainingData(held);
-  if (s.ok()) return true;
+  if (s.ok()) {
+    if (progress != nullptr) {
+      *progress << "training set held in the model's device memory: " << train.size << " images of "
+                << train.image_size() << " bytes; each step sends only its samples' indices"
+                << std::endl;
+    }
+    return true;
+  }
   if (absl::IsResourceExhausted(s)) return refuse(std::string(s.message()));
   return s;
 }

@@ -29,9 +29,10 @@ absl::StatusOr<DataOnDevice> ParseDataOnDevice(absl::string_view flag);
 // Hands `train` to `model` where `mode` allows it and both can: a model that holds data
 // (nn::Model::CanHoldData), a set of images held in memory as bytes (Dataset's byte storage:
 // IDX, CIFAR, an ImageFolder or uint8 .npy loaded whole) with class labels, no random resized
-// crop. Returns whether it is held. Under kAuto what prevents it is no error: false, and for a
-// model that could hold data one line on `progress` (may be null) saying why; under kOn it is
-// FailedPrecondition naming it (InvalidArgument for data the model refuses).
+// crop. Returns whether it is held (saying so on `progress`, which may be null). Under kAuto what
+// prevents it is no error: false, and for a model that could hold data one line on `progress`
+// saying why; under kOn it is FailedPrecondition naming it (the model's other refusals of the
+// data are errors either way).
 absl::StatusOr<bool> HoldTrainingSet(DataOnDevice mode, const AugmentOptions& augment,
                                      const Dataset& train, nn::Model& model,
                                      std::ostream* progress);

@@ -222,6 +222,10 @@ TEST(HeldBatchesTest, WhenTheSetIsNotHeld) {
   EXPECT_EQ(HoldTrainingSet(DataOnDevice::kAuto, none, bytes, cpu, &progress).value(), false);
   EXPECT_EQ(progress.str(), "");
   EXPECT_EQ(HoldTrainingSet(DataOnDevice::kAuto, none, bytes, gpu, &progress).value(), true);
+  EXPECT_EQ(progress.str(),
+            "training set held in the model's device memory: 6 images of 16 bytes; each step "
+            "sends only its samples' indices\n");
+  progress.str("");
   // auto: one line why; on: the error.
   EXPECT_EQ(HoldTrainingSet(DataOnDevice::kAuto, none, floats, gpu, &progress).value(), false);
   EXPECT_EQ(progress.str(),

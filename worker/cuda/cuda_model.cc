@@ -364,12 +364,17 @@ absl::Status CudaModel::HoldTrainingData(const nn::HeldData& data) {
   const nn::Dims dims = input_dims_;
   const int64_t image = int64_t{data.channels} * data.rows * data.cols;
   const size_t channels = static_cast<size_t>(std::max(data.channels, 0));
-  if (input_is_ids() || data.channels != dims.c || data.rows != dims.h || data.cols != dims.w ||
-      data.size < 1 || static_cast<int64_t>(data.bytes.size()) != data.size * image ||
-      static_cast<int64_t>(data.labels.size()) != data.size ||
-      data.mean.size() != data.inv_std.size() ||
+  if (data.mean.size() != data.inv_std.size() ||
       (!data.mean.empty() && data.mean.size() != channels) ||
       (!data.fill.empty() && data.fill.size() != channels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("held data of ", data.channels, " channels with ", data.mean.size(),
+                     " means, ", data.inv_std.size(), " inverse deviations and ", data.fill.size(),
+                     " fill values (one per channel each, or none)"));
+  }
+  if (input_is_ids() || data.channels != dims.c || data.rows != dims.h || data.cols != dims.w ||
+      data.size < 1 || static_cast<int64_t>(data.bytes.size()) != data.size * image ||
+      static_cast<int64_t>(data.labels.size()) != data.size) {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, ": held data of ", data.size, " images of ", data.channels, "x", data.rows, "x",
         data.cols, " (", data.bytes.size(), " bytes, ", data.labels.size(),
@@ -392,6 +397,16 @@ absl::Status CudaModel::HoldTrainingData(const nn::HeldData& data) {
         " MiB would take more than half of the GPU's free ", free_bytes >> 20, " MiB"));
   }
   held_ = HeldSet{};
+  if (absl::Status s = CopyHeldData(data); !s.ok()) {
+    held_ = HeldSet{};  // Nothing half held: its memory goes back.
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::CopyHeldData(const nn::HeldData& data) {
+  const int64_t image = int64_t{data.channels} * data.rows * data.cols;
+  const size_t channels = static_cast<size_t>(data.channels);
   DPTRAIN_ASSIGN_OR_RETURN(uint8_t * bytes, held_.bytes.Ensure(*ctx_, data.size * image));
   DPTRAIN_ASSIGN_OR_RETURN(nn::Label * labels, held_.labels.Ensure(*ctx_, data.size));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bytes, data.bytes.data(), data.bytes.size(),
@@ -428,10 +443,10 @@ absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::He
   }
   for (size_t i = 0; i < samples.size(); ++i) {
     if (samples[i].index < 0 || samples[i].index >= held_.size) {
-      return nn::AtBatchSample(
-          absl::InvalidArgumentError(absl::StrCat("held sample index ", samples[i].index,
-                                                  " is outside the ", held_.size, " held")),
-          static_cast<int>(i));
+      return nn::AtBatchSample(absl::InvalidArgumentError(absl::StrCat(
+                                   nn::BatchSampleText(static_cast<int64_t>(i)), " is held sample ",
+                                   samples[i].index, ", outside the ", held_.size, " held")),
+                               static_cast<int>(i));
     }
   }
   DPTRAIN_RETURN_IF_ERROR(Upload());
@@ -440,7 +455,7 @@ absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::He
   DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, int64_t{batch} * dims.size()));
   DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
   DPTRAIN_ASSIGN_OR_RETURN(nn::HeldSample * s, d_held_samples_.Ensure(*ctx_, batch));
-  // From pageable memory: returns once the samples are staged, so the caller may reuse them.
+  // From pageable memory (Run synchronises before it returns: the caller may reuse them then).
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s, samples.data(), batch * sizeof(nn::HeldSample),
                                                cudaMemcpyHostToDevice, ctx_->stream()));
   DPTRAIN_RETURN_IF_ERROR(GatherHeldBatch(held_.bytes.data(), held_.labels.data(), s, batch, dims.c,

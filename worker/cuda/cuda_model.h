@@ -91,6 +91,8 @@ class CudaModel final : public nn::Model {
   // crops and flips them by one kernel (nn::HeldValue), the rest of the step as TrainStep's.
   bool CanHoldData() const override { return true; }
   absl::Status HoldTrainingData(const nn::HeldData& data) override;
+  // HoldTrainingData's copies into held_ (checked data; held_ empty).
+  absl::Status CopyHeldData(const nn::HeldData& data);
   absl::StatusOr<nn::BatchResult> TrainStepHeld(absl::Span<const nn::HeldSample> samples) override;
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override;
