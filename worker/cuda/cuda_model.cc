@@ -66,11 +66,6 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
     const graph::Graph& graph, const graph::OpRegistry& cpu_ops,
     const graph::GraphModelOptions& options, const DeviceOptions& device) {
   if (!options.class_weights.empty()) return ClassWeightsOnCpuOnly();
-  if (options.loss != graph::Loss::kSoftmaxCrossEntropy) {
-    return absl::InvalidArgumentError(
-        "a graph model trains on the GPU with softmax cross-entropy on class labels only so far: "
-        "train regression targets or another loss with --device=cpu");
-  }
   if (options.optimizer.has_value()) {
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
   }
@@ -91,9 +86,13 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
   std::vector<nn::ParamInfo> params = cpu.params(), buffers = cpu.buffers();
   const nn::Dims input = cpu.input_dims();
   const int classes = static_cast<int>(out.size());
-  return Assemble(options.name, options.optimizer, device, *std::move(plan), std::move(gpu),
-                  std::move(params), std::move(weights), std::move(buffers),
-                  std::move(buffer_values), input, classes, options.label_smoothing);
+  DPTRAIN_ASSIGN_OR_RETURN(
+      std::unique_ptr<CudaModel> model,
+      Assemble(options.name, options.optimizer, device, *std::move(plan), std::move(gpu),
+               std::move(params), std::move(weights), std::move(buffers), std::move(buffer_values),
+               input, classes, options.label_smoothing));
+  model->loss_ = static_cast<int>(options.loss);  // graph::Loss's numbering (nn::ElementLossOf).
+  return model;
 }
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateBuiltinFromGraph(
@@ -340,23 +339,29 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, nn::Targets
                                                 bool training) {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
   DPTRAIN_RETURN_IF_ERROR(nn::CheckBatch(images, targets, batch, classes_));
-  if (targets.values != nullptr) {
+  if (targets.values != nullptr && loss_ == 0) {
     return absl::UnimplementedError(
         absl::StrCat(name_,
-                     ": target values (regression) are not trained on the GPU yet: its "
-                     "loss is softmax cross-entropy on class labels (--device=cpu)"));
+                     ": target values (regression) need --loss=mse, l1 or bce; softmax "
+                     "cross-entropy takes class labels"));
   }
-  const nn::Label* labels = targets.labels;
   DPTRAIN_RETURN_IF_ERROR(Upload());
   const nn::Dims dims = input_dims_;
   const int64_t pixels = int64_t{batch} * dims.size();
   DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, pixels));
-  DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
   DPTRAIN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(x, images, pixels * sizeof(float), cudaMemcpyHostToDevice, ctx_->stream()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, labels, batch * sizeof(nn::Label),
+  if (targets.values != nullptr) {  // batch x outputs target values.
+    const int64_t n = int64_t{batch} * classes_;
+    DPTRAIN_ASSIGN_OR_RETURN(float* t, d_targets_.Ensure(*ctx_, n));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t, targets.values, n * sizeof(float),
+                                                 cudaMemcpyHostToDevice, ctx_->stream()));
+    return Run(x, nullptr, t, batch, training);
+  }
+  DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, targets.labels, batch * sizeof(nn::Label),
                                                cudaMemcpyHostToDevice, ctx_->stream()));
-  return Run(x, y, batch, training);
+  return Run(x, y, nullptr, batch, training);
 }
 
 absl::Status CudaModel::HoldTrainingData(const nn::HeldData& data) {
@@ -461,20 +466,26 @@ absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::He
   DPTRAIN_RETURN_IF_ERROR(GatherHeldBatch(held_.bytes.data(), held_.labels.data(), s, batch, dims.c,
                                           dims.h, dims.w, held_.mean, held_.inv_std, held_.fill, x,
                                           y, ctx_->stream()));
-  return Run(x, y, batch, /*training=*/true);
+  return Run(x, y, nullptr, batch, /*training=*/true);
 }
 
-absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, int batch,
-                                               bool training) {
+absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, const float* targets,
+                                               int batch, bool training) {
   const nn::Dims dims = input_dims_;
   DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
                            net_->Forward(*ctx_, DeviceTensor{x, batch, dims}, training));
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_loss_.data(), 0, sizeof(float), ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_correct_.data(), 0, sizeof(int), ctx_->stream()));
-  DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, classes_,
-                                              static_cast<float>(label_smoothing_), d_loss_.data(),
-                                              d_correct_.data(), dlogits, ctx_->stream()));
+  if (loss_ == 0) {  // graph::Loss::kSoftmaxCrossEntropy.
+    DPTRAIN_RETURN_IF_ERROR(
+        SoftmaxCrossEntropy(logits.data, y, batch, classes_, static_cast<float>(label_smoothing_),
+                            d_loss_.data(), d_correct_.data(), dlogits, ctx_->stream()));
+  } else {
+    DPTRAIN_RETURN_IF_ERROR(
+        ElementwiseLoss(loss_, logits.data, targets, targets != nullptr ? nullptr : y, batch,
+                        classes_, d_loss_.data(), d_correct_.data(), dlogits, ctx_->stream()));
+  }
   if (training && scaler_) {
     // d(scale * loss)/d(logits); d_non_finite_ is borrowed for the kernel's count, then
     // zeroed for the gradients' check.

@@ -147,7 +147,9 @@ class CudaModel final : public nn::Model {
                                        bool training);
   // The network, the loss and (training) backward on the batch at x (images) and y (labels)
   // in device memory.
-  absl::StatusOr<nn::BatchResult> Run(float* x, const nn::Label* y, int batch, bool training);
+  // `targets` (batch x classes_ values, for an element-wise loss) or labels `y`.
+  absl::StatusOr<nn::BatchResult> Run(float* x, const nn::Label* y, const float* targets, int batch,
+                                      bool training);
   absl::Status Upload();
   absl::Status DownloadWeights();
   absl::Status DownloadGrads() const;
@@ -164,6 +166,8 @@ class CudaModel final : public nn::Model {
   nn::Dims input_dims_ = nn::kImageDims;  // One sample, and the output size: from the network.
   int classes_ = nn::kNumClasses;
   double label_smoothing_ = 0;  // Softmax cross-entropy's (nn.CrossEntropyLoss's).
+  // graph::Loss: 0 softmax cross-entropy, else nn::ElementLossOf's mse, l1 or bce.
+  int loss_ = 0;
   const std::optional<OptimizerOptions> optimizer_;  // ApplyUpdate's rule.
   // Declared first so that it is destroyed last: every buffer below returns to its cache.
   std::unique_ptr<DeviceContext> ctx_;
@@ -182,6 +186,7 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_buffers_;
   DeviceBuffer<float> d_images_;
   DeviceBuffer<nn::Label> d_labels_;
+  DeviceBuffer<float> d_targets_;  // A batch's target values (element-wise losses).
   DeviceBuffer<float> d_grad_logits_;
   DeviceBuffer<float> d_loss_;  // [0]: summed loss
   DeviceBuffer<int> d_correct_;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,7 @@ TEST_P(GpuGraphLayoutTest, TwinsHaveTheCpuLayout) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphLayoutTest, ::testing::ValuesIn([] {
                            std::vector<std::string> all = ClassifierFixtures();
-                           all.push_back("tabular_regression");  // The GPU refuses its loss.
+                           all.push_back("tabular_regression");  // Regression (mse).
                            return all;
                          }()));
 
@@ -291,6 +292,60 @@ TEST(GpuGraphTest, DropoutMasksAreTheCpuModelsOnes) {
                        fixtures::ToDouble((*cpu)->grads().data(), (*cpu)->grads().size()), 1e-3);
     ASSERT_TRUE((*gpu)->ApplyUpdate(0.05f).ok());
     ASSERT_TRUE((*cpu)->ApplyUpdate(0.05f).ok());
+  }
+}
+
+// The element-wise losses on the GPU (nn.MSELoss, nn.L1Loss, nn.BCEWithLogitsLoss), against
+// target values in [0, 1] and against class labels: two SGD steps of the regression fixture
+// equal the CPU graph model's (loss, gradients).
+TEST(GpuGraphTest, ElementWiseLossesAreTheCpuModels) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+  const graph::Graph g = ReadFixture("tabular_regression");
+  for (graph::Loss loss : {graph::Loss::kMse, graph::Loss::kL1, graph::Loss::kBce}) {
+    for (bool labels : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("loss ", static_cast<int>(loss), labels ? " on labels" : ""));
+      graph::GraphModelOptions options;
+      options.name = "tabular_regression";
+      options.loss = loss;
+      options.dropout = false;
+      OptimizerOptions sgd;
+      sgd.name = "sgd";
+      sgd.learning_rate = 0.05;
+      options.optimizer = sgd;
+      DeviceOptions device;
+      device.deterministic = true;
+      absl::StatusOr<std::unique_ptr<CudaModel>> gpu =
+          CudaModel::CreateFromGraph(g, graph::BuiltinOps(), options, device);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      absl::StatusOr<std::unique_ptr<nn::Model>> cpu =
+          graph::CreateGraphModel(g, graph::BuiltinOps(), options);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      const int n = 6, outputs = (*cpu)->num_classes();
+      std::mt19937 gen(3);
+      std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+      std::vector<float> x(n * (*cpu)->input_dims().size()), targets(n * outputs);
+      for (float& v : x) v = 3 * uniform(gen) - 1.5f;
+      for (float& t : targets) t = uniform(gen);  // In [0, 1]: bce's probabilities.
+      std::vector<nn::Label> classes(n);
+      for (int i = 0; i < n; ++i) classes[i] = static_cast<nn::Label>(i % outputs);
+      const nn::Targets scored =
+          labels ? nn::Targets(classes.data()) : nn::Targets::Values(targets.data());
+      for (int step = 0; step < 2; ++step) {
+        SCOPED_TRACE(absl::StrCat("step ", step));
+        absl::StatusOr<nn::BatchResult> on_gpu = (*gpu)->TrainStep(x.data(), scored, n);
+        absl::StatusOr<nn::BatchResult> on_cpu = (*cpu)->TrainStep(x.data(), scored, n);
+        ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+        ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+        EXPECT_NEAR(on_gpu->loss, on_cpu->loss, 1e-5 * std::max(1.0, std::abs(on_cpu->loss)));
+        EXPECT_EQ(on_gpu->correct, on_cpu->correct);
+        nn::ExpectAllClose(
+            "gradient", fixtures::ToDouble((*gpu)->grads().data(), (*gpu)->grads().size()),
+            fixtures::ToDouble((*cpu)->grads().data(), (*cpu)->grads().size()), 1e-4);
+        ASSERT_TRUE((*gpu)->ApplyUpdate(0.05f).ok());
+        ASSERT_TRUE((*cpu)->ApplyUpdate(0.05f).ok());
+      }
+    }
   }
 }
 

@@ -1,5 +1,3 @@
-#include "worker/cuda/kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -7,6 +5,8 @@
 
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/kernel_launch.h"
+#include "worker/cuda/kernels.h"
+#include "worker/nn/loss_elements.h"
 
 namespace dptrain {
 namespace cuda {
@@ -55,6 +55,31 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const nn::Label* 
     const float p = expf(z[c] - top) / sum;
     dz[c] = (p - ((c == label ? 1.0f - smoothing : 0.0f) + spread)) * inv_batch;
   }
+}
+
+// One thread per row: the row's element-wise losses (nn::ElementLossOf, in double) against its
+// targets or onehot(label); the row's mean over its outputs added to *loss_sum.
+__global__ void ElementwiseLossKernel(int loss, const float* y, const float* targets,
+                                      const nn::Label* labels, int batch, int outputs,
+                                      float* loss_sum, int* correct, float* grad) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= batch) return;
+  const float* z = y + int64_t{row} * outputs;
+  float* g = grad + int64_t{row} * outputs;
+  const double count = static_cast<double>(batch) * outputs;
+  double sum = 0;
+  int best = 0;
+  for (int k = 0; k < outputs; ++k) {
+    const double t = targets != nullptr ? targets[int64_t{row} * outputs + k]
+                     : k == labels[row] ? 1.0
+                                        : 0.0;
+    const nn::ElementLoss e = nn::ElementLossOf(loss, z[k], t);
+    sum += e.value;
+    g[k] = static_cast<float>(e.derivative / count);
+    if (z[k] > z[best]) best = k;
+  }
+  atomicAdd(loss_sum, static_cast<float>(sum / outputs));
+  if (labels != nullptr && best == labels[row]) atomicAdd(correct, 1);
 }
 
 __global__ void SgdKernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
@@ -259,6 +284,15 @@ absl::Status Fill(float* x, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
   FillKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, value);
   return Launched("FillKernel<<<>>>");
+}
+
+absl::Status ElementwiseLoss(int loss, const float* y, const float* targets,
+                             const nn::Label* labels, int batch, int outputs, float* loss_sum,
+                             int* correct, float* grad, cudaStream_t stream) {
+  if (batch <= 0) return absl::OkStatus();
+  ElementwiseLossKernel<<<(batch + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      loss, y, targets, labels, batch, outputs, loss_sum, correct, grad);
+  return Launched("ElementwiseLossKernel<<<>>>");
 }
 
 absl::Status GatherHeldBatch(const uint8_t* bytes, const nn::Label* held_labels,

@@ -32,6 +32,15 @@ absl::Status SoftmaxCrossEntropy(const float* logits, const nn::Label* labels, i
                                  int classes, float label_smoothing, float* loss_sum, int* correct,
                                  float* dlogits, cudaStream_t stream);
 
+// nn.MSELoss, nn.L1Loss or nn.BCEWithLogitsLoss (`loss`: nn::kLossMse, kLossL1, kLossBce) of
+// `batch` rows of `outputs` values against `targets` (batch x outputs) or, where targets is
+// null, onehot(labels): adds the rows' losses over `outputs` to *loss_sum (so *loss_sum / batch
+// is the mean over batch x outputs) and, with labels, the rows whose argmax is the label to
+// *correct; writes d(mean loss)/d(y) to grad. Per element nn::ElementLossOf, the CPU model's.
+absl::Status ElementwiseLoss(int loss, const float* y, const float* targets,
+                             const nn::Label* labels, int batch, int outputs, float* loss_sum,
+                             int* correct, float* grad, cudaStream_t stream);
+
 // torch.optim.SGD (dampening 0): d = g + wd w; buf = mu buf + d (buf = d when `first`);
 // w -= lr buf, lr (d + mu buf) with `nesterov` (lr d when mu = 0; buf may then be null).
 absl::Status SgdUpdate(float* w, const float* g, float* buf, int64_t n, float lr, float mu,

@@ -11,6 +11,7 @@
 #include "worker/graph/executor.h"
 #include "worker/nn/batch_sample.h"
 #include "worker/nn/gemm.h"
+#include "worker/nn/loss_elements.h"
 #include "worker/nn/softmax_cross_entropy.h"
 #include "worker/nn/thread_pool.h"
 
@@ -18,24 +19,10 @@ namespace dptrain {
 namespace graph {
 namespace {
 
-// One output's loss against its target and the loss's derivative by the output: (y - t)^2
-// (kMse), |y - t| (kL1: sign(y - t), 0 at 0, as PyTorch) or the binary cross-entropy of
-// sigmoid(y) (kBce: max(y, 0) - y t + log(1 + exp(-|y|)), stable for any y, as PyTorch's).
-struct ElementLoss {
-  double value, derivative;
-};
-ElementLoss LossOf(Loss loss, double y, double t) {
-  const double d = y - t;
-  switch (loss) {
-    case Loss::kMse:
-      return {d * d, 2 * d};
-    case Loss::kL1:
-      return {std::abs(d), static_cast<double>((d > 0) - (d < 0))};
-    default:  // kBce.
-      return {std::max(y, 0.0) - y * t + std::log1p(std::exp(-std::abs(y))),
-              1 / (1 + std::exp(-y)) - t};
-  }
-}
+static_assert(static_cast<int>(Loss::kMse) == nn::kLossMse &&
+                  static_cast<int>(Loss::kL1) == nn::kLossL1 &&
+                  static_cast<int>(Loss::kBce) == nn::kLossBce,
+              "nn::ElementLossOf numbers the losses as graph::Loss");
 
 // The mean over batch x outputs of LossOf(output, target), the target the target values or
 // onehot(label); grad (if not null) = its derivative. Correct counts argmax(y) == label where
@@ -50,7 +37,7 @@ nn::LossOutput ElementwiseLoss(Loss loss, const float* y, nn::Targets targets, i
     const float* t = targets.values == nullptr ? nullptr : targets.values + int64_t{n} * outputs;
     for (int k = 0; k < outputs; ++k) {
       const double target = t != nullptr ? t[k] : k == targets.labels[n] ? 1.0 : 0.0;
-      const ElementLoss e = LossOf(loss, row[k], target);
+      const nn::ElementLoss e = nn::ElementLossOf(static_cast<int>(loss), row[k], target);
       sum += e.value;
       if (grad != nullptr)
         grad[int64_t{n} * outputs + k] = static_cast<float>(e.derivative / count);
