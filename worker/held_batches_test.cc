@@ -5,6 +5,7 @@
 // line under auto, an error naming why under on.
 #include "worker/held_batches.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <sstream>
@@ -108,8 +109,9 @@ TEST(HeldBatchesTest, HeldValuesAreTheGatheredAndAugmentedBatch) {
 // HoldTrainingData and makes each held step's batch with nn::HeldValue, as a GPU's kernel does.
 class RecordingModel final : public nn::Model {
  public:
-  RecordingModel(nn::Dims dims, bool holds, absl::Status hold_status = absl::OkStatus())
-      : dims_(dims), holds_(holds), hold_status_(std::move(hold_status)) {}
+  RecordingModel(nn::Dims dims, bool holds, absl::Status hold_status = absl::OkStatus(),
+                 bool defers = false)
+      : dims_(dims), holds_(holds), defers_(defers), hold_status_(std::move(hold_status)) {}
   const std::vector<nn::ParamInfo>& params() const override { return params_; }
   std::vector<float>& weights() override { return weights_; }
   absl::Span<const float> grads() const override { return absl::MakeConstSpan(grads_).first(1); }
@@ -119,7 +121,25 @@ class RecordingModel final : public nn::Model {
                                             int n) override {
     pixels.insert(pixels.end(), images, images + n * dims_.size());
     labels.insert(labels.end(), targets.labels, targets.labels + n);
-    return nn::BatchResult{1.0, 0};
+    // A loss and count that differ from step to step: the batch's mean value, its label-0s.
+    double sum = 0;
+    for (int64_t k = 0; k < n * dims_.size(); ++k) sum += images[k];
+    nn::BatchResult r{sum / (n * dims_.size()), 0};
+    for (int i = 0; i < n; ++i) r.correct += targets.labels[i] == 0;
+    if (!deferring_) return r;
+    pending_.push_back(r);
+    max_pending = std::max(max_pending, static_cast<int>(pending_.size()));
+    nn::BatchResult deferred{0, 0};
+    deferred.deferred = true;
+    return deferred;
+  }
+  bool DeferResults(bool on) override {
+    deferring_ = on && defers_;
+    return deferring_;
+  }
+  absl::StatusOr<std::vector<nn::BatchResult>> TakeResults() override {
+    ++takes;
+    return std::move(pending_);
   }
   absl::StatusOr<nn::BatchResult> Evaluate(const float*, nn::Targets, int) override {
     return nn::BatchResult{1.0, 0};
@@ -155,11 +175,15 @@ class RecordingModel final : public nn::Model {
   std::vector<float> pixels;
   std::vector<nn::Label> labels;
   int held_steps = 0;
+  int max_pending = 0;  // Deferred steps waiting at most.
+  int takes = 0;
 
  private:
   const nn::Dims dims_;
-  const bool holds_;
+  const bool holds_, defers_;
   const absl::Status hold_status_;
+  bool deferring_ = false;
+  std::vector<nn::BatchResult> pending_;
   const std::vector<nn::ParamInfo> params_ = {{"w", {1}, 0, 1}};
   std::vector<float> weights_ = {0};
   std::vector<float> grads_ = {0, 0};
@@ -205,6 +229,52 @@ TEST(HeldBatchesTest, TheTrainerSendsTheSameBatchesEitherWay) {
   EXPECT_EQ(held.labels, gathered.labels);
   ASSERT_EQ(held.pixels.size(), gathered.pixels.size());
   EXPECT_TRUE(held.pixels == gathered.pixels);  // Bit for bit.
+}
+
+// Every step's loss as the observer hears it.
+class LossObserver final : public StepObserver {
+ public:
+  void OnStep(const StepReport& step) override {
+    steps.push_back(step.step);
+    losses.push_back(step.loss);
+    correct.push_back(step.correct);
+  }
+  void OnEpoch(const EpochMetrics&) override {}
+  std::vector<int64_t> steps;
+  std::vector<double> losses;
+  std::vector<int64_t> correct;
+};
+
+// A lone replica whose model holds the data and defers its results (a GPU's steps then never
+// wait for it): the observer hears every step, in order, with the results of a model that
+// does not defer, and the epochs' metrics are the same; at most 64 steps wait.
+TEST(HeldBatchesTest, DeferredResultsArriveInOrderWithTheSameMetrics) {
+  Dataset data = Bytes(300, 1, 4, 4);
+  std::vector<std::vector<EpochMetrics>> history(2);
+  std::vector<LossObserver> observers(2);
+  std::vector<std::unique_ptr<RecordingModel>> models;
+  for (int defers = 0; defers < 2; ++defers) {
+    models.push_back(
+        std::make_unique<RecordingModel>(nn::Dims{1, 4, 4}, true, absl::OkStatus(), defers == 1));
+    TrainerOptions o = TwoEpochs(DataOnDevice::kOn);
+    o.batch_size = 2;  // 150 steps an epoch.
+    o.augment = {};
+    o.observer = &observers[defers];
+    LoneReducer reducer;
+    ASSERT_TRUE(Train(o, *models.back(), &reducer, data, nullptr, &history[defers]).ok());
+  }
+  EXPECT_EQ(models[0]->takes, 0);
+  EXPECT_GE(models[1]->takes, 2 * 150 / 64);
+  EXPECT_LE(models[1]->max_pending, 64);
+  EXPECT_EQ(observers[1].steps, observers[0].steps);
+  EXPECT_EQ(observers[1].losses, observers[0].losses);
+  EXPECT_EQ(observers[1].correct, observers[0].correct);
+  ASSERT_EQ(history[1].size(), 2u);
+  for (int e = 0; e < 2; ++e) {
+    EXPECT_EQ(history[1][e].loss, history[0][e].loss);
+    EXPECT_EQ(history[1][e].train_acc, history[0][e].train_acc);
+    EXPECT_EQ(history[1][e].images, history[0][e].images);
+  }
 }
 
 TEST(HeldBatchesTest, WhenTheSetIsNotHeld) {

@@ -171,6 +171,63 @@ class ProgressLine {
   absl::Duration data_, compute_, sync_, apply_;
 };
 
+// One step taken in the current epoch, for its metrics (going back drops exactly the steps
+// undone).
+struct StepRecord {
+  double loss_sum = 0, loss_weight = 0;  // The batch's loss times its weight, and the weight.
+  int64_t correct = 0, seen = 0;
+  bool skipped = false;
+  double data_seconds = 0, step_seconds = 0;
+};
+
+// Steps whose loss and correct count the model gives later (nn::Model::DeferResults: a lone
+// replica on a GPU with its data held, whose steps then never wait for the device): their
+// records and reports wait here until Flush fills them in and hands the reports, in order, to
+// `deliver` (the observer and the progress line). Due every kFlushSteps steps and every
+// log_every; the caller flushes at each epoch's end too.
+class DeferredSteps {
+ public:
+  DeferredSteps(const TrainerOptions& o, nn::Model& model) : o_(o), model_(model) {}
+
+  void Add(size_t record, StepReport report) { pending_.push_back({record, std::move(report)}); }
+  bool Due(absl::Time now) const {
+    return pending_.size() >= kFlushSteps ||
+           (o_.log_every > absl::ZeroDuration() && now - last_ >= o_.log_every);
+  }
+  template <typename Deliver>
+  absl::Status Flush(std::vector<StepRecord>& records, Deliver deliver) {
+    last_ = absl::Now();
+    if (pending_.empty()) return absl::OkStatus();
+    DPTRAIN_ASSIGN_OR_RETURN(const std::vector<nn::BatchResult> results, model_.TakeResults());
+    if (results.size() != pending_.size()) {
+      return absl::InternalError(absl::StrCat(model_.name(), " gave ", results.size(),
+                                              " deferred results for ", pending_.size(), " steps"));
+    }
+    for (size_t i = 0; i < results.size(); ++i) {
+      auto& [record, report] = pending_[i];
+      StepRecord& r = records[record];
+      const double weight = nn::LossWeight(results[i], static_cast<int>(r.seen));
+      r.loss_sum = results[i].loss * weight;
+      r.loss_weight = weight;
+      r.correct = results[i].correct;
+      report.loss = results[i].loss;
+      report.correct = results[i].correct;
+      deliver(report);
+    }
+    pending_.clear();
+    return absl::OkStatus();
+  }
+
+ private:
+  // Enough to keep a GPU busy, few enough to keep the per-step metrics current.
+  static constexpr size_t kFlushSteps = 64;
+  static_assert(kFlushSteps <= nn::Model::kMaxDeferredSteps, "the model holds them all");
+  const TrainerOptions& o_;
+  nn::Model& model_;
+  absl::Time last_ = absl::Now();
+  std::vector<std::pair<size_t, StepReport>> pending_;
+};
+
 // Batch norm's running statistics at the steps the job may be sent back to (multiples of
 // ReplicaSync::rewind_interval()). A parameter server's checkpoint holds the weights but not
 // these (every worker has its own until the epoch's average), so going back restores them
@@ -353,6 +410,11 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   // The set on the model's device (before Start: a refusal sends nothing).
   DPTRAIN_ASSIGN_OR_RETURN(const bool held,
                            HoldTrainingSet(o.data_on_device, o.augment, train, model, o.progress));
+  // A lone replica whose data the model holds need not wait for each step's results: nothing
+  // leaves the device, nothing can send the job back.
+  const auto* reducer = std::get_if<GradientReducer*>(&step_sync);
+  const bool deferred =
+      held && reducer != nullptr && (*reducer)->world_size() == 1 && model.DeferResults(true);
 
   ReplicaSync& sync = Common(step_sync);
   const absl::Time start = absl::Now();
@@ -406,12 +468,6 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   int current_epoch = -1;
   std::vector<int64_t> indices;
   int64_t planned_next = -1;  // The step whose batch the source's plan reads next.
-  struct StepRecord {
-    double loss_sum = 0, loss_weight = 0;  // The batch's loss times its weight, and the weight.
-    int64_t correct = 0, seen = 0;
-    bool skipped = false;
-    double data_seconds = 0, step_seconds = 0;
-  };
   std::vector<StepRecord> records;
   absl::Time epoch_start = absl::Now();
   // The process's first step waits for every worker to join (a rank that started first waits
@@ -422,6 +478,11 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
   int64_t untimed_images = 0;
   BufferHistory buffer_history(sync.rewind_interval());
   ProgressLine progress(o);
+  DeferredSteps deferred_steps(o, model);
+  auto deliver = [&](const StepReport& report) {
+    if (o.observer != nullptr) o.observer->OnStep(report);
+    progress.Add(report, steps_per_epoch, total_steps);
+  };
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t b = step % steps_per_epoch;
@@ -528,9 +589,15 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       report.comm = sync.stats();
       report.loss_scale = model.loss_scale();
       report.device_memory_bytes = model.device_memory_bytes();
-      o.observer->OnStep(report);
     }
-    progress.Add(report, steps_per_epoch, total_steps);
+    if (result->deferred) {
+      deferred_steps.Add(records.size() - 1, report);
+      if ((step + 1) % steps_per_epoch == 0 || deferred_steps.Due(report.end)) {
+        DPTRAIN_RETURN_IF_ERROR(deferred_steps.Flush(records, deliver));
+      }
+    } else {
+      deliver(report);
+    }
     ++step;
     if (step % steps_per_epoch != 0) {
       if (auto s = AfterStep(o, step, model); !s.ok()) return s;
@@ -586,6 +653,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     if (o.observer != nullptr) o.observer->OnEpoch(m);
     if (auto s = AfterStep(o, step, model); !s.ok()) return s;
   }
+  if (deferred) model.DeferResults(false);  // Every epoch's end took its steps' results.
   WriteFinalLine(o, h, absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }

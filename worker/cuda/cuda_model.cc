@@ -460,7 +460,8 @@ absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::He
   DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, int64_t{batch} * dims.size()));
   DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
   DPTRAIN_ASSIGN_OR_RETURN(nn::HeldSample * s, d_held_samples_.Ensure(*ctx_, batch));
-  // From pageable memory (Run synchronises before it returns: the caller may reuse them then).
+  // From pageable memory: the call returns once the driver has read them (staged), so the
+  // caller may reuse them even when the step is deferred (as Step's images).
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s, samples.data(), batch * sizeof(nn::HeldSample),
                                                cudaMemcpyHostToDevice, ctx_->stream()));
   DPTRAIN_RETURN_IF_ERROR(GatherHeldBatch(held_.bytes.data(), held_.labels.data(), s, batch, dims.c,
@@ -475,16 +476,31 @@ absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, con
   DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
                            net_->Forward(*ctx_, DeviceTensor{x, batch, dims}, training));
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_loss_.data(), 0, sizeof(float), ctx_->stream()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_correct_.data(), 0, sizeof(int), ctx_->stream()));
-  if (loss_ == 0) {  // graph::Loss::kSoftmaxCrossEntropy.
-    DPTRAIN_RETURN_IF_ERROR(
-        SoftmaxCrossEntropy(logits.data, y, batch, classes_, static_cast<float>(label_smoothing_),
-                            d_loss_.data(), d_correct_.data(), dlogits, ctx_->stream()));
+  // A deferred step's loss and count go to its own slot (zeroed when last taken); else to
+  // d_loss_ and d_correct_, read below.
+  const bool defer = training && deferring_;
+  float* loss_sum_at = d_loss_.data();
+  int* correct_at = d_correct_.data();
+  if (defer) {
+    const size_t k = pending_batches_.size();
+    if (k >= static_cast<size_t>(kMaxDeferredSteps)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name_, ": ", k, " deferred steps pending (TakeResults reads them)"));
+    }
+    loss_sum_at = d_deferred_loss_.data() + k;
+    correct_at = d_deferred_correct_.data() + k;
   } else {
-    DPTRAIN_RETURN_IF_ERROR(
-        ElementwiseLoss(loss_, logits.data, targets, targets != nullptr ? nullptr : y, batch,
-                        classes_, d_loss_.data(), d_correct_.data(), dlogits, ctx_->stream()));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(loss_sum_at, 0, sizeof(float), ctx_->stream()));
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(correct_at, 0, sizeof(int), ctx_->stream()));
+  }
+  if (loss_ == 0) {  // graph::Loss::kSoftmaxCrossEntropy.
+    DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, classes_,
+                                                static_cast<float>(label_smoothing_), loss_sum_at,
+                                                correct_at, dlogits, ctx_->stream()));
+  } else {
+    DPTRAIN_RETURN_IF_ERROR(ElementwiseLoss(loss_, logits.data, targets,
+                                            targets != nullptr ? nullptr : y, batch, classes_,
+                                            loss_sum_at, correct_at, dlogits, ctx_->stream()));
   }
   if (training && scaler_) {
     // d(scale * loss)/d(logits); d_non_finite_ is borrowed for the kernel's count, then
@@ -507,6 +523,12 @@ absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, con
       ++uncounted_batches_;
     }
   }
+  if (defer) {
+    pending_batches_.push_back(batch);
+    nn::BatchResult pending{0, 0};
+    pending.deferred = true;
+    return pending;
+  }
   float loss_sum = 0;
   int correct = 0;
   int non_finite = 0;
@@ -521,6 +543,55 @@ absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, con
   DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
   if (training) last_overflow_ = non_finite > 0;
   return nn::BatchResult{static_cast<double>(loss_sum) / batch, correct, non_finite > 0};
+}
+
+bool CudaModel::DeferResults(bool on) {
+  if (!on) {
+    if (!pending_batches_.empty()) return deferring_;  // TakeResults first.
+    deferring_ = false;
+    return false;
+  }
+  if (scaler_ || !sticky_.ok()) return false;  // Mixed precision reads each step's overflow.
+  if (d_deferred_loss_.data() == nullptr) {
+    absl::StatusOr<float*> loss = d_deferred_loss_.Ensure(*ctx_, kMaxDeferredSteps);
+    absl::StatusOr<int*> correct = d_deferred_correct_.Ensure(*ctx_, kMaxDeferredSteps);
+    if (!loss.ok() || !correct.ok() ||
+        cudaMemsetAsync(*loss, 0, kMaxDeferredSteps * sizeof(float), ctx_->stream()) !=
+            cudaSuccess ||
+        cudaMemsetAsync(*correct, 0, kMaxDeferredSteps * sizeof(int), ctx_->stream()) !=
+            cudaSuccess) {
+      return false;
+    }
+  }
+  deferring_ = true;
+  return true;
+}
+
+absl::StatusOr<std::vector<nn::BatchResult>> CudaModel::TakeResults() {
+  DPTRAIN_RETURN_IF_ERROR(sticky_);
+  const size_t n = pending_batches_.size();
+  std::vector<nn::BatchResult> results;
+  if (n == 0) return results;
+  std::vector<float> loss_sums(n);
+  std::vector<int> correct(n);
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(loss_sums.data(), d_deferred_loss_.data(),
+                                               n * sizeof(float), cudaMemcpyDeviceToHost,
+                                               ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(correct.data(), d_deferred_correct_.data(),
+                                               n * sizeof(int), cudaMemcpyDeviceToHost,
+                                               ctx_->stream()));
+  // The slots again zero for the next steps (after the copies, on the same stream).
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(d_deferred_loss_.data(), 0, n * sizeof(float), ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(d_deferred_correct_.data(), 0, n * sizeof(int), ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
+  for (size_t i = 0; i < n; ++i) {
+    results.push_back(
+        nn::BatchResult{static_cast<double>(loss_sums[i]) / pending_batches_[i], correct[i]});
+  }
+  pending_batches_.clear();
+  return results;
 }
 
 absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, nn::Targets targets,

@@ -90,6 +90,10 @@ class CudaModel final : public nn::Model {
   // ResourceExhausted); a step then uploads only its samples and gathers, scales, normalises,
   // crops and flips them by one kernel (nn::HeldValue), the rest of the step as TrainStep's.
   bool CanHoldData() const override { return true; }
+  // Results read later (fp32 only): each training step's loss and count go to a slot on the
+  // device, and the step returns without waiting for the device; TakeResults copies them down.
+  bool DeferResults(bool on) override;
+  absl::StatusOr<std::vector<nn::BatchResult>> TakeResults() override;
   absl::Status HoldTrainingData(const nn::HeldData& data) override;
   // HoldTrainingData's copies into held_ (checked data; held_ empty).
   absl::Status CopyHeldData(const nn::HeldData& data);
@@ -206,6 +210,12 @@ class CudaModel final : public nn::Model {
     const float* fill = nullptr;
   };
   HeldSet held_;
+  // DeferResults: per pending step its loss sum and correct count (kMaxDeferredSteps slots,
+  // zero until written), and its batch size.
+  bool deferring_ = false;
+  DeviceBuffer<float> d_deferred_loss_;
+  DeviceBuffer<int> d_deferred_correct_;
+  std::vector<int> pending_batches_;
   DeviceBuffer<nn::HeldSample> d_held_samples_;
 
   std::optional<LossScaler> scaler_;  // fp16/bf16 only

@@ -3,7 +3,8 @@
 // (batch copied in, forward, loss, backward, loss read back) + ApplySgd on the device,
 // synchronised; median over --steps after --warmup, in strict fp32, with TF32, and in
 // mixed precision (bf16 / fp16 convolutions and products, loss scaling; a step skipped for
-// overflow still counts).
+// overflow still counts). With --held, also the mean step of a lone replica whose data is
+// held on the device and whose results are deferred (gpu_worker --data_on_device).
 //
 //   gpu_benchmark --models=resnet18 --math=fp32,tf32,bf16,fp16 --batch_size=256
 #include <algorithm>
@@ -30,10 +31,55 @@ ABSL_FLAG(bool, builtin_graph, false,
 ABSL_FLAG(int, warmup, 10, "Untimed steps (the first finds the convolution algorithms).");
 ABSL_FLAG(int, steps, 50, "Timed steps.");
 ABSL_FLAG(double, lr, 0.01, "SGD learning rate.");
+ABSL_FLAG(bool, held, false,
+          "Also time each model as gpu_worker --data_on_device runs a lone replica: the images "
+          "held on the device as bytes (HoldTrainingData), each step sending its samples "
+          "(TrainStepHeld), the results deferred (DeferResults) and read every 64 steps: the "
+          "mean step over --steps, no synchronisation per step.");
 
 namespace dptrain {
 namespace cuda {
 namespace {
+
+// The mean step of `model` as a lone replica with its data held and its results deferred
+// (--held): the batch's images quantised to bytes and held, each step one TrainStepHeld of the
+// whole held set and ApplySgd, the results taken every 64 steps (*deferred: where the model
+// defers them; mixed precision reads each step's), timed over --steps after --warmup steps.
+absl::StatusOr<double> HeldStepMs(CudaModel& model, const std::vector<float>& images,
+                                  const std::vector<nn::Label>& labels, int batch, bool* deferred) {
+  std::vector<uint8_t> bytes(images.size());
+  for (size_t i = 0; i < images.size(); ++i) bytes[i] = static_cast<uint8_t>(images[i] * 255.0f);
+  nn::HeldData data;
+  data.size = batch;
+  data.channels = 1;
+  data.rows = data.cols = 28;
+  data.bytes = bytes;
+  data.labels = labels;
+  if (absl::Status s = model.HoldTrainingData(data); !s.ok()) return s;
+  *deferred = model.DeferResults(true);  // Not in bf16/fp16: each step's overflow is read.
+  std::vector<nn::HeldSample> samples(batch);
+  for (int i = 0; i < batch; ++i) samples[i].index = (i * 7919) % batch;
+  const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  auto run = [&](int n) -> absl::Status {
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<nn::BatchResult> r = model.TrainStepHeld(samples);
+      if (!r.ok()) return r.status();
+      if (absl::Status s = model.ApplySgd(lr); !s.ok()) return s;
+      if ((i + 1) % 64 == 0 || i + 1 == n) {
+        if (absl::Status s = model.TakeResults().status(); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = run(absl::GetFlag(FLAGS_warmup)); !s.ok()) return s;
+  const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
+  const auto t0 = std::chrono::steady_clock::now();
+  if (absl::Status s = run(steps); !s.ok()) return s;
+  if (absl::Status s = model.Synchronize(); !s.ok()) return s;
+  const auto t1 = std::chrono::steady_clock::now();
+  model.DeferResults(false);
+  return std::chrono::duration<double, std::milli>(t1 - t0).count() / steps;
+}
 
 int Run() {
   const int batch = absl::GetFlag(FLAGS_batch_size);
@@ -107,6 +153,22 @@ int Run() {
       rows.push_back(row);
       std::cout << "result model=" << name << " math=" << math << " step_ms=" << median
                 << " best_ms=" << ms.front() << " last_loss=" << loss << std::endl;
+      if (absl::GetFlag(FLAGS_held)) {
+        bool deferred = false;
+        absl::StatusOr<double> held_ms = HeldStepMs(**model, images, labels, batch, &deferred);
+        if (!held_ms.ok()) {
+          std::cerr << "gpu_benchmark: " << name << " " << math << " held: " << held_ms.status()
+                    << "\n";
+          ++failures;
+          continue;
+        }
+        std::snprintf(row, sizeof(row), "| %s | %s %s | %.2f | %.0f | | |", name.c_str(),
+                      math.c_str(), deferred ? "held+deferred" : "held", *held_ms,
+                      batch / *held_ms * 1e3);
+        rows.push_back(row);
+        std::cout << "result model=" << name << " math=" << math << " held_step_ms=" << *held_ms
+                  << std::endl;
+      }
     }
   }
   std::cout << "\nOurs (CUDA backend) on " << device << ": batch " << batch

@@ -105,6 +105,40 @@ TEST_F(HeldDataTest, HeldStepsAreTheHostGatheredSteps) {
   EXPECT_EQ(held->weights(), host->weights());
 }
 
+// Deferred results (what the trainer asks of a lone replica whose data is held): the steps
+// return without their loss, TakeResults gives each step's, equal to an immediate model's.
+TEST_F(HeldDataTest, DeferredStepsGiveTheSameResults) {
+  std::unique_ptr<CudaModel> deferred = Lenet(), immediate = Lenet();
+  ASSERT_TRUE(deferred && immediate);
+  ASSERT_TRUE(deferred->HoldTrainingData(data_).ok());
+  ASSERT_TRUE(immediate->HoldTrainingData(data_).ok());
+  ASSERT_TRUE(deferred->DeferResults(true));
+  std::vector<nn::BatchResult> expected;
+  for (int step = 0; step < 5; ++step) {
+    std::vector<nn::HeldSample> samples(4 + step);
+    for (size_t i = 0; i < samples.size(); ++i) samples[i].index = (3 * step + 7 * i) % kImages;
+    absl::StatusOr<nn::BatchResult> a = deferred->TrainStepHeld(samples);
+    absl::StatusOr<nn::BatchResult> b = immediate->TrainStepHeld(samples);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(a->deferred);
+    EXPECT_FALSE(b->deferred);
+    expected.push_back(*b);
+    ASSERT_TRUE(deferred->ApplySgd(0.1f).ok());
+    ASSERT_TRUE(immediate->ApplySgd(0.1f).ok());
+  }
+  EXPECT_TRUE(deferred->DeferResults(false)) << "five steps still pending";
+  absl::StatusOr<std::vector<nn::BatchResult>> taken = deferred->TakeResults();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(taken->size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ((*taken)[i].loss, expected[i].loss) << i;
+    EXPECT_EQ((*taken)[i].correct, expected[i].correct) << i;
+  }
+  EXPECT_TRUE(deferred->TakeResults()->empty());
+  EXPECT_FALSE(deferred->DeferResults(false));
+  EXPECT_EQ(deferred->weights(), immediate->weights());
+}
+
 TEST_F(HeldDataTest, Refusals) {
   std::unique_ptr<CudaModel> m = Lenet();
   ASSERT_TRUE(m);

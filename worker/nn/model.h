@@ -50,6 +50,9 @@ struct BatchResult {
   // with class weights, the sum of the samples' label weights; -1: the batch's samples (every
   // other loss). LossWeight() reads it.
   double weight = -1;
+  // TrainStep under Model::DeferResults: the step was enqueued, its loss and correct count are
+  // not known yet (0 here); TakeResults gives them.
+  bool deferred = false;
 };
 
 // `result`'s weight (BatchResult::weight) for a batch of `batch` samples.
@@ -131,6 +134,19 @@ class Model {
   // HoldTrainingData; InvalidArgument for no samples or an index outside the held set;
   // Unimplemented by default.
   virtual absl::StatusOr<BatchResult> TrainStepHeld(absl::Span<const HeldSample> samples);
+  // Step results read later, so that a step need not wait for its device (a GPU's loss and
+  // accuracy stay there until asked). DeferResults(true) asks for it and returns whether the
+  // model does it (false by default, and for a step that must be read at once: mixed
+  // precision's overflow decides the next update); from then on each TrainStep and
+  // TrainStepHeld returns BatchResult::deferred, and TakeResults returns the deferred steps'
+  // results in order (waiting for them) and forgets them. At most kMaxDeferredSteps may be
+  // pending: a step past that fails with FailedPrecondition. DeferResults(false) only after
+  // TakeResults left none pending.
+  static constexpr int kMaxDeferredSteps = 1024;
+  virtual bool DeferResults(bool on) { return false; }
+  virtual absl::StatusOr<std::vector<BatchResult>> TakeResults() {
+    return std::vector<BatchResult>{};
+  }
   // Forward only, in evaluation mode (batch norm uses the running statistics of buffers()).
   // Leaves grads() and the buffers alone. Same errors as TrainStep.
   virtual absl::StatusOr<BatchResult> Evaluate(const float* images, Targets targets, int batch) = 0;
