@@ -259,6 +259,63 @@ def export(model, path, shape=(2, 3, 32, 32), dtype=torch.float32, example=None,
         fail(f"export_onnx changed the model it exported ({path})")
 
 
+class StochasticDepth(nn.Module):
+    """torchvision.ops.StochasticDepth's row mode (EfficientNet, ConvNeXt, Swin), written out:
+    each sample's branch dropped with probability p in training."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        keep = torch.empty([x.shape[0]] + [1] * (x.dim() - 1)).bernoulli_(1 - self.p)
+        return x * keep / (1 - self.p)
+
+
+class DropPathNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.drop = StochasticDepth(0.2)
+        self.fc = nn.Linear(4 * 32 * 32, 10)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.fc(torch.flatten(y + self.drop(torch.relu(y)), 1))
+
+
+def check_stochastic_depth_export():
+    """export_onnx writes a model with stochastic depth (which torch.onnx cannot export in
+    training mode) with p = 0, says so, and gives the model its p back."""
+    import warnings
+
+    import onnx
+
+    net = DropPathNet()
+    path = os.path.join(SCRATCH, "drop_path.onnx")
+    try:
+        torch.onnx.export(net, torch.zeros(2, 3, 32, 32), path,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+        plain = "exported"
+    except Exception as e:  # What a user meets without export_onnx.
+        plain = type(e).__name__
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export(net, path)
+    said = [str(w.message) for w in caught if "StochasticDepth" in str(w.message)]
+    if len(said) != 1 or "1 StochasticDepth modules exported with p=0" not in said[0]:
+        fail(f"export_onnx with stochastic depth: no warning saying so ({said})")
+    if net.drop.p != 0.2:
+        fail(f"export_onnx left StochasticDepth's p at {net.drop.p}")
+    ops = {n.op_type for n in onnx.load(path).graph.node}
+    if ops & {"Bernoulli", "RandomUniformLike", "RandomUniform", "RandomNormalLike"}:
+        fail(f"export_onnx with stochastic depth: random ops in the file: {sorted(ops)}")
+    print(f"ok: a model with stochastic depth exports (plain torch.onnx.export: {plain}) with "
+          f"p=0 and a warning; its p is restored", flush=True)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -362,6 +419,7 @@ def expect_same_accuracy(name, printed, ours, low, text):
 
 def main():
     torch.manual_seed(0)
+    check_stochastic_depth_export()
     train_set, test_set = images_and_labels(TRAIN, 1), images_and_labels(TEST, 2)
     cifar, folder = os.path.join(SCRATCH, "cifar"), os.path.join(SCRATCH, "images")
     write_cifar(cifar, train_set, test_set)

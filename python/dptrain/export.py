@@ -1,6 +1,7 @@
 """Writing a PyTorch model as gpu_worker trains it (--model=FILE.onnx)."""
 
 import inspect
+import warnings
 
 
 def export_onnx(model, example_input, path, opset_version=None, input_names=None,
@@ -25,9 +26,14 @@ def export_onnx(model, example_input, path, opset_version=None, input_names=None
     columns; torch's own names otherwise); `dynamic_batch` exports axis 0 of every input as
     dynamic (any batch size; gpu_worker trains either kind).
 
+    Stochastic depth (torchvision.ops.StochasticDepth: EfficientNet, ConvNeXt, Swin, MaxViT)
+    draws with torch.bernoulli, which torch.onnx cannot export in training mode: such modules
+    are exported with p = 0 (every block kept), with a warning, so gpu_worker trains the model
+    without stochastic depth.
+
     Exporting runs one training-mode forward pass, which moves BatchNorm's running statistics
-    (the file holds them so moved); the model itself is left as it was, its state and its
-    train/eval mode restored."""
+    (the file holds them so moved); the model itself is left as it was, its state, its
+    train/eval mode and its stochastic depth restored."""
     import torch
 
     kwargs = {"training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False}
@@ -45,9 +51,20 @@ def export_onnx(model, example_input, path, opset_version=None, input_names=None
         kwargs["dynamo"] = False
     was_training = model.training
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    dropping = [m for m in model.modules()
+                if type(m).__name__ == "StochasticDepth" and getattr(m, "p", 0) > 0]
+    drop_rates = [m.p for m in dropping]
+    if dropping:
+        warnings.warn(f"export_onnx: {len(dropping)} StochasticDepth modules exported with p=0 "
+                      "(torch.onnx cannot export torch.bernoulli in training mode): gpu_worker "
+                      "trains this model without stochastic depth")
     try:
+        for m in dropping:
+            m.p = 0.0
         torch.onnx.export(model, example_input, path, **kwargs)
     finally:
+        for m, p in zip(dropping, drop_rates):
+            m.p = p
         with torch.no_grad():
             model.load_state_dict(state)
         model.train(was_training)
