@@ -286,6 +286,23 @@ class DropPathNet(nn.Module):
         return self.fc(torch.flatten(y + self.drop(torch.relu(y)), 1))
 
 
+class Versioned(nn.Module):
+    """A module whose state_dict loading needs its version metadata, as torchvision's MNASNet."""
+    _version = 2
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 32 * 32, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(x, 1))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args):
+        if local_metadata.get("version") not in (1, 2):
+            raise ValueError("version should be set to 1 or 2")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
 def check_stochastic_depth_export():
     """export_onnx writes a model with stochastic depth (which torch.onnx cannot export in
     training mode) with p = 0, says so, and gives the model its p back."""
@@ -314,6 +331,9 @@ def check_stochastic_depth_export():
         fail(f"export_onnx with stochastic depth: random ops in the file: {sorted(ops)}")
     print(f"ok: a model with stochastic depth exports (plain torch.onnx.export: {plain}) with "
           f"p=0 and a warning; its p is restored", flush=True)
+    export(Versioned(), os.path.join(SCRATCH, "versioned.onnx"))
+    print("ok: a module whose loading needs the state_dict's version metadata exports and is "
+          "restored", flush=True)
 
 
 def free_port():

@@ -50,7 +50,12 @@ def export_onnx(model, example_input, path, opset_version=None, input_names=None
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
         kwargs["dynamo"] = False
     was_training = model.training
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # A copy with the state_dict's version metadata, which some modules' loading needs
+    # (torchvision's MNASNet).
+    current = model.state_dict()
+    state = type(current)((k, v.detach().clone()) for k, v in current.items())
+    if hasattr(current, "_metadata"):
+        state._metadata = current._metadata
     dropping = [m for m in model.modules()
                 if type(m).__name__ == "StochasticDepth" and getattr(m, "p", 0) > 0]
     drop_rates = [m.p for m in dropping]

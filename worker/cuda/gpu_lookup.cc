@@ -38,7 +38,7 @@ class LookupTwin final : public OperandNodeTwin {
     DPTRAIN_RETURN_IF_ERROR(ctx.Synchronize());
     // The CPU node's check and message (the ids' sample and position, the table's name).
     const nn::TensorRef<float> host{host_ids_.data(), ids_.batch, ids_.dims};
-    DPTRAIN_RETURN_IF_ERROR(cpu_.CheckInputs(absl::MakeConstSpan(&host, 1)));
+    DPTRAIN_RETURN_IF_ERROR(cpu_.CheckInputs(absl::MakeConstSpan(&host, 1), /*training=*/true));
     DPTRAIN_ASSIGN_OR_RETURN(const float* table, operand_->Values(ctx));
     DPTRAIN_ASSIGN_OR_RETURN(float* y, output_.Ensure(ctx, n * row_));
     DPTRAIN_RETURN_IF_ERROR(LookupForward(table, ids_.data, row_, y, n * row_, ctx.stream()));

@@ -236,7 +236,7 @@ class RecurrentTwin final : public GpuNode {
     DPTRAIN_RETURN_IF_ERROR(ctx.Synchronize());
     const nn::TensorRef<float> host[2] = {{nullptr, x_.batch, x_.dims},
                                           {host_lengths_.data(), lengths.batch, lengths.dims}};
-    DPTRAIN_RETURN_IF_ERROR(cpu_.CheckInputs(absl::MakeConstSpan(host, 2)));
+    DPTRAIN_RETURN_IF_ERROR(cpu_.CheckInputs(absl::MakeConstSpan(host, 2), /*training=*/true));
     lengths_ = lengths.data;
     return absl::OkStatus();
   }

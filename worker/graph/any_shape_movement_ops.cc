@@ -296,7 +296,7 @@ class EmbeddingNode final : public OperandNode<T> {
     return t;
   }
 
-  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
+  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs, bool) const override {
     const TensorRef<T>& ids = inputs[0];
     const int64_t n = ids.size();
     for (int64_t j = 0; j < n; ++j) {

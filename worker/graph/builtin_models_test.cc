@@ -200,6 +200,29 @@ TEST(ResidualNode, GradientsMatchFiniteDifferences) {
   CheckGraphGradients(WithRandomWeights(*g, 4), BuiltinOps(), options);
 }
 
+// A ResNet whose last stage is 1x1 (2x2 images, one strided stage): a batch of one leaves the
+// Residual node's batch norms one value per channel, which training refuses naming the node, as
+// PyTorch does; evaluation and two samples are fine.
+TEST(ResidualNode, ABatchOfOneDoesNotTrainWhereTheMapIsOnePixel) {
+  absl::StatusOr<Graph> g = ResNetGraph({{2, 2, 2}, {2, 3}, 1, 3});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto e = Executor<float>::Create(WithRandomWeights(*g, 1), BuiltinOps());
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<float> params = (*e)->initial_params(), grads(params.size());
+  std::vector<float> buffers = (*e)->initial_buffers();
+  (*e)->Bind(params.data(), grads.data(), buffers.data());
+  const std::vector<float> x = RandomFloats(2 * 8, 3, -1.0f, 1.0f);
+  absl::StatusOr<nn::TensorRef<float>> one = (*e)->Forward(x.data(), 1, /*training=*/true);
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(one.status().message(),
+                                "(Residual): BatchNorm2d: expected more than 1 value per channel "
+                                "when training, got input [1, 3, 1, 1]"))
+      << one.status();
+  EXPECT_TRUE((*e)->Forward(x.data(), 1, /*training=*/false).ok());
+  EXPECT_TRUE((*e)->Forward(x.data(), 2, /*training=*/true).ok());
+}
+
 TEST(ResidualNode, RefusesWhatTheBlockCannotBe) {
   absl::StatusOr<Graph> g = ResNetGraph({{4, 6, 6}, {4}, 1, 3});
   ASSERT_TRUE(g.ok());

@@ -260,7 +260,7 @@ void CheckLookupNode(const Executor<float>& e, const Executor<float>::NodeState&
   }
   if (spec.lookup_padding >= 0 && ids.size() > 1) ids[1] = static_cast<float>(spec.lookup_padding);
   const nn::TensorRef<float> ref{ids.data(), kBatch, e.value_dims()[v]};
-  ASSERT_TRUE(node.impl->CheckInputs(absl::MakeConstSpan(&ref, 1)).ok());
+  ASSERT_TRUE(node.impl->CheckInputs(absl::MakeConstSpan(&ref, 1), /*training=*/true).ok());
   ASSERT_EQ(spec.operand_source, OperandSource::kParam);  // The fixtures' tables are learned.
   const float* table = bound.params.data() + node.param_offsets[0];
   float* table_grad = bound.grads.data() + node.param_offsets[0];

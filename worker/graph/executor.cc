@@ -536,7 +536,7 @@ absl::StatusOr<nn::TensorRef<T>> Executor<T>::Forward(const T* input, int batch,
     inputs.clear();
     for (int v : node.inputs) inputs.push_back(values_[v]);
     if (inputs.empty()) inputs.push_back(values_[0]);  // For the batch size (node.h).
-    if (absl::Status s = node.impl->CheckInputs(inputs); !s.ok()) {
+    if (absl::Status s = node.impl->CheckInputs(inputs, training); !s.ok()) {
       return nn::Prefixed(s, absl::StrCat("node '", node.name, "' (", node.op, "): "));
     }
     values_[node.output] = node.impl->Forward(ctx_, inputs, training);

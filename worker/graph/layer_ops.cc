@@ -47,6 +47,9 @@ class LayerNode final : public NodeImpl<T> {
         buffers_(std::move(buffers.parts)) {}
 
   Dims output_dims() const override { return output_dims_; }
+  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs, bool training) const override {
+    return layer_->CheckInput(inputs[0], training);
+  }
   TwinSpec<T> twin() const override {
     TwinSpec<T> t;
     t.layer = layer_.get();

@@ -290,10 +290,10 @@ class NodeImpl {
   virtual TensorRef<T> Forward(const nn::LayerContext<T>& ctx,
                                absl::Span<const TensorRef<T>> inputs, bool training) = 0;
   // Refuses runtime input values the node cannot take (an embedding lookup's ids outside its
-  // table or not integers), called with Forward's inputs just before it: the executor's Forward
-  // then fails with this status (InvalidArgument naming the node) and runs no later node. OK by
-  // default.
-  virtual absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const {
+  // table or not integers; a batch norm's single value per channel in training), called with
+  // Forward's inputs and mode just before it: the executor's Forward then fails with this
+  // status (InvalidArgument naming the node) and runs no later node. OK by default.
+  virtual absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs, bool training) const {
     return absl::OkStatus();
   }
   // A node whose runtime input is ids (an embedding lookup): the bound they must be below (its
@@ -349,8 +349,8 @@ class DelegatingNode : public NodeImpl<T> {
                        bool training) override {
     return inner_->Forward(ctx, inputs, training);
   }
-  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
-    return inner_->CheckInputs(inputs);
+  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs, bool training) const override {
+    return inner_->CheckInputs(inputs, training);
   }
   int64_t ids_below() const override { return inner_->ids_below(); }
   bool ElementSources(int batch, std::vector<int64_t>& sources) const override {

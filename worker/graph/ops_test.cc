@@ -361,6 +361,29 @@ TEST_F(OpsTest, BatchNormalizationOfFeatures) {
         {/*batch=*/5});
 }
 
+// One value per channel in training (a batch of one [F] feature vector, or one sample of a
+// 1x1 map) has no batch variance: refused as PyTorch refuses it, naming the node; evaluation
+// and two values are fine.
+TEST_F(OpsTest, BatchNormalizationRefusesOneValuePerChannelInTraining) {
+  const Graph g =
+      Chain({4, 1, 1}, {MakeNode("BatchNormalization", "bn", {"x", "s", "b", "m", "v"}, {"y"})},
+            {RandomConstant("s", {4}, 25, 0.5, 1.0), RandomConstant("b", {4}, 26),
+             RandomConstant("m", {4}, 27), RandomConstant("v", {4}, 28, 0.5, 1.0)});
+  absl::StatusOr<std::unique_ptr<Executor<float>>> e = Executor<float>::Create(g, registry_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<float> params((*e)->num_params()), grads(params.size()), buffers((*e)->num_buffers());
+  (*e)->Bind(params.data(), grads.data(), buffers.data());
+  const std::vector<float> x = {0.5f, 1, 2, 3, 4, 5, 6, 7};
+  absl::StatusOr<nn::TensorRef<float>> y = (*e)->Forward(x.data(), 1, /*training=*/true);
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(y.status().message(),
+            "node 'bn' (BatchNormalization): BatchNorm2d: expected more than 1 value per channel "
+            "when training, got input [1, 4, 1, 1]");
+  EXPECT_TRUE((*e)->Forward(x.data(), 1, /*training=*/false).ok());
+  EXPECT_TRUE((*e)->Forward(x.data(), 2, /*training=*/true).ok());
+}
+
 TEST_F(OpsTest, Pooling) {
   Check(Chain({2, 7, 6}, {MakeNode("MaxPool", "p", {"x"}, {"y"},
                                    {{"kernel_shape", Ints{3, 3}},

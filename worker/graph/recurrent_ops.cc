@@ -98,7 +98,7 @@ class TorchRecurrentNode final : public AnyShapeNode<T> {
   }
 
   // Lengths (pack_padded_sequence's) must be whole numbers in [1, T], as PyTorch requires.
-  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs) const override {
+  absl::Status CheckInputs(absl::Span<const TensorRef<T>> inputs, bool) const override {
     if (!has_lengths_) return absl::OkStatus();
     const TensorRef<T>& lengths = inputs[1];
     for (int n = 0; n < lengths.batch; ++n) {

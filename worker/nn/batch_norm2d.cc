@@ -122,6 +122,14 @@ void BatchNorm2d<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
+absl::Status BatchNorm2d<T>::CheckInput(TensorRef<T> input, bool training) const {
+  if (!training || int64_t{input.batch} * input.dims.h * input.dims.w > 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("BatchNorm2d: expected more than 1 value per channel when training, got input [",
+                   input.batch, ", ", input.dims.c, ", ", input.dims.h, ", ", input.dims.w, "]"));
+}
+
+template <typename T>
 TensorRef<T> BatchNorm2d<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
                                      bool training) {
   T* y = EnsureSize(output_, input.size());

@@ -44,6 +44,9 @@ class BatchNorm2d final : public Layer<T> {
   std::vector<TensorSpec> BufferSpecs() const override;
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
+  // In training, more than one value per channel (batch x height x width > 1): the batch's
+  // variance of one value is none (PyTorch refuses it alike).
+  absl::Status CheckInput(TensorRef<T> input, bool training) const override;
   TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
                         bool need_input_grad) override;

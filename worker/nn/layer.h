@@ -101,6 +101,13 @@ class Layer {
   // Writes PyTorch's initial buffer values (BufferSpecs() layout) to `buffers`.
   virtual void InitBuffers(T* buffers) const {}
 
+  // Refuses an input Forward cannot compute with (a batch norm's single value per channel in
+  // training, as PyTorch does): InvalidArgument saying why; OK by default. The graph's layer
+  // nodes call it before Forward.
+  virtual absl::Status CheckInput(TensorRef<T> input, bool training) const {
+    return absl::OkStatus();
+  }
+
   // Computes the output for `input`. The returned view is owned by the layer and valid until its
   // next Forward. `input` must stay valid and unchanged until Backward (if any) returns.
   virtual TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) = 0;

@@ -102,6 +102,13 @@ void Residual<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
+absl::Status Residual<T>::CheckInput(TensorRef<T> input, bool training) const {
+  absl::StatusOr<Dims> out = OutputDims(input.dims);
+  if (!out.ok()) return out.status();
+  return bn1_.CheckInput({nullptr, input.batch, *out}, training);
+}
+
+template <typename T>
 TensorRef<T> Residual<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) {
   input_ = input;
   const TensorRef<T> y1 = conv1_.Forward(ctx, input, training);

@@ -61,6 +61,8 @@ class Residual final : public Layer<T> {
   std::vector<TensorSpec> BufferSpecs() const override;
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
+  // Its batch norms' (on the block's output dims).
+  absl::Status CheckInput(TensorRef<T> input, bool training) const override;
   TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
                         bool need_input_grad) override;

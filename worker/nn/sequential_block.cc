@@ -100,6 +100,18 @@ void SequentialBlock<T>::InitBuffers(T* buffers) const {
 }
 
 template <typename T>
+absl::Status SequentialBlock<T>::CheckInput(TensorRef<T> input, bool training) const {
+  TensorRef<T> at{nullptr, input.batch, input.dims};
+  for (const auto& layer : layers_) {
+    if (absl::Status s = layer->CheckInput(at, training); !s.ok()) return s;
+    absl::StatusOr<Dims> out = layer->OutputDims(at.dims);
+    if (!out.ok()) return out.status();
+    at.dims = *out;
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
 TensorRef<T> SequentialBlock<T>::Forward(const LayerContext<T>& ctx, TensorRef<T> input,
                                          bool training) {
   for (auto& layer : layers_) input = layer->Forward(ctx, input, training);

@@ -31,6 +31,8 @@ class SequentialBlock final : public Layer<T> {
   std::vector<TensorSpec> BufferSpecs() const override;
   void BindBuffers(T* buffers) override;
   void InitBuffers(T* buffers) const override;
+  // Each layer's, on the dims it gets.
+  absl::Status CheckInput(TensorRef<T> input, bool training) const override;
   TensorRef<T> Forward(const LayerContext<T>& ctx, TensorRef<T> input, bool training) override;
   TensorRef<T> Backward(const LayerContext<T>& ctx, TensorRef<T> grad_output,
                         bool need_input_grad) override;
