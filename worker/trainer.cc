@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -483,6 +484,13 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     if (o.observer != nullptr) o.observer->OnStep(report);
     progress.Add(report, steps_per_epoch, total_steps);
   };
+  // However training ends (an error too), the steps taken are reported and the model waits
+  // for each step again.
+  absl::Cleanup end_deferral = [&] {
+    if (!deferred) return;
+    (void)deferred_steps.Flush(records, deliver);
+    model.DeferResults(false);
+  };
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t b = step % steps_per_epoch;
@@ -570,6 +578,7 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     records.push_back({result->loss * weight, weight, result->correct, n, outcome->skipped,
                        absl::ToDoubleSeconds(report.data_end - report.start),
                        absl::ToDoubleSeconds(report.end - report.start)});
+    const bool was_first = first_step;
     if (first_step) {
       first_step = false;
       timed_start = absl::Now();
@@ -591,9 +600,12 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
       report.device_memory_bytes = model.device_memory_bytes();
     }
     if (result->deferred) {
+      // Under deferral a step's phases are its enqueueing; a flush waits for the device. The
+      // first step is flushed at once, so that the timed part starts after its work.
       deferred_steps.Add(records.size() - 1, report);
-      if ((step + 1) % steps_per_epoch == 0 || deferred_steps.Due(report.end)) {
+      if (was_first || (step + 1) % steps_per_epoch == 0 || deferred_steps.Due(report.end)) {
         DPTRAIN_RETURN_IF_ERROR(deferred_steps.Flush(records, deliver));
+        if (was_first) timed_start = absl::Now();
       }
     } else {
       deliver(report);
@@ -653,7 +665,6 @@ absl::Status Train(const TrainerOptions& o, nn::Model& model, StepSync step_sync
     if (o.observer != nullptr) o.observer->OnEpoch(m);
     if (auto s = AfterStep(o, step, model); !s.ok()) return s;
   }
-  if (deferred) model.DeferResults(false);  // Every epoch's end took its steps' results.
   WriteFinalLine(o, h, absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }

@@ -177,6 +177,13 @@ CudaModel::~CudaModel() {
   for (cudaEvent_t e : layer_done_) cudaEventDestroy(e);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (grads_pinned_) cudaHostUnregister(grads_.data());
+  for (Staging& slot : staging_) {
+    if (slot.copied != nullptr) {
+      cudaEventSynchronize(slot.copied);
+      cudaEventDestroy(slot.copied);
+    }
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+  }
 }
 
 absl::Status CudaModel::Allocate() {
@@ -356,12 +363,12 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, nn::Targets
     DPTRAIN_ASSIGN_OR_RETURN(float* t, d_targets_.Ensure(*ctx_, n));
     DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t, targets.values, n * sizeof(float),
                                                  cudaMemcpyHostToDevice, ctx_->stream()));
-    return Run(x, nullptr, t, batch, training);
+    return Run(x, nullptr, t, batch, training, /*may_defer=*/false);
   }
   DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, targets.labels, batch * sizeof(nn::Label),
                                                cudaMemcpyHostToDevice, ctx_->stream()));
-  return Run(x, y, nullptr, batch, training);
+  return Run(x, y, nullptr, batch, training, /*may_defer=*/false);
 }
 
 absl::Status CudaModel::HoldTrainingData(const nn::HeldData& data) {
@@ -438,6 +445,27 @@ absl::Status CudaModel::CopyHeldData(const nn::HeldData& data) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<const nn::HeldSample*> CudaModel::StageSamples(
+    absl::Span<const nn::HeldSample> samples) {
+  Staging& slot = staging_[next_staging_];
+  if (slot.copied == nullptr) {
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  } else {
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.copied));  // Its last copy is done.
+  }
+  if (slot.capacity < samples.size()) {
+    if (slot.host != nullptr) DPTRAIN_CUDA_RETURN_IF_ERROR(cudaFreeHost(slot.host));
+    slot.host = nullptr;
+    slot.capacity = 0;
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&slot.host),
+                                               samples.size() * sizeof(nn::HeldSample),
+                                               cudaHostAllocDefault));
+    slot.capacity = samples.size();
+  }
+  std::copy(samples.begin(), samples.end(), slot.host);
+  return slot.host;
+}
+
 absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::HeldSample> samples) {
   DPTRAIN_RETURN_IF_ERROR(sticky_);
   if (held_.size == 0) {
@@ -460,39 +488,41 @@ absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::He
   DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, int64_t{batch} * dims.size()));
   DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
   DPTRAIN_ASSIGN_OR_RETURN(nn::HeldSample * s, d_held_samples_.Ensure(*ctx_, batch));
-  // From pageable memory: the call returns once the driver has read them (staged), so the
-  // caller may reuse them even when the step is deferred (as Step's images).
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s, samples.data(), batch * sizeof(nn::HeldSample),
+  // Through a page-locked slot of our own: the copy is asynchronous, and the caller's samples
+  // may go as soon as this returns, though the step (deferred) may not have run yet.
+  DPTRAIN_ASSIGN_OR_RETURN(const nn::HeldSample* staged, StageSamples(samples));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s, staged, batch * sizeof(nn::HeldSample),
                                                cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_[next_staging_].copied, ctx_->stream()));
+  next_staging_ = 1 - next_staging_;
   DPTRAIN_RETURN_IF_ERROR(GatherHeldBatch(held_.bytes.data(), held_.labels.data(), s, batch, dims.c,
                                           dims.h, dims.w, held_.mean, held_.inv_std, held_.fill, x,
                                           y, ctx_->stream()));
-  return Run(x, y, nullptr, batch, /*training=*/true);
+  return Run(x, y, nullptr, batch, /*training=*/true, /*may_defer=*/true);
 }
 
 absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, const float* targets,
-                                               int batch, bool training) {
+                                               int batch, bool training, bool may_defer) {
+  const bool defer = training && may_defer && deferring_;
+  if (defer && pending_batches_.size() >= static_cast<size_t>(kMaxDeferredSteps)) {
+    // Before the forward pass, whose batch norms would update their statistics.
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": ", pending_batches_.size(), " deferred steps pending (TakeResults reads them)"));
+  }
   const nn::Dims dims = input_dims_;
   DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
                            net_->Forward(*ctx_, DeviceTensor{x, batch, dims}, training));
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
-  // A deferred step's loss and count go to its own slot (zeroed when last taken); else to
-  // d_loss_ and d_correct_, read below.
-  const bool defer = training && deferring_;
+  // A deferred step's loss and count go to its own slot; else to d_loss_ and d_correct_, read
+  // below. Zeroed first either way (a failed step may have left a partial sum).
   float* loss_sum_at = d_loss_.data();
   int* correct_at = d_correct_.data();
   if (defer) {
-    const size_t k = pending_batches_.size();
-    if (k >= static_cast<size_t>(kMaxDeferredSteps)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(name_, ": ", k, " deferred steps pending (TakeResults reads them)"));
-    }
-    loss_sum_at = d_deferred_loss_.data() + k;
-    correct_at = d_deferred_correct_.data() + k;
-  } else {
-    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(loss_sum_at, 0, sizeof(float), ctx_->stream()));
-    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(correct_at, 0, sizeof(int), ctx_->stream()));
+    loss_sum_at = d_deferred_loss_.data() + pending_batches_.size();
+    correct_at = d_deferred_correct_.data() + pending_batches_.size();
   }
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(loss_sum_at, 0, sizeof(float), ctx_->stream()));
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(correct_at, 0, sizeof(int), ctx_->stream()));
   if (loss_ == 0) {  // graph::Loss::kSoftmaxCrossEntropy.
     DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, classes_,
                                                 static_cast<float>(label_smoothing_), loss_sum_at,
@@ -552,16 +582,10 @@ bool CudaModel::DeferResults(bool on) {
     return false;
   }
   if (scaler_ || !sticky_.ok()) return false;  // Mixed precision reads each step's overflow.
-  if (d_deferred_loss_.data() == nullptr) {
-    absl::StatusOr<float*> loss = d_deferred_loss_.Ensure(*ctx_, kMaxDeferredSteps);
-    absl::StatusOr<int*> correct = d_deferred_correct_.Ensure(*ctx_, kMaxDeferredSteps);
-    if (!loss.ok() || !correct.ok() ||
-        cudaMemsetAsync(*loss, 0, kMaxDeferredSteps * sizeof(float), ctx_->stream()) !=
-            cudaSuccess ||
-        cudaMemsetAsync(*correct, 0, kMaxDeferredSteps * sizeof(int), ctx_->stream()) !=
-            cudaSuccess) {
-      return false;
-    }
+  // The slots (each zeroed by the step that writes it).
+  if (!d_deferred_loss_.Ensure(*ctx_, kMaxDeferredSteps).ok() ||
+      !d_deferred_correct_.Ensure(*ctx_, kMaxDeferredSteps).ok()) {
+    return false;
   }
   deferring_ = true;
   return true;
@@ -580,11 +604,6 @@ absl::StatusOr<std::vector<nn::BatchResult>> CudaModel::TakeResults() {
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(correct.data(), d_deferred_correct_.data(),
                                                n * sizeof(int), cudaMemcpyDeviceToHost,
                                                ctx_->stream()));
-  // The slots again zero for the next steps (after the copies, on the same stream).
-  DPTRAIN_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(d_deferred_loss_.data(), 0, n * sizeof(float), ctx_->stream()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(d_deferred_correct_.data(), 0, n * sizeof(int), ctx_->stream()));
   DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
   for (size_t i = 0; i < n; ++i) {
     results.push_back(

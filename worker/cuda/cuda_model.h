@@ -24,6 +24,7 @@
 #ifndef DPTRAIN_WORKER_CUDA_CUDA_MODEL_H_
 #define DPTRAIN_WORKER_CUDA_CUDA_MODEL_H_
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,8 +91,9 @@ class CudaModel final : public nn::Model {
   // ResourceExhausted); a step then uploads only its samples and gathers, scales, normalises,
   // crops and flips them by one kernel (nn::HeldValue), the rest of the step as TrainStep's.
   bool CanHoldData() const override { return true; }
-  // Results read later (fp32 only): each training step's loss and count go to a slot on the
+  // Results read later (fp32 only): each TrainStepHeld's loss and count go to a slot on the
   // device, and the step returns without waiting for the device; TakeResults copies them down.
+  // TrainStep, whose batch is the caller's memory, still waits (BatchResult::deferred false).
   bool DeferResults(bool on) override;
   absl::StatusOr<std::vector<nn::BatchResult>> TakeResults() override;
   absl::Status HoldTrainingData(const nn::HeldData& data) override;
@@ -151,9 +153,11 @@ class CudaModel final : public nn::Model {
                                        bool training);
   // The network, the loss and (training) backward on the batch at x (images) and y (labels)
   // in device memory.
-  // `targets` (batch x classes_ values, for an element-wise loss) or labels `y`.
+  // `targets` (batch x classes_ values, for an element-wise loss) or labels `y`. `may_defer`:
+  // the step's inputs are the model's own (held data), so it may return before they are read
+  // (DeferResults); the host path's are the caller's, read before Run synchronises.
   absl::StatusOr<nn::BatchResult> Run(float* x, const nn::Label* y, const float* targets, int batch,
-                                      bool training);
+                                      bool training, bool may_defer);
   absl::Status Upload();
   absl::Status DownloadWeights();
   absl::Status DownloadGrads() const;
@@ -211,12 +215,23 @@ class CudaModel final : public nn::Model {
   };
   HeldSet held_;
   // DeferResults: per pending step its loss sum and correct count (kMaxDeferredSteps slots,
-  // zero until written), and its batch size.
+  // zeroed by the step that writes it), and its batch size.
   bool deferring_ = false;
   DeviceBuffer<float> d_deferred_loss_;
   DeviceBuffer<int> d_deferred_correct_;
   std::vector<int> pending_batches_;
   DeviceBuffer<nn::HeldSample> d_held_samples_;
+  // Page-locked slots the held samples go up from, used in turn; `copied` is recorded after a
+  // slot's copy, which the slot's next use waits for.
+  struct Staging {
+    nn::HeldSample* host = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  std::array<Staging, 2> staging_;
+  int next_staging_ = 0;
+  // The samples in the next staging slot (waiting for its last copy first).
+  absl::StatusOr<const nn::HeldSample*> StageSamples(absl::Span<const nn::HeldSample> samples);
 
   std::optional<LossScaler> scaler_;  // fp16/bf16 only
   bool last_overflow_ = false;

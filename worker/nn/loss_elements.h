@@ -12,7 +12,7 @@
 namespace dptrain {
 namespace nn {
 
-// graph::Loss's numbering of the element-wise losses (graph_model.h checks it).
+// graph::Loss's numbering of the element-wise losses (graph_model.cc checks it).
 inline constexpr int kLossMse = 1, kLossL1 = 2, kLossBce = 3;
 
 struct ElementLoss {
