@@ -137,9 +137,10 @@ class Model {
   // Step results read later, so that a step need not wait for its device (a GPU's loss and
   // accuracy stay there until asked). DeferResults(true) asks for it and returns whether the
   // model does it (false by default, and for a step that must be read at once: mixed
-  // precision's overflow decides the next update); from then on each TrainStep and
-  // TrainStepHeld returns BatchResult::deferred, and TakeResults returns the deferred steps'
-  // results in order (waiting for them) and forgets them. At most kMaxDeferredSteps may be
+  // precision's overflow decides the next update); from then on a training step may return
+  // BatchResult::deferred (where its inputs are the model's own: a GPU's TrainStepHeld; a
+  // step that returns its results says so by the flag's being false), and TakeResults returns
+  // the deferred steps' results in order (waiting for them) and forgets them. At most kMaxDeferredSteps may be
   // pending: a step past that fails with FailedPrecondition. DeferResults(false) only after
   // TakeResults left none pending.
   static constexpr int kMaxDeferredSteps = 1024;
