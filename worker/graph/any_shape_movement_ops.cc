@@ -220,8 +220,9 @@ class GatherRowsNode final : public OperandNode<T> {
   bool ElementSources(int batch, std::vector<int64_t>& sources) const override {
     sources.resize(indices_.size() * row_);
     for (size_t j = 0; j < indices_.size(); ++j) {
-      for (int64_t i = 0; i < row_; ++i)
+      for (int64_t i = 0; i < row_; ++i) {
         sources[j * row_ + i] = ElementSource(1, indices_[j] * row_ + i);
+      }
     }
     return true;
   }

@@ -165,12 +165,12 @@ enum class Broadcast { kNone, kChannel, kScalar, kPixel };
 // buffer it keeps fixed).
 enum class OperandSource { kComputed, kScalar, kHeld, kParam, kBuffer };
 
-// What another backend (worker/cuda/gpu_graph.h) needs to build a node's twin: the facts the
-// CPU factory parsed and checked, so that attributes are read once. Each op fills what its twin
-// reads; the rest stay at their defaults.
 template <typename T>
 class NodeImpl;
 
+// What another backend (worker/cuda/gpu_graph.h) needs to build a node's twin: the facts the
+// CPU factory parsed and checked, so that attributes are read once. Each op fills what its twin
+// reads; the rest stay at their defaults.
 template <typename T>
 struct TwinSpec {
   // A node that runs one nn::Layer: the layer, and for its parameters and buffers, how the
