@@ -247,8 +247,8 @@ TEST_P(ParityTest, BatchNorm2d) {
   CheckLayer(layer, {4, 5, 3}, 6);
 }
 
-// One value per channel: the CPU uses the biased variance (0); cuDNN's unbiased update would
-// divide by zero, so the GPU layer refuses, as PyTorch does.
+// One value per channel in training: cuDNN's unbiased update would divide by zero, so the GPU
+// layer refuses, as PyTorch and the CPU layer (nn::BatchNorm2d::CheckInput) do, alike.
 TEST_P(ParityTest, BatchNorm2dRefusesOneValuePerChannel) {
   nn::BatchNorm2d<float> cpu(3);
   absl::StatusOr<std::unique_ptr<GpuLayer>> gpu = ToGpu(cpu, {3, 1, 1});
@@ -259,6 +259,8 @@ TEST_P(ParityTest, BatchNorm2dRefusesOneValuePerChannel) {
   absl::StatusOr<DeviceTensor> y =
       (*gpu)->Forward(*ctx_, {*x.Ensure(*ctx_, 3), 1, {3, 1, 1}}, true);
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument) << y.status();
+  EXPECT_EQ(y.status().message(),
+            cpu.CheckInput({nullptr, 1, {3, 1, 1}}, /*training=*/true).message());
 }
 
 TEST_P(ParityTest, Activations) {

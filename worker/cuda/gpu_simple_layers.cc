@@ -51,7 +51,8 @@ absl::StatusOr<DeviceTensor> GpuBatchNorm2d::Forward(DeviceContext& ctx, DeviceT
       // cuDNN's unbiased variance would divide by zero; PyTorch refuses this too.
       return absl::InvalidArgumentError(absl::StrCat(
           "BatchNorm2d: expected more than 1 value per channel when training, got input [",
-          input.batch, ", ", input.dims.c, ", ", input.dims.h, ", ", input.dims.w, "]"));
+          input.batch, ", ", input.dims.c, ", ", input.dims.h, ", ", input.dims.w,
+          "] (one sample, one pixel: a batch of 2 or more trains)"));
     }
     DPTRAIN_ASSIGN_OR_RETURN(float* saved, saved_.Ensure(ctx, 2 * int64_t{c_}));
     // cuDNN updates the running variance with the unbiased batch variance, as PyTorch.

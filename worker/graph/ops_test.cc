@@ -379,7 +379,8 @@ TEST_F(OpsTest, BatchNormalizationRefusesOneValuePerChannelInTraining) {
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(y.status().message(),
             "node 'bn' (BatchNormalization): BatchNorm2d: expected more than 1 value per channel "
-            "when training, got input [1, 4, 1, 1]");
+            "when training, got input [1, 4, 1, 1] (one sample, one pixel: a batch of 2 or more "
+            "trains)");
   EXPECT_TRUE((*e)->Forward(x.data(), 1, /*training=*/false).ok());
   EXPECT_TRUE((*e)->Forward(x.data(), 2, /*training=*/true).ok());
 }

@@ -126,7 +126,8 @@ absl::Status BatchNorm2d<T>::CheckInput(TensorRef<T> input, bool training) const
   if (!training || int64_t{input.batch} * input.dims.h * input.dims.w > 1) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("BatchNorm2d: expected more than 1 value per channel when training, got input [",
-                   input.batch, ", ", input.dims.c, ", ", input.dims.h, ", ", input.dims.w, "]"));
+                   input.batch, ", ", input.dims.c, ", ", input.dims.h, ", ", input.dims.w,
+                   "] (one sample, one pixel: a batch of 2 or more trains)"));
 }
 
 template <typename T>
