@@ -50,8 +50,8 @@ struct BatchResult {
   // with class weights, the sum of the samples' label weights; -1: the batch's samples (every
   // other loss). LossWeight() reads it.
   double weight = -1;
-  // TrainStep under Model::DeferResults: the step was enqueued, its loss and correct count are
-  // not known yet (0 here); TakeResults gives them.
+  // A training step under Model::DeferResults: the step was enqueued, its loss and correct
+  // count are not known yet (0 here); TakeResults gives them.
   bool deferred = false;
 };
 
@@ -140,9 +140,9 @@ class Model {
   // precision's overflow decides the next update); from then on a training step may return
   // BatchResult::deferred (where its inputs are the model's own: a GPU's TrainStepHeld; a
   // step that returns its results says so by the flag's being false), and TakeResults returns
-  // the deferred steps' results in order (waiting for them) and forgets them. At most kMaxDeferredSteps may be
-  // pending: a step past that fails with FailedPrecondition. DeferResults(false) only after
-  // TakeResults left none pending.
+  // the deferred steps' results in order (waiting for them) and forgets them. At most
+  // kMaxDeferredSteps may be pending: a step past that fails with FailedPrecondition.
+  // DeferResults(false) only after TakeResults left none pending.
   static constexpr int kMaxDeferredSteps = 1024;
   virtual bool DeferResults(bool on) { return false; }
   virtual absl::StatusOr<std::vector<BatchResult>> TakeResults() {
