@@ -31,7 +31,7 @@
 #          generated CIFAR-format set, 3 epochs, beside the same run on the CPU: final loss
 #          and accuracy of both (the GPU twins of the graph ops, worker/cuda/gpu_graph.h);
 #          then 2 epochs with crops and flips, the set in GPU memory (--data_on_device=on)
-#          and gathered on the host: the same scores expected, digit for digit;
+#          and gathered on the host: the same saved weights expected, bit for bit;
 #   sparse: no GPU needed: one parameter-server shard's sparse-row rate against a loopback
 #          TCP stream (sparse_shard_bench, issue 29's target) with the machine's 16 cores,
 #          where the clients do not take the shard's (the 2-core dev machine measures 0.41).
