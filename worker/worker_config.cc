@@ -99,7 +99,7 @@ ABSL_FLAG(std::string, data_loading, "auto",
 ABSL_FLAG(std::vector<std::string>, class_weights, {},
           "cross_entropy's class weights, one per class (each >= 0, e.g. 1,9 for a rare class "
           "1), as nn.CrossEntropyLoss(weight=): the mean loss is weighted by each sample's "
-          "class; empty: none. CPU only so far.");
+          "class; empty: none.");
 ABSL_FLAG(std::vector<std::string>, data_mean, {},
           "Per-channel means to subtract after scaling pixels to [0, 1] (with --data_std), "
           "e.g. 0.4914,0.4822,0.4465 (feature vectors: one per feature); empty: no "

@@ -1,6 +1,7 @@
 #include "worker/cuda/cuda_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -32,16 +33,10 @@ absl::Status SameLayout(const char* what, const std::vector<nn::ParamInfo>& cpu,
       absl::StrCat("CUDA network's ", what, " differ from the CPU network's"));
 }
 
-absl::Status ClassWeightsOnCpuOnly() {
-  return absl::InvalidArgumentError(
-      "class weights are applied on the CPU only so far (--device=cpu)");
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOptions& options,
                                                              const DeviceOptions& device) {
-  if (!options.class_weights.empty()) return ClassWeightsOnCpuOnly();
   if (options.optimizer.has_value()) {
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
   }
@@ -56,16 +51,19 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const nn::ModelOpti
   DPTRAIN_RETURN_IF_ERROR(SameLayout("buffers", buffers, (*gpu)->BufferSpecs()));
   std::vector<float> buffer_values(cpu.num_buffers());
   cpu.InitBuffers(buffer_values.data());
-  return Assemble(options.name, options.optimizer, device, nullptr, *std::move(gpu),
-                  std::move(params), std::move(initial->weights), std::move(buffers),
-                  std::move(buffer_values), cpu.input_dims(),
-                  static_cast<int>(cpu.output_dims().size()), options.label_smoothing);
+  DPTRAIN_ASSIGN_OR_RETURN(
+      std::unique_ptr<CudaModel> model,
+      Assemble(options.name, options.optimizer, device, nullptr, *std::move(gpu), std::move(params),
+               std::move(initial->weights), std::move(buffers), std::move(buffer_values),
+               cpu.input_dims(), static_cast<int>(cpu.output_dims().size()),
+               options.label_smoothing));
+  DPTRAIN_RETURN_IF_ERROR(model->SetClassWeights(options.class_weights));
+  return model;
 }
 
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
     const graph::Graph& graph, const graph::OpRegistry& cpu_ops,
     const graph::GraphModelOptions& options, const DeviceOptions& device) {
-  if (!options.class_weights.empty()) return ClassWeightsOnCpuOnly();
   if (options.optimizer.has_value()) {
     DPTRAIN_RETURN_IF_ERROR(CreateOptimizer(*options.optimizer).status());  // Its checks.
   }
@@ -92,6 +90,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateFromGraph(
                std::move(params), std::move(weights), std::move(buffers), std::move(buffer_values),
                input, classes, options.label_smoothing));
   model->loss_ = static_cast<int>(options.loss);  // graph::Loss's numbering (nn::ElementLossOf).
+  DPTRAIN_RETURN_IF_ERROR(model->SetClassWeights(options.class_weights));
   return model;
 }
 
@@ -523,7 +522,13 @@ absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, con
   }
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(loss_sum_at, 0, sizeof(float), ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(correct_at, 0, sizeof(int), ctx_->stream()));
-  if (loss_ == 0) {  // graph::Loss::kSoftmaxCrossEntropy.
+  const bool weighted = loss_ == 0 && !class_weights_.empty();
+  if (weighted) {
+    DPTRAIN_RETURN_IF_ERROR(WeightedSoftmaxCrossEntropy(
+        logits.data, y, batch, classes_, label_smoothing_, d_class_weights_.data(),
+        all_class_weights_, d_weight_sum_.data(), loss_sum_at, correct_at, dlogits,
+        ctx_->stream()));
+  } else if (loss_ == 0) {  // graph::Loss::kSoftmaxCrossEntropy.
     DPTRAIN_RETURN_IF_ERROR(SoftmaxCrossEntropy(logits.data, y, batch, classes_,
                                                 static_cast<float>(label_smoothing_), loss_sum_at,
                                                 correct_at, dlogits, ctx_->stream()));
@@ -570,9 +575,43 @@ absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, con
                                                cudaMemcpyDeviceToHost, ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&correct, d_correct_.data(), sizeof(int),
                                                cudaMemcpyDeviceToHost, ctx_->stream()));
+  double weight_sum = 0;  // Class weights: the batch's sum of label weights.
+  if (weighted) {
+    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&weight_sum, d_weight_sum_.data(), sizeof(double),
+                                                 cudaMemcpyDeviceToHost, ctx_->stream()));
+  }
   DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
   if (training) last_overflow_ = non_finite > 0;
-  return nn::BatchResult{static_cast<double>(loss_sum) / batch, correct, non_finite > 0};
+  // The weighted kernel adds the mean itself (over the label weights); the others, sums.
+  nn::BatchResult result{weighted ? loss_sum : static_cast<double>(loss_sum) / batch, correct,
+                         non_finite > 0};
+  if (weighted) result.weight = weight_sum;
+  return result;
+}
+
+absl::Status CudaModel::SetClassWeights(const std::vector<double>& weights) {
+  if (weights.empty()) return absl::OkStatus();
+  if (loss_ != 0 || static_cast<int>(weights.size()) != classes_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(weights.size(), " class weights for a model of ", classes_,
+                     " outputs (one per class, for softmax cross-entropy only)"));
+  }
+  double all = 0;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    if (!(std::isfinite(weights[k]) && weights[k] >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("class weight ", weights[k], " (class ", k, ") is not finite and >= 0"));
+    }
+    all += weights[k];
+  }
+  DPTRAIN_ASSIGN_OR_RETURN(double* d, d_class_weights_.Ensure(*ctx_, classes_));
+  DPTRAIN_RETURN_IF_ERROR(d_weight_sum_.Ensure(*ctx_, 2).status());
+  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, weights.data(), weights.size() * sizeof(double),
+                                               cudaMemcpyHostToDevice, ctx_->stream()));
+  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());  // `weights` is the caller's.
+  class_weights_ = weights;
+  all_class_weights_ = all;
+  return absl::OkStatus();
 }
 
 bool CudaModel::DeferResults(bool on) {
@@ -581,7 +620,8 @@ bool CudaModel::DeferResults(bool on) {
     deferring_ = false;
     return false;
   }
-  if (scaler_ || !sticky_.ok()) return false;  // Mixed precision reads each step's overflow.
+  // Mixed precision reads each step's overflow; class weights, each step's sum of them.
+  if (scaler_ || !class_weights_.empty() || !sticky_.ok()) return false;
   // The slots (each zeroed by the step that writes it).
   if (!d_deferred_loss_.Ensure(*ctx_, kMaxDeferredSteps).ok() ||
       !d_deferred_correct_.Ensure(*ctx_, kMaxDeferredSteps).ok()) {

@@ -176,6 +176,13 @@ class CudaModel final : public nn::Model {
   double label_smoothing_ = 0;  // Softmax cross-entropy's (nn.CrossEntropyLoss's).
   // graph::Loss: 0 softmax cross-entropy, else nn::ElementLossOf's mse, l1 or bce.
   int loss_ = 0;
+  // Softmax cross-entropy's class weights (nn.CrossEntropyLoss's weight=; empty: none), on the
+  // device too, and their sum; the device's sum of a batch's label weights and its inverse.
+  std::vector<double> class_weights_;
+  double all_class_weights_ = 0;
+  DeviceBuffer<double> d_class_weights_, d_weight_sum_;
+  // Checks and keeps them (after Assemble: the class count and loss are known).
+  absl::Status SetClassWeights(const std::vector<double>& weights);
   const std::optional<OptimizerOptions> optimizer_;  // ApplyUpdate's rule.
   // Declared first so that it is destroyed last: every buffer below returns to its cache.
   std::unique_ptr<DeviceContext> ctx_;

@@ -354,6 +354,53 @@ TEST(GpuGraphTest, ElementWiseLossesAreTheCpuModels) {
   }
 }
 
+// Class weights on the GPU (nn.CrossEntropyLoss(weight=w, label_smoothing=e)), a class of
+// weight 0 among the labels: two SGD steps of the VGG-style fixture equal the CPU model's (loss,
+// its weight, gradients); a batch whose labels all weigh 0 gives loss and gradient 0 there too.
+TEST(GpuGraphTest, ClassWeightsAreTheCpuModels) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
+  absl::StatusOr<SafetensorsContents> ref = LoadSafetensors(fixtures::ReferencePath("vgg"));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const fixtures::Batch batch = fixtures::ReferenceBatch(*ref);
+  const int n = static_cast<int>(batch.labels.size());
+  for (double smoothing : {0.0, 0.1}) {
+    SCOPED_TRACE(absl::StrCat("label smoothing ", smoothing));
+    graph::GraphModelOptions options;
+    options.dropout = false;
+    options.label_smoothing = smoothing;
+    options.class_weights = {1, 2, 0.5, 0, 3, 1, 1, 0.25, 2, 1};
+    options.class_weights[batch.labels[0]] = 0;  // A zero weight among the labels.
+    ModelPair models = SgdModels("vgg", options);
+    ASSERT_TRUE(models.gpu && models.cpu);
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(absl::StrCat("step ", step));
+      absl::StatusOr<nn::BatchResult> on_gpu =
+          models.gpu->TrainStep(batch.images.data(), batch.labels.data(), n);
+      absl::StatusOr<nn::BatchResult> on_cpu =
+          models.cpu->TrainStep(batch.images.data(), batch.labels.data(), n);
+      ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+      ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+      EXPECT_NEAR(on_gpu->loss, on_cpu->loss, 1e-4 * std::max(1.0, std::abs(on_cpu->loss)));
+      EXPECT_DOUBLE_EQ(on_gpu->weight, on_cpu->weight);
+      EXPECT_EQ(on_gpu->correct, on_cpu->correct);
+      nn::ExpectAllClose(
+          "gradient", fixtures::ToDouble(models.gpu->grads().data(), models.gpu->grads().size()),
+          fixtures::ToDouble(models.cpu->grads().data(), models.cpu->grads().size()), 1e-3);
+      ASSERT_TRUE(models.gpu->ApplyUpdate(0.05f).ok());
+      ASSERT_TRUE(models.cpu->ApplyUpdate(0.05f).ok());
+    }
+    // Every label of weight 0: loss 0, gradient 0, weight 0 (PyTorch gives NaN).
+    const std::vector<nn::Label> zero(n, batch.labels[0]);
+    absl::StatusOr<nn::BatchResult> none =
+        models.gpu->TrainStep(batch.images.data(), zero.data(), n);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(none->loss, 0);
+    EXPECT_EQ(none->weight, 0);
+    for (float g : models.gpu->grads()) ASSERT_EQ(g, 0.0f);
+  }
+}
+
 using graph::Chain;
 using graph::FloatScalar;
 using graph::MakeNode;

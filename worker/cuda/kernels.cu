@@ -7,6 +7,7 @@
 #include "worker/cuda/kernel_launch.h"
 #include "worker/cuda/kernels.h"
 #include "worker/nn/loss_elements.h"
+#include "worker/nn/weighted_cross_entropy.h"
 
 namespace dptrain {
 namespace cuda {
@@ -55,6 +56,33 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const nn::Label* 
     const float p = expf(z[c] - top) / sum;
     dz[c] = (p - ((c == label ? 1.0f - smoothing : 0.0f) + spread)) * inv_batch;
   }
+}
+
+// The batch's sum of label weights and its inverse (0 for a zero sum), in one thread, in the
+// CPU's order.
+__global__ void LabelWeightSumKernel(const nn::Label* labels, int batch, const double* w,
+                                     double* sum_inv) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double sum = 0;
+  for (int i = 0; i < batch; ++i) sum += w[labels[i]];
+  sum_inv[0] = sum;
+  sum_inv[1] = sum > 0 ? 1.0 / sum : 0.0;
+}
+
+// One thread per row: nn::WeightedCrossEntropyRow (the CPU's), the row's share of the mean
+// added to *loss_sum.
+__global__ void WeightedCrossEntropyKernel(const float* logits, const nn::Label* labels, int batch,
+                                           int classes, double smoothing, const double* w,
+                                           double all_weights, const double* sum_inv,
+                                           float* loss_sum, int* correct, float* dlogits) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= batch) return;
+  int argmax = 0;
+  const double terms = nn::WeightedCrossEntropyRow(
+      logits + int64_t{row} * classes, classes, labels[row], smoothing, w, all_weights, sum_inv[1],
+      dlogits + int64_t{row} * classes, &argmax);
+  atomicAdd(loss_sum, static_cast<float>(terms * sum_inv[1]));
+  if (argmax == labels[row]) atomicAdd(correct, 1);
 }
 
 // One thread per row: the row's element-wise losses (nn::ElementLossOf, in double) against its
@@ -284,6 +312,20 @@ absl::Status Fill(float* x, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return absl::OkStatus();
   FillKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, value);
   return Launched("FillKernel<<<>>>");
+}
+
+absl::Status WeightedSoftmaxCrossEntropy(const float* logits, const nn::Label* labels, int batch,
+                                         int classes, double label_smoothing,
+                                         const double* class_weights, double all_weights,
+                                         double* weight_sum, float* loss_sum, int* correct,
+                                         float* dlogits, cudaStream_t stream) {
+  if (batch <= 0) return absl::OkStatus();
+  LabelWeightSumKernel<<<1, 1, 0, stream>>>(labels, batch, class_weights, weight_sum);
+  if (absl::Status s = Launched("LabelWeightSumKernel<<<>>>"); !s.ok()) return s;
+  WeightedCrossEntropyKernel<<<(batch + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      logits, labels, batch, classes, label_smoothing, class_weights, all_weights, weight_sum,
+      loss_sum, correct, dlogits);
+  return Launched("WeightedCrossEntropyKernel<<<>>>");
 }
 
 absl::Status ElementwiseLoss(int loss, const float* y, const float* targets,

@@ -32,6 +32,18 @@ absl::Status SoftmaxCrossEntropy(const float* logits, const nn::Label* labels, i
                                  int classes, float label_smoothing, float* loss_sum, int* correct,
                                  float* dlogits, cudaStream_t stream);
 
+// nn.CrossEntropyLoss(weight=class_weights, label_smoothing=e) over `batch` rows: writes the
+// batch's sum of label weights and its inverse to weight_sum[0] and [1] (device doubles), adds
+// the mean loss (the rows' weighted terms over that sum) to *loss_sum and the rows whose argmax
+// is the label to *correct, and writes the gradient to dlogits; per row
+// nn::WeightedCrossEntropyRow, the CPU's. `class_weights`: `classes` device doubles, summing to
+// all_weights.
+absl::Status WeightedSoftmaxCrossEntropy(const float* logits, const nn::Label* labels, int batch,
+                                         int classes, double label_smoothing,
+                                         const double* class_weights, double all_weights,
+                                         double* weight_sum, float* loss_sum, int* correct,
+                                         float* dlogits, cudaStream_t stream);
+
 // nn.MSELoss, nn.L1Loss or nn.BCEWithLogitsLoss (`loss`: nn::kLossMse, kLossL1, kLossBce) of
 // `batch` rows of `outputs` values against `targets` (batch x outputs) or, where targets is
 // null, onehot(labels): adds the rows' losses over `outputs` to *loss_sum (so *loss_sum / batch

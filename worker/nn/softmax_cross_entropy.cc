@@ -3,25 +3,12 @@
 #include <cmath>
 #include <vector>
 
+#include "worker/nn/weighted_cross_entropy.h"
+
 namespace dptrain {
 namespace nn {
 
 namespace {
-
-// A row's first maximum and the sum of exp(z_j - max) (the softmax's denominator, scaled).
-template <typename T>
-struct RowSoftmax {
-  RowSoftmax(const T* row, int classes) {
-    for (int j = 1; j < classes; ++j) {
-      if (row[j] > row[argmax]) argmax = j;
-    }
-    max = row[argmax];
-    for (int j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(row[j]) - max);
-  }
-  int argmax = 0;
-  double max = 0;
-  double sum = 0;
-};
 
 // The class-weighted loss (SoftmaxCrossEntropy's comment): the row's terms weighed, the mean
 // over the label weights' sum; d/dz_j of a row = ((1 - e) w[y] (p_j - [j = y]) +
@@ -35,33 +22,13 @@ LossOutput WeightedSoftmaxCrossEntropy(const T* logits, const nn::Label* labels,
   for (int j = 0; j < classes; ++j) all_weights += w[j];
   for (int i = 0; i < batch; ++i) out.weight += w[labels[i]];
   const double inv = out.weight > 0 ? 1.0 / out.weight : 0.0;
-  const double spread = label_smoothing / classes;
   double total = 0;
   for (int i = 0; i < batch; ++i) {
-    const T* row = logits + int64_t{i} * classes;
-    const RowSoftmax<T> r(row, classes);
-    const int argmax = r.argmax;
-    const double max = r.max, sum = r.sum;
-    const double log_sum = std::log(sum);
-    const int label = labels[i];
-    const double wy = w[label];
-    total += (1 - label_smoothing) * wy * (log_sum - (static_cast<double>(row[label]) - max));
-    if (label_smoothing != 0) {
-      double all = 0;
-      for (int j = 0; j < classes; ++j) {
-        all += w[j] * (log_sum - (static_cast<double>(row[j]) - max));
-      }
-      total += spread * all;
-    }
-    if (argmax == label) ++out.correct;
-    if (grad_logits != nullptr) {
-      T* g = grad_logits + int64_t{i} * classes;
-      for (int j = 0; j < classes; ++j) {
-        const double p = std::exp(static_cast<double>(row[j]) - max) / sum;
-        const double own = (1 - label_smoothing) * wy * (p - (j == label ? 1.0 : 0.0));
-        g[j] = static_cast<T>((own + spread * (p * all_weights - w[j])) * inv);
-      }
-    }
+    int argmax = 0;
+    total += WeightedCrossEntropyRow(
+        logits + int64_t{i} * classes, classes, labels[i], label_smoothing, w, all_weights, inv,
+        grad_logits != nullptr ? grad_logits + int64_t{i} * classes : nullptr, &argmax);
+    if (argmax == labels[i]) ++out.correct;
   }
   out.loss = total * inv;
   return out;
