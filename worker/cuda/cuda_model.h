@@ -176,11 +176,10 @@ class CudaModel final : public nn::Model {
   double label_smoothing_ = 0;  // Softmax cross-entropy's (nn.CrossEntropyLoss's).
   // graph::Loss: 0 softmax cross-entropy, else nn::ElementLossOf's mse, l1 or bce.
   int loss_ = 0;
-  // Softmax cross-entropy's class weights (nn.CrossEntropyLoss's weight=; empty: none), on the
-  // device too, and their sum; the device's sum of a batch's label weights and its inverse.
+  // Softmax cross-entropy's class weights (nn.CrossEntropyLoss's weight=; empty: none) and their
+  // sum (on the device: d_class_weights_).
   std::vector<double> class_weights_;
   double all_class_weights_ = 0;
-  DeviceBuffer<double> d_class_weights_, d_weight_sum_;
   // Checks and keeps them (after Assemble: the class count and loss are known).
   absl::Status SetClassWeights(const std::vector<double>& weights);
   const std::optional<OptimizerOptions> optimizer_;  // ApplyUpdate's rule.
@@ -202,6 +201,8 @@ class CudaModel final : public nn::Model {
   DeviceBuffer<float> d_images_;
   DeviceBuffer<nn::Label> d_labels_;
   DeviceBuffer<float> d_targets_;  // A batch's target values (element-wise losses).
+  // The class weights, and a batch's sum of its label weights and that sum's inverse.
+  DeviceBuffer<double> d_class_weights_, d_weight_sum_;
   DeviceBuffer<float> d_grad_logits_;
   DeviceBuffer<float> d_loss_;  // [0]: summed loss
   DeviceBuffer<int> d_correct_;
