@@ -249,9 +249,6 @@ TEST_P(GpuGraphParityTest, OneTrainStepMatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGraphParityTest, ::testing::ValuesIn(ClassifierFixtures()));
 
-// Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
-// Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
-// are those copied down parameter by parameter during backward.
 // Fixture `name` as a model trained by SGD at 0.05 on the GPU (deterministic cuDNN) and on
 // the CPU, from the same options.
 struct ModelPair {
@@ -277,6 +274,29 @@ ModelPair SgdModels(const std::string& name, graph::GraphModelOptions options) {
   return {*std::move(gpu), *std::move(cpu)};
 }
 
+// One step of both models on the same batch, then SGD at 0.05 on both: the losses agree
+// within `loss_bound` (relative; absolute below 1) and the gradients within `grad_bound`
+// (nn::ExpectAllClose). `on_gpu` and `on_cpu` get the two results for further checks.
+void StepBoth(ModelPair& models, const float* x, nn::Targets targets, int n, double loss_bound,
+              double grad_bound, nn::BatchResult* on_gpu, nn::BatchResult* on_cpu) {
+  absl::StatusOr<nn::BatchResult> gpu = models.gpu->TrainStep(x, targets, n);
+  absl::StatusOr<nn::BatchResult> cpu = models.cpu->TrainStep(x, targets, n);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_NEAR(gpu->loss, cpu->loss, loss_bound * std::max(1.0, std::abs(cpu->loss)));
+  const absl::Span<const float> gpu_grads = models.gpu->grads();
+  const absl::Span<const float> cpu_grads = models.cpu->grads();
+  nn::ExpectAllClose("gradient", fixtures::ToDouble(gpu_grads.data(), gpu_grads.size()),
+                     fixtures::ToDouble(cpu_grads.data(), cpu_grads.size()), grad_bound);
+  ASSERT_TRUE(models.gpu->ApplyUpdate(0.05f).ok());
+  ASSERT_TRUE(models.cpu->ApplyUpdate(0.05f).ok());
+  *on_gpu = *gpu;
+  *on_cpu = *cpu;
+}
+
+// Dropout on: the GPU draws the CPU's masks, so three SGD steps of the VGG-style net (it has
+// Dropout) stay within fp32 rounding of the CPU graph model's; the gradients read on the host
+// are those copied down parameter by parameter during backward.
 TEST(GpuGraphTest, DropoutMasksAreTheCpuModelsOnes) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << "no usable GPU here (" << why << ")";
@@ -286,27 +306,16 @@ TEST(GpuGraphTest, DropoutMasksAreTheCpuModelsOnes) {
   options.seed = 7;
   ModelPair models = SgdModels("vgg", options);
   ASSERT_TRUE(models.gpu && models.cpu);
-  std::unique_ptr<CudaModel>* gpu = &models.gpu;
-  std::unique_ptr<nn::Model>* cpu = &models.cpu;
   // As a synchroniser does: from now on each parameter's gradient is copied down as soon as
   // its node's backward is enqueued (one part per parameter).
-  (*gpu)->gradient_exchange();
+  models.gpu->gradient_exchange();
   const fixtures::Batch batch = fixtures::ReferenceBatch(*ref);
   const int n = static_cast<int>(batch.labels.size());
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(absl::StrCat("step ", step));
-    absl::StatusOr<nn::BatchResult> on_gpu =
-        (*gpu)->TrainStep(batch.images.data(), batch.labels.data(), n);
-    absl::StatusOr<nn::BatchResult> on_cpu =
-        (*cpu)->TrainStep(batch.images.data(), batch.labels.data(), n);
-    ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
-    ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
-    EXPECT_NEAR(on_gpu->loss, on_cpu->loss, 1e-4 * std::max(1.0, std::abs(on_cpu->loss)));
-    nn::ExpectAllClose("gradient",
-                       fixtures::ToDouble((*gpu)->grads().data(), (*gpu)->grads().size()),
-                       fixtures::ToDouble((*cpu)->grads().data(), (*cpu)->grads().size()), 1e-3);
-    ASSERT_TRUE((*gpu)->ApplyUpdate(0.05f).ok());
-    ASSERT_TRUE((*cpu)->ApplyUpdate(0.05f).ok());
+    nn::BatchResult on_gpu, on_cpu;
+    ASSERT_NO_FATAL_FAILURE(StepBoth(models, batch.images.data(), batch.labels.data(), n, 1e-4,
+                                     1e-3, &on_gpu, &on_cpu));
   }
 }
 
@@ -324,12 +333,10 @@ TEST(GpuGraphTest, ElementWiseLossesAreTheCpuModels) {
       options.dropout = false;
       ModelPair models = SgdModels("tabular_regression", options);
       ASSERT_TRUE(models.gpu && models.cpu);
-      std::unique_ptr<CudaModel>* gpu = &models.gpu;
-      std::unique_ptr<nn::Model>* cpu = &models.cpu;
-      const int n = 6, outputs = (*cpu)->num_classes();
+      const int n = 6, outputs = models.cpu->num_classes();
       std::mt19937 gen(3);
       std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-      std::vector<float> x(n * (*cpu)->input_dims().size()), targets(n * outputs);
+      std::vector<float> x(n * models.cpu->input_dims().size()), targets(n * outputs);
       for (float& v : x) v = 3 * uniform(gen) - 1.5f;
       for (float& t : targets) t = uniform(gen);  // In [0, 1]: bce's probabilities.
       std::vector<nn::Label> classes(n);
@@ -338,17 +345,10 @@ TEST(GpuGraphTest, ElementWiseLossesAreTheCpuModels) {
           labels ? nn::Targets(classes.data()) : nn::Targets::Values(targets.data());
       for (int step = 0; step < 2; ++step) {
         SCOPED_TRACE(absl::StrCat("step ", step));
-        absl::StatusOr<nn::BatchResult> on_gpu = (*gpu)->TrainStep(x.data(), scored, n);
-        absl::StatusOr<nn::BatchResult> on_cpu = (*cpu)->TrainStep(x.data(), scored, n);
-        ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
-        ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
-        EXPECT_NEAR(on_gpu->loss, on_cpu->loss, 1e-5 * std::max(1.0, std::abs(on_cpu->loss)));
-        EXPECT_EQ(on_gpu->correct, on_cpu->correct);
-        nn::ExpectAllClose(
-            "gradient", fixtures::ToDouble((*gpu)->grads().data(), (*gpu)->grads().size()),
-            fixtures::ToDouble((*cpu)->grads().data(), (*cpu)->grads().size()), 1e-4);
-        ASSERT_TRUE((*gpu)->ApplyUpdate(0.05f).ok());
-        ASSERT_TRUE((*cpu)->ApplyUpdate(0.05f).ok());
+        nn::BatchResult on_gpu, on_cpu;
+        ASSERT_NO_FATAL_FAILURE(
+            StepBoth(models, x.data(), scored, n, 1e-5, 1e-4, &on_gpu, &on_cpu));
+        EXPECT_EQ(on_gpu.correct, on_cpu.correct);
       }
     }
   }
@@ -375,20 +375,11 @@ TEST(GpuGraphTest, ClassWeightsAreTheCpuModels) {
     ASSERT_TRUE(models.gpu && models.cpu);
     for (int step = 0; step < 2; ++step) {
       SCOPED_TRACE(absl::StrCat("step ", step));
-      absl::StatusOr<nn::BatchResult> on_gpu =
-          models.gpu->TrainStep(batch.images.data(), batch.labels.data(), n);
-      absl::StatusOr<nn::BatchResult> on_cpu =
-          models.cpu->TrainStep(batch.images.data(), batch.labels.data(), n);
-      ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
-      ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
-      EXPECT_NEAR(on_gpu->loss, on_cpu->loss, 1e-4 * std::max(1.0, std::abs(on_cpu->loss)));
-      EXPECT_DOUBLE_EQ(on_gpu->weight, on_cpu->weight);
-      EXPECT_EQ(on_gpu->correct, on_cpu->correct);
-      nn::ExpectAllClose(
-          "gradient", fixtures::ToDouble(models.gpu->grads().data(), models.gpu->grads().size()),
-          fixtures::ToDouble(models.cpu->grads().data(), models.cpu->grads().size()), 1e-3);
-      ASSERT_TRUE(models.gpu->ApplyUpdate(0.05f).ok());
-      ASSERT_TRUE(models.cpu->ApplyUpdate(0.05f).ok());
+      nn::BatchResult on_gpu, on_cpu;
+      ASSERT_NO_FATAL_FAILURE(StepBoth(models, batch.images.data(), batch.labels.data(), n, 1e-4,
+                                       1e-3, &on_gpu, &on_cpu));
+      EXPECT_DOUBLE_EQ(on_gpu.weight, on_cpu.weight);
+      EXPECT_EQ(on_gpu.correct, on_cpu.correct);
     }
     // Every label of weight 0: loss 0, gradient 0, weight 0 (PyTorch gives NaN).
     const std::vector<nn::Label> zero(n, batch.labels[0]);
