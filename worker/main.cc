@@ -321,6 +321,7 @@ absl::Status Run(const WorkerConfig& config) {
   cuda::BackendOptions backend;
   backend.tf32 = config.tf32;
   backend.deterministic = config.deterministic;
+  backend.cuda_graphs = config.cuda_graphs;
   backend.device = gpu.device;
   backend.precision = config.precision;
   std::unique_ptr<nn::Model> model;

@@ -135,6 +135,10 @@ ABSL_FLAG(bool, deterministic, false,
           "GPU only: only cuDNN algorithms that are deterministic (PyTorch's "
           "torch.backends.cudnn.deterministic), so that the same inputs give bitwise-"
           "reproducible gradients; maybe slower.");
+ABSL_FLAG(bool, cuda_graphs, false,
+          "GPU, fp32, with --data_on_device: a lone all-reduce worker captures its training "
+          "step as a CUDA graph and replays it (one launch a step; dropout and embedding "
+          "lookups keep the step eager). Off until a GPU run has verified it.");
 ABSL_FLAG(bool, tf32, false,
           "CUDA: let cuBLAS and cuDNN round fp32 products through TF32 tensor cores "
           "(PyTorch's allow_tf32); off: strict fp32.");
@@ -334,6 +338,7 @@ absl::Status ReadCompute(WorkerConfig& c) {
     return absl::InvalidArgumentError("--tf32 applies to --precision=fp32 only");
   }
   c.deterministic = absl::GetFlag(FLAGS_deterministic);
+  c.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   c.threads = absl::GetFlag(FLAGS_threads);
   c.conv_name = absl::GetFlag(FLAGS_conv);
   if (c.conv_name == "im2col") {

@@ -87,6 +87,7 @@ struct WorkerConfig {
   std::string precision = "fp32";
   bool tf32 = false;
   bool deterministic = false;    // GPU: deterministic cuDNN algorithms only.
+  bool cuda_graphs = false;      // GPU: held-data steps replayed as a CUDA graph.
   std::string threads = "auto";  // worker/thread_plan.h's flag.
   nn::ConvAlgorithm conv = nn::ConvAlgorithm::kAuto;
   std::string conv_name = "auto";

@@ -23,7 +23,8 @@
 #   parity: the strict-fp32 ResNet-18 model test REPEAT (10) times and issue 28's diagnosis;
 #   device: --device=cuda:N and LOCAL_RANK; resume: tests/resume_test.sh allreduce on the GPU;
 #   bench_ours: gpu_benchmark's ResNet-18 step in fp32, fp32det, tf32, bf16, each also with
-#          its data held and results deferred (--held; and mlp, lenet in fp32);
+#          its data held and results deferred (--held; and mlp, lenet in fp32), and that held
+#          step replayed as a CUDA graph (--cuda_graphs: its time, its replay count);
 #   bench_graph: the built-ins' step through their graphs (--builtin_graph) beside the
 #          Sequential path, same call: what CudaModel::Create moving onto the graph would cost;
 #   torch: dptrain.torch on CUDA tensors (tools/gpu/torch_gpu_check.py);
@@ -346,11 +347,11 @@ fi
 # (--held) each model's mean step with its data held on the device and its results deferred,
 # beside the per-step synchronised one (what --data_on_device is worth).
 if [[ "$stages" == *,bench_ours,* ]]; then
-  limited 90 "$bin/gpu_benchmark" --models=resnet18 --math=fp32,fp32det,tf32,bf16 --held \
+  limited 90 "$bin/gpu_benchmark" --models=resnet18 --math=fp32,fp32det,tf32,bf16 --held --cuda_graphs \
     >"$out/gpu_benchmark_ours.md" 2>"$out/gpu_benchmark_ours.err" ||
     { row "gpu_benchmark" "FAIL (see gpu_benchmark_ours.err)"; fail=1; }
   { echo; sed -n '/^Ours/,$p' "$out/gpu_benchmark_ours.md"; } >>"$summary"
-  limited 60 "$bin/gpu_benchmark" --models=mlp,lenet --math=fp32 --held \
+  limited 60 "$bin/gpu_benchmark" --models=mlp,lenet --math=fp32 --held --cuda_graphs \
     >"$out/gpu_benchmark_held.md" 2>"$out/gpu_benchmark_held.err" ||
     { row "gpu_benchmark --held (mlp, lenet)" "FAIL (see gpu_benchmark_held.err)"; fail=1; }
   { echo; sed -n '/^Ours/,$p' "$out/gpu_benchmark_held.md"; } >>"$summary"

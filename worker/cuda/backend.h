@@ -22,6 +22,8 @@ struct BackendOptions {
   // Only deterministic cuDNN algorithms (PyTorch's cudnn.deterministic): the same inputs give
   // bitwise the same gradients every run, at some cost in speed.
   bool deterministic = false;
+  // Held-data steps captured once as a CUDA graph and replayed (DeviceOptions::cuda_graphs).
+  bool cuda_graphs = false;
   // The GPU to compute on: CUDA's index among the visible ones (after CUDA_VISIBLE_DEVICES),
   // as Probe and DeviceCount number them.
   int device = 0;

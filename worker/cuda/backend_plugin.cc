@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
     device.device = options.device;
     device.tf32 = options.tf32;
     device.deterministic = options.deterministic;
+    device.cuda_graphs = options.cuda_graphs;
     if (options.precision == "fp16") {
       device.precision = Precision::kFp16;
     } else if (options.precision == "bf16") {

@@ -370,160 +370,16 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, nn::Targets
   return Run(x, y, nullptr, batch, training, /*may_defer=*/false);
 }
 
-absl::Status CudaModel::HoldTrainingData(const nn::HeldData& data) {
-  DPTRAIN_RETURN_IF_ERROR(sticky_);
-  const nn::Dims dims = input_dims_;
-  const int64_t image = int64_t{data.channels} * data.rows * data.cols;
-  const size_t channels = static_cast<size_t>(std::max(data.channels, 0));
-  if (data.mean.size() != data.inv_std.size() ||
-      (!data.mean.empty() && data.mean.size() != channels) ||
-      (!data.fill.empty() && data.fill.size() != channels)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("held data of ", data.channels, " channels with ", data.mean.size(),
-                     " means, ", data.inv_std.size(), " inverse deviations and ", data.fill.size(),
-                     " fill values (one per channel each, or none)"));
-  }
-  if (input_is_ids() || data.channels != dims.c || data.rows != dims.h || data.cols != dims.w ||
-      data.size < 1 || static_cast<int64_t>(data.bytes.size()) != data.size * image ||
-      static_cast<int64_t>(data.labels.size()) != data.size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name_, ": held data of ", data.size, " images of ", data.channels, "x", data.rows, "x",
-        data.cols, " (", data.bytes.size(), " bytes, ", data.labels.size(),
-        " labels) does not match the model's input ", dims.c, "x", dims.h, "x", dims.w));
-  }
-  for (int64_t i = 0; i < data.size; ++i) {
-    if (data.labels[i] < 0 || data.labels[i] >= classes_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "held sample ", i, " has label ", data.labels[i], ", not in [0, ", classes_, ")"));
-    }
-  }
-  // At most half of what the device has free: the steps' activations need the rest.
-  size_t free_bytes = 0, total_bytes = 0;
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const double needed = static_cast<double>(data.bytes.size()) +
-                        static_cast<double>(data.labels.size()) * sizeof(nn::Label);
-  if (needed > 0.5 * static_cast<double>(free_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the training set's ", static_cast<int64_t>(needed / (1 << 20)),
-        " MiB would take more than half of the GPU's free ", free_bytes >> 20, " MiB"));
-  }
-  held_ = HeldSet{};
-  if (absl::Status s = CopyHeldData(data); !s.ok()) {
-    held_ = HeldSet{};  // Nothing half held: its memory goes back.
-    return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaModel::CopyHeldData(const nn::HeldData& data) {
-  const int64_t image = int64_t{data.channels} * data.rows * data.cols;
-  const size_t channels = static_cast<size_t>(data.channels);
-  DPTRAIN_ASSIGN_OR_RETURN(uint8_t * bytes, held_.bytes.Ensure(*ctx_, data.size * image));
-  DPTRAIN_ASSIGN_OR_RETURN(nn::Label * labels, held_.labels.Ensure(*ctx_, data.size));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bytes, data.bytes.data(), data.bytes.size(),
-                                               cudaMemcpyHostToDevice, ctx_->stream()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(labels, data.labels.data(),
-                                               data.labels.size() * sizeof(nn::Label),
-                                               cudaMemcpyHostToDevice, ctx_->stream()));
-  // mean, inv_std, fill: per channel each, back to back where given.
-  std::vector<float> per_channel = data.mean;
-  per_channel.insert(per_channel.end(), data.inv_std.begin(), data.inv_std.end());
-  per_channel.insert(per_channel.end(), data.fill.begin(), data.fill.end());
-  if (!per_channel.empty()) {
-    DPTRAIN_ASSIGN_OR_RETURN(float* d, held_.per_channel.Ensure(*ctx_, per_channel.size()));
-    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, per_channel.data(),
-                                                 per_channel.size() * sizeof(float),
-                                                 cudaMemcpyHostToDevice, ctx_->stream()));
-  }
-  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());  // The caller's arrays may go now.
-  const float* d = held_.per_channel.data();
-  held_.mean = data.mean.empty() ? nullptr : d;
-  held_.inv_std = data.mean.empty() ? nullptr : d + channels;
-  held_.fill = data.fill.empty() ? nullptr : d + (data.mean.empty() ? 0 : 2 * channels);
-  held_.size = data.size;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<const nn::HeldSample*> CudaModel::StageSamples(
-    absl::Span<const nn::HeldSample> samples) {
-  Staging& slot = staging_[next_staging_];
-  if (slot.copied == nullptr) {
-    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
-  } else {
-    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.copied));  // Its last copy is done.
-  }
-  if (slot.capacity < samples.size()) {
-    if (slot.host != nullptr) DPTRAIN_CUDA_RETURN_IF_ERROR(cudaFreeHost(slot.host));
-    slot.host = nullptr;
-    slot.capacity = 0;
-    DPTRAIN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&slot.host),
-                                               samples.size() * sizeof(nn::HeldSample),
-                                               cudaHostAllocDefault));
-    slot.capacity = samples.size();
-  }
-  std::copy(samples.begin(), samples.end(), slot.host);
-  return slot.host;
-}
-
-absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::HeldSample> samples) {
-  DPTRAIN_RETURN_IF_ERROR(sticky_);
-  if (held_.size == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(name_, ": no training data held"));
-  }
-  if (samples.empty() || samples.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(samples.size(), " held samples in a batch"));
-  }
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples[i].index < 0 || samples[i].index >= held_.size) {
-      return nn::AtBatchSample(absl::InvalidArgumentError(absl::StrCat(
-                                   nn::BatchSampleText(static_cast<int64_t>(i)), " is held sample ",
-                                   samples[i].index, ", outside the ", held_.size, " held")),
-                               static_cast<int>(i));
-    }
-  }
-  DPTRAIN_RETURN_IF_ERROR(Upload());
-  const int batch = static_cast<int>(samples.size());
-  const nn::Dims dims = input_dims_;
-  DPTRAIN_ASSIGN_OR_RETURN(float* x, d_images_.Ensure(*ctx_, int64_t{batch} * dims.size()));
-  DPTRAIN_ASSIGN_OR_RETURN(nn::Label * y, d_labels_.Ensure(*ctx_, batch));
-  DPTRAIN_ASSIGN_OR_RETURN(nn::HeldSample * s, d_held_samples_.Ensure(*ctx_, batch));
-  // Through a page-locked slot of our own: the copy is asynchronous, and the caller's samples
-  // may go as soon as this returns, though the step (deferred) may not have run yet.
-  DPTRAIN_ASSIGN_OR_RETURN(const nn::HeldSample* staged, StageSamples(samples));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s, staged, batch * sizeof(nn::HeldSample),
-                                               cudaMemcpyHostToDevice, ctx_->stream()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_[next_staging_].copied, ctx_->stream()));
-  next_staging_ = 1 - next_staging_;
-  DPTRAIN_RETURN_IF_ERROR(GatherHeldBatch(held_.bytes.data(), held_.labels.data(), s, batch, dims.c,
-                                          dims.h, dims.w, held_.mean, held_.inv_std, held_.fill, x,
-                                          y, ctx_->stream()));
-  return Run(x, y, nullptr, batch, /*training=*/true, /*may_defer=*/true);
-}
-
-absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, const float* targets,
-                                               int batch, bool training, bool may_defer) {
-  const bool defer = training && may_defer && deferring_;
-  if (defer && pending_batches_.size() >= static_cast<size_t>(kMaxDeferredSteps)) {
-    // Before the forward pass, whose batch norms would update their statistics.
-    return absl::FailedPreconditionError(absl::StrCat(
-        name_, ": ", pending_batches_.size(), " deferred steps pending (TakeResults reads them)"));
-  }
+absl::Status CudaModel::EnqueueStep(float* x, const nn::Label* y, const float* targets, int batch,
+                                    bool training, float* loss_sum_at, int* correct_at) {
   const nn::Dims dims = input_dims_;
   DPTRAIN_ASSIGN_OR_RETURN(DeviceTensor logits,
                            net_->Forward(*ctx_, DeviceTensor{x, batch, dims}, training));
   DPTRAIN_ASSIGN_OR_RETURN(float* dlogits, d_grad_logits_.Ensure(*ctx_, logits.size()));
-  // A deferred step's loss and count go to its own slot; else to d_loss_ and d_correct_, read
-  // below. Zeroed first either way (a failed step may have left a partial sum).
-  float* loss_sum_at = d_loss_.data();
-  int* correct_at = d_correct_.data();
-  if (defer) {
-    loss_sum_at = d_deferred_loss_.data() + pending_batches_.size();
-    correct_at = d_deferred_correct_.data() + pending_batches_.size();
-  }
+  // Zeroed first (a failed step may have left a partial sum).
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(loss_sum_at, 0, sizeof(float), ctx_->stream()));
   DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(correct_at, 0, sizeof(int), ctx_->stream()));
-  const bool weighted = loss_ == 0 && !class_weights_.empty();
-  if (weighted) {
+  if (loss_ == 0 && !class_weights_.empty()) {
     DPTRAIN_RETURN_IF_ERROR(WeightedSoftmaxCrossEntropy(
         logits.data, y, batch, classes_, label_smoothing_, d_class_weights_.data(),
         all_class_weights_, d_weight_sum_.data(), loss_sum_at, correct_at, dlogits,
@@ -537,7 +393,8 @@ absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, con
                                             targets != nullptr ? nullptr : y, batch, classes_,
                                             loss_sum_at, correct_at, dlogits, ctx_->stream()));
   }
-  if (training && scaler_) {
+  if (!training) return absl::OkStatus();
+  if (scaler_) {
     // d(scale * loss)/d(logits); d_non_finite_ is borrowed for the kernel's count, then
     // zeroed for the gradients' check.
     DPTRAIN_RETURN_IF_ERROR(UnscaleAndCheck(dlogits, logits.size(), scaler_->scale(),
@@ -545,19 +402,45 @@ absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, con
     DPTRAIN_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(d_non_finite_.data(), 0, sizeof(int), ctx_->stream()));
   }
-  if (training) {
-    // The last step's copies read d_grads_ and write grads_: let them finish first.
-    if (grad_copies_in_flight_) DPTRAIN_RETURN_IF_ERROR(WaitForGradCopies());
-    grads_at_ = Grads::kOnDevice;  // Until the backward below completed.
-    exchanged_ = false;
-    DPTRAIN_RETURN_IF_ERROR(
-        net_->Backward(*ctx_, DeviceTensor{dlogits, batch, logits.dims}, false).status());
-    if (CopiesDuringBackward()) grads_at_ = Grads::kCopying;
-    if (!buffer_values_.empty()) {
-      buffers_newer_on_device_ = true;
-      ++uncounted_batches_;
-    }
+  // The last step's copies read d_grads_ and write grads_: let them finish first.
+  if (grad_copies_in_flight_) DPTRAIN_RETURN_IF_ERROR(WaitForGradCopies());
+  grads_at_ = Grads::kOnDevice;  // Until the backward below completed.
+  exchanged_ = false;
+  return net_->Backward(*ctx_, DeviceTensor{dlogits, batch, logits.dims}, false).status();
+}
+
+void CudaModel::NoteBackwardEnqueued() {
+  grads_at_ = CopiesDuringBackward() ? Grads::kCopying : Grads::kOnDevice;
+  exchanged_ = false;
+  if (!buffer_values_.empty()) {
+    buffers_newer_on_device_ = true;
+    ++uncounted_batches_;
   }
+}
+
+absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, const float* targets,
+                                               int batch, bool training, bool may_defer) {
+  const bool defer = training && may_defer && deferring_;
+  if (defer && pending_batches_.size() >= static_cast<size_t>(kMaxDeferredSteps)) {
+    // Before the forward pass, whose batch norms would update their statistics.
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": ", pending_batches_.size(), " deferred steps pending (TakeResults reads them)"));
+  }
+  // An eager step may grow the buffers or the cuDNN workspace that a step graph uses, and set
+  // the layers up for another batch size: the next held step runs eagerly before a capture.
+  step_graph_.Reset();
+  warm_batch_ = 0;
+  // A deferred step's loss and count go to its own slot; else to d_loss_ and d_correct_, read
+  // below.
+  float* loss_sum_at = d_loss_.data();
+  int* correct_at = d_correct_.data();
+  if (defer) {
+    loss_sum_at = d_deferred_loss_.data() + pending_batches_.size();
+    correct_at = d_deferred_correct_.data() + pending_batches_.size();
+  }
+  DPTRAIN_RETURN_IF_ERROR(EnqueueStep(x, y, targets, batch, training, loss_sum_at, correct_at));
+  if (training) NoteBackwardEnqueued();
+  const bool weighted = loss_ == 0 && !class_weights_.empty();
   if (defer) {
     pending_batches_.push_back(batch);
     nn::BatchResult pending{0, 0};
@@ -612,45 +495,6 @@ absl::Status CudaModel::SetClassWeights(const std::vector<double>& weights) {
   class_weights_ = weights;
   all_class_weights_ = all;
   return absl::OkStatus();
-}
-
-bool CudaModel::DeferResults(bool on) {
-  if (!on) {
-    if (!pending_batches_.empty()) return deferring_;  // TakeResults first.
-    deferring_ = false;
-    return false;
-  }
-  // Mixed precision reads each step's overflow; class weights, each step's sum of them.
-  if (scaler_ || !class_weights_.empty() || !sticky_.ok()) return false;
-  // The slots (each zeroed by the step that writes it).
-  if (!d_deferred_loss_.Ensure(*ctx_, kMaxDeferredSteps).ok() ||
-      !d_deferred_correct_.Ensure(*ctx_, kMaxDeferredSteps).ok()) {
-    return false;
-  }
-  deferring_ = true;
-  return true;
-}
-
-absl::StatusOr<std::vector<nn::BatchResult>> CudaModel::TakeResults() {
-  DPTRAIN_RETURN_IF_ERROR(sticky_);
-  const size_t n = pending_batches_.size();
-  std::vector<nn::BatchResult> results;
-  if (n == 0) return results;
-  std::vector<float> loss_sums(n);
-  std::vector<int> correct(n);
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(loss_sums.data(), d_deferred_loss_.data(),
-                                               n * sizeof(float), cudaMemcpyDeviceToHost,
-                                               ctx_->stream()));
-  DPTRAIN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(correct.data(), d_deferred_correct_.data(),
-                                               n * sizeof(int), cudaMemcpyDeviceToHost,
-                                               ctx_->stream()));
-  DPTRAIN_RETURN_IF_ERROR(ctx_->Synchronize());
-  for (size_t i = 0; i < n; ++i) {
-    results.push_back(
-        nn::BatchResult{static_cast<double>(loss_sums[i]) / pending_batches_[i], correct[i]});
-  }
-  pending_batches_.clear();
-  return results;
 }
 
 absl::StatusOr<nn::BatchResult> CudaModel::TrainStep(const float* images, nn::Targets targets,

@@ -37,6 +37,7 @@
 #include "common/optimizer.h"
 #include "worker/cuda/device_context.h"
 #include "worker/cuda/gpu_layers.h"
+#include "worker/cuda/step_graph.h"
 #include "worker/graph/executor.h"
 #include "worker/graph/graph_model.h"
 #include "worker/nn/model.h"
@@ -99,7 +100,16 @@ class CudaModel final : public nn::Model {
   absl::Status HoldTrainingData(const nn::HeldData& data) override;
   // HoldTrainingData's copies into held_ (checked data; held_ empty).
   absl::Status CopyHeldData(const nn::HeldData& data);
+  // With DeviceOptions::cuda_graphs, while results are deferred and the network is
+  // Replayable (no dropout, no lookups) and no gradient copies run during backward: the first
+  // step of a batch size runs eagerly, the next one is captured as a CUDA graph, and later
+  // ones of that size replay it (one launch). Any eager step (another batch size, Evaluate,
+  // TrainStep) or new held data drops the graph; a capture that fails keeps graphs off for
+  // this model (graph_refusal says why) and the step runs eagerly.
   absl::StatusOr<nn::BatchResult> TrainStepHeld(absl::Span<const nn::HeldSample> samples) override;
+  // Steps run by replaying a graph so far, and why graphs are off (OK: they are not).
+  int64_t graph_replays() const { return graph_replays_; }
+  const absl::Status& graph_refusal() const { return graph_refusal_; }
   std::string name() const override { return name_; }
   nn::Dims input_dims() const override;
   // A graph model's (its plan's): ids or images, and the bound ids must be below.
@@ -158,6 +168,17 @@ class CudaModel final : public nn::Model {
   // (DeferResults); the host path's are the caller's, read before Run synchronises.
   absl::StatusOr<nn::BatchResult> Run(float* x, const nn::Label* y, const float* targets, int batch,
                                       bool training, bool may_defer);
+  // Run's device work: forward, the loss summed into *loss_sum_at and the correct answers
+  // counted into *correct_at (both zeroed first), and (training) backward. Nothing waits for
+  // the device, so a CUDA graph may capture it.
+  absl::Status EnqueueStep(float* x, const nn::Label* y, const float* targets, int batch,
+                           bool training, float* loss_sum_at, int* correct_at);
+  // The host's record of a training step whose backward is enqueued.
+  void NoteBackwardEnqueued();
+  // TrainStepHeld's replay of the step graph (captured first if there is none), the samples
+  // at `samples` on the device; Unavailable if the capture failed (nothing ran then).
+  absl::StatusOr<nn::BatchResult> ReplayHeldStep(float* x, nn::Label* y,
+                                                 const nn::HeldSample* samples, int batch);
   absl::Status Upload();
   absl::Status DownloadWeights();
   absl::Status DownloadGrads() const;
@@ -238,6 +259,14 @@ class CudaModel final : public nn::Model {
   };
   std::array<Staging, 2> staging_;
   int next_staging_ = 0;
+  // The held step as a CUDA graph (TrainStepHeld): its batch size, the batch size of the last
+  // eager held step (a capture needs one of the same size just before), the replays, and why
+  // graphs are off for this model (OK: they are not).
+  StepGraph step_graph_;
+  int graph_batch_ = 0;
+  int warm_batch_ = 0;
+  int64_t graph_replays_ = 0;
+  absl::Status graph_refusal_;
   // The samples in the next staging slot (waiting for its last copy first).
   absl::StatusOr<const nn::HeldSample*> StageSamples(absl::Span<const nn::HeldSample> samples);
 

@@ -44,6 +44,9 @@ struct DeviceOptions {
   bool deterministic = false;
   // Largest cuDNN workspace an algorithm may ask for; faster ones needing more are skipped.
   size_t max_workspace_bytes = size_t{1} << 30;
+  // A held-data step with deferred results (fp32) is captured once as a CUDA graph and then
+  // replayed (CudaModel::TrainStepHeld, step_graph.h). Off until a GPU run verifies it.
+  bool cuda_graphs = false;
 };
 
 class DeviceContext {

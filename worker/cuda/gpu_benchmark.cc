@@ -36,6 +36,9 @@ ABSL_FLAG(bool, held, false,
           "held on the device as bytes (HoldTrainingData), each step sending its samples "
           "(TrainStepHeld), the results deferred (DeferResults) and read every 64 steps: the "
           "mean step over --steps, no synchronisation per step.");
+ABSL_FLAG(bool, cuda_graphs, false,
+          "With --held: also the same held step on a second model that replays it as a CUDA "
+          "graph (DeviceOptions::cuda_graphs), timed right after the eager one.");
 
 namespace dptrain {
 namespace cuda {
@@ -168,6 +171,30 @@ int Run() {
         rows.push_back(row);
         std::cout << "result model=" << name << " math=" << math << " held_step_ms=" << *held_ms
                   << std::endl;
+        if (!absl::GetFlag(FLAGS_cuda_graphs)) continue;
+        dev.cuda_graphs = true;
+        auto graphed = CudaModel::Create(options, dev);
+        absl::StatusOr<double> graph_ms =
+            graphed.ok() ? HeldStepMs(**graphed, images, labels, batch, &deferred)
+                         : absl::StatusOr<double>(graphed.status());
+        if (!graph_ms.ok()) {
+          std::cerr << "gpu_benchmark: " << name << " " << math
+                    << " held, CUDA graph: " << graph_ms.status() << "\n";
+          ++failures;
+          continue;
+        }
+        const int64_t replays = (*graphed)->graph_replays();
+        std::snprintf(row, sizeof(row),
+                      "| %s | %s held, CUDA graph (%lld replays%s) | %.2f | %.0f | | |",
+                      name.c_str(), math.c_str(), static_cast<long long>(replays),
+                      (*graphed)->graph_refusal().ok() ? "" : ", refused: see the log", *graph_ms,
+                      batch / *graph_ms * 1e3);
+        rows.push_back(row);
+        if (!(*graphed)->graph_refusal().ok()) {
+          std::cerr << "gpu_benchmark: " << (*graphed)->graph_refusal() << "\n";
+        }
+        std::cout << "result model=" << name << " math=" << math << " graph_step_ms=" << *graph_ms
+                  << " graph_replays=" << replays << std::endl;
       }
     }
   }

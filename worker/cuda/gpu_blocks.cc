@@ -37,6 +37,13 @@ std::string GpuSequentialBlock::ToString() const {
   return absl::StrCat("Sequential(", absl::StrJoin(parts, ", "), ")");
 }
 
+bool GpuSequentialBlock::Replayable() const {
+  for (const auto& layer : layers_) {
+    if (!layer->Replayable()) return false;
+  }
+  return true;
+}
+
 std::vector<nn::TensorSpec> GpuSequentialBlock::ParamSpecs() const {
   std::vector<nn::TensorSpec> specs;
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {

@@ -109,6 +109,13 @@ std::string GpuGraph::ToString() const {
   return absl::StrCat("GpuGraph(", nodes_.size(), " nodes)");
 }
 
+bool GpuGraph::Replayable() const {
+  for (const auto& node : nodes_) {
+    if (!node->Replayable()) return false;
+  }
+  return true;
+}
+
 std::vector<nn::TensorSpec> GpuGraph::ParamSpecs() const {
   std::vector<nn::TensorSpec> specs;
   for (const nn::ParamInfo& p : cpu_.params()) specs.push_back({p.name, p.shape});

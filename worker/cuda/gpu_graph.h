@@ -62,6 +62,8 @@ class GpuNode {
   // each runtime input whose `need_input_grad` is true (an empty tensor for the others).
   virtual absl::StatusOr<std::vector<DeviceTensor>> Backward(
       DeviceContext& ctx, DeviceTensor grad_output, const std::vector<bool>& need_input_grad) = 0;
+  // As GpuLayer::Replayable: false for a node whose work changes from step to step.
+  virtual bool Replayable() const { return true; }
 };
 
 // What a twin's factory reads: the node as the CPU executor planned it.
@@ -121,6 +123,7 @@ class GpuGraph final : public GpuNetwork {
   absl::StatusOr<DeviceTensor> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                         bool need_input_grad) override;
   int num_parts() const override { return num_parts_; }
+  bool Replayable() const override;
 
  private:
   explicit GpuGraph(const graph::Executor<float>& cpu) : cpu_(cpu) {}

@@ -158,6 +158,7 @@ class LayerTwin final : public GpuNode {
     if (!params_.empty()) DPTRAIN_RETURN_IF_ERROR(params_.GradsOut(ctx));
     return std::vector<DeviceTensor>{dx};
   }
+  bool Replayable() const override { return layer_->Replayable(); }
 
  private:
   std::unique_ptr<GpuLayer> layer_;
@@ -258,6 +259,8 @@ class DropoutTwin final : public GpuNode {
         DropoutBackward(grad_output.data, keep_.data(), dx, n, scale_, ctx.stream()));
     return std::vector<DeviceTensor>{DeviceTensor{dx, grad_output.batch, dims_}};
   }
+  // Each training step draws its masks from a new key.
+  bool Replayable() const override { return ratio_ == 0; }
 
  private:
   const nn::Dims dims_;

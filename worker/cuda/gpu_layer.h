@@ -48,6 +48,10 @@ class GpuLayer {
   // tensor when !need_input_grad).
   virtual absl::StatusOr<DeviceTensor> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                 bool need_input_grad) = 0;
+  // Forward and Backward on batches of one size enqueue the same work with the same arguments
+  // every time (nothing read back to the host, no per-step value such as a dropout seed), so
+  // a CUDA graph captured once may replay the step (step_graph.h).
+  virtual bool Replayable() const { return true; }
 };
 
 // An NCHW float tensor descriptor, set to one shape at a time.

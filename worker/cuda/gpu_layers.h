@@ -272,6 +272,7 @@ class GpuSequentialBlock final : public GpuNetwork {
 
   int num_parts() const override { return num_layers(); }
   int num_layers() const { return static_cast<int>(layers_.size()); }
+  bool Replayable() const override;
 
  private:
   std::vector<std::unique_ptr<GpuLayer>> layers_;

@@ -45,6 +45,9 @@ class LookupTwin final : public OperandNodeTwin {
     return DeviceTensor{y, ids_.batch, cpu_.output_dims()};
   }
 
+  // Each step reads its ids back to check them and plan the backward.
+  bool Replayable() const override { return false; }
+
   absl::StatusOr<std::vector<DeviceTensor>> Backward(DeviceContext& ctx, DeviceTensor grad_output,
                                                      const std::vector<bool>& need) override {
     const int64_t n = static_cast<int64_t>(host_ids_.size());

@@ -25,6 +25,7 @@ class RowwiseTwin final : public GpuNode {
     inner_->BindParams(params, grads);
   }
   void BindBuffers(absl::Span<float* const> buffers) override { inner_->BindBuffers(buffers); }
+  bool Replayable() const override { return inner_->Replayable(); }
 
   absl::StatusOr<DeviceTensor> Forward(DeviceContext& ctx, absl::Span<const DeviceTensor> inputs,
                                        bool training) override {

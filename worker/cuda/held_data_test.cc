@@ -41,12 +41,13 @@ class HeldDataTest : public ::testing::Test {
     data_.fill = {-0.75f};
   }
 
-  static std::unique_ptr<CudaModel> Lenet() {
+  static std::unique_ptr<CudaModel> Lenet(bool cuda_graphs = false) {
     nn::ModelOptions options;
     options.name = "lenet";
     options.seed = 3;
     DeviceOptions device;
     device.deterministic = true;
+    device.cuda_graphs = cuda_graphs;
     absl::StatusOr<std::unique_ptr<CudaModel>> m = CudaModel::Create(options, device);
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *std::move(m) : nullptr;
@@ -137,6 +138,59 @@ TEST_F(HeldDataTest, DeferredStepsGiveTheSameResults) {
   EXPECT_TRUE(deferred->TakeResults()->empty());
   EXPECT_FALSE(deferred->DeferResults(false));
   EXPECT_EQ(deferred->weights(), immediate->weights());
+}
+
+// CUDA graphs (DeviceOptions::cuda_graphs): deferred held steps replayed from a captured graph
+// give the eager steps' results and weights bit for bit; the first step of a batch size runs
+// eagerly, the next is captured, the later ones replay; an eager step (Evaluate, another batch
+// size) drops the graph and the one after it runs eagerly again.
+TEST_F(HeldDataTest, GraphReplaysAreTheEagerSteps) {
+  std::unique_ptr<CudaModel> graphed = Lenet(/*cuda_graphs=*/true), eager = Lenet();
+  ASSERT_TRUE(graphed && eager);
+  for (CudaModel* m : {graphed.get(), eager.get()}) {
+    ASSERT_TRUE(m->HoldTrainingData(data_).ok());
+    ASSERT_TRUE(m->DeferResults(true));
+  }
+  const std::vector<float> test(2 * kRows * kCols, 0.25f);
+  const std::vector<nn::Label> test_labels = {1, 2};
+  std::mt19937 gen(11);
+  // Batch sizes in order, and the replays expected after each step.
+  const std::vector<int> batches = {8, 8, 8, 8, 5, 8, 8, 8, -1, 8, 8, 8};
+  const std::vector<int> replays = {0, 1, 2, 3, 3, 3, 4, 5, 5, 5, 6, 7};
+  for (size_t step = 0; step < batches.size(); ++step) {
+    SCOPED_TRACE(step);
+    if (batches[step] < 0) {  // An evaluation between steps.
+      for (CudaModel* m : {graphed.get(), eager.get()}) {
+        ASSERT_TRUE(m->Evaluate(test.data(), test_labels.data(), 2).ok());
+      }
+      EXPECT_EQ(graphed->graph_replays(), replays[step]);
+      continue;
+    }
+    std::vector<nn::HeldSample> samples(batches[step]);
+    for (nn::HeldSample& s : samples) {
+      s.index = gen() % kImages;
+      s.flip = static_cast<int>(gen() % 2);
+    }
+    for (CudaModel* m : {graphed.get(), eager.get()}) {
+      absl::StatusOr<nn::BatchResult> r = m->TrainStepHeld(samples);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->deferred);
+      ASSERT_TRUE(m->ApplySgd(0.1f).ok());
+    }
+    EXPECT_TRUE(graphed->graph_refusal().ok()) << graphed->graph_refusal();
+    EXPECT_EQ(graphed->graph_replays(), replays[step]);
+  }
+  EXPECT_EQ(eager->graph_replays(), 0);
+  absl::StatusOr<std::vector<nn::BatchResult>> a = graphed->TakeResults();
+  absl::StatusOr<std::vector<nn::BatchResult>> b = eager->TakeResults();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].loss, (*b)[i].loss) << i;
+    EXPECT_EQ((*a)[i].correct, (*b)[i].correct) << i;
+  }
+  EXPECT_EQ(graphed->weights(), eager->weights());
+  EXPECT_EQ(graphed->buffer_values(), eager->buffer_values());
 }
 
 TEST_F(HeldDataTest, Refusals) {
