@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "worker/data/held_memory.h"
 #include "worker/data/input_file.h"
 
 namespace dptrain {
@@ -59,8 +61,8 @@ absl::Status ReadFile(const std::string& path, const Variant& v, Dataset& out) {
   // Held as bytes (Dataset::byte_storage), as the file stores them; its size bounds these.
   const size_t old_size = out.labels.size();
   out.byte_storage = true;
+  DPTRAIN_RETURN_IF_ERROR(HoldInMemory(out.bytes, (old_size + records) * kPixels, path));
   out.labels.resize(old_size + records);
-  out.bytes.resize((old_size + records) * kPixels);
   std::vector<uint8_t> chunk(std::min(records, kRecordsPerChunk) * record_bytes);
   for (int64_t first = 0; first < records; first += kRecordsPerChunk) {
     const int64_t n = std::min(records - first, kRecordsPerChunk);

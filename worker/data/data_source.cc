@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/data/cifar_reader.h"
+#include "worker/data/held_memory.h"
 #include "worker/data/idx_reader.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/input_file.h"
@@ -96,14 +97,7 @@ absl::StatusOr<DataLoading> ParseDataLoading(const std::string& text) {
   return absl::InvalidArgumentError(absl::StrCat("must be auto, load or stream, got '", text, "'"));
 }
 
-int64_t AutoStreamAboveBytes() {
-  int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  // A container's limit (cgroup v2; "max" when none).
-  std::ifstream limit("/sys/fs/cgroup/memory.max");
-  int64_t cgroup = 0;
-  if (limit >> cgroup && cgroup > 0) memory = std::min(memory, cgroup);
-  return std::max<int64_t>(memory / 4, 1);
-}
+int64_t AutoStreamAboveBytes() { return std::max<int64_t>(MachineMemoryBytes() / 4, 1); }
 
 absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& format, bool train,
                                     const LoadOptions& options) {

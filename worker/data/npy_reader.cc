@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "worker/data/held_memory.h"
 #include "worker/data/input_file.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the .npy reader assumes little endian");
@@ -345,7 +346,7 @@ absl::Status ReadIds(const std::string& path, const NpyOptions& options, InputFi
   out.ids = true;
   out.channels = static_cast<int>(length);
   out.rows = out.cols = 1;
-  out.images.resize(static_cast<size_t>(n * length));  // The file's size bounds it.
+  DPTRAIN_RETURN_IF_ERROR(HoldInMemory(out.images, static_cast<size_t>(n * length), path));
   const int size = h.dtype.size;
   const bool is_signed = h.dtype.kind == 'i';
   const int64_t per_chunk = std::max<int64_t>(1, kChunkBytes / size);
@@ -464,11 +465,12 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Samp
   // memory of floats, read as byte / 255 by CopyImages); float ones as float32 (float64, as
   // NumPy makes by default, rounded to the model's type), each checked finite.
   out.byte_storage = is_u8;
-  if (is_u8) {
-    out.bytes.resize(static_cast<size_t>(n * values));  // The file's size bounds it.
-  } else {
-    out.images.resize(static_cast<size_t>(n * values));
-  }
+  const size_t count = static_cast<size_t>(n * values);  // The file's size bounds it.
+  DPTRAIN_RETURN_IF_ERROR(
+      is_u8 ? HoldInMemory(out.bytes, count, path,
+                           " (--data_loading=stream reads uint8 images as training goes)")
+            : HoldInMemory(out.images, count, path,
+                           " (float images are held in memory; uint8 ones can be streamed)"));
   const int64_t sample_bytes = values * h->dtype.size;
   const int64_t per_chunk = std::max<int64_t>(1, kChunkBytes / sample_bytes);
   std::vector<uint8_t> chunk(std::min(n, per_chunk) * sample_bytes);
@@ -547,9 +549,10 @@ absl::Status ReadTargets(InputFile& file, const NpyHeader& h, Dataset& data) {
   const int64_t n = h.shape[0];
   const int per_sample = h.shape.size() == 2 ? static_cast<int>(h.shape[1]) : 1;
   const int64_t count = n * per_sample;  // The file's size bounds it.
-  std::vector<uint8_t> raw(static_cast<size_t>(count * h.dtype.size));
+  std::vector<uint8_t> raw;
+  DPTRAIN_RETURN_IF_ERROR(HoldInMemory(raw, static_cast<size_t>(count * h.dtype.size), path));
   if (absl::Status st = file.ReadExactly(raw.data(), raw.size(), "data"); !st.ok()) return st;
-  data.targets.resize(static_cast<size_t>(count));
+  DPTRAIN_RETURN_IF_ERROR(HoldInMemory(data.targets, static_cast<size_t>(count), path));
   for (int64_t k = 0; k < count; ++k) {
     double v;
     if (h.dtype.size == 8) {
@@ -588,9 +591,10 @@ absl::Status ReadClassLabels(InputFile& file, const NpyHeader& header, int limit
   if (absl::Status st = CheckDataSize(path, *h); !st.ok()) return st;
   const int64_t n = h->shape[0];
   const int size = h->dtype.size;
-  std::vector<uint8_t> raw(static_cast<size_t>(n * size));  // The file's size bounds it.
+  std::vector<uint8_t> raw;  // The file's size bounds it.
+  DPTRAIN_RETURN_IF_ERROR(HoldInMemory(raw, static_cast<size_t>(n * size), path));
   if (absl::Status st = file.ReadExactly(raw.data(), n * size, "data"); !st.ok()) return st;
-  labels.resize(n);
+  DPTRAIN_RETURN_IF_ERROR(HoldInMemory(labels, static_cast<size_t>(n), path));
   max_label = -1;
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* p = raw.data() + i * size;

@@ -1,5 +1,7 @@
 #include "worker/data/npy_reader.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "worker/data/held_memory.h"
 #include "worker/data/test_files.h"
 
 namespace dptrain {
@@ -594,6 +597,23 @@ TEST(NpyReaderTest, MalformedHeaders) {
       Pair(FreshDir("npy_py2_header"),
            file("{\"descr\": \"|u1\", \"fortran_order\": False, \"shape\": (1L, 1L, 1L)}"), labels);
   EXPECT_TRUE(LoadNpy(dir, true).ok()) << LoadNpy(dir, true).status();
+}
+
+// Images held in memory but more than the machine has: one line, ResourceExhausted (it was
+// std::bad_alloc and an abort). The file is sparse: its length is what counts, not its blocks.
+TEST(NpyReaderTest, MoreThanTheMachinesMemoryIsRefused) {
+  const int64_t n = MachineMemoryBytes() / 64 + 1;  // n 8x8 one-channel images.
+  const std::string dir = testing_files::FreshDir("npy_huge");
+  const std::string images = WriteFile(dir + "/train_images.npy", Npy("|u1", {n, 1, 8, 8}, ""));
+  ASSERT_EQ(truncate(images.c_str(), static_cast<off_t>(testing_files::ReadFile(images).size() +
+                                                        static_cast<uint64_t>(n) * 64)),
+            0);
+  WriteFile(dir + "/train_labels.npy", Npy("<i8", {2}, Raw(std::vector<int64_t>{0, 1})));
+  NpyOptions load;
+  load.loading = DataLoading::kLoad;
+  testing_files::ExpectError(LoadNpy(dir, true, load), absl::StatusCode::kResourceExhausted,
+                             images + ": its " + std::to_string(n * 64 >> 20) +
+                                 " MiB of samples are more than this machine's ");
 }
 
 TEST(NpyReaderTest, MissingFilesAreNotFound) {
