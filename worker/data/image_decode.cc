@@ -98,7 +98,9 @@ bool RunPng(PngState* state, bool header_only, DecodedImage* image, std::vector<
   }
   if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-  if (bit_depth == 16) png_set_scale_16(png);
+  // 16 bits: the high byte, as PIL does for RGB, RGBA and gray+alpha (a campaign against PIL
+  // found libpng's rounding png_set_scale_16 one off in ~25% of values).
+  if (bit_depth == 16) png_set_strip_16(png);
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
   const int channels = png_get_channels(png, info);  // 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA.

@@ -4,7 +4,9 @@
 // The result is gray (1 channel) or RGB (3 channels), interleaved (HWC), row-major:
 //   PNG  gray and gray+alpha give gray; RGB, RGBA and palette give RGB. Alpha (and a tRNS
 //        transparency) is dropped, not composited, as PIL's Image.convert("RGB") does (the
-//        loader of torchvision's ImageFolder); 16-bit samples are scaled to 8 bits (rounded);
+//        loader of torchvision's ImageFolder); 16-bit samples keep their high byte, as PIL's
+//        RGB, RGBA and LA modes do (16-bit gray, which PIL opens as mode I and saturates at
+//        255 in convert("RGB"), also keeps its high byte here);
 //        1, 2 and 4-bit samples are expanded to 8 bits; no gamma correction is applied.
 //   JPEG 1-component (grayscale) gives gray; YCbCr and RGB give RGB; CMYK and YCCK are
 //        unsupported. A premature end of the data (a truncated file) is an error, while

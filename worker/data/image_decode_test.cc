@@ -79,15 +79,16 @@ TEST(DataLoadingTest, PalettePngWithTransparency) {
   EXPECT_EQ(image.pixels, (Pixels{10, 20, 30, 255, 0, 0, 0, 255, 0}));
 }
 
-TEST(DataLoadingTest, SixteenBitPngsAreScaledTo8Bits) {
-  const std::vector<int> values = {0, 65535, 257 * 100, 257 * 100 + 128, 1000, 40000};
+// 16-bit samples keep their high byte (PIL's convert("RGB") of RGB;16 / RGBA;16 images).
+TEST(DataLoadingTest, SixteenBitPngsKeepTheirHighByte) {
+  const std::vector<int> values = {0, 65535, 0xFF00, 0x00FF, 257 * 100 + 128, 40000};
   Pixels be;  // Big-endian samples.
   for (int v : values) {
     be.push_back(static_cast<uint8_t>(v >> 8));
     be.push_back(static_cast<uint8_t>(v));
   }
   Pixels expected;
-  for (int v : values) expected.push_back(static_cast<uint8_t>(std::lround(v / 257.0)));
+  for (int v : values) expected.push_back(static_cast<uint8_t>(v >> 8));
   const DecodedImage rgb = Decode(EncodePng(2, 1, PNG_COLOR_TYPE_RGB, 16, be));
   EXPECT_EQ(rgb.channels, 3);
   EXPECT_EQ(rgb.pixels, expected);
