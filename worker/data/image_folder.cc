@@ -147,6 +147,41 @@ int ThreadCount(const ImageFolderOptions& options) {
   return std::clamp(hardware, 1, kMaxThreads);
 }
 
+// Folders under one class folder, at most: a link cycle would be endless.
+constexpr size_t kMaxFoldersPerClass = 100000;
+
+// The images of a class folder and of every folder under it, in torchvision's make_dataset
+// order (sorted(os.walk(class_dir, followlinks=True)), each folder's files sorted): folders by
+// path, byte order, then each folder's image files by name; '.'-names skipped.
+absl::StatusOr<std::vector<std::string>> ListClassImages(const std::string& class_dir) {
+  std::vector<std::string> folders = {class_dir};
+  for (size_t i = 0; i < folders.size(); ++i) {
+    absl::StatusOr<std::vector<std::string>> under =
+        ListSorted(folders[i], [](const std::string& path, const std::string&) {
+          std::error_code ec;
+          return fs::is_directory(path, ec);
+        });
+    if (!under.ok()) return under.status();
+    for (const std::string& name : *under) folders.push_back(JoinPath(folders[i], name));
+    if (folders.size() > kMaxFoldersPerClass) {
+      return absl::InvalidArgumentError(absl::StrCat(class_dir, ": more than ", kMaxFoldersPerClass,
+                                                     " folders under it (a link cycle?)"));
+    }
+  }
+  std::sort(folders.begin(), folders.end());
+  std::vector<std::string> images;
+  for (const std::string& folder : folders) {
+    absl::StatusOr<std::vector<std::string>> files =
+        ListSorted(folder, [](const std::string& path, const std::string& file) {
+          std::error_code ec;
+          return IsImageName(file) && fs::is_regular_file(path, ec);
+        });
+    if (!files.ok()) return files.status();
+    for (const std::string& file : *files) images.push_back(JoinPath(folder, file));
+  }
+  return images;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ListClassFolders(const std::string& split_dir) {
@@ -189,17 +224,14 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
                                                      "' is not among the ", classes->size(),
                                                      " classes of ", train_dir));
     }
-    absl::StatusOr<std::vector<std::string>> files =
-        ListSorted(class_dir, [](const std::string& path, const std::string& file) {
-          std::error_code ec;
-          return IsImageName(file) && fs::is_regular_file(path, ec);
-        });
+    absl::StatusOr<std::vector<std::string>> files = ListClassImages(class_dir);
     if (!files.ok()) return files.status();
     if (files->empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(class_dir, ": no .png, .jpg or .jpeg files"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(class_dir, ": no .png, .jpg or .jpeg files (in it or in its subfolders)"));
     }
     const int label = static_cast<int>(found - classes->begin());
-    for (const std::string& file : *files) examples.push_back({JoinPath(class_dir, file), label});
+    for (const std::string& file : *files) examples.push_back({file, label});
   }
 
   Dataset data;

@@ -6,10 +6,11 @@
 // Classes are the sorted names of the folders in DIR/train, labelled 0, 1, ... in that order
 // (at most kMaxClasses, about a million); num_classes is their count for both sets. DIR/test may
 // hold the same classes or a subset of them, labelled as in DIR/train. Images are the files
-// directly in a class folder whose names end in .png, .jpg or .jpeg (any case), sorted by name
+// whose names end in .png, .jpg or .jpeg (any case) in a class folder or any folder under it
+// (links followed), in torchvision's order: folders by path, then each one's files by name
 // (byte order); other files are skipped, and so is every file or folder whose name starts
-// with '.'; a class folder without images is an error. The examples are ordered by class,
-// then by file name.
+// with '.' (unlike torchvision, which would make a class of .ipynb_checkpoints); a class
+// folder without images is an error.
 //
 // Images are decoded as worker/data/image_decode.h says (PNG through libpng, JPEG through
 // libjpeg; alpha dropped; 16-bit scaled to 8). The loaded Dataset has channels 3 (RGB, gray

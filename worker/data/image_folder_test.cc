@@ -185,6 +185,27 @@ TEST(ImageFolderTest, ImagesOfManySizesAreBroughtToTheGivenSize) {
               "(--image_size=S or HxW)");
 }
 
+// Images in folders under a class folder belong to the class, in torchvision's make_dataset
+// order (sorted(os.walk(...)): folders by path, "sub b" before "sub/deeper" as ' ' < '/');
+// '.'-folders are skipped there too.
+TEST(ImageFolderTest, ImagesInSubfoldersInTorchvisionsOrder) {
+  const std::string dir = FreshDir("folder_nested");
+  WriteFile(dir + "/train/a/sub/deeper/d.png", EncodePng8(4, 3, 1, Gray(4)));
+  WriteFile(dir + "/train/a/sub b/c.png", EncodePng8(4, 3, 1, Gray(3)));
+  WriteFile(dir + "/train/a/sub/b.png", EncodePng8(4, 3, 1, Gray(2)));
+  WriteFile(dir + "/train/a/z.png", EncodePng8(4, 3, 1, Gray(1)));
+  WriteFile(dir + "/train/a/.ipynb_checkpoints/z.png", EncodePng8(4, 3, 1, Gray(9)));
+  WriteFile(dir + "/train/b/only/y.png", EncodePng8(4, 3, 1, Gray(5)));
+  absl::StatusOr<Dataset> data = LoadImageFolder(dir, true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_EQ(data->size, 5);
+  ASSERT_EQ(data->channels, 1);
+  for (int64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(data->bytes[i * data->image_size()], i + 1) << i;
+    EXPECT_EQ(data->labels[i], i < 4 ? 0 : 1) << i;
+  }
+}
+
 TEST(ImageFolderTest, LayoutErrors) {
   const std::string none = FreshDir("folder_none");
   ExpectError(LoadImageFolder(none, true), absl::StatusCode::kNotFound,
@@ -199,7 +220,7 @@ TEST(ImageFolderTest, LayoutErrors) {
   WriteFile(empty_class + "/train/a/img.png", EncodePng8(4, 3, 1, Gray(0)));
   WriteFile(empty_class + "/train/b/img.gif", "GIF89a");
   ExpectError(LoadImageFolder(empty_class, true), absl::StatusCode::kInvalidArgument,
-              empty_class + "/train/b: no .png, .jpg or .jpeg files");
+              empty_class + "/train/b: no .png, .jpg or .jpeg files (in it or in its subfolders)");
 
   const std::string dir = MixedDir("folder_layout");
   ExpectError(LoadImageFolder(FreshDir("folder_no_test_dir_yet"), false),
