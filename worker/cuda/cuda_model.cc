@@ -351,6 +351,7 @@ absl::StatusOr<nn::BatchResult> CudaModel::Step(const float* images, nn::Targets
                      ": target values (regression) need --loss=mse, l1 or bce; softmax "
                      "cross-entropy takes class labels"));
   }
+  DropStepGraph();  // The buffers below may grow (a grown one frees its old block).
   DPTRAIN_RETURN_IF_ERROR(Upload());
   const nn::Dims dims = input_dims_;
   const int64_t pixels = int64_t{batch} * dims.size();
@@ -409,6 +410,11 @@ absl::Status CudaModel::EnqueueStep(float* x, const nn::Label* y, const float* t
   return net_->Backward(*ctx_, DeviceTensor{dlogits, batch, logits.dims}, false).status();
 }
 
+void CudaModel::DropStepGraph() {
+  step_graph_.Reset();
+  warm_batch_ = 0;
+}
+
 void CudaModel::NoteBackwardEnqueued() {
   grads_at_ = CopiesDuringBackward() ? Grads::kCopying : Grads::kOnDevice;
   exchanged_ = false;
@@ -420,16 +426,15 @@ void CudaModel::NoteBackwardEnqueued() {
 
 absl::StatusOr<nn::BatchResult> CudaModel::Run(float* x, const nn::Label* y, const float* targets,
                                                int batch, bool training, bool may_defer) {
+  // An eager step may grow the buffers or the cuDNN workspace that a step graph uses, and set
+  // the layers up for another batch size: the next held step runs eagerly before a capture.
+  DropStepGraph();
   const bool defer = training && may_defer && deferring_;
   if (defer && pending_batches_.size() >= static_cast<size_t>(kMaxDeferredSteps)) {
     // Before the forward pass, whose batch norms would update their statistics.
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": ", pending_batches_.size(), " deferred steps pending (TakeResults reads them)"));
   }
-  // An eager step may grow the buffers or the cuDNN workspace that a step graph uses, and set
-  // the layers up for another batch size: the next held step runs eagerly before a capture.
-  step_graph_.Reset();
-  warm_batch_ = 0;
   // A deferred step's loss and count go to its own slot; else to d_loss_ and d_correct_, read
   // below.
   float* loss_sum_at = d_loss_.data();

@@ -175,6 +175,9 @@ class CudaModel final : public nn::Model {
                            bool training, float* loss_sum_at, int* correct_at);
   // The host's record of a training step whose backward is enqueued.
   void NoteBackwardEnqueued();
+  // Drops the step graph before anything it reads or writes may move or be set up for another
+  // batch size; the next held step then runs eagerly before a capture.
+  void DropStepGraph();
   // TrainStepHeld's replay of the step graph (captured first if there is none), the samples
   // at `samples` on the device; Unavailable if the capture failed (nothing ran then).
   absl::StatusOr<nn::BatchResult> ReplayHeldStep(float* x, nn::Label* y,

@@ -127,6 +127,11 @@ absl::StatusOr<nn::BatchResult> CudaModel::TrainStepHeld(absl::Span<const nn::He
                                static_cast<int>(i));
     }
   }
+  // The buffers below grow for a larger batch (a grown one frees its old block): a graph of
+  // another batch size goes first.
+  if (step_graph_.ready() && samples.size() != static_cast<size_t>(graph_batch_)) {
+    DropStepGraph();
+  }
   DPTRAIN_RETURN_IF_ERROR(Upload());
   const int batch = static_cast<int>(samples.size());
   const nn::Dims dims = input_dims_;
@@ -180,7 +185,11 @@ absl::StatusOr<nn::BatchResult> CudaModel::ReplayHeldStep(float* x, nn::Label* y
     }
     graph_batch_ = batch;
   }
-  DPTRAIN_RETURN_IF_ERROR(step_graph_.Launch(ctx_->stream()));
+  if (absl::Status launched = step_graph_.Launch(ctx_->stream()); !launched.ok()) {
+    DropStepGraph();
+    graph_refusal_ = launched;  // Later steps run eagerly; this one reports the failure.
+    return launched;
+  }
   ++graph_replays_;
   NoteBackwardEnqueued();
   const size_t slot = pending_batches_.size();

@@ -173,7 +173,9 @@ int Run() {
                   << std::endl;
         if (!absl::GetFlag(FLAGS_cuda_graphs)) continue;
         dev.cuda_graphs = true;
-        auto graphed = CudaModel::Create(options, dev);
+        auto graphed = absl::GetFlag(FLAGS_builtin_graph)
+                           ? CudaModel::CreateBuiltinFromGraph(options, dev)
+                           : CudaModel::Create(options, dev);
         absl::StatusOr<double> graph_ms =
             graphed.ok() ? HeldStepMs(**graphed, images, labels, batch, &deferred)
                          : absl::StatusOr<double>(graphed.status());

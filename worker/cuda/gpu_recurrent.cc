@@ -225,6 +225,9 @@ class RecurrentTwin final : public GpuNode {
     return s;
   }
 
+  // With lengths, each step reads them back to check them (CheckLengths).
+  bool Replayable() const override { return !spec_.lengths; }
+
   // The lengths on the host, refused with the CPU node's message (CheckInputs reads only them).
   absl::Status CheckLengths(DeviceContext& ctx, const DeviceTensor& lengths) {
     host_lengths_.resize(lengths.size());
