@@ -102,7 +102,11 @@ absl::Status LoadWorkerData(const DataConfig& data, int threads, uint64_t seed,
         << " training samples, held out (--test_fraction=" << data.test_fraction
         << ", --seed=" << seed << "; the same on every worker)" << std::endl;
   } else {
-    DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, load));
+    // An image folder's test split all gray beside a training set in colour is loaded as RGB
+    // (torchvision loads every image so).
+    LoadOptions test_load = load;
+    test_load.color = train.channels == 3;
+    DPTRAIN_ASSIGN_OR_RETURN(test, LoadDataset(data.dir, data.format, /*train=*/false, test_load));
   }
   if (test.ids != train.ids || test.features() != train.features()) {
     return absl::InvalidArgumentError(absl::StrCat(data.dir, ": the training set holds ",

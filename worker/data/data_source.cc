@@ -112,6 +112,7 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& dir, const std::string& f
     folder.size = options.image_size;
     folder.loading = options.data_loading;
     folder.threads = options.threads;
+    folder.color = options.color;
     if (folder.loading == DataLoading::kAuto) folder.stream_above_bytes = AutoStreamAboveBytes();
     return LoadImageFolder(dir, train, folder);
   }

@@ -52,6 +52,9 @@ struct LoadOptions {
   // Image folders: decoding threads (ImageFolderOptions::threads; 0: as many as the cores, at
   // most 8).
   int threads = 0;
+  // Image folders: RGB even if every image is gray (ImageFolderOptions::color); the test split
+  // of a training set in colour. The other formats ignore it.
+  bool color = false;
 };
 
 // "auto", "load" or "stream" as a DataLoading; InvalidArgument naming the text otherwise.

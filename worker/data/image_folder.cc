@@ -120,9 +120,9 @@ absl::Status ProbeAll(const std::vector<Example>& examples, int threads, const I
 }
 
 // The set's image shape (channels x rows x cols) from its images' (as decoded): one size, and
-// 3 channels unless every image is gray.
+// 3 channels unless every image is gray and `color` is false.
 absl::Status SetShape(const std::vector<Example>& examples, const std::vector<ImageInfo>& shapes,
-                      Dataset& data) {
+                      bool color, Dataset& data) {
   const int height = shapes[0].height, width = shapes[0].width;
   bool any_color = false;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -135,7 +135,7 @@ absl::Status SetShape(const std::vector<Example>& examples, const std::vector<Im
     }
     any_color = any_color || shapes[i].channels == 3;
   }
-  data.channels = any_color ? 3 : 1;
+  data.channels = any_color || color ? 3 : 1;
   data.rows = height;
   data.cols = width;
   return absl::OkStatus();
@@ -245,7 +245,7 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
   if (options.loading != DataLoading::kLoad) {
     std::vector<ImageInfo> shapes;
     if (absl::Status s = ProbeAll(examples, threads, options.size, shapes); !s.ok()) return s;
-    if (absl::Status s = SetShape(examples, shapes, data); !s.ok()) return s;
+    if (absl::Status s = SetShape(examples, shapes, options.color, data); !s.ok()) return s;
     // Auto streams a set larger than its limit, or than a load may hold (DecodeAll's bound).
     const bool loadable = data.size * 3 * data.rows * data.cols <= options.max_load_values;
     if (options.loading == DataLoading::kStream || !loadable ||
@@ -273,7 +273,7 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, bool train,
   for (size_t i = 0; i < images.size(); ++i) {
     shapes[i] = {images[i].width, images[i].height, images[i].channels};
   }
-  if (absl::Status s = SetShape(examples, shapes, data); !s.ok()) return s;
+  if (absl::Status s = SetShape(examples, shapes, options.color, data); !s.ok()) return s;
   data.bytes.resize(static_cast<size_t>(data.size * data.image_size()));
   for (int64_t i = 0; i < data.size; ++i) {
     ToPlanes(images[i], data.channels, data.bytes.data() + i * data.image_size());

@@ -13,10 +13,11 @@
 // folder without images is an error.
 //
 // Images are decoded as worker/data/image_decode.h says (PNG through libpng, JPEG through
-// libjpeg; alpha dropped; 16-bit scaled to 8). The loaded Dataset has channels 3 (RGB, gray
-// images replicated to the three channels) unless every image of the set is grayscale, then
-// channels 1; so a training and a test set can differ in channels only if one of them is
-// all gray, which the trainer's shape check reports. All images of a set must have the same
+// libjpeg; alpha dropped; 16-bit to 8 by the high byte). The loaded Dataset has channels 3
+// (RGB, gray images replicated to the three channels) unless every image of the set is
+// grayscale and options.color is false, then channels 1. The worker loads a test split with
+// color set when its training set is RGB; a training set all gray beside test images in colour
+// is what the trainer's shape check reports. All images of a set must have the same
 // width and height, unless options.size brings each one to one size as it is decoded
 // (torchvision's Resize(S) + CenterCrop(S), or Resize((H, W)); worker/data/image_resize.h).
 // Pixels are byte / 255 (torchvision's ToTensor), NCHW, held as bytes (Dataset::byte_storage:
@@ -60,6 +61,9 @@ struct ImageFolderOptions {
   // A load holds at most this many values (each image counted as 3 channels: 16 GiB of
   // bytes); beyond, kLoad fails (ResourceExhausted) and kAuto streams.
   int64_t max_load_values = int64_t{1} << 34;
+  // RGB (3 channels) even if every image is gray, as torchvision loads every image: the test
+  // split of a training set in colour.
+  bool color = false;
 };
 
 // Loads DIR/train (train = true) or DIR/test.

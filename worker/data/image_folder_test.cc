@@ -102,6 +102,22 @@ TEST(ImageFolderTest, TestSetWithASubsetOfClassesKeepsTrainingLabels) {
   EXPECT_EQ(data->num_classes, 2);
   EXPECT_EQ(data->channels, 1) << "every test image is gray";
   for (int p = 0; p < 12; ++p) EXPECT_FLOAT_EQ(At(*data, 0, 0, p), Gray(5)[p] / 255.0f);
+  // As RGB (the worker's test split of a training set in colour), held and streamed: the gray
+  // image in each channel.
+  ImageFolderOptions color;
+  color.color = true;
+  for (DataLoading loading : {DataLoading::kLoad, DataLoading::kStream}) {
+    color.loading = loading;
+    absl::StatusOr<Dataset> rgb = LoadImageFolder(MixedDir("folder_test_color"), false, color);
+    ASSERT_TRUE(rgb.ok()) << rgb.status();
+    EXPECT_EQ(rgb->channels, 3);
+    std::vector<float> image(rgb->image_size());
+    std::vector<uint8_t> scratch;
+    ASSERT_TRUE(rgb->ReadImage(0, image.data(), scratch).ok());
+    for (int c = 0; c < 3; ++c) {
+      for (int p = 0; p < 12; ++p) EXPECT_FLOAT_EQ(image[c * 12 + p], Gray(5)[p] / 255.0f);
+    }
+  }
 }
 
 // Many images across classes: the result is the same for 1, 3 and 8 threads.

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -323,6 +324,18 @@ class NpyImageSource final : public ImageSource {
   size_t announced_ ABSL_GUARDED_BY(mu_) = 0;  // Positions before it were announced.
 };
 
+// `v` as float32, as NumPy's astype(np.float32) rounds it: a value beyond float's range but
+// within half a unit of its largest finite value rounds to that value; further out it is an
+// infinity of its sign (then refused as not finite), never a cast out of range.
+float ToFloat32(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  constexpr double kRoundsToMax = 340282356779733661637539395458142568448.0;  // 2^128 - 2^103.
+  if (std::fabs(v) <= kMax) return static_cast<float>(v);
+  if (std::isnan(v)) return std::numeric_limits<float>::quiet_NaN();
+  if (std::fabs(v) < kRoundsToMax) return std::copysign(std::numeric_limits<float>::max(), v);
+  return std::copysign(std::numeric_limits<float>::infinity(), v);
+}
+
 // Integer ids: (N, L) of any integer dtype, each in [0, kMaxId), held as floats.
 constexpr int64_t kMaxId = int64_t{1} << 24;  // Floats hold every integer below it exactly.
 
@@ -501,13 +514,7 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Samp
       // Through an aligned copy: the file's floats may be unaligned.
       if (h->dtype.size == 8) {
         std::memcpy(sample64.data(), src, values * sizeof(double));
-        // Beyond float's range is inf (left for the check below), not a cast out of range.
-        for (int64_t k = 0; k < values; ++k) {
-          const double v = sample64[k];
-          sample[k] = std::fabs(v) <= std::numeric_limits<float>::max()
-                          ? static_cast<float>(v)
-                          : std::numeric_limits<float>::infinity();
-        }
+        for (int64_t k = 0; k < values; ++k) sample[k] = ToFloat32(sample64[k]);
       } else {
         std::memcpy(sample.data(), src, values * sizeof(float));
       }
@@ -516,8 +523,8 @@ absl::Status ReadImages(const std::string& path, const NpyOptions& options, Samp
         // A NaN or an infinity (or a float64 beyond float's range) would make every loss NaN.
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": value ",
-            h->dtype.size == 8 ? absl::StrCat(sample64[k]) : absl::StrCat(sample[k]), " at sample ",
-            first + i, ", index ", k, " (of the sample as stored) is not finite",
+            h->dtype.size == 8 ? absl::StrFormat("%.9g", sample64[k]) : absl::StrCat(sample[k]),
+            " at sample ", first + i, ", index ", k, " (of the sample as stored) is not finite",
             h->dtype.size == 8 ? " in float32" : ""));
       }
       float* dst = out.images.data() + (first + i) * values;
@@ -562,14 +569,14 @@ absl::Status ReadTargets(InputFile& file, const NpyHeader& h, Dataset& data) {
       std::memcpy(&f, raw.data() + k * 4, 4);
       v = f;
     }
-    // Beyond float's range is not finite in float32 (and no cast out of range happens).
-    if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": target value ", v, " at sample ", k / per_sample,
-                       per_sample > 1 ? absl::StrCat(", index ", k % per_sample) : "",
-                       " is not finite", h.dtype.size == 8 ? " in float32" : ""));
+    const float as_float = ToFloat32(v);
+    if (!std::isfinite(as_float)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": target value ", absl::StrFormat("%.9g", v), " at sample ", k / per_sample,
+          per_sample > 1 ? absl::StrCat(", index ", k % per_sample) : "", " is not finite",
+          h.dtype.size == 8 ? " in float32" : ""));
     }
-    data.targets[k] = static_cast<float>(v);
+    data.targets[k] = as_float;
   }
   data.targets_per_sample = per_sample;
   data.num_classes = 0;

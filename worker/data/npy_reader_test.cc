@@ -317,6 +317,21 @@ TEST(NpyReaderTest, FloatLabelsAreRegressionTargets) {
   EXPECT_EQ(test->targets, (std::vector<float>{1, 2}));
   EXPECT_EQ(test->targets_from(0).values, test->targets.data());
 
+  // float64 just beyond float32's largest value rounds to it, as NumPy's astype(np.float32)
+  // does; from half a unit beyond it (2^128 - 2^103) it is infinite, and refused.
+  const double largest = std::numeric_limits<float>::max();
+  WriteFile(dir + "/train_labels.npy",
+            Npy("<f8", {2}, Raw(std::vector<double>{largest + 0x1p100, -largest - 0x1p100})));
+  absl::StatusOr<Dataset> edge = LoadNpy(dir, true);
+  ASSERT_TRUE(edge.ok()) << edge.status();
+  EXPECT_EQ(edge->targets, (std::vector<float>{std::numeric_limits<float>::max(),
+                                               -std::numeric_limits<float>::max()}));
+  WriteFile(dir + "/train_labels.npy",
+            Npy("<f8", {2}, Raw(std::vector<double>{0, 0x1p128 - 0x1p103})));
+  ExpectError(LoadNpy(dir, true), absl::StatusCode::kInvalidArgument,
+              "target value 3.40282357e+38 at sample 1 is not finite in float32");
+  WriteFile(dir + "/train_labels.npy", Npy("<f8", {2}, Raw(std::vector<double>{0.25, -1e3})));
+
   // Class labels in one split, targets in the other: refused by the split holding labels.
   WriteFile(dir + "/test_labels.npy", Npy("<i8", {2}, Raw<int64_t>({0, 1})));
   ExpectError(LoadNpy(dir, false), absl::StatusCode::kInvalidArgument,
