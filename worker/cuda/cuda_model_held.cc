@@ -52,7 +52,7 @@ absl::Status CudaModel::HoldTrainingData(const nn::HeldData& data) {
         "the training set's ", static_cast<int64_t>(needed / (1 << 20)),
         " MiB would take more than half of the GPU's free ", free_bytes >> 20, " MiB"));
   }
-  step_graph_.Reset();  // It reads the held set it was captured with.
+  DropStepGraph();  // It reads the held set it was captured with.
   held_ = HeldSet{};
   if (absl::Status s = CopyHeldData(data); !s.ok()) {
     held_ = HeldSet{};  // Nothing half held: its memory goes back.
