@@ -28,6 +28,7 @@ GPU_WORKER = os.path.join(ROOT, "worker", "gpu_worker")
 WORKER = os.path.join(HERE, "torch", "worker.py")
 SPARSE_WORKER = os.path.join(HERE, "torch", "sparse_worker.py")
 HOROVOD_API = os.path.join(HERE, "torch", "horovod_api.py")
+OPTIMIZER_EDGES = os.path.join(HERE, "torch", "optimizer_edges.py")
 MAKE_CERTS = os.path.join(HERE, "..", "tools", "make_certs.sh")
 LAUNCHER = os.path.join(HERE, "..", "deploy", "local_cluster.sh")
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_fashion_mnist.py")
@@ -166,7 +167,16 @@ def main():
             if not all(summary(o)["ok"] for o in outs):
                 fail(f"horovod API in {mode} mode")
             print(f"ok: Horovod's allgather, allgather_object, allreduce ops, barrier and "
-                  f"DistributedOptimizer arguments in {mode} mode", flush=True)
+                  f"DistributedOptimizer arguments in {mode} mode; ranks in different "
+                  f"collectives or with different roots refused together", flush=True)
+            if mode == "ps":  # Shards of their own: another model.
+                env = {"DPTRAIN_PS": ",".join(start_shards(2, 2, "--optimizer=none"))}
+            outs, _, _ = run_workers(f"edges_{mode}", mode, env=env, script=OPTIMIZER_EDGES)
+            if not all(summary(o)["ok"] for o in outs):
+                fail(f"DistributedOptimizer's edge cases in {mode} mode")
+            print(f"ok: DistributedOptimizer in {mode} mode: a step after 1 of 2 passes averages "
+                  f"that pass; a backward that raised on every rank, caught, and training goes "
+                  f"on; both ranks equal to one process on every rank's batches", flush=True)
     if "example" in cases:
         example()
     if "click" in cases:

@@ -57,6 +57,13 @@ checks = {
 for what, (got, want) in checks.items():
     if got.item() != want:
         sys.exit(f"allreduce {what}: {got.item()}, expected {want}")
+# Integers are summed exactly (fp32 would round both: 2^40 + ... and 2^24 + 1 are not floats).
+counts = torch.tensor([2**40 + 1 + r, 2**24 + 1], dtype=torch.int64)
+want = torch.tensor([n * (2**40 + 1) + n * (n - 1) // 2, n * (2**24 + 1)], dtype=torch.int64)
+if not torch.equal(hvd.allreduce(counts, op=hvd.Sum), want):
+    sys.exit(f"allreduce of int64 counts: {hvd.allreduce(counts, op=hvd.Sum)}, expected {want}")
+expect_error("allreduce of a complex tensor", lambda: hvd.allreduce(torch.ones(2, dtype=torch.cfloat)),
+             "INVALID_ARGUMENT")
 expect_error("allreduce op=Adasum", lambda: hvd.allreduce(mine, op=hvd.Adasum),
              "INVALID_ARGUMENT")
 expect_error("allreduce with op and average", lambda: hvd.allreduce(mine, average=True,
@@ -123,6 +130,27 @@ weights = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
 every = hvd.allgather(weights.reshape(1, -1))
 if not all(torch.equal(every[k], every[0]) for k in range(n)):
     sys.exit("the ranks' weights differ after one step")
+
+# Ranks in different collectives, or with different roots, fail together in one line (the
+# collective's kind and root are part of what they check), and the job goes on.
+refusals = {
+    "broadcast roots that differ": lambda: hvd.broadcast(mine, root_rank=r),
+    "broadcast_object roots that differ": lambda: hvd.broadcast_object(r, root_rank=r),
+    "broadcast_parameters roots that differ":
+        lambda: hvd.broadcast_parameters(net.state_dict(), root_rank=r),
+    "a barrier beside a broadcast":
+        (lambda: hvd.barrier()) if r == 0 else (lambda: hvd.broadcast(mine, root_rank=0)),
+    "broadcast_object beside broadcast_optimizer_state":
+        (lambda: hvd.broadcast_object(5)) if r == 0 else
+        (lambda: hvd.broadcast_optimizer_state(sgd)),
+    "allreduce's mean beside a sum": lambda: hvd.allreduce(mine, op=[hvd.Average, hvd.Sum][r % 2]),
+}
+for what, call in refusals.items():
+    message = expect_error(what, call, "FAILED_PRECONDITION")
+    if "differ" not in message:
+        sys.exit(f"{what}: {message}")
+if hvd.allreduce(mine, op=hvd.Sum).item() != n * (n + 1) / 2:
+    sys.exit("an allreduce after the refused collectives")
 hvd.shutdown()
 with open(out + ".json", "w") as f:
     json.dump({"ok": True, "rank": r}, f)

@@ -227,7 +227,25 @@ def allreduce_(tensor, average=None, name=None, compression=Compression.none, op
     average = _averages(average, op, "allreduce")
     _whole_job(process_set, "allreduce")
     name = name or "allreduce"
-    session.check_same("allreduce's tensor", _describe(name, tensor))
+    # The kind of collective is part of what must agree: a rank in another collective fails.
+    session.check_same("allreduce's tensor", f"allreduce ({'mean' if average else 'sum'}) of "
+                       f"{_describe(name, tensor)}")
+    if tensor.is_complex():
+        raise DptrainError("allreduce: complex tensors are not supported (reduce "
+                           "torch.view_as_real(tensor))", "INVALID_ARGUMENT")
+    if not tensor.is_floating_point():
+        # Integers (and bools) are summed exactly, as Horovod does, from every rank's values
+        # gathered bit for bit (fp32 would round sums beyond 2^24).
+        flat = tensor.detach().reshape(1, -1)
+        if prescale_factor != 1.0:
+            flat = (flat.double() * prescale_factor).to(tensor.dtype)
+        total = allgather(flat, name=name).sum(0, dtype=torch.int64)
+        result = total.double() / session.world_size() if average else total
+        if postscale_factor != 1.0:
+            result = result.double() * postscale_factor
+        with torch.no_grad():
+            tensor.copy_(result.reshape(tensor.shape))
+        return tensor
     # Device tensors are staged through pinned memory; the result goes back asynchronously
     # (PyTorch keeps a pinned block from reuse until the copies reading it are done).
     buffer = torch.empty(tensor.shape, dtype=torch.float32, pin_memory=tensor.is_cuda)
@@ -250,7 +268,8 @@ def allgather(tensor, name=None, process_set=None):
     rest = list(tensor.shape[1:])
     # Every rank checks the same description before any refusal, so that all refuse together.
     shape = f"[*, {', '.join(map(str, rest))}]" if tensor.dim() > 0 else "[] (no dimension)"
-    session.check_same("allgather's tensor", f"{name or 'allgather'}: {tensor.dtype} {shape}")
+    session.check_same("allgather's tensor",
+                       f"allgather of {name or 'allgather'}: {tensor.dtype} {shape}")
     if tensor.dim() == 0:
         raise DptrainError("allgather: a tensor without dimensions (give it one: "
                            "tensor.reshape(1))", "INVALID_ARGUMENT")
@@ -274,7 +293,7 @@ def allgather(tensor, name=None, process_set=None):
 def allgather_object(obj, name=None, process_set=None):
     """Every rank's `obj` (anything torch.save takes), as a list in rank order."""
     _whole_job(process_set, "allgather_object")
-    return [broadcast_object(obj, root_rank=r) for r in range(size())]
+    return [_broadcast_object(obj, r, "allgather_object") for r in range(size())]
 
 
 def barrier(process_set=None):
@@ -288,8 +307,9 @@ def _broadcast_tensors(tensors, root_rank, what, check=True):
     for bit, in one message (any dtypes). `check`: every rank's tensors must be described
     alike (off where the caller checked what must agree)."""
     session = _session()
-    if check:
-        session.check_same(what, "\n".join(_describe(n, t) for n, t in tensors))
+    if check:  # The collective and its root first: ranks that disagree on them fail together.
+        session.check_same(what, "\n".join([f"{what} from rank {root_rank}"] +
+                                           [_describe(n, t) for n, t in tensors]))
     hosts = [t.detach().to("cpu").contiguous() for _, t in tensors]
     sizes = [h.numel() * h.element_size() for h in hosts]
     buffer = _words(sum(sizes))
@@ -330,7 +350,13 @@ def broadcast_parameters(params, root_rank=0):
 
 def broadcast_object(obj, root_rank=0):
     """Rank root_rank's `obj` (anything torch.save takes) on every rank."""
+    return _broadcast_object(obj, root_rank, "broadcast_object")
+
+
+def _broadcast_object(obj, root_rank, what):
     session = _session()
+    # Every rank in the same collective (`what`) from the same root, or all fail together.
+    session.check_same(what, f"{what} from rank {root_rank}")
     payload = b""
     if session.rank() == root_rank:
         stream = io.BytesIO()
@@ -356,7 +382,7 @@ def broadcast_object(obj, root_rank=0):
 def broadcast_optimizer_state(optimizer, root_rank=0):
     """Rank root_rank's optimizer state (momentum buffers, Adam's moments, step counts and
     the hyper-parameters of every group) loaded into `optimizer` on every rank."""
-    state = broadcast_object(optimizer.state_dict(), root_rank)
+    state = _broadcast_object(optimizer.state_dict(), root_rank, "broadcast_optimizer_state")
     if _session().rank() != root_rank:
         optimizer.load_state_dict(state)
 
@@ -398,6 +424,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._names = [names[id(p)] for p in self._order]
         session.check_same("DistributedOptimizer's parameters",
                            "\n".join(_describe(n, p) for n, p in zip(self._names, self._order)))
+        complex_ = [n for n, p in zip(self._names, self._order) if p.is_complex()]
+        if complex_:
+            raise DptrainError(f"DistributedOptimizer: complex parameters ({complex_[0]}) are not "
+                               "supported (keep them as torch.view_as_real pairs)",
+                               "INVALID_ARGUMENT")
         self._offsets, total = [], 0
         self._buckets, self._bucket_of = [], {}
         bucket_start, bucket_bytes_now = 0, 0
@@ -490,7 +521,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _in_place(self, i):
         """Whether parameter i's gradient is its view of the flat buffer."""
         grad, view = self._order[i].grad, self._views[i]
-        return grad is not None and view is not None and grad.data_ptr() == view.data_ptr()
+        return (grad is not None and view is not None and not grad.is_sparse and
+                grad.data_ptr() == view.data_ptr())
 
     def _pack(self, i):
         if self._in_place(i):
@@ -500,12 +532,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if p.grad is None:
             target.zero_()
         elif p.device.type == "cuda":
-            grad = p.grad.detach().reshape(-1)
+            grad = p.grad.detach()
+            grad = (grad.to_dense() if grad.is_sparse else grad).reshape(-1)
             side = self._side[p.device]
             side.wait_stream(torch.cuda.current_stream(p.device))  # The gradient is computed.
             with torch.cuda.stream(side):
                 target.copy_(grad, non_blocking=True)
             grad.record_stream(side)  # Its memory is not reused before the copy is done.
+        elif p.grad.is_sparse:  # nn.Embedding(sparse=True): densified (sparse_as_dense).
+            target.copy_(p.grad.detach().to_dense().reshape(-1))
         else:
             target.copy_(p.grad.detach().reshape(-1))
         if self._views[i] is not None:
@@ -564,6 +599,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._pass += 1
         if self._pass < self._passes:
             return  # Accumulating: no synchronisation this pass.
+        self._reduce()
+
+    def _reduce(self):
+        """The average over ranks of every gradient accumulated since the last one."""
         self._pass = 0
         self._skipped = False
         # Hooks run only with peers (size() > 1), so this always overlaps.
@@ -596,7 +635,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 continue
             at, n = self._offsets[i], p.numel()
             mean = self._flat[at:at + n].view_as(p)
-            if p.grad is None:
+            if p.grad is None or p.grad.is_sparse:
                 p.grad = torch.empty_like(p)
             p.grad.detach().copy_(mean, non_blocking=True)  # Host to device: asynchronous.
         for device, event in self._copied_back.items():
@@ -619,7 +658,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         skips it)."""
         return self._last_step_skipped
 
+    def _check_backward_ended(self):
+        """After a backward that raised (autograd then drops _backward_done): resets for the next
+        one if none of its gradients left; else no rank can agree any more: DptrainError."""
+        if not self._in_backward:
+            return
+        if self._next_bucket > 0 or self._pushing:
+            raise DptrainError("a backward pass raised after some of its gradients left for the "
+                               "other ranks: the ranks are out of step (restart the job)",
+                               "FAILED_PRECONDITION")
+        self._in_backward = False
+
+    def zero_grad(self, *args, **kwargs):  # The wrapped class's defaults (they differ by torch).
+        self._check_backward_ended()  # A script that caught backward's exception goes on.
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
     def step(self, closure=None):
+        self._check_backward_ended()
+        if self._pass > 0 and self._queue is not None:
+            # Fewer passes than backward_passes_per_step (an epoch's end): what accumulated is
+            # averaged now, as Horovod's step() does, or the ranks would part.
+            self._reduce()
         self._last_step_skipped = skipped = self._skipped
         self._skipped = False
         result = None if skipped else super(self.__class__, self).step(closure)
