@@ -159,24 +159,25 @@ def main():
             fail(f"use before init: {r.stdout} {r.stderr}")
         print(f"ok: use before init raises: {r.stdout.strip()}")
     if "horovod" in cases:
-        # Horovod's collectives and keyword arguments, in each mode (ps: through 2 shards).
+        # Horovod's collectives and keyword arguments, and DistributedOptimizer off the usual
+        # path, in each mode (ps: through 2 shards of their own per script: another model).
+        scripts = [
+            ("horovod", HOROVOD_API, "Horovod's allgather, allgather_object, allreduce ops "
+             "(integers exact), barrier and DistributedOptimizer arguments; ranks in different "
+             "collectives or with different roots refused together"),
+            ("edges", OPTIMIZER_EDGES, "DistributedOptimizer: a step after 1 of 2 passes "
+             "averages that pass; a backward that raised on every rank, caught, and training "
+             "goes on; a sparse embedding; both ranks equal to one process on every rank's "
+             "batches"),
+        ]
         for mode in ("allreduce", "master", "ps"):
-            env = {"DPTRAIN_PS": ",".join(start_shards(2, 2, "--optimizer=none"))} \
-                if mode == "ps" else {}
-            outs, _, _ = run_workers(f"horovod_{mode}", mode, env=env, script=HOROVOD_API)
-            if not all(summary(o)["ok"] for o in outs):
-                fail(f"horovod API in {mode} mode")
-            print(f"ok: Horovod's allgather, allgather_object, allreduce ops, barrier and "
-                  f"DistributedOptimizer arguments in {mode} mode; ranks in different "
-                  f"collectives or with different roots refused together", flush=True)
-            if mode == "ps":  # Shards of their own: another model.
-                env = {"DPTRAIN_PS": ",".join(start_shards(2, 2, "--optimizer=none"))}
-            outs, _, _ = run_workers(f"edges_{mode}", mode, env=env, script=OPTIMIZER_EDGES)
-            if not all(summary(o)["ok"] for o in outs):
-                fail(f"DistributedOptimizer's edge cases in {mode} mode")
-            print(f"ok: DistributedOptimizer in {mode} mode: a step after 1 of 2 passes averages "
-                  f"that pass; a backward that raised on every rank, caught, and training goes "
-                  f"on; both ranks equal to one process on every rank's batches", flush=True)
+            for name, script, what in scripts:
+                env = {"DPTRAIN_PS": ",".join(start_shards(2, 2, "--optimizer=none"))} \
+                    if mode == "ps" else {}
+                outs, _, _ = run_workers(f"{name}_{mode}", mode, env=env, script=script)
+                if not all(summary(o)["ok"] for o in outs):
+                    fail(f"{name} in {mode} mode")
+                print(f"ok: {mode} mode: {what}", flush=True)
     if "example" in cases:
         example()
     if "click" in cases:
