@@ -106,6 +106,13 @@ for momentum, affine in ((0.1, True), (None, False)):
     if not torch.allclose(synced(half), plain(half), rtol=0, atol=1e-6):
         sys.exit("SyncBatchNorm in evaluation is not BatchNorm with its running statistics")
 
+# Without running statistics, evaluation normalises each rank's batch by its own statistics
+# and never synchronises (torch.nn's: ranks may evaluate different numbers of batches).
+untracked = hvd.SyncBatchNorm(3, track_running_stats=False).double().eval()
+local = torch.nn.BatchNorm2d(3, track_running_stats=False).double().eval()
+if not torch.allclose(untracked(half), local(half), rtol=0, atol=1e-6):
+    sys.exit("SyncBatchNorm(track_running_stats=False) in evaluation is not the local one")
+
 torch.manual_seed(0)
 net = torch.nn.Linear(4, 2)
 sgd = torch.optim.SGD(net.parameters(), lr=0.1)
@@ -145,6 +152,20 @@ refusals = {
         (lambda: hvd.broadcast_optimizer_state(sgd)),
     "allreduce's mean beside a sum": lambda: hvd.allreduce(mine, op=[hvd.Average, hvd.Sum][r % 2]),
 }
+message = expect_error("broadcast_object of a lambda", lambda: hvd.broadcast_object(lambda: 1),
+                       "INVALID_ARGUMENT")
+if "could not serialise" not in message:
+    sys.exit(f"broadcast_object of a lambda: {message}")
+plain = torch.nn.Linear(2, 2)
+with torch.no_grad():
+    plain.weight.add_(r)  # Apart before the broadcast.
+hvd.broadcast_parameters(list(plain.parameters()), root_rank=0)  # Horovod takes these too.
+every = hvd.allgather(plain.weight.detach().reshape(1, -1))
+if not torch.equal(every[0], every[-1]):
+    sys.exit("broadcast_parameters(model.parameters()) left the ranks apart")
+expect_error("named_parameters=model.parameters()", lambda: hvd.DistributedOptimizer(
+    torch.optim.SGD(plain.parameters(), lr=0.1), named_parameters=plain.parameters()),
+    "INVALID_ARGUMENT")
 for what, call in refusals.items():
     message = expect_error(what, call, "FAILED_PRECONDITION")
     if "differ" not in message:

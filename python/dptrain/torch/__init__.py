@@ -344,6 +344,9 @@ def broadcast_parameters(params, root_rank=0):
     """Rank root_rank's values of `params` (a state_dict, or an iterable of (name, tensor))
     on every rank, in place."""
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
+    # model.parameters() works too (as Horovod's): the tensors take their places' names.
+    items = [item if isinstance(item, tuple) else (f"param.{i}", item)
+             for i, item in enumerate(items)]
     items = [(n, t) for n, t in items if torch.is_tensor(t)]
     _broadcast_tensors(items, root_rank, "broadcast_parameters' tensors")
 
@@ -357,16 +360,24 @@ def _broadcast_object(obj, root_rank, what):
     session = _session()
     # Every rank in the same collective (`what`) from the same root, or all fail together.
     session.check_same(what, f"{what} from rank {root_rank}")
-    payload = b""
+    payload, failure = b"", None
     if session.rank() == root_rank:
         stream = io.BytesIO()
-        torch.save(obj, stream)
-        payload = stream.getvalue()
+        try:
+            torch.save(obj, stream)
+            payload = stream.getvalue()
+        except Exception as e:  # Not picklable (a lambda...): every rank raises, none hangs.
+            failure = e
     length = torch.zeros(2, dtype=torch.float32)
-    ctypes.memmove(length.data_ptr(), ctypes.byref(ctypes.c_int64(len(payload))), 8)
+    sent = -1 if failure is not None else len(payload)
+    ctypes.memmove(length.data_ptr(), ctypes.byref(ctypes.c_int64(sent)), 8)
     session.broadcast(length.data_ptr(), 2, root_rank)
     count = ctypes.c_int64()
     ctypes.memmove(ctypes.byref(count), length.data_ptr(), 8)
+    if count.value < 0:
+        raise DptrainError(f"{what}: rank {root_rank} could not serialise its object with "
+                           f"torch.save: {failure if failure is not None else 'see its error'}",
+                           "INVALID_ARGUMENT")
     buffer = _words(count.value)
     if session.rank() == root_rank:
         ctypes.memmove(buffer.data_ptr(), payload, len(payload))
@@ -404,6 +415,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         if named_parameters is not None:
             named = list(named_parameters)
+            if not all(isinstance(item, tuple) and len(item) == 2 and torch.is_tensor(item[1])
+                       for item in named):
+                raise DptrainError("named_parameters must be (name, parameter) pairs: pass "
+                                   "model.named_parameters()", "INVALID_ARGUMENT")
             names = {}
             for n, p in named:
                 if id(p) in names:
@@ -791,9 +806,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 
     def forward(self, x):
         self._check_input_dim(x)
-        if not self.training and self.track_running_stats:
-            return torch.nn.functional.batch_norm(x, self.running_mean, self.running_var,
-                                                  self.weight, self.bias, False, 0.0, self.eps)
+        if not self.training:  # As torch.nn's: evaluation never synchronises.
+            track = self.track_running_stats  # Else this batch's own statistics.
+            return torch.nn.functional.batch_norm(
+                x, self.running_mean if track else None, self.running_var if track else None,
+                self.weight, self.bias, not track, 0.0, self.eps)
         weight = self.weight if self.affine else torch.ones(self.num_features, device=x.device)
         bias = self.bias if self.affine else torch.zeros(self.num_features, device=x.device)
         y, mean, unbiased = _SyncBatchNormFunction.apply(x, weight, bias, self.eps)
